@@ -1,0 +1,70 @@
+//! A bounded, thread-safe cache of token counts keyed by a 128-bit content hash.
+//!
+//! Chat accounting recounts the same history turn after turn; with this cache a
+//! recount costs hashing (XXH3-128, ~10 GB/s) instead of BPE. Keys are hashes,
+//! not texts, so the cache holds no copies of user content; at 128 bits an
+//! accidental collision is not a practical concern. `quick_cache` provides the
+//! sharded, bounded (S3-FIFO) map.
+
+use xxhash_rust::xxh3::xxh3_128;
+
+/// Texts shorter than this are counted directly: BPE on a few bytes costs less
+/// than hashing and a lookup.
+pub const MIN_CACHED_BYTES: usize = 32;
+
+/// Default number of cached counts per encoding (about 3 MB).
+pub const DEFAULT_CAPACITY: usize = 65_536;
+
+/// Statistics reported by `cache_info()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheInfo {
+    pub hits: u64,
+    pub misses: u64,
+    pub size: usize,
+    pub capacity: usize,
+}
+
+pub struct CountCache {
+    map: quick_cache::sync::Cache<u128, u32>,
+}
+
+impl Default for CountCache {
+    fn default() -> Self {
+        Self {
+            map: quick_cache::sync::Cache::new(DEFAULT_CAPACITY),
+        }
+    }
+}
+
+impl CountCache {
+    /// The cached count of `text`, computing and storing it with `count` on a miss.
+    pub fn get_or_count(&self, text: &str, count: impl FnOnce(&str) -> usize) -> usize {
+        if text.len() < MIN_CACHED_BYTES {
+            return count(text);
+        }
+        let key = xxh3_128(text.as_bytes());
+        if let Some(n) = self.map.get(&key) {
+            return n as usize;
+        }
+        let n = count(text);
+        self.map.insert(key, u32::try_from(n).unwrap_or(u32::MAX));
+        n
+    }
+
+    pub fn info(&self) -> CacheInfo {
+        CacheInfo {
+            hits: self.map.hits(),
+            misses: self.map.misses(),
+            size: self.map.len(),
+            capacity: self.map.capacity() as usize,
+        }
+    }
+
+    pub fn clear(&self) {
+        self.map.clear();
+    }
+
+    pub fn set_capacity(&self, capacity: usize) {
+        self.map.set_capacity(capacity as u64);
+    }
+}

@@ -1,0 +1,132 @@
+//! Counting engines: the BPE behind each encoding, loaded once per process on
+//! first use (a process that counts with one encoding holds only that one).
+//!
+//! Engine choice was made by measurement (README, "Benchmarks"): for o200k_base
+//! and cl100k_base the `bpe` crate's backtracking encoder, behind our own
+//! pre-tokenizer and a whole-piece lookup, counts 2-10x faster than tiktoken
+//! with identical tokens; p50k_base and r50k_base keep tiktoken's merge.
+
+mod backtrack;
+mod merge;
+
+use std::sync::OnceLock;
+
+use crate::cache::CountCache;
+use crate::encoding::Encoding;
+use crate::pretokenize::Pattern;
+
+enum Kind {
+    Backtrack(backtrack::Backtrack),
+    Merge(merge::Merge),
+}
+
+/// One loaded encoding: its BPE, split pattern, special tokens and count cache.
+pub(crate) struct Engine {
+    pub(crate) encoding: Encoding,
+    pattern: Pattern,
+    kind: Kind,
+    pub(crate) cache: CountCache,
+}
+
+static ENGINES: [OnceLock<Engine>; 4] = [const { OnceLock::new() }; 4];
+
+/// The process-wide engine for `encoding`, loading it on first use.
+pub(crate) fn engine(encoding: Encoding) -> &'static Engine {
+    let slot = match encoding {
+        Encoding::O200kBase => 0,
+        Encoding::Cl100kBase => 1,
+        Encoding::P50kBase => 2,
+        Encoding::R50kBase => 3,
+    };
+    ENGINES[slot].get_or_init(|| Engine::load(encoding))
+}
+
+impl Engine {
+    fn load(encoding: Encoding) -> Self {
+        let kind = match encoding {
+            Encoding::O200kBase => {
+                Kind::Backtrack(backtrack::Backtrack::new(bpe_openai::o200k_base()))
+            }
+            Encoding::Cl100kBase => {
+                Kind::Backtrack(backtrack::Backtrack::new(bpe_openai::cl100k_base()))
+            }
+            Encoding::P50kBase => {
+                let core = tiktoken_rs::p50k_base().expect("embedded p50k_base vocabulary loads");
+                Kind::Merge(merge::Merge::new(&core, encoding.special_tokens(), 50_280))
+            }
+            Encoding::R50kBase => {
+                let core = tiktoken_rs::r50k_base().expect("embedded r50k_base vocabulary loads");
+                Kind::Merge(merge::Merge::new(&core, encoding.special_tokens(), 50_256))
+            }
+        };
+        Self {
+            encoding,
+            pattern: encoding.pattern(),
+            kind,
+            cache: CountCache::default(),
+        }
+    }
+
+    /// Token count of `text` (ordinary text: special-token look-alikes are text).
+    pub(crate) fn count(&self, text: &str) -> usize {
+        let pieces = self.pattern.split(text);
+        match &self.kind {
+            Kind::Backtrack(bpe) => pieces.map(|p| bpe.count_piece(p.as_bytes())).sum(),
+            Kind::Merge(bpe) => pieces.map(|p| bpe.count_piece(p.as_bytes())).sum(),
+        }
+    }
+
+    /// `min(count(text), limit + 1)`, without counting past the limit.
+    pub(crate) fn count_up_to(&self, text: &str, limit: usize) -> usize {
+        let over = limit.saturating_add(1);
+        let mut total = 0usize;
+        for piece in self.pattern.split(text) {
+            let remaining = limit - total;
+            let piece_count = match &self.kind {
+                Kind::Backtrack(bpe) => bpe.count_piece_up_to(piece.as_bytes(), remaining),
+                Kind::Merge(bpe) => {
+                    Some(bpe.count_piece(piece.as_bytes())).filter(|&n| n <= remaining)
+                }
+            };
+            match piece_count {
+                Some(n) => total += n,
+                None => return over,
+            }
+        }
+        total
+    }
+
+    pub(crate) fn encode(&self, text: &str) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 4 + 1);
+        for piece in self.pattern.split(text) {
+            match &self.kind {
+                Kind::Backtrack(bpe) => bpe.encode_piece(piece.as_bytes(), &mut out),
+                Kind::Merge(bpe) => bpe.encode_piece(piece.as_bytes(), &mut out),
+            }
+        }
+        out
+    }
+
+    /// Bytes of one token id, special tokens included; `None` if the id is unknown.
+    pub(crate) fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        let ordinary = match &self.kind {
+            Kind::Backtrack(bpe) => bpe.token_bytes(id),
+            Kind::Merge(bpe) => bpe.token_bytes(id),
+        };
+        ordinary.or_else(|| {
+            self.encoding
+                .special_tokens()
+                .iter()
+                .find(|&&(_, special)| special == id)
+                .map(|(text, _)| text.as_bytes())
+        })
+    }
+
+    /// One past the largest ordinary token id.
+    pub(crate) fn num_ordinary_ids(&self) -> usize {
+        match &self.kind {
+            Kind::Backtrack(bpe) => bpe.num_tokens(),
+            Kind::Merge(bpe) => bpe.num_tokens(),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Errors of the core, as plain data; the binding maps each variant to a Python
+//! exception (a subclass of `context_core.ContextCoreError` and the matching built-in).
+
+use std::fmt;
+
+use crate::encoding::{Encoding, known_models};
+
+/// Everything the core can refuse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// An encoding name that is not one of [`Encoding::ALL`].
+    UnknownEncoding { name: String },
+    /// A model name that neither the exact table nor a prefix rule knows.
+    UnknownModel { model: String },
+    /// A token id that is neither in the vocabulary nor a special token.
+    InvalidToken { token: u64 },
+    /// `truncate` was asked to fit a marker that alone exceeds the cap.
+    MarkerTooLong {
+        marker_tokens: usize,
+        max_tokens: usize,
+    },
+    /// A value in a message or tool schema has the wrong type.
+    WrongType {
+        path: String,
+        expected: &'static str,
+        found: String,
+    },
+    /// A required field of a message or tool schema is absent.
+    MissingField { path: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Prefix the location of a message/schema error with `outer` (e.g. `messages[3]`).
+    #[must_use]
+    pub fn within(self, outer: &str) -> Self {
+        let join = |path: String| {
+            if path.is_empty() {
+                outer.to_owned()
+            } else if path.starts_with('[') {
+                format!("{outer}{path}")
+            } else {
+                format!("{outer}.{path}")
+            }
+        };
+        match self {
+            Error::WrongType {
+                path,
+                expected,
+                found,
+            } => Error::WrongType {
+                path: join(path),
+                expected,
+                found,
+            },
+            Error::MissingField { path } => Error::MissingField { path: join(path) },
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::UnknownEncoding { name } => {
+                let known: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
+                write!(
+                    f,
+                    "unknown encoding {name:?}; known encodings: {}",
+                    known.join(", ")
+                )
+            }
+            Error::UnknownModel { model } => write!(
+                f,
+                "unknown model {model:?}; known models: {}. Pass a fallback encoding \
+                 (e.g. fallback=\"o200k_base\") to count for it anyway",
+                known_models().join(", ")
+            ),
+            Error::InvalidToken { token } => {
+                write!(f, "token id {token} is not in this encoding's vocabulary")
+            }
+            Error::MarkerTooLong {
+                marker_tokens,
+                max_tokens,
+            } => write!(
+                f,
+                "the truncation marker alone takes {marker_tokens} tokens, more than \
+                 max_tokens={max_tokens}"
+            ),
+            Error::WrongType {
+                path,
+                expected,
+                found,
+            } => write!(f, "{path}: expected {expected}, got {found}"),
+            Error::MissingField { path } => write!(f, "{path}: required field is missing"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

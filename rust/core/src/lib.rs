@@ -1,0 +1,25 @@
+//! context_core's Rust core: exact token counting for the OpenAI encodings and
+//! chat accounting, the ground every budget decision stands on.
+//!
+//! No Python here: `rust/py` binds this crate, converting at the boundary.
+
+mod cache;
+mod chat;
+mod encoding;
+mod engine;
+mod error;
+mod json;
+mod parallel;
+pub mod pretokenize;
+mod tokenizer;
+
+pub use cache::{CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES};
+pub use chat::{
+    ANTHROPIC_IMAGE_TOKENS, IMAGE_TOKENS, IMAGE_TOKENS_LOW, REPLY_PRIMING, TOKENS_PER_MESSAGE,
+    TOKENS_PER_NAME, TOKENS_PER_TOOL_CALL,
+};
+pub use encoding::{Encoding, known_models};
+pub use error::{Error, Result};
+pub use json::Json;
+pub use parallel::PARALLEL_MIN_BYTES;
+pub use tokenizer::{DROPPED_PLACEHOLDER, Tokenizer};

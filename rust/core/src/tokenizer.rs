@@ -1,0 +1,285 @@
+//! The public tokenizer: encode, decode, count (exact, bounded, cached, batched)
+//! and truncate on a token boundary.
+
+use std::borrow::Cow;
+
+use crate::cache::CacheInfo;
+use crate::encoding::Encoding;
+use crate::engine::{Engine, engine};
+use crate::error::{Error, Result};
+use crate::parallel;
+
+/// The placeholder in a truncation marker replaced by the number of dropped tokens.
+pub const DROPPED_PLACEHOLDER: &str = "{dropped}";
+
+/// A handle on one encoding. Cheap to copy: the loaded vocabulary is shared by
+/// every handle in the process.
+#[derive(Clone, Copy)]
+pub struct Tokenizer {
+    engine: &'static Engine,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokenizer({})", self.encoding().name())
+    }
+}
+
+impl Tokenizer {
+    /// The tokenizer of `encoding`, loading its vocabulary on first use.
+    pub fn new(encoding: Encoding) -> Self {
+        Self {
+            engine: engine(encoding),
+        }
+    }
+
+    /// The tokenizer for an OpenAI model name (see [`Encoding::for_model`]).
+    pub fn for_model(model: &str) -> Result<Self> {
+        Encoding::for_model(model).map(Self::new)
+    }
+
+    pub fn encoding(&self) -> Encoding {
+        self.engine.encoding
+    }
+
+    /// Token ids of `text`, all of it ordinary text (as tiktoken's `encode_ordinary`).
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.engine.encode(text)
+    }
+
+    /// The bytes the tokens stand for (special tokens decode to their text).
+    pub fn decode_bytes(&self, tokens: &[u32]) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(tokens.len() * 4);
+        for &token in tokens {
+            let bytes = self.engine.token_bytes(token).ok_or(Error::InvalidToken {
+                token: u64::from(token),
+            })?;
+            out.extend_from_slice(bytes);
+        }
+        Ok(out)
+    }
+
+    /// Bytes of one token, or `None` if the id is not in the vocabulary.
+    pub fn token_bytes(&self, token: u32) -> Option<&'static [u8]> {
+        self.engine.token_bytes(token)
+    }
+
+    /// Ordinary tokens `(id, bytes)` in id order, special tokens excluded.
+    pub fn vocabulary(&self) -> impl Iterator<Item = (u32, &'static [u8])> {
+        let engine = self.engine;
+        let specials = engine.encoding.special_tokens();
+        (0..engine.num_ordinary_ids() as u32)
+            .filter(move |id| !specials.iter().any(|(_, special)| special == id))
+            .filter_map(move |id| engine.token_bytes(id).map(|bytes| (id, bytes)))
+    }
+
+    /// Exact token count of `text`.
+    pub fn count(&self, text: &str) -> usize {
+        self.engine.count(text)
+    }
+
+    /// `count(text)` if it is at most `limit`, else `limit + 1`; stops counting
+    /// as soon as the limit is passed, so a budget check on a huge tool output
+    /// costs about `limit` tokens of work, not the whole text.
+    pub fn count_up_to(&self, text: &str, limit: usize) -> usize {
+        self.engine.count_up_to(text, limit)
+    }
+
+    /// `count(text)` through the per-encoding count cache.
+    pub fn count_cached(&self, text: &str) -> usize {
+        self.engine
+            .cache
+            .get_or_count(text, |t| self.engine.count(t))
+    }
+
+    /// Counts of many texts, spread over the cores for large batches.
+    pub fn count_many(&self, texts: &[&str]) -> Vec<u32> {
+        let mut out = vec![0u32; texts.len()];
+        let total_bytes = texts.iter().map(|t| t.len()).sum();
+        parallel::map_into(texts, &mut out, total_bytes, |text| {
+            u32::try_from(self.engine.count(text)).unwrap_or(u32::MAX)
+        });
+        out
+    }
+
+    pub fn cache_info(&self) -> CacheInfo {
+        self.engine.cache.info()
+    }
+
+    pub fn cache_clear(&self) {
+        self.engine.cache.clear();
+    }
+
+    pub fn set_cache_capacity(&self, capacity: usize) {
+        self.engine.cache.set_capacity(capacity);
+    }
+
+    /// `text` cut to at most `max_tokens` tokens on a token boundary, never
+    /// inside a UTF-8 sequence, with `marker` (if any) appended inside the cap.
+    ///
+    /// The contract, which `context_core.reference` implements as well:
+    /// a text of at most `max_tokens` tokens is returned unchanged. Otherwise,
+    /// with `ids = encode(text)` and `n = len(ids)`, keep `k` tokens: the longest
+    /// prefix of `text` whose UTF-8 fits in the bytes of `ids[..k]`, followed by
+    /// `marker` with `{dropped}` replaced by `n - k`. `k` starts at
+    /// `max_tokens - count(marker for max_tokens)` and, while the result counts
+    /// more than `max_tokens` (BPE is not additive across the join), drops by the
+    /// excess (at least 1). A marker that cannot fit even with `k = 0` is an error.
+    pub fn truncate<'t>(
+        &self,
+        text: &'t str,
+        max_tokens: usize,
+        marker: Option<&str>,
+    ) -> Result<Cow<'t, str>> {
+        if self.count_up_to(text, max_tokens) <= max_tokens {
+            return Ok(Cow::Borrowed(text));
+        }
+        let ids = self.encode(text);
+        let n = ids.len();
+        let marker_for = |kept: usize| -> String {
+            marker.map_or_else(String::new, |m| {
+                m.replace(DROPPED_PLACEHOLDER, &(n - kept).to_string())
+            })
+        };
+        let mut kept = max_tokens.saturating_sub(self.count(&marker_for(max_tokens)));
+        loop {
+            let byte_len: usize = ids[..kept]
+                .iter()
+                .map(|&id| self.engine.token_bytes(id).map_or(0, <[u8]>::len))
+                .sum();
+            let prefix = &text[..floor_char_boundary(text, byte_len)];
+            let mut candidate = String::with_capacity(prefix.len() + 32);
+            candidate.push_str(prefix);
+            candidate.push_str(&marker_for(kept));
+            let tokens = self.count(&candidate);
+            if tokens <= max_tokens {
+                return Ok(Cow::Owned(candidate));
+            }
+            if kept == 0 {
+                return Err(Error::MarkerTooLong {
+                    marker_tokens: tokens,
+                    max_tokens,
+                });
+            }
+            kept = kept.saturating_sub((tokens - max_tokens).max(1));
+        }
+    }
+}
+
+/// The largest char boundary of `text` at or below `index`.
+fn floor_char_boundary(text: &str, index: usize) -> usize {
+    let mut i = index.min(text.len());
+    while !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_round_trip_all_encodings() {
+        let text = "Hello, wörld! 你好 🎉 <|endoftext|>   \n\n fn x() {}";
+        for encoding in Encoding::ALL {
+            let tok = Tokenizer::new(encoding);
+            let ids = tok.encode(text);
+            assert_eq!(ids.len(), tok.count(text));
+            assert_eq!(tok.decode_bytes(&ids).unwrap(), text.as_bytes());
+        }
+    }
+
+    #[test]
+    fn matches_tiktoken_rs() {
+        let text =
+            "The quick brown fox's 12345 jumps\r\n over   the lazy dog. 日本語 テキスト ½ ſ'S";
+        let pairs: [(Encoding, tiktoken_rs::CoreBPE); 4] = [
+            (Encoding::O200kBase, tiktoken_rs::o200k_base().unwrap()),
+            (Encoding::Cl100kBase, tiktoken_rs::cl100k_base().unwrap()),
+            (Encoding::P50kBase, tiktoken_rs::p50k_base().unwrap()),
+            (Encoding::R50kBase, tiktoken_rs::r50k_base().unwrap()),
+        ];
+        for (encoding, reference) in pairs {
+            let tok = Tokenizer::new(encoding);
+            for len in [0, 1, 5, 17, 40, text.len()] {
+                let sample = &text[..floor_char_boundary(text, len)];
+                assert_eq!(
+                    tok.encode(sample),
+                    reference.encode_ordinary(sample),
+                    "{encoding:?} {sample:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn special_tokens_are_ordinary_text_but_decode() {
+        let tok = Tokenizer::new(Encoding::Cl100kBase);
+        assert!(tok.count("<|endoftext|>") > 1);
+        assert_eq!(tok.decode_bytes(&[100_257]).unwrap(), b"<|endoftext|>");
+        assert_eq!(
+            tok.decode_bytes(&[100_261]),
+            Err(Error::InvalidToken { token: 100_261 })
+        );
+    }
+
+    #[test]
+    fn count_up_to_stops_at_the_limit() {
+        let tok = Tokenizer::new(Encoding::O200kBase);
+        let text = "word ".repeat(1000);
+        let full = tok.count(&text);
+        assert_eq!(tok.count_up_to(&text, full), full);
+        assert_eq!(tok.count_up_to(&text, full + 10), full);
+        assert_eq!(tok.count_up_to(&text, 10), 11);
+        assert_eq!(tok.count_up_to(&text, 0), 1);
+        assert_eq!(tok.count_up_to("", 0), 0);
+        let one_piece = "a".repeat(100_000);
+        assert_eq!(tok.count_up_to(&one_piece, 5), 6);
+    }
+
+    #[test]
+    fn truncate_fits_and_keeps_char_boundaries() {
+        let tok = Tokenizer::new(Encoding::O200kBase);
+        let text = "日本語のテキストとEnglish混在。".repeat(50);
+        for max in [0, 1, 2, 3, 10, 57] {
+            let cut = tok.truncate(&text, max, None).unwrap();
+            assert!(tok.count(&cut) <= max);
+            assert!(text.starts_with(cut.as_ref()));
+            let marked = tok
+                .truncate(&text, max + 20, Some("…[truncated {dropped} tokens]"))
+                .unwrap();
+            assert!(tok.count(&marked) <= max + 20, "{marked}");
+            assert!(marked.contains("[truncated "));
+        }
+        assert_eq!(tok.truncate("short", 5, Some("…")).unwrap(), "short");
+        assert!(matches!(
+            tok.truncate(&text, 2, Some("[a marker that is longer than two tokens]")),
+            Err(Error::MarkerTooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn count_many_matches_count() {
+        let tok = Tokenizer::new(Encoding::O200kBase);
+        let owned: Vec<String> = (0..3000)
+            .map(|i| format!("message {i}: {}", "lorem ipsum ".repeat(i % 50)))
+            .collect();
+        let texts: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let counts = tok.count_many(&texts);
+        for (text, &n) in texts.iter().zip(&counts) {
+            assert_eq!(n as usize, tok.count(text));
+        }
+    }
+
+    #[test]
+    fn cache_answers_repeats() {
+        let tok = Tokenizer::new(Encoding::Cl100kBase);
+        let text = "a sufficiently long text to be worth caching, repeated";
+        let before = tok.cache_info();
+        assert_eq!(tok.count_cached(text), tok.count(text));
+        assert_eq!(tok.count_cached(text), tok.count(text));
+        let after = tok.cache_info();
+        assert!(after.hits > before.hits);
+    }
+}
