@@ -10,9 +10,11 @@
 //! Every text goes through the count cache, so recounting an unchanged history
 //! costs hashing, not BPE.
 
+use std::borrow::Cow;
+
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};
-use crate::json::Json;
+use crate::json::{JsonValue, Kind, MAX_DEPTH, key_text};
 use crate::tokenizer::Tokenizer;
 
 /// Framing of every message (`<|start|>{role}<|message|>…<|end|>`).
@@ -58,45 +60,36 @@ fn tool_costs(encoding: Encoding) -> ToolCosts {
 
 impl Tokenizer {
     /// Tokens of one message, without the reply priming.
-    pub fn count_message(&self, message: &Json) -> Result<usize> {
-        let Json::Object(_) = message else {
+    pub fn count_message<J: JsonValue>(&self, message: &J) -> Result<usize> {
+        if message.kind() != Kind::Object {
             return Err(wrong_type("", "a message dict", message));
-        };
+        }
         let role = message.get("role").ok_or_else(|| missing("role"))?;
-        let role = role
-            .as_str()
-            .ok_or_else(|| wrong_type("role", "str", role))?;
-        let mut total = TOKENS_PER_MESSAGE + self.count_cached(role);
+        let mut total = TOKENS_PER_MESSAGE + self.count_cached(&required_str(&role, "role")?);
         if let Some(name) = present(message.get("name")) {
-            let name = name
-                .as_str()
-                .ok_or_else(|| wrong_type("name", "str", name))?;
-            total += self.count_cached(name) + TOKENS_PER_NAME;
+            total += self.count_cached(&required_str(&name, "name")?) + TOKENS_PER_NAME;
         }
         if let Some(content) = present(message.get("content")) {
             total += self
-                .content_tokens(content)
+                .content_tokens(&content, 0)
                 .map_err(|e| e.within("content"))?;
         }
         if let Some(refusal) = present(message.get("refusal")) {
-            let refusal = refusal
-                .as_str()
-                .ok_or_else(|| wrong_type("refusal", "str", refusal))?;
-            total += self.count_cached(refusal);
+            total += self.count_cached(&required_str(&refusal, "refusal")?);
         }
         if let Some(calls) = present(message.get("tool_calls")) {
-            let Json::Array(calls) = calls else {
-                return Err(wrong_type("tool_calls", "a list of tool calls", calls));
-            };
-            for (i, call) in calls.iter().enumerate() {
+            if calls.kind() != Kind::Array {
+                return Err(wrong_type("tool_calls", "a list of tool calls", &calls));
+            }
+            for (i, call) in calls.items().enumerate() {
                 total += self
-                    .tool_call_tokens(call)
+                    .tool_call_tokens(&call)
                     .map_err(|e| e.within(&format!("tool_calls[{i}]")))?;
             }
         }
         if let Some(call) = present(message.get("function_call")) {
             total += self
-                .function_tokens(call)
+                .function_tokens(&call)
                 .map_err(|e| e.within("function_call"))?;
         }
         Ok(total)
@@ -104,7 +97,11 @@ impl Tokenizer {
 
     /// Tokens of a whole request: every message, the reply priming, and the
     /// tool schemas if any.
-    pub fn count_messages(&self, messages: &[Json], tools: Option<&[Json]>) -> Result<usize> {
+    pub fn count_messages<J: JsonValue>(
+        &self,
+        messages: &[J],
+        tools: Option<&[J]>,
+    ) -> Result<usize> {
         let mut total = REPLY_PRIMING;
         for (i, message) in messages.iter().enumerate() {
             total += self
@@ -121,7 +118,7 @@ impl Tokenizer {
     /// `num_tokens_for_tools`, extended to nested objects and array items.
     /// Takes OpenAI tools (`{"type": "function", "function": {...}}`), bare
     /// function schemas, and Anthropic tools (`input_schema`).
-    pub fn count_tools(&self, tools: &[Json]) -> Result<usize> {
+    pub fn count_tools<J: JsonValue>(&self, tools: &[J]) -> Result<usize> {
         if tools.is_empty() {
             return Ok(0);
         }
@@ -135,41 +132,39 @@ impl Tokenizer {
         Ok(total.max(0) as usize)
     }
 
-    fn content_tokens(&self, content: &Json) -> Result<usize> {
-        match content {
-            Json::String(text) => Ok(self.count_cached(text)),
-            Json::Array(blocks) => blocks.iter().enumerate().try_fold(0, |sum, (i, block)| {
-                self.block_tokens(block)
-                    .map(|n| sum + n)
-                    .map_err(|e| e.within(&format!("[{i}]")))
-            }),
-            other => Err(wrong_type(
+    fn content_tokens<J: JsonValue>(&self, content: &J, depth: usize) -> Result<usize> {
+        match content.kind() {
+            Kind::String => Ok(self.count_cached(&content.as_str().unwrap_or_default())),
+            Kind::Array => {
+                let mut total = 0;
+                for (i, block) in content.items().enumerate() {
+                    total += self
+                        .block_tokens(&block, depth)
+                        .map_err(|e| e.within(&format!("[{i}]")))?;
+                }
+                Ok(total)
+            }
+            _ => Err(wrong_type(
                 "",
                 "str, a list of content blocks, or None",
-                other,
+                content,
             )),
         }
     }
 
-    fn block_tokens(&self, block: &Json) -> Result<usize> {
-        let Json::Object(_) = block else {
-            return match block {
-                Json::String(text) => Ok(self.count_cached(text)),
-                other => Err(wrong_type("", "a content block dict or str", other)),
-            };
-        };
+    fn block_tokens<J: JsonValue>(&self, block: &J, depth: usize) -> Result<usize> {
+        match block.kind() {
+            Kind::Object => {}
+            Kind::String => return Ok(self.count_cached(&block.as_str().unwrap_or_default())),
+            _ => return Err(wrong_type("", "a content block dict or str", block)),
+        }
         let kind = block.get("type").ok_or_else(|| missing("type"))?;
-        let kind = kind
-            .as_str()
-            .ok_or_else(|| wrong_type("type", "str", kind))?;
+        let kind = required_str(&kind, "type")?;
         let text_of = |field: &'static str| -> Result<usize> {
             let value = block.get(field).ok_or_else(|| missing(field))?;
-            let text = value
-                .as_str()
-                .ok_or_else(|| wrong_type(field, "str", value))?;
-            Ok(self.count_cached(text))
+            Ok(self.count_cached(&required_str(&value, field)?))
         };
-        match kind {
+        match kind.as_ref() {
             "text" | "input_text" | "output_text" => text_of("text"),
             "refusal" => text_of("refusal"),
             "thinking" => text_of("thinking"),
@@ -178,112 +173,134 @@ impl Tokenizer {
                 let detail = block
                     .get("image_url")
                     .and_then(|url| url.get("detail"))
-                    .or_else(|| block.get("detail"))
-                    .and_then(Json::as_str);
-                Ok(if detail == Some("low") {
-                    IMAGE_TOKENS_LOW
-                } else {
-                    IMAGE_TOKENS
-                })
+                    .or_else(|| block.get("detail"));
+                let low = detail.is_some_and(|d| d.as_str().as_deref() == Some("low"));
+                Ok(if low { IMAGE_TOKENS_LOW } else { IMAGE_TOKENS })
             }
             "image" => Ok(ANTHROPIC_IMAGE_TOKENS),
             "tool_use" | "server_tool_use" => {
                 let name = text_of("name")?;
-                let input = present(block.get("input"))
-                    .map_or(0, |input| self.count_cached(&input.to_compact()));
+                let input = match present(block.get("input")) {
+                    Some(input) => {
+                        self.count_cached(&input.to_compact().map_err(|e| e.within("input"))?)
+                    }
+                    None => 0,
+                };
                 Ok(TOKENS_PER_TOOL_CALL + name + input)
             }
             kind if kind == "tool_result" || kind.ends_with("_tool_result") => {
-                let content = present(block.get("content"))
-                    .map(|c| self.content_tokens(c).map_err(|e| e.within("content")))
-                    .transpose()?;
-                Ok(TOKENS_PER_TOOL_CALL + content.unwrap_or(0))
+                if depth >= MAX_DEPTH {
+                    return Err(wrong_type(
+                        "content",
+                        "tool results nested at most 256 deep",
+                        block,
+                    ));
+                }
+                let content = match present(block.get("content")) {
+                    Some(content) => self
+                        .content_tokens(&content, depth + 1)
+                        .map_err(|e| e.within("content"))?,
+                    None => 0,
+                };
+                Ok(TOKENS_PER_TOOL_CALL + content)
             }
-            _ => Ok(self.count_cached(&block.to_compact())),
+            _ => Ok(self.count_cached(&block.to_compact()?)),
         }
     }
 
-    fn tool_call_tokens(&self, call: &Json) -> Result<usize> {
-        let Json::Object(_) = call else {
+    fn tool_call_tokens<J: JsonValue>(&self, call: &J) -> Result<usize> {
+        if call.kind() != Kind::Object {
             return Err(wrong_type("", "a tool call dict", call));
-        };
+        }
         let function = call.get("function").ok_or_else(|| missing("function"))?;
-        self.function_tokens(function)
+        self.function_tokens(&function)
             .map_err(|e| e.within("function"))
     }
 
     /// `{"name": ..., "arguments": ...}` of a tool call or legacy function call.
-    fn function_tokens(&self, function: &Json) -> Result<usize> {
-        let Json::Object(_) = function else {
+    fn function_tokens<J: JsonValue>(&self, function: &J) -> Result<usize> {
+        if function.kind() != Kind::Object {
             return Err(wrong_type("", "a dict with name and arguments", function));
-        };
+        }
         let name = function.get("name").ok_or_else(|| missing("name"))?;
-        let name = name
-            .as_str()
-            .ok_or_else(|| wrong_type("name", "str", name))?;
+        let name = self.count_cached(&required_str(&name, "name")?);
         let arguments = match present(function.get("arguments")) {
             None => 0,
-            Some(Json::String(text)) => self.count_cached(text),
-            Some(other) => self.count_cached(&other.to_compact()),
+            Some(arguments) => match arguments.as_str() {
+                Some(text) => self.count_cached(&text),
+                None => {
+                    self.count_cached(&arguments.to_compact().map_err(|e| e.within("arguments"))?)
+                }
+            },
         };
-        Ok(TOKENS_PER_TOOL_CALL + self.count_cached(name) + arguments)
+        Ok(TOKENS_PER_TOOL_CALL + name + arguments)
     }
 
-    fn tool_schema_tokens(&self, tool: &Json, costs: &ToolCosts) -> Result<isize> {
-        let Json::Object(_) = tool else {
+    fn tool_schema_tokens<J: JsonValue>(&self, tool: &J, costs: &ToolCosts) -> Result<isize> {
+        if tool.kind() != Kind::Object {
             return Err(wrong_type("", "a tool dict", tool));
-        };
-        let (function, at) = match tool.get("function") {
-            Some(function) => (function, "function."),
-            None => (tool, ""),
-        };
+        }
+        let nested = tool.get("function");
+        let at = if nested.is_some() { "function" } else { "" };
+        let function = nested.as_ref().unwrap_or(tool);
+        let within = |e: Error| if at.is_empty() { e } else { e.within(at) };
         let name = function
             .get("name")
-            .ok_or_else(|| missing(&format!("{at}name")))?;
-        let name = name
-            .as_str()
-            .ok_or_else(|| wrong_type(&format!("{at}name"), "str", name))?;
-        let description = optional_str(function, "description")
-            .map_err(|e| e.within(at.trim_end_matches('.')))?;
+            .ok_or_else(|| within(missing("name")))?;
+        let name = required_str(&name, "name").map_err(within)?;
+        let description = optional_str(function, "description").map_err(within)?;
         let mut total = costs.func_init
-            + self.count_cached(&format!("{name}:{}", strip_final_dot(description))) as isize;
+            + self.count_cached(&format!("{name}:{}", strip_final_dot(&description))) as isize;
         let schema = function
             .get("parameters")
             .or_else(|| function.get("input_schema"));
         if let Some(schema) = schema {
-            total += self.properties_tokens(schema, costs)?;
+            total += self.properties_tokens(&schema, costs, 0).map_err(within)?;
         }
         Ok(total)
     }
 
     /// `prop_init` plus each property of an object schema (recursively), if any.
-    fn properties_tokens(&self, schema: &Json, costs: &ToolCosts) -> Result<isize> {
-        let Some(Json::Object(properties)) = schema.get("properties") else {
+    fn properties_tokens<J: JsonValue>(
+        &self,
+        schema: &J,
+        costs: &ToolCosts,
+        depth: usize,
+    ) -> Result<isize> {
+        let Some(properties) = schema.get("properties") else {
             return Ok(0);
         };
-        if properties.is_empty() {
+        if properties.kind() != Kind::Object || properties.len() == 0 {
             return Ok(0);
         }
+        if depth >= MAX_DEPTH {
+            return Err(wrong_type(
+                "properties",
+                "schemas nested at most 256 deep",
+                &properties,
+            ));
+        }
         let mut total = costs.prop_init;
-        for (key, property) in properties {
+        for (key, property) in properties.entries() {
+            let key = key_text(&key)?;
             total += costs.prop_key;
-            if let Some(Json::Array(items)) = property.get("enum") {
+            if let Some(items) = property.get("enum").filter(|e| e.kind() == Kind::Array) {
                 total += costs.enum_init;
-                for item in items {
-                    let text = match item {
-                        Json::String(s) => self.count_cached(s),
-                        other => self.count_cached(&other.to_compact()),
+                for item in items.items() {
+                    let text = match item.as_str() {
+                        Some(text) => self.count_cached(&text),
+                        None => self.count_cached(&item.to_compact()?),
                     };
                     total += costs.enum_item + text as isize;
                 }
             }
-            let kind = type_label(property);
-            let description = optional_str(property, "description")?;
-            total += self.count_cached(&format!("{key}:{kind}:{}", strip_final_dot(description)))
+            let kind = type_label(&property)?;
+            let description = optional_str(&property, "description")?;
+            total += self.count_cached(&format!("{key}:{kind}:{}", strip_final_dot(&description)))
                 as isize;
-            total += self.properties_tokens(property, costs)?;
+            total += self.properties_tokens(&property, costs, depth + 1)?;
             if let Some(items) = property.get("items") {
-                total += self.properties_tokens(items, costs)?;
+                total += self.properties_tokens(&items, costs, depth + 1)?;
             }
         }
         Ok(total)
@@ -291,29 +308,40 @@ impl Tokenizer {
 }
 
 /// `value` unless it is absent or JSON null.
-fn present<'v, 'a>(value: Option<&'v Json<'a>>) -> Option<&'v Json<'a>> {
-    value.filter(|v| !matches!(v, Json::Null))
+fn present<J: JsonValue>(value: Option<J>) -> Option<J> {
+    value.filter(|v| v.kind() != Kind::Null)
 }
 
-fn optional_str<'v>(object: &'v Json, key: &str) -> Result<&'v str> {
+fn required_str<'v, J: JsonValue>(value: &'v J, path: &str) -> Result<Cow<'v, str>> {
+    value.as_str().ok_or_else(|| wrong_type(path, "str", value))
+}
+
+fn optional_str<J: JsonValue>(object: &J, key: &'static str) -> Result<String> {
     match present(object.get(key)) {
-        None => Ok(""),
-        Some(Json::String(s)) => Ok(s),
-        Some(other) => Err(wrong_type(key, "str", other)),
+        None => Ok(String::new()),
+        Some(value) => required_str(&value, key).map(Cow::into_owned),
     }
 }
 
 /// A property's `type`: the string, a list joined with `" | "`, else `"any"`.
-fn type_label(property: &Json) -> String {
-    match property.get("type") {
-        Some(Json::String(kind)) => kind.to_string(),
-        Some(Json::Array(kinds)) => kinds
-            .iter()
-            .map(|k| k.as_str().map_or_else(|| k.to_compact(), str::to_owned))
-            .collect::<Vec<_>>()
-            .join(" | "),
-        _ => "any".to_owned(),
+fn type_label<J: JsonValue>(property: &J) -> Result<String> {
+    let Some(kind) = property.get("type") else {
+        return Ok("any".to_owned());
+    };
+    if let Some(text) = kind.as_str() {
+        return Ok(text.into_owned());
     }
+    if kind.kind() == Kind::Array {
+        let mut labels = Vec::new();
+        for label in kind.items() {
+            labels.push(match label.as_str() {
+                Some(text) => text.into_owned(),
+                None => label.to_compact()?,
+            });
+        }
+        return Ok(labels.join(" | "));
+    }
+    Ok("any".to_owned())
 }
 
 /// The cookbook drops one final period from descriptions.
@@ -327,24 +355,29 @@ fn missing(path: &str) -> Error {
     }
 }
 
-fn wrong_type(path: &str, expected: &'static str, found: &Json) -> Error {
+fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
     Error::WrongType {
         path: path.to_owned(),
         expected,
-        found: found.type_name().to_owned(),
+        found: found.type_name().into_owned(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::Json;
 
     fn s(text: &str) -> Json<'_> {
         Json::String(text.into())
     }
 
     fn obj<'a>(entries: Vec<(&'a str, Json<'a>)>) -> Json<'a> {
-        Json::Object(entries.into_iter().map(|(k, v)| (k.into(), v)).collect())
+        Json::Object(entries.into_iter().map(|(k, v)| (s(k), v)).collect())
+    }
+
+    fn refs<'j, 'a>(values: &'j [Json<'a>]) -> Vec<&'j Json<'a>> {
+        values.iter().collect()
     }
 
     fn cookbook_messages() -> Vec<Json<'static>> {
@@ -393,7 +426,8 @@ mod tests {
     /// The API's `prompt_tokens` for the cookbook's example (published with it).
     #[test]
     fn cookbook_messages_match_the_api() {
-        let messages = cookbook_messages();
+        let owned = cookbook_messages();
+        let messages = refs(&owned);
         let cl100k = Tokenizer::new(Encoding::Cl100kBase);
         let o200k = Tokenizer::new(Encoding::O200kBase);
         assert_eq!(cl100k.count_messages(&messages, None), Ok(129));
@@ -448,6 +482,7 @@ mod tests {
                 ]),
             ),
         ])];
+        let tools = refs(&tools);
         let messages = vec![
             obj(vec![
                 ("role", s("system")),
@@ -493,7 +528,7 @@ mod tests {
             ("content", Json::Array(vec![obj(vec![("type", s("text"))])])),
         ]);
         assert_eq!(
-            tok.count_message(&blocks).unwrap_err().to_string(),
+            tok.count_message(&&blocks).unwrap_err().to_string(),
             "content[0].text: required field is missing"
         );
     }

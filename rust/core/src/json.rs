@@ -1,89 +1,123 @@
-//! A borrowed JSON value: the shape in which chat messages and tool schemas
-//! reach the core (the binding builds it from Python dicts without copying
-//! strings), and its compact serialisation.
+//! JSON-shaped values: chat messages and tool schemas as the core reads them.
+//!
+//! The core reads messages through the [`JsonValue`] trait rather than one
+//! concrete type, so the binding can let it walk the caller's Python dicts in
+//! place: no tree is built and no string is copied on the hot path. [`Json`] is
+//! the plain Rust implementation (tests, Rust callers).
 
 use std::borrow::Cow;
 use std::fmt::Write;
 
-#[derive(Clone, Debug, PartialEq)]
-pub enum Json<'a> {
+use crate::error::{Error, Result};
+
+/// Containers nested deeper than this are refused (this also stops reference cycles).
+pub const MAX_DEPTH: usize = 256;
+
+/// What kind of JSON value something is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
     Null,
     Bool(bool),
-    /// A number as its JSON literal text (the binding writes Python's own
-    /// `repr` for floats, so serialisation matches `json.dumps` exactly).
-    Number(Cow<'a, str>),
-    String(Cow<'a, str>),
-    Array(Vec<Json<'a>>),
-    /// Entries in insertion order (Python dicts keep it, and so does the output).
-    Object(Vec<(Cow<'a, str>, Json<'a>)>),
+    Number,
+    String,
+    Array,
+    Object,
+    /// Not representable as JSON (a set, bytes, an arbitrary object...).
+    Unsupported,
 }
 
-impl<'a> Json<'a> {
-    /// The value of `key` if this is an object holding it.
-    pub fn get(&self, key: &str) -> Option<&Json<'a>> {
-        match self {
-            Json::Object(entries) => entries.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Json::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// A short name of the value's type, for error messages.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Json::Null => "null",
-            Json::Bool(_) => "bool",
-            Json::Number(_) => "number",
-            Json::String(_) => "str",
-            Json::Array(_) => "list",
-            Json::Object(_) => "dict",
-        }
-    }
+/// Read access to a JSON-shaped value.
+pub trait JsonValue: Sized {
+    fn kind(&self) -> Kind;
+    /// The value's type name, for error messages (e.g. `int`, `set`).
+    fn type_name(&self) -> Cow<'_, str>;
+    /// The text of a string value.
+    fn as_str(&self) -> Option<Cow<'_, str>>;
+    /// The JSON literal of a number value (`3`, `1e-05`, `NaN`).
+    fn number_literal(&self) -> Option<Cow<'_, str>>;
+    /// The value of `key` in an object.
+    fn get(&self, key: &'static str) -> Option<Self>;
+    /// Number of elements of an array or entries of an object.
+    fn len(&self) -> usize;
+    /// Elements of an array.
+    fn items(&self) -> impl Iterator<Item = Self>;
+    /// `(key, value)` entries of an object, in order.
+    fn entries(&self) -> impl Iterator<Item = (Self, Self)>;
 
     /// Compact JSON text, as Python's
     /// `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` writes it.
-    pub fn to_compact(&self) -> String {
+    fn to_compact(&self) -> Result<String> {
         let mut out = String::new();
-        self.write_compact(&mut out);
-        out
+        write_compact(self, &mut out, 0)?;
+        Ok(out)
     }
+}
 
-    fn write_compact(&self, out: &mut String) {
-        match self {
-            Json::Null => out.push_str("null"),
-            Json::Bool(true) => out.push_str("true"),
-            Json::Bool(false) => out.push_str("false"),
-            Json::Number(literal) => out.push_str(literal),
-            Json::String(s) => write_string(s, out),
-            Json::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    item.write_compact(out);
+fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(too_deep());
+    }
+    match value.kind() {
+        Kind::Null => out.push_str("null"),
+        Kind::Bool(true) => out.push_str("true"),
+        Kind::Bool(false) => out.push_str("false"),
+        Kind::Number => out.push_str(&value.number_literal().unwrap_or_default()),
+        Kind::String => write_string(&value.as_str().unwrap_or_default(), out),
+        Kind::Array => {
+            out.push('[');
+            for (i, item) in value.items().enumerate() {
+                if i > 0 {
+                    out.push(',');
                 }
-                out.push(']');
+                write_compact(&item, out, depth + 1).map_err(|e| e.within(&format!("[{i}]")))?;
             }
-            Json::Object(entries) => {
-                out.push('{');
-                for (i, (key, value)) in entries.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write_string(key, out);
-                    out.push(':');
-                    value.write_compact(out);
-                }
-                out.push('}');
-            }
+            out.push(']');
         }
+        Kind::Object => {
+            out.push('{');
+            for (i, (key, item)) in value.entries().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let key_text = key_text(&key)?;
+                write_string(&key_text, out);
+                out.push(':');
+                write_compact(&item, out, depth + 1).map_err(|e| e.within(&key_text))?;
+            }
+            out.push('}');
+        }
+        Kind::Unsupported => {
+            return Err(Error::WrongType {
+                path: String::new(),
+                expected: "a JSON value (dict, list, str, int, float, bool or None)",
+                found: value.type_name().into_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// An object key as text: `json.dumps` turns str, int, float, bool and None
+/// keys into strings and refuses the rest.
+pub fn key_text<J: JsonValue>(key: &J) -> Result<Cow<'_, str>> {
+    match key.kind() {
+        Kind::String => Ok(key.as_str().unwrap_or_default()),
+        Kind::Number => Ok(key.number_literal().unwrap_or_default()),
+        Kind::Bool(b) => Ok(Cow::Borrowed(if b { "true" } else { "false" })),
+        Kind::Null => Ok(Cow::Borrowed("null")),
+        _ => Err(Error::WrongType {
+            path: String::new(),
+            expected: "dict keys of type str, int, float, bool or None",
+            found: key.type_name().into_owned(),
+        }),
+    }
+}
+
+fn too_deep() -> Error {
+    Error::WrongType {
+        path: String::new(),
+        expected: "JSON nested at most 256 levels deep",
+        found: "deeper nesting (a reference cycle?)".to_owned(),
     }
 }
 
@@ -108,26 +142,113 @@ fn write_string(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// An owned (or borrowed-string) JSON tree.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Json<'a> {
+    Null,
+    Bool(bool),
+    /// A number as its JSON literal text.
+    Number(Cow<'a, str>),
+    String(Cow<'a, str>),
+    Array(Vec<Json<'a>>),
+    /// Entries in insertion order. Keys are values too, as in a Python dict;
+    /// serialisation accepts the key types `json.dumps` accepts.
+    Object(Vec<(Json<'a>, Json<'a>)>),
+}
+
+impl<'j, 'a> JsonValue for &'j Json<'a> {
+    fn kind(&self) -> Kind {
+        match self {
+            Json::Null => Kind::Null,
+            Json::Bool(b) => Kind::Bool(*b),
+            Json::Number(_) => Kind::Number,
+            Json::String(_) => Kind::String,
+            Json::Array(_) => Kind::Array,
+            Json::Object(_) => Kind::Object,
+        }
+    }
+
+    fn type_name(&self) -> Cow<'_, str> {
+        Cow::Borrowed(match self {
+            Json::Null => "None",
+            Json::Bool(_) => "bool",
+            Json::Number(_) => "number",
+            Json::String(_) => "str",
+            Json::Array(_) => "list",
+            Json::Object(_) => "dict",
+        })
+    }
+
+    fn as_str(&self) -> Option<Cow<'_, str>> {
+        match self {
+            Json::String(s) => Some(Cow::Borrowed(s)),
+            _ => None,
+        }
+    }
+
+    fn number_literal(&self) -> Option<Cow<'_, str>> {
+        match self {
+            Json::Number(n) => Some(Cow::Borrowed(n)),
+            _ => None,
+        }
+    }
+
+    fn get(&self, key: &'static str) -> Option<Self> {
+        match self {
+            Json::Object(entries) => entries
+                .iter()
+                .find(|(k, _)| matches!(k, Json::String(k) if k == key))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Json::Array(items) => items.len(),
+            Json::Object(entries) => entries.len(),
+            _ => 0,
+        }
+    }
+
+    fn items(&self) -> impl Iterator<Item = Self> {
+        let items: &'j [Json<'a>] = match self {
+            Json::Array(items) => items,
+            _ => &[],
+        };
+        items.iter()
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (Self, Self)> {
+        let entries: &'j [(Json<'a>, Json<'a>)] = match self {
+            Json::Object(entries) => entries,
+            _ => &[],
+        };
+        entries.iter().map(|(k, v)| (k, v))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn key(text: &str) -> Json<'_> {
+        Json::String(text.into())
+    }
+
     #[test]
     fn compact_matches_python_json_dumps() {
         let value = Json::Object(vec![
+            (key("city"), Json::String("São Paulo \"SP\"\n\u{1}".into())),
+            (key("days"), Json::Number("3".into())),
+            (key("ratio"), Json::Number("1e-05".into())),
             (
-                "city".into(),
-                Json::String("São Paulo \"SP\"\n\u{1}".into()),
-            ),
-            ("days".into(), Json::Number("3".into())),
-            ("ratio".into(), Json::Number("1e-05".into())),
-            (
-                "flags".into(),
+                key("flags"),
                 Json::Array(vec![Json::Bool(true), Json::Null, Json::Bool(false)]),
             ),
         ]);
         assert_eq!(
-            value.to_compact(),
+            (&value).to_compact().unwrap(),
             r#"{"city":"São Paulo \"SP\"\n\u0001","days":3,"ratio":1e-05,"flags":[true,null,false]}"#
         );
     }

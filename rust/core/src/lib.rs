@@ -20,6 +20,6 @@ pub use chat::{
 };
 pub use encoding::{Encoding, known_models};
 pub use error::{Error, Result};
-pub use json::Json;
+pub use json::{Json, JsonValue, Kind as JsonKind, MAX_DEPTH};
 pub use parallel::PARALLEL_MIN_BYTES;
 pub use tokenizer::{DROPPED_PLACEHOLDER, Tokenizer};

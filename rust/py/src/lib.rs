@@ -1,1 +1,42 @@
-//! placeholder
+//! The extension module `context_core._core`: converts at the boundary and
+//! calls the pyo3-free core in `rust/core`. The public, typed face is the
+//! `context_core` package.
+
+mod errors;
+mod json;
+mod text;
+mod tokenizer;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+mod _core {
+    #[pymodule_export]
+    use super::tokenizer::{_mergeable_ranks, PyCacheInfo, PyTokenizer, encoding_name_for_model};
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add(
+            "ENCODINGS",
+            context_core::Encoding::ALL
+                .map(context_core::Encoding::name)
+                .to_vec(),
+        )?;
+        m.add("MODELS", context_core::known_models())?;
+        m.add("TOKENS_PER_MESSAGE", context_core::TOKENS_PER_MESSAGE)?;
+        m.add("TOKENS_PER_NAME", context_core::TOKENS_PER_NAME)?;
+        m.add("REPLY_PRIMING", context_core::REPLY_PRIMING)?;
+        m.add("TOKENS_PER_TOOL_CALL", context_core::TOKENS_PER_TOOL_CALL)?;
+        m.add("IMAGE_TOKENS", context_core::IMAGE_TOKENS)?;
+        m.add("IMAGE_TOKENS_LOW", context_core::IMAGE_TOKENS_LOW)?;
+        m.add(
+            "ANTHROPIC_IMAGE_TOKENS",
+            context_core::ANTHROPIC_IMAGE_TOKENS,
+        )?;
+        m.add("MIN_CACHED_BYTES", context_core::MIN_CACHED_BYTES)?;
+        m.add("PARALLEL_MIN_BYTES", context_core::PARALLEL_MIN_BYTES)?;
+        Ok(())
+    }
+}

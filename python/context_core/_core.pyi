@@ -1,0 +1,99 @@
+"""Type stubs of the extension module ``context_core._core``."""
+
+from collections.abc import Sequence
+from typing import Any, Final, Literal, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from context_core.types import Message, Tool
+
+EncodingName = Literal["o200k_base", "cl100k_base", "p50k_base", "r50k_base", "gpt2"]
+
+ENCODINGS: Final[list[str]]
+"""Names of the encodings this build knows."""
+MODELS: Final[list[str]]
+"""Known model names; a trailing ``*`` marks a prefix rule."""
+TOKENS_PER_MESSAGE: Final[int]
+TOKENS_PER_NAME: Final[int]
+REPLY_PRIMING: Final[int]
+TOKENS_PER_TOOL_CALL: Final[int]
+IMAGE_TOKENS: Final[int]
+IMAGE_TOKENS_LOW: Final[int]
+ANTHROPIC_IMAGE_TOKENS: Final[int]
+MIN_CACHED_BYTES: Final[int]
+PARALLEL_MIN_BYTES: Final[int]
+
+class CacheInfo:
+    """Statistics of an encoding's count cache."""
+
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+
+class Tokenizer:
+    """Exact token counts for one OpenAI encoding.
+
+    Counts equal tiktoken's ``encode_ordinary``: text that looks like a special
+    token (``"<|endoftext|>"``) is ordinary text, and lone surrogates are
+    replaced by U+FFFD as tiktoken replaces them. Encodings load on first use
+    and are shared by every ``Tokenizer`` of the process.
+    """
+
+    def __init__(self, encoding: EncodingName = "o200k_base") -> None: ...
+    @staticmethod
+    def for_model(model: str, *, fallback: Union[EncodingName, None] = None) -> Tokenizer:
+        """The tokenizer of an OpenAI model, matched by exact name then by prefix
+        (as ``tiktoken.encoding_for_model``). An unknown model raises
+        :class:`~context_core.UnknownModelError` listing the known ones, unless
+        ``fallback`` names an encoding to use instead."""
+    @property
+    def name(self) -> str:
+        """The encoding's name, e.g. ``"o200k_base"``."""
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``."""
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Text of ``tokens``; bytes that are not valid UTF-8 become U+FFFD.
+        Special token ids decode to their text."""
+    def decode_bytes(self, tokens: Sequence[int]) -> bytes:
+        """Bytes of ``tokens``."""
+    def count(self, text: str, limit: Union[int, None] = None) -> int:
+        """Exact token count of ``text``. With ``limit``, counting stops as soon
+        as the count passes it and ``limit + 1`` is returned, so a budget check
+        on a huge tool output costs about ``limit`` tokens of work."""
+    def count_many(self, texts: Sequence[str]) -> npt.NDArray[np.int64]:
+        """Token counts of ``texts`` as a numpy int64 array, counted in parallel
+        on all cores with the GIL released once for the batch."""
+    def truncate(self, text: str, max_tokens: int, marker: Union[str, None] = None) -> str:
+        """``text`` cut to at most ``max_tokens`` tokens on a token boundary,
+        never inside a character. ``marker`` (e.g. ``"…[truncated {dropped}
+        tokens]"``; ``{dropped}`` becomes the number of tokens cut) is appended
+        and fits inside the cap. A text that already fits is returned as is."""
+    def count_message(self, message: Message) -> int:
+        """Tokens of one chat message, OpenAI or Anthropic format, without the
+        reply priming."""
+    def count_messages(self, messages: Sequence[Message], tools: Union[Sequence[Tool], None] = None) -> int:
+        """Tokens of a chat request: every message, 3 tokens of reply priming,
+        and the tool schemas if given."""
+    def count_tools(self, tools: Sequence[Tool]) -> int:
+        """Tokens the API bills for tool (function) schemas."""
+    def cache_info(self) -> CacheInfo:
+        """Statistics of this encoding's count cache (shared by all its tokenizers)."""
+    def cache_clear(self) -> None:
+        """Empty this encoding's count cache."""
+    def set_cache_capacity(self, capacity: int) -> None:
+        """Bound this encoding's count cache to ``capacity`` entries."""
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[Any, tuple[str]]: ...
+
+def encoding_name_for_model(model: str) -> str:
+    """The encoding name for an OpenAI model (exact name first, then prefixes)."""
+
+def _mergeable_ranks(encoding: EncodingName) -> dict[bytes, int]:
+    """``{token bytes: id}`` of an encoding's ordinary tokens (for the reference)."""

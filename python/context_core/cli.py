@@ -1,0 +1,149 @@
+"""The ``context-core`` command.
+
+``context-core count`` prints exact token counts of files, of stdin, or of a
+chat history (a JSON list of messages, a request body with ``messages``, or
+JSONL with one message a line), per message and in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from context_core import ENCODINGS, ContextCoreError, Tokenizer
+
+
+@dataclass
+class Report:
+    """Counts for one input."""
+
+    source: str
+    kind: str  # "text" or "chat"
+    total: int
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "kind": self.kind, "tokens": self.total}
+        if self.kind == "chat":
+            out["messages"] = self.messages
+            out["tools"] = self.tools
+        return out
+
+
+def parse_chat(text: str) -> tuple[list[Any], list[Any] | None] | None:
+    """``(messages, tools)`` if ``text`` is a chat history, else ``None``."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    try:
+        document = json.loads(stripped)
+    except ValueError:
+        document = None
+    if document is None:
+        lines = [line for line in stripped.splitlines() if line.strip()]
+        try:
+            document = [json.loads(line) for line in lines]
+        except ValueError:
+            return None
+    tools = None
+    if isinstance(document, dict) and isinstance(document.get("messages"), list):
+        tools = document.get("tools") if isinstance(document.get("tools"), list) else None
+        messages = list(document["messages"])
+        if isinstance(document.get("system"), (str, list)):  # an Anthropic request body
+            messages.insert(0, {"role": "system", "content": document["system"]})
+        document = messages
+    if isinstance(document, list) and document and all(isinstance(m, dict) and "role" in m for m in document):
+        return document, tools
+    return None
+
+
+def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Report:
+    chat = parse_chat(text) if kind in ("auto", "chat") else None
+    if chat is None:
+        if kind == "chat":
+            raise ContextCoreError(f"{source}: not a chat history (a JSON list of messages or JSONL)")
+        return Report(source, "text", tokenizer.count(text))
+    messages, tools = chat
+    rows = [
+        {"index": i, "role": str(message.get("role")), "tokens": tokenizer.count_message(message)}
+        for i, message in enumerate(messages)
+    ]
+    tool_tokens = tokenizer.count_tools(tools) if tools else 0
+    total = tokenizer.count_messages(messages, tools)
+    return Report(source, "chat", total, rows, tool_tokens)
+
+
+def read_source(path: str, stdin: TextIO) -> str:
+    if path == "-":
+        return stdin.read()
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def print_table(reports: list[Report], encoding: str, out: TextIO) -> None:
+    for report in reports:
+        if report.kind == "text":
+            out.write(f"{report.total:>10}  {report.source}\n")
+            continue
+        out.write(f"{report.source} (chat, {encoding})\n")
+        out.write(f"{'#':>6}  {'role':<12}{'tokens':>10}\n")
+        for row in report.messages:
+            out.write(f"{row['index']:>6}  {row['role']:<12}{row['tokens']:>10}\n")
+        if report.tools:
+            out.write(f"{'':>6}  {'tools':<12}{report.tools:>10}\n")
+        out.write(f"{'':>6}  {'priming':<12}{3:>10}\n")
+        out.write(f"{'':>6}  {'total':<12}{report.total:>10}\n")
+    if len(reports) > 1:
+        out.write(f"{sum(r.total for r in reports):>10}  total\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="context-core", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    count = commands.add_parser("count", help="exact token counts of files, stdin or a chat history")
+    count.add_argument("paths", nargs="*", default=["-"], help="files to count; '-' or nothing reads stdin")
+    which = count.add_mutually_exclusive_group()
+    which.add_argument("--model", help="count with this model's encoding (e.g. gpt-4o)")
+    which.add_argument("--encoding", choices=ENCODINGS, help="count with this encoding (default o200k_base)")
+    count.add_argument(
+        "--format",
+        choices=("auto", "text", "chat"),
+        default="auto",
+        help="text, or a chat history in JSON/JSONL; auto (default) detects chats",
+    )
+    count.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stdin = stdin if stdin is not None else sys.stdin
+    stdout = stdout if stdout is not None else sys.stdout
+    try:
+        tokenizer = (
+            Tokenizer.for_model(args.model) if args.model else Tokenizer(args.encoding or "o200k_base")
+        )
+        reports = [count_input(tokenizer, path, read_source(path, stdin), args.format) for path in args.paths]
+    except (ContextCoreError, OSError, UnicodeDecodeError) as error:
+        print(f"context-core: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        document = {
+            "encoding": tokenizer.name,
+            "inputs": [report.as_json() for report in reports],
+            "total": sum(report.total for report in reports),
+        }
+        json.dump(document, stdout, ensure_ascii=False, indent=2)
+        stdout.write("\n")
+    else:
+        print_table(reports, tokenizer.name, stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

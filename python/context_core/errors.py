@@ -1,0 +1,44 @@
+"""Exceptions raised by context_core.
+
+Every exception derives from :class:`ContextCoreError` *and* from the built-in
+that matches the problem, so ``except ValueError`` keeps working for callers who
+do not know this library, and ``except ContextCoreError`` catches all of ours.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ContextCoreError",
+    "InvalidInputError",
+    "InvalidTypeError",
+    "UnknownEncodingError",
+    "UnknownModelError",
+]
+
+
+class ContextCoreError(Exception):
+    """Base class of every error context_core raises on purpose."""
+
+
+class InvalidInputError(ContextCoreError, ValueError):
+    """A value the call cannot use: a malformed message, an unknown token id,
+    a negative count, a truncation marker longer than the cap."""
+
+
+class InvalidTypeError(ContextCoreError, TypeError):
+    """An argument (or a field inside a message) of the wrong type."""
+
+
+class UnknownEncodingError(InvalidInputError):
+    """An encoding name context_core does not know."""
+
+
+class UnknownModelError(InvalidInputError, KeyError):
+    """A model name the model table does not know.
+
+    Also a ``KeyError``, as ``tiktoken.encoding_for_model`` raises, so code
+    written against tiktoken keeps working.
+    """
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

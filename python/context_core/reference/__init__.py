@@ -1,0 +1,13 @@
+"""A pure-Python twin of context_core's Rust hot paths.
+
+Written independently, as plain idiomatic Python over OpenAI's ``tiktoken``
+package, from the documented behaviour (README.md) rather than from the Rust
+code: it is the oracle of the differential tests and the baseline of the
+benchmarks. It needs the ``test`` extra (``pip install 'context-core[test]'``).
+"""
+
+from __future__ import annotations
+
+from context_core.reference.tokenizer import Tokenizer, encoding_name_for_model
+
+__all__ = ["Tokenizer", "encoding_name_for_model"]

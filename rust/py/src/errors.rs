@@ -1,0 +1,67 @@
+//! The one place core errors become Python exceptions.
+//!
+//! The exception classes live in `context_core/errors.py` (each subclasses
+//! `ContextCoreError` and the matching built-in, which a Rust-defined class
+//! cannot do); they are imported once, on first use.
+
+use context_core::Error;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+static INVALID_INPUT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static INVALID_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static UNKNOWN_ENCODING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static UNKNOWN_MODEL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn raise(
+    py: Python<'_>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+    message: String,
+) -> PyErr {
+    match cell.import(py, "context_core.errors", name) {
+        Ok(class) => PyErr::from_type(class.clone(), message),
+        Err(import_error) => PyRuntimeError::new_err(format!(
+            "{message} (and {name} could not be imported: {import_error})"
+        )),
+    }
+}
+
+/// `ValueError`-like: a value the call cannot use.
+pub fn invalid_input(message: impl Into<String>) -> PyErr {
+    Python::attach(|py| raise(py, &INVALID_INPUT, "InvalidInputError", message.into()))
+}
+
+/// `TypeError`-like: an argument of the wrong type.
+pub fn invalid_type(message: impl Into<String>) -> PyErr {
+    Python::attach(|py| raise(py, &INVALID_TYPE, "InvalidTypeError", message.into()))
+}
+
+/// Newtype so `?` converts core errors at the boundary.
+pub struct CoreError(pub Error);
+
+impl From<Error> for CoreError {
+    fn from(error: Error) -> Self {
+        Self(error)
+    }
+}
+
+impl From<CoreError> for PyErr {
+    fn from(CoreError(error): CoreError) -> PyErr {
+        let message = error.to_string();
+        match error {
+            Error::UnknownEncoding { .. } => {
+                Python::attach(|py| raise(py, &UNKNOWN_ENCODING, "UnknownEncodingError", message))
+            }
+            Error::UnknownModel { .. } => {
+                Python::attach(|py| raise(py, &UNKNOWN_MODEL, "UnknownModelError", message))
+            }
+            Error::WrongType { .. } => invalid_type(message),
+            Error::InvalidToken { .. }
+            | Error::MarkerTooLong { .. }
+            | Error::MissingField { .. } => invalid_input(message),
+        }
+    }
+}
