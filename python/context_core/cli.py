@@ -69,12 +69,12 @@ def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Repo
             raise ContextCoreError(f"{source}: not a chat history (a JSON list of messages or JSONL)")
         return Report(source, "text", tokenizer.count(text))
     messages, tools = chat
+    total = tokenizer.count_messages(messages, tools)  # first: its errors name messages[i]
     rows = [
         {"index": i, "role": str(message.get("role")), "tokens": tokenizer.count_message(message)}
         for i, message in enumerate(messages)
     ]
     tool_tokens = tokenizer.count_tools(tools) if tools else 0
-    total = tokenizer.count_messages(messages, tools)
     return Report(source, "chat", total, rows, tool_tokens)
 
 

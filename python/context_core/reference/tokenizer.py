@@ -50,8 +50,10 @@ def encoding_name_for_model(model: str) -> str:
 def _json_text(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as error:
+    except TypeError as error:
         raise InvalidTypeError(str(error)) from None
+    except (ValueError, RecursionError) as error:  # a reference cycle
+        raise InvalidInputError(str(error)) from None
 
 
 class Tokenizer:

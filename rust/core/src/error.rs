@@ -27,6 +27,8 @@ pub enum Error {
     },
     /// A required field of a message or tool schema is absent.
     MissingField { path: String },
+    /// Containers nested deeper than [`crate::MAX_DEPTH`] (a reference cycle, usually).
+    TooDeep { path: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -55,6 +57,7 @@ impl Error {
                 found,
             },
             Error::MissingField { path } => Error::MissingField { path: join(path) },
+            Error::TooDeep { path } => Error::TooDeep { path: join(path) },
             other => other,
         }
     }
@@ -94,6 +97,11 @@ impl fmt::Display for Error {
                 found,
             } => write!(f, "{path}: expected {expected}, got {found}"),
             Error::MissingField { path } => write!(f, "{path}: required field is missing"),
+            Error::TooDeep { path } => write!(
+                f,
+                "{path}: nested more than {} levels deep (a reference cycle?)",
+                crate::json::MAX_DEPTH
+            ),
         }
     }
 }

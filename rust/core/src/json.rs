@@ -69,7 +69,7 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
                 if i > 0 {
                     out.push(',');
                 }
-                write_compact(&item, out, depth + 1).map_err(|e| e.within(&format!("[{i}]")))?;
+                write_compact(&item, out, depth + 1).map_err(|e| locate(e, &format!("[{i}]")))?;
             }
             out.push(']');
         }
@@ -82,7 +82,7 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
                 let key_text = key_text(&key)?;
                 write_string(&key_text, out);
                 out.push(':');
-                write_compact(&item, out, depth + 1).map_err(|e| e.within(&key_text))?;
+                write_compact(&item, out, depth + 1).map_err(|e| locate(e, &key_text))?;
             }
             out.push('}');
         }
@@ -114,10 +114,17 @@ pub fn key_text<J: JsonValue>(key: &J) -> Result<Cow<'_, str>> {
 }
 
 fn too_deep() -> Error {
-    Error::WrongType {
+    Error::TooDeep {
         path: String::new(),
-        expected: "JSON nested at most 256 levels deep",
-        found: "deeper nesting (a reference cycle?)".to_owned(),
+    }
+}
+
+/// Prefix the error's path with `segment`, except for nesting errors: their
+/// path stops where the value that is too deep begins, not 256 levels down.
+fn locate(error: Error, segment: &str) -> Error {
+    match error {
+        Error::TooDeep { .. } => error,
+        other => other.within(segment),
     }
 }
 

@@ -61,7 +61,8 @@ impl From<CoreError> for PyErr {
             Error::WrongType { .. } => invalid_type(message),
             Error::InvalidToken { .. }
             | Error::MarkerTooLong { .. }
-            | Error::MissingField { .. } => invalid_input(message),
+            | Error::MissingField { .. }
+            | Error::TooDeep { .. } => invalid_input(message),
         }
     }
 }

@@ -1,0 +1,55 @@
+"""The public face: exports, stubs that cover the extension, typing marker."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import context_core
+from context_core import _core, errors
+
+PACKAGE = Path(context_core.__file__).parent
+
+
+def stub_members(class_name: str) -> set[str]:
+    tree = ast.parse((PACKAGE / "_core.pyi").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+    raise AssertionError(f"{class_name} missing from _core.pyi")
+
+
+def test_every_public_name_is_exported():
+    for name in context_core.__all__:
+        assert hasattr(context_core, name), name
+    assert {"Tokenizer", "ContextCoreError"} <= set(context_core.__all__)
+
+
+def test_stubs_cover_every_method_of_the_extension():
+    for cls in (_core.Tokenizer, _core.CacheInfo):
+        dunders = {"__eq__", "__hash__", "__reduce__"}
+        public = {name for name in vars(cls) if not name.startswith("_") or name in dunders}
+        missing = public - stub_members(cls.__name__)
+        assert not missing, f"{cls.__name__}: not in _core.pyi: {sorted(missing)}"
+
+
+def test_stub_module_names_exist():
+    tree = ast.parse((PACKAGE / "_core.pyi").read_text(encoding="utf-8"))
+    names = {t.target.id for t in tree.body if isinstance(t, ast.AnnAssign)}
+    names |= {f.name for f in tree.body if isinstance(f, (ast.FunctionDef, ast.ClassDef))}
+    for name in names - {"EncodingName"}:
+        assert hasattr(_core, name), name
+
+
+def test_typing_marker_ships():
+    assert (PACKAGE / "py.typed").exists()
+    assert (PACKAGE / "_core.pyi").exists()
+
+
+def test_exceptions_subclass_the_matching_builtins():
+    assert issubclass(errors.InvalidInputError, ValueError)
+    assert issubclass(errors.InvalidTypeError, TypeError)
+    assert issubclass(errors.UnknownModelError, KeyError)
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), errors.ContextCoreError)
+    assert str(errors.UnknownModelError("plain message")) == "plain message"

@@ -1,0 +1,202 @@
+"""The Tokenizer API (mirrors rust/core/src/tokenizer.rs): counting with a
+limit, truncation, decoding, construction, errors."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import context_core
+from conftest import ENCODINGS, texts
+from context_core import (
+    ContextCoreError,
+    InvalidInputError,
+    InvalidTypeError,
+    Tokenizer,
+    UnknownEncodingError,
+    UnknownModelError,
+    reference,
+)
+
+O200K = Tokenizer("o200k_base")
+REF_O200K = reference.Tokenizer("o200k_base")
+
+
+def test_default_encoding_is_o200k():
+    assert Tokenizer().name == "o200k_base"
+    assert Tokenizer("gpt2").name == "r50k_base"
+
+
+@given(text=texts)
+def test_round_trip(text):
+    assert O200K.decode(O200K.encode(text)) == text
+    assert O200K.decode_bytes(O200K.encode(text)) == text.encode()
+
+
+def test_special_token_text_is_ordinary_text(encoding):
+    tok, ref = Tokenizer(encoding), reference.Tokenizer(encoding)
+    text = "before <|endoftext|> after <|endofprompt|>"
+    assert tok.encode(text) == ref.encode(text)
+    assert tok.count("<|endoftext|>") > 1  # several ordinary tokens, not the special id
+
+
+def test_special_ids_decode_to_their_text():
+    assert Tokenizer("cl100k_base").decode([100257]) == "<|endoftext|>"
+    assert O200K.decode([199999]) == "<|endoftext|>"
+
+
+# -- count with a limit ------------------------------------------------------------
+
+
+@given(text=texts, limit=st.integers(0, 80))
+def test_count_with_limit_is_exact_below_the_limit(text, limit):
+    full = O200K.count(text)
+    assert O200K.count(text, limit=limit) == min(full, limit + 1)
+    assert O200K.count(text, limit) == REF_O200K.count(text, limit)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_count_with_limit_on_a_huge_single_piece(encoding):
+    tok = Tokenizer(encoding)
+    text = "a" * 200_000
+    assert tok.count(text, limit=10) == 11
+    assert tok.count(text, limit=None) == tok.count(text)
+
+
+# -- truncate ------------------------------------------------------------------------
+
+
+@given(text=texts, max_tokens=st.integers(0, 40))
+def test_truncate_fits_on_token_and_char_boundaries(text, max_tokens):
+    cut = O200K.truncate(text, max_tokens)
+    assert O200K.count(cut) <= max_tokens
+    assert text.startswith(cut)
+    assert cut == REF_O200K.truncate(text, max_tokens)
+
+
+MARKER = "…[truncated {dropped} tokens]"
+
+
+@given(text=texts, max_tokens=st.integers(12, 60))
+def test_truncate_with_marker_fits_inside_the_cap(text, max_tokens):
+    cut = O200K.truncate(text, max_tokens, MARKER)
+    assert O200K.count(cut) <= max_tokens
+    assert cut == REF_O200K.truncate(text, max_tokens, MARKER)
+    if cut != text:
+        assert "…[truncated " in cut
+        dropped = int(cut.rsplit("[truncated ", 1)[1].split(" ")[0])
+        assert 0 < dropped <= O200K.count(text)
+
+
+def test_truncate_reports_the_dropped_count():
+    text = "word " * 1000
+    cut = O200K.truncate(text, 50, MARKER)
+    kept = O200K.count(cut[: cut.index("…")])
+    dropped = int(cut.rsplit("[truncated ", 1)[1].split(" ")[0])
+    assert kept + dropped == O200K.count(text)
+
+
+def test_truncate_never_splits_a_character():
+    text = "🧑🏿‍🚀" * 100 + "日本語" * 100
+    for max_tokens in range(0, 30):
+        cut = O200K.truncate(text, max_tokens)
+        assert text.startswith(cut)
+        cut.encode("utf-8")  # a half character would be a lone surrogate or raise
+
+
+def test_truncate_returns_the_same_object_when_it_fits():
+    text = "short enough"
+    assert O200K.truncate(text, 100, MARKER) is text
+
+
+def test_truncate_refuses_a_marker_longer_than_the_cap():
+    with pytest.raises(InvalidInputError, match="marker"):
+        O200K.truncate("x " * 100, 3, "[this marker alone is much longer than three tokens]")
+
+
+# -- construction and identity -----------------------------------------------------
+
+
+def test_for_model_and_fallback():
+    assert Tokenizer.for_model("gpt-4o-2024-08-06").name == "o200k_base"
+    assert Tokenizer.for_model("gpt-3.5-turbo").name == "cl100k_base"
+    assert Tokenizer.for_model("claude-sonnet-4", fallback="cl100k_base").name == "cl100k_base"
+    with pytest.raises(UnknownModelError) as info:
+        Tokenizer.for_model("claude-sonnet-4")
+    message = str(info.value)
+    for part in ("claude-sonnet-4", "gpt-4o-*", "fallback"):
+        assert part in message
+    assert isinstance(info.value, KeyError)
+    assert isinstance(info.value, ValueError)
+
+
+def test_unknown_encoding():
+    with pytest.raises(UnknownEncodingError, match="o200k_base, cl100k_base"):
+        Tokenizer("o100k")
+    with pytest.raises(UnknownEncodingError):
+        Tokenizer.for_model("mystery", fallback="nope")
+
+
+def test_equality_hash_pickle_repr():
+    assert Tokenizer("cl100k_base") == Tokenizer.for_model("gpt-4")
+    assert Tokenizer("cl100k_base") != O200K
+    assert len({Tokenizer(), Tokenizer("o200k_base")}) == 1
+    assert pickle.loads(pickle.dumps(O200K)) == O200K
+    assert repr(O200K) == 'Tokenizer("o200k_base")'
+
+
+# -- bad input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.count(b"bytes"),
+        lambda t: t.count(None),
+        lambda t: t.encode(42),
+        lambda t: t.count("x", limit="3"),
+        lambda t: t.count("x", limit=True),
+        lambda t: t.truncate("x", 2.5),
+        lambda t: t.truncate("x", 2, marker=7),
+        lambda t: t.decode(["a"]),
+        lambda t: t.decode("abc"),
+        lambda t: t.count_many("not a list"),
+        lambda t: t.count_many(["ok", 3]),
+        lambda t: Tokenizer(encoding=5),
+        lambda t: Tokenizer.for_model(None),
+    ],
+)
+def test_wrong_types_raise_our_type_error(call):
+    with pytest.raises(InvalidTypeError) as info:
+        call(O200K)
+    assert isinstance(info.value, TypeError)
+    assert isinstance(info.value, ContextCoreError)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: t.count("x", limit=-1),
+        lambda t: t.truncate("x", -5),
+        lambda t: t.decode([-1]),
+        lambda t: t.decode([2**40]),
+        lambda t: t.decode([199_998]),  # a hole between the ordinary and special ids
+    ],
+)
+def test_bad_values_raise_our_value_error(call):
+    with pytest.raises(InvalidInputError) as info:
+        call(O200K)
+    assert isinstance(info.value, ValueError)
+
+
+def test_count_many_names_the_bad_item():
+    with pytest.raises(InvalidTypeError, match=r"texts\[1\] must be str, not int"):
+        O200K.count_many(["ok", 3])
+
+
+def test_errors_are_importable_from_the_top_level():
+    assert context_core.ContextCoreError is ContextCoreError
+    assert issubclass(UnknownEncodingError, ValueError)
