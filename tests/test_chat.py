@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import context_core
-from conftest import ENCODINGS, texts
 from context_core import InvalidInputError, InvalidTypeError, Tokenizer, reference
+from strategies import ENCODINGS, texts
 
 # The cookbook's examples ("How to count tokens with tiktoken"), with the
 # prompt_tokens the API reported for them, as OpenAI published them.

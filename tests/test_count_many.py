@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import texts
 from context_core import PARALLEL_MIN_BYTES, Tokenizer, reference
+from strategies import texts
 
 
 @given(batch=st.lists(texts, max_size=20))

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import context_core
-from conftest import ENCODINGS, any_text, edge_text, texts
 from context_core import _core, reference
 from context_core.reference.encodings import tiktoken_file
 from corpus import CORPUS
+from strategies import ENCODINGS, any_text, edge_text, texts
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import context_core
-from conftest import ENCODINGS, texts
 from context_core import (
     ContextCoreError,
     InvalidInputError,
@@ -20,6 +19,7 @@ from context_core import (
     UnknownModelError,
     reference,
 )
+from strategies import ENCODINGS, texts
 
 O200K = Tokenizer("o200k_base")
 REF_O200K = reference.Tokenizer("o200k_base")

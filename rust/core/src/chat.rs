@@ -6,7 +6,7 @@
 //! formula reproduces the API's own `prompt_tokens` for the cookbook's examples,
 //! which the test suite checks. The same rules are extended, and documented in
 //! README.md, to the parts the cookbook does not cover: content parts, tool
-//! calls, and Anthropic blocks (text, tool_use, tool_result, thinking, images).
+//! calls, and Anthropic blocks (text, `tool_use`, `tool_result`, thinking, images).
 //! Every text goes through the count cache, so recounting an unchanged history
 //! costs hashing, not BPE.
 
@@ -23,7 +23,7 @@ pub const TOKENS_PER_MESSAGE: usize = 3;
 pub const TOKENS_PER_NAME: usize = 1;
 /// Every reply is primed with `<|start|>assistant<|message|>`.
 pub const REPLY_PRIMING: usize = 3;
-/// Framing of one tool call or tool_use / tool_result block.
+/// Framing of one tool call or `tool_use` / `tool_result` block.
 pub const TOKENS_PER_TOOL_CALL: usize = 3;
 /// An OpenAI image part at `detail: "low"`.
 pub const IMAGE_TOKENS_LOW: usize = 85;
@@ -270,7 +270,7 @@ impl Tokenizer {
         let Some(properties) = schema.get("properties") else {
             return Ok(0);
         };
-        if properties.kind() != Kind::Object || properties.len() == 0 {
+        if properties.kind() != Kind::Object || properties.is_empty() {
             return Ok(0);
         }
         if depth >= MAX_DEPTH {
@@ -430,8 +430,8 @@ mod tests {
         let messages = refs(&owned);
         let cl100k = Tokenizer::new(Encoding::Cl100kBase);
         let o200k = Tokenizer::new(Encoding::O200kBase);
-        assert_eq!(cl100k.count_messages(&messages, None), Ok(129));
-        assert_eq!(o200k.count_messages(&messages, None), Ok(124));
+        assert_eq!(cl100k.count_messages(&messages, None::<&[&Json]>), Ok(129));
+        assert_eq!(o200k.count_messages(&messages, None::<&[&Json]>), Ok(124));
     }
 
     #[test]
@@ -498,10 +498,11 @@ mod tests {
                 ("content", s("What's the weather like in San Francisco?")),
             ]),
         ];
+        let messages = refs(&messages);
         let cl100k = Tokenizer::new(Encoding::Cl100kBase);
         let o200k = Tokenizer::new(Encoding::O200kBase);
-        assert_eq!(cl100k.count_messages(&messages, Some(&tools)), Ok(105));
-        assert_eq!(o200k.count_messages(&messages, Some(&tools)), Ok(101));
+        assert_eq!(cl100k.count_messages(&messages, Some(&tools[..])), Ok(105));
+        assert_eq!(o200k.count_messages(&messages, Some(&tools[..])), Ok(101));
     }
 
     #[test]
@@ -514,13 +515,14 @@ mod tests {
                 ("content", Json::Number("3".into())),
             ]),
         ];
+        let messages = refs(&messages);
         let err = tok.count_messages(&messages, None).unwrap_err();
         assert_eq!(
             err.to_string(),
             "messages[1].content: expected str, a list of content blocks, or None, got number"
         );
         let err = tok
-            .count_message(&obj(vec![("content", s("x"))]))
+            .count_message(&&obj(vec![("content", s("x"))]))
             .unwrap_err();
         assert_eq!(err.to_string(), "role: required field is missing");
         let blocks = obj(vec![

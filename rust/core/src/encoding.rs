@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::pretokenize::Pattern;
 
-/// The OpenAI encodings context_core counts with.
+/// The OpenAI encodings `context_core` counts with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Encoding {
     O200kBase,
@@ -30,7 +30,7 @@ impl Encoding {
         }
     }
 
-    /// Parse tiktoken's name (`gpt2` is accepted as tiktoken's alias of r50k_base).
+    /// Parse tiktoken's name (`gpt2` is accepted as tiktoken's alias of `r50k_base`).
     pub fn from_name(name: &str) -> Result<Self> {
         match name {
             "o200k_base" => Ok(Encoding::O200kBase),
@@ -131,8 +131,8 @@ const EXACT_MODELS: &[(&str, Encoding)] = &[
 ];
 
 /// Model families matched by prefix, in order (tiktoken's `MODEL_PREFIX_TO_ENCODING`,
-/// plus `o4-` and `text-embedding-3-`). gpt-oss uses o200k_harmony, whose ordinary
-/// text encodes exactly as o200k_base: only its special tokens differ.
+/// plus `o4-` and `text-embedding-3-`). gpt-oss uses `o200k_harmony`, whose ordinary
+/// text encodes exactly as `o200k_base`: only its special tokens differ.
 const PREFIX_MODELS: &[(&str, Encoding)] = &[
     ("o1-", Encoding::O200kBase),
     ("o3-", Encoding::O200kBase),

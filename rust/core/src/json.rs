@@ -39,6 +39,10 @@ pub trait JsonValue: Sized {
     fn get(&self, key: &'static str) -> Option<Self>;
     /// Number of elements of an array or entries of an object.
     fn len(&self) -> usize;
+    /// Whether an array or object has no elements.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Elements of an array.
     fn items(&self) -> impl Iterator<Item = Self>;
     /// `(key, value)` entries of an object, in order.
@@ -128,7 +132,7 @@ fn locate(error: Error, segment: &str) -> Error {
     }
 }
 
-/// A JSON string literal with the escapes of Python's `json` (ensure_ascii=False).
+/// A JSON string literal with the escapes of Python's `json` (`ensure_ascii=False`).
 fn write_string(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {

@@ -1,4 +1,4 @@
-//! context_core's Rust core: exact token counting for the OpenAI encodings and
+//! `context_core`'s Rust core: exact token counting for the OpenAI encodings and
 //! chat accounting, the ground every budget decision stands on.
 //!
 //! No Python here: `rust/py` binds this crate, converting at the boundary.

@@ -25,7 +25,7 @@ macro_rules! key_object {
     };
 }
 
-impl<'py> JsonValue for PyJson<'py> {
+impl JsonValue for PyJson<'_> {
     fn kind(&self) -> JsonKind {
         let obj = &self.0;
         if obj.is_instance_of::<PyString>() {
@@ -122,7 +122,8 @@ impl<'py> JsonValue for PyJson<'py> {
     fn items(&self) -> impl Iterator<Item = Self> {
         let list = self.0.cast::<PyList>().ok().cloned();
         let tuple = self.0.cast::<PyTuple>().ok().cloned();
-        let len = list.as_ref().map_or(0, |l| l.len()) + tuple.as_ref().map_or(0, |t| t.len());
+        let len = list.as_ref().map_or(0, PyListMethods::len)
+            + tuple.as_ref().map_or(0, PyTupleMethods::len);
         (0..len).filter_map(move |i| {
             let item = match (&list, &tuple) {
                 (Some(list), _) => list.get_item(i).ok()?,
@@ -137,7 +138,7 @@ impl<'py> JsonValue for PyJson<'py> {
         self.0
             .cast::<PyDict>()
             .ok()
-            .map(|dict| dict.iter())
+            .map(PyDictMethods::iter)
             .into_iter()
             .flatten()
             .map(|(key, value)| (PyJson(key), PyJson(value)))

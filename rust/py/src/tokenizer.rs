@@ -105,11 +105,11 @@ impl PyTokenizer {
         self.inner.encoding() as u64
     }
 
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (&'static str,))> {
-        Ok((
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyAny>, (&'static str,)) {
+        (
             slf.get_type().into_any(),
             (slf.get().inner.encoding().name(),),
-        ))
+        )
     }
 
     /// Token ids of `text`; special-token look-alikes are ordinary text.

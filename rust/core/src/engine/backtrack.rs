@@ -1,4 +1,4 @@
-//! o200k_base and cl100k_base on the `bpe` crate (GitHub's rust-gems).
+//! `o200k_base` and `cl100k_base` on the `bpe` crate (GitHub's rust-gems).
 //!
 //! Its backtracking encoder yields exactly tiktoken's tokens in time linear in
 //! the piece for these vocabularies, where tiktoken's merge loop is superlinear

@@ -1,4 +1,4 @@
-//! p50k_base and r50k_base: tiktoken's own rank-merge BPE over tiktoken-rs's
+//! `p50k_base` and `r50k_base`: tiktoken's own rank-merge BPE over tiktoken-rs's
 //! vocabularies.
 //!
 //! These legacy vocabularies are not in `bpe-openai`, so they use tiktoken's

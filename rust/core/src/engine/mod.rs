@@ -1,10 +1,10 @@
 //! Counting engines: the BPE behind each encoding, loaded once per process on
 //! first use (a process that counts with one encoding holds only that one).
 //!
-//! Engine choice was made by measurement (README, "Benchmarks"): for o200k_base
-//! and cl100k_base the `bpe` crate's backtracking encoder, behind our own
+//! Engine choice was made by measurement (README, "Benchmarks"): for `o200k_base`
+//! and `cl100k_base` the `bpe` crate's backtracking encoder, behind our own
 //! pre-tokenizer and a whole-piece lookup, counts 2-10x faster than tiktoken
-//! with identical tokens; p50k_base and r50k_base keep tiktoken's merge.
+//! with identical tokens; `p50k_base` and `r50k_base` keep tiktoken's merge.
 
 mod backtrack;
 mod merge;

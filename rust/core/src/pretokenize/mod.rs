@@ -16,11 +16,11 @@ use classes::{LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
 /// Which OpenAI split pattern to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {
-    /// o200k_base (gpt-4o, gpt-4.1, o-series, gpt-5).
+    /// `o200k_base` (gpt-4o, gpt-4.1, o-series, gpt-5).
     O200k,
-    /// cl100k_base (gpt-4, gpt-3.5-turbo, text-embedding-3).
+    /// `cl100k_base` (gpt-4, gpt-3.5-turbo, text-embedding-3).
     Cl100k,
-    /// r50k_base and p50k_base (GPT-3 and Codex).
+    /// `r50k_base` and `p50k_base` (GPT-3 and Codex).
     R50k,
 }
 

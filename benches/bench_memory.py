@@ -1,0 +1,55 @@
+"""Resident memory of a process that holds one encoding: ours against tiktoken,
+each measured in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from context_core import _core
+from context_core.reference.encodings import tiktoken_file
+from support import register
+
+RSS = "int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])"
+
+OURS = f"""
+import context_core
+tok = context_core.Tokenizer("{{encoding}}")
+assert tok.count("hello world") == 2
+print({RSS})
+"""
+
+# tiktoken's production path: load_tiktoken_bpe on the vocabulary file, then Encoding.
+TIKTOKEN = f"""
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+from context_core.reference.encodings import _SPECS
+pattern, specials, _ = _SPECS["{{encoding}}"]
+enc = tiktoken.Encoding("{{encoding}}", pat_str=pattern,
+                        mergeable_ranks=load_tiktoken_bpe("{{path}}"), special_tokens=specials)
+assert len(enc.encode_ordinary("hello world")) == 2
+print({RSS})
+"""
+
+
+def rss_kb(code: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=True
+    )
+    return int(out.stdout.strip())
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_resident_memory_of_one_encoding(benchmark, tmp_path, encoding):
+    vocabulary = tmp_path / f"{encoding}.tiktoken"
+    vocabulary.write_bytes(tiktoken_file(_core._mergeable_ranks(encoding)))
+    register(benchmark, f"resident memory, one encoding: {encoding}", "ours")
+    ours = rss_kb(OURS.format(encoding=encoding))
+    theirs = rss_kb(TIKTOKEN.format(encoding=encoding, path=vocabulary))
+    benchmark.extra_info.update(ours_rss_mb=round(ours / 1024, 1), tiktoken_rss_mb=round(theirs / 1024, 1))
+    benchmark.pedantic(lambda: None, rounds=1)
+    print(f"\n{encoding}: ours {ours / 1024:.1f} MB, tiktoken {theirs / 1024:.1f} MB")
+    assert ours <= theirs, f"ours {ours} KB > tiktoken {theirs} KB"

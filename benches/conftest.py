@@ -1,0 +1,49 @@
+"""Benchmark setup: implementations side by side per group, and a summary of
+the ratios of medians (peer time / ours) at the end of the run.
+
+Run the benchmarks with ``pytest benches --benchmark-enable`` on a release
+build; the default test run executes each once as a smoke test (correctness of
+every implementation's answer is asserted either way).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from support import TARGETS
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    session = getattr(config, "_benchmarksession", None)
+    if session is None or session.disabled:
+        return
+    by_group: dict[str, dict[str, float]] = {}
+    for bench in session.benchmarks:
+        if bench.stats is None:
+            continue
+        impl = bench.extra_info.get("impl", bench.name)
+        by_group.setdefault(bench.group or "", {})[impl] = bench.stats.median
+    terminalreporter.section("context_core: ratios of medians (peer / ours)")
+    for group in sorted(by_group):
+        medians = by_group[group]
+        ours = medians.get("ours")
+        if ours is None:
+            continue
+        for impl, median in sorted(medians.items()):
+            if impl == "ours":
+                continue
+            ratio = median / ours
+            target = TARGETS.get(group)
+            verdict = "" if target is None else (" ok" if ratio >= target else f" BELOW TARGET {target}x")
+            terminalreporter.write_line(
+                f"{group:<44} {impl:<22} {ratio:7.2f}x  (ours {ours * 1e6:10.1f} us,"
+                f" {impl} {median * 1e6:10.1f} us){verdict}"
+            )
+
+
+@pytest.fixture(scope="session")
+def tiktoken_encoding():
+    """tiktoken's own encodings, built offline by the reference."""
+    from context_core.reference.encodings import get_encoding
+
+    return get_encoding
