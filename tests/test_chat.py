@@ -329,8 +329,10 @@ def test_malformed_messages_name_the_field(messages, error, where):
 
 
 def test_messages_must_be_a_sequence_of_dicts():
-    with pytest.raises(InvalidTypeError, match="messages must be a list or tuple"):
+    with pytest.raises(InvalidTypeError, match="messages must be a list, tuple or other iterable, not dict"):
         Tokenizer().count_messages({"role": "user"})
+    generated = (m for m in COOKBOOK_MESSAGES)
+    assert Tokenizer("cl100k_base").count_messages(generated) == 129
     with pytest.raises(InvalidTypeError, match="message must be a dict"):
         Tokenizer().count_message([])
 

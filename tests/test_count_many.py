@@ -36,6 +36,14 @@ def test_parallel_batch_equals_one_by_one(encoding):
     assert counts.tolist() == [tok.count(t) for t in batch]
 
 
+def test_any_iterable_of_str_is_accepted():
+    tok = Tokenizer()
+    words = ["one", "two words", "three more words"]
+    expected = [tok.count(w) for w in words]
+    assert tok.count_many(iter(words)).tolist() == expected
+    assert tok.count_many(np.array(words)).tolist() == expected  # numpy str_ subclasses str
+
+
 def test_result_is_a_writable_array_and_tuples_work():
     counts = Tokenizer().count_many(("one", "two words"))
     counts += 1

@@ -4,7 +4,11 @@ limit, truncation, decoding, construction, errors."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+import threading
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -41,6 +45,12 @@ def test_special_token_text_is_ordinary_text(encoding):
     text = "before <|endoftext|> after <|endofprompt|>"
     assert tok.encode(text) == ref.encode(text)
     assert tok.count("<|endoftext|>") > 1  # several ordinary tokens, not the special id
+
+
+def test_decode_takes_numpy_integers():
+    ids = O200K.encode("numpy ids")
+    assert O200K.decode(np.array(ids, dtype=np.int64)) == "numpy ids"
+    assert O200K.decode(tuple(np.uint32(i) for i in ids)) == "numpy ids"
 
 
 def test_special_ids_decode_to_their_text():
@@ -162,6 +172,8 @@ def test_equality_hash_pickle_repr():
         lambda t: t.truncate("x", 2.5),
         lambda t: t.truncate("x", 2, marker=7),
         lambda t: t.decode(["a"]),
+        lambda t: t.decode([1.0]),
+        lambda t: t.decode([True]),
         lambda t: t.decode("abc"),
         lambda t: t.count_many("not a list"),
         lambda t: t.count_many(["ok", 3]),
@@ -200,3 +212,38 @@ def test_count_many_names_the_bad_item():
 def test_errors_are_importable_from_the_top_level():
     assert context_core.ContextCoreError is ContextCoreError
     assert issubclass(UnknownEncodingError, ValueError)
+
+
+def test_encodings_load_lazily_one_at_a_time():
+    """A process that counts with one encoding holds only that one: loading a
+    second one later still costs its full vocabulary."""
+    script = (
+        "import context_core\n"
+        "rss = lambda: int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])\n"
+        "context_core.Tokenizer('cl100k_base').count('x')\n"
+        "before = rss()\n"
+        "context_core.Tokenizer('o200k_base').count('x')\n"
+        "print(rss() - before)\n"
+    )
+    grown_kb = int(
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    )
+    assert grown_kb > 20_000  # o200k_base was not resident until it was used
+
+
+def test_threads_share_a_tokenizer_safely():
+    """Large texts release the GIL, so these threads really count at once."""
+    texts = [f"thread {i} " * 5000 for i in range(8)]
+    expected = [REF_O200K.count(t) for t in texts]
+    results: list[int | None] = [None] * len(texts)
+
+    def work(i: int) -> None:
+        for _ in range(5):
+            results[i] = O200K.count(texts[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == expected

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::errors::{invalid_input, invalid_type};
 
@@ -57,7 +57,9 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .map_or_else(|_| "object".to_owned(), |name| name.to_string())
 }
 
-/// The items of a list or tuple, or a clear `TypeError` naming `what`.
+/// The items of a list, tuple or other iterable (a generator, a numpy array, a
+/// pandas Series), or a clear `TypeError` naming `what`. A `str`, `bytes` or
+/// `dict` is refused: iterating one is never what the caller meant.
 pub fn sequence<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<'py, PyAny>>> {
     if let Ok(list) = obj.cast::<PyList>() {
         return Ok(list.iter().collect());
@@ -65,8 +67,18 @@ pub fn sequence<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Vec<Bound<
     if let Ok(tuple) = obj.cast::<PyTuple>() {
         return Ok(tuple.iter().collect());
     }
-    Err(invalid_type(format!(
-        "{what} must be a list or tuple, not {}",
-        type_name(obj)
-    )))
+    let refused = obj.is_instance_of::<PyString>()
+        || obj.is_instance_of::<PyBytes>()
+        || obj.is_instance_of::<PyDict>();
+    let not_a_sequence = || {
+        invalid_type(format!(
+            "{what} must be a list, tuple or other iterable, not {}",
+            type_name(obj)
+        ))
+    };
+    if refused {
+        return Err(not_a_sequence());
+    }
+    let iterator = obj.try_iter().map_err(|_| not_a_sequence())?;
+    iterator.collect()
 }

@@ -3,9 +3,10 @@
 use std::borrow::Cow;
 
 use context_core::{Encoding, Tokenizer};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyString};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyString};
 
 use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
@@ -286,12 +287,15 @@ impl PyTokenizer {
     }
 }
 
-/// Token ids from a list/tuple of ints, with errors naming the bad one.
+/// Token ids from any sequence of integers (Python ints, numpy integers:
+/// anything with `__index__`, but not bools), with errors naming the bad one.
 fn token_ids(tokens: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     let items = sequence(tokens, "tokens")?;
     let mut ids = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        if !item.is_instance_of::<PyInt>() || item.is_instance_of::<pyo3::types::PyBool>() {
+        let integral = !item.is_instance_of::<PyBool>()
+            && (item.is_instance_of::<PyInt>() || item.hasattr(intern!(item.py(), "__index__"))?);
+        if !integral {
             return Err(invalid_type(format!(
                 "tokens[{i}] must be int, not {}",
                 type_name(item)
