@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from context_core import ENCODINGS, ContextCoreError, Tokenizer
+from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, Tokenizer
 
 
 @dataclass
@@ -96,7 +96,7 @@ def print_table(reports: list[Report], encoding: str, out: TextIO) -> None:
             out.write(f"{row['index']:>6}  {row['role']:<12}{row['tokens']:>10}\n")
         if report.tools:
             out.write(f"{'':>6}  {'tools':<12}{report.tools:>10}\n")
-        out.write(f"{'':>6}  {'priming':<12}{3:>10}\n")
+        out.write(f"{'':>6}  {'priming':<12}{REPLY_PRIMING:>10}\n")
         out.write(f"{'':>6}  {'total':<12}{report.total:>10}\n")
     if len(reports) > 1:
         out.write(f"{sum(r.total for r in reports):>10}  total\n")

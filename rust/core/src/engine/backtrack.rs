@@ -9,7 +9,11 @@
 //! Most pieces of ordinary text are a single token (" the", "ing", "\n\n"), so a
 //! whole-piece lookup comes first: a compact hash table of token ids keyed by
 //! their bytes (`hashbrown::HashTable<u32>`, 4 bytes a slot, no copy of the
-//! vocabulary) answers them without running the encoder at all.
+//! vocabulary) answers them without running the encoder at all. Short pieces
+//! of several tokens (base64, identifiers, rare words) take tiktoken's own
+//! merge loop on a stack array with the same table for ranks (ids are ranks
+//! here): for them the backtracking encoder's two heap allocations a piece
+//! cost more than the merging. Only longer pieces go to the encoder.
 
 use bpe_openai::byte_pair_encoding::BytePairEncoding;
 use hashbrown::HashTable;
@@ -55,6 +59,8 @@ impl Backtrack {
     pub(crate) fn count_piece(&self, piece: &[u8]) -> usize {
         if self.whole_token(piece).is_some() {
             1
+        } else if is_small(piece) {
+            self.merge_small(piece).parts()
         } else {
             self.bpe.count(piece)
         }
@@ -63,18 +69,75 @@ impl Backtrack {
     /// The count of `piece` if it is at most `limit`, else `None`, stopping early.
     #[inline]
     pub(crate) fn count_piece_up_to(&self, piece: &[u8], limit: usize) -> Option<usize> {
-        if self.whole_token(piece).is_some() {
-            return (limit >= 1).then_some(1);
+        if is_small(piece) {
+            return Some(self.count_piece(piece)).filter(|&n| n <= limit);
         }
         self.bpe.count_till_limit(piece, limit)
     }
 
     #[inline]
     pub(crate) fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
-        match self.whole_token(piece) {
-            Some(id) => out.push(id),
-            None => out.extend(self.bpe.encode_via_backtracking(piece)),
+        if let Some(id) = self.whole_token(piece) {
+            out.push(id);
+        } else if is_small(piece) {
+            let merged = self.merge_small(piece);
+            for part in merged.bounds[..=merged.parts()].windows(2) {
+                let bytes = &piece[usize::from(part[0])..usize::from(part[1])];
+                out.push(self.whole_token(bytes).expect("merged parts are tokens"));
+            }
+        } else {
+            out.extend(self.bpe.encode_via_backtracking(piece));
         }
+    }
+
+    /// tiktoken's `_byte_pair_merge` on a piece of at most [`SMALL_PIECE`] bytes:
+    /// repeatedly merge the adjacent pair whose union is the lowest-ranked
+    /// token, leftmost on ties, until no pair is a token.
+    fn merge_small(&self, piece: &[u8]) -> SmallMerge {
+        debug_assert!(piece.len() <= SMALL_PIECE);
+        let n = piece.len();
+        let mut merge = SmallMerge {
+            bounds: [0; SMALL_PIECE + 1],
+            len: n + 1,
+        };
+        for (i, bound) in merge.bounds.iter_mut().enumerate().take(n + 1) {
+            *bound = i as u8;
+        }
+        // ranks[i]: rank of the union of parts i and i + 1 (u32::MAX: not a token).
+        let mut ranks = [u32::MAX; SMALL_PIECE];
+        let rank_of = |bounds: &[u8; SMALL_PIECE + 1], len: usize, i: usize| -> u32 {
+            if i + 2 < len {
+                let bytes = &piece[usize::from(bounds[i])..usize::from(bounds[i + 2])];
+                self.whole_token(bytes).unwrap_or(u32::MAX)
+            } else {
+                u32::MAX
+            }
+        };
+        for (i, rank) in ranks.iter_mut().enumerate().take(n.saturating_sub(1)) {
+            *rank = rank_of(&merge.bounds, merge.len, i);
+        }
+        loop {
+            let pairs = merge.len.saturating_sub(2);
+            let Some((best, &rank)) = ranks[..pairs]
+                .iter()
+                .enumerate()
+                .min_by_key(|&(i, &rank)| (rank, i))
+            else {
+                break;
+            };
+            if rank == u32::MAX {
+                break;
+            }
+            // Drop the boundary between parts `best` and `best + 1`.
+            merge.bounds.copy_within(best + 2..merge.len, best + 1);
+            ranks.copy_within(best + 1..pairs, best);
+            merge.len -= 1;
+            ranks[best] = rank_of(&merge.bounds, merge.len, best);
+            if best > 0 {
+                ranks[best - 1] = rank_of(&merge.bounds, merge.len, best - 1);
+            }
+        }
+        merge
     }
 
     pub(crate) fn token_bytes(&self, id: u32) -> Option<&[u8]> {
@@ -86,7 +149,57 @@ impl Backtrack {
     }
 }
 
+/// Longest piece [`Backtrack::merge_small`] takes. Its cost grows with the
+/// square of the bytes, the encoder's with the tokens, so multi-byte text (CJK:
+/// three bytes a character) switches to the encoder sooner; measured on base64,
+/// identifiers and Chinese (README, "Benchmarks").
+const SMALL_PIECE: usize = 32;
+const SMALL_NON_ASCII_PIECE: usize = 16;
+
+#[inline]
+fn is_small(piece: &[u8]) -> bool {
+    piece.len() <= SMALL_NON_ASCII_PIECE || (piece.len() <= SMALL_PIECE && piece.is_ascii())
+}
+
+/// The part boundaries left by [`Backtrack::merge_small`].
+struct SmallMerge {
+    bounds: [u8; SMALL_PIECE + 1],
+    len: usize,
+}
+
+impl SmallMerge {
+    fn parts(&self) -> usize {
+        self.len - 1
+    }
+}
+
 #[inline]
 fn hash(bytes: &[u8]) -> u64 {
     FxBuildHasher.hash_one(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_merge_agrees_with_the_backtracking_encoder() {
+        let engine = Backtrack::new(bpe_openai::o200k_base());
+        let samples: &[&[u8]] = &[
+            b"iVBORw0KGgo",
+            b"AAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ",
+            b"Supercalifragilistic",
+            b" antidisestablishment",
+            "ünïcödé".as_bytes(),
+            "日本語のテキスト".as_bytes(),
+            b"zzzzqqqqxxxx",
+            b"ab",
+        ];
+        for &piece in samples {
+            let mut ids = Vec::new();
+            engine.encode_piece(piece, &mut ids);
+            assert_eq!(ids, engine.bpe.encode_via_backtracking(piece), "{piece:?}");
+            assert_eq!(engine.count_piece(piece), ids.len());
+        }
+    }
 }
