@@ -52,7 +52,9 @@ def test_count_one_megabyte_worst_case(benchmark, tiktoken_encoding, impl, encod
     enc = tiktoken_encoding(encoding)
     register(benchmark, f"count 1 MB worst case: {kind} {encoding}", impl, target=1.0)
     if impl == "ours":
-        result = benchmark.pedantic(Tokenizer(encoding).count, (text,), rounds=5, iterations=1, warmup_rounds=1)
+        result = benchmark.pedantic(
+            Tokenizer(encoding).count, (text,), rounds=5, iterations=1, warmup_rounds=1
+        )
     else:
         result = benchmark.pedantic(lambda: len(enc.encode_ordinary(text)), rounds=5, iterations=1)
     assert result == len(enc.encode_ordinary(text))

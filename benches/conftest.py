@@ -18,11 +18,15 @@ def pytest_terminal_summary(terminalreporter, config):
     if session is None or session.disabled:
         return
     by_group: dict[str, dict[str, float]] = {}
+    notes: list[str] = []
     for bench in session.benchmarks:
         if bench.stats is None:
             continue
         impl = bench.extra_info.get("impl", bench.name)
         by_group.setdefault(bench.group or "", {})[impl] = bench.stats.median
+        extra = {k: v for k, v in bench.extra_info.items() if k != "impl"}
+        if extra:  # measurements that are not times (memory, a peer's failure)
+            notes.append(f"{bench.group}: " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())))
     terminalreporter.section("context_core: ratios of medians (peer / ours)")
     for group in sorted(by_group):
         medians = by_group[group]
@@ -39,6 +43,8 @@ def pytest_terminal_summary(terminalreporter, config):
                 f"{group:<44} {impl:<22} {ratio:7.2f}x  (ours {ours * 1e6:10.1f} us,"
                 f" {impl} {median * 1e6:10.1f} us){verdict}"
             )
+    for note in notes:
+        terminalreporter.write_line(note)
 
 
 @pytest.fixture(scope="session")
