@@ -341,10 +341,73 @@ def test_cyclic_input_is_refused_not_a_crash():
     cyclic: dict = {"k": "v"}
     cyclic["self"] = cyclic
     message = {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": cyclic}]}
-    with pytest.raises(InvalidInputError, match=r"^content\[0\]\.input: nested more than 256 levels"):
+    with pytest.raises(InvalidInputError, match=r"^content\[0\]\.input\.self\.self.*: nested more than 256"):
         Tokenizer().count_message(message)
     with pytest.raises(InvalidInputError):
         reference.Tokenizer().count_message(message)
+
+
+class Weird(int):
+    """An int subclass whose own methods must not be used to write it out."""
+
+    def __index__(self):
+        return 7
+
+    def __repr__(self):
+        return "weird"
+
+
+def test_int_subclasses_are_written_as_json_dumps_writes_them():
+    for value in (Weird(3), Weird(10**30), True, 2**80):
+        message = {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {"n": value}}]}
+        assert Tokenizer().count_message(message) == reference.Tokenizer().count_message(message)
+
+
+def test_an_int_too_long_to_write_is_refused():
+    message = {"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {"n": 10**5000}}]}
+    with pytest.raises(InvalidInputError, match=r"content\[0\]\.input\.n"):
+        Tokenizer().count_message(message)
+    with pytest.raises(InvalidInputError):
+        reference.Tokenizer().count_message(message)
+
+
+def test_cyclic_tool_results_are_refused_with_a_short_message():
+    block: dict = {"type": "tool_result", "tool_use_id": "t"}
+    block["content"] = [block]
+    message = {"role": "user", "content": [block]}
+    with pytest.raises(InvalidInputError) as info:
+        Tokenizer().count_messages([message])
+    message_text = str(info.value)
+    assert message_text.startswith("messages[0].content[0].content[0].content[0]")
+    assert message_text.endswith("…: nested more than 256 levels deep (a reference cycle?)")
+    assert len(message_text) < 200
+    with pytest.raises(InvalidInputError):
+        reference.Tokenizer().count_messages([message])
+
+
+def test_cyclic_schemas_are_refused():
+    prop: dict = {"type": "object"}
+    prop["properties"] = {"again": prop}
+    tools = [{"name": "f", "parameters": {"properties": {"p": prop}}}]
+    with pytest.raises(InvalidInputError, match=r"^tools\[0\]\.parameters\.properties\.p\.properties\.again"):
+        Tokenizer().count_tools(tools)
+    with pytest.raises(InvalidInputError):
+        reference.Tokenizer().count_tools(tools)
+
+
+def test_schema_errors_name_the_property():
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"properties": {"loc": {"description": 5}}}},
+        }
+    ]
+    with pytest.raises(
+        InvalidTypeError, match=r"tools\[0\]\.function\.parameters\.properties\.loc\.description"
+    ):
+        Tokenizer().count_tools(tools)
+    with pytest.raises(InvalidTypeError, match=r"tools\[0\]\.input_schema\.properties"):
+        Tokenizer().count_tools([{"name": "f", "input_schema": {"properties": {(1, 2): {}}}}])
 
 
 def test_tool_schema_errors_name_the_tool():

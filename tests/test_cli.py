@@ -105,6 +105,29 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys):
     assert "messages[0].content" in capsys.readouterr().err
 
 
+def test_line_endings_are_counted_as_they_are(tmp_path):
+    raw = "a\rb\rc\rd\r\r\r\re \r\n \r\n"
+    path = tmp_path / "crlf.txt"
+    path.write_bytes(raw.encode())
+    code, out = run(["count", "--json", str(path)])
+    assert code == 0
+    assert json.loads(out)["total"] == Tokenizer().count(raw)
+    piped = subprocess.run(
+        [sys.executable, "-m", "context_core", "count", "--json"],
+        input=raw.encode(),
+        capture_output=True,
+        check=True,
+    )
+    assert json.loads(piped.stdout)["total"] == Tokenizer().count(raw)
+
+
+def test_deeply_nested_json_is_counted_as_text():
+    document = "[" * 100_000 + "]" * 100_000
+    code, out = run(["count", "--json"], document)
+    assert code == 0
+    assert json.loads(out)["inputs"][0]["kind"] == "text"
+
+
 def test_module_and_console_script_run():
     result = subprocess.run(
         [sys.executable, "-m", "context_core", "count", "--json"],

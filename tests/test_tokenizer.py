@@ -74,6 +74,19 @@ def test_count_with_limit_on_a_huge_single_piece(encoding):
     text = "a" * 200_000
     assert tok.count(text, limit=10) == 11
     assert tok.count(text, limit=None) == tok.count(text)
+    full = tok.count(text)
+    for limit in (full - 1, full, 2**70):  # a huge limit saturates: no limit
+        assert tok.count(text, limit=limit) == min(full, limit + 1)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@given(pieces=st.lists(st.sampled_from(["-" * 130, "a" * 77, "日本" * 30, " " * 40, "x"]), max_size=8))
+def test_count_with_limit_is_exact_on_long_pieces(encoding, pieces):
+    tok, ref = Tokenizer(encoding), reference.Tokenizer(encoding)
+    text = "".join(pieces)
+    full = ref.count(text)
+    for limit in {0, full // 2, max(full - 1, 0), full}:
+        assert tok.count(text, limit) == min(full, limit + 1)
 
 
 # -- truncate ------------------------------------------------------------------------
@@ -120,6 +133,15 @@ def test_truncate_never_splits_a_character():
 def test_truncate_returns_the_same_object_when_it_fits():
     text = "short enough"
     assert O200K.truncate(text, 100, MARKER) is text
+
+
+@given(text=st.text(max_size=40), max_tokens=st.integers(0, 12))
+def test_truncate_with_lone_surrogates_matches_the_reference(text, max_tokens):
+    text = text + "\ud800" + text
+    cut = O200K.truncate(text, max_tokens, MARKER if max_tokens > 10 else None)
+    assert cut == REF_O200K.truncate(text, max_tokens, MARKER if max_tokens > 10 else None)
+    if O200K.count(text) <= max_tokens:
+        assert cut is text
 
 
 def test_truncate_refuses_a_marker_longer_than_the_cap():
@@ -202,6 +224,17 @@ def test_bad_values_raise_our_value_error(call):
     with pytest.raises(InvalidInputError) as info:
         call(O200K)
     assert isinstance(info.value, ValueError)
+
+
+def test_the_reference_refuses_what_the_extension_refuses():
+    with pytest.raises(InvalidInputError):
+        REF_O200K.count("x", limit=-1)
+    with pytest.raises(InvalidInputError):
+        REF_O200K.decode([199_998])
+    with pytest.raises(InvalidTypeError):
+        REF_O200K.count_messages(None)
+    with pytest.raises(InvalidTypeError):
+        REF_O200K.decode([1.0])
 
 
 def test_count_many_names_the_bad_item():

@@ -42,13 +42,13 @@ def parse_chat(text: str) -> tuple[list[Any], list[Any] | None] | None:
         return None
     try:
         document = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):
         document = None
     if document is None:
         lines = [line for line in stripped.splitlines() if line.strip()]
         try:
             document = [json.loads(line) for line in lines]
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     tools = None
     if isinstance(document, dict) and isinstance(document.get("messages"), list):
@@ -80,8 +80,11 @@ def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Repo
 
 def read_source(path: str, stdin: TextIO) -> str:
     if path == "-":
-        return stdin.read()
-    with open(path, encoding="utf-8") as handle:
+        # Bytes when there are any, so line endings are counted as sent.
+        raw = getattr(stdin, "buffer", None)
+        return raw.read().decode("utf-8") if raw is not None else stdin.read()
+    # newline="": count the file's own line endings, not translated ones.
+    with open(path, encoding="utf-8", newline="") as handle:
         return handle.read()
 
 

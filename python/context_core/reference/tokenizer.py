@@ -28,6 +28,9 @@ IMAGE_TOKENS_LOW = 85
 IMAGE_TOKENS = 765
 ANTHROPIC_IMAGE_TOKENS = 1600
 
+# Containers nested deeper than this are refused (README, "Errors").
+MAX_DEPTH = 256
+
 # Model families context_core resolves beyond tiktoken's table.
 _EXTRA_PREFIXES = {"o4-": "o200k_base", "text-embedding-3-": "cl100k_base", "gpt-oss-": "o200k_base"}
 _KNOWN = ("o200k_base", "cl100k_base", "p50k_base", "r50k_base", "gpt2")
@@ -48,6 +51,7 @@ def encoding_name_for_model(model: str) -> str:
 
 
 def _json_text(value: Any) -> str:
+    _check_depth(value)
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     except TypeError as error:
@@ -86,24 +90,34 @@ class Tokenizer:
         return self._encoding.encode_ordinary(text)
 
     def decode(self, tokens: Sequence[int]) -> str:
-        return self._encoding.decode(list(tokens), errors="replace")
+        return self.decode_bytes(tokens).decode("utf-8", errors="replace")
 
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
-        return self._encoding.decode_bytes(list(tokens))
+        ids = [_check_int(t, "token") for t in _items(tokens, "tokens")]
+        try:
+            return self._encoding.decode_bytes(ids)
+        except KeyError as error:
+            raise InvalidInputError(f"token id {error} is not in this encoding's vocabulary") from None
 
     def count(self, text: str, limit: int | None = None) -> int:
         n = len(self.encode(text))
-        return n if limit is None else min(n, limit + 1)
+        if limit is None:
+            return n
+        if _check_int(limit, "limit") < 0:
+            raise InvalidInputError("limit must be a non-negative int")
+        return min(n, limit + 1)
 
     def count_many(self, texts: Iterable[str]) -> np.ndarray:
-        return np.array([self.count(text) for text in texts], dtype=np.int64)
+        return np.array([self.count(text) for text in _items(texts, "texts")], dtype=np.int64)
 
     def truncate(self, text: str, max_tokens: int, marker: str | None = None) -> str:
         """README.md, "truncate": keep ``k`` tokens, shrinking ``k`` by the excess
         until prefix + marker fits."""
+        if self.count(text) <= max_tokens:
+            return text  # the caller's own object, even with lone surrogates in it
+        # A cut text is built from the repaired string, as tiktoken repairs it.
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         ids = self.encode(text)
-        if len(ids) <= max_tokens:
-            return text
 
         def marker_for(kept: int) -> str:
             return "" if marker is None else marker.replace("{dropped}", str(len(ids) - kept))
@@ -125,7 +139,7 @@ class Tokenizer:
     # -- chat accounting ----------------------------------------------------
 
     def count_messages(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> int:
-        total = REPLY_PRIMING + sum(self.count_message(message) for message in messages)
+        total = REPLY_PRIMING + sum(self.count_message(m) for m in _items(messages, "messages"))
         if tools is not None:
             total += self.count_tools(tools)
         return total
@@ -161,14 +175,14 @@ class Tokenizer:
             raise InvalidTypeError(f"expected str, got {type(value).__name__}")
         return self.count(value)
 
-    def _content(self, content: Any) -> int:
+    def _content(self, content: Any, depth: int = 0) -> int:
         if isinstance(content, str):
             return self.count(content)
         if isinstance(content, (list, tuple)):
-            return sum(self._block(block) for block in content)
+            return sum(self._block(block, depth) for block in content)
         raise InvalidTypeError(f"content must be str or a list, not {type(content).__name__}")
 
-    def _block(self, block: Any) -> int:
+    def _block(self, block: Any, depth: int) -> int:
         if isinstance(block, str):
             return self.count(block)
         if not isinstance(block, dict):
@@ -203,8 +217,10 @@ class Tokenizer:
             arguments = self.count(_json_text(block["input"])) if block.get("input") is not None else 0
             return TOKENS_PER_TOOL_CALL + name + arguments
         if kind == "tool_result" or kind.endswith("_tool_result"):
+            if depth >= MAX_DEPTH:
+                raise InvalidInputError("tool results nested too deep")
             content = block.get("content")
-            return TOKENS_PER_TOOL_CALL + (0 if content is None else self._content(content))
+            return TOKENS_PER_TOOL_CALL + (0 if content is None else self._content(content, depth + 1))
         return self.count(_json_text(block))
 
     def _function(self, function: Any) -> int:
@@ -224,6 +240,7 @@ class Tokenizer:
     # -- tool schemas (the cookbook's num_tokens_for_tools) ------------------
 
     def count_tools(self, tools: Sequence[dict]) -> int:
+        tools = _items(tools, "tools")
         if not tools:
             return 0
         func_init = 7 if self.name == "o200k_base" else 10
@@ -246,10 +263,12 @@ class Tokenizer:
             raise InvalidTypeError("tool name must be str")
         return name
 
-    def _properties(self, schema: Any) -> int:
+    def _properties(self, schema: Any, depth: int = 0) -> int:
         properties = schema.get("properties") if isinstance(schema, dict) else None
         if not isinstance(properties, dict) or not properties:
             return 0
+        if depth >= MAX_DEPTH:
+            raise InvalidInputError("schema nested too deep")
         total = 3  # prop_init
         for key, prop in properties.items():
             total += 3  # prop_key
@@ -258,15 +277,50 @@ class Tokenizer:
                 total += -3  # enum_init
                 for item in enum:
                     total += 3 + self.count(item if isinstance(item, str) else _json_text(item))
-            key_text = _json_text(key).strip('"') if not isinstance(key, str) else key
+            key_text = _key_text(key)
             kind = _type_label(prop.get("type") if isinstance(prop, dict) else None)
             description = _optional_text(prop.get("description") if isinstance(prop, dict) else None)
             total += self.count(f"{key_text}:{kind}:{_strip_dot(description)}")
             if isinstance(prop, dict):
-                total += self._properties(prop)
+                total += self._properties(prop, depth + 1)
                 if "items" in prop:
-                    total += self._properties(prop["items"])
+                    total += self._properties(prop["items"], depth + 1)
         return total
+
+
+def _items(values: Any, what: str) -> list:
+    """A list of the values of any iterable but a str, bytes or dict."""
+    if isinstance(values, (str, bytes, dict)) or not isinstance(values, Iterable):
+        raise InvalidTypeError(f"{what} must be a list, tuple or other iterable, not {type(values).__name__}")
+    return list(values)
+
+
+def _check_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise InvalidTypeError(f"{what} must be int, not {type(value).__name__}")
+    return value.__index__()
+
+
+def _check_depth(value: Any) -> None:
+    """Refuse values nested deeper than MAX_DEPTH (which also stops cycles)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidInputError(f"nested more than {MAX_DEPTH} levels deep")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+
+
+def _key_text(key: Any) -> str:
+    """A dict key as json.dumps writes it."""
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, (bool, int, float)):
+        return _json_text(key)
+    raise InvalidTypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
 def _check_str(value: Any, what: str) -> None:

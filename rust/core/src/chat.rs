@@ -190,11 +190,7 @@ impl Tokenizer {
             }
             kind if kind == "tool_result" || kind.ends_with("_tool_result") => {
                 if depth >= MAX_DEPTH {
-                    return Err(wrong_type(
-                        "content",
-                        "tool results nested at most 256 deep",
-                        block,
-                    ));
+                    return Err(too_deep());
                 }
                 let content = match present(block.get("content")) {
                     Some(content) => self
@@ -255,7 +251,14 @@ impl Tokenizer {
             .get("parameters")
             .or_else(|| function.get("input_schema"));
         if let Some(schema) = schema {
-            total += self.properties_tokens(&schema, costs, 0).map_err(within)?;
+            let key = if function.get("parameters").is_some() {
+                "parameters"
+            } else {
+                "input_schema"
+            };
+            total += self
+                .properties_tokens(&schema, costs, 0)
+                .map_err(|e| within(e.within(key)))?;
         }
         Ok(total)
     }
@@ -274,36 +277,59 @@ impl Tokenizer {
             return Ok(0);
         }
         if depth >= MAX_DEPTH {
-            return Err(wrong_type(
-                "properties",
-                "schemas nested at most 256 deep",
-                &properties,
-            ));
+            return Err(too_deep());
         }
         let mut total = costs.prop_init;
         for (key, property) in properties.entries() {
-            let key = key_text(&key)?;
-            total += costs.prop_key;
-            if let Some(items) = property.get("enum").filter(|e| e.kind() == Kind::Array) {
-                total += costs.enum_init;
-                for item in items.items() {
-                    let text = match item.as_str() {
-                        Some(text) => self.count_cached(&text),
-                        None => self.count_cached(&item.to_compact()?),
-                    };
-                    total += costs.enum_item + text as isize;
-                }
-            }
-            let kind = type_label(&property)?;
-            let description = optional_str(&property, "description")?;
-            total += self.count_cached(&format!("{key}:{kind}:{}", strip_final_dot(&description)))
-                as isize;
-            total += self.properties_tokens(&property, costs, depth + 1)?;
-            if let Some(items) = property.get("items") {
-                total += self.properties_tokens(&items, costs, depth + 1)?;
-            }
+            let key = key_text(&key).map_err(|e| e.within("properties"))?;
+            total += self
+                .property_tokens(&key, &property, costs, depth)
+                .map_err(|e| e.within(&format!("properties.{key}")))?;
         }
         Ok(total)
+    }
+
+    /// One property: its key, enum values, `key:type:description` line and
+    /// nested properties (of an object, or of an array's items).
+    fn property_tokens<J: JsonValue>(
+        &self,
+        key: &str,
+        property: &J,
+        costs: &ToolCosts,
+        depth: usize,
+    ) -> Result<isize> {
+        let mut total = costs.prop_key;
+        if let Some(values) = property.get("enum").filter(|e| e.kind() == Kind::Array) {
+            total += costs.enum_init;
+            for (i, item) in values.items().enumerate() {
+                let text = match item.as_str() {
+                    Some(text) => self.count_cached(&text),
+                    None => self.count_cached(
+                        &item
+                            .to_compact()
+                            .map_err(|e| e.within(&format!("enum[{i}]")))?,
+                    ),
+                };
+                total += costs.enum_item + text as isize;
+            }
+        }
+        let kind = type_label(property).map_err(|e| e.within("type"))?;
+        let description = optional_str(property, "description")?;
+        total +=
+            self.count_cached(&format!("{key}:{kind}:{}", strip_final_dot(&description))) as isize;
+        total += self.properties_tokens(property, costs, depth + 1)?;
+        if let Some(items) = property.get("items") {
+            total += self
+                .properties_tokens(&items, costs, depth + 1)
+                .map_err(|e| e.within("items"))?;
+        }
+        Ok(total)
+    }
+}
+
+fn too_deep() -> Error {
+    Error::TooDeep {
+        path: String::new(),
     }
 }
 

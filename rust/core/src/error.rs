@@ -29,6 +29,9 @@ pub enum Error {
     MissingField { path: String },
     /// Containers nested deeper than [`crate::MAX_DEPTH`] (a reference cycle, usually).
     TooDeep { path: String },
+    /// A value of the right type that cannot be used (e.g. an integer too long
+    /// to write out, as Python's `json.dumps` also refuses).
+    InvalidValue { path: String, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -58,6 +61,10 @@ impl Error {
             },
             Error::MissingField { path } => Error::MissingField { path: join(path) },
             Error::TooDeep { path } => Error::TooDeep { path: join(path) },
+            Error::InvalidValue { path, reason } => Error::InvalidValue {
+                path: join(path),
+                reason,
+            },
             other => other,
         }
     }
@@ -97,9 +104,11 @@ impl fmt::Display for Error {
                 found,
             } => write!(f, "{path}: expected {expected}, got {found}"),
             Error::MissingField { path } => write!(f, "{path}: required field is missing"),
+            Error::InvalidValue { path, reason } => write!(f, "{path}: {reason}"),
             Error::TooDeep { path } => write!(
                 f,
-                "{path}: nested more than {} levels deep (a reference cycle?)",
+                "{}: nested more than {} levels deep (a reference cycle?)",
+                abbreviate(path),
                 crate::json::MAX_DEPTH
             ),
         }
@@ -107,3 +116,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// The start of a path that runs through hundreds of nesting levels.
+fn abbreviate(path: &str) -> String {
+    const KEEP: usize = 100;
+    if path.len() <= KEEP {
+        return path.to_owned();
+    }
+    let mut end = KEEP;
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &path[..end])
+}

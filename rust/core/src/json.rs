@@ -33,8 +33,9 @@ pub trait JsonValue: Sized {
     fn type_name(&self) -> Cow<'_, str>;
     /// The text of a string value.
     fn as_str(&self) -> Option<Cow<'_, str>>;
-    /// The JSON literal of a number value (`3`, `1e-05`, `NaN`).
-    fn number_literal(&self) -> Option<Cow<'_, str>>;
+    /// The JSON literal of a number value (`3`, `1e-05`, `NaN`); an error for
+    /// a number that cannot be written out.
+    fn number_literal(&self) -> Result<Cow<'_, str>>;
     /// The value of `key` in an object.
     fn get(&self, key: &'static str) -> Option<Self>;
     /// Number of elements of an array or entries of an object.
@@ -65,7 +66,7 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
         Kind::Null => out.push_str("null"),
         Kind::Bool(true) => out.push_str("true"),
         Kind::Bool(false) => out.push_str("false"),
-        Kind::Number => out.push_str(&value.number_literal().unwrap_or_default()),
+        Kind::Number => out.push_str(&value.number_literal()?),
         Kind::String => write_string(&value.as_str().unwrap_or_default(), out),
         Kind::Array => {
             out.push('[');
@@ -73,7 +74,7 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
                 if i > 0 {
                     out.push(',');
                 }
-                write_compact(&item, out, depth + 1).map_err(|e| locate(e, &format!("[{i}]")))?;
+                write_compact(&item, out, depth + 1).map_err(|e| e.within(&format!("[{i}]")))?;
             }
             out.push(']');
         }
@@ -86,7 +87,7 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
                 let key_text = key_text(&key)?;
                 write_string(&key_text, out);
                 out.push(':');
-                write_compact(&item, out, depth + 1).map_err(|e| locate(e, &key_text))?;
+                write_compact(&item, out, depth + 1).map_err(|e| e.within(&key_text))?;
             }
             out.push('}');
         }
@@ -106,7 +107,7 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
 pub fn key_text<J: JsonValue>(key: &J) -> Result<Cow<'_, str>> {
     match key.kind() {
         Kind::String => Ok(key.as_str().unwrap_or_default()),
-        Kind::Number => Ok(key.number_literal().unwrap_or_default()),
+        Kind::Number => key.number_literal(),
         Kind::Bool(b) => Ok(Cow::Borrowed(if b { "true" } else { "false" })),
         Kind::Null => Ok(Cow::Borrowed("null")),
         _ => Err(Error::WrongType {
@@ -120,15 +121,6 @@ pub fn key_text<J: JsonValue>(key: &J) -> Result<Cow<'_, str>> {
 fn too_deep() -> Error {
     Error::TooDeep {
         path: String::new(),
-    }
-}
-
-/// Prefix the error's path with `segment`, except for nesting errors: their
-/// path stops where the value that is too deep begins, not 256 levels down.
-fn locate(error: Error, segment: &str) -> Error {
-    match error {
-        Error::TooDeep { .. } => error,
-        other => other.within(segment),
     }
 }
 
@@ -197,10 +189,14 @@ impl<'j, 'a> JsonValue for &'j Json<'a> {
         }
     }
 
-    fn number_literal(&self) -> Option<Cow<'_, str>> {
+    fn number_literal(&self) -> Result<Cow<'_, str>> {
         match self {
-            Json::Number(n) => Some(Cow::Borrowed(n)),
-            _ => None,
+            Json::Number(n) => Ok(Cow::Borrowed(n)),
+            other => Err(Error::WrongType {
+                path: String::new(),
+                expected: "a number",
+                found: other.type_name().into_owned(),
+            }),
         }
     }
 

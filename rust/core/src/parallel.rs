@@ -51,7 +51,9 @@ pub fn map_into<T: Sync, R: Send>(
     };
     thread::scope(|scope| {
         for _ in 1..threads {
-            scope.spawn(work);
+            // A refused thread (a process limit in a container) is not an
+            // error: the threads that did start, this one included, drain the queue.
+            let _ = thread::Builder::new().spawn_scoped(scope, work);
         }
         work();
     });

@@ -62,7 +62,8 @@ impl From<CoreError> for PyErr {
             Error::InvalidToken { .. }
             | Error::MarkerTooLong { .. }
             | Error::MissingField { .. }
-            | Error::TooDeep { .. } => invalid_input(message),
+            | Error::TooDeep { .. }
+            | Error::InvalidValue { .. } => invalid_input(message),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use context_core::{JsonKind, JsonValue};
+use context_core::{Error, JsonKind, JsonValue};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -53,13 +53,16 @@ impl JsonValue for PyJson<'_> {
         self.0.cast::<PyString>().ok().map(str_text)
     }
 
-    /// Numbers as `json.dumps` writes them: `int.__repr__`, `float.__repr__`,
+    /// Numbers as `json.dumps` writes them: `int.__repr__` and `float.__repr__`
+    /// of the value (never a subclass's own methods, so no user code runs),
     /// and `NaN` / `Infinity` / `-Infinity` for the non-finite floats.
-    fn number_literal(&self) -> Option<Cow<'_, str>> {
+    fn number_literal(&self) -> context_core::Result<Cow<'_, str>> {
         let obj = &self.0;
-        if obj.is_instance_of::<PyBool>() {
-            return None;
-        }
+        let py = obj.py();
+        let unusable = |reason: String| Error::InvalidValue {
+            path: String::new(),
+            reason,
+        };
         if let Ok(float) = obj.cast::<PyFloat>() {
             let value = float.value();
             let literal = if value.is_nan() {
@@ -68,18 +71,28 @@ impl JsonValue for PyJson<'_> {
                 if value > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
             } else {
                 // Python's shortest round-trip repr of the exact float value.
-                PyFloat::new(obj.py(), value).repr().ok()?.to_string()
+                let repr = PyFloat::new(py, value).repr();
+                repr.map_err(|e| unusable(e.to_string()))?.to_string()
             };
-            return Some(Cow::Owned(literal));
+            return Ok(Cow::Owned(literal));
         }
-        if obj.is_instance_of::<PyInt>() {
+        if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() {
             if let Ok(small) = obj.extract::<i64>() {
-                return Some(Cow::Owned(small.to_string()));
+                return Ok(Cow::Owned(small.to_string()));
             }
-            let exact = obj.call_method0(intern!(obj.py(), "__index__")).ok()?;
-            return Some(Cow::Owned(exact.repr().ok()?.to_string()));
+            // int.__repr__ on the value: a huge int is refused here exactly as
+            // json.dumps refuses it (Python's limit on int-to-str digits).
+            let repr = py
+                .get_type::<PyInt>()
+                .call_method1(intern!(py, "__repr__"), (obj,))
+                .map_err(|e| unusable(e.value(py).to_string()))?;
+            return Ok(Cow::Owned(repr.to_string()));
         }
-        None
+        Err(Error::WrongType {
+            path: String::new(),
+            expected: "a number",
+            found: type_name(obj),
+        })
     }
 
     fn get(&self, key: &'static str) -> Option<Self> {
@@ -134,13 +147,17 @@ impl JsonValue for PyJson<'_> {
         })
     }
 
+    /// Entries from a snapshot of the dict's items, so nothing that runs
+    /// meanwhile can change the dict under the walk.
     fn entries(&self) -> impl Iterator<Item = (Self, Self)> {
-        self.0
-            .cast::<PyDict>()
-            .ok()
-            .map(PyDictMethods::iter)
-            .into_iter()
-            .flatten()
-            .map(|(key, value)| (PyJson(key), PyJson(value)))
+        let items = self.0.cast::<PyDict>().ok().map(PyDictMethods::items);
+        items.into_iter().flat_map(|items| {
+            items.into_iter().filter_map(|item| {
+                let (key, value) = item
+                    .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+                    .ok()?;
+                Some((PyJson(key), PyJson(value)))
+            })
+        })
     }
 }

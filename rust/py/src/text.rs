@@ -39,7 +39,8 @@ pub fn text<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, str>>
     as_str(obj, what).map(str_text)
 }
 
-/// `obj` as a non-negative integer, or a clear error naming `what`.
+/// `obj` as a non-negative integer, or a clear error naming `what`. Integers
+/// beyond the machine's range saturate: a limit of 2**70 means "no limit".
 pub fn as_count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
         return Err(invalid_type(format!(
@@ -47,8 +48,12 @@ pub fn as_count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
             type_name(obj)
         )));
     }
-    obj.extract::<usize>()
-        .map_err(|_| invalid_input(format!("{what} must be a non-negative int, got {obj}")))
+    if obj.lt(0)? {
+        return Err(invalid_input(format!(
+            "{what} must be a non-negative int, got {obj}"
+        )));
+    }
+    Ok(obj.extract::<usize>().unwrap_or(usize::MAX))
 }
 
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {

@@ -208,11 +208,10 @@ impl PyTokenizer {
         })
         .map_err(CoreError)?;
         Ok(match cut {
-            // Unchanged: hand back the caller's own object.
-            Cow::Borrowed(same) if same.len() == body.len() && matches!(body, Cow::Borrowed(_)) => {
-                string.clone().into_any().unbind()
-            }
-            other => PyString::new(py, &other).into_any().unbind(),
+            // It fits: hand back the caller's own object (even one holding lone
+            // surrogates; only a cut text is built from the repaired copy).
+            Cow::Borrowed(_) => string.clone().into_any().unbind(),
+            Cow::Owned(cut) => PyString::new(py, &cut).into_any().unbind(),
         })
     }
 

@@ -66,15 +66,6 @@ impl Backtrack {
         }
     }
 
-    /// The count of `piece` if it is at most `limit`, else `None`, stopping early.
-    #[inline]
-    pub(crate) fn count_piece_up_to(&self, piece: &[u8], limit: usize) -> Option<usize> {
-        if is_small(piece) {
-            return Some(self.count_piece(piece)).filter(|&n| n <= limit);
-        }
-        self.bpe.count_till_limit(piece, limit)
-    }
-
     #[inline]
     pub(crate) fn encode_piece(&self, piece: &[u8], out: &mut Vec<u32>) {
         if let Some(id) = self.whole_token(piece) {
@@ -146,6 +137,12 @@ impl Backtrack {
 
     pub(crate) fn num_tokens(&self) -> usize {
         self.bpe.num_tokens()
+    }
+
+    /// Bytes of the longest token: a piece of `n` bytes has at least
+    /// `n / longest_token` tokens.
+    pub(crate) fn longest_token(&self) -> usize {
+        self.longest_token
     }
 }
 

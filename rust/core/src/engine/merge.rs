@@ -20,6 +20,7 @@ const LARGE_PIECE: usize = 100;
 
 pub(crate) struct Merge {
     ranks: FxHashMap<Vec<u8>, u32>,
+    longest_token: usize,
     /// Token bytes by rank; `None` for ids that are special or unused.
     by_rank: Vec<Option<Box<[u8]>>>,
 }
@@ -41,7 +42,12 @@ impl Merge {
                 ranks.insert(bytes, rank);
             }
         }
-        Self { ranks, by_rank }
+        let longest_token = ranks.keys().map(Vec::len).max().unwrap_or(1);
+        Self {
+            ranks,
+            longest_token,
+            by_rank,
+        }
     }
 
     #[inline]
@@ -131,6 +137,11 @@ impl Merge {
 
     pub(crate) fn num_tokens(&self) -> usize {
         self.by_rank.len()
+    }
+
+    /// Bytes of the longest token (see `Backtrack::longest_token`).
+    pub(crate) fn longest_token(&self) -> usize {
+        self.longest_token
     }
 }
 

@@ -77,23 +77,39 @@ impl Engine {
     }
 
     /// `min(count(text), limit + 1)`, without counting past the limit.
+    ///
+    /// Pieces are counted exactly, one by one, until the total passes the limit.
+    /// A piece of `n` bytes holds at least `n / longest_token` tokens, so one
+    /// that must overflow is refused before any BPE work; a piece that is
+    /// counted is at most `remaining * longest_token` bytes, so the work stays
+    /// proportional to the limit, however long the text. (The `bpe` crate's
+    /// own early stop rests on a safety margin its authors have not proven.)
     pub(crate) fn count_up_to(&self, text: &str, limit: usize) -> usize {
         let over = limit.saturating_add(1);
+        let longest_token = match &self.kind {
+            Kind::Backtrack(bpe) => bpe.longest_token(),
+            Kind::Merge(bpe) => bpe.longest_token(),
+        };
         let mut total = 0usize;
         for piece in self.pattern.split(text) {
             let remaining = limit - total;
-            let piece_count = match &self.kind {
-                Kind::Backtrack(bpe) => bpe.count_piece_up_to(piece.as_bytes(), remaining),
-                Kind::Merge(bpe) => {
-                    Some(bpe.count_piece(piece.as_bytes())).filter(|&n| n <= remaining)
-                }
-            };
-            match piece_count {
-                Some(n) => total += n,
-                None => return over,
+            if piece.len().div_ceil(longest_token) > remaining {
+                return over;
             }
+            let n = self.count_piece(piece);
+            if n > remaining {
+                return over;
+            }
+            total += n;
         }
         total
+    }
+
+    fn count_piece(&self, piece: &str) -> usize {
+        match &self.kind {
+            Kind::Backtrack(bpe) => bpe.count_piece(piece.as_bytes()),
+            Kind::Merge(bpe) => bpe.count_piece(piece.as_bytes()),
+        }
     }
 
     pub(crate) fn encode(&self, text: &str) -> Vec<u32> {
