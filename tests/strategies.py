@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 # Quick locally, thorough in CI: HYPOTHESIS_PROFILE=ci (see .ci/run).
 settings.register_profile("dev", max_examples=60, deadline=None)
+settings.register_profile("soak", max_examples=5000, deadline=None, suppress_health_check=list(HealthCheck))
 settings.register_profile("ci", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 

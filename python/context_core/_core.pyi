@@ -97,3 +97,80 @@ def encoding_name_for_model(model: str) -> str:
 
 def _mergeable_ranks(encoding: EncodingName) -> dict[bytes, int]:
     """``{token bytes: id}`` of an encoding's ordinary tokens (for the reference)."""
+
+DEFAULT_PLACEHOLDER_PATTERNS: Final[list[str]]
+"""Placeholders such as ``[tool_call: name]`` that sanitize drops."""
+DEFAULT_ERROR_PATTERNS: Final[list[str]]
+"""Canned error and cancel replies (several languages) that sanitize drops."""
+DEFAULT_MAX_PATTERN_CHARS: Final[int]
+"""Texts longer than this (trimmed, in characters) are never matched."""
+DEFAULT_FIRST_USER_TEXT: Final[str]
+"""Text of the user turn inserted before an Anthropic history that starts with the assistant."""
+
+class Change:
+    """One repair the sanitize funnel made."""
+
+    @property
+    def stage(self) -> int:
+        """1 (drop), 2 (merge), 3 (orphans) or 4 (merge again, provider rules)."""
+    @property
+    def index(self) -> Union[int, None]:
+        """The input message concerned; ``None`` for an inserted message."""
+    @property
+    def action(self) -> str:
+        """A short code: ``drop_invalid``, ``drop_role``, ``drop_placeholder``,
+        ``drop_error_reply``, ``drop_empty``, ``drop_block``, ``drop_key``,
+        ``lift_system``, ``convert_function``, ``merge``, ``drop_call``,
+        ``drop_duplicate_call``, ``drop_result``, ``move_result``,
+        ``reorder_blocks`` or ``insert_user``."""
+    @property
+    def reason(self) -> str:
+        """What happened, for people."""
+    def __eq__(self, other: object) -> bool: ...
+
+class SanitizeResult:
+    """What :func:`~context_core.sanitize` returns."""
+
+    @property
+    def messages(self) -> list[Message]:
+        """The repaired messages; unchanged ones are the caller's own objects."""
+    @property
+    def system(self) -> Union[str, list[dict[str, Any]], None]:
+        """Anthropic: the text lifted out of system messages (a str, or a list of
+        text blocks when any had blocks); ``None`` when there was none."""
+    @property
+    def changes(self) -> list[Change]:
+        """Every repair, in the order the stages made them."""
+    @property
+    def changed(self) -> bool:
+        """Whether anything changed."""
+
+class Sanitizer:
+    """The sanitize funnel for one provider, with its patterns compiled once.
+
+    ``provider`` is ``"openai"`` (Chat Completions) or ``"anthropic"`` (Messages).
+    ``convert_function`` turns legacy ``function_call``/``function`` messages into
+    ``tool_calls``/``tool`` messages (OpenAI) instead of dropping them.
+    ``on_invalid="drop"`` drops and reports malformed messages instead of raising.
+    ``placeholder_patterns`` / ``error_patterns`` replace the defaults (regular
+    expressions matched against the whole trimmed text of messages of at most
+    ``max_pattern_chars`` characters). ``first_user_text`` is the text of the
+    user turn inserted before an Anthropic history that starts with the assistant.
+    """
+
+    def __init__(
+        self,
+        provider: Literal["openai", "anthropic"] = "openai",
+        *,
+        convert_function: bool = False,
+        on_invalid: Literal["raise", "drop"] = "raise",
+        placeholder_patterns: Union[Sequence[str], None] = None,
+        error_patterns: Union[Sequence[str], None] = None,
+        max_pattern_chars: Union[int, None] = None,
+        first_user_text: Union[str, None] = None,
+    ) -> None: ...
+    @property
+    def provider(self) -> str: ...
+    def sanitize(self, messages: Sequence[Message]) -> SanitizeResult:
+        """Repair ``messages``; the input is never mutated."""
+    def __call__(self, messages: Sequence[Message]) -> SanitizeResult: ...

@@ -11,6 +11,7 @@ mod error;
 mod json;
 mod parallel;
 pub mod pretokenize;
+pub mod sanitize;
 mod tokenizer;
 
 pub use cache::{CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES};

@@ -4,6 +4,7 @@
 
 mod errors;
 mod json;
+mod sanitize;
 mod text;
 mod tokenizer;
 
@@ -13,6 +14,9 @@ use pyo3::prelude::*;
 mod _core {
     #[pymodule_export]
     use super::tokenizer::{_mergeable_ranks, PyCacheInfo, PyTokenizer, encoding_name_for_model};
+
+    #[pymodule_export]
+    use super::sanitize::{PyChange, PySanitizeResult, PySanitizer};
 
     use pyo3::prelude::*;
 
@@ -37,6 +41,22 @@ mod _core {
         )?;
         m.add("MIN_CACHED_BYTES", context_core::MIN_CACHED_BYTES)?;
         m.add("PARALLEL_MIN_BYTES", context_core::PARALLEL_MIN_BYTES)?;
+        m.add(
+            "DEFAULT_PLACEHOLDER_PATTERNS",
+            context_core::sanitize::DEFAULT_PLACEHOLDER_PATTERNS.to_vec(),
+        )?;
+        m.add(
+            "DEFAULT_ERROR_PATTERNS",
+            context_core::sanitize::DEFAULT_ERROR_PATTERNS.to_vec(),
+        )?;
+        m.add(
+            "DEFAULT_MAX_PATTERN_CHARS",
+            context_core::sanitize::DEFAULT_MAX_PATTERN_CHARS,
+        )?;
+        m.add(
+            "DEFAULT_FIRST_USER_TEXT",
+            context_core::sanitize::DEFAULT_FIRST_USER_TEXT,
+        )?;
         Ok(())
     }
 }

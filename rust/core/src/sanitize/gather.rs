@@ -1,0 +1,376 @@
+//! Reading the input: what the funnel needs to know of each message, as small
+//! records of indices and id hashes (no strings are copied).
+
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::patterns::is_blank;
+use super::plan::{BlockRef, CallRef, TEXT_SEPARATOR, legacy_call_id};
+use crate::error::{Error, Result};
+use crate::json::{JsonValue, Kind};
+
+/// The roles the funnel knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+    Function,
+    Unknown,
+}
+
+impl Role {
+    fn parse(role: &str) -> Self {
+        match role {
+            "system" => Role::System,
+            "developer" => Role::Developer,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            "function" => Role::Function,
+            _ => Role::Unknown,
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::Developer => "developer",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+            Role::Function => "function",
+            Role::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockKind {
+    Text { blank: bool },
+    Thinking,
+    ToolUse,
+    ToolResult,
+    Other,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Block {
+    pub src: BlockRef,
+    pub kind: BlockKind,
+    /// Hash of the `id` (a `tool_use`) or `tool_use_id` (a `tool_result`).
+    pub id: u128,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Content {
+    Absent,
+    /// String contents of these messages (one, until merged).
+    Texts(Vec<usize>),
+    Blocks(Vec<Block>),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Call {
+    pub src: CallRef,
+    pub id: u128,
+}
+
+/// A message under construction.
+#[derive(Clone, Debug)]
+#[allow(clippy::struct_excessive_bools)] // independent facts about one message
+pub(crate) struct Item {
+    /// The input message whose other keys the output keeps.
+    pub origin: usize,
+    pub role: Role,
+    pub name: Option<u128>,
+    pub content: Content,
+    /// Whether the base message's string content is blank (for `Texts([origin])`).
+    pub blank_text: bool,
+    pub has_refusal: bool,
+    /// OpenAI tool calls (and a legacy `function_call`).
+    pub calls: Vec<Call>,
+    /// Tool messages: hash of the call id they answer.
+    pub answers: Option<u128>,
+    /// Legacy function name (`function_call.name`, or a function message's `name`).
+    pub function_name: Option<u128>,
+    pub has_function_call: bool,
+    pub empty_tool_calls: bool,
+    pub content_changed: bool,
+    pub calls_changed: bool,
+    pub converted_from_function: bool,
+    /// A converted function result: the assistant message whose legacy call it answers.
+    pub legacy_of: Option<usize>,
+}
+
+pub(crate) fn id_hash(id: &str) -> u128 {
+    xxh3_128(id.as_bytes())
+}
+
+fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
+    Error::WrongType {
+        path: path.to_owned(),
+        expected,
+        found: found.type_name().into_owned(),
+    }
+}
+
+fn missing(path: &str) -> Error {
+    Error::MissingField {
+        path: path.to_owned(),
+    }
+}
+
+/// A string field: `None` if absent or null, an error if not a string.
+fn optional_str<'v, J: JsonValue>(
+    value: Option<&'v J>,
+    path: &str,
+) -> Result<Option<std::borrow::Cow<'v, str>>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.kind() == Kind::Null => Ok(None),
+        Some(v) => v
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| wrong_type(path, "str", v)),
+    }
+}
+
+/// The record of input message `index`, or why it is malformed (paths are
+/// relative to the message).
+pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
+    if message.kind() != Kind::Object {
+        return Err(wrong_type("", "a message dict", message));
+    }
+    let role = message.get("role").ok_or_else(|| missing("role"))?;
+    let role_text = role
+        .as_str()
+        .ok_or_else(|| wrong_type("role", "str", &role))?;
+    let role = Role::parse(&role_text);
+    let name = message.get("name");
+    let name = optional_str(name.as_ref(), "name")?.map(|n| id_hash(&n));
+
+    let mut item = Item {
+        origin: index,
+        role,
+        name,
+        content: Content::Absent,
+        blank_text: false,
+        has_refusal: false,
+        calls: Vec::new(),
+        answers: None,
+        function_name: None,
+        has_function_call: false,
+        empty_tool_calls: false,
+        content_changed: false,
+        calls_changed: false,
+        converted_from_function: false,
+        legacy_of: None,
+    };
+    if let Some(content) = message.get("content") {
+        item.content = match content.kind() {
+            Kind::Null => Content::Absent,
+            Kind::String => {
+                item.blank_text = is_blank(&content.as_str().unwrap_or_default());
+                Content::Texts(vec![index])
+            }
+            Kind::Array => Content::Blocks(read_blocks(index, &content)?),
+            _ => {
+                return Err(wrong_type(
+                    "content",
+                    "str, a list of content blocks, or None",
+                    &content,
+                ));
+            }
+        };
+    }
+    let refusal = message.get("refusal");
+    item.has_refusal = optional_str(refusal.as_ref(), "refusal")?.is_some_and(|r| !is_blank(&r));
+    if let Some(calls) = message.get("tool_calls").filter(|c| c.kind() != Kind::Null) {
+        if calls.kind() != Kind::Array {
+            return Err(wrong_type("tool_calls", "a list of tool calls", &calls));
+        }
+        for (i, call) in calls.items().enumerate() {
+            let at = format!("tool_calls[{i}]");
+            if call.kind() != Kind::Object {
+                return Err(wrong_type(&at, "a tool call dict", &call));
+            }
+            let id = call.get("id").ok_or_else(|| missing(&format!("{at}.id")))?;
+            let id = id
+                .as_str()
+                .ok_or_else(|| wrong_type(&format!("{at}.id"), "str", &id))?;
+            item.calls.push(Call {
+                src: CallRef::Call {
+                    message: index,
+                    call: i,
+                },
+                id: id_hash(&id),
+            });
+        }
+        item.empty_tool_calls = item.calls.is_empty();
+    }
+    let answers = message.get("tool_call_id");
+    item.answers = optional_str(answers.as_ref(), "tool_call_id")?.map(|id| id_hash(&id));
+    if let Some(call) = message
+        .get("function_call")
+        .filter(|c| c.kind() != Kind::Null)
+    {
+        if call.kind() != Kind::Object {
+            return Err(wrong_type(
+                "function_call",
+                "a dict with name and arguments",
+                &call,
+            ));
+        }
+        let name = call.get("name");
+        let name = optional_str(name.as_ref(), "function_call.name")?
+            .ok_or_else(|| missing("function_call.name"))?;
+        item.function_name = Some(id_hash(&name));
+        item.has_function_call = true;
+        // Legacy calls are never valid as they are: converted or stripped.
+        item.calls.push(Call {
+            src: CallRef::Legacy { message: index },
+            id: id_hash(&legacy_call_id(index)),
+        });
+        item.calls_changed = true;
+    }
+    if role == Role::Function {
+        item.function_name = name;
+    }
+    Ok(item)
+}
+
+fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
+    let mut blocks = Vec::with_capacity(content.len());
+    for (j, block) in content.items().enumerate() {
+        let at = format!("content[{j}]");
+        if block.kind() != Kind::Object {
+            return Err(wrong_type(&at, "a content block dict", &block));
+        }
+        let kind = block
+            .get("type")
+            .ok_or_else(|| missing(&format!("{at}.type")))?;
+        let kind = kind
+            .as_str()
+            .ok_or_else(|| wrong_type(&format!("{at}.type"), "str", &kind))?;
+        let string_field = |field: &'static str| -> Result<String> {
+            let value = block
+                .get(field)
+                .ok_or_else(|| missing(&format!("{at}.{field}")))?;
+            value
+                .as_str()
+                .map(std::borrow::Cow::into_owned)
+                .ok_or_else(|| wrong_type(&format!("{at}.{field}"), "str", &value))
+        };
+        let (kind, id) = match kind.as_ref() {
+            "text" | "input_text" | "output_text" => {
+                let value = block
+                    .get("text")
+                    .ok_or_else(|| missing(&format!("{at}.text")))?;
+                let text = value
+                    .as_str()
+                    .ok_or_else(|| wrong_type(&format!("{at}.text"), "str", &value))?;
+                (
+                    BlockKind::Text {
+                        blank: is_blank(&text),
+                    },
+                    0,
+                )
+            }
+            "thinking" | "redacted_thinking" => (BlockKind::Thinking, 0),
+            "tool_use" => (BlockKind::ToolUse, id_hash(&string_field("id")?)),
+            "tool_result" => (
+                BlockKind::ToolResult,
+                id_hash(&string_field("tool_use_id")?),
+            ),
+            _ => (BlockKind::Other, 0),
+        };
+        blocks.push(Block {
+            src: BlockRef::Block {
+                message: index,
+                block: j,
+            },
+            kind,
+            id,
+        });
+    }
+    Ok(blocks)
+}
+
+/// The text of an item whose content is only text: its string contents
+/// joined as merged, or its text blocks joined by newlines. `None` for
+/// anything else.
+pub(crate) fn item_text<J: JsonValue>(messages: &[J], item: &Item) -> Option<String> {
+    let string_of = |message: usize| {
+        messages[message]
+            .get("content")
+            .and_then(|c| c.as_str().map(std::borrow::Cow::into_owned))
+    };
+    match &item.content {
+        Content::Absent => None,
+        Content::Texts(sources) => {
+            let texts: Option<Vec<String>> = sources.iter().map(|&m| string_of(m)).collect();
+            Some(texts?.join(TEXT_SEPARATOR))
+        }
+        Content::Blocks(blocks) => {
+            let all_text = blocks
+                .iter()
+                .all(|b| matches!(b.kind, BlockKind::Text { .. }));
+            if blocks.is_empty() || !all_text {
+                return None;
+            }
+            let texts: Option<Vec<String>> = blocks
+                .iter()
+                .map(|b| match b.src {
+                    BlockRef::TextOf { message } => string_of(message),
+                    BlockRef::Block { message, block } => messages[message]
+                        .get("content")?
+                        .items()
+                        .nth(block)?
+                        .get("text")?
+                        .as_str()
+                        .map(std::borrow::Cow::into_owned),
+                })
+                .collect();
+            Some(texts?.join("\n"))
+        }
+    }
+}
+
+/// The id text of a call, for reports.
+pub(crate) fn call_id_text<J: JsonValue>(messages: &[J], call: CallRef) -> String {
+    match call {
+        CallRef::Legacy { message } => legacy_call_id(message),
+        CallRef::Call { message, call } => messages[message]
+            .get("tool_calls")
+            .and_then(|calls| calls.items().nth(call))
+            .and_then(|c| c.get("id"))
+            .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
+            .unwrap_or_default(),
+    }
+}
+
+/// The `id` / `tool_use_id` text of an input block, for reports.
+pub(crate) fn block_id_text<J: JsonValue>(
+    messages: &[J],
+    block: BlockRef,
+    field: &'static str,
+) -> String {
+    match block {
+        BlockRef::TextOf { .. } => String::new(),
+        BlockRef::Block { message, block } => messages[message]
+            .get("content")
+            .and_then(|content| content.items().nth(block))
+            .and_then(|b| b.get(field))
+            .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
+            .unwrap_or_default(),
+    }
+}
+
+/// A tool message's `tool_call_id`, for reports.
+pub(crate) fn answer_id_text<J: JsonValue>(message: &J) -> Option<String> {
+    message
+        .get("tool_call_id")
+        .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
+}

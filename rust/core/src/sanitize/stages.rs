@@ -1,0 +1,598 @@
+//! The four stages of the funnel, on [`Item`] records. README.md
+//! ("sanitize") states each rule; the reference implements the same ones.
+
+use std::collections::HashSet;
+
+use super::gather::{self, Block, BlockKind, Call, Content, Item, Role, id_hash};
+use super::patterns::{Junk, Patterns};
+use super::plan::{BlockRef, CallRef, Change, OutContent, legacy_call_id};
+use super::{OnInvalid, Options, Provider};
+use crate::error::Result;
+use crate::json::JsonValue;
+
+pub(crate) struct Run<'m, J> {
+    pub messages: &'m [J],
+    pub options: &'m Options,
+    pub patterns: &'m Patterns,
+    pub changes: Vec<Change>,
+    pub system: Vec<OutContent>,
+}
+
+impl<J: JsonValue> Run<'_, J> {
+    fn change(&mut self, stage: u8, index: Option<usize>, action: &'static str, reason: String) {
+        self.changes.push(Change {
+            stage,
+            index,
+            action,
+            reason,
+        });
+    }
+
+    fn anthropic(&self) -> bool {
+        self.options.provider == Provider::Anthropic
+    }
+
+    /// Stage 1: read every message; drop what the target API does not take,
+    /// junk text and empty messages; lift system messages (Anthropic);
+    /// convert legacy function messages (OpenAI, when asked).
+    pub fn stage1(&mut self) -> Result<Vec<Item>> {
+        let mut items = Vec::with_capacity(self.messages.len());
+        // The latest assistant's legacy call, which a function result may answer.
+        let mut open_legacy: Option<(usize, u128)> = None;
+        for (index, message) in self.messages.iter().enumerate() {
+            let mut item = match gather::read(index, message) {
+                Ok(item) => item,
+                Err(error) => {
+                    let error = error.within(&format!("messages[{index}]"));
+                    if self.options.on_invalid == OnInvalid::Raise {
+                        return Err(error);
+                    }
+                    self.change(1, Some(index), "drop_invalid", error.to_string());
+                    continue;
+                }
+            };
+            if let Some(reason) = self.refused_role(index, &item) {
+                self.change(1, Some(index), "drop_role", reason);
+                continue;
+            }
+            self.drop_blank_blocks(&mut item);
+            if item.empty_tool_calls {
+                self.change(1, Some(index), "drop_key", "empty tool_calls".to_owned());
+                item.calls_changed = true;
+            }
+            if self.drop_if_junk(1, &item) {
+                continue;
+            }
+            if item.role != Role::Tool && item.role != Role::Function && is_empty(&item) {
+                self.change(1, Some(index), "drop_empty", "empty message".to_owned());
+                continue;
+            }
+            if self.anthropic() && matches!(item.role, Role::System | Role::Developer) {
+                self.change(
+                    1,
+                    Some(index),
+                    "lift_system",
+                    "system message lifted into the system prompt".to_owned(),
+                );
+                self.system.push(content_out(&item.content));
+                continue;
+            }
+            if !self.track_legacy(index, &mut item, &mut open_legacy) {
+                continue;
+            }
+            items.push(item);
+        }
+        Ok(items)
+    }
+
+    /// Drop (and report) a user or assistant message with no tool calls whose
+    /// content is only text, and junk text at that.
+    fn drop_if_junk(&mut self, stage: u8, item: &Item) -> bool {
+        if !matches!(item.role, Role::User | Role::Assistant) || !item.calls.is_empty() {
+            return false;
+        }
+        let junk =
+            gather::item_text(self.messages, item).and_then(|text| self.patterns.classify(&text));
+        let (action, reason) = match junk {
+            Some(Junk::Placeholder) => ("drop_placeholder", "placeholder text"),
+            Some(Junk::ErrorReply) => ("drop_error_reply", "error or cancel reply"),
+            None => return false,
+        };
+        self.change(stage, Some(item.origin), action, reason.to_owned());
+        true
+    }
+
+    /// Stage 3: a message that lost tool calls or results goes if nothing, or
+    /// only junk text, is left. Returns whether it stays.
+    fn keeps_after_stripping(&mut self, item: &Item, what: &str) -> bool {
+        if is_empty(item) {
+            self.change(
+                3,
+                Some(item.origin),
+                "drop_empty",
+                format!("empty after removing {what}"),
+            );
+            return false;
+        }
+        !self.drop_if_junk(3, item)
+    }
+
+    /// Legacy function calling (OpenAI): remember an assistant's
+    /// `function_call`, and convert the function message that answers it (or
+    /// drop one that answers nothing). Returns whether the item stays.
+    fn track_legacy(
+        &mut self,
+        index: usize,
+        item: &mut Item,
+        open_legacy: &mut Option<(usize, u128)>,
+    ) -> bool {
+        match item.role {
+            Role::Assistant => {
+                *open_legacy = None;
+                if item.has_function_call {
+                    if self.options.convert_function {
+                        self.change(
+                            1,
+                            Some(index),
+                            "convert_function",
+                            "legacy function_call converted to tool_calls".to_owned(),
+                        );
+                    }
+                    *open_legacy = item.function_name.map(|name| (index, name));
+                }
+                true
+            }
+            Role::Function => match open_legacy.take() {
+                Some((assistant, name)) if item.function_name == Some(name) => {
+                    self.change(
+                        1,
+                        Some(index),
+                        "convert_function",
+                        "legacy function result converted to a tool message".to_owned(),
+                    );
+                    item.role = Role::Tool;
+                    item.answers = Some(id_hash(&legacy_call_id(assistant)));
+                    item.converted_from_function = true;
+                    item.legacy_of = Some(assistant);
+                    true
+                }
+                _ => {
+                    self.change(
+                        1,
+                        Some(index),
+                        "drop_role",
+                        "legacy function result without a function_call to answer".to_owned(),
+                    );
+                    false
+                }
+            },
+            _ => true,
+        }
+    }
+
+    /// Why the target API refuses this message's role, if it does.
+    fn refused_role(&self, index: usize, item: &Item) -> Option<String> {
+        let role_text = || {
+            self.messages[index]
+                .get("role")
+                .and_then(|r| r.as_str().map(std::borrow::Cow::into_owned))
+                .unwrap_or_default()
+        };
+        match (self.options.provider, item.role) {
+            (_, Role::Unknown) => Some(format!("unknown role \"{}\"", role_text())),
+            (Provider::Anthropic, Role::Tool | Role::Function) => Some(format!(
+                "role \"{}\" is not accepted by anthropic",
+                role_text()
+            )),
+            (Provider::OpenAi, Role::Function) if !self.options.convert_function => Some(
+                "legacy role \"function\" (pass convert_function=True to convert it)".to_owned(),
+            ),
+            _ => None,
+        }
+    }
+
+    fn drop_blank_blocks(&mut self, item: &mut Item) {
+        let Content::Blocks(blocks) = &mut item.content else {
+            return;
+        };
+        let before = blocks.len();
+        let mut dropped = Vec::new();
+        blocks.retain(|block| {
+            let blank = matches!(block.kind, BlockKind::Text { blank: true });
+            if blank {
+                dropped.push(block.src);
+            }
+            !blank
+        });
+        if blocks.len() != before {
+            item.content_changed = true;
+            for src in dropped {
+                if let BlockRef::Block { message, block } = src {
+                    self.change(
+                        1,
+                        Some(message),
+                        "drop_block",
+                        format!("empty text block at content[{block}]"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Stages 2 and 4: merge consecutive messages of the same role.
+    pub fn merge(&mut self, stage: u8, items: Vec<Item>) -> Vec<Item> {
+        let mut out: Vec<Item> = Vec::with_capacity(items.len());
+        for item in items {
+            match out.last_mut() {
+                Some(previous) if self.mergeable(previous, &item) => {
+                    self.change(
+                        stage,
+                        Some(item.origin),
+                        "merge",
+                        format!("merged into the previous {} message", item.role.name()),
+                    );
+                    merge_into(previous, item, self.options.provider);
+                }
+                _ => out.push(item),
+            }
+        }
+        out
+    }
+
+    fn mergeable(&self, previous: &Item, item: &Item) -> bool {
+        previous.role == item.role
+            && matches!(
+                item.role,
+                Role::User | Role::Assistant | Role::System | Role::Developer
+            )
+            && (self.anthropic() || previous.name == item.name)
+    }
+
+    /// Stage 3: pair every tool call with exactly one result where the API
+    /// wants it; drop the rest.
+    pub fn stage3(&mut self, items: Vec<Item>) -> Vec<Item> {
+        if self.anthropic() {
+            self.pair_anthropic(items)
+        } else {
+            self.pair_openai(items)
+        }
+    }
+
+    fn pair_openai(&mut self, items: Vec<Item>) -> Vec<Item> {
+        let mut seen: HashSet<u128> = HashSet::new();
+        let mut out = Vec::with_capacity(items.len());
+        let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
+        let mut i = 0;
+        while i < slots.len() {
+            let role = slots[i].as_ref().map(|it| it.role);
+            if role != Some(Role::Assistant) {
+                let item = slots[i].take().expect("each slot is visited once");
+                self.keep_or_drop_orphan(item, &mut out);
+                i += 1;
+                continue;
+            }
+            let end = (i + 1..slots.len())
+                .find(|&k| {
+                    slots[k]
+                        .as_ref()
+                        .is_some_and(|it| it.role == Role::Assistant)
+                })
+                .unwrap_or(slots.len());
+            let mut assistant = slots[i].take().expect("each slot is visited once");
+            let mut claimed: Vec<usize> = Vec::new();
+            let mut kept_calls = Vec::with_capacity(assistant.calls.len());
+            let call_count = assistant.calls.len();
+            for call in std::mem::take(&mut assistant.calls) {
+                let id_text = || gather::call_id_text(self.messages, call.src);
+                if seen.contains(&call.id) {
+                    self.change(
+                        3,
+                        Some(assistant.origin),
+                        "drop_duplicate_call",
+                        format!("duplicate tool call id \"{}\"", id_text()),
+                    );
+                    assistant.calls_changed = true;
+                    continue;
+                }
+                let result = (i + 1..end).find(|&k| {
+                    !claimed.contains(&k)
+                        && slots[k]
+                            .as_ref()
+                            .is_some_and(|it| it.role == Role::Tool && it.answers == Some(call.id))
+                });
+                if let Some(k) = result {
+                    claimed.push(k);
+                    seen.insert(call.id);
+                    kept_calls.push(call);
+                } else {
+                    self.change(
+                        3,
+                        Some(assistant.origin),
+                        "drop_call",
+                        format!("tool call \"{}\" has no result", id_text()),
+                    );
+                    assistant.calls_changed = true;
+                }
+            }
+            let stripped = kept_calls.len() != call_count;
+            assistant.calls = kept_calls;
+            if !stripped || self.keeps_after_stripping(&assistant, "tool calls without results") {
+                out.push(assistant);
+            }
+            claimed.sort_unstable();
+            for &k in &claimed {
+                let moved =
+                    (i + 1..k).any(|m| slots[m].as_ref().is_some_and(|it| it.role != Role::Tool));
+                let result = slots[k].take().expect("claimed once");
+                if moved {
+                    let id = match result.legacy_of {
+                        Some(assistant) => legacy_call_id(assistant),
+                        None => gather::answer_id_text(&self.messages[result.origin])
+                            .unwrap_or_default(),
+                    };
+                    self.change(
+                        3,
+                        Some(result.origin),
+                        "move_result",
+                        format!("tool result for \"{id}\" moved to follow its call"),
+                    );
+                }
+                out.push(result);
+            }
+            for slot in &mut slots[i + 1..end] {
+                if let Some(item) = slot.take() {
+                    self.keep_or_drop_orphan(item, &mut out);
+                }
+            }
+            i = end;
+        }
+        out
+    }
+
+    /// Keep a non-assistant item, unless it is a tool result nobody claimed.
+    fn keep_or_drop_orphan(&mut self, item: Item, out: &mut Vec<Item>) {
+        if item.role == Role::Tool {
+            let id = match item.legacy_of {
+                Some(assistant) => Some(legacy_call_id(assistant)),
+                None => gather::answer_id_text(&self.messages[item.origin]),
+            };
+            let reason = match id {
+                Some(id) => format!("tool result for \"{id}\" has no matching call"),
+                None => "tool result without tool_call_id".to_owned(),
+            };
+            self.change(3, Some(item.origin), "drop_result", reason);
+        } else {
+            out.push(item);
+        }
+    }
+
+    fn pair_anthropic(&mut self, items: Vec<Item>) -> Vec<Item> {
+        let mut seen: HashSet<u128> = HashSet::new();
+        let mut out = Vec::with_capacity(items.len());
+        let mut items = items.into_iter().peekable();
+        while let Some(mut item) = items.next() {
+            if item.role != Role::Assistant {
+                // A user message not right after an assistant message: no result can be valid.
+                if let Some(user) = self.settle_results(item, &HashSet::new()) {
+                    out.push(user);
+                }
+                continue;
+            }
+            let next_is_user = items.peek().is_some_and(|next| next.role == Role::User);
+            let available: Vec<u128> = if next_is_user {
+                result_ids(items.peek().expect("peeked"))
+            } else {
+                Vec::new()
+            };
+            let mut claimed: HashSet<u128> = HashSet::new();
+            let mut stripped = !item.calls.is_empty();
+            // OpenAI-style tool_calls can have no result here: tool messages were dropped.
+            for call in std::mem::take(&mut item.calls) {
+                let id = gather::call_id_text(self.messages, call.src);
+                self.change(
+                    3,
+                    Some(item.origin),
+                    "drop_call",
+                    format!("tool call \"{id}\" has no result"),
+                );
+                item.calls_changed = true;
+            }
+            if let Content::Blocks(blocks) = &mut item.content {
+                let mut kept = Vec::with_capacity(blocks.len());
+                for block in blocks.drain(..) {
+                    if block.kind != BlockKind::ToolUse {
+                        kept.push(block);
+                        continue;
+                    }
+                    let id_text = || gather::block_id_text(self.messages, block.src, "id");
+                    if seen.contains(&block.id) {
+                        self.changes.push(Change {
+                            stage: 3,
+                            index: Some(item.origin),
+                            action: "drop_duplicate_call",
+                            reason: format!("duplicate tool call id \"{}\"", id_text()),
+                        });
+                        item.content_changed = true;
+                        stripped = true;
+                    } else if available.contains(&block.id) {
+                        seen.insert(block.id);
+                        claimed.insert(block.id);
+                        kept.push(block);
+                    } else {
+                        self.changes.push(Change {
+                            stage: 3,
+                            index: Some(item.origin),
+                            action: "drop_call",
+                            reason: format!("tool call \"{}\" has no result", id_text()),
+                        });
+                        item.content_changed = true;
+                        stripped = true;
+                    }
+                }
+                *blocks = kept;
+            }
+            if !stripped || self.keeps_after_stripping(&item, "tool calls without results") {
+                out.push(item);
+            }
+            if next_is_user {
+                let user = items.next().expect("peeked");
+                if let Some(user) = self.settle_results(user, &claimed) {
+                    out.push(user);
+                }
+            }
+        }
+        out
+    }
+
+    /// Keep in a user message only the tool results of `claimed` (the first
+    /// one per id), placed first; drop the message if nothing is left.
+    fn settle_results(&mut self, mut user: Item, claimed: &HashSet<u128>) -> Option<Item> {
+        let mut stripped = false;
+        if let Content::Blocks(blocks) = &mut user.content {
+            let mut answered: HashSet<u128> = HashSet::new();
+            let mut results = Vec::new();
+            let mut others = Vec::new();
+            // A kept result after some other block: the results must move up.
+            let mut reordered = false;
+            for block in blocks.drain(..) {
+                if block.kind != BlockKind::ToolResult {
+                    others.push(block);
+                } else if claimed.contains(&block.id) && answered.insert(block.id) {
+                    reordered |= !others.is_empty();
+                    results.push(block);
+                } else {
+                    let id = gather::block_id_text(self.messages, block.src, "tool_use_id");
+                    let reason = if answered.contains(&block.id) {
+                        format!("duplicate tool result for \"{id}\"")
+                    } else {
+                        format!("tool result for \"{id}\" has no matching call")
+                    };
+                    self.changes.push(Change {
+                        stage: 3,
+                        index: Some(user.origin),
+                        action: "drop_result",
+                        reason,
+                    });
+                    user.content_changed = true;
+                    stripped = true;
+                }
+            }
+            if reordered {
+                self.changes.push(Change {
+                    stage: 3,
+                    index: Some(user.origin),
+                    action: "reorder_blocks",
+                    reason: "tool results moved to the start of the message".to_owned(),
+                });
+                user.content_changed = true;
+            }
+            results.extend(others);
+            *blocks = results;
+        }
+        (!stripped || self.keeps_after_stripping(&user, "tool results without calls"))
+            .then_some(user)
+    }
+}
+
+fn result_ids(item: &Item) -> Vec<u128> {
+    match &item.content {
+        Content::Blocks(blocks) => blocks
+            .iter()
+            .filter(|b| b.kind == BlockKind::ToolResult)
+            .map(|b| b.id)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a message has nothing the API would take as content: no text
+/// that is not blank, no block other than blank text or thinking, no
+/// refusal, no tool call.
+pub(crate) fn is_empty(item: &Item) -> bool {
+    let substance = match &item.content {
+        Content::Absent => false,
+        Content::Texts(messages) => !(messages.len() == 1 && item.blank_text),
+        Content::Blocks(blocks) => blocks.iter().any(|b| {
+            !matches!(
+                b.kind,
+                BlockKind::Text { blank: true } | BlockKind::Thinking
+            )
+        }),
+    };
+    !substance && !item.has_refusal && item.calls.is_empty()
+}
+
+/// Append `item` to `previous` (same role).
+fn merge_into(previous: &mut Item, mut item: Item, provider: Provider) {
+    // A blank string content (kept only for the tool calls beside it) adds
+    // nothing to a merge; absent content takes the other side as it is.
+    if previous.blank_text {
+        previous.content = Content::Absent;
+        previous.blank_text = false;
+    }
+    if item.blank_text {
+        item.content = Content::Absent;
+    }
+    previous.blank_text = false;
+    previous.content = match (
+        std::mem::replace(&mut previous.content, Content::Absent),
+        item.content,
+    ) {
+        (Content::Texts(mut a), Content::Texts(b)) => {
+            a.extend(b);
+            Content::Texts(a)
+        }
+        (Content::Absent, only) | (only, Content::Absent) => only,
+        (a, b) => {
+            let mut blocks = into_blocks(a);
+            blocks.extend(into_blocks(b));
+            if provider == Provider::Anthropic {
+                let first = match previous.role {
+                    Role::User => Some(BlockKind::ToolResult),
+                    Role::Assistant => Some(BlockKind::Thinking),
+                    _ => None,
+                };
+                if let Some(first) = first {
+                    // Stable: the tool results (user) or thinking (assistant) lead.
+                    blocks.sort_by_key(|b| b.kind != first);
+                }
+            }
+            Content::Blocks(blocks)
+        }
+    };
+    previous.content_changed = true;
+    previous.has_refusal |= item.has_refusal;
+    if !item.calls.is_empty() || item.calls_changed {
+        previous.calls.extend(item.calls);
+        previous.calls_changed = true;
+    }
+}
+
+fn into_blocks(content: Content) -> Vec<Block> {
+    match content {
+        Content::Absent => Vec::new(),
+        Content::Texts(messages) => messages
+            .into_iter()
+            .map(|message| Block {
+                src: BlockRef::TextOf { message },
+                kind: BlockKind::Text { blank: false },
+                id: 0,
+            })
+            .collect(),
+        Content::Blocks(blocks) => blocks,
+    }
+}
+
+/// The output form of a content.
+pub(crate) fn content_out(content: &Content) -> OutContent {
+    match content {
+        Content::Absent => OutContent::Null,
+        Content::Texts(messages) => OutContent::Texts(messages.clone()),
+        Content::Blocks(blocks) => OutContent::Blocks(blocks.iter().map(|b| b.src).collect()),
+    }
+}
+
+/// The output form of calls.
+pub(crate) fn calls_out(calls: &[Call]) -> Vec<CallRef> {
+    calls.iter().map(|c| c.src).collect()
+}

@@ -1,0 +1,145 @@
+use super::*;
+use crate::json::Json;
+
+fn s(text: &str) -> Json<'_> {
+    Json::String(text.into())
+}
+
+fn obj<'a>(entries: Vec<(&'a str, Json<'a>)>) -> Json<'a> {
+    Json::Object(entries.into_iter().map(|(k, v)| (s(k), v)).collect())
+}
+
+fn msg<'a>(role: &'a str, content: Json<'a>) -> Json<'a> {
+    obj(vec![("role", s(role)), ("content", content)])
+}
+
+fn blocks(items: Vec<Json<'_>>) -> Json<'_> {
+    Json::Array(items)
+}
+
+fn anthropic() -> Sanitizer {
+    Sanitizer::with_defaults(Options::new(Provider::Anthropic))
+}
+
+fn openai() -> Sanitizer {
+    Sanitizer::with_defaults(Options::new(Provider::OpenAi))
+}
+
+/// Seed 000's example: a placeholder, a legacy tool message, an orphaned call
+/// and a cancel reply around one good call/result pair.
+#[test]
+fn seed_example_leaves_user_call_result() {
+    let history = [
+        msg("user", s("写个排序函数")),
+        msg("assistant", s("[tool_call: quicksort]")),
+        msg("tool", s("legacy tool message")),
+        msg(
+            "assistant",
+            blocks(vec![
+                obj(vec![
+                    ("type", s("tool_use")),
+                    ("id", s("call_1")),
+                    ("name", s("search")),
+                    ("input", obj(vec![])),
+                ]),
+                obj(vec![
+                    ("type", s("tool_use")),
+                    ("id", s("call_2")),
+                    ("name", s("calc")),
+                    ("input", obj(vec![])),
+                ]),
+            ]),
+        ),
+        msg(
+            "user",
+            blocks(vec![obj(vec![
+                ("type", s("tool_result")),
+                ("tool_use_id", s("call_1")),
+                ("content", s("结果...")),
+            ])]),
+        ),
+        msg("assistant", s("The request was cancelled...")),
+    ];
+    let refs: Vec<&Json> = history.iter().collect();
+    let plan = anthropic().sanitize(&refs).unwrap();
+    assert_eq!(
+        plan.messages,
+        vec![
+            OutMessage::Original(0),
+            OutMessage::Built(BuiltMessage {
+                base: Some(3),
+                role: None,
+                content: Some(OutContent::Blocks(vec![BlockRef::Block {
+                    message: 3,
+                    block: 0
+                }])),
+                tool_calls: None,
+                tool_call_id: None,
+                remove: vec![],
+            }),
+            OutMessage::Original(4),
+        ]
+    );
+    let actions: Vec<&str> = plan.changes.iter().map(|c| c.action).collect();
+    assert_eq!(
+        actions,
+        [
+            "drop_placeholder",
+            "drop_role",
+            "drop_error_reply",
+            "drop_call"
+        ]
+    );
+    assert!(plan.system.is_empty());
+}
+
+#[test]
+fn valid_history_is_returned_untouched() {
+    let history = [
+        msg("system", s("Be brief.")),
+        msg("user", s("hi")),
+        msg("assistant", s("hello")),
+        msg("user", s("bye")),
+    ];
+    let refs: Vec<&Json> = history.iter().collect();
+    let plan = openai().sanitize(&refs).unwrap();
+    assert!(plan.is_unchanged());
+    assert_eq!(
+        plan.messages,
+        (0..4).map(OutMessage::Original).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn consecutive_users_merge_and_anthropic_system_is_lifted() {
+    let history = [
+        msg("system", s("Be brief.")),
+        msg("user", s("a")),
+        msg("user", s("b")),
+    ];
+    let refs: Vec<&Json> = history.iter().collect();
+    let plan = anthropic().sanitize(&refs).unwrap();
+    assert_eq!(plan.system, vec![OutContent::Texts(vec![0])]);
+    match &plan.messages[..] {
+        [OutMessage::Built(built)] => {
+            assert_eq!(built.content, Some(OutContent::Texts(vec![1, 2])));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn malformed_messages_raise_or_drop() {
+    let history = [msg("user", s("ok")), obj(vec![("content", s("no role"))])];
+    let refs: Vec<&Json> = history.iter().collect();
+    let error = openai().sanitize(&refs).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "messages[1].role: required field is missing"
+    );
+    let mut options = Options::new(Provider::OpenAi);
+    options.on_invalid = OnInvalid::Drop;
+    let plan = Sanitizer::with_defaults(options).sanitize(&refs).unwrap();
+    assert_eq!(plan.messages, vec![OutMessage::Original(0)]);
+    assert_eq!(plan.changes[0].action, "drop_invalid");
+}

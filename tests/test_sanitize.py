@@ -1,0 +1,594 @@
+"""The sanitize funnel (mirrors rust/core/src/sanitize): seed 000's example,
+every repair, generated broken histories in both formats checked against the
+providers' rules, the reference, idempotency and the fast path."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import validators
+from context_core import (
+    DEFAULT_ERROR_PATTERNS,
+    Change,
+    InvalidInputError,
+    InvalidTypeError,
+    Sanitizer,
+    sanitize,
+)
+from context_core.reference import sanitize as reference
+from strategies import edge_text
+
+SEED_000 = [
+    {"role": "user", "content": "写个排序函数"},
+    {"role": "assistant", "content": "[tool_call: quicksort]"},
+    {"role": "tool", "content": "legacy tool message"},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "call_1", "name": "search", "input": {}},
+            {"type": "tool_use", "id": "call_2", "name": "calc", "input": {}},
+        ],
+    },
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "结果..."}]},
+    {"role": "assistant", "content": "The request was cancelled..."},
+]
+
+
+def summary(changes) -> list[tuple]:
+    return [(c.stage, c.index, c.action, c.reason) for c in changes]
+
+
+def test_seed_000_example():
+    result = sanitize(SEED_000, provider="anthropic")
+    assert result.messages == [
+        {"role": "user", "content": "写个排序函数"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "call_1", "name": "search", "input": {}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "结果..."}]},
+    ]
+    assert result.messages[0] is SEED_000[0]
+    assert result.messages[2] is SEED_000[4]
+    assert result.messages[1]["content"][0] is SEED_000[3]["content"][0]  # blocks are reused, not copied
+    assert result.system is None
+    assert summary(result.changes) == [
+        (1, 1, "drop_placeholder", "placeholder text"),
+        (1, 2, "drop_role", 'role "tool" is not accepted by anthropic'),
+        (1, 5, "drop_error_reply", "error or cancel reply"),
+        (3, 3, "drop_call", 'tool call "call_2" has no result'),
+    ]
+    assert validators.anthropic(result.messages) == []
+
+
+def test_valid_history_comes_back_as_the_same_objects():
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2+2?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "4"},
+        {"role": "assistant", "content": "4"},
+    ]
+    result = sanitize(history)
+    assert not result.changed
+    assert len(result.messages) == len(history)
+    assert all(a is b for a, b in zip(result.messages, history, strict=True))
+    assert result.messages is not history
+
+
+# -- each repair, both providers (table-driven) --------------------------------------------
+
+
+def tool_call(call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+CASES = [
+    (
+        "openai",
+        "merges consecutive user messages",
+        [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+        [{"role": "user", "content": "a\n\nb"}],
+        ["merge"],
+    ),
+    (
+        "openai",
+        "never merges tool messages; moves results up to their call",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [tool_call("a"), tool_call("b")]},
+            {"role": "user", "content": "hurry"},
+            {"role": "tool", "tool_call_id": "b", "content": "B"},
+            {"role": "tool", "tool_call_id": "a", "content": "A"},
+        ],
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [tool_call("a"), tool_call("b")]},
+            {"role": "tool", "tool_call_id": "b", "content": "B"},
+            {"role": "tool", "tool_call_id": "a", "content": "A"},
+            {"role": "user", "content": "hurry"},
+        ],
+        ["move_result", "move_result"],
+    ),
+    (
+        "openai",
+        "drops a result without a call and a call without a result",
+        [
+            {"role": "tool", "tool_call_id": "x", "content": "lost"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "let me look", "tool_calls": [tool_call("y")]},
+        ],
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "let me look"}],
+        ["drop_result", "drop_call"],
+    ),
+    (
+        "openai",
+        "keeps the first pair of a duplicated id",
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [tool_call("d")]},
+            {"role": "tool", "tool_call_id": "d", "content": "1"},
+            {"role": "assistant", "content": "again", "tool_calls": [tool_call("d")]},
+            {"role": "tool", "tool_call_id": "d", "content": "2"},
+        ],
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "tool_calls": [tool_call("d")]},
+            {"role": "tool", "tool_call_id": "d", "content": "1"},
+            {"role": "assistant", "content": "again"},
+        ],
+        ["drop_duplicate_call", "drop_result"],
+    ),
+    (
+        "openai",
+        "drops empty messages, empty tool_calls and blank text parts",
+        [
+            {"role": "user", "content": [{"type": "text", "text": "  "}, {"type": "text", "text": "real"}]},
+            {"role": "assistant", "content": "   "},
+            {"role": "assistant", "content": "ok", "tool_calls": []},
+        ],
+        [
+            {"role": "user", "content": [{"type": "text", "text": "real"}]},
+            {"role": "assistant", "content": "ok"},
+        ],
+        ["drop_block", "drop_empty", "drop_key"],
+    ),
+    (
+        "openai",
+        "drops legacy function messages and unknown roles",
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+            {"role": "function", "name": "f", "content": "r"},
+            {"role": "critic", "content": "meh"},
+            {"role": "assistant", "content": "done"},
+        ],
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "done"}],
+        ["drop_role", "drop_role", "merge", "drop_call"],
+    ),
+    (
+        "anthropic",
+        "lifts system messages and inserts a first user turn",
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "hi"},
+        ],
+        [
+            {"role": "user", "content": "(continued)"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "hi"},
+        ],
+        ["lift_system", "insert_user"],
+    ),
+    (
+        "anthropic",
+        "puts tool results first in the user message",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "here:"},
+                    {"type": "tool_result", "tool_use_id": "t", "content": "R"},
+                ],
+            },
+        ],
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": "R"},
+                    {"type": "text", "text": "here:"},
+                ],
+            },
+        ],
+        ["reorder_blocks"],
+    ),
+    (
+        "anthropic",
+        "merges assistant turns with thinking first",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "Let me think."},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                    {"type": "text", "text": "Answer."},
+                ],
+            },
+        ],
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                    {"type": "text", "text": "Let me think."},
+                    {"type": "text", "text": "Answer."},
+                ],
+            },
+        ],
+        ["merge"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("provider", "what", "history", "expected", "actions"), CASES, ids=[c[1] for c in CASES]
+)
+def test_repairs(provider, what, history, expected, actions):
+    result = sanitize(history, provider=provider)
+    assert result.messages == expected, what
+    assert [c.action for c in result.changes] == actions
+    ref = reference.sanitize(history, provider)
+    assert ref.messages == expected
+    assert summary(ref.changes) == summary(result.changes)
+    check = validators.anthropic if provider == "anthropic" else validators.openai
+    assert check(result.messages) == []
+
+
+def test_convert_legacy_function_messages():
+    history = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "function_call": {"name": "weather", "arguments": "{}"}},
+        {"role": "function", "name": "weather", "content": "sunny"},
+        {"role": "assistant", "content": "Sunny."},
+    ]
+    result = sanitize(history, convert_function=True)
+    assert result.messages == [
+        history[0],
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_legacy_1", "type": "function", "function": history[1]["function_call"]}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_legacy_1", "content": "sunny"},
+        history[3],
+    ]
+    assert validators.openai(result.messages) == []
+    assert reference.sanitize(history, "openai", convert_function=True).messages == result.messages
+
+
+def test_anthropic_system_with_blocks_is_lifted_as_blocks():
+    cached = {"type": "text", "text": "Rules.", "cache_control": {"type": "ephemeral"}}
+    history = [
+        {"role": "system", "content": [cached]},
+        {"role": "developer", "content": "More rules."},
+        {"role": "user", "content": "hi"},
+    ]
+    result = sanitize(history, "anthropic")
+    assert result.system == [cached, {"type": "text", "text": "More rules."}]
+    assert result.system[0] is cached
+    assert sanitize(history[1:], "anthropic").system == "More rules."
+    assert reference.sanitize(history, "anthropic").system == result.system
+
+
+def test_thinking_of_tool_turns_is_kept_intact_and_in_place():
+    thinking = {"type": "thinking", "thinking": "I should search.", "signature": "sig=="}
+    history = [
+        {"role": "user", "content": "find it"},
+        {
+            "role": "assistant",
+            "content": [
+                thinking,
+                {"type": "tool_use", "id": "t1", "name": "search", "input": {}},
+                {"type": "tool_use", "id": "t2", "name": "search", "input": {}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+    ]
+    result = sanitize(history, "anthropic")
+    assistant = result.messages[1]
+    assert assistant["content"][0] is thinking
+    assert [b["type"] for b in assistant["content"]] == ["thinking", "tool_use"]
+
+
+def test_custom_patterns_and_limits():
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<<aborted>>"}]
+    assert sanitize(history).messages == history
+    custom = sanitize(history, error_patterns=[*DEFAULT_ERROR_PATTERNS, r"<<aborted>>"])
+    assert custom.messages == history[:1]
+    short = sanitize(history, error_patterns=[r"<<aborted>>"], max_pattern_chars=5)
+    assert short.messages == history  # the text is longer than the limit
+
+
+def test_other_languages_and_claude_code_markers():
+    for text in [
+        "请求已取消",
+        "[Request interrupted by user]",
+        "La requête a été annulée.",
+        "エラーが発生しました。",
+    ]:
+        history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": text}]
+        assert sanitize(history).messages == history[:1], text
+
+
+# -- bad input -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "error", "where"),
+    [
+        ("text", InvalidTypeError, r"^messages\[1\]: expected a message dict, got str"),
+        ({"content": "x"}, InvalidInputError, r"^messages\[1\]\.role: required field is missing"),
+        ({"role": "user", "content": 5}, InvalidTypeError, r"^messages\[1\]\.content: expected str"),
+        (
+            {"role": "user", "content": [{"text": "x"}]},
+            InvalidInputError,
+            r"^messages\[1\]\.content\[0\]\.type",
+        ),
+        (
+            {"role": "assistant", "tool_calls": [{"type": "function"}]},
+            InvalidInputError,
+            r"tool_calls\[0\]\.id",
+        ),
+        (
+            {"role": "user", "content": [{"type": "tool_result"}]},
+            InvalidInputError,
+            r"content\[0\]\.tool_use_id",
+        ),
+    ],
+)
+def test_malformed_messages_raise_or_drop(message, error, where):
+    history = [{"role": "user", "content": "fine"}, message]
+    with pytest.raises(error, match=where):
+        sanitize(history)
+    with pytest.raises(error, match=where):
+        reference.sanitize(history)
+    dropped = sanitize(history, on_invalid="drop")
+    assert dropped.messages == history[:1]
+    assert [c.action for c in dropped.changes] == ["drop_invalid"]
+    assert summary(dropped.changes) == summary(reference.sanitize(history, on_invalid="drop").changes)
+
+
+def test_bad_options():
+    with pytest.raises(InvalidInputError, match="provider"):
+        Sanitizer("gemini")
+    with pytest.raises(InvalidInputError, match="on_invalid"):
+        Sanitizer(on_invalid="ignore")
+    with pytest.raises(InvalidInputError, match="invalid pattern"):
+        Sanitizer(error_patterns=["(unclosed"])
+    with pytest.raises(InvalidTypeError):
+        sanitize({"role": "user"})
+    with pytest.raises(InvalidTypeError):
+        Sanitizer(placeholder_patterns="not a list")
+
+
+def test_change_objects():
+    change = sanitize([{"role": "user", "content": ""}]).changes[0]
+    assert isinstance(change, Change)
+    assert (change.stage, change.index, change.action) == (1, 0, "drop_empty")
+    assert "drop_empty" in repr(change)
+    assert change == sanitize([{"role": "user", "content": ""}]).changes[0]
+
+
+# -- generated broken histories --------------------------------------------------------
+
+REAL = [
+    "hello",
+    "Please fix the build.",
+    "Done: 3 files changed.",
+    "为什么失败了？",
+    "ok",
+    "Sure — here it is.",
+]
+JUNK = [
+    "[tool_call: search]",
+    "The request was cancelled...",
+    "请求已取消",
+    "",
+    "   ",
+    "Something went wrong.",
+]
+text = st.one_of(st.sampled_from(REAL), st.sampled_from(JUNK), edge_text)
+ids = st.sampled_from(["c1", "c2", "c3", "c4", "c5", "call_9"])
+
+
+@st.composite
+def openai_history(draw) -> list[dict]:
+    messages: list[dict] = []
+    if draw(st.booleans()):
+        messages.append({"role": draw(st.sampled_from(["system", "developer"])), "content": draw(text)})
+    for _ in range(draw(st.integers(0, 4))):
+        user_content = draw(
+            st.one_of(text, st.lists(st.builds(lambda t: {"type": "text", "text": t}, text), max_size=2))
+        )
+        messages.append({"role": "user", "content": user_content})
+        if draw(st.booleans()):
+            call_ids = draw(st.lists(ids, min_size=1, max_size=3))
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": draw(st.none() | text),
+                    "tool_calls": [tool_call(i) for i in call_ids],
+                }
+            )
+            for call_id in draw(st.permutations(call_ids)):
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": draw(text)})
+        if draw(st.booleans()):  # a legacy function-calling round
+            messages.append(
+                {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}
+            )
+            messages.append(
+                {"role": "function", "name": draw(st.sampled_from(["f", "g"])), "content": draw(text)}
+            )
+        messages.append({"role": "assistant", "content": draw(text)})
+    return mutate(draw, messages, openai_junk)
+
+
+def openai_junk(draw) -> dict:
+    return draw(
+        st.sampled_from(
+            [
+                {"role": "tool", "tool_call_id": "ghost", "content": "stale"},
+                {"role": "function", "name": "f", "content": "legacy"},
+                {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+                {"role": "assistant", "content": "x", "tool_calls": []},
+                {"role": "critic", "content": "unknown role"},
+                {"role": "user", "content": None},
+                {"role": "user", "content": "[tool_result: search]"},
+                {"role": "assistant", "content": "An error occurred. Please try again."},
+                {"role": "user", "name": "bob", "content": "named"},
+            ]
+        )
+    )
+
+
+@st.composite
+def anthropic_history(draw) -> list[dict]:
+    messages: list[dict] = []
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": draw(text)})
+    block_text = st.builds(lambda t: {"type": "text", "text": t}, text)
+    for _ in range(draw(st.integers(0, 4))):
+        messages.append({"role": "user", "content": draw(st.one_of(text, st.lists(block_text, max_size=2)))})
+        if draw(st.booleans()):
+            call_ids = draw(st.lists(ids, min_size=1, max_size=3))
+            content = []
+            if draw(st.booleans()):
+                content.append({"type": "thinking", "thinking": draw(text), "signature": "sig"})
+            content += draw(st.lists(block_text, max_size=1))
+            content += [
+                {"type": "tool_use", "id": i, "name": "f", "input": {"q": draw(text)}} for i in call_ids
+            ]
+            messages.append({"role": "assistant", "content": content})
+            results = [
+                {"type": "tool_result", "tool_use_id": i, "content": draw(text)}
+                for i in draw(st.permutations(call_ids))
+            ]
+            extra = draw(st.lists(block_text, max_size=1))
+            messages.append(
+                {"role": "user", "content": draw(st.sampled_from([results + extra, extra + results]))}
+            )
+        messages.append(
+            {
+                "role": "assistant",
+                "content": draw(st.one_of(text, st.lists(block_text, min_size=1, max_size=2))),
+            }
+        )
+    return mutate(draw, messages, anthropic_junk)
+
+
+def anthropic_junk(draw) -> dict:
+    return draw(
+        st.sampled_from(
+            [
+                {"role": "tool", "tool_call_id": "c1", "content": "openai-style result"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "thinking", "thinking": "only", "signature": "s"}],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "ghost", "content": "?"}],
+                },
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "c2", "name": "f", "input": {}}],
+                },
+                {"role": "developer", "content": "late instructions"},
+                {"role": "assistant", "content": "The request was cancelled..."},
+                {"role": "user", "content": []},
+                {"role": "assistant", "content": "hi", "tool_calls": [tool_call("c3")]},
+            ]
+        )
+    )
+
+
+def mutate(draw, messages: list[dict], junk) -> list[dict]:
+    """Break a well-formed history: truncate it mid-call, shuffle, duplicate,
+    drop and interleave messages, and insert legacy, empty or junk ones."""
+    for _ in range(draw(st.integers(0, 5))):
+        op = draw(st.sampled_from(["truncate", "swap", "duplicate", "delete", "insert"]))
+        if op == "insert" or not messages:
+            messages.insert(draw(st.integers(0, len(messages))), copy.deepcopy(junk(draw)))
+            continue
+        i = draw(st.integers(0, len(messages) - 1))
+        if op == "truncate":
+            del messages[i:]
+        elif op == "swap" and i + 1 < len(messages):
+            messages[i], messages[i + 1] = messages[i + 1], messages[i]
+        elif op == "duplicate":
+            messages.insert(i, copy.deepcopy(messages[i]))
+        elif op == "delete":
+            del messages[i]
+    return messages
+
+
+def text_of(message: dict) -> list[str]:
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return []
+
+
+def check_funnel(history: list[dict], provider: str, **options) -> None:
+    before = copy.deepcopy(history)
+    result = sanitize(history, provider=provider, **options)
+    assert history == before, "the input was mutated"
+    ref = reference.sanitize(history, provider, **options)
+    assert result.messages == ref.messages
+    assert result.system == ref.system
+    assert summary(result.changes) == summary(ref.changes)
+    if provider == "anthropic":
+        assert validators.anthropic(result.messages, result.system) == []
+    else:
+        assert validators.openai(result.messages) == []
+    again = sanitize(result.messages, provider=provider, **options)
+    assert not again.changed, summary(again.changes)
+    assert all(a is b for a, b in zip(again.messages, result.messages, strict=True))
+    # Valid user and assistant text is never lost (merges keep it inside a longer text).
+    patterns = reference.Sanitizer(provider)
+    kept = [t for m in result.messages for t in text_of(m)]
+    for message in history:
+        if message.get("role") in ("user", "assistant") and isinstance(message.get("content"), str):
+            body = message["content"]
+            if not reference.is_blank(body) and not patterns.is_junk_text(body):
+                assert any(body in t for t in kept), body
+
+
+@given(history=openai_history(), convert_function=st.booleans())
+def test_generated_openai_histories(history, convert_function):
+    check_funnel(history, "openai", convert_function=convert_function)
+
+
+@given(history=anthropic_history())
+def test_generated_anthropic_histories(history):
+    check_funnel(history, "anthropic")
