@@ -128,3 +128,66 @@ def history(count: int, seed: int = 5) -> list[dict[str, str]]:
             message["name"] = "reviewer"
         messages.append(message)
     return messages
+
+
+def agent_history(turns: int, provider: str, seed: int = 3) -> list[dict]:
+    """A valid agent history: user asks, the assistant calls tools (their
+    results follow) and answers; texts of chat size, Anthropic or OpenAI shape."""
+    rng = random.Random(seed)
+    texts = chat_messages(200, seed)
+    messages: list[dict] = (
+        [{"role": "system", "content": "You are a careful coding agent."}] if provider == "openai" else []
+    )
+    n = 0
+    while len(messages) < turns:
+        messages.append({"role": "user", "content": rng.choice(texts)})
+        if rng.random() < 0.5:
+            ids = [f"call_{n}_{k}" for k in range(rng.randint(1, 3))]
+            n += 1
+            if provider == "openai":
+                calls = [
+                    {"id": i, "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}
+                    for i in ids
+                ]
+                messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+                messages.extend(
+                    {"role": "tool", "tool_call_id": i, "content": rng.choice(texts)} for i in ids
+                )
+            else:
+                uses = [{"type": "tool_use", "id": i, "name": "search", "input": {"q": "x"}} for i in ids]
+                thinking = {"type": "thinking", "thinking": rng.choice(texts), "signature": "c2ln"}
+                messages.append({"role": "assistant", "content": [thinking, *uses]})
+                results = [
+                    {"type": "tool_result", "tool_use_id": i, "content": rng.choice(texts)} for i in ids
+                ]
+                messages.append({"role": "user", "content": results})
+                messages.append({"role": "assistant", "content": rng.choice(texts)})
+                continue
+        messages.append({"role": "assistant", "content": rng.choice(texts)})
+    return messages[:turns]
+
+
+def broken_history(turns: int, provider: str, seed: int = 4) -> list[dict]:
+    """``agent_history`` with about one message in ten damaged: results lost or
+    duplicated, placeholders, cancel replies, legacy and empty messages, roles
+    repeated."""
+    rng = random.Random(seed)
+    messages = agent_history(turns, provider, seed)
+    junk = [
+        {"role": "assistant", "content": "[tool_call: search]"},
+        {"role": "assistant", "content": "The request was cancelled..."},
+        {"role": "tool", "tool_call_id": "ghost", "content": "stale result"},
+        {"role": "user", "content": "   "},
+        {"role": "user", "content": "and one more thing"},
+    ]
+    out: list[dict] = []
+    for message in messages:
+        r = rng.random()
+        if r < 0.03:
+            continue  # lost (a result, a call, a turn)
+        out.append(message)
+        if r > 0.97:
+            out.append(message)  # duplicated
+        elif r > 0.90:
+            out.append(rng.choice(junk))
+    return out

@@ -201,8 +201,7 @@ class Sanitizer:
         if "role" not in message:
             raise InvalidInputError(".role: required field is missing")
         role = _str(message["role"], ".role")
-        name = _optional_str(message.get("name"), ".name")
-        item = Item(index, role, name)
+        item = Item(index, role, None)
         content = message.get("content")
         if isinstance(content, str):
             item.texts = [index]
@@ -212,6 +211,7 @@ class Sanitizer:
             raise InvalidTypeError(
                 f".content: expected str, a list of content blocks, or None, got {type(content).__name__}"
             )
+        item.name = name = _optional_str(message.get("name"), ".name")
         refusal = _optional_str(message.get("refusal"), ".refusal")
         item.refusal = refusal is not None and not is_blank(refusal)
         calls = message.get("tool_calls")

@@ -123,6 +123,9 @@ impl JsonValue for PyJson<'_> {
                 "description",
                 "enum",
                 "items",
+                "tool_call_id",
+                "id",
+                "tool_use_id",
             ]
         );
         dict.get_item(key).ok().flatten().map(PyJson)

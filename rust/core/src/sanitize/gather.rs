@@ -1,7 +1,7 @@
 //! Reading the input: what the funnel needs to know of each message, as small
 //! records of indices and id hashes (no strings are copied).
 
-use xxhash_rust::xxh3::xxh3_128;
+use xxhash_rust::xxh3::xxh3_64;
 
 use super::patterns::is_blank;
 use super::plan::{BlockRef, CallRef, TEXT_SEPARATOR, legacy_call_id};
@@ -60,13 +60,15 @@ pub(crate) struct Block {
     pub src: BlockRef,
     pub kind: BlockKind,
     /// Hash of the `id` (a `tool_use`) or `tool_use_id` (a `tool_result`).
-    pub id: u128,
+    pub id: IdHash,
 }
 
 #[derive(Clone, Debug)]
 pub(crate) enum Content {
     Absent,
-    /// String contents of these messages (one, until merged).
+    /// The string content of this message.
+    Text(usize),
+    /// String contents of these messages, merged.
     Texts(Vec<usize>),
     Blocks(Vec<Block>),
 }
@@ -74,7 +76,7 @@ pub(crate) enum Content {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Call {
     pub src: CallRef,
-    pub id: u128,
+    pub id: IdHash,
 }
 
 /// A message under construction.
@@ -84,7 +86,7 @@ pub(crate) struct Item {
     /// The input message whose other keys the output keeps.
     pub origin: usize,
     pub role: Role,
-    pub name: Option<u128>,
+    pub name: Option<IdHash>,
     pub content: Content,
     /// Whether the base message's string content is blank (for `Texts([origin])`).
     pub blank_text: bool,
@@ -92,9 +94,9 @@ pub(crate) struct Item {
     /// OpenAI tool calls (and a legacy `function_call`).
     pub calls: Vec<Call>,
     /// Tool messages: hash of the call id they answer.
-    pub answers: Option<u128>,
+    pub answers: Option<IdHash>,
     /// Legacy function name (`function_call.name`, or a function message's `name`).
-    pub function_name: Option<u128>,
+    pub function_name: Option<IdHash>,
     pub has_function_call: bool,
     pub empty_tool_calls: bool,
     pub content_changed: bool,
@@ -104,8 +106,12 @@ pub(crate) struct Item {
     pub legacy_of: Option<usize>,
 }
 
-pub(crate) fn id_hash(id: &str) -> u128 {
-    xxh3_128(id.as_bytes())
+/// Ids and names are compared by a 64-bit hash: with the few thousand ids of
+/// one history a collision has a chance of about 1e-12, and records stay small.
+pub(crate) type IdHash = u64;
+
+pub(crate) fn id_hash(id: &str) -> IdHash {
+    xxh3_64(id.as_bytes())
 }
 
 fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
@@ -148,13 +154,15 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
         .as_str()
         .ok_or_else(|| wrong_type("role", "str", &role))?;
     let role = Role::parse(&role_text);
-    let name = message.get("name");
-    let name = optional_str(name.as_ref(), "name")?.map(|n| id_hash(&n));
-
+    // Most messages hold only role and content: stop looking once every key is found.
+    let mut fields = Fields {
+        message,
+        left: message.len() - 1,
+    };
     let mut item = Item {
         origin: index,
         role,
-        name,
+        name: None,
         content: Content::Absent,
         blank_text: false,
         has_refusal: false,
@@ -168,12 +176,12 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
         converted_from_function: false,
         legacy_of: None,
     };
-    if let Some(content) = message.get("content") {
+    if let Some(content) = fields.get("content") {
         item.content = match content.kind() {
             Kind::Null => Content::Absent,
             Kind::String => {
                 item.blank_text = is_blank(&content.as_str().unwrap_or_default());
-                Content::Texts(vec![index])
+                Content::Text(index)
             }
             Kind::Array => Content::Blocks(read_blocks(index, &content)?),
             _ => {
@@ -185,34 +193,17 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
             }
         };
     }
-    let refusal = message.get("refusal");
+    let name = fields.get("name");
+    item.name = optional_str(name.as_ref(), "name")?.map(|n| id_hash(&n));
+    let refusal = fields.get("refusal");
     item.has_refusal = optional_str(refusal.as_ref(), "refusal")?.is_some_and(|r| !is_blank(&r));
-    if let Some(calls) = message.get("tool_calls").filter(|c| c.kind() != Kind::Null) {
-        if calls.kind() != Kind::Array {
-            return Err(wrong_type("tool_calls", "a list of tool calls", &calls));
-        }
-        for (i, call) in calls.items().enumerate() {
-            let at = format!("tool_calls[{i}]");
-            if call.kind() != Kind::Object {
-                return Err(wrong_type(&at, "a tool call dict", &call));
-            }
-            let id = call.get("id").ok_or_else(|| missing(&format!("{at}.id")))?;
-            let id = id
-                .as_str()
-                .ok_or_else(|| wrong_type(&format!("{at}.id"), "str", &id))?;
-            item.calls.push(Call {
-                src: CallRef::Call {
-                    message: index,
-                    call: i,
-                },
-                id: id_hash(&id),
-            });
-        }
+    if let Some(calls) = fields.get("tool_calls").filter(|c| c.kind() != Kind::Null) {
+        item.calls = read_calls(index, &calls)?;
         item.empty_tool_calls = item.calls.is_empty();
     }
-    let answers = message.get("tool_call_id");
+    let answers = fields.get("tool_call_id");
     item.answers = optional_str(answers.as_ref(), "tool_call_id")?.map(|id| id_hash(&id));
-    if let Some(call) = message
+    if let Some(call) = fields
         .get("function_call")
         .filter(|c| c.kind() != Kind::Null)
     {
@@ -236,9 +227,52 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
         item.calls_changed = true;
     }
     if role == Role::Function {
-        item.function_name = name;
+        item.function_name = item.name;
     }
     Ok(item)
+}
+
+/// Looks keys up in a message until all of its keys have been found.
+struct Fields<'m, J> {
+    message: &'m J,
+    left: usize,
+}
+
+impl<J: JsonValue> Fields<'_, J> {
+    fn get(&mut self, key: &'static str) -> Option<J> {
+        if self.left == 0 {
+            return None;
+        }
+        let value = self.message.get(key)?;
+        self.left -= 1;
+        Some(value)
+    }
+}
+
+/// OpenAI `tool_calls`: each call's id, hashed.
+fn read_calls<J: JsonValue>(index: usize, calls: &J) -> Result<Vec<Call>> {
+    if calls.kind() != Kind::Array {
+        return Err(wrong_type("tool_calls", "a list of tool calls", calls));
+    }
+    let mut out = Vec::with_capacity(calls.len());
+    for (i, call) in calls.items().enumerate() {
+        let at = format!("tool_calls[{i}]");
+        if call.kind() != Kind::Object {
+            return Err(wrong_type(&at, "a tool call dict", &call));
+        }
+        let id = call.get("id").ok_or_else(|| missing(&format!("{at}.id")))?;
+        let id = id
+            .as_str()
+            .ok_or_else(|| wrong_type(&format!("{at}.id"), "str", &id))?;
+        out.push(Call {
+            src: CallRef::Call {
+                message: index,
+                call: i,
+            },
+            id: id_hash(&id),
+        });
+    }
+    Ok(out)
 }
 
 fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
@@ -254,13 +288,13 @@ fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
         let kind = kind
             .as_str()
             .ok_or_else(|| wrong_type(&format!("{at}.type"), "str", &kind))?;
-        let string_field = |field: &'static str| -> Result<String> {
+        let id_field = |field: &'static str| -> Result<IdHash> {
             let value = block
                 .get(field)
                 .ok_or_else(|| missing(&format!("{at}.{field}")))?;
             value
                 .as_str()
-                .map(std::borrow::Cow::into_owned)
+                .map(|id| id_hash(&id))
                 .ok_or_else(|| wrong_type(&format!("{at}.{field}"), "str", &value))
         };
         let (kind, id) = match kind.as_ref() {
@@ -279,11 +313,8 @@ fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
                 )
             }
             "thinking" | "redacted_thinking" => (BlockKind::Thinking, 0),
-            "tool_use" => (BlockKind::ToolUse, id_hash(&string_field("id")?)),
-            "tool_result" => (
-                BlockKind::ToolResult,
-                id_hash(&string_field("tool_use_id")?),
-            ),
+            "tool_use" => (BlockKind::ToolUse, id_field("id")?),
+            "tool_result" => (BlockKind::ToolResult, id_field("tool_use_id")?),
             _ => (BlockKind::Other, 0),
         };
         blocks.push(Block {
@@ -298,10 +329,14 @@ fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
     Ok(blocks)
 }
 
-/// The text of an item whose content is only text: its string contents
-/// joined as merged, or its text blocks joined by newlines. `None` for
-/// anything else.
-pub(crate) fn item_text<J: JsonValue>(messages: &[J], item: &Item) -> Option<String> {
+/// Run `check` on the text of an item whose content is only text: its
+/// string content (borrowed, not copied), its merged string contents, or its
+/// text blocks joined by newlines. `None` for anything else.
+pub(crate) fn with_item_text<J: JsonValue, R>(
+    messages: &[J],
+    item: &Item,
+    check: impl Fn(&str) -> Option<R>,
+) -> Option<R> {
     let string_of = |message: usize| {
         messages[message]
             .get("content")
@@ -309,9 +344,14 @@ pub(crate) fn item_text<J: JsonValue>(messages: &[J], item: &Item) -> Option<Str
     };
     match &item.content {
         Content::Absent => None,
+        Content::Text(message) => {
+            let content = messages[*message].get("content")?;
+            let text = content.as_str()?;
+            check(&text)
+        }
         Content::Texts(sources) => {
             let texts: Option<Vec<String>> = sources.iter().map(|&m| string_of(m)).collect();
-            Some(texts?.join(TEXT_SEPARATOR))
+            check(&texts?.join(TEXT_SEPARATOR))
         }
         Content::Blocks(blocks) => {
             let all_text = blocks
@@ -333,7 +373,7 @@ pub(crate) fn item_text<J: JsonValue>(messages: &[J], item: &Item) -> Option<Str
                         .map(std::borrow::Cow::into_owned),
                 })
                 .collect();
-            Some(texts?.join("\n"))
+            check(&texts?.join("\n"))
         }
     }
 }

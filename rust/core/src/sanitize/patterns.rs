@@ -71,7 +71,10 @@ impl Patterns {
     /// Whether the whole of `text` (trimmed of white space) is junk.
     pub fn classify(&self, text: &str) -> Option<Junk> {
         let text = trim(text);
-        if text.len() > self.max_chars && text.chars().count() > self.max_chars {
+        // A character is at most four bytes: only texts in between need counting.
+        let too_long = text.len() > self.max_chars
+            && (text.len() > 4 * self.max_chars || text.chars().count() > self.max_chars);
+        if too_long {
             return None;
         }
         if self.placeholders.is_match(text) {

@@ -1,9 +1,9 @@
 //! The four stages of the funnel, on [`Item`] records. README.md
 //! ("sanitize") states each rule; the reference implements the same ones.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
-use super::gather::{self, Block, BlockKind, Call, Content, Item, Role, id_hash};
+use super::gather::{self, Block, BlockKind, Call, Content, IdHash, Item, Role, id_hash};
 use super::patterns::{Junk, Patterns};
 use super::plan::{BlockRef, CallRef, Change, OutContent, legacy_call_id};
 use super::{OnInvalid, Options, Provider};
@@ -38,7 +38,7 @@ impl<J: JsonValue> Run<'_, J> {
     pub fn stage1(&mut self) -> Result<Vec<Item>> {
         let mut items = Vec::with_capacity(self.messages.len());
         // The latest assistant's legacy call, which a function result may answer.
-        let mut open_legacy: Option<(usize, u128)> = None;
+        let mut open_legacy: Option<(usize, IdHash)> = None;
         for (index, message) in self.messages.iter().enumerate() {
             let mut item = match gather::read(index, message) {
                 Ok(item) => item,
@@ -91,8 +91,7 @@ impl<J: JsonValue> Run<'_, J> {
         if !matches!(item.role, Role::User | Role::Assistant) || !item.calls.is_empty() {
             return false;
         }
-        let junk =
-            gather::item_text(self.messages, item).and_then(|text| self.patterns.classify(&text));
+        let junk = gather::with_item_text(self.messages, item, |text| self.patterns.classify(text));
         let (action, reason) = match junk {
             Some(Junk::Placeholder) => ("drop_placeholder", "placeholder text"),
             Some(Junk::ErrorReply) => ("drop_error_reply", "error or cancel reply"),
@@ -124,7 +123,7 @@ impl<J: JsonValue> Run<'_, J> {
         &mut self,
         index: usize,
         item: &mut Item,
-        open_legacy: &mut Option<(usize, u128)>,
+        open_legacy: &mut Option<(usize, IdHash)>,
     ) -> bool {
         match item.role {
             Role::Assistant => {
@@ -220,23 +219,23 @@ impl<J: JsonValue> Run<'_, J> {
     }
 
     /// Stages 2 and 4: merge consecutive messages of the same role.
-    pub fn merge(&mut self, stage: u8, items: Vec<Item>) -> Vec<Item> {
-        let mut out: Vec<Item> = Vec::with_capacity(items.len());
-        for item in items {
-            match out.last_mut() {
-                Some(previous) if self.mergeable(previous, &item) => {
-                    self.change(
-                        stage,
-                        Some(item.origin),
-                        "merge",
-                        format!("merged into the previous {} message", item.role.name()),
-                    );
-                    merge_into(previous, item, self.options.provider);
-                }
-                _ => out.push(item),
+    pub fn merge(&mut self, stage: u8, mut items: Vec<Item>) -> Vec<Item> {
+        // In place: a merged item's parts move into the one before it.
+        let provider = self.options.provider;
+        items.dedup_by(|item, previous| {
+            if !self.mergeable(previous, item) {
+                return false;
             }
-        }
-        out
+            self.change(
+                stage,
+                Some(item.origin),
+                "merge",
+                format!("merged into the previous {} message", item.role.name()),
+            );
+            merge_into(previous, item, provider);
+            true
+        });
+        items
     }
 
     fn mergeable(&self, previous: &Item, item: &Item) -> bool {
@@ -259,7 +258,7 @@ impl<J: JsonValue> Run<'_, J> {
     }
 
     fn pair_openai(&mut self, items: Vec<Item>) -> Vec<Item> {
-        let mut seen: HashSet<u128> = HashSet::new();
+        let mut seen: HashSet<IdHash> = HashSet::default();
         let mut out = Vec::with_capacity(items.len());
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let mut i = 0;
@@ -367,24 +366,24 @@ impl<J: JsonValue> Run<'_, J> {
     }
 
     fn pair_anthropic(&mut self, items: Vec<Item>) -> Vec<Item> {
-        let mut seen: HashSet<u128> = HashSet::new();
+        let mut seen: HashSet<IdHash> = HashSet::default();
         let mut out = Vec::with_capacity(items.len());
         let mut items = items.into_iter().peekable();
         while let Some(mut item) = items.next() {
             if item.role != Role::Assistant {
                 // A user message not right after an assistant message: no result can be valid.
-                if let Some(user) = self.settle_results(item, &HashSet::new()) {
+                if let Some(user) = self.settle_results(item, &HashSet::default()) {
                     out.push(user);
                 }
                 continue;
             }
             let next_is_user = items.peek().is_some_and(|next| next.role == Role::User);
-            let available: Vec<u128> = if next_is_user {
+            let available: Vec<IdHash> = if next_is_user {
                 result_ids(items.peek().expect("peeked"))
             } else {
                 Vec::new()
             };
-            let mut claimed: HashSet<u128> = HashSet::new();
+            let mut claimed: HashSet<IdHash> = HashSet::default();
             let mut stripped = !item.calls.is_empty();
             // OpenAI-style tool_calls can have no result here: tool messages were dropped.
             for call in std::mem::take(&mut item.calls) {
@@ -446,10 +445,10 @@ impl<J: JsonValue> Run<'_, J> {
 
     /// Keep in a user message only the tool results of `claimed` (the first
     /// one per id), placed first; drop the message if nothing is left.
-    fn settle_results(&mut self, mut user: Item, claimed: &HashSet<u128>) -> Option<Item> {
+    fn settle_results(&mut self, mut user: Item, claimed: &HashSet<IdHash>) -> Option<Item> {
         let mut stripped = false;
         if let Content::Blocks(blocks) = &mut user.content {
-            let mut answered: HashSet<u128> = HashSet::new();
+            let mut answered: HashSet<IdHash> = HashSet::default();
             let mut results = Vec::new();
             let mut others = Vec::new();
             // A kept result after some other block: the results must move up.
@@ -494,7 +493,7 @@ impl<J: JsonValue> Run<'_, J> {
     }
 }
 
-fn result_ids(item: &Item) -> Vec<u128> {
+fn result_ids(item: &Item) -> Vec<IdHash> {
     match &item.content {
         Content::Blocks(blocks) => blocks
             .iter()
@@ -511,7 +510,8 @@ fn result_ids(item: &Item) -> Vec<u128> {
 pub(crate) fn is_empty(item: &Item) -> bool {
     let substance = match &item.content {
         Content::Absent => false,
-        Content::Texts(messages) => !(messages.len() == 1 && item.blank_text),
+        Content::Text(_) => !item.blank_text,
+        Content::Texts(_) => true,
         Content::Blocks(blocks) => blocks.iter().any(|b| {
             !matches!(
                 b.kind,
@@ -523,7 +523,7 @@ pub(crate) fn is_empty(item: &Item) -> bool {
 }
 
 /// Append `item` to `previous` (same role).
-fn merge_into(previous: &mut Item, mut item: Item, provider: Provider) {
+fn merge_into(previous: &mut Item, item: &mut Item, provider: Provider) {
     // A blank string content (kept only for the tool calls beside it) adds
     // nothing to a merge; absent content takes the other side as it is.
     if previous.blank_text {
@@ -536,11 +536,15 @@ fn merge_into(previous: &mut Item, mut item: Item, provider: Provider) {
     previous.blank_text = false;
     previous.content = match (
         std::mem::replace(&mut previous.content, Content::Absent),
-        item.content,
+        std::mem::replace(&mut item.content, Content::Absent),
     ) {
-        (Content::Texts(mut a), Content::Texts(b)) => {
-            a.extend(b);
-            Content::Texts(a)
+        (
+            a @ (Content::Text(_) | Content::Texts(_)),
+            b @ (Content::Text(_) | Content::Texts(_)),
+        ) => {
+            let mut sources = text_sources(a);
+            sources.extend(text_sources(b));
+            Content::Texts(sources)
         }
         (Content::Absent, only) | (only, Content::Absent) => only,
         (a, b) => {
@@ -563,14 +567,28 @@ fn merge_into(previous: &mut Item, mut item: Item, provider: Provider) {
     previous.content_changed = true;
     previous.has_refusal |= item.has_refusal;
     if !item.calls.is_empty() || item.calls_changed {
-        previous.calls.extend(item.calls);
+        previous.calls.append(&mut item.calls);
         previous.calls_changed = true;
+    }
+}
+
+/// The messages whose string contents a text content joins.
+fn text_sources(content: Content) -> Vec<usize> {
+    match content {
+        Content::Text(message) => vec![message],
+        Content::Texts(messages) => messages,
+        Content::Absent | Content::Blocks(_) => Vec::new(),
     }
 }
 
 fn into_blocks(content: Content) -> Vec<Block> {
     match content {
         Content::Absent => Vec::new(),
+        Content::Text(message) => vec![Block {
+            src: BlockRef::TextOf { message },
+            kind: BlockKind::Text { blank: false },
+            id: 0,
+        }],
         Content::Texts(messages) => messages
             .into_iter()
             .map(|message| Block {
@@ -587,6 +605,7 @@ fn into_blocks(content: Content) -> Vec<Block> {
 pub(crate) fn content_out(content: &Content) -> OutContent {
     match content {
         Content::Absent => OutContent::Null,
+        Content::Text(message) => OutContent::Texts(vec![*message]),
         Content::Texts(messages) => OutContent::Texts(messages.clone()),
         Content::Blocks(blocks) => OutContent::Blocks(blocks.iter().map(|b| b.src).collect()),
     }
