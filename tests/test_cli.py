@@ -141,3 +141,19 @@ def test_module_and_console_script_run():
     assert script is not None, "the context-core console script is installed"
     result = subprocess.run([script, "count"], input="hello", capture_output=True, text=True, check=True)
     assert result.stdout.split()[0] == "1"
+
+
+def test_sanitize_subcommand():
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "The request was cancelled..."},
+    ]
+    code, out = run(["sanitize", "--provider", "anthropic"], json.dumps(history))
+    document = json.loads(out)
+    assert code == 0
+    assert document["messages"] == [{"role": "user", "content": "hi"}]
+    assert document["system"] == "Be brief."
+    assert [c["action"] for c in document["changes"]] == ["lift_system", "drop_error_reply"]
+    assert run(["sanitize"], "not json")[0] == 2
+    assert run(["sanitize"], json.dumps([{"role": "user", "content": 5}]))[0] == 2

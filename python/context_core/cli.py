@@ -3,6 +3,8 @@
 ``context-core count`` prints exact token counts of files, of stdin, or of a
 chat history (a JSON list of messages, a request body with ``messages``, or
 JSONL with one message a line), per message and in total.
+``context-core sanitize`` repairs a chat history for the OpenAI or Anthropic
+API and prints the result as JSON, with the list of changes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, Tokenizer
+from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, Tokenizer, sanitize
 
 
 @dataclass
@@ -120,21 +122,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="text, or a chat history in JSON/JSONL; auto (default) detects chats",
     )
     count.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    repair = commands.add_parser("sanitize", help="repair a chat history so the API accepts it (prints JSON)")
+    repair.add_argument(
+        "path", nargs="?", default="-", help="a chat history file; '-' or nothing reads stdin"
+    )
+    repair.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
+    repair.add_argument("--convert-function", action="store_true", help="convert legacy function messages")
+    repair.add_argument("--on-invalid", choices=("raise", "drop"), default="raise")
     return parser
 
 
-def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    stdin = stdin if stdin is not None else sys.stdin
-    stdout = stdout if stdout is not None else sys.stdout
-    try:
-        tokenizer = (
-            Tokenizer.for_model(args.model) if args.model else Tokenizer(args.encoding or "o200k_base")
-        )
-        reports = [count_input(tokenizer, path, read_source(path, stdin), args.format) for path in args.paths]
-    except (ContextCoreError, OSError, UnicodeDecodeError) as error:
-        print(f"context-core: {error}", file=sys.stderr)
-        return 2
+def run_count(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
+    tokenizer = Tokenizer.for_model(args.model) if args.model else Tokenizer(args.encoding or "o200k_base")
+    reports = [count_input(tokenizer, path, read_source(path, stdin), args.format) for path in args.paths]
     if args.json:
         document = {
             "encoding": tokenizer.name,
@@ -145,6 +145,37 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         stdout.write("\n")
     else:
         print_table(reports, tokenizer.name, stdout)
+
+
+def run_sanitize(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
+    chat = parse_chat(read_source(args.path, stdin))
+    if chat is None:
+        raise ContextCoreError(f"{args.path}: not a chat history (a JSON list of messages or JSONL)")
+    result = sanitize(
+        chat[0], args.provider, convert_function=args.convert_function, on_invalid=args.on_invalid
+    )
+    document = {
+        "messages": result.messages,
+        "system": result.system,
+        "changes": [
+            {"stage": c.stage, "index": c.index, "action": c.action, "reason": c.reason}
+            for c in result.changes
+        ],
+    }
+    json.dump(document, stdout, ensure_ascii=False, indent=2)
+    stdout.write("\n")
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stdin = stdin if stdin is not None else sys.stdin
+    stdout = stdout if stdout is not None else sys.stdout
+    command = run_sanitize if args.command == "sanitize" else run_count
+    try:
+        command(args, stdin, stdout)
+    except (ContextCoreError, OSError, UnicodeDecodeError) as error:
+        print(f"context-core: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
