@@ -172,7 +172,7 @@ CASES = [
             {"role": "assistant", "content": "done"},
         ],
         [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "done"}],
-        ["drop_role", "drop_role", "merge", "drop_call"],
+        ["drop_call", "drop_empty", "drop_role", "drop_role"],
     ),
     (
         "anthropic",
@@ -592,3 +592,152 @@ def test_generated_openai_histories(history, convert_function):
 @given(history=anthropic_history())
 def test_generated_anthropic_histories(history):
     check_funnel(history, "anthropic")
+
+
+# -- regressions found in review -------------------------------------------------------
+
+
+def both(history, provider="openai", **options):
+    result = sanitize(history, provider=provider, **options)
+    ref = reference.sanitize(history, provider, **options)
+    assert result.messages == ref.messages
+    assert result.system == ref.system
+    assert summary(result.changes) == summary(ref.changes)
+    check = validators.anthropic if provider == "anthropic" else validators.openai
+    assert check(result.messages) == []
+    assert not sanitize(result.messages, provider=provider, **options).changed
+    return result
+
+
+def test_a_refusal_is_not_content():
+    history = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("x")]},
+        {"role": "assistant", "content": None, "refusal": "no"},
+    ]
+    assert both(history).messages == [{"role": "user", "content": "q"}]
+
+
+def test_legacy_function_call_is_removed_unless_converting():
+    history = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "calling", "function_call": {"name": "f", "arguments": "{}"}},
+        {"role": "tool", "tool_call_id": "call_legacy_1", "content": "r"},
+    ]
+    result = both(history)
+    assert result.messages == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "calling"}]
+    assert ("drop_call", 1) in [(c.action, c.index) for c in result.changes]
+
+
+def test_tool_calls_outside_assistant_messages_are_removed():
+    history = [{"role": "user", "content": "q", "tool_calls": [tool_call("x")]}]
+    assert both(history).messages == [{"role": "user", "content": "q"}]
+    blocks = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "q"},
+                {"type": "tool_use", "id": "u", "name": "f", "input": {}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "a"}, {"type": "tool_result", "tool_use_id": "u"}],
+        },
+    ]
+    result = both(blocks, "anthropic")
+    assert [len(m["content"]) for m in result.messages] == [1, 1]
+
+
+def test_interleaved_thinking_never_ends_an_assistant_message():
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "a", "signature": "s"},
+                {"type": "tool_use", "id": "x", "name": "f", "input": {}},
+                {"type": "thinking", "thinking": "b", "signature": "s"},
+                {"type": "tool_use", "id": "y", "name": "f", "input": {}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "r"}]},
+    ]
+    result = both(history, "anthropic")
+    assert [b["type"] for b in result.messages[1]["content"]] == ["thinking", "tool_use"]
+
+
+def test_first_user_text_must_survive_the_funnel():
+    for text in ["", "   ", "[tool_call: x]", "The request was cancelled."]:
+        with pytest.raises(InvalidInputError, match="first_user_text"):
+            Sanitizer("anthropic", first_user_text=text)
+    result = both([{"role": "assistant", "content": "hi"}], "anthropic", first_user_text="Continue.")
+    assert result.messages[0] == {"role": "user", "content": "Continue."}
+
+
+def test_tool_results_need_content():
+    history = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+        {"role": "function", "name": "f", "content": None},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("t")]},
+        {"role": "tool", "tool_call_id": "t"},
+    ]
+    assert both(history, convert_function=True).messages == [{"role": "user", "content": "q"}]
+    empty_but_present = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("t")]},
+        {"role": "tool", "tool_call_id": "t", "content": ""},
+    ]
+    assert not both(empty_but_present).changed
+
+
+def test_lone_surrogates_in_ids_and_texts():
+    """Strings are read as tiktoken reads them (lone surrogates become U+FFFD),
+    by the extension and the reference alike."""
+    history = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("\ud800")]},
+        {"role": "tool", "tool_call_id": "\udfff", "content": "r"},
+        {"role": "assistant", "content": "[tool_call: " + "\ud83d\ude00" * 122 + "]"},
+    ]
+    result = sanitize(history)
+    ref = reference.sanitize(history)
+    assert result.messages == ref.messages
+    assert summary(result.changes) == summary(ref.changes)
+
+
+def test_patterns_fold_ascii_case_only():
+    for text in ["İnternal error occurred.", "ſomething went wrong"]:
+        history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": text}]
+        assert both(history).messages == history
+    shouting = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "REQUEST CANCELLED BY USER"},
+    ]
+    assert both(shouting).messages == shouting[:1]
+
+
+def test_empty_pattern_lists_replace_the_defaults():
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "The request was cancelled..."},
+    ]
+    assert not both(history, error_patterns=[]).changed
+
+
+def test_many_calls_in_one_message_pair_quickly():
+    ids = [f"c{i}" for i in range(4000)]
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call(i) for i in ids]},
+        *({"role": "tool", "tool_call_id": i, "content": "r"} for i in reversed(ids)),
+    ]
+    assert not both(history).changed
+
+
+def test_option_types():
+    with pytest.raises(InvalidTypeError, match="convert_function"):
+        Sanitizer(convert_function=1)
+    with pytest.raises(InvalidTypeError):
+        sanitize([], max_pattern_chars=True)

@@ -48,8 +48,13 @@ def openai(messages: list[dict]) -> list[str]:
         # O2: the accepted roles (`function` is deprecated: O10, never emitted).
         if role not in ("system", "developer", "user", "assistant", "tool"):
             problems.append(f"{where}: role {role!r}")
-        if "function_call" in m:
+        if m.get("function_call") is not None:
             problems.append(f"{where}: legacy function_call (O10)")
+        if role != "assistant" and m.get("tool_calls") is not None:
+            problems.append(f"{where}: tool_calls on a {role} message (O4)")
+        # O8: a tool message's content is required.
+        if role == "tool" and m.get("content") is None:
+            problems.append(f"{where}: tool message without content (O8)")
         # O3: system, developer and user content is required.
         if role in ("system", "developer", "user") and _content_blank(m.get("content")):
             problems.append(f"{where}: empty content (O3)")
@@ -68,7 +73,7 @@ def openai(messages: list[dict]) -> list[str]:
             if calls is not None and len(calls) == 0:
                 problems.append(f"{where}: empty tool_calls (O5)")
             # O4: content may be missing only with tool_calls.
-            if not calls and _content_blank(m.get("content")) and not m.get("refusal"):
+            if not calls and _content_blank(m.get("content")):
                 problems.append(f"{where}: empty assistant message (O4)")
             if calls:
                 ids = [c.get("id") for c in calls]
@@ -110,7 +115,7 @@ def anthropic(messages: list[dict], system: Any = None) -> list[str]:
         # A1: only user and assistant; system goes to the top-level parameter.
         if role not in ("user", "assistant"):
             problems.append(f"{where}: role {role!r} (A1)")
-        if "tool_calls" in m or "function_call" in m:
+        if m.get("tool_calls") is not None or m.get("function_call") is not None:
             problems.append(f"{where}: OpenAI tool call keys are not Anthropic fields")
         # A2 (strict profile): roles alternate.
         if i > 0 and messages[i - 1].get("role") == role:
@@ -143,7 +148,11 @@ def anthropic(messages: list[dict], system: Any = None) -> list[str]:
                 # A6/A9: the very next message is a user message holding a result for each.
                 nxt = messages[i + 1] if i + 1 < len(messages) else None
                 results = []
-                if nxt is not None and nxt.get("role") == "user" and isinstance(nxt.get("content"), list):
+                if (
+                    nxt is not None
+                    and nxt.get("role") == "user"
+                    and isinstance(nxt.get("content"), (list, tuple))
+                ):
                     results = [b.get("tool_use_id") for b in nxt["content"] if b.get("type") == "tool_result"]
                 if sorted(results) != sorted(uses):
                     problems.append(f"{where}: tool_use {uses} answered by {results} (A6/A8/A9)")
@@ -156,7 +165,11 @@ def anthropic(messages: list[dict], system: Any = None) -> list[str]:
             # A8: each result refers to a tool_use of the immediately previous assistant message.
             prev = messages[i - 1] if i > 0 else None
             prev_uses = []
-            if prev is not None and prev.get("role") == "assistant" and isinstance(prev.get("content"), list):
+            if (
+                prev is not None
+                and prev.get("role") == "assistant"
+                and isinstance(prev.get("content"), (list, tuple))
+            ):
                 prev_uses = [b.get("id") for b in prev["content"] if b.get("type") == "tool_use"]
             for result in results:
                 if result not in prev_uses:

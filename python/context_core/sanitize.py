@@ -17,7 +17,7 @@ from context_core.types import Message
 __all__ = ["sanitize"]
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=32, typed=True)  # typed: True is not 1 here
 def _sanitizer(
     provider: str,
     convert_function: bool,

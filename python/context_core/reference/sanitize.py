@@ -4,6 +4,8 @@ the baseline of the benchmarks, written from README.md ("sanitize")."""
 from __future__ import annotations
 
 import re
+import string
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +26,7 @@ WHITE_SPACE = (
     "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 TEXT_TYPES = ("text", "input_text", "output_text")
+ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 MERGEABLE = ("user", "assistant", "system", "developer")
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -67,12 +70,12 @@ class Item:
     name: str | None
     texts: list[int] | None = None  # string contents, by message index
     parts: list[Part] | None = None  # or content blocks
-    refusal: bool = False
     calls: list[tuple[int, int | None, str]] = field(default_factory=list)  # (message, index|None=legacy, id)
     answers: str | None = None
     legacy_of: int | None = None
     function_name: str | None = None
     has_function_call: bool = False
+    legacy_call: bool = False
     content_changed: bool = False
     calls_changed: bool = False
 
@@ -98,10 +101,14 @@ class Sanitizer:
         self.provider = provider
         self.convert_function = convert_function
         self.on_invalid = on_invalid
-        self.placeholders = [re.compile(p) for p in (placeholder_patterns or DEFAULT_PLACEHOLDER_PATTERNS)]
-        self.errors = [re.compile(p) for p in (error_patterns or DEFAULT_ERROR_PATTERNS)]
+        placeholders = DEFAULT_PLACEHOLDER_PATTERNS if placeholder_patterns is None else placeholder_patterns
+        errors = DEFAULT_ERROR_PATTERNS if error_patterns is None else error_patterns
+        self.placeholders = [re.compile(p) for p in placeholders]
+        self.errors = [re.compile(p) for p in errors]
         self.max_chars = DEFAULT_MAX_PATTERN_CHARS if max_pattern_chars is None else max_pattern_chars
         self.first_user_text = DEFAULT_FIRST_USER_TEXT if first_user_text is None else first_user_text
+        if is_blank(self.first_user_text) or self.classify(self.first_user_text) is not None:
+            raise InvalidInputError("first_user_text: blank or junk text, which sanitize itself drops")
 
     def __call__(self, messages: Iterable[dict]) -> Result:
         return self.sanitize(messages)
@@ -139,7 +146,7 @@ class Sanitizer:
                     raise error from None
                 self.note(1, index, "drop_invalid", str(error))
                 continue
-            role = message["role"]
+            role = item.role
             if role not in KNOWN_ROLES:
                 self.note(1, index, "drop_role", f'unknown role "{role}"')
                 continue
@@ -151,21 +158,13 @@ class Sanitizer:
                     1, index, "drop_role", 'legacy role "function" (pass convert_function=True to convert it)'
                 )
                 continue
-            if item.parts is not None:
-                kept = []
-                for part in item.parts:
-                    if part.kind == "blank":
-                        self.note(1, index, "drop_block", f"empty text block at content[{part.block}]")
-                        item.content_changed = True
-                    else:
-                        kept.append(part)
-                item.parts = kept
-            if isinstance(message.get("tool_calls"), (list, tuple)) and not message["tool_calls"]:
-                self.note(1, index, "drop_key", "empty tool_calls")
-                item.calls_changed = True
+            self.drop_misplaced_blocks(item)
+            self.settle_calls(item)
             if self.drop_if_junk(1, item):
                 continue
-            if role not in ("tool", "function") and self.empty(item):
+            # A tool result needs content too (O8), even an empty string.
+            no_content = item.texts is None and item.parts is None
+            if no_content if role in ("tool", "function") else self.empty(item):
                 self.note(1, index, "drop_empty", "empty message")
                 continue
             if self.provider == "anthropic" and role in ("system", "developer"):
@@ -173,13 +172,7 @@ class Sanitizer:
                 self.system.append(item)
                 continue
             if role == "assistant":
-                open_legacy = None
-                if item.has_function_call:
-                    if self.convert_function:
-                        self.note(
-                            1, index, "convert_function", "legacy function_call converted to tool_calls"
-                        )
-                    open_legacy = (index, item.function_name)
+                open_legacy = (index, item.function_name) if item.legacy_call else None
             elif role == "function":
                 legacy, open_legacy = open_legacy, None
                 if legacy is None or legacy[1] != item.function_name:
@@ -193,6 +186,56 @@ class Sanitizer:
                 item.legacy_of = legacy[0]
             items.append(item)
         return items
+
+    def drop_misplaced_blocks(self, item: Item) -> None:
+        """Blank text blocks go; for Anthropic also tool_use outside assistant
+        messages, tool_result outside user messages, non-text blocks of system ones."""
+        if item.parts is None:
+            return
+        anthropic, role = self.provider == "anthropic", item.role
+        kept = []
+        for part in item.parts:
+            at = f"at content[{part.block}]"
+            if part.kind == "blank":
+                why = f"empty text block {at}"
+            elif anthropic and part.kind == "tool_use" and role != "assistant":
+                why = f"tool_use block in a {role} message {at}"
+            elif anthropic and part.kind == "tool_result" and role != "user":
+                why = f"tool_result block in a {role} message {at}"
+            elif anthropic and part.kind in ("thinking", "other") and role in ("system", "developer"):
+                why = f"non-text block in a {role} message {at}"
+            else:
+                kept.append(part)
+                continue
+            self.note(1, part.message, "drop_block", why)
+            item.content_changed = True
+        item.parts = kept
+
+    def settle_calls(self, item: Item) -> None:
+        """``tool_calls: []`` goes, tool calls outside assistant messages go, and a
+        legacy ``function_call`` is converted (OpenAI, when asked) or removed."""
+        message = self.messages[item.origin]
+        if isinstance(message.get("tool_calls"), (list, tuple)) and not message["tool_calls"]:
+            self.note(1, item.origin, "drop_key", "empty tool_calls")
+            item.calls_changed = True
+        if item.role != "assistant" and item.calls:
+            for call in item.calls:
+                self.note(1, item.origin, "drop_call", f'tool call "{call[2]}" in a {item.role} message')
+            item.calls = []
+            item.calls_changed = True
+        if item.has_function_call:
+            item.calls_changed = True
+            if self.convert_function and self.provider == "openai" and item.role == "assistant":
+                self.note(1, item.origin, "convert_function", "legacy function_call converted to tool_calls")
+                item.calls.append((item.origin, None, f"call_legacy_{item.origin}"))
+                item.legacy_call = True
+            else:
+                hint = (
+                    ""
+                    if self.provider == "anthropic" or item.role != "assistant"
+                    else " (pass convert_function=True to convert it)"
+                )
+                self.note(1, item.origin, "drop_call", f"legacy function_call removed{hint}")
 
     def read(self, index: int, message: Any) -> Item:
         """The record of one message; errors carry a path relative to it."""
@@ -212,8 +255,7 @@ class Sanitizer:
                 f".content: expected str, a list of content blocks, or None, got {type(content).__name__}"
             )
         item.name = name = _optional_str(message.get("name"), ".name")
-        refusal = _optional_str(message.get("refusal"), ".refusal")
-        item.refusal = refusal is not None and not is_blank(refusal)
+        _optional_str(message.get("refusal"), ".refusal")  # its type only: a refusal is not content
         calls = message.get("tool_calls")
         if calls is not None:
             if not isinstance(calls, (list, tuple)):
@@ -238,9 +280,7 @@ class Sanitizer:
             if function_name is None:
                 raise InvalidInputError(".function_call.name: required field is missing")
             item.function_name = function_name
-            item.has_function_call = True
-            item.calls.append((index, None, f"call_legacy_{index}"))
-            item.calls_changed = True
+            item.has_function_call = True  # converted or removed in stage 1
         if role == "function":
             item.function_name = name
         return item
@@ -300,9 +340,11 @@ class Sanitizer:
         return None if text is None else self.classify(text)
 
     def classify(self, text: str) -> tuple[str, str] | None:
-        text = text.strip(WHITE_SPACE)
+        """Patterns see the trimmed text with its ASCII letters lowered."""
+        text = _repair(text).strip(WHITE_SPACE)
         if len(text) > self.max_chars:
             return None
+        text = text.translate(ASCII_LOWER)
         if any(p.fullmatch(text) for p in self.placeholders):
             return ("drop_placeholder", "placeholder text")
         if any(p.fullmatch(text) for p in self.errors):
@@ -311,12 +353,12 @@ class Sanitizer:
 
     def empty(self, item: Item) -> bool:
         if item.texts is not None:
-            substance = len(item.texts) > 1 or not is_blank(self.messages[item.texts[0]]["content"])
+            substance = len(item.texts) > 1 or not is_blank(_repair(self.messages[item.texts[0]]["content"]))
         elif item.parts is not None:
             substance = any(p.kind not in ("blank", "thinking") for p in item.parts)
         else:
             substance = False
-        return not substance and not item.refusal and not item.calls
+        return not substance and not item.calls
 
     # -- stages 2 and 4 ------------------------------------------------------------
 
@@ -358,7 +400,6 @@ class Sanitizer:
                 parts = [p for p in parts if p.kind == first] + [p for p in parts if p.kind != first]
             previous.texts, previous.parts = None, parts
         previous.content_changed = True
-        previous.refusal = previous.refusal or item.refusal
         if item.calls or item.calls_changed:
             previous.calls = previous.calls + item.calls
             previous.calls_changed = True
@@ -382,6 +423,11 @@ class Sanitizer:
                 continue
             end = next((k for k in range(i + 1, len(items)) if items[k].role == "assistant"), len(items))
             assistant, segment = items[i], list(range(i + 1, end))
+            results: dict[str, deque[int]] = defaultdict(deque)  # tool results by the id they answer
+            for k in segment:
+                if items[k].role == "tool" and items[k].answers is not None:
+                    results[items[k].answers].append(k)
+            first_other = next((k for k in segment if items[k].role != "tool"), end)
             claimed: list[int] = []
             kept = []
             for call in assistant.calls:
@@ -392,14 +438,7 @@ class Sanitizer:
                     )
                     assistant.calls_changed = True
                     continue
-                result = next(
-                    (
-                        k
-                        for k in segment
-                        if k not in claimed and items[k].role == "tool" and items[k].answers == call_id
-                    ),
-                    None,
-                )
+                result = results[call_id].popleft() if results.get(call_id) else None
                 if result is None:
                     self.note(3, assistant.origin, "drop_call", f'tool call "{call_id}" has no result')
                     assistant.calls_changed = True
@@ -411,8 +450,9 @@ class Sanitizer:
             assistant.calls = kept
             if not stripped or self.keeps_after_stripping(assistant, "tool calls without results"):
                 out.append(assistant)
+            claimed_set = set(claimed)
             for k in sorted(claimed):
-                if any(items[m].role != "tool" for m in range(i + 1, k)):
+                if first_other < k:
                     self.note(
                         3,
                         items[k].origin,
@@ -421,7 +461,7 @@ class Sanitizer:
                     )
                 out.append(items[k])
             for k in segment:
-                if k not in claimed:
+                if k not in claimed_set:
                     self.keep_unless_orphan(items[k], out)
             i = end
         return out
@@ -429,7 +469,8 @@ class Sanitizer:
     def answer_id(self, item: Item) -> str | None:
         if item.legacy_of is not None:
             return f"call_legacy_{item.legacy_of}"
-        return self.messages[item.origin].get("tool_call_id")
+        call_id = self.messages[item.origin].get("tool_call_id")
+        return None if call_id is None else _repair(call_id)
 
     def keep_unless_orphan(self, item: Item, out: list[Item]) -> None:
         if item.role != "tool":
@@ -482,6 +523,17 @@ class Sanitizer:
                     else:
                         self.note(3, item.origin, "drop_call", f'tool call "{part.id}" has no result')
                         item.content_changed = stripped = True
+                # An assistant message may not end with thinking (interleaved
+                # thinking before a removed call would): those blocks go.
+                if stripped and any(p.kind != "thinking" for p in kept):
+                    while kept[-1].kind == "thinking":
+                        part = kept.pop()
+                        self.note(
+                            3,
+                            part.message,
+                            "drop_block",
+                            f"thinking block left last at content[{part.block}]",
+                        )
                 item.parts = kept
             if not stripped or self.keeps_after_stripping(item, "tool calls without results"):
                 out.append(item)
@@ -575,10 +627,20 @@ class Sanitizer:
         return blocks
 
 
+def _repair(text: str) -> str:
+    """Lone surrogates become U+FFFD (valid pairs join), as the extension reads
+    every Python string: ids, names and texts are compared in that form."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def _str(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise InvalidTypeError(f"{path}: expected str, got {type(value).__name__}")
-    return value
+    return _repair(value)
 
 
 def _optional_str(value: Any, path: str) -> str | None:

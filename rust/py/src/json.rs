@@ -131,8 +131,17 @@ impl JsonValue for PyJson<'_> {
         dict.get_item(key).ok().flatten().map(PyJson)
     }
 
+    /// The container's own size (not a subclass's `__len__`).
     fn len(&self) -> usize {
-        self.0.len().unwrap_or(0)
+        if let Ok(dict) = self.0.cast::<PyDict>() {
+            dict.len()
+        } else if let Ok(list) = self.0.cast::<PyList>() {
+            list.len()
+        } else if let Ok(tuple) = self.0.cast::<PyTuple>() {
+            tuple.len()
+        } else {
+            0
+        }
     }
 
     fn items(&self) -> impl Iterator<Item = Self> {

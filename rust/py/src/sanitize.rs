@@ -8,9 +8,9 @@ use context_core::sanitize::{
     Provider, Sanitizer, TEXT_SEPARATOR, legacy_call_id,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
-use crate::errors::{CoreError, invalid_input};
+use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
 use crate::text::{as_count, sequence, text};
 
@@ -92,7 +92,7 @@ impl PySanitizer {
     #[pyo3(signature = (
         provider = None,
         *,
-        convert_function = false,
+        convert_function = None,
         on_invalid = None,
         placeholder_patterns = None,
         error_patterns = None,
@@ -102,7 +102,7 @@ impl PySanitizer {
     #[allow(clippy::too_many_arguments)]
     fn new(
         provider: Option<&Bound<'_, PyAny>>,
-        convert_function: bool,
+        convert_function: Option<&Bound<'_, PyAny>>,
         on_invalid: Option<&Bound<'_, PyAny>>,
         placeholder_patterns: Option<&Bound<'_, PyAny>>,
         error_patterns: Option<&Bound<'_, PyAny>>,
@@ -116,7 +116,15 @@ impl PySanitizer {
             _ => Provider::OpenAi,
         };
         let mut options = Options::new(provider);
-        options.convert_function = convert_function;
+        if let Some(flag) = convert_function.filter(|f| !f.is_none()) {
+            if !flag.is_instance_of::<PyBool>() {
+                return Err(invalid_type(format!(
+                    "convert_function must be bool, not {}",
+                    crate::text::type_name(flag)
+                )));
+            }
+            options.convert_function = flag.is_truthy()?;
+        }
         if let Some(mode) = on_invalid.filter(|m| !m.is_none()) {
             options.on_invalid = match text(mode, "on_invalid")?.as_ref() {
                 "raise" => OnInvalid::Raise,
@@ -143,7 +151,7 @@ impl PySanitizer {
         };
         let patterns = Patterns::new(&placeholders, &errors, max_chars).map_err(CoreError)?;
         Ok(Self {
-            inner: Sanitizer::new(options, patterns),
+            inner: Sanitizer::new(options, patterns).map_err(CoreError)?,
         })
     }
 

@@ -90,7 +90,6 @@ pub(crate) struct Item {
     pub content: Content,
     /// Whether the base message's string content is blank (for `Texts([origin])`).
     pub blank_text: bool,
-    pub has_refusal: bool,
     /// OpenAI tool calls (and a legacy `function_call`).
     pub calls: Vec<Call>,
     /// Tool messages: hash of the call id they answer.
@@ -98,6 +97,8 @@ pub(crate) struct Item {
     /// Legacy function name (`function_call.name`, or a function message's `name`).
     pub function_name: Option<IdHash>,
     pub has_function_call: bool,
+    /// The `function_call` became a tool call (stage 1, `convert_function`).
+    pub legacy_call: bool,
     pub empty_tool_calls: bool,
     pub content_changed: bool,
     pub calls_changed: bool,
@@ -165,11 +166,11 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
         name: None,
         content: Content::Absent,
         blank_text: false,
-        has_refusal: false,
         calls: Vec::new(),
         answers: None,
         function_name: None,
         has_function_call: false,
+        legacy_call: false,
         empty_tool_calls: false,
         content_changed: false,
         calls_changed: false,
@@ -196,7 +197,9 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
     let name = fields.get("name");
     item.name = optional_str(name.as_ref(), "name")?.map(|n| id_hash(&n));
     let refusal = fields.get("refusal");
-    item.has_refusal = optional_str(refusal.as_ref(), "refusal")?.is_some_and(|r| !is_blank(&r));
+    // A refusal is checked for its type only: it is not content (the API
+    // requires content unless there are tool calls).
+    optional_str(refusal.as_ref(), "refusal")?;
     if let Some(calls) = fields.get("tool_calls").filter(|c| c.kind() != Kind::Null) {
         item.calls = read_calls(index, &calls)?;
         item.empty_tool_calls = item.calls.is_empty();
@@ -218,13 +221,8 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
         let name = optional_str(name.as_ref(), "function_call.name")?
             .ok_or_else(|| missing("function_call.name"))?;
         item.function_name = Some(id_hash(&name));
+        // Never valid as it is: stage 1 converts it or removes it.
         item.has_function_call = true;
-        // Legacy calls are never valid as they are: converted or stripped.
-        item.calls.push(Call {
-            src: CallRef::Legacy { message: index },
-            id: id_hash(&legacy_call_id(index)),
-        });
-        item.calls_changed = true;
     }
     if role == Role::Function {
         item.function_name = item.name;

@@ -92,12 +92,21 @@ pub struct Sanitizer {
 }
 
 impl Sanitizer {
-    pub fn new(options: Options, patterns: Patterns) -> Self {
-        Self { options, patterns }
+    /// A funnel; refuses a `first_user_text` that the funnel itself would
+    /// drop (blank or junk), which would make it undo its own repair.
+    pub fn new(options: Options, patterns: Patterns) -> Result<Self> {
+        let first = &options.first_user_text;
+        if patterns::is_blank(first) || patterns.classify(first).is_some() {
+            return Err(Error::InvalidValue {
+                path: "first_user_text".to_owned(),
+                reason: format!("{first:?} is blank or junk text, which sanitize itself drops"),
+            });
+        }
+        Ok(Self { options, patterns })
     }
 
     /// The funnel with the default patterns.
-    pub fn with_defaults(options: Options) -> Self {
+    pub fn with_defaults(options: Options) -> Result<Self> {
         let patterns = Patterns::new(
             DEFAULT_PLACEHOLDER_PATTERNS,
             DEFAULT_ERROR_PATTERNS,

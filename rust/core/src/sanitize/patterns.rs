@@ -3,8 +3,9 @@
 //! (trimmed) text of short messages.
 //!
 //! Patterns use the syntax Python's `re` and Rust's `regex` share (no
-//! lookaround, no backreferences), so the pure-Python reference matches
-//! exactly the same texts.
+//! lookaround, no backreferences) and see the text with its ASCII letters in
+//! lower case: case folding done here, identically on both sides, rather than
+//! by each regex engine, whose Unicode folding rules differ (`İ`, `ſ`, `K`).
 
 use regex::RegexSet;
 
@@ -13,28 +14,28 @@ use crate::error::{Error, Result};
 /// Placeholders such as `[tool_call: quicksort]` that stood in for tool
 /// traffic in older clients.
 pub const DEFAULT_PLACEHOLDER_PATTERNS: &[&str] = &[
-    r"(?i)\[(?:tool[ _-]?(?:call|use|result)|function[ _-]?(?:call|result))s?(?: *:[^\]\n]*)?\]",
-    r"(?i)\[(?:image|file|attachment)(?: *:[^\]\n]*)? (?:omitted|removed)\]",
+    r"\[(?:tool[ _-]?(?:call|use|result)|function[ _-]?(?:call|result))s?(?: *:[^\]\n]*)?\]",
+    r"\[(?:image|file|attachment)(?: *:[^\]\n]*)? (?:omitted|removed)\]",
 ];
 
 /// Friendly error and cancel replies, in English, Chinese, Japanese,
 /// Spanish, French and German. Each matches the canned text only, not a real
 /// message that happens to mention an error.
 pub const DEFAULT_ERROR_PATTERNS: &[&str] = &[
-    r"(?i)\[?(?:the )?request (?:was |has been )?(?:cancell?ed|aborted|interrupted)(?: by (?:the )?user)?(?: for tool use)?[.!…]*\]?",
-    r"(?i)\[?(?:the )?(?:operation|generation|response|stream|task) (?:was |has been )?(?:cancell?ed|aborted|interrupted|stopped)(?: by (?:the )?user)?[.!…]*\]?",
-    r"(?i)\[?(?:cancell?ed|aborted|interrupted|stopped) by (?:the )?user[.!…]*\]?",
-    r"(?i)(?:an? )?(?:unexpected |unknown |internal )?error (?:has )?occurr?ed(?: while processing (?:your|the) request)?[.!…]*(?: please try again(?: later)?[.!…]*)?",
-    r"(?i)something went wrong[.!…]*(?: please try again(?: later)?[.!…]*)?",
+    r"\[?(?:the )?request (?:was |has been )?(?:cancell?ed|aborted|interrupted)(?: by (?:the )?user)?(?: for tool use)?[.!…]*\]?",
+    r"\[?(?:the )?(?:operation|generation|response|stream|task) (?:was |has been )?(?:cancell?ed|aborted|interrupted|stopped)(?: by (?:the )?user)?[.!…]*\]?",
+    r"\[?(?:cancell?ed|aborted|interrupted|stopped) by (?:the )?user[.!…]*\]?",
+    r"(?:an? )?(?:unexpected |unknown |internal )?error (?:has )?occurr?ed(?: while processing (?:your|the) request)?[.!…]*(?: please try again(?: later)?[.!…]*)?",
+    r"something went wrong[.!…]*(?: please try again(?: later)?[.!…]*)?",
     r"(?:请求|操作|生成|任务)(?:已|已经|被)?(?:取消|中止|中断|终止)了?[。.!！…]*",
     r"(?:用户)?(?:已|已经)?(?:取消|中止|中断)了?(?:请求|操作|生成)[。.!！…]*",
     r"(?:发生|出现)了?(?:未知|内部)?错误[，,]?(?:请)?(?:稍后)?(?:重试|再试)?[。.!！…]*",
     r"出错了[，,]?(?:请)?(?:稍后)?(?:重试|再试)?[。.!！…]*",
     r"(?:リクエスト|処理|生成)(?:は|が)?(?:キャンセル|中断|中止)されました[。.!！…]*",
     r"エラーが発生しました[。.!！…]*(?:もう一度お試しください[。.!！…]*)?",
-    r"(?i)la (?:solicitud|petición) (?:fue|ha sido) (?:cancelada|interrumpida)[.!…]*",
-    r"(?i)la requête a été (?:annulée|interrompue)[.!…]*",
-    r"(?i)die anfrage wurde (?:abgebrochen|unterbrochen)[.!…]*",
+    r"la (?:solicitud|petición) (?:fue|ha sido) (?:cancelada|interrumpida)[.!…]*",
+    r"la requête a été (?:annulée|interrompue)[.!…]*",
+    r"die anfrage wurde (?:abgebrochen|unterbrochen)[.!…]*",
 ];
 
 /// Texts longer than this (in characters, after trimming) are never matched:
@@ -68,7 +69,8 @@ impl Patterns {
         })
     }
 
-    /// Whether the whole of `text` (trimmed of white space) is junk.
+    /// Whether the whole of `text` (trimmed of white space, ASCII letters
+    /// lowered) is junk.
     pub fn classify(&self, text: &str) -> Option<Junk> {
         let text = trim(text);
         // A character is at most four bytes: only texts in between need counting.
@@ -77,6 +79,8 @@ impl Patterns {
         if too_long {
             return None;
         }
+        let text = text.to_ascii_lowercase();
+        let text = text.as_str();
         if self.placeholders.is_match(text) {
             Some(Junk::Placeholder)
         } else if self.errors.is_match(text) {

@@ -1,7 +1,9 @@
 //! The four stages of the funnel, on [`Item`] records. README.md
 //! ("sanitize") states each rule; the reference implements the same ones.
 
-use rustc_hash::FxHashSet as HashSet;
+use std::collections::VecDeque;
+
+use rustc_hash::{FxHashMap, FxHashSet as HashSet};
 
 use super::gather::{self, Block, BlockKind, Call, Content, IdHash, Item, Role, id_hash};
 use super::patterns::{Junk, Patterns};
@@ -55,15 +57,17 @@ impl<J: JsonValue> Run<'_, J> {
                 self.change(1, Some(index), "drop_role", reason);
                 continue;
             }
-            self.drop_blank_blocks(&mut item);
-            if item.empty_tool_calls {
-                self.change(1, Some(index), "drop_key", "empty tool_calls".to_owned());
-                item.calls_changed = true;
-            }
+            self.drop_misplaced_blocks(&mut item);
+            self.settle_calls(&mut item);
             if self.drop_if_junk(1, &item) {
                 continue;
             }
-            if item.role != Role::Tool && item.role != Role::Function && is_empty(&item) {
+            // A tool result needs content too (O8), even an empty string.
+            let empty = match item.role {
+                Role::Tool | Role::Function => matches!(item.content, Content::Absent),
+                _ => is_empty(&item),
+            };
+            if empty {
                 self.change(1, Some(index), "drop_empty", "empty message".to_owned());
                 continue;
             }
@@ -127,18 +131,11 @@ impl<J: JsonValue> Run<'_, J> {
     ) -> bool {
         match item.role {
             Role::Assistant => {
-                *open_legacy = None;
-                if item.has_function_call {
-                    if self.options.convert_function {
-                        self.change(
-                            1,
-                            Some(index),
-                            "convert_function",
-                            "legacy function_call converted to tool_calls".to_owned(),
-                        );
-                    }
-                    *open_legacy = item.function_name.map(|name| (index, name));
-                }
+                *open_legacy = if item.legacy_call {
+                    item.function_name.map(|name| (index, name))
+                } else {
+                    None
+                };
                 true
             }
             Role::Function => match open_legacy.take() {
@@ -190,30 +187,102 @@ impl<J: JsonValue> Run<'_, J> {
         }
     }
 
-    fn drop_blank_blocks(&mut self, item: &mut Item) {
+    /// Remove blank text blocks, and (Anthropic) `tool_use` blocks outside
+    /// assistant messages, `tool_result` blocks outside user messages and
+    /// non-text blocks of system messages.
+    fn drop_misplaced_blocks(&mut self, item: &mut Item) {
         let Content::Blocks(blocks) = &mut item.content else {
             return;
         };
-        let before = blocks.len();
-        let mut dropped = Vec::new();
+        let anthropic = self.options.provider == Provider::Anthropic;
+        let role = item.role;
+        let mut dropped: Vec<(BlockRef, String)> = Vec::new();
         blocks.retain(|block| {
-            let blank = matches!(block.kind, BlockKind::Text { blank: true });
-            if blank {
-                dropped.push(block.src);
-            }
-            !blank
-        });
-        if blocks.len() != before {
-            item.content_changed = true;
-            for src in dropped {
-                if let BlockRef::Block { message, block } = src {
-                    self.change(
-                        1,
-                        Some(message),
-                        "drop_block",
-                        format!("empty text block at content[{block}]"),
-                    );
+            let BlockRef::Block { block: j, .. } = block.src else {
+                return true;
+            };
+            let why = match block.kind {
+                BlockKind::Text { blank: true } => format!("empty text block at content[{j}]"),
+                BlockKind::ToolUse if anthropic && role != Role::Assistant => {
+                    format!(
+                        "tool_use block in a {} message at content[{j}]",
+                        role.name()
+                    )
                 }
+                BlockKind::ToolResult if anthropic && role != Role::User => {
+                    format!(
+                        "tool_result block in a {} message at content[{j}]",
+                        role.name()
+                    )
+                }
+                // The system parameter takes text blocks only.
+                BlockKind::Thinking | BlockKind::Other
+                    if anthropic && matches!(role, Role::System | Role::Developer) =>
+                {
+                    format!(
+                        "non-text block in a {} message at content[{j}]",
+                        role.name()
+                    )
+                }
+                _ => return true,
+            };
+            dropped.push((block.src, why));
+            false
+        });
+        if !dropped.is_empty() {
+            item.content_changed = true;
+        }
+        for (src, why) in dropped {
+            if let BlockRef::Block { message, .. } = src {
+                self.change(1, Some(message), "drop_block", why);
+            }
+        }
+    }
+
+    /// `tool_calls: []` goes; tool calls outside assistant messages go; a
+    /// legacy `function_call` is converted (OpenAI, when asked) or removed.
+    fn settle_calls(&mut self, item: &mut Item) {
+        let index = item.origin;
+        if item.empty_tool_calls {
+            self.change(1, Some(index), "drop_key", "empty tool_calls".to_owned());
+            item.calls_changed = true;
+        }
+        if item.role != Role::Assistant && !item.calls.is_empty() {
+            for call in std::mem::take(&mut item.calls) {
+                let id = gather::call_id_text(self.messages, call.src);
+                let reason = format!("tool call \"{id}\" in a {} message", item.role.name());
+                self.change(1, Some(index), "drop_call", reason);
+            }
+            item.calls_changed = true;
+        }
+        if item.has_function_call {
+            item.calls_changed = true; // the function_call key goes either way
+            let convert =
+                self.options.convert_function && !self.anthropic() && item.role == Role::Assistant;
+            if convert {
+                self.change(
+                    1,
+                    Some(index),
+                    "convert_function",
+                    "legacy function_call converted to tool_calls".to_owned(),
+                );
+                item.calls.push(Call {
+                    src: CallRef::Legacy { message: index },
+                    id: id_hash(&legacy_call_id(index)),
+                });
+                item.legacy_call = true;
+            } else {
+                let hint = if self.anthropic() || item.role != Role::Assistant {
+                    ""
+                } else {
+                    " (pass convert_function=True to convert it)"
+                };
+                self.change(
+                    1,
+                    Some(index),
+                    "drop_call",
+                    format!("legacy function_call removed{hint}"),
+                );
             }
         }
     }
@@ -278,6 +347,20 @@ impl<J: JsonValue> Run<'_, J> {
                 })
                 .unwrap_or(slots.len());
             let mut assistant = slots[i].take().expect("each slot is visited once");
+            // The tool results of the segment by the id they answer, in order.
+            let mut results: FxHashMap<IdHash, VecDeque<usize>> = FxHashMap::default();
+            for (k, slot) in slots.iter().enumerate().take(end).skip(i + 1) {
+                if let Some(answers) = slot
+                    .as_ref()
+                    .filter(|it| it.role == Role::Tool)
+                    .and_then(|it| it.answers)
+                {
+                    results.entry(answers).or_default().push_back(k);
+                }
+            }
+            let first_other = (i + 1..end)
+                .find(|&k| slots[k].as_ref().is_some_and(|it| it.role != Role::Tool))
+                .unwrap_or(end);
             let mut claimed: Vec<usize> = Vec::new();
             let mut kept_calls = Vec::with_capacity(assistant.calls.len());
             let call_count = assistant.calls.len();
@@ -293,12 +376,7 @@ impl<J: JsonValue> Run<'_, J> {
                     assistant.calls_changed = true;
                     continue;
                 }
-                let result = (i + 1..end).find(|&k| {
-                    !claimed.contains(&k)
-                        && slots[k]
-                            .as_ref()
-                            .is_some_and(|it| it.role == Role::Tool && it.answers == Some(call.id))
-                });
+                let result = results.get_mut(&call.id).and_then(VecDeque::pop_front);
                 if let Some(k) = result {
                     claimed.push(k);
                     seen.insert(call.id);
@@ -320,8 +398,7 @@ impl<J: JsonValue> Run<'_, J> {
             }
             claimed.sort_unstable();
             for &k in &claimed {
-                let moved =
-                    (i + 1..k).any(|m| slots[m].as_ref().is_some_and(|it| it.role != Role::Tool));
+                let moved = first_other < k;
                 let result = slots[k].take().expect("claimed once");
                 if moved {
                     let id = match result.legacy_of {
@@ -378,10 +455,10 @@ impl<J: JsonValue> Run<'_, J> {
                 continue;
             }
             let next_is_user = items.peek().is_some_and(|next| next.role == Role::User);
-            let available: Vec<IdHash> = if next_is_user {
+            let available: HashSet<IdHash> = if next_is_user {
                 result_ids(items.peek().expect("peeked"))
             } else {
-                Vec::new()
+                HashSet::default()
             };
             let mut claimed: HashSet<IdHash> = HashSet::default();
             let mut stripped = !item.calls.is_empty();
@@ -426,6 +503,21 @@ impl<J: JsonValue> Run<'_, J> {
                         });
                         item.content_changed = true;
                         stripped = true;
+                    }
+                }
+                // The API refuses an assistant message that ends with thinking
+                // (interleaved thinking before a removed call would): those go.
+                if stripped && kept.iter().any(|b| b.kind != BlockKind::Thinking) {
+                    while kept.last().is_some_and(|b| b.kind == BlockKind::Thinking) {
+                        let block = kept.pop().expect("checked");
+                        if let BlockRef::Block { message, block } = block.src {
+                            self.change(
+                                3,
+                                Some(message),
+                                "drop_block",
+                                format!("thinking block left last at content[{block}]"),
+                            );
+                        }
                     }
                 }
                 *blocks = kept;
@@ -493,14 +585,14 @@ impl<J: JsonValue> Run<'_, J> {
     }
 }
 
-fn result_ids(item: &Item) -> Vec<IdHash> {
+fn result_ids(item: &Item) -> HashSet<IdHash> {
     match &item.content {
         Content::Blocks(blocks) => blocks
             .iter()
             .filter(|b| b.kind == BlockKind::ToolResult)
             .map(|b| b.id)
             .collect(),
-        _ => Vec::new(),
+        _ => HashSet::default(),
     }
 }
 
@@ -519,7 +611,7 @@ pub(crate) fn is_empty(item: &Item) -> bool {
             )
         }),
     };
-    !substance && !item.has_refusal && item.calls.is_empty()
+    !substance && item.calls.is_empty()
 }
 
 /// Append `item` to `previous` (same role).
@@ -565,7 +657,6 @@ fn merge_into(previous: &mut Item, item: &mut Item, provider: Provider) {
         }
     };
     previous.content_changed = true;
-    previous.has_refusal |= item.has_refusal;
     if !item.calls.is_empty() || item.calls_changed {
         previous.calls.append(&mut item.calls);
         previous.calls_changed = true;

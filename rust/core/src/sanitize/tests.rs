@@ -18,11 +18,11 @@ fn blocks(items: Vec<Json<'_>>) -> Json<'_> {
 }
 
 fn anthropic() -> Sanitizer {
-    Sanitizer::with_defaults(Options::new(Provider::Anthropic))
+    Sanitizer::with_defaults(Options::new(Provider::Anthropic)).unwrap()
 }
 
 fn openai() -> Sanitizer {
-    Sanitizer::with_defaults(Options::new(Provider::OpenAi))
+    Sanitizer::with_defaults(Options::new(Provider::OpenAi)).unwrap()
 }
 
 /// Seed 000's example: a placeholder, a legacy tool message, an orphaned call
@@ -139,7 +139,10 @@ fn malformed_messages_raise_or_drop() {
     );
     let mut options = Options::new(Provider::OpenAi);
     options.on_invalid = OnInvalid::Drop;
-    let plan = Sanitizer::with_defaults(options).sanitize(&refs).unwrap();
+    let plan = Sanitizer::with_defaults(options)
+        .unwrap()
+        .sanitize(&refs)
+        .unwrap();
     assert_eq!(plan.messages, vec![OutMessage::Original(0)]);
     assert_eq!(plan.changes[0].action, "drop_invalid");
 }
