@@ -575,6 +575,18 @@ def check_funnel(history: list[dict], provider: str, **options) -> None:
     assert not again.changed, summary(again.changes)
     assert all(a is b for a, b in zip(again.messages, result.messages, strict=True))
     # Valid user and assistant text is never lost (merges keep it inside a longer text).
+    # Thinking blocks of turns that hold tool_use are the input's own objects,
+    # in their input order, each still before the tool calls it preceded.
+    input_blocks = [b for m in history if isinstance(m.get("content"), list) for b in m["content"]]
+    for message in result.messages:
+        blocks = message.get("content") if isinstance(message.get("content"), list) else []
+        if message.get("role") == "assistant" and any(b.get("type") == "tool_use" for b in blocks):
+            positions = [
+                next(i for i, b in enumerate(input_blocks) if b is block)
+                for block in blocks
+                if block.get("type") in ("thinking", "redacted_thinking")
+            ]
+            assert positions == sorted(positions)
     patterns = reference.Sanitizer(provider)
     kept = [t for m in result.messages for t in text_of(m)]
     for message in history:
@@ -741,3 +753,23 @@ def test_option_types():
         Sanitizer(convert_function=1)
     with pytest.raises(InvalidTypeError):
         sanitize([], max_pattern_chars=True)
+
+
+def test_merged_tool_turns_keep_thinking_before_their_calls():
+    t1 = {"type": "thinking", "thinking": "one", "signature": "s"}
+    t2 = {"type": "thinking", "thinking": "two", "signature": "s"}
+    u1 = {"type": "tool_use", "id": "a", "name": "f", "input": {}}
+    u2 = {"type": "tool_use", "id": "b", "name": "f", "input": {}}
+    text = {"type": "text", "text": "Let me check."}
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [text]},
+        {"role": "assistant", "content": [t1, u1]},
+        {"role": "assistant", "content": [t2, u2]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": k, "content": "r"} for k in "ab"],
+        },
+    ]
+    result = both(history, "anthropic")
+    assert result.messages[1]["content"] == [t1, text, u1, t2, u2]

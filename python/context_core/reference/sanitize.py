@@ -395,9 +395,18 @@ class Sanitizer:
             previous.texts, previous.parts = item.texts, item.parts
         else:
             parts = self.as_parts(previous) + self.as_parts(item)
-            if self.provider == "anthropic" and previous.role in ("user", "assistant"):
-                first = "tool_result" if previous.role == "user" else "thinking"
-                parts = [p for p in parts if p.kind == first] + [p for p in parts if p.kind != first]
+            if self.provider == "anthropic" and previous.role == "user":
+                parts = [p for p in parts if p.kind == "tool_result"] + [
+                    p for p in parts if p.kind != "tool_result"
+                ]
+            elif self.provider == "anthropic" and previous.role == "assistant":
+                # Thinking must come first; the blocks before the first thinking run
+                # move to just after it, everything else keeps its place.
+                first = next((i for i, p in enumerate(parts) if p.kind == "thinking"), 0)
+                end = first
+                while end < len(parts) and parts[end].kind == "thinking":
+                    end += 1
+                parts = parts[first:end] + parts[:first] + parts[end:]
             previous.texts, previous.parts = None, parts
         previous.content_changed = True
         if item.calls or item.calls_changed:

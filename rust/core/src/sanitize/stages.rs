@@ -643,14 +643,11 @@ fn merge_into(previous: &mut Item, item: &mut Item, provider: Provider) {
             let mut blocks = into_blocks(a);
             blocks.extend(into_blocks(b));
             if provider == Provider::Anthropic {
-                let first = match previous.role {
-                    Role::User => Some(BlockKind::ToolResult),
-                    Role::Assistant => Some(BlockKind::Thinking),
-                    _ => None,
-                };
-                if let Some(first) = first {
-                    // Stable: the tool results (user) or thinking (assistant) lead.
-                    blocks.sort_by_key(|b| b.kind != first);
+                match previous.role {
+                    // Stable: the tool results lead.
+                    Role::User => blocks.sort_by_key(|b| b.kind != BlockKind::ToolResult),
+                    Role::Assistant => thinking_first(&mut blocks),
+                    _ => {}
                 }
             }
             Content::Blocks(blocks)
@@ -661,6 +658,20 @@ fn merge_into(previous: &mut Item, item: &mut Item, provider: Provider) {
         previous.calls.append(&mut item.calls);
         previous.calls_changed = true;
     }
+}
+
+/// A merged assistant message must start with thinking if it holds any. Its
+/// blocks keep their order (thinking stays right before the tool calls it
+/// led to); only blocks before the first thinking run move to just after it.
+fn thinking_first(blocks: &mut [Block]) {
+    let Some(first) = blocks.iter().position(|b| b.kind == BlockKind::Thinking) else {
+        return;
+    };
+    let run = blocks[first..]
+        .iter()
+        .take_while(|b| b.kind == BlockKind::Thinking)
+        .count();
+    blocks[..first + run].rotate_left(first);
 }
 
 /// The messages whose string contents a text content joins.
