@@ -62,24 +62,17 @@ def sanitize(
     the text lifted out of system messages, or ``None``), ``.changes`` (one
     :class:`Change` per repair) and ``.changed``. The input is never mutated.
     """
+    options = (
+        provider,
+        convert_function,
+        on_invalid,
+        _frozen(placeholder_patterns),
+        _frozen(error_patterns),
+        max_pattern_chars,
+        first_user_text,
+    )
     try:
-        sanitizer = _sanitizer(
-            provider,
-            convert_function,
-            on_invalid,
-            _frozen(placeholder_patterns),
-            _frozen(error_patterns),
-            max_pattern_chars,
-            first_user_text,
-        )
+        sanitizer = _sanitizer(*options)
     except TypeError:  # an unhashable option: build it uncached, which reports it clearly
-        sanitizer = Sanitizer(
-            provider,
-            convert_function=convert_function,
-            on_invalid=on_invalid,
-            placeholder_patterns=placeholder_patterns,
-            error_patterns=error_patterns,
-            max_pattern_chars=max_pattern_chars,
-            first_user_text=first_user_text,
-        )
+        sanitizer = _sanitizer.__wrapped__(*options)
     return sanitizer.sanitize(messages)
