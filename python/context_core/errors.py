@@ -11,6 +11,7 @@ __all__ = [
     "ContextCoreError",
     "InvalidInputError",
     "InvalidTypeError",
+    "OverBudgetError",
     "UnknownEncodingError",
     "UnknownModelError",
 ]
@@ -42,3 +43,8 @@ class UnknownModelError(InvalidInputError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class OverBudgetError(InvalidInputError):
+    """What every selection policy must keep (system and pinned messages, the
+    current input) does not fit in the budget; the message names the sizes."""

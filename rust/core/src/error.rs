@@ -29,6 +29,13 @@ pub enum Error {
     MissingField { path: String },
     /// Containers nested deeper than [`crate::MAX_DEPTH`] (a reference cycle, usually).
     TooDeep { path: String },
+    /// What every policy must keep (system, pinned, current input) is over the budget.
+    OverBudget {
+        system: usize,
+        pinned: usize,
+        current: usize,
+        budget: usize,
+    },
     /// A value of the right type that cannot be used (e.g. an integer too long
     /// to write out, as Python's `json.dumps` also refuses).
     InvalidValue { path: String, reason: String },
@@ -105,6 +112,17 @@ impl fmt::Display for Error {
             } => write!(f, "{path}: expected {expected}, got {found}"),
             Error::MissingField { path } => write!(f, "{path}: required field is missing"),
             Error::InvalidValue { path, reason } => write!(f, "{path}: {reason}"),
+            Error::OverBudget {
+                system,
+                pinned,
+                current,
+                budget,
+            } => write!(
+                f,
+                "what must be kept does not fit: system {system} + pinned {pinned} + current input \
+                 {current} + reply priming {} tokens > budget {budget}",
+                crate::chat::REPLY_PRIMING
+            ),
             Error::TooDeep { path } => write!(
                 f,
                 "{}: nested more than {} levels deep (a reference cycle?)",

@@ -12,6 +12,8 @@ mod json;
 mod parallel;
 pub mod pretokenize;
 pub mod sanitize;
+pub mod select;
+pub mod tags;
 mod tokenizer;
 
 pub use cache::{CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES};

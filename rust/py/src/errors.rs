@@ -14,6 +14,7 @@ static INVALID_INPUT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INVALID_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNKNOWN_ENCODING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNKNOWN_MODEL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static OVER_BUDGET: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn raise(
     py: Python<'_>,
@@ -64,6 +65,9 @@ impl From<CoreError> for PyErr {
             | Error::MissingField { .. }
             | Error::TooDeep { .. }
             | Error::InvalidValue { .. } => invalid_input(message),
+            Error::OverBudget { .. } => {
+                Python::attach(|py| raise(py, &OVER_BUDGET, "OverBudgetError", message))
+            }
         }
     }
 }

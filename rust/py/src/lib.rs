@@ -5,6 +5,7 @@
 mod errors;
 mod json;
 mod sanitize;
+mod select;
 mod text;
 mod tokenizer;
 
@@ -17,6 +18,9 @@ mod _core {
 
     #[pymodule_export]
     use super::sanitize::{PyChange, PySanitizeResult, PySanitizer};
+
+    #[pymodule_export]
+    use super::select::{_analyze, PyAnalysis, PyTagger};
 
     use pyo3::prelude::*;
 
@@ -52,6 +56,27 @@ mod _core {
         m.add(
             "DEFAULT_MAX_PATTERN_CHARS",
             context_core::sanitize::DEFAULT_MAX_PATTERN_CHARS,
+        )?;
+        m.add(
+            "METADATA_KEYS",
+            context_core::select::METADATA_KEYS.to_vec(),
+        )?;
+        m.add("TRUNCATION_MARKER", context_core::select::TRUNCATION_MARKER)?;
+        m.add(
+            "DEFAULT_CONSTRAINT_KEYWORDS",
+            context_core::tags::DEFAULT_CONSTRAINT_KEYWORDS.to_vec(),
+        )?;
+        m.add(
+            "DEFAULT_PULSE_KEYWORDS",
+            context_core::tags::DEFAULT_PULSE_KEYWORDS.to_vec(),
+        )?;
+        m.add(
+            "DEFAULT_EVIDENCE_MARKERS",
+            context_core::tags::DEFAULT_EVIDENCE_MARKERS.to_vec(),
+        )?;
+        m.add(
+            "DEFAULT_LOG_MARKERS",
+            context_core::tags::DEFAULT_LOG_MARKERS.to_vec(),
         )?;
         m.add(
             "DEFAULT_FIRST_USER_TEXT",

@@ -30,6 +30,13 @@ pub struct PyCacheInfo {
     capacity: usize,
 }
 
+impl PyTokenizer {
+    /// The core tokenizer.
+    pub fn inner(&self) -> &Tokenizer {
+        &self.inner
+    }
+}
+
 #[pymethods]
 impl PyCacheInfo {
     fn __repr__(&self) -> String {

@@ -1,0 +1,12 @@
+//! Context selection: given a history and a token budget, choose what the
+//! model sees. One analysis (exact counts, tags, units), three policies:
+//! ShapeHistory, the weighted window and the priority builder.
+
+mod analyze;
+mod policies;
+
+pub use analyze::{
+    Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitKind,
+    analyze,
+};
+pub use policies::{Build, Extras, Shape, Weights, build, message_weight, shape, weighted_window};

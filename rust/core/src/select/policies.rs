@@ -1,0 +1,297 @@
+//! The three selection policies, on units and exact token counts.
+//!
+//! Each returns which units to keep (and which extras); the caller lays the
+//! output out. Costs add up per message plus the reply priming: an upper
+//! bound of the final count, since merging neighbours afterwards only saves
+//! tokens (every merge drops a message's framing and role).
+
+use super::analyze::{Analysis, Role, UnitKind};
+use crate::chat::REPLY_PRIMING;
+use crate::error::{Error, Result};
+use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
+
+/// Weights of the weighted window (DESIGN.md, mechanism 5).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Weights {
+    pub system: f64,
+    pub constraint: f64,
+    pub evidence: f64,
+    pub pulse: f64,
+    pub log: f64,
+    /// Untagged messages weigh `decay ^ (age in minutes)`.
+    pub decay: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self {
+            system: 5.0,
+            constraint: 3.0,
+            evidence: 2.0,
+            pulse: 1.5,
+            log: 0.3,
+            decay: 0.85,
+        }
+    }
+}
+
+/// The units every policy keeps (system, pinned, current input) and their cost
+/// with the reply priming; an error if they alone are over `budget`.
+fn mandatory(analysis: &Analysis, budget: usize) -> Result<(Vec<usize>, usize)> {
+    let kept: Vec<usize> = (0..analysis.units.len())
+        .filter(|&u| analysis.units[u].kind != UnitKind::Normal)
+        .collect();
+    let cost = REPLY_PRIMING
+        + kept
+            .iter()
+            .map(|&u| analysis.units[u].tokens)
+            .sum::<usize>();
+    if cost > budget {
+        return Err(over_budget(analysis, &kept, budget));
+    }
+    Ok((kept, cost))
+}
+
+fn over_budget(analysis: &Analysis, kept: &[usize], budget: usize) -> Error {
+    let size = |kind: UnitKind| -> usize {
+        kept.iter()
+            .filter(|&&u| analysis.units[u].kind == kind)
+            .map(|&u| analysis.units[u].tokens)
+            .sum()
+    };
+    Error::OverBudget {
+        system: size(UnitKind::System),
+        pinned: size(UnitKind::Pinned),
+        current: size(UnitKind::Current),
+        budget,
+    }
+}
+
+/// The weight of a message: given, else by role and tags, else by age.
+pub fn message_weight(
+    analysis: &Analysis,
+    message: usize,
+    weights: &Weights,
+    now: Option<f64>,
+) -> f64 {
+    let info = &analysis.messages[message];
+    if let Some(weight) = info.weight {
+        return weight;
+    }
+    if info.role == Role::System {
+        return weights.system;
+    }
+    for (tag, weight) in [
+        (CONSTRAINT, weights.constraint),
+        (EVIDENCE, weights.evidence),
+        (PULSE, weights.pulse),
+        (LOG, weights.log),
+    ] {
+        if info.tags & tag != 0 {
+            return weight;
+        }
+    }
+    // Age in minutes: from timestamps when both sides have them, else one
+    // minute a message back from the end.
+    let age = match (now, info.timestamp) {
+        (Some(now), Some(at)) => ((now - at) / 60.0).max(0.0),
+        _ => (analysis.messages.len() - 1 - message) as f64,
+    };
+    weights.decay.powf(age)
+}
+
+/// The weighted window: mandatory units, then up to `max_anchors` constraint
+/// units (the earliest), then the rest by weight (heaviest first, newer first
+/// on ties) wherever they fit. Kept units in chronological order.
+pub fn weighted_window(
+    analysis: &Analysis,
+    budget: usize,
+    weights: &Weights,
+    max_anchors: usize,
+    now: Option<f64>,
+) -> Result<Vec<usize>> {
+    let (mut kept, mut cost) = mandatory(analysis, budget)?;
+    let take = |u: usize, cost: &mut usize, kept: &mut Vec<usize>| {
+        let tokens = analysis.units[u].tokens;
+        if *cost + tokens <= budget {
+            *cost += tokens;
+            kept.push(u);
+        }
+    };
+    let optional: Vec<usize> = (0..analysis.units.len())
+        .filter(|&u| analysis.units[u].kind == UnitKind::Normal)
+        .collect();
+    let anchors: Vec<usize> = optional
+        .iter()
+        .copied()
+        .filter(|&u| analysis.units[u].tags & CONSTRAINT != 0)
+        .take(max_anchors)
+        .collect();
+    for &u in &anchors {
+        take(u, &mut cost, &mut kept);
+    }
+    let mut rest: Vec<(f64, usize)> = optional
+        .iter()
+        .copied()
+        .filter(|u| !anchors.contains(u))
+        .map(|u| {
+            let unit = &analysis.units[u];
+            let weight = (unit.start..unit.end)
+                .map(|m| message_weight(analysis, m, weights, now))
+                .fold(f64::NEG_INFINITY, f64::max);
+            (weight, u)
+        })
+        .collect();
+    rest.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    for (_, u) in rest {
+        take(u, &mut cost, &mut kept);
+    }
+    kept.sort_unstable();
+    Ok(kept)
+}
+
+/// What ShapeHistory kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub units: Vec<usize>,
+    /// Turns kept at the end; `None` when everything fit.
+    pub turns: Option<usize>,
+    /// Whether the summary goes in.
+    pub summary: bool,
+}
+
+/// ShapeHistory: everything if it fits; else system + first user message +
+/// summary + the last `n` turns, `n` from `keep_last` down to `min_keep`;
+/// then without the summary, down to the last turn alone.
+pub fn shape(
+    analysis: &Analysis,
+    budget: usize,
+    keep_last: usize,
+    min_keep: usize,
+    summary_tokens: Option<usize>,
+) -> Result<Shape> {
+    let all: usize = REPLY_PRIMING + analysis.units.iter().map(|u| u.tokens).sum::<usize>();
+    if all <= budget {
+        return Ok(Shape {
+            units: (0..analysis.units.len()).collect(),
+            turns: None,
+            summary: false,
+        });
+    }
+    let (mandatory, _) = mandatory(analysis, budget)?;
+    let first_user = analysis.units.iter().position(|u| u.turn_start);
+    let turn_starts: Vec<usize> = (0..analysis.units.len())
+        .filter(|&u| analysis.units[u].turn_start)
+        .collect();
+    let candidate = |n: usize, with_summary: bool| -> Option<Shape> {
+        let from = if n == 0 {
+            analysis.units.len()
+        } else {
+            turn_starts
+                .get(turn_starts.len().saturating_sub(n))
+                .copied()
+                .unwrap_or(analysis.units.len())
+        };
+        let mut units: Vec<usize> = mandatory.clone();
+        units.extend(first_user);
+        units.extend(from..analysis.units.len());
+        units.sort_unstable();
+        units.dedup();
+        let dropped_any = units.len() < analysis.units.len();
+        let summary = with_summary && dropped_any && summary_tokens.is_some();
+        let cost = REPLY_PRIMING
+            + units
+                .iter()
+                .map(|&u| analysis.units[u].tokens)
+                .sum::<usize>()
+            + if summary {
+                summary_tokens.unwrap_or(0)
+            } else {
+                0
+            };
+        (cost <= budget).then_some(Shape {
+            units,
+            turns: Some(n),
+            summary,
+        })
+    };
+    let min_keep = min_keep.min(keep_last);
+    (min_keep..=keep_last)
+        .rev()
+        .find_map(|n| candidate(n, true))
+        .or_else(|| (0..=min_keep).rev().find_map(|n| candidate(n, false)))
+        .ok_or_else(|| over_budget(analysis, &mandatory, budget))
+}
+
+/// Extras of the priority builder, by their exact token costs.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    pub global: Option<usize>,
+    pub memories: Vec<usize>,
+    /// Chronological; filled newest first.
+    pub segments: Vec<usize>,
+    pub anchoring: Option<usize>,
+}
+
+/// What the priority builder kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Build {
+    pub units: Vec<usize>,
+    pub global: bool,
+    pub anchoring: bool,
+    /// Indices into the memories and segments given, in their order.
+    pub memories: Vec<usize>,
+    pub segments: Vec<usize>,
+}
+
+/// The priority builder: mandatory units; anchoring; the global summary;
+/// memories while the total stays within 80% of the budget; segment
+/// summaries, newest first, within 90%; recent units (higher `priority`
+/// first, then newest) within 100%.
+pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Build> {
+    let (mut units, mut cost) = mandatory(analysis, budget)?;
+    let fits = |tokens: usize, limit: usize, cost: &mut usize| -> bool {
+        let ok = *cost + tokens <= limit;
+        if ok {
+            *cost += tokens;
+        }
+        ok
+    };
+    let share = |percent: usize| budget * percent / 100;
+    let mut out = Build::default();
+    if let Some(tokens) = extras.anchoring {
+        out.anchoring = fits(tokens, budget, &mut cost);
+    }
+    if let Some(tokens) = extras.global {
+        out.global = fits(tokens, budget, &mut cost);
+    }
+    for (i, &tokens) in extras.memories.iter().enumerate() {
+        if fits(tokens, share(80), &mut cost) {
+            out.memories.push(i);
+        }
+    }
+    for (i, &tokens) in extras.segments.iter().enumerate().rev() {
+        if fits(tokens, share(90), &mut cost) {
+            out.segments.push(i);
+        }
+    }
+    out.segments.sort_unstable();
+    let mut recent: Vec<usize> = (0..analysis.units.len())
+        .filter(|&u| analysis.units[u].kind == UnitKind::Normal)
+        .collect();
+    let priority = |u: usize| {
+        let unit = &analysis.units[u];
+        (unit.start..unit.end)
+            .map(|m| analysis.messages[m].priority)
+            .fold(f64::NEG_INFINITY, f64::max)
+    };
+    recent.sort_by(|&a, &b| priority(b).total_cmp(&priority(a)).then(b.cmp(&a)));
+    for u in recent {
+        if fits(analysis.units[u].tokens, budget, &mut cost) {
+            units.push(u);
+        }
+    }
+    units.sort_unstable();
+    out.units = units;
+    Ok(out)
+}

@@ -1,0 +1,388 @@
+//! Tags that tell the selection policies what a message is worth: `constraint`
+//! (the user's rules), `evidence` (the agent's THINK/PLAN/VERIFY reasoning),
+//! `pulse` (task verbs) and `log` (curl, URLs, stack traces: noise).
+//!
+//! Keywords are matched on normalised text ([`normalize`]): English keywords
+//! on word boundaries, keywords in other scripts as substrings with
+//! punctuation and spaces removed, markers (`<think>`, `http://`) as
+//! substrings of the lower-cased text. Defaults cover Chinese and English;
+//! every list can be replaced. Tags are cached by content hash.
+
+pub mod normalize;
+
+use aho_corasick::AhoCorasick;
+use xxhash_rust::xxh3::xxh3_128;
+
+use crate::error::{Error, Result};
+use normalize::{Forms, forms};
+
+/// The user states a rule: must, never, ensure, 必须, 禁止...
+pub const CONSTRAINT: u8 = 1 << 0;
+/// The agent reasons: THINK / PLAN / VERIFY blocks.
+pub const EVIDENCE: u8 = 1 << 1;
+/// The user gives a task: fix, implement, 修复, 实现...
+pub const PULSE: u8 = 1 << 2;
+/// Machine output: curl commands, URLs, stack traces.
+pub const LOG: u8 = 1 << 3;
+
+/// Tag names, in bit order.
+pub const NAMES: [(&str, u8); 4] = [
+    ("constraint", CONSTRAINT),
+    ("evidence", EVIDENCE),
+    ("pulse", PULSE),
+    ("log", LOG),
+];
+
+pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
+    // English
+    "must",
+    "must not",
+    "mustn't",
+    "never",
+    "always",
+    "ensure",
+    "make sure",
+    "required",
+    "requirement",
+    "do not",
+    "don't",
+    "forbidden",
+    "prohibited",
+    "not allowed",
+    "shall",
+    "only use",
+    "constraint",
+    "schema",
+    "mandatory",
+    // Chinese
+    "必须",
+    "禁止",
+    "确保",
+    "验证",
+    "务必",
+    "一定要",
+    "不得",
+    "不要",
+    "不能",
+    "严禁",
+    "只能",
+    "保证",
+    "要求",
+    "约束",
+    "规范",
+    "不允许",
+    "切勿",
+];
+
+pub const DEFAULT_PULSE_KEYWORDS: &[&str] = &[
+    // English
+    "fix",
+    "implement",
+    "add",
+    "update",
+    "refactor",
+    "remove",
+    "delete",
+    "rename",
+    "verify",
+    "check",
+    "test",
+    "run",
+    "deploy",
+    "create",
+    "write",
+    "change",
+    "migrate",
+    "optimize",
+    // Chinese
+    "修复",
+    "实现",
+    "添加",
+    "增加",
+    "更新",
+    "重构",
+    "删除",
+    "移除",
+    "重命名",
+    "检查",
+    "测试",
+    "运行",
+    "部署",
+    "创建",
+    "编写",
+    "修改",
+    "迁移",
+    "优化",
+];
+
+pub const DEFAULT_EVIDENCE_MARKERS: &[&str] = &[
+    "<think",
+    "[think",
+    "think:",
+    "<plan",
+    "[plan",
+    "plan:",
+    "<verify",
+    "[verify",
+    "verify:",
+    "<thinking",
+    "<reasoning",
+    "思考:",
+    "计划:",
+    "验证:",
+];
+
+pub const DEFAULT_LOG_MARKERS: &[&str] = &[
+    "curl ",
+    "wget ",
+    "http://",
+    "https://",
+    "traceback (most recent call last)",
+    "exception in thread",
+    "stacktrace",
+    "stack trace",
+    "\n    at ",
+    "\n\tat ",
+    "npm err!",
+    "panicked at",
+    "segmentation fault",
+    "core dumped",
+];
+
+/// Keyword lists for a [`Tagger`].
+#[derive(Clone, Debug)]
+pub struct Keywords {
+    pub constraint: Vec<String>,
+    pub pulse: Vec<String>,
+    pub evidence: Vec<String>,
+    pub log: Vec<String>,
+}
+
+impl Default for Keywords {
+    fn default() -> Self {
+        let own = |list: &[&str]| list.iter().map(|k| (*k).to_owned()).collect();
+        Self {
+            constraint: own(DEFAULT_CONSTRAINT_KEYWORDS),
+            pulse: own(DEFAULT_PULSE_KEYWORDS),
+            evidence: own(DEFAULT_EVIDENCE_MARKERS),
+            log: own(DEFAULT_LOG_MARKERS),
+        }
+    }
+}
+
+/// Words matched on word boundaries of the spaced form, other keywords as
+/// substrings of the squeezed form.
+struct WordMatcher {
+    words: Option<AhoCorasick>,
+    squeezed: Option<AhoCorasick>,
+}
+
+impl WordMatcher {
+    fn new(keywords: &[String], what: &str) -> Result<Self> {
+        let mut words = Vec::new();
+        let mut squeezed = Vec::new();
+        for keyword in keywords {
+            let form = forms(keyword);
+            if form.squeezed.is_empty() {
+                return Err(Error::InvalidValue {
+                    path: what.to_owned(),
+                    reason: format!("keyword {keyword:?} has no letters or digits"),
+                });
+            }
+            if form
+                .spaced
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b' ')
+            {
+                words.push(form.spaced);
+            } else {
+                squeezed.push(form.squeezed);
+            }
+        }
+        Ok(Self {
+            words: automaton(&words)?,
+            squeezed: automaton(&squeezed)?,
+        })
+    }
+
+    fn matches(&self, text: &Forms) -> bool {
+        if self
+            .squeezed
+            .as_ref()
+            .is_some_and(|ac| ac.is_match(&text.squeezed))
+        {
+            return true;
+        }
+        let Some(words) = &self.words else {
+            return false;
+        };
+        let bytes = text.spaced.as_bytes();
+        words.find_overlapping_iter(&text.spaced).any(|m| {
+            let before = m.start().checked_sub(1).map(|i| bytes[i]);
+            let after = bytes.get(m.end()).copied();
+            !before.is_some_and(|b| b.is_ascii_alphanumeric())
+                && !after.is_some_and(|b| b.is_ascii_alphanumeric())
+        })
+    }
+}
+
+fn automaton(patterns: &[String]) -> Result<Option<AhoCorasick>> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    AhoCorasick::new(patterns)
+        .map(Some)
+        .map_err(|error| Error::InvalidValue {
+            path: "keywords".to_owned(),
+            reason: error.to_string(),
+        })
+}
+
+/// Tags texts; compiled once, thread-safe, with a cache of results.
+pub struct Tagger {
+    constraint: WordMatcher,
+    pulse: WordMatcher,
+    evidence: Option<AhoCorasick>,
+    log: Option<AhoCorasick>,
+    cache: quick_cache::sync::Cache<u128, u8>,
+}
+
+impl Tagger {
+    pub fn new(keywords: &Keywords) -> Result<Self> {
+        let markers = |list: &[String]| -> Vec<String> {
+            list.iter()
+                .map(|m| forms(m).lowered)
+                .filter(|m| !m.is_empty())
+                .collect()
+        };
+        Ok(Self {
+            constraint: WordMatcher::new(&keywords.constraint, "constraint_keywords")?,
+            pulse: WordMatcher::new(&keywords.pulse, "pulse_keywords")?,
+            evidence: automaton(&markers(&keywords.evidence))?,
+            log: automaton(&markers(&keywords.log))?,
+            cache: quick_cache::sync::Cache::new(16_384),
+        })
+    }
+
+    /// Every tag whose keywords occur in `text`, as a bit mask.
+    pub fn tag(&self, text: &str) -> u8 {
+        if text.len() < 32 {
+            return self.tag_uncached(text);
+        }
+        let key = xxh3_128(text.as_bytes());
+        if let Some(mask) = self.cache.get(&key) {
+            return mask;
+        }
+        let mask = self.tag_uncached(text);
+        self.cache.insert(key, mask);
+        mask
+    }
+
+    fn tag_uncached(&self, text: &str) -> u8 {
+        let text = forms(text);
+        let mut mask = 0;
+        if self.constraint.matches(&text) {
+            mask |= CONSTRAINT;
+        }
+        if self.pulse.matches(&text) {
+            mask |= PULSE;
+        }
+        if self
+            .evidence
+            .as_ref()
+            .is_some_and(|ac| ac.is_match(&text.lowered))
+        {
+            mask |= EVIDENCE;
+        }
+        if self
+            .log
+            .as_ref()
+            .is_some_and(|ac| ac.is_match(&text.lowered))
+        {
+            mask |= LOG;
+        }
+        mask
+    }
+}
+
+/// The tag names of a mask.
+pub fn names(mask: u8) -> Vec<&'static str> {
+    NAMES
+        .iter()
+        .filter(|(_, bit)| mask & bit != 0)
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// The mask of tag names; unknown names are an error.
+pub fn mask_of<'n>(names: impl IntoIterator<Item = &'n str>) -> Result<u8> {
+    let mut mask = 0;
+    for name in names {
+        let bit = NAMES
+            .iter()
+            .find(|(known, _)| *known == name)
+            .map(|(_, bit)| *bit)
+            .ok_or_else(|| Error::InvalidValue {
+                path: "tags".to_owned(),
+                reason: format!("unknown tag {name:?} (known: constraint, evidence, pulse, log)"),
+            })?;
+        mask |= bit;
+    }
+    Ok(mask)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tagger() -> Tagger {
+        Tagger::new(&Keywords::default()).unwrap()
+    }
+
+    #[test]
+    fn seed_003_constraint_survives_any_punctuation() {
+        let t = tagger();
+        for text in [
+            "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性",
+            "为PaymentCallbackService.addRetryLogic方法添加超时重试,必须保证事务一致性",
+            "为PaymentCallbackService.addRetryLogic方法添加超时重试。必须·保证「事务」一致性！",
+            "为ＰａｙｍｅｎｔＣａｌｌｂａｃｋＳｅｒｖｉｃｅ方法添加超时重试；必须保证事务一致性",
+        ] {
+            assert!(t.tag(text) & CONSTRAINT != 0, "{text}");
+        }
+    }
+
+    #[test]
+    fn curl_and_stack_traces_are_logs() {
+        let t = tagger();
+        let text = "curl -X POST http://localhost:8080/callback -d '{}'\n\
+                    Traceback (most recent call last):\n  File \"app.py\", line 3, in <module>";
+        assert_eq!(t.tag(text) & LOG, LOG);
+        assert_eq!(
+            t.tag("java.lang.NullPointerException\n    at com.acme.Pay.run(Pay.java:42)") & LOG,
+            LOG
+        );
+    }
+
+    #[test]
+    fn english_words_match_on_boundaries_only() {
+        let t = tagger();
+        assert!(t.tag("You MUST use snake_case.") & CONSTRAINT != 0);
+        assert!(t.tag("Don't touch the schema") & CONSTRAINT != 0);
+        assert_eq!(t.tag("Pass the mustard") & CONSTRAINT, 0);
+        assert!(t.tag("<THINK> the test fails because X</THINK>") & EVIDENCE != 0);
+        assert!(t.tag("Please fix the login bug") & PULSE != 0);
+        assert_eq!(t.tag("a prefix and a suffix"), 0);
+    }
+
+    #[test]
+    fn names_round_trip_and_bad_keywords_are_refused() {
+        assert_eq!(mask_of(names(CONSTRAINT | LOG)), Ok(CONSTRAINT | LOG));
+        assert!(mask_of(["urgent"]).is_err());
+        let bad = Keywords {
+            constraint: vec!["!!!".to_owned()],
+            ..Keywords::default()
+        };
+        assert!(Tagger::new(&bad).is_err());
+    }
+}

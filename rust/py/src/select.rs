@@ -1,0 +1,259 @@
+//! The selection kernel's Python face: `Tagger`, and `_analyze` with the
+//! policies on its result. `context_core.select` lays the output out.
+
+use std::sync::LazyLock;
+
+use context_core::select::{self, Analysis, Extras, UnitKind, Weights};
+use context_core::tags::{self, Keywords, Tagger};
+use pyo3::prelude::*;
+
+use crate::errors::CoreError;
+use crate::json::PyJson;
+use crate::text::{as_count, sequence, text};
+use crate::tokenizer::PyTokenizer;
+
+/// The tagger with the default keyword lists.
+pub static DEFAULT_TAGGER: LazyLock<Tagger> =
+    LazyLock::new(|| Tagger::new(&Keywords::default()).expect("the default keywords compile"));
+
+/// Tags texts `constraint`, `evidence`, `pulse` and `log` by keyword lists.
+#[pyclass(frozen, name = "Tagger", module = "context_core")]
+pub struct PyTagger {
+    inner: Option<Tagger>,
+}
+
+impl PyTagger {
+    fn get(&self) -> &Tagger {
+        self.inner.as_ref().unwrap_or(&DEFAULT_TAGGER)
+    }
+}
+
+fn keyword_list(
+    value: Option<&Bound<'_, PyAny>>,
+    what: &str,
+    default: &[&str],
+) -> PyResult<Vec<String>> {
+    match value.filter(|v| !v.is_none()) {
+        None => Ok(default.iter().map(|k| (*k).to_owned()).collect()),
+        Some(v) => sequence(v, what)?
+            .iter()
+            .enumerate()
+            .map(|(i, k)| Ok(text(k, &format!("{what}[{i}]"))?.into_owned()))
+            .collect(),
+    }
+}
+
+#[pymethods]
+impl PyTagger {
+    #[new]
+    #[pyo3(signature = (*, constraint_keywords = None, pulse_keywords = None, evidence_markers = None, log_markers = None))]
+    fn new(
+        constraint_keywords: Option<&Bound<'_, PyAny>>,
+        pulse_keywords: Option<&Bound<'_, PyAny>>,
+        evidence_markers: Option<&Bound<'_, PyAny>>,
+        log_markers: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let given = [
+            constraint_keywords,
+            pulse_keywords,
+            evidence_markers,
+            log_markers,
+        ];
+        if given.iter().all(|g| g.is_none_or(PyAnyMethods::is_none)) {
+            return Ok(Self { inner: None });
+        }
+        let keywords = Keywords {
+            constraint: keyword_list(
+                constraint_keywords,
+                "constraint_keywords",
+                tags::DEFAULT_CONSTRAINT_KEYWORDS,
+            )?,
+            pulse: keyword_list(
+                pulse_keywords,
+                "pulse_keywords",
+                tags::DEFAULT_PULSE_KEYWORDS,
+            )?,
+            evidence: keyword_list(
+                evidence_markers,
+                "evidence_markers",
+                tags::DEFAULT_EVIDENCE_MARKERS,
+            )?,
+            log: keyword_list(log_markers, "log_markers", tags::DEFAULT_LOG_MARKERS)?,
+        };
+        Ok(Self {
+            inner: Some(Tagger::new(&keywords).map_err(CoreError)?),
+        })
+    }
+
+    /// The tags whose keywords occur in `text`.
+    fn tag(&self, text_value: &Bound<'_, PyAny>) -> PyResult<Vec<&'static str>> {
+        let text_value = text(text_value, "text")?;
+        Ok(tags::names(self.get().tag(&text_value)))
+    }
+}
+
+/// `(message, block, part, text, before, after)` of a capped tool result.
+type TruncationRow = (usize, Option<usize>, Option<usize>, String, usize, usize);
+/// `(units, global, anchoring, memories, segments)` the builder keeps.
+type BuildRow = (Vec<usize>, bool, bool, Vec<usize>, Vec<usize>);
+
+/// A history read for selection.
+#[pyclass(frozen, name = "_Analysis", module = "context_core._core")]
+pub struct PyAnalysis {
+    inner: Analysis,
+}
+
+fn kind_name(kind: UnitKind) -> &'static str {
+    match kind {
+        UnitKind::System => "system",
+        UnitKind::Pinned => "pinned",
+        UnitKind::Current => "current",
+        UnitKind::Normal => "normal",
+    }
+}
+
+#[pymethods]
+impl PyAnalysis {
+    /// `(start, end, tokens, kind, tags, turn_start)` per unit.
+    #[getter]
+    fn units(&self) -> Vec<(usize, usize, usize, &'static str, u8, bool)> {
+        self.inner
+            .units
+            .iter()
+            .map(|u| {
+                (
+                    u.start,
+                    u.end,
+                    u.tokens,
+                    kind_name(u.kind),
+                    u.tags,
+                    u.turn_start,
+                )
+            })
+            .collect()
+    }
+
+    /// Exact tokens of each message (tool results capped).
+    #[getter]
+    fn tokens(&self) -> Vec<usize> {
+        self.inner.messages.iter().map(|m| m.tokens).collect()
+    }
+
+    /// Tag mask of each message.
+    #[getter]
+    fn tags(&self) -> Vec<u8> {
+        self.inner.messages.iter().map(|m| m.tags).collect()
+    }
+
+    /// `(id, depends_on)` of each message.
+    #[getter]
+    fn ids(&self) -> Vec<(Option<String>, Vec<String>)> {
+        self.inner
+            .messages
+            .iter()
+            .map(|m| (m.id.clone(), m.depends_on.clone()))
+            .collect()
+    }
+
+    /// `(message, block, part, text, before, after)` per capped tool result.
+    #[getter]
+    fn truncations(&self) -> Vec<TruncationRow> {
+        self.inner
+            .truncations
+            .iter()
+            .map(|t| {
+                (
+                    t.message,
+                    t.block,
+                    t.part,
+                    t.text.clone(),
+                    t.before,
+                    t.after,
+                )
+            })
+            .collect()
+    }
+
+    /// Units the weighted window keeps.
+    fn weighted(
+        &self,
+        budget: &Bound<'_, PyAny>,
+        weights: (f64, f64, f64, f64, f64, f64),
+        max_anchors: usize,
+        now: Option<f64>,
+    ) -> PyResult<Vec<usize>> {
+        let weights = Weights {
+            system: weights.0,
+            constraint: weights.1,
+            evidence: weights.2,
+            pulse: weights.3,
+            log: weights.4,
+            decay: weights.5,
+        };
+        let budget = as_count(budget, "max_tokens")?;
+        Ok(
+            select::weighted_window(&self.inner, budget, &weights, max_anchors, now)
+                .map_err(CoreError)?,
+        )
+    }
+
+    /// `(units, turns, summary)` that ShapeHistory keeps.
+    fn shape(
+        &self,
+        budget: &Bound<'_, PyAny>,
+        keep_last: usize,
+        min_keep: usize,
+        summary_tokens: Option<usize>,
+    ) -> PyResult<(Vec<usize>, Option<usize>, bool)> {
+        let budget = as_count(budget, "max_tokens")?;
+        let shape = select::shape(&self.inner, budget, keep_last, min_keep, summary_tokens)
+            .map_err(CoreError)?;
+        Ok((shape.units, shape.turns, shape.summary))
+    }
+
+    /// `(units, global, anchoring, memories, segments)` the builder keeps.
+    fn build(
+        &self,
+        budget: &Bound<'_, PyAny>,
+        global_tokens: Option<usize>,
+        memories: Vec<usize>,
+        segments: Vec<usize>,
+        anchoring: Option<usize>,
+    ) -> PyResult<BuildRow> {
+        let budget = as_count(budget, "max_tokens")?;
+        let extras = Extras {
+            global: global_tokens,
+            memories,
+            segments,
+            anchoring,
+        };
+        let built = select::build(&self.inner, budget, &extras).map_err(CoreError)?;
+        Ok((
+            built.units,
+            built.global,
+            built.anchoring,
+            built.memories,
+            built.segments,
+        ))
+    }
+}
+
+/// Read `messages` for selection: exact counts, tool results capped at `cap`
+/// tokens, tags (given or found) and units.
+#[pyfunction]
+#[pyo3(signature = (messages, tokenizer, tagger = None, cap = None))]
+pub fn _analyze(
+    messages: &Bound<'_, PyAny>,
+    tokenizer: &Bound<'_, PyTokenizer>,
+    tagger: Option<&Bound<'_, PyTagger>>,
+    cap: Option<usize>,
+) -> PyResult<PyAnalysis> {
+    let views: Vec<PyJson<'_>> = sequence(messages, "messages")?
+        .into_iter()
+        .map(PyJson)
+        .collect();
+    let tagger = tagger.map(Bound::get);
+    let tagger = tagger.map_or(&*DEFAULT_TAGGER, PyTagger::get);
+    let inner = select::analyze(&views, tokenizer.get().inner(), tagger, cap).map_err(CoreError)?;
+    Ok(PyAnalysis { inner })
+}
