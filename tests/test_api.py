@@ -26,7 +26,15 @@ def test_every_public_name_is_exported():
 
 
 def test_stubs_cover_every_method_of_the_extension():
-    for cls in (_core.Tokenizer, _core.CacheInfo, _core.Sanitizer, _core.SanitizeResult, _core.Change):
+    classes = (
+        _core.Tokenizer,
+        _core.CacheInfo,
+        _core.Sanitizer,
+        _core.SanitizeResult,
+        _core.Change,
+        _core.Tagger,
+    )
+    for cls in classes:
         dunders = {"__eq__", "__hash__", "__reduce__"}
         public = {
             name

@@ -29,17 +29,29 @@ from context_core._core import (
     Change,
     Sanitizer,
     SanitizeResult,
+    Tagger,
     Tokenizer,
     encoding_name_for_model,
 )
+from context_core.budget import Budget
 from context_core.errors import (
     ContextCoreError,
     InvalidInputError,
     InvalidTypeError,
+    OverBudgetError,
     UnknownEncodingError,
     UnknownModelError,
 )
 from context_core.sanitize import sanitize
+from context_core.select import (
+    Breakdown,
+    ContextBuilder,
+    Selection,
+    Truncated,
+    WeightedWindow,
+    shape_history,
+    tag,
+)
 
 __version__ = "0.1.0"
 
@@ -59,17 +71,27 @@ __all__ = [
     "TOKENS_PER_MESSAGE",
     "TOKENS_PER_NAME",
     "TOKENS_PER_TOOL_CALL",
+    "Breakdown",
+    "Budget",
     "CacheInfo",
     "Change",
+    "ContextBuilder",
     "ContextCoreError",
     "InvalidInputError",
     "InvalidTypeError",
+    "OverBudgetError",
     "SanitizeResult",
     "Sanitizer",
+    "Selection",
+    "Tagger",
     "Tokenizer",
+    "Truncated",
     "UnknownEncodingError",
     "UnknownModelError",
+    "WeightedWindow",
     "__version__",
     "encoding_name_for_model",
     "sanitize",
+    "shape_history",
+    "tag",
 ]

@@ -174,3 +174,70 @@ class Sanitizer:
     def sanitize(self, messages: Sequence[Message]) -> SanitizeResult:
         """Repair ``messages``; the input is never mutated."""
     def __call__(self, messages: Sequence[Message]) -> SanitizeResult: ...
+
+METADATA_KEYS: Final[list[str]]
+"""Message keys that carry selection metadata; selection removes them from its output."""
+TRUNCATION_MARKER: Final[str]
+DEFAULT_CONSTRAINT_KEYWORDS: Final[list[str]]
+DEFAULT_PULSE_KEYWORDS: Final[list[str]]
+DEFAULT_EVIDENCE_MARKERS: Final[list[str]]
+DEFAULT_LOG_MARKERS: Final[list[str]]
+
+class Tagger:
+    """Tags texts ``constraint``, ``evidence``, ``pulse`` and ``log``.
+
+    Keywords match on normalised text (NFKC, lower case, punctuation and
+    symbols as separators): English keywords on word boundaries, others (such
+    as Chinese) as substrings with punctuation and spaces removed; markers
+    (``<think>``, ``http://``) as substrings of the lower-cased text. Each list
+    replaces its default when given.
+    """
+
+    def __init__(
+        self,
+        *,
+        constraint_keywords: Union[Sequence[str], None] = None,
+        pulse_keywords: Union[Sequence[str], None] = None,
+        evidence_markers: Union[Sequence[str], None] = None,
+        log_markers: Union[Sequence[str], None] = None,
+    ) -> None: ...
+    def tag(self, text: str) -> list[str]:
+        """The tags whose keywords occur in ``text``."""
+
+class _Analysis:
+    @property
+    def units(self) -> list[tuple[int, int, int, str, int, bool]]: ...
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def tags(self) -> bytes: ...
+    @property
+    def ids(self) -> list[tuple[Union[str, None], list[str]]]: ...
+    @property
+    def truncations(self) -> list[tuple[int, Union[int, None], Union[int, None], str, int, int]]: ...
+    def weighted(
+        self,
+        budget: int,
+        weights: tuple[float, float, float, float, float, float],
+        max_anchors: int,
+        now: Union[float, None],
+    ) -> list[int]: ...
+    def shape(
+        self, budget: int, keep_last: int, min_keep: int, summary_tokens: Union[int, None]
+    ) -> tuple[list[int], Union[int, None], bool]: ...
+    def build(
+        self,
+        budget: int,
+        global_tokens: Union[int, None],
+        memories: list[int],
+        segments: list[int],
+        anchoring: Union[int, None],
+    ) -> tuple[list[int], bool, bool, list[int], list[int]]: ...
+
+def _analyze(
+    messages: Sequence[Message],
+    tokenizer: Tokenizer,
+    tagger: Union[Tagger, None] = None,
+    cap: Union[int, None] = None,
+) -> _Analysis:
+    """Read ``messages`` for selection."""

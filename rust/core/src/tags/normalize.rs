@@ -27,10 +27,8 @@ pub struct Forms {
 
 /// All three forms of `text`.
 pub fn forms(text: &str) -> Forms {
-    let mut lowered = String::with_capacity(text.len());
-    for c in text.nfkc() {
-        lowered.extend(c.to_lowercase());
-    }
+    // `str::to_lowercase`, not per character: it knows the final sigma.
+    let lowered = text.nfkc().collect::<String>().to_lowercase();
     let mut spaced = String::with_capacity(lowered.len());
     let mut squeezed = String::with_capacity(lowered.len());
     let mut pending_space = false;

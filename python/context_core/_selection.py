@@ -1,0 +1,408 @@
+"""Laying out what a selection policy kept, shared by the extension-backed
+policies (``context_core.select``) and their reference twins.
+
+A backend supplies the hot parts (the analysis with its policy kernels, the
+sanitize funnel, exact counts); this module turns kept units and extras into
+the messages to send, sanitizes them, counts the result exactly and, in the
+rare case merges and fixes made it longer than the budget, asks the kernel
+again with the excess taken off the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from context_core.errors import InvalidInputError, InvalidTypeError
+
+SUMMARY_PREFIX = "Summary of the conversation so far:\n"
+SEGMENT_PREFIX = "Summary of an earlier part of the conversation:\n"
+MEMORY_PREFIX = "Relevant memory: "
+ANCHOR_PREFIX = "Constraints to keep in mind:\n"
+CONSTRAINT = 1
+METADATA_KEYS = ("pinned", "priority", "weight", "tags", "timestamp", "id", "depends_on")
+PROVIDERS = ("openai", "anthropic")
+
+
+class Backend(Protocol):
+    def analyze(self, messages: list[dict], cap: int | None) -> Any: ...
+    def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]: ...
+    def count_message(self, message: Mapping[str, Any]) -> int: ...
+    def count_messages(self, messages: list[dict]) -> int: ...
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Tokens per section, and the exact total of what is sent against the budget.
+
+    Sections add up each kept message's own count; ``total`` counts the final
+    messages (merged, with the reply priming, and the system text lifted out
+    for Anthropic), so it can differ from their sum by a few tokens.
+    """
+
+    pinned: int
+    global_: int
+    memories: int
+    segments: int
+    recent: int
+    input: int
+    total: int
+    budget: int
+
+    def log_line(self) -> str:
+        return (
+            f"pinned={self.pinned} global={self.global_} memories={self.memories} "
+            f"segments={self.segments} recent={self.recent} input={self.input} "
+            f"total={self.total}/{self.budget}"
+        )
+
+    def __str__(self) -> str:
+        return self.log_line()
+
+
+@dataclass(frozen=True)
+class Truncated:
+    """A tool result cut to the cap before selection."""
+
+    index: int
+    before: int
+    after: int
+
+
+@dataclass
+class Selection:
+    """What a selection policy chose."""
+
+    messages: list[dict]
+    """The messages to send: chronological, sanitized, metadata keys removed."""
+    system: str | list | None
+    """Anthropic: the system text lifted out of system messages (and extras)."""
+    breakdown: Breakdown
+    kept: list[int]
+    """Indices of the input messages that were kept."""
+    dropped: list[int]
+    truncated: list[Truncated] = field(default_factory=list)
+    missing_dependencies: list[tuple[int, str]] = field(default_factory=list)
+    """``(index, id)``: a kept message depends on message ``id``, which was dropped."""
+    turns: int | None = None
+    """ShapeHistory: the number of last turns kept (``None``: everything fit)."""
+    changes: list = field(default_factory=list)
+    """What sanitize changed in the laid-out messages (indices into that list)."""
+
+
+def prepare(messages: Iterable[Mapping[str, Any]], provider: str) -> list:
+    if provider not in PROVIDERS:
+        raise InvalidInputError(f'provider must be "openai" or "anthropic", got {provider!r}')
+    if isinstance(messages, (str, bytes, Mapping)):
+        raise InvalidTypeError("messages must be a list, tuple or other iterable of message dicts")
+    return list(messages)
+
+
+def budget_tokens(max_tokens: Any) -> int:
+    """A token budget given as an int or a ``Budget`` (its ``messages()``)."""
+    if hasattr(max_tokens, "messages") and callable(max_tokens.messages):
+        return max_tokens.messages()
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise InvalidTypeError(f"max_tokens must be int or Budget, not {type(max_tokens).__name__}")
+    if max_tokens < 0:
+        raise InvalidInputError(f"max_tokens must be non-negative, got {max_tokens}")
+    return max_tokens
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        return "\n".join(
+            b["text"] for b in content if isinstance(b, Mapping) and isinstance(b.get("text"), str)
+        )
+    return ""
+
+
+class Layout:
+    """Builds the output of one selection from the analysis and a plan."""
+
+    def __init__(self, backend: Backend, messages: list, analysis: Any, provider: str) -> None:
+        self.backend = backend
+        self.messages = messages
+        self.analysis = analysis
+        self.provider = provider
+        self.units = analysis.units
+        self.unit_tokens = [u[2] for u in self.units]
+        self.cuts: dict[int, list[tuple]] = {}
+        for message, block, part, text, _before, _after in analysis.truncations:
+            self.cuts.setdefault(message, []).append((block, part, text))
+
+    def extra(self, text: str) -> tuple[dict, int]:
+        message = {"role": "system", "content": text}
+        return message, self.backend.count_message(message)
+
+    def output(self, index: int) -> dict:
+        """Input message ``index`` as sent: tool results capped, metadata removed."""
+        message = self.messages[index]
+        cuts = self.cuts.get(index)
+        if not cuts and not any(key in message for key in METADATA_KEYS):
+            return message
+        out = {k: v for k, v in message.items() if k not in METADATA_KEYS}
+        for block, part, text in cuts or ():
+            if block is None:
+                out["content"] = text
+                continue
+            content = list(out["content"])
+            result = dict(content[block])
+            if part is None:
+                result["content"] = text
+            else:
+                parts = list(result["content"])
+                parts[part] = {**parts[part], "text": text}
+                result["content"] = parts
+            content[block] = result
+            out["content"] = content
+        return out
+
+    def finish(
+        self,
+        items: Sequence[tuple],
+        budget: int,
+        sections: Mapping[str, int],
+        turns: int | None = None,
+    ) -> tuple[Selection, int]:
+        """Expand ``("unit", u)`` / ``("extra", message)`` items into the output;
+        sanitize and count it. Returns the selection and the tokens over budget."""
+        laid_out: list[dict] = []
+        kept: list[int] = []
+        for item in items:
+            if item[0] == "unit":
+                start, end = self.units[item[1]][0], self.units[item[1]][1]
+                kept.extend(range(start, end))
+                laid_out.extend(self.output(m) for m in range(start, end))
+            else:
+                laid_out.append(item[1])
+        final, system, changes = self.backend.sanitize(laid_out, self.provider)
+        total = self.backend.count_messages(final)
+        if system:
+            total += self.backend.count_message({"role": "system", "content": system})
+        kept.sort()
+        kept_set = set(kept)
+        breakdown = Breakdown(
+            pinned=sections.get("pinned", 0),
+            global_=sections.get("global", 0),
+            memories=sections.get("memories", 0),
+            segments=sections.get("segments", 0),
+            recent=sections.get("recent", 0),
+            input=sections.get("input", 0),
+            total=total,
+            budget=budget,
+        )
+        selection = Selection(
+            messages=final,
+            system=system,
+            breakdown=breakdown,
+            kept=kept,
+            dropped=[i for i in range(len(self.messages)) if i not in kept_set],
+            truncated=[Truncated(t[0], t[4], t[5]) for t in self.analysis.truncations if t[0] in kept_set],
+            missing_dependencies=self.missing_dependencies(kept_set),
+            turns=turns,
+            changes=changes,
+        )
+        return selection, total - budget
+
+    def missing_dependencies(self, kept: set[int]) -> list[tuple[int, str]]:
+        ids = self.analysis.ids
+        position = {message_id: i for i, (message_id, _) in enumerate(ids) if message_id is not None}
+        missing = []
+        for index in sorted(kept):
+            for dependency in ids[index][1]:
+                target = position.get(dependency)
+                if target is not None and target not in kept:
+                    missing.append((index, dependency))
+        return missing
+
+    def section_of(self, unit: int) -> str:
+        kind = self.units[unit][3]
+        return {"system": "pinned", "pinned": "pinned", "current": "input"}.get(kind, "recent")
+
+    def sum_units(self, units: Iterable[int], sections: dict[str, int], override: str | None = None) -> None:
+        for u in units:
+            name = override or self.section_of(u)
+            sections[name] = sections.get(name, 0) + self.unit_tokens[u]
+
+
+def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selection:
+    """Run a policy at ``budget``; if the laid-out result is over (sanitize
+    inserted a turn, say), run it again with the excess taken off."""
+    target = budget
+    while True:
+        selection, over = run(target)
+        if over <= 0:
+            return selection
+        target -= over
+
+
+def shape_history(
+    backend: Backend,
+    messages: Iterable[Mapping[str, Any]],
+    max_tokens: Any,
+    keep_last: int,
+    min_keep: int,
+    summary: str | Callable[[list[dict]], str] | None,
+    provider: str,
+    cap: int | None,
+) -> Selection:
+    messages = prepare(messages, provider)
+    budget = budget_tokens(max_tokens)
+    for name, value in (("keep_last", keep_last), ("min_keep", min_keep)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
+    analysis = backend.analyze(messages, cap)
+    layout = Layout(backend, messages, analysis, provider)
+    units = layout.units
+    first_user = next((u for u, unit in enumerate(units) if unit[5]), None)
+    summary_message: dict | None = None
+
+    def summary_for(shape_units: list[int]) -> tuple[dict, int] | None:
+        nonlocal summary_message
+        if summary is None:
+            return None
+        if summary_message is None:
+            if callable(summary):
+                # Called once, with everything that could be dropped: between the
+                # first user message and the last ``min_keep`` turns.
+                starts = [u for u, unit in enumerate(units) if unit[5]]
+                tail = starts[len(starts) - min_keep] if 0 < min_keep <= len(starts) else len(units)
+                middle = [
+                    messages[m]
+                    for u in range((first_user or 0) + 1, tail)
+                    for m in range(units[u][0], units[u][1])
+                ]
+                text = summary(middle)
+            else:
+                text = summary
+            if not isinstance(text, str):
+                raise InvalidTypeError(f"summary must be str or return str, not {type(text).__name__}")
+            summary_message = {"role": "system", "content": SUMMARY_PREFIX + text}
+        return summary_message, backend.count_message(summary_message)
+
+    summary_tokens = None
+    if summary is not None and sum(layout.unit_tokens) + 3 > budget:
+        summary_tokens = summary_for([])[1]
+
+    def run(target: int) -> tuple[Selection, int]:
+        kept, turns, with_summary = analysis.shape(target, keep_last, min_keep, summary_tokens)
+        items: list[tuple] = []
+        sections: dict[str, int] = {}
+        for u in kept:
+            items.append(("unit", u))
+            if turns is not None and u == first_user and with_summary:
+                items.append(("extra", summary_message))
+        if with_summary and first_user not in kept:
+            items.insert(0, ("extra", summary_message))
+        if with_summary:
+            sections["global"] = summary_tokens or 0
+        first = [u for u in kept if u == first_user and turns is not None]
+        layout.sum_units([u for u in kept if u not in first], sections)
+        layout.sum_units(first, sections, override="pinned")
+        return layout.finish(items, budget, sections, turns)
+
+    return settle(run, budget)
+
+
+def weighted_window(
+    backend: Backend,
+    messages: Iterable[Mapping[str, Any]],
+    max_tokens: Any,
+    weights: tuple[float, float, float, float, float, float],
+    max_anchors: int,
+    now: float | None,
+    provider: str,
+    cap: int | None,
+) -> Selection:
+    messages = prepare(messages, provider)
+    budget = budget_tokens(max_tokens)
+    analysis = backend.analyze(messages, cap)
+    layout = Layout(backend, messages, analysis, provider)
+
+    def run(target: int) -> tuple[Selection, int]:
+        kept = analysis.weighted(target, weights, max_anchors, now)
+        sections: dict[str, int] = {}
+        layout.sum_units(kept, sections)
+        return layout.finish([("unit", u) for u in kept], budget, sections)
+
+    return settle(run, budget)
+
+
+def build_context(
+    backend: Backend,
+    history: Iterable[Mapping[str, Any]],
+    max_tokens: Any,
+    *,
+    current_input: str | Mapping[str, Any] | None,
+    global_summary: str | None,
+    segment_summaries: Sequence[str],
+    memories: Sequence[str],
+    anchoring: bool,
+    provider: str,
+    cap: int | None,
+) -> Selection:
+    messages = prepare(history, provider)
+    if current_input is not None:
+        messages.append(
+            {"role": "user", "content": current_input} if isinstance(current_input, str) else current_input
+        )
+    budget = budget_tokens(max_tokens)
+    for name, texts in (("segment_summaries", segment_summaries), ("memories", memories)):
+        if isinstance(texts, (str, bytes)) or any(not isinstance(t, str) for t in texts):
+            raise InvalidTypeError(f"{name} must be a sequence of str")
+    if global_summary is not None and not isinstance(global_summary, str):
+        raise InvalidTypeError("global_summary must be str or None")
+    analysis = backend.analyze(messages, cap)
+    layout = Layout(backend, messages, analysis, provider)
+    units = layout.units
+    global_extra = layout.extra(SUMMARY_PREFIX + global_summary) if global_summary is not None else None
+    memory_extras = [layout.extra(MEMORY_PREFIX + m) for m in memories]
+    segment_extras = [layout.extra(SEGMENT_PREFIX + s) for s in segment_summaries]
+    anchor_extra = None
+    if anchoring:
+        # The top constraints (the earliest stated), said again before the input.
+        tags = analysis.tags
+        constraints = [
+            message_text(messages[u[0]]).strip()
+            for u in units
+            if u[3] in ("normal", "pinned")
+            and tags[u[0]] & CONSTRAINT
+            and message_text(messages[u[0]]).strip()
+        ][:3]
+        if constraints:
+            anchor_extra = layout.extra(ANCHOR_PREFIX + "\n".join(f"- {c}" for c in constraints))
+
+    def run(target: int) -> tuple[Selection, int]:
+        kept, with_global, with_anchor, kept_memories, kept_segments = analysis.build(
+            target,
+            global_extra[1] if global_extra else None,
+            [m[1] for m in memory_extras],
+            [s[1] for s in segment_extras],
+            anchor_extra[1] if anchor_extra else None,
+        )
+        fixed = [u for u in kept if units[u][3] in ("system", "pinned")]
+        recent = [u for u in kept if units[u][3] == "normal"]
+        current = [u for u in kept if units[u][3] == "current"]
+        items: list[tuple] = [("unit", u) for u in fixed]
+        sections: dict[str, int] = {}
+        layout.sum_units(fixed + recent + current, sections)
+        if with_global:
+            items.append(("extra", global_extra[0]))
+            sections["global"] = global_extra[1]
+        items += [("extra", memory_extras[i][0]) for i in kept_memories]
+        sections["memories"] = sum(memory_extras[i][1] for i in kept_memories)
+        items += [("extra", segment_extras[i][0]) for i in kept_segments]
+        sections["segments"] = sum(segment_extras[i][1] for i in kept_segments)
+        items += [("unit", u) for u in recent]
+        if with_anchor:
+            items.append(("extra", anchor_extra[0]))
+            sections["pinned"] = sections.get("pinned", 0) + anchor_extra[1]
+        items += [("unit", u) for u in current]
+        return layout.finish(items, budget, sections)
+
+    return settle(run, budget)

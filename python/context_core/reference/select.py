@@ -1,0 +1,403 @@
+"""Context selection in plain Python: the analysis and the three policy kernels
+written from README.md ("Context selection"), behind the same layout code
+(``context_core._selection``) as the extension-backed policies."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from context_core import _selection
+from context_core._core import TRUNCATION_MARKER
+from context_core._selection import Selection
+from context_core.errors import InvalidInputError, InvalidTypeError, OverBudgetError
+from context_core.reference import sanitize as reference_sanitize
+from context_core.reference.tags import CONSTRAINT, EVIDENCE, LOG, NAMES, PULSE, WHITE_SPACE, Tagger
+from context_core.reference.tokenizer import Tokenizer
+
+REPLY_PRIMING = 3
+TEXT_TYPES = ("text", "input_text", "output_text")
+DEPENDS_ON = re.compile(r"""(?i)depends[_ ]on *[=:] *["']?([A-Za-z0-9_.:\-]+)""")
+ALLOWED = {  # found tags count where they mean something
+    "system": CONSTRAINT | LOG,
+    "user": CONSTRAINT | PULSE | LOG,
+    "assistant": EVIDENCE | LOG,
+}
+
+
+class CachedTokenizer(Tokenizer):
+    """The reference tokenizer with a count cache, as the extension has one."""
+
+    @functools.lru_cache(maxsize=65536)  # noqa: B019 - one instance per backend
+    def _count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def count(self, text: str, limit: int | None = None) -> int:
+        n = self._count(text) if isinstance(text, str) else super().count(text)
+        return n if limit is None else min(n, limit + 1)
+
+
+def _blank(text: str) -> bool:
+    return all(c in WHITE_SPACE for c in text)
+
+
+def _number(message: Mapping[str, Any], key: str) -> float | None:
+    value = message.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{key}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+class Analysis:
+    """A history read for selection (the extension's ``_Analysis``)."""
+
+    def __init__(self, messages: list, tokenizer: CachedTokenizer, tagger: Tagger, cap: int | None) -> None:
+        self.tokenizer, self.tagger, self.cap = tokenizer, tagger, cap
+        self.truncations: list[tuple] = []
+        self.info = []
+        for index, message in enumerate(messages):
+            try:
+                self.info.append(self.read(index, message))
+            except (InvalidInputError, InvalidTypeError) as error:
+                raise type(error)(f"messages[{index}]: {error}") from None
+        self.units = self.group()
+        self.tokens = [m["tokens"] for m in self.info]
+        self.tags = [m["tags"] for m in self.info]
+        self.ids = [(m["id"], m["depends_on"]) for m in self.info]
+
+    def cut(self, text: str) -> tuple[str, int, int] | None:
+        if self.cap is None or self.tokenizer.count(text, self.cap) <= self.cap:
+            return None
+        cut = self.tokenizer.truncate(text, self.cap, TRUNCATION_MARKER)
+        return cut, self.tokenizer.count(text), self.tokenizer.count(cut)
+
+    def read(self, index: int, message: Any) -> dict:
+        if not isinstance(message, Mapping):
+            raise InvalidTypeError(f"expected a message dict, got {type(message).__name__}")
+        tokens = self.tokenizer.count_message(message)
+        role = {"developer": "system", "function": "tool"}.get(message.get("role"), message.get("role"))
+        if role not in ("system", "user", "assistant", "tool"):
+            role = "other"
+        calls = isinstance(message.get("tool_calls"), (list, tuple)) and len(message["tool_calls"]) > 0
+        results = role == "tool"
+        thinking = has_text = False
+        text = ""
+        content = message.get("content")
+        if isinstance(content, str):
+            has_text = not _blank(content)
+            text = content
+            if role == "tool" and (cut := self.cut(content)):
+                self.truncations.append((index, None, None, *cut))
+                tokens += cut[2] - cut[1]
+        elif isinstance(content, (list, tuple)):
+            for j, block in enumerate(content):
+                kind = block.get("type") if isinstance(block, Mapping) else None
+                if kind in TEXT_TYPES and isinstance(block.get("text"), str):
+                    has_text = has_text or not _blank(block["text"])
+                    text += block["text"] + "\n"
+                elif kind in ("thinking", "redacted_thinking"):
+                    thinking = True
+                elif kind == "tool_use":
+                    calls = True
+                elif kind == "tool_result":
+                    results = True
+                    inner = block.get("content")
+                    if isinstance(inner, str):
+                        text += inner + "\n"
+                        if cut := self.cut(inner):
+                            self.truncations.append((index, j, None, *cut))
+                            tokens += cut[2] - cut[1]
+                    elif isinstance(inner, (list, tuple)):
+                        for k, part in enumerate(inner):
+                            if (
+                                isinstance(part, Mapping)
+                                and part.get("type") == "text"
+                                and isinstance(part.get("text"), str)
+                            ):
+                                text += part["text"] + "\n"
+                                if cut := self.cut(part["text"]):
+                                    self.truncations.append((index, j, k, *cut))
+                                    tokens += cut[2] - cut[1]
+        given = message.get("tags")
+        if given is None:
+            tags = (self.tagger.mask(text) & ALLOWED.get(role, LOG)) | (EVIDENCE if thinking else 0)
+        elif isinstance(given, (list, tuple)):
+            tags = 0
+            for name in given:
+                if not isinstance(name, str):
+                    raise InvalidTypeError(f"tags: expected str, got {type(name).__name__}")
+                if name not in NAMES:
+                    raise InvalidInputError(f"tags: unknown tag {name!r}")
+                tags |= NAMES[name]
+        else:
+            raise InvalidTypeError("tags: expected a list of tag names")
+        pinned = message.get("pinned")
+        if pinned is not None and not isinstance(pinned, bool):
+            raise InvalidTypeError("pinned: expected bool")
+        message_id = message.get("id")
+        if message_id is not None and not isinstance(message_id, str):
+            raise InvalidTypeError("id: expected str")
+        depends = message.get("depends_on")
+        if depends is None:
+            depends_on = []
+        elif isinstance(depends, str):
+            depends_on = [depends]
+        elif isinstance(depends, (list, tuple)) and all(isinstance(d, str) for d in depends):
+            depends_on = list(depends)
+        else:
+            raise InvalidTypeError("depends_on: expected a message id or a list of them")
+        if role == "assistant":
+            depends_on += DEPENDS_ON.findall(text)
+        return {
+            "role": role,
+            "tokens": tokens,
+            "tags": tags,
+            "pinned": bool(pinned),
+            "priority": _number(message, "priority") or 0.0,
+            "weight": _number(message, "weight"),
+            "timestamp": _number(message, "timestamp"),
+            "id": message_id,
+            "depends_on": depends_on,
+            "calls": calls,
+            "results": results,
+            "has_text": has_text,
+        }
+
+    def group(self) -> list[tuple]:
+        """Units: an assistant message with tool calls takes the results after it."""
+        info, units, i = self.info, [], 0
+        while i < len(info):
+            end = i + 1
+            if info[i]["role"] == "assistant" and info[i]["calls"]:
+                while end < len(info) and info[end]["results"] and info[end]["role"] in ("tool", "user"):
+                    end += 1
+                    if info[end - 1]["role"] == "user":
+                        break
+            members = info[i:end]
+            if info[i]["role"] == "system":
+                kind = "system"
+            elif any(m["pinned"] for m in members):
+                kind = "pinned"
+            else:
+                kind = "normal"
+            tags = 0
+            for m in members:
+                tags |= m["tags"]
+            turn_start = info[i]["role"] == "user" and info[i]["has_text"] and not info[i]["results"]
+            units.append([i, end, sum(m["tokens"] for m in members), kind, tags, turn_start])
+            i = end
+        if units and units[-1][5] and units[-1][3] == "normal":
+            units[-1][3] = "current"
+        return [tuple(u) for u in units]
+
+    # -- the kernels ------------------------------------------------------------
+
+    def mandatory(self, budget: int) -> tuple[list[int], int]:
+        kept = [u for u, unit in enumerate(self.units) if unit[3] != "normal"]
+        cost = REPLY_PRIMING + sum(self.units[u][2] for u in kept)
+        if cost > budget:
+            raise self.over_budget(kept, budget)
+        return kept, cost
+
+    def over_budget(self, kept: list[int], budget: int) -> OverBudgetError:
+        sizes = {
+            k: sum(self.units[u][2] for u in kept if self.units[u][3] == k)
+            for k in ("system", "pinned", "current")
+        }
+        return OverBudgetError(
+            f"what must be kept does not fit: system {sizes['system']} + pinned {sizes['pinned']} + "
+            f"current input {sizes['current']} + reply priming 3 tokens > budget {budget}"
+        )
+
+    def weight(self, m: int, weights: tuple, now: float | None) -> float:
+        info = self.info[m]
+        if info["weight"] is not None:
+            return info["weight"]
+        if info["role"] == "system":
+            return weights[0]
+        for tag, weight in (
+            (CONSTRAINT, weights[1]),
+            (EVIDENCE, weights[2]),
+            (PULSE, weights[3]),
+            (LOG, weights[4]),
+        ):
+            if info["tags"] & tag:
+                return weight
+        if now is not None and info["timestamp"] is not None:
+            age = max(0.0, (now - info["timestamp"]) / 60.0)
+        else:
+            age = float(len(self.info) - 1 - m)
+        return weights[5] ** age
+
+    def weighted(self, budget: int, weights: tuple, max_anchors: int, now: float | None) -> list[int]:
+        kept, cost = self.mandatory(budget)
+        optional = [u for u, unit in enumerate(self.units) if unit[3] == "normal"]
+        anchors = [u for u in optional if self.units[u][4] & CONSTRAINT][:max_anchors]
+        rest = [u for u in optional if u not in anchors]
+        heaviest = {
+            u: max(self.weight(m, weights, now) for m in range(self.units[u][0], self.units[u][1]))
+            for u in rest
+        }
+        for u in anchors + sorted(rest, key=lambda u: (-heaviest[u], -u)):
+            if cost + self.units[u][2] <= budget:
+                cost += self.units[u][2]
+                kept.append(u)
+        return sorted(kept)
+
+    def shape(self, budget: int, keep_last: int, min_keep: int, summary_tokens: int | None) -> tuple:
+        if REPLY_PRIMING + sum(u[2] for u in self.units) <= budget:
+            return list(range(len(self.units))), None, False
+        mandatory, _ = self.mandatory(budget)
+        starts = [u for u, unit in enumerate(self.units) if unit[5]]
+        first_user = starts[0] if starts else None
+
+        def candidate(n: int, with_summary: bool) -> tuple | None:
+            start = len(self.units) if n == 0 or not starts else starts[max(0, len(starts) - n)]
+            units = set(mandatory) | set(range(start, len(self.units)))
+            if first_user is not None:
+                units.add(first_user)
+            summary = with_summary and len(units) < len(self.units) and summary_tokens is not None
+            cost = REPLY_PRIMING + sum(self.units[u][2] for u in units) + (summary_tokens if summary else 0)
+            return (sorted(units), n, summary) if cost <= budget else None
+
+        min_keep = min(min_keep, keep_last)
+        for n in range(keep_last, min_keep - 1, -1):
+            if found := candidate(n, True):
+                return found
+        for n in range(min_keep, -1, -1):
+            if found := candidate(n, False):
+                return found
+        raise self.over_budget(mandatory, budget)
+
+    def build(
+        self,
+        budget: int,
+        global_tokens: int | None,
+        memories: list[int],
+        segments: list[int],
+        anchoring: int | None,
+    ) -> tuple:
+        units, cost = self.mandatory(budget)
+
+        def fits(tokens: int, limit: int) -> bool:
+            nonlocal cost
+            if cost + tokens <= limit:
+                cost += tokens
+                return True
+            return False
+
+        with_anchor = anchoring is not None and fits(anchoring, budget)
+        with_global = global_tokens is not None and fits(global_tokens, budget)
+        kept_memories = [i for i, tokens in enumerate(memories) if fits(tokens, budget * 80 // 100)]
+        kept_segments = sorted(
+            i for i, tokens in reversed(list(enumerate(segments))) if fits(tokens, budget * 90 // 100)
+        )
+        optional = [u for u, unit in enumerate(self.units) if unit[3] == "normal"]
+
+        def priority(u: int) -> float:
+            return max(self.info[m]["priority"] for m in range(self.units[u][0], self.units[u][1]))
+
+        for u in sorted(optional, key=lambda u: (-priority(u), -u)):
+            if fits(self.units[u][2], budget):
+                units.append(u)
+        return sorted(units), with_global, with_anchor, kept_memories, kept_segments
+
+
+class _Backend:
+    def __init__(self, encoding: str = "o200k_base", tagger: Tagger | None = None) -> None:
+        self.tokenizer = CachedTokenizer(encoding)
+        self.tagger = tagger or Tagger()
+
+    def analyze(self, messages: list, cap: int | None) -> Analysis:
+        return Analysis(messages, self.tokenizer, self.tagger, cap)
+
+    def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]:
+        result = reference_sanitize.sanitize(messages, provider)
+        return result.messages, result.system, result.changes
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        return self.tokenizer.count_message(message)
+
+    def count_messages(self, messages: list[dict]) -> int:
+        return self.tokenizer.count_messages(messages)
+
+
+def shape_history(
+    messages: Sequence[dict],
+    max_tokens: Any,
+    keep_last: int = 20,
+    min_keep: int = 3,
+    summary: str | Callable[[list[dict]], str] | None = None,
+    *,
+    provider: str = "openai",
+    encoding: str = "o200k_base",
+    tool_result_cap: int | None = 2000,
+) -> Selection:
+    return _selection.shape_history(
+        _Backend(encoding), messages, max_tokens, keep_last, min_keep, summary, provider, tool_result_cap
+    )
+
+
+class WeightedWindow:
+    def __init__(
+        self,
+        *,
+        system: float = 5.0,
+        constraint: float = 3.0,
+        evidence: float = 2.0,
+        pulse: float = 1.5,
+        log: float = 0.3,
+        decay: float = 0.85,
+        max_anchors: int = 3,
+        provider: str = "openai",
+        encoding: str = "o200k_base",
+        tool_result_cap: int | None = 2000,
+    ) -> None:
+        self.weights = (system, constraint, evidence, pulse, log, decay)
+        self.max_anchors, self.provider, self.cap = max_anchors, provider, tool_result_cap
+        self.backend = _Backend(encoding)
+
+    def select(self, messages: Sequence[dict], max_tokens: Any, *, now: float | None = None) -> Selection:
+        return _selection.weighted_window(
+            self.backend, messages, max_tokens, self.weights, self.max_anchors, now, self.provider, self.cap
+        )
+
+
+class ContextBuilder:
+    def __init__(
+        self,
+        budget: Any,
+        *,
+        anchoring: bool = False,
+        provider: str = "openai",
+        encoding: str = "o200k_base",
+        tool_result_cap: int | None = 2000,
+    ) -> None:
+        self.budget, self.anchoring, self.provider, self.cap = budget, anchoring, provider, tool_result_cap
+        self.backend = _Backend(encoding)
+
+    def build(
+        self,
+        history: Sequence[dict],
+        *,
+        current_input: Any = None,
+        global_summary: str | None = None,
+        segment_summaries: Sequence[str] = (),
+        memories: Sequence[str] = (),
+    ) -> Selection:
+        return _selection.build_context(
+            self.backend,
+            history,
+            self.budget,
+            current_input=current_input,
+            global_summary=global_summary,
+            segment_summaries=list(segment_summaries),
+            memories=list(memories),
+            anchoring=self.anchoring,
+            provider=self.provider,
+            cap=self.cap,
+        )

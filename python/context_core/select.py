@@ -1,0 +1,222 @@
+"""Context selection: what the model sees this turn, within an exact budget.
+
+Three policies over one Rust kernel (DESIGN.md, mechanisms 3-5):
+
+- :func:`shape_history`: the fast path. Everything if it fits; else system +
+  first user message + a summary + the last N turns, N lowered 20 -> 3.
+- :class:`WeightedWindow`: weights by tag (system 5, constraint 3, evidence 2,
+  pulse 1.5, log 0.3, else 0.85 ** age in minutes), up to three constraint
+  anchors first, then greedy by weight, output in chronological order.
+- :class:`ContextBuilder`: priority assembly: pinned, global summary, memories
+  (to 80%), segment summaries (newest first, to 90%), recent messages (newest
+  first, to 100%), the current input.
+
+All work on units (a tool call with all its results is one), never exceed the
+budget by the exact count of what is returned, never drop system or pinned
+messages or the current input, and return a history ``sanitize`` accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from context_core import _selection
+from context_core._core import Tagger, Tokenizer, _analyze
+from context_core._selection import Breakdown, Selection, Truncated
+from context_core.budget import Budget
+from context_core.errors import InvalidTypeError
+from context_core.sanitize import sanitize
+from context_core.types import Message
+
+__all__ = [
+    "Breakdown",
+    "ContextBuilder",
+    "Selection",
+    "Truncated",
+    "WeightedWindow",
+    "shape_history",
+    "tag",
+]
+
+Provider = Literal["openai", "anthropic"]
+DEFAULT_TOOL_RESULT_CAP = 2000
+
+
+class _Backend:
+    """The extension: analysis and kernels in Rust, exact cached counts."""
+
+    def __init__(self, tokenizer: Tokenizer | None, tagger: Tagger | None) -> None:
+        if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+            raise InvalidTypeError(f"tokenizer must be a Tokenizer, not {type(tokenizer).__name__}")
+        if tagger is not None and not isinstance(tagger, Tagger):
+            raise InvalidTypeError(f"tagger must be a Tagger, not {type(tagger).__name__}")
+        self.tokenizer = tokenizer or Tokenizer()
+        self.tagger = tagger
+
+    def analyze(self, messages: list, cap: int | None) -> Any:
+        return _analyze(messages, self.tokenizer, self.tagger, cap)
+
+    def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]:
+        result = sanitize(messages, provider)
+        return result.messages, result.system, result.changes
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        return self.tokenizer.count_message(message)
+
+    def count_messages(self, messages: list[dict]) -> int:
+        return self.tokenizer.count_messages(messages)
+
+
+def _cap(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidTypeError(f"tool_result_cap must be a positive int or None, not {value!r}")
+    return value
+
+
+def tag(text: str) -> list[str]:
+    """The tags (``constraint``, ``evidence``, ``pulse``, ``log``) whose default
+    keywords occur in ``text``; see :class:`Tagger` to change the lists."""
+    return _DEFAULT_TAGGER.tag(text)
+
+
+_DEFAULT_TAGGER = Tagger()
+
+
+def shape_history(
+    messages: Sequence[Message],
+    max_tokens: int | Budget,
+    keep_last: int = 20,
+    min_keep: int = 3,
+    summary: str | Callable[[list[dict]], str] | None = None,
+    *,
+    provider: Provider = "openai",
+    tokenizer: Tokenizer | None = None,
+    tagger: Tagger | None = None,
+    tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
+) -> Selection:
+    """Everything if it fits in ``max_tokens``; else [system] + [first user
+    message] + [summary] + [last N turns], N lowered from ``keep_last`` to
+    ``min_keep`` until it fits, then without the summary down to the last turn.
+
+    ``summary`` is a text, or a callable given the messages that may be dropped
+    (called at most once, only when something must go), or ``None``.
+    ``Selection.turns`` says which N was used (``None``: everything fit).
+    """
+    return _selection.shape_history(
+        _Backend(tokenizer, tagger),
+        messages,
+        max_tokens,
+        keep_last,
+        min_keep,
+        summary,
+        provider,
+        _cap(tool_result_cap),
+    )
+
+
+class WeightedWindow:
+    """The weighted sliding window (seed 003's, with exact counts).
+
+    A message weighs ``weight`` if it gives one; else ``system`` for system
+    messages, else by its first tag in the order constraint, evidence, pulse,
+    log; else ``decay ** age`` with the age in minutes (from ``timestamp``
+    and ``now``, else one minute a message from the end). A unit weighs its
+    heaviest message. System and pinned messages and the current input are
+    always kept; then up to ``max_anchors`` constraint units (the earliest);
+    then the rest, heaviest first, wherever they fit. Output is chronological.
+    A kept message whose ``depends_on`` names a dropped message is reported in
+    ``Selection.missing_dependencies``.
+    """
+
+    def __init__(
+        self,
+        *,
+        system: float = 5.0,
+        constraint: float = 3.0,
+        evidence: float = 2.0,
+        pulse: float = 1.5,
+        log: float = 0.3,
+        decay: float = 0.85,
+        max_anchors: int = 3,
+        provider: Provider = "openai",
+        tokenizer: Tokenizer | None = None,
+        tagger: Tagger | None = None,
+        tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
+    ) -> None:
+        self.weights = tuple(float(w) for w in (system, constraint, evidence, pulse, log, decay))
+        self.max_anchors = max_anchors
+        self.provider = provider
+        self._backend = _Backend(tokenizer, tagger)
+        self.tool_result_cap = _cap(tool_result_cap)
+
+    def select(
+        self, messages: Sequence[Message], max_tokens: int | Budget, *, now: float | None = None
+    ) -> Selection:
+        """Choose from ``messages`` within ``max_tokens`` (``now``: epoch seconds for ages)."""
+        return _selection.weighted_window(
+            self._backend,
+            messages,
+            max_tokens,
+            self.weights,
+            self.max_anchors,
+            now,
+            self.provider,
+            self.tool_result_cap,
+        )
+
+
+class ContextBuilder:
+    """Priority assembly (seed 001): pinned -> global summary -> retrieved
+    memories (while the total is within 80% of the budget) -> segment
+    summaries (newest first, within 90%) -> recent messages (higher
+    ``priority`` first, then newest, within 100%) -> the current input.
+
+    Output order: system and pinned messages, the global summary, memories,
+    segment summaries, recent messages in chronological order, the anchored
+    constraints (with ``anchoring=True``: the first three constraint messages
+    said again) and the current input. Summaries and memories are system
+    messages (lifted into ``Selection.system`` for Anthropic).
+    """
+
+    def __init__(
+        self,
+        budget: int | Budget,
+        *,
+        anchoring: bool = False,
+        provider: Provider = "openai",
+        tokenizer: Tokenizer | None = None,
+        tagger: Tagger | None = None,
+        tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
+    ) -> None:
+        self.budget = budget
+        self.anchoring = anchoring
+        self.provider = provider
+        self._backend = _Backend(tokenizer, tagger)
+        self.tool_result_cap = _cap(tool_result_cap)
+
+    def build(
+        self,
+        history: Sequence[Message],
+        *,
+        current_input: str | Message | None = None,
+        global_summary: str | None = None,
+        segment_summaries: Sequence[str] = (),
+        memories: Sequence[str] = (),
+    ) -> Selection:
+        """Assemble the context for ``history`` (plus ``current_input``, if the
+        history does not end with it)."""
+        return _selection.build_context(
+            self._backend,
+            history,
+            self.budget,
+            current_input=current_input,
+            global_summary=global_summary,
+            segment_summaries=list(segment_summaries),
+            memories=list(memories),
+            anchoring=self.anchoring,
+            provider=self.provider,
+            cap=self.tool_result_cap,
+        )
