@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from context_core._core import METADATA_KEYS
 from context_core.errors import InvalidInputError, InvalidTypeError
 
 SUMMARY_PREFIX = "Summary of the conversation so far:\n"
@@ -21,7 +22,6 @@ SEGMENT_PREFIX = "Summary of an earlier part of the conversation:\n"
 MEMORY_PREFIX = "Relevant memory: "
 ANCHOR_PREFIX = "Constraints to keep in mind:\n"
 CONSTRAINT = 1
-METADATA_KEYS = ("pinned", "priority", "weight", "tags", "timestamp", "id", "depends_on")
 PROVIDERS = ("openai", "anthropic")
 
 

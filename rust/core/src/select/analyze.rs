@@ -118,7 +118,7 @@ fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Er
 }
 
 static DEPENDS_ON: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)depends[_ ]on *[=:] *["']?([A-Za-z0-9_.:\-]+)"#).expect("a valid pattern")
+    Regex::new(r#"(?i)depends[_ ]on *[=:] *["']?([A-Za-z0-9_.\-]+)"#).expect("a valid pattern")
 });
 
 /// Read every message; `cap` limits each tool result's tokens.

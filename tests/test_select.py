@@ -1,0 +1,342 @@
+"""Context selection (mirrors rust/core/src/select): the invariants of every
+policy on generated histories in both formats, agreement with the reference,
+and each policy's own rules."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import validators
+from hypothesis import given
+from hypothesis import strategies as st
+
+from context_core import (
+    METADATA_KEYS,
+    Budget,
+    ContextBuilder,
+    InvalidTypeError,
+    OverBudgetError,
+    Tokenizer,
+    UnknownModelError,
+    WeightedWindow,
+    sanitize,
+    shape_history,
+)
+from context_core.reference import select as reference
+
+TOK = Tokenizer()
+
+USER = [
+    "You must use snake_case for every SQL column.",
+    "禁止修改支付回调的事务边界，必须保证事务一致性。",
+    "Please fix the failing migration.",
+    "curl -X POST http://localhost:8080/callback -d '{\"id\": 1}'",
+    "ok thanks",
+    "What does the retry helper do?",
+    'Traceback (most recent call last):\n  File "a.py", line 1\nValueError: bad',
+]
+ASSISTANT = [
+    "<THINK> the failure comes from the retry cap </THINK> I will change it.",
+    "Here is the patch.",
+    "Done: 3 files changed.",
+    "好的，我来修改。",
+]
+LONG = "line of tool output with some numbers 12345 and words\n" * 120
+
+
+def tool_call(call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": "run", "arguments": '{"cmd": "ls"}'}}
+
+
+@st.composite
+def history(draw, provider: str) -> list[dict]:
+    messages: list[dict] = []
+    clock = 1_700_000_000.0
+    ids = 0
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": "You are a careful coding agent."})
+    for turn in range(draw(st.integers(0, 8))):
+        clock += draw(st.integers(0, 600))
+        user = {"role": "user", "content": draw(st.sampled_from(USER)), "timestamp": clock, "id": f"u{turn}"}
+        if draw(st.integers(0, 9)) == 0:
+            user["pinned"] = True
+        if draw(st.integers(0, 9)) == 0:
+            user["tags"] = draw(st.lists(st.sampled_from(["constraint", "log", "pulse"]), max_size=2))
+        if draw(st.integers(0, 4)) == 0:
+            user["priority"] = draw(st.integers(-2, 2))
+        messages.append(user)
+        for _ in range(draw(st.integers(0, 2))):  # tool rounds
+            ids += 1
+            call_ids = [f"c{ids}_{k}" for k in range(draw(st.integers(1, 2)))]
+            output = draw(st.sampled_from(["fine", LONG, "Exception in thread main\n\tat x"]))
+            if provider == "openai":
+                messages.append(
+                    {"role": "assistant", "content": None, "tool_calls": [tool_call(i) for i in call_ids]}
+                )
+                messages.extend({"role": "tool", "tool_call_id": i, "content": output} for i in call_ids)
+            else:
+                blocks = (
+                    [{"type": "thinking", "thinking": "plan", "signature": "s"}]
+                    if draw(st.booleans())
+                    else []
+                )
+                blocks += [
+                    {"type": "tool_use", "id": i, "name": "run", "input": {"cmd": "ls"}} for i in call_ids
+                ]
+                messages.append({"role": "assistant", "content": blocks})
+                results = [{"type": "tool_result", "tool_use_id": i, "content": output} for i in call_ids]
+                messages.append({"role": "user", "content": results})
+        if turn < 7 or draw(st.booleans()):
+            reply = {"role": "assistant", "content": draw(st.sampled_from(ASSISTANT)), "id": f"a{turn}"}
+            if turn and draw(st.integers(0, 3)) == 0:
+                reply["depends_on"] = f"u{draw(st.integers(0, turn - 1))}"
+            messages.append(reply)
+    if draw(st.booleans()):
+        messages.append({"role": "user", "content": draw(st.sampled_from(USER))})
+    return messages
+
+
+def check(result, messages: list[dict], budget: int, provider: str) -> None:
+    """The invariants every policy keeps."""
+    sent = result.messages
+    total = TOK.count_messages(sent)
+    if result.system:
+        total += TOK.count_message({"role": "system", "content": result.system})
+    assert result.breakdown.total == total
+    assert total <= budget
+    for i, message in enumerate(messages):
+        if message.get("role") in ("system", "developer") or message.get("pinned"):
+            assert i in result.kept, f"message {i} must be kept"
+    if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], str):
+        assert len(messages) - 1 in result.kept  # the current input
+    assert all(key not in m for m in sent for key in METADATA_KEYS)
+    again = sanitize(sent, provider)
+    assert not again.changed, [(c.action, c.reason) for c in again.changes]
+    if provider == "anthropic":
+        assert validators.anthropic(sent, result.system) == []
+    else:
+        assert validators.openai(sent) == []
+    assert sorted(result.kept + result.dropped) == list(range(len(messages)))
+
+
+def same(ours, theirs) -> None:
+    assert ours.messages == theirs.messages
+    assert ours.system == theirs.system
+    assert ours.breakdown == theirs.breakdown
+    assert ours.kept == theirs.kept
+    assert ours.truncated == theirs.truncated
+    assert ours.missing_dependencies == theirs.missing_dependencies
+    assert ours.turns == theirs.turns
+
+
+def both(run_ours, run_reference):
+    try:
+        ours = run_ours()
+    except OverBudgetError as error:
+        with pytest.raises(OverBudgetError) as info:
+            run_reference()
+        assert str(info.value) == str(error)
+        return None
+    same(ours, run_reference())
+    return ours
+
+
+budgets = st.integers(20, 3000)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@given(data=st.data(), budget=budgets)
+def test_weighted_window(provider, data, budget):
+    messages = data.draw(history(provider))
+    before = copy.deepcopy(messages)
+    result = both(
+        lambda: WeightedWindow(provider=provider).select(messages, budget),
+        lambda: reference.WeightedWindow(provider=provider).select(messages, budget),
+    )
+    assert messages == before
+    if result is not None:
+        check(result, messages, budget, provider)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@given(data=st.data(), budget=budgets, keep_last=st.integers(1, 20), min_keep=st.integers(0, 5))
+def test_shape_history(provider, data, budget, keep_last, min_keep):
+    messages = data.draw(history(provider))
+    summary = data.draw(st.sampled_from([None, "The user set naming rules; the migration is half done."]))
+    result = both(
+        lambda: shape_history(messages, budget, keep_last, min_keep, summary, provider=provider),
+        lambda: reference.shape_history(messages, budget, keep_last, min_keep, summary, provider=provider),
+    )
+    if result is not None:
+        check(result, messages, budget, provider)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@given(data=st.data(), budget=budgets, anchoring=st.booleans())
+def test_context_builder(provider, data, budget, anchoring):
+    messages = data.draw(history(provider))
+    extras = {
+        "global_summary": data.draw(st.sampled_from([None, "We are migrating the payment service."])),
+        "memories": data.draw(
+            st.lists(st.sampled_from(["db: postgres 15", "lang: java17", "naming: snake_case"]), max_size=3)
+        ),
+        "segment_summaries": data.draw(
+            st.lists(st.sampled_from(["Fixed the retry cap.", "Wrote tests."]), max_size=3)
+        ),
+    }
+    result = both(
+        lambda: ContextBuilder(budget, anchoring=anchoring, provider=provider).build(messages, **extras),
+        lambda: reference.ContextBuilder(budget, anchoring=anchoring, provider=provider).build(
+            messages, **extras
+        ),
+    )
+    if result is not None:
+        check(result, messages, budget, provider)
+
+
+# -- each policy's own rules ------------------------------------------------------------------
+
+
+def chat(n: int, *, constraint_first: bool = True) -> list[dict]:
+    messages = [{"role": "system", "content": "You are a coding agent."}]
+    if constraint_first:
+        messages.append({"role": "user", "content": "You must use snake_case for SQL columns."})
+        messages.append({"role": "assistant", "content": "Understood."})
+    for i in range(n):
+        messages.append({"role": "user", "content": f"curl http://localhost/{i} " + "noise " * 40})
+        messages.append({"role": "assistant", "content": f"Step {i} done. " + "detail " * 40})
+    messages.append({"role": "user", "content": "Now write the migration."})
+    return messages
+
+
+def test_shape_history_fast_path_and_turns():
+    messages = chat(30)
+    everything = shape_history(messages, 100_000)
+    assert everything.turns is None
+    assert everything.messages == messages
+    shaped = shape_history(messages, 1200, summary="Earlier: setup work.")
+    assert shaped.turns is not None and 3 <= shaped.turns <= 20
+    assert shaped.kept[:2] == [0, 1]  # system and first user message
+    assert any(
+        m["content"].startswith("Summary of the conversation so far")
+        for m in shaped.messages
+        if m["role"] == "system"
+    )
+    calls = []
+    shape_history(messages, 1200, summary=lambda middle: calls.append(len(middle)) or "summary")
+    assert len(calls) == 1 and calls[0] > 0
+
+
+def test_weighted_window_keeps_the_early_constraint():
+    messages = chat(60)
+    result = WeightedWindow().select(messages, 800)
+    assert 1 in result.kept  # the constraint, stated first
+    assert messages[-1] in result.messages or len(messages) - 1 in result.kept
+    naive = messages[-8:]
+    assert "snake_case" not in str(naive)
+
+
+def test_weighted_window_reports_missing_dependencies():
+    messages = [
+        {"role": "user", "content": "Find the bug. " + "context " * 200, "id": "task"},
+        {"role": "assistant", "content": "<THINK> depends_on=task: the loop is wrong </THINK> Fixed."},
+        {"role": "user", "content": "thanks"},
+    ]
+    result = WeightedWindow().select(messages, 60)
+    assert 0 in result.dropped
+    assert result.missing_dependencies == [(1, "task")]
+
+
+def test_tool_results_are_capped_and_reported():
+    messages = [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": LONG * 5},
+        {"role": "user", "content": "what happened?"},
+    ]
+    result = WeightedWindow(tool_result_cap=100).select(messages, 5000)
+    (cut,) = result.truncated
+    assert cut.index == 2 and cut.before > 100 >= cut.after
+    assert "[truncated" in result.messages[2]["content"]
+    assert messages[2]["content"] == LONG * 5  # the input is untouched
+    assert WeightedWindow(tool_result_cap=None).select(messages, 50_000).truncated == []
+
+
+def test_builder_sections_and_shares():
+    messages = chat(40)
+    memories = [f"memory {i}: " + "fact " * 30 for i in range(20)]
+    result = ContextBuilder(2000, anchoring=True).build(
+        messages,
+        global_summary="Migration project.",
+        memories=memories,
+        segment_summaries=["seg one", "seg two"],
+    )
+    b = result.breakdown
+    assert b.total <= 2000
+    assert b.memories > 0
+    assert b.pinned + b.global_ + b.memories <= 0.8 * 2000 + 50  # memories stop at 80%
+    assert b.log_line().startswith("pinned=") and b.log_line().endswith("/2000")
+    constraints = [
+        m for m in result.messages if m["role"] == "system" and "Constraints to keep" in m["content"]
+    ]
+    assert constraints or "Constraints to keep" in result.messages[0]["content"]
+
+
+def test_pinned_over_budget_is_a_clear_error():
+    messages = [{"role": "user", "content": "x " * 500, "pinned": True}, {"role": "user", "content": "go"}]
+    with pytest.raises(OverBudgetError, match=r"pinned \d+ .* > budget 100"):
+        WeightedWindow().select(messages, 100)
+    with pytest.raises(OverBudgetError):
+        ContextBuilder(100).build(messages)
+
+
+def test_bad_arguments():
+    with pytest.raises(InvalidTypeError):
+        WeightedWindow().select([{"role": "user", "content": "x", "pinned": "yes"}], 100)
+    with pytest.raises(InvalidTypeError):
+        shape_history("not messages", 100)
+    with pytest.raises(InvalidTypeError):
+        WeightedWindow().select([], 10.5)
+
+
+# -- budgets -------------------------------------------------------------------------------------
+
+
+def test_budget_for_models_and_reserves():
+    budget = Budget.for_model("gpt-4o-2024-08-06")
+    assert budget.window == 128_000 and not budget.estimated
+    assert budget.soft_limit == 89_600
+    assert budget.messages() == 89_600 - 8_000
+    assert budget.history() == 89_600 - 8_000 - 5_000 - 3_000
+    tools = [
+        {
+            "name": "search",
+            "description": "Search the web.",
+            "parameters": {"properties": {"q": {"type": "string"}}},
+        }
+    ]
+    assert budget.messages(system_tokens=1000, tools=tools) == 89_600 - 1000 - TOK.count_tools(tools)
+    assert Budget.for_model("gpt-4.1-mini").window == 1_047_576
+    assert Budget.for_model("my-model", window=10_000).window == 10_000
+    with pytest.raises(UnknownModelError):
+        Budget.for_model("llama-3")
+
+
+def test_estimated_budgets_learn_the_ratio():
+    claude = Budget.for_model("claude-sonnet-4-5")
+    assert claude.estimated and claude.ratio == pytest.approx(1.2)
+    start = claude.messages()
+    for _ in range(30):
+        claude.observe(counted=10_000, reported=11_000)
+    assert claude.ratio == pytest.approx(1.1, rel=1e-3)
+    assert claude.messages() > start
+    with pytest.raises(InvalidTypeError):
+        claude.observe(1.5, 2)
+
+
+def test_selection_accepts_a_budget():
+    budget = Budget(window=2000, soft_ratio=1.0, system_reserve=500)
+    result = WeightedWindow().select(chat(30), budget)
+    assert result.breakdown.budget == 1500
+    assert result.breakdown.total <= 1500

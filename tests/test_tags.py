@@ -1,0 +1,107 @@
+"""Tags (mirrors rust/core/src/tags): seed 003's cases, normalisation, word
+boundaries, custom lists, and agreement with the reference."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from context_core import InvalidInputError, InvalidTypeError, Tagger, tag
+from context_core.reference import tags as reference
+
+SEED_003 = "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        SEED_003,
+        SEED_003.replace("，", ","),
+        SEED_003.replace("，", "。").replace("保证", "·保证"),
+        SEED_003.replace("，", "；").replace(
+            "PaymentCallbackService", "ＰａｙｍｅｎｔＣａｌｌｂａｃｋＳｅｒｖｉｃｅ"
+        ),
+        SEED_003.replace("，", " ").replace("必须", "必须！"),
+        SEED_003.replace("，", ""),
+    ],
+)
+def test_seed_003_constraint_with_any_punctuation(text):
+    assert "constraint" in tag(text)
+    assert "constraint" in reference.tag(text)
+
+
+def test_curl_and_stack_traces_are_logs():
+    text = (
+        "curl -X POST http://localhost:8080/callback -H 'Content-Type: application/json'\n"
+        'Traceback (most recent call last):\n  File "pay.py", line 12, in retry\nTimeoutError'
+    )
+    assert "log" in tag(text)
+    assert "log" in tag("java.lang.IllegalStateException: boom\n    at com.acme.Pay.retry(Pay.java:42)")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("You MUST use snake_case.", {"constraint"}),
+        ("Never delete production data", {"constraint", "pulse"}),
+        ("Pass me the mustard", set()),
+        ("<THINK> the retry loop needs a cap </THINK>", {"evidence"}),
+        ("Please fix the flaky test", {"pulse"}),
+        ("禁止修改数据库结构，请修复登录问题", {"constraint", "pulse"}),
+        ("see https://example.com", {"log"}),
+        ("hello there", set()),
+    ],
+)
+def test_tags_of_texts(text, expected):
+    assert set(tag(text)) == expected
+    assert set(reference.tag(text)) == expected
+
+
+def test_custom_lists_replace_the_defaults():
+    tagger = Tagger(constraint_keywords=["verboten", "绝对不可"], log_markers=["[debug]"])
+    assert tagger.tag("Das ist VERBOTEN!") == ["constraint"]
+    assert tagger.tag("这里绝对，不可以") == ["constraint"]
+    assert tagger.tag("must") == []
+    assert tagger.tag("[DEBUG] x=1") == ["log"]
+    assert tagger.tag("curl http://x") == []
+    with pytest.raises(InvalidInputError, match="no letters or digits"):
+        Tagger(constraint_keywords=["!!"])
+    with pytest.raises(InvalidTypeError):
+        Tagger(pulse_keywords="fix")
+    with pytest.raises(InvalidTypeError):
+        tag(5)
+
+
+KEYWORDS = [
+    "must",
+    "Must-not",
+    "never",
+    "必须",
+    "禁止",
+    "确保",
+    "fix",
+    "修复",
+    "<think>",
+    "http://",
+    "curl ",
+    "mustard",
+]
+PUNCTUATION = list("，。！？、；：“”‘’（）【】《》…—·,.!?;:'\"()[]<>-_/ \u3000\t\n")
+assigned = st.characters(exclude_categories=("Cs", "Cn", "Co"))
+texts = st.lists(
+    st.one_of(
+        st.sampled_from(KEYWORDS), st.sampled_from(PUNCTUATION), st.text(alphabet=assigned, max_size=4)
+    ),
+    max_size=12,
+).map("".join)
+
+
+@given(text=texts)
+def test_agrees_with_the_reference(text):
+    """Characters unassigned in this Python's Unicode tables are left out: the
+    extension's tables may be newer, and normalisation of those may differ."""
+    assert all(unicodedata.category(c) != "Cn" for c in text)
+    assert tag(text) == reference.tag(text)
