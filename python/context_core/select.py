@@ -172,7 +172,8 @@ class ContextBuilder:
     """Priority assembly (seed 001): pinned -> global summary -> retrieved
     memories (while the total is within 80% of the budget) -> segment
     summaries (newest first, within 90%) -> recent messages (higher
-    ``priority`` first, then newest, within 100%) -> the current input.
+    ``priority`` first, then constraint-tagged ones, then the newest; within
+    100%) -> the current input.
 
     Output order: system and pinned messages, the global summary, memories,
     segment summaries, recent messages in chronological order, the anchored

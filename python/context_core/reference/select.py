@@ -301,7 +301,10 @@ class Analysis:
         def priority(u: int) -> float:
             return max(self.info[m]["priority"] for m in range(self.units[u][0], self.units[u][1]))
 
-        for u in sorted(optional, key=lambda u: (-priority(u), -u)):
+        def constraint(u: int) -> int:
+            return 1 if self.units[u][4] & CONSTRAINT else 0
+
+        for u in sorted(optional, key=lambda u: (-priority(u), -constraint(u), -u)):
             if fits(self.units[u][2], budget):
                 units.append(u)
         return sorted(units), with_global, with_anchor, kept_memories, kept_segments

@@ -247,7 +247,7 @@ pub struct Build {
 /// The priority builder: mandatory units; anchoring; the global summary;
 /// memories while the total stays within 80% of the budget; segment
 /// summaries, newest first, within 90%; recent units (higher `priority`
-/// first, then newest) within 100%.
+/// first, then constraints, then newest) within 100%.
 pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Build> {
     let (mut units, mut cost) = mandatory(analysis, budget)?;
     let fits = |tokens: usize, limit: usize, cost: &mut usize| -> bool {
@@ -285,7 +285,14 @@ pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Buil
             .map(|m| analysis.messages[m].priority)
             .fold(f64::NEG_INFINITY, f64::max)
     };
-    recent.sort_by(|&a, &b| priority(b).total_cmp(&priority(a)).then(b.cmp(&a)));
+    let constraint = |u: usize| analysis.units[u].tags & CONSTRAINT != 0;
+    // Given priority first, then the user's rules, then the newest.
+    recent.sort_by(|&a, &b| {
+        priority(b)
+            .total_cmp(&priority(a))
+            .then(constraint(b).cmp(&constraint(a)))
+            .then(b.cmp(&a))
+    });
     for u in recent {
         if fits(analysis.units[u].tokens, budget, &mut cost) {
             units.push(u);
