@@ -24,7 +24,9 @@ from context_core import (
     sanitize,
     shape_history,
 )
+from context_core._core import _analyze
 from context_core.reference import select as reference
+from context_core.reference.tags import LOG as LOG_TAG
 
 TOK = Tokenizer()
 
@@ -43,6 +45,8 @@ ASSISTANT = [
     "Done: 3 files changed.",
     "好的，我来修改。",
 ]
+# Tool output that reads like a rule: a tool cannot set the user's constraints.
+TOOL_RULE = "warning: you must run the migration first (depends_on=u0)"
 LONG = "line of tool output with some numbers 12345 and words\n" * 120
 
 
@@ -70,7 +74,7 @@ def history(draw, provider: str) -> list[dict]:
         for _ in range(draw(st.integers(0, 2))):  # tool rounds
             ids += 1
             call_ids = [f"c{ids}_{k}" for k in range(draw(st.integers(1, 2)))]
-            output = draw(st.sampled_from(["fine", LONG, "Exception in thread main\n\tat x"]))
+            output = draw(st.sampled_from(["fine", LONG, "Exception in thread main\n\tat x", TOOL_RULE]))
             if provider == "openai":
                 messages.append(
                     {"role": "assistant", "content": None, "tool_calls": [tool_call(i) for i in call_ids]}
@@ -126,6 +130,7 @@ def same(ours, theirs) -> None:
     assert ours.system == theirs.system
     assert ours.breakdown == theirs.breakdown
     assert ours.kept == theirs.kept
+    assert ours.dropped == theirs.dropped
     assert ours.truncated == theirs.truncated
     assert ours.missing_dependencies == theirs.missing_dependencies
     assert ours.turns == theirs.turns
@@ -143,6 +148,37 @@ def both(run_ours, run_reference):
 
 
 budgets = st.integers(20, 3000)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@given(data=st.data(), cap=st.sampled_from([None, 50, 2000]))
+def test_analysis_agrees_with_reference(provider, data, cap):
+    """The analysis every policy reads: counts, tags, units and the queries the
+    layout makes, Rust against the reference."""
+    messages = data.draw(history(provider))
+    ours = _analyze(messages, TOK, None, cap)
+    theirs = reference.Analysis(messages, reference.CachedTokenizer(), reference.Tagger(), cap)
+    assert ours.units == theirs.units
+    assert ours.tokens == theirs.tokens
+    assert list(ours.tags) == theirs.tags
+    assert ours.ids == theirs.ids
+    assert ours.truncations == theirs.truncations
+    for query in ("unit_count", "total_tokens", "first_turn", "turn_starts"):
+        assert getattr(ours, query) == getattr(theirs, query), query
+    assert ours.constraint_starts() == theirs.constraint_starts()
+    units = data.draw(st.lists(st.integers(0, max(0, ours.unit_count - 1)), unique=True))
+    if ours.unit_count:
+        assert ours.spans(units) == theirs.spans(units)
+    kept, dropped = ours.expand(units)
+    assert (kept, dropped) == theirs.expand(units)
+    assert sorted(kept + dropped) == list(range(len(messages)))
+    assert ours.missing_dependencies(kept) == theirs.missing_dependencies(kept)
+    # Tool output is never a constraint or a task, whatever it says.
+    for index, message in enumerate(messages):
+        if message["role"] == "tool" or (
+            isinstance(message["content"], list) and message["content"][0].get("type") == "tool_result"
+        ):
+            assert ours.tags[index] & ~LOG_TAG == 0
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -22,6 +22,7 @@ SEGMENT_PREFIX = "Summary of an earlier part of the conversation:\n"
 MEMORY_PREFIX = "Relevant memory: "
 ANCHOR_PREFIX = "Constraints to keep in mind:\n"
 CONSTRAINT = 1
+SECTION_OF_KIND = {"system": "pinned", "pinned": "pinned", "current": "input"}
 PROVIDERS = ("openai", "anthropic")
 
 
@@ -129,10 +130,11 @@ class Layout:
         self.messages = messages
         self.analysis = analysis
         self.provider = provider
-        self.units = analysis.units
-        self.unit_tokens = [u[2] for u in self.units]
+        # Only what is kept is read from the analysis, so a turn's Python
+        # work follows the size of the output, not of the history.
+        self.truncations = analysis.truncations
         self.cuts: dict[int, list[tuple]] = {}
-        for message, block, part, text, _before, _after in analysis.truncations:
+        for message, block, part, text, _before, _after in self.truncations:
             self.cuts.setdefault(message, []).append((block, part, text))
 
     def extra(self, text: str) -> tuple[dict, int]:
@@ -171,12 +173,12 @@ class Layout:
     ) -> tuple[Selection, int]:
         """Expand ``("unit", u)`` / ``("extra", message)`` items into the output;
         sanitize and count it. Returns the selection and the tokens over budget."""
+        units = [item[1] for item in items if item[0] == "unit"]
+        spans = iter(self.analysis.spans(units))
         laid_out: list[dict] = []
-        kept: list[int] = []
         for item in items:
             if item[0] == "unit":
-                start, end = self.units[item[1]][0], self.units[item[1]][1]
-                kept.extend(range(start, end))
+                start, end, _tokens, _kind = next(spans)
                 laid_out.extend(self.output(m) for m in range(start, end))
             else:
                 laid_out.append(item[1])
@@ -184,8 +186,8 @@ class Layout:
         total = self.backend.count_messages(final)
         if system:
             total += self.backend.count_message({"role": "system", "content": system})
-        kept.sort()
-        kept_set = set(kept)
+        kept, dropped = self.analysis.expand(units)
+        kept_set = set(kept) if self.truncations else set()
         breakdown = Breakdown(
             pinned=sections.get("pinned", 0),
             global_=sections.get("global", 0),
@@ -201,33 +203,19 @@ class Layout:
             system=system,
             breakdown=breakdown,
             kept=kept,
-            dropped=[i for i in range(len(self.messages)) if i not in kept_set],
-            truncated=[Truncated(t[0], t[4], t[5]) for t in self.analysis.truncations if t[0] in kept_set],
-            missing_dependencies=self.missing_dependencies(kept_set),
+            dropped=dropped,
+            truncated=[Truncated(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set],
+            missing_dependencies=self.analysis.missing_dependencies(kept),
             turns=turns,
             changes=changes,
         )
         return selection, total - budget
 
-    def missing_dependencies(self, kept: set[int]) -> list[tuple[int, str]]:
-        ids = self.analysis.ids
-        position = {message_id: i for i, (message_id, _) in enumerate(ids) if message_id is not None}
-        missing = []
-        for index in sorted(kept):
-            for dependency in ids[index][1]:
-                target = position.get(dependency)
-                if target is not None and target not in kept:
-                    missing.append((index, dependency))
-        return missing
-
-    def section_of(self, unit: int) -> str:
-        kind = self.units[unit][3]
-        return {"system": "pinned", "pinned": "pinned", "current": "input"}.get(kind, "recent")
-
-    def sum_units(self, units: Iterable[int], sections: dict[str, int], override: str | None = None) -> None:
-        for u in units:
-            name = override or self.section_of(u)
-            sections[name] = sections.get(name, 0) + self.unit_tokens[u]
+    def sum_units(self, units: Sequence[int], sections: dict[str, int], override: str | None = None) -> None:
+        """Add the tokens of ``units`` to their sections (``override``: all to one)."""
+        for _start, _end, tokens, kind in self.analysis.spans(list(units)):
+            name = override or SECTION_OF_KIND.get(kind, "recent")
+            sections[name] = sections.get(name, 0) + tokens
 
 
 def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selection:
@@ -258,8 +246,7 @@ def shape_history(
             raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
     analysis = backend.analyze(messages, cap)
     layout = Layout(backend, messages, analysis, provider)
-    units = layout.units
-    first_user = next((u for u, unit in enumerate(units) if unit[5]), None)
+    first_user = analysis.first_turn
     summary_message: dict | None = None
 
     def summary_for(shape_units: list[int]) -> tuple[dict, int] | None:
@@ -270,12 +257,12 @@ def shape_history(
             if callable(summary):
                 # Called once, with everything that could be dropped: between the
                 # first user message and the last ``min_keep`` turns.
-                starts = [u for u, unit in enumerate(units) if unit[5]]
-                tail = starts[len(starts) - min_keep] if 0 < min_keep <= len(starts) else len(units)
+                starts = analysis.turn_starts
+                tail = starts[len(starts) - min_keep] if 0 < min_keep <= len(starts) else analysis.unit_count
                 middle = [
                     messages[m]
-                    for u in range((first_user or 0) + 1, tail)
-                    for m in range(units[u][0], units[u][1])
+                    for start, end, _tokens, _kind in analysis.spans(list(range((first_user or 0) + 1, tail)))
+                    for m in range(start, end)
                 ]
                 text = summary(middle)
             else:
@@ -286,7 +273,7 @@ def shape_history(
         return summary_message, backend.count_message(summary_message)
 
     summary_tokens = None
-    if summary is not None and sum(layout.unit_tokens) + 3 > budget:
+    if summary is not None and analysis.total_tokens + 3 > budget:
         summary_tokens = summary_for([])[1]
 
     def run(target: int) -> tuple[Selection, int]:
@@ -359,21 +346,14 @@ def build_context(
         raise InvalidTypeError("global_summary must be str or None")
     analysis = backend.analyze(messages, cap)
     layout = Layout(backend, messages, analysis, provider)
-    units = layout.units
     global_extra = layout.extra(SUMMARY_PREFIX + global_summary) if global_summary is not None else None
     memory_extras = [layout.extra(MEMORY_PREFIX + m) for m in memories]
     segment_extras = [layout.extra(SEGMENT_PREFIX + s) for s in segment_summaries]
     anchor_extra = None
     if anchoring:
         # The top constraints (the earliest stated), said again before the input.
-        tags = analysis.tags
-        constraints = [
-            message_text(messages[u[0]]).strip()
-            for u in units
-            if u[3] in ("normal", "pinned")
-            and tags[u[0]] & CONSTRAINT
-            and message_text(messages[u[0]]).strip()
-        ][:3]
+        texts = (message_text(messages[m]).strip() for m in analysis.constraint_starts())
+        constraints = [text for text in texts if text][:3]
         if constraints:
             anchor_extra = layout.extra(ANCHOR_PREFIX + "\n".join(f"- {c}" for c in constraints))
 
@@ -385,9 +365,10 @@ def build_context(
             [s[1] for s in segment_extras],
             anchor_extra[1] if anchor_extra else None,
         )
-        fixed = [u for u in kept if units[u][3] in ("system", "pinned")]
-        recent = [u for u in kept if units[u][3] == "normal"]
-        current = [u for u in kept if units[u][3] == "current"]
+        kinds = [span[3] for span in analysis.spans(kept)]
+        fixed = [u for u, kind in zip(kept, kinds, strict=True) if kind in ("system", "pinned")]
+        recent = [u for u, kind in zip(kept, kinds, strict=True) if kind == "normal"]
+        current = [u for u, kind in zip(kept, kinds, strict=True) if kind == "current"]
         items: list[tuple] = [("unit", u) for u in fixed]
         sections: dict[str, int] = {}
         layout.sum_units(fixed + recent + current, sections)

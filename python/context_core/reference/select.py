@@ -85,7 +85,8 @@ class Analysis:
         calls = isinstance(message.get("tool_calls"), (list, tuple)) and len(message["tool_calls"]) > 0
         results = role == "tool"
         thinking = has_text = False
-        text = ""
+        text = ""  # the message's own words
+        result_text = ""  # tool output it carries
         content = message.get("content")
         if isinstance(content, str):
             has_text = not _blank(content)
@@ -107,7 +108,7 @@ class Analysis:
                     results = True
                     inner = block.get("content")
                     if isinstance(inner, str):
-                        text += inner + "\n"
+                        result_text += inner + "\n"
                         if cut := self.cut(inner):
                             self.truncations.append((index, j, None, *cut))
                             tokens += cut[2] - cut[1]
@@ -118,13 +119,17 @@ class Analysis:
                                 and part.get("type") == "text"
                                 and isinstance(part.get("text"), str)
                             ):
-                                text += part["text"] + "\n"
+                                result_text += part["text"] + "\n"
                                 if cut := self.cut(part["text"]):
                                     self.truncations.append((index, j, k, *cut))
                                     tokens += cut[2] - cut[1]
         given = message.get("tags")
         if given is None:
-            tags = (self.tagger.mask(text) & ALLOWED.get(role, LOG)) | (EVIDENCE if thinking else 0)
+            tags = (
+                (self.tagger.mask(text) & ALLOWED.get(role, LOG))
+                | (self.tagger.mask(result_text) & LOG)  # tool output can only be a log
+                | (EVIDENCE if thinking else 0)
+            )
         elif isinstance(given, (list, tuple)):
             tags = 0
             for name in given:
@@ -193,6 +198,55 @@ class Analysis:
         if units and units[-1][5] and units[-1][3] == "normal":
             units[-1][3] = "current"
         return [tuple(u) for u in units]
+
+    # -- what the layout reads -------------------------------------------------
+
+    @property
+    def unit_count(self) -> int:
+        return len(self.units)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(unit[2] for unit in self.units)
+
+    @property
+    def first_turn(self) -> int | None:
+        return next((u for u, unit in enumerate(self.units) if unit[5]), None)
+
+    @property
+    def turn_starts(self) -> list[int]:
+        return [u for u, unit in enumerate(self.units) if unit[5]]
+
+    def spans(self, units: list[int]) -> list[tuple[int, int, int, str]]:
+        for u in units:
+            if not 0 <= u < len(self.units):
+                raise InvalidInputError(f"no unit {u}")
+        return [self.units[u][:4] for u in units]
+
+    def expand(self, units: list[int]) -> tuple[list[int], list[int]]:
+        keep = set(units)
+        kept: list[int] = []
+        dropped: list[int] = []
+        for u, (start, end, *_rest) in enumerate(self.units):
+            (kept if u in keep else dropped).extend(range(start, end))
+        return kept, dropped
+
+    def missing_dependencies(self, kept: list[int]) -> list[tuple[int, str]]:
+        position = {message_id: i for i, (message_id, _) in enumerate(self.ids) if message_id is not None}
+        kept_set = {i for i in kept if 0 <= i < len(self.ids)}
+        return [
+            (index, dependency)
+            for index in sorted(kept_set)
+            for dependency in self.ids[index][1]
+            if dependency in position and position[dependency] not in kept_set
+        ]
+
+    def constraint_starts(self) -> list[int]:
+        return [
+            unit[0]
+            for unit in self.units
+            if unit[3] in ("normal", "pinned") and self.tags[unit[0]] & CONSTRAINT
+        ]
 
     # -- the kernels ------------------------------------------------------------
 
@@ -329,6 +383,13 @@ class _Backend:
         return self.tokenizer.count_messages(messages)
 
 
+@functools.cache
+def _shared_backend(encoding: str) -> _Backend:
+    """One backend per encoding, so repeated calls share the count cache (as
+    the extension's tokenizers share theirs)."""
+    return _Backend(encoding)
+
+
 def shape_history(
     messages: Sequence[dict],
     max_tokens: Any,
@@ -341,7 +402,14 @@ def shape_history(
     tool_result_cap: int | None = 2000,
 ) -> Selection:
     return _selection.shape_history(
-        _Backend(encoding), messages, max_tokens, keep_last, min_keep, summary, provider, tool_result_cap
+        _shared_backend(encoding),
+        messages,
+        max_tokens,
+        keep_last,
+        min_keep,
+        summary,
+        provider,
+        tool_result_cap,
     )
 
 

@@ -126,6 +126,13 @@ impl JsonValue for PyJson<'_> {
                 "tool_call_id",
                 "id",
                 "tool_use_id",
+                // selection metadata, looked up on every message each turn
+                "pinned",
+                "priority",
+                "weight",
+                "tags",
+                "timestamp",
+                "depends_on",
             ]
         );
         dict.get_item(key).ok().flatten().map(PyJson)
@@ -162,14 +169,9 @@ impl JsonValue for PyJson<'_> {
     /// Entries from a snapshot of the dict's items, so nothing that runs
     /// meanwhile can change the dict under the walk.
     fn entries(&self) -> impl Iterator<Item = (Self, Self)> {
-        let items = self.0.cast::<PyDict>().ok().map(PyDictMethods::items);
-        items.into_iter().flat_map(|items| {
-            items.into_iter().filter_map(|item| {
-                let (key, value) = item
-                    .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
-                    .ok()?;
-                Some((PyJson(key), PyJson(value)))
-            })
-        })
+        // PyDict_Next: no list of item tuples is built.
+        let dict = self.0.cast::<PyDict>().ok().cloned();
+        dict.into_iter()
+            .flat_map(|dict| dict.into_iter().map(|(k, v)| (PyJson(k), PyJson(v))))
     }
 }

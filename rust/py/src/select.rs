@@ -7,7 +7,7 @@ use context_core::select::{self, Analysis, Extras, UnitKind, Weights};
 use context_core::tags::{self, Keywords, Tagger};
 use pyo3::prelude::*;
 
-use crate::errors::CoreError;
+use crate::errors::{CoreError, invalid_input};
 use crate::json::PyJson;
 use crate::text::{as_count, sequence, text};
 use crate::tokenizer::PyTokenizer;
@@ -172,6 +172,62 @@ impl PyAnalysis {
                 )
             })
             .collect()
+    }
+
+    /// Tokens of every message together.
+    #[getter]
+    fn total_tokens(&self) -> usize {
+        self.inner.total_tokens()
+    }
+
+    /// Number of units.
+    #[getter]
+    fn unit_count(&self) -> usize {
+        self.inner.units.len()
+    }
+
+    /// The first unit that starts a turn.
+    #[getter]
+    fn first_turn(&self) -> Option<usize> {
+        self.inner.first_turn()
+    }
+
+    /// Units that start a turn.
+    #[getter]
+    fn turn_starts(&self) -> Vec<usize> {
+        self.inner.turn_starts()
+    }
+
+    /// `(start, end, tokens, kind)` of each of `units`.
+    fn spans(&self, units: Vec<usize>) -> PyResult<Vec<(usize, usize, usize, &'static str)>> {
+        units
+            .into_iter()
+            .map(|u| {
+                let unit = self
+                    .inner
+                    .units
+                    .get(u)
+                    .ok_or_else(|| invalid_input(format!("no unit {u}")))?;
+                Ok((unit.start, unit.end, unit.tokens, kind_name(unit.kind)))
+            })
+            .collect()
+    }
+
+    /// `(kept messages, dropped messages)` when `units` are kept.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
+    fn expand(&self, units: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+        self.inner.expand(&units)
+    }
+
+    /// `(message, id)`: a kept message depends on a dropped one.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
+    fn missing_dependencies(&self, kept: Vec<usize>) -> Vec<(usize, String)> {
+        self.inner.missing_dependencies(&kept)
+    }
+
+    /// First messages of the units that can be anchored as constraints.
+    fn constraint_starts(&self) -> Vec<usize> {
+        self.inner.constraint_starts()
     }
 
     /// Units the weighted window keeps.

@@ -2,6 +2,7 @@
 //! results capped first), tags and metadata; then the units no policy may
 //! split: an assistant tool call with all its results, or a single message.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -107,6 +108,89 @@ impl Analysis {
             .iter()
             .position(|u| u.start <= message && message < u.end)
     }
+
+    /// Tokens of every message together.
+    pub fn total_tokens(&self) -> usize {
+        self.units.iter().map(|u| u.tokens).sum()
+    }
+
+    /// The first unit that starts a turn (the first user message).
+    pub fn first_turn(&self) -> Option<usize> {
+        self.units.iter().position(|u| u.turn_start)
+    }
+
+    /// Units that start a turn, in order.
+    pub fn turn_starts(&self) -> Vec<usize> {
+        (0..self.units.len())
+            .filter(|&u| self.units[u].turn_start)
+            .collect()
+    }
+
+    /// The messages of `units` (sorted), and the messages of every other unit.
+    /// Unknown unit numbers are ignored.
+    pub fn expand(&self, units: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        let mut keep = vec![false; self.units.len()];
+        for &u in units {
+            if let Some(slot) = keep.get_mut(u) {
+                *slot = true;
+            }
+        }
+        let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+        for (unit, &keep) in self.units.iter().zip(&keep) {
+            let side = if keep { &mut kept } else { &mut dropped };
+            side.extend(unit.start..unit.end);
+        }
+        (kept, dropped)
+    }
+
+    /// `(message, id)` for each kept message whose `depends_on` names a message
+    /// that is not kept (in message order; an id given twice means its last
+    /// message). Ids of no message are not reported: nothing was dropped.
+    pub fn missing_dependencies(&self, kept: &[usize]) -> Vec<(usize, String)> {
+        if self.messages.iter().all(|m| m.depends_on.is_empty()) {
+            return Vec::new();
+        }
+        let position: HashMap<&str, usize> = self
+            .messages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.id.as_deref().map(|id| (id, i)))
+            .collect();
+        let mut is_kept = vec![false; self.messages.len()];
+        let mut order: Vec<usize> = kept
+            .iter()
+            .copied()
+            .filter(|&i| i < self.messages.len())
+            .collect();
+        order.sort_unstable();
+        order.dedup();
+        for &i in &order {
+            is_kept[i] = true;
+        }
+        let mut missing = Vec::new();
+        for &i in &order {
+            for dependency in &self.messages[i].depends_on {
+                if position
+                    .get(dependency.as_str())
+                    .is_some_and(|&target| !is_kept[target])
+                {
+                    missing.push((i, dependency.clone()));
+                }
+            }
+        }
+        missing
+    }
+
+    /// The first message of each normal or pinned unit whose first message is
+    /// tagged a constraint (the candidates for anchoring), in order.
+    pub fn constraint_starts(&self) -> Vec<usize> {
+        self.units
+            .iter()
+            .filter(|u| matches!(u.kind, UnitKind::Normal | UnitKind::Pinned))
+            .filter(|u| self.messages[u.start].tags & tags::CONSTRAINT != 0)
+            .map(|u| u.start)
+            .collect()
+    }
 }
 
 fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
@@ -155,144 +239,159 @@ fn read<J: JsonValue>(
         return Err(wrong_type("", "a message dict", message));
     }
     let tokens = tokenizer.count_message(message)?;
-    let role_text = message
-        .get("role")
-        .and_then(|r| r.as_str().map(std::borrow::Cow::into_owned))
-        .unwrap_or_default();
-    let role = match role_text.as_str() {
-        "system" | "developer" => Role::System,
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "tool" | "function" => Role::Tool,
+    let fields = Fields::of(message);
+    let role = match fields.role.as_ref().and_then(JsonValue::as_str).as_deref() {
+        Some("system" | "developer") => Role::System,
+        Some("user") => Role::User,
+        Some("assistant") => Role::Assistant,
+        Some("tool" | "function") => Role::Tool,
         _ => Role::Other,
     };
-    let ContentFacts {
-        text,
-        calls,
-        results,
-        thinking,
-        has_text,
+    let given_tags = read_tags(fields.tags.as_ref())?;
+    let meta = read_metadata(&fields)?;
+    let mut facts = ContentFacts {
+        calls: fields
+            .tool_calls
+            .as_ref()
+            .is_some_and(|c| c.kind() == Kind::Array && c.len() > 0),
+        results: role == Role::Tool,
+        thinking: false,
+        has_text: false,
         tokens,
-    } = read_content(index, message, role, tokenizer, cap, tokens, truncations);
-    let given_tags = read_tags(message)?;
-    let tags = given_tags.unwrap_or_else(|| {
-        // Found tags count where they mean something: rules come from users
-        // and system prompts, reasoning from the assistant, tasks from users.
-        let found = tagger.tag(&text);
-        let allowed = match role {
-            Role::System => tags::CONSTRAINT | tags::LOG,
-            Role::User => tags::CONSTRAINT | tags::PULSE | tags::LOG,
-            Role::Assistant => tags::EVIDENCE | tags::LOG,
-            Role::Tool | Role::Other => tags::LOG,
-        };
-        (found & allowed) | if thinking { EVIDENCE } else { 0 }
-    });
-    let meta = read_metadata(message)?;
-    let mut depends_on = meta.depends_on;
-    if role == Role::Assistant {
-        for found in DEPENDS_ON.captures_iter(&text) {
-            depends_on.push(found[1].to_owned());
-        }
+        found_tags: 0,
+        depends_on: meta.depends_on,
+    };
+    let reader = ContentReader {
+        index,
+        role,
+        tokenizer,
+        tagger: given_tags.is_none().then_some(tagger),
+        cap,
+    };
+    if let Some(content) = &fields.content {
+        reader.read(content, &mut facts, truncations);
     }
+    let tags = given_tags.unwrap_or(facts.found_tags | if facts.thinking { EVIDENCE } else { 0 });
     Ok(MessageInfo {
         role,
-        tokens,
+        tokens: facts.tokens,
         tags,
         pinned: meta.pinned,
         priority: meta.priority,
         weight: meta.weight,
         timestamp: meta.timestamp,
         id: meta.id,
-        depends_on,
-        calls,
-        results,
-        has_text,
+        depends_on: facts.depends_on,
+        calls: facts.calls,
+        results: facts.results,
+        has_text: facts.has_text,
     })
 }
 
 /// What the content of a message says to selection.
 #[allow(clippy::struct_excessive_bools)]
 struct ContentFacts {
-    text: String,
     calls: bool,
     results: bool,
     thinking: bool,
     has_text: bool,
     tokens: usize,
+    found_tags: u8,
+    depends_on: Vec<String>,
 }
 
-fn read_content<J: JsonValue>(
+/// Reads one message's content: caps tool results, finds tags and inline
+/// `depends_on=ID` references.
+struct ContentReader<'a> {
     index: usize,
-    message: &J,
     role: Role,
-    tokenizer: &Tokenizer,
+    tokenizer: &'a Tokenizer,
+    /// `None` when the caller gave the tags.
+    tagger: Option<&'a Tagger>,
     cap: Option<usize>,
-    mut tokens: usize,
-    truncations: &mut Vec<Truncation>,
-) -> ContentFacts {
-    let mut text = String::new();
-    let mut calls = message
-        .get("tool_calls")
-        .is_some_and(|c| c.kind() == Kind::Array && c.len() > 0);
-    let mut results = role == Role::Tool;
-    let mut thinking = false;
-    let mut has_text = false;
-    if let Some(content) = message.get("content") {
+}
+
+impl ContentReader<'_> {
+    fn read<J: JsonValue>(
+        &self,
+        content: &J,
+        facts: &mut ContentFacts,
+        truncations: &mut Vec<Truncation>,
+    ) {
         if let Some(s) = content.as_str() {
-            has_text = !s.trim().is_empty();
-            text.push_str(&s);
-            if role == Role::Tool {
-                if let Some(t) = cap_text(tokenizer, &s, cap) {
-                    tokens = tokens + t.after - t.before;
+            facts.has_text = !s.trim().is_empty();
+            if self.role == Role::Tool {
+                if let Some(t) = cap_text(self.tokenizer, &s, self.cap) {
+                    facts.tokens = facts.tokens + t.after - t.before;
                     truncations.push(Truncation {
-                        message: index,
+                        message: self.index,
                         ..t
                     });
                 }
             }
-        } else if content.kind() == Kind::Array {
-            for (j, block) in content.items().enumerate() {
-                let kind = block
-                    .get("type")
-                    .and_then(|t| t.as_str().map(std::borrow::Cow::into_owned));
-                match kind.as_deref() {
-                    Some("text" | "input_text" | "output_text") => {
-                        if let Some(t) = block
-                            .get("text")
-                            .and_then(|t| t.as_str().map(std::borrow::Cow::into_owned))
-                        {
-                            has_text |= !t.trim().is_empty();
-                            text.push_str(&t);
-                            text.push('\n');
-                        }
+            self.note_own_text(&s, facts);
+            return;
+        }
+        if content.kind() != Kind::Array {
+            return;
+        }
+        let (mut own, mut results) = (String::new(), String::new());
+        for (j, block) in content.items().enumerate() {
+            let kind = block.get("type");
+            match kind.as_ref().and_then(JsonValue::as_str).as_deref() {
+                Some("text" | "input_text" | "output_text") => {
+                    if let Some(t) = block.get("text").as_ref().and_then(JsonValue::as_str) {
+                        facts.has_text |= !t.trim().is_empty();
+                        own.push_str(&t);
+                        own.push('\n');
                     }
-                    Some("thinking" | "redacted_thinking") => thinking = true,
-                    Some("tool_use") => calls = true,
-                    Some("tool_result") => {
-                        results = true;
-                        tokens = cap_result(
-                            index,
-                            j,
-                            &block,
-                            tokenizer,
-                            cap,
-                            tokens,
-                            truncations,
-                            &mut text,
-                        );
-                    }
-                    _ => {}
                 }
+                Some("thinking" | "redacted_thinking") => facts.thinking = true,
+                Some("tool_use") => facts.calls = true,
+                Some("tool_result") => {
+                    facts.results = true;
+                    facts.tokens = cap_result(
+                        self.index,
+                        j,
+                        &block,
+                        self.tokenizer,
+                        self.cap,
+                        facts.tokens,
+                        truncations,
+                        &mut results,
+                    );
+                }
+                _ => {}
             }
         }
+        self.note_own_text(&own, facts);
+        if let Some(tagger) = self.tagger.filter(|_| !results.is_empty()) {
+            // A tool's output states no rules and asks nothing: it can only be a log.
+            facts.found_tags |= tagger.tag(&results) & tags::LOG;
+        }
     }
-    ContentFacts {
-        text,
-        calls,
-        results,
-        thinking,
-        has_text,
-        tokens,
+
+    /// Tags found in the message's own text count where they mean something:
+    /// rules come from users and system prompts, reasoning from the
+    /// assistant, tasks from users.
+    fn note_own_text(&self, text: &str, facts: &mut ContentFacts) {
+        if text.is_empty() {
+            return;
+        }
+        if let Some(tagger) = self.tagger {
+            let allowed = match self.role {
+                Role::System => tags::CONSTRAINT | tags::LOG,
+                Role::User => tags::CONSTRAINT | tags::PULSE | tags::LOG,
+                Role::Assistant => tags::EVIDENCE | tags::LOG,
+                Role::Tool | Role::Other => tags::LOG,
+            };
+            facts.found_tags |= tagger.tag(text) & allowed;
+        }
+        if self.role == Role::Assistant {
+            for found in DEPENDS_ON.captures_iter(text) {
+                facts.depends_on.push(found[1].to_owned());
+            }
+        }
     }
 }
 
@@ -307,39 +406,87 @@ struct Metadata {
     depends_on: Vec<String>,
 }
 
-fn read_metadata<J: JsonValue>(message: &J) -> Result<Metadata> {
-    let number = |key: &'static str| -> Result<Option<f64>> {
-        match message.get(key) {
+/// The values selection reads from a message, found in one pass over its
+/// keys (cheaper than a lookup per name: most messages have two or three
+/// keys). `None` stands for absent or `None`.
+struct Fields<J> {
+    role: Option<J>,
+    content: Option<J>,
+    tool_calls: Option<J>,
+    pinned: Option<J>,
+    priority: Option<J>,
+    weight: Option<J>,
+    tags: Option<J>,
+    timestamp: Option<J>,
+    id: Option<J>,
+    depends_on: Option<J>,
+}
+
+impl<J: JsonValue> Fields<J> {
+    fn of(message: &J) -> Self {
+        let mut fields = Self {
+            role: None,
+            content: None,
+            tool_calls: None,
+            pinned: None,
+            priority: None,
+            weight: None,
+            tags: None,
+            timestamp: None,
+            id: None,
+            depends_on: None,
+        };
+        for (key, value) in message.entries() {
+            let Some(name) = key.as_str() else { continue };
+            let slot = match name.as_ref() {
+                "role" => &mut fields.role,
+                "content" => &mut fields.content,
+                "tool_calls" => &mut fields.tool_calls,
+                "pinned" => &mut fields.pinned,
+                "priority" => &mut fields.priority,
+                "weight" => &mut fields.weight,
+                "tags" => &mut fields.tags,
+                "timestamp" => &mut fields.timestamp,
+                "id" => &mut fields.id,
+                "depends_on" => &mut fields.depends_on,
+                _ => continue,
+            };
+            *slot = (value.kind() != Kind::Null).then_some(value);
+        }
+        fields
+    }
+}
+
+fn read_metadata<J: JsonValue>(fields: &Fields<J>) -> Result<Metadata> {
+    let number = |key: &'static str, value: Option<&J>| -> Result<Option<f64>> {
+        match value {
             None => Ok(None),
-            Some(v) if v.kind() == Kind::Null => Ok(None),
             Some(v) if v.kind() == Kind::Number => v
                 .number_literal()?
                 .parse::<f64>()
                 .map(Some)
-                .map_err(|_| wrong_type(key, "a finite number", &v)),
-            Some(v) => Err(wrong_type(key, "a number", &v)),
+                .map_err(|_| wrong_type(key, "a finite number", v)),
+            Some(v) => Err(wrong_type(key, "a number", v)),
         }
     };
-    let pinned = match message.get("pinned") {
+    let pinned = match &fields.pinned {
         None => false,
         Some(v) => match v.kind() {
             Kind::Bool(b) => b,
-            Kind::Null => false,
-            _ => return Err(wrong_type("pinned", "bool", &v)),
+            _ => return Err(wrong_type("pinned", "bool", v)),
         },
     };
-    let id = match message.get("id") {
-        Some(v) if v.kind() != Kind::Null => Some(
+    let id = match &fields.id {
+        Some(v) => Some(
             v.as_str()
                 .map(std::borrow::Cow::into_owned)
-                .ok_or_else(|| wrong_type("id", "str", &v))?,
+                .ok_or_else(|| wrong_type("id", "str", v))?,
         ),
-        _ => None,
+        None => None,
     };
     let mut depends_on = Vec::new();
-    match message.get("depends_on") {
+    match &fields.depends_on {
         None => {}
-        Some(v) if v.kind() == Kind::Null => {}
         Some(v) if v.kind() == Kind::String => {
             depends_on.push(v.as_str().unwrap_or_default().into_owned());
         }
@@ -356,25 +503,24 @@ fn read_metadata<J: JsonValue>(message: &J) -> Result<Metadata> {
             return Err(wrong_type(
                 "depends_on",
                 "a message id or a list of them",
-                &v,
+                v,
             ));
         }
     }
     Ok(Metadata {
         pinned,
-        priority: number("priority")?.unwrap_or(0.0),
-        weight: number("weight")?,
-        timestamp: number("timestamp")?,
+        priority: number("priority", fields.priority.as_ref())?.unwrap_or(0.0),
+        weight: number("weight", fields.weight.as_ref())?,
+        timestamp: number("timestamp", fields.timestamp.as_ref())?,
         id,
         depends_on,
     })
 }
 
 /// Tags the caller gave (`tags`), as a mask.
-fn read_tags<J: JsonValue>(message: &J) -> Result<Option<u8>> {
-    Ok(match message.get("tags") {
+fn read_tags<J: JsonValue>(tags: Option<&J>) -> Result<Option<u8>> {
+    Ok(match tags {
         None => None,
-        Some(t) if t.kind() == Kind::Null => None,
         Some(t) if t.kind() == Kind::Array => {
             let mut names = Vec::new();
             for (i, name) in t.items().enumerate() {
@@ -386,7 +532,7 @@ fn read_tags<J: JsonValue>(message: &J) -> Result<Option<u8>> {
             }
             Some(tags::mask_of(names.iter().map(String::as_str))?)
         }
-        Some(other) => return Err(wrong_type("tags", "a list of tag names", &other)),
+        Some(other) => return Err(wrong_type("tags", "a list of tag names", other)),
     })
 }
 
@@ -448,10 +594,15 @@ fn cap_result<J: JsonValue>(
 /// The capped form of a tool result text, if it is over the cap.
 fn cap_text(tokenizer: &Tokenizer, text: &str, cap: Option<usize>) -> Option<Truncation> {
     let cap = cap?;
-    if tokenizer.count_up_to(text, cap) <= cap {
+    // A token is at least one byte, so a short text is under the cap; a
+    // longer one is counted through the cache (each turn sees it again).
+    if text.len() <= cap {
         return None;
     }
     let before = tokenizer.count_cached(text);
+    if before <= cap {
+        return None;
+    }
     let cut = tokenizer
         .truncate(text, cap, Some(TRUNCATION_MARKER))
         .ok()?;
