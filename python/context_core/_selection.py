@@ -22,6 +22,7 @@ SEGMENT_PREFIX = "Summary of an earlier part of the conversation:\n"
 MEMORY_PREFIX = "Relevant memory: "
 ANCHOR_PREFIX = "Constraints to keep in mind:\n"
 CONSTRAINT = 1
+_METADATA = frozenset(METADATA_KEYS)
 SECTION_OF_KIND = {"system": "pinned", "pinned": "pinned", "current": "input"}
 PROVIDERS = ("openai", "anthropic")
 
@@ -145,7 +146,7 @@ class Layout:
         """Input message ``index`` as sent: tool results capped, metadata removed."""
         message = self.messages[index]
         cuts = self.cuts.get(index)
-        if not cuts and not any(key in message for key in METADATA_KEYS):
+        if not cuts and _METADATA.isdisjoint(message):
             return message
         out = {k: v for k, v in message.items() if k not in METADATA_KEYS}
         for block, part, text in cuts or ():

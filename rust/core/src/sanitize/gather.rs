@@ -254,14 +254,17 @@ fn read_calls<J: JsonValue>(index: usize, calls: &J) -> Result<Vec<Call>> {
     }
     let mut out = Vec::with_capacity(calls.len());
     for (i, call) in calls.items().enumerate() {
-        let at = format!("tool_calls[{i}]");
+        // Paths are formatted only for an error: this runs on every call, every turn.
+        let at = || format!("tool_calls[{i}]");
         if call.kind() != Kind::Object {
-            return Err(wrong_type(&at, "a tool call dict", &call));
+            return Err(wrong_type(&at(), "a tool call dict", &call));
         }
-        let id = call.get("id").ok_or_else(|| missing(&format!("{at}.id")))?;
+        let id = call
+            .get("id")
+            .ok_or_else(|| missing(&format!("{}.id", at())))?;
         let id = id
             .as_str()
-            .ok_or_else(|| wrong_type(&format!("{at}.id"), "str", &id))?;
+            .ok_or_else(|| wrong_type(&format!("{}.id", at()), "str", &id))?;
         out.push(Call {
             src: CallRef::Call {
                 message: index,
@@ -276,33 +279,29 @@ fn read_calls<J: JsonValue>(index: usize, calls: &J) -> Result<Vec<Call>> {
 fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
     let mut blocks = Vec::with_capacity(content.len());
     for (j, block) in content.items().enumerate() {
-        let at = format!("content[{j}]");
+        let at = |field: &str| format!("content[{j}]{field}");
         if block.kind() != Kind::Object {
-            return Err(wrong_type(&at, "a content block dict", &block));
+            return Err(wrong_type(&at(""), "a content block dict", &block));
         }
-        let kind = block
-            .get("type")
-            .ok_or_else(|| missing(&format!("{at}.type")))?;
+        let kind = block.get("type").ok_or_else(|| missing(&at(".type")))?;
         let kind = kind
             .as_str()
-            .ok_or_else(|| wrong_type(&format!("{at}.type"), "str", &kind))?;
+            .ok_or_else(|| wrong_type(&at(".type"), "str", &kind))?;
         let id_field = |field: &'static str| -> Result<IdHash> {
             let value = block
                 .get(field)
-                .ok_or_else(|| missing(&format!("{at}.{field}")))?;
+                .ok_or_else(|| missing(&at(&format!(".{field}"))))?;
             value
                 .as_str()
                 .map(|id| id_hash(&id))
-                .ok_or_else(|| wrong_type(&format!("{at}.{field}"), "str", &value))
+                .ok_or_else(|| wrong_type(&at(&format!(".{field}")), "str", &value))
         };
         let (kind, id) = match kind.as_ref() {
             "text" | "input_text" | "output_text" => {
-                let value = block
-                    .get("text")
-                    .ok_or_else(|| missing(&format!("{at}.text")))?;
+                let value = block.get("text").ok_or_else(|| missing(&at(".text")))?;
                 let text = value
                     .as_str()
-                    .ok_or_else(|| wrong_type(&format!("{at}.text"), "str", &value))?;
+                    .ok_or_else(|| wrong_type(&at(".text"), "str", &value))?;
                 (
                     BlockKind::Text {
                         blank: is_blank(&text),
