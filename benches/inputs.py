@@ -191,3 +191,13 @@ def broken_history(turns: int, provider: str, seed: int = 4) -> list[dict]:
         elif r > 0.90:
             out.append(rng.choice(junk))
     return out
+
+
+@functools.cache
+def session(turns: int, provider: str) -> list[dict]:
+    """An ordinary session for selection: ``agent_history`` cut back to its
+    last plain answer (no tool call left open), then the user's new input."""
+    messages = agent_history(turns - 1, provider)
+    while messages and not (messages[-1]["role"] == "assistant" and isinstance(messages[-1]["content"], str)):
+        messages.pop()
+    return [*messages, {"role": "user", "content": "Now run the failing tests again and report."}]

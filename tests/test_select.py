@@ -151,13 +151,14 @@ budgets = st.integers(20, 3000)
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@given(data=st.data(), cap=st.sampled_from([None, 50, 2000]))
-def test_analysis_agrees_with_reference(provider, data, cap):
+@given(data=st.data(), cap=st.sampled_from([None, 50, 2000]), find_tags=st.booleans())
+def test_analysis_agrees_with_reference(provider, data, cap, find_tags):
     """The analysis every policy reads: counts, tags, units and the queries the
     layout makes, Rust against the reference."""
     messages = data.draw(history(provider))
-    ours = _analyze(messages, TOK, None, cap)
-    theirs = reference.Analysis(messages, reference.CachedTokenizer(), reference.Tagger(), cap)
+    ours = _analyze(messages, TOK, None, cap, find_tags)
+    tagger = reference.Tagger() if find_tags else None
+    theirs = reference.Analysis(messages, reference.CachedTokenizer(), tagger, cap)
     assert ours.units == theirs.units
     assert ours.tokens == theirs.tokens
     assert list(ours.tags) == theirs.tags

@@ -251,5 +251,6 @@ def _analyze(
     tokenizer: Tokenizer,
     tagger: Union[Tagger, None] = None,
     cap: Union[int, None] = None,
+    find_tags: bool = True,
 ) -> _Analysis:
-    """Read ``messages`` for selection."""
+    """Read ``messages`` for selection (``find_tags=False``: only the tags given)."""

@@ -28,7 +28,7 @@ PROVIDERS = ("openai", "anthropic")
 
 
 class Backend(Protocol):
-    def analyze(self, messages: list[dict], cap: int | None) -> Any: ...
+    def analyze(self, messages: list[dict], cap: int | None, find_tags: bool = True) -> Any: ...
     def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]: ...
     def count_message(self, message: Mapping[str, Any]) -> int: ...
     def count_messages(self, messages: list[dict]) -> int: ...
@@ -245,7 +245,7 @@ def shape_history(
     for name, value in (("keep_last", keep_last), ("min_keep", min_keep)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
-    analysis = backend.analyze(messages, cap)
+    analysis = backend.analyze(messages, cap, find_tags=False)  # turns and sizes only
     layout = Layout(backend, messages, analysis, provider)
     first_user = analysis.first_turn
     summary_message: dict | None = None

@@ -54,8 +54,8 @@ class _Backend:
         self.tokenizer = tokenizer or Tokenizer()
         self.tagger = tagger
 
-    def analyze(self, messages: list, cap: int | None) -> Any:
-        return _analyze(messages, self.tokenizer, self.tagger, cap)
+    def analyze(self, messages: list, cap: int | None, find_tags: bool = True) -> Any:
+        return _analyze(messages, self.tokenizer, self.tagger, cap, find_tags)
 
     def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]:
         result = sanitize(messages, provider)
@@ -94,7 +94,6 @@ def shape_history(
     *,
     provider: Provider = "openai",
     tokenizer: Tokenizer | None = None,
-    tagger: Tagger | None = None,
     tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
 ) -> Selection:
     """Everything if it fits in ``max_tokens``; else [system] + [first user
@@ -106,7 +105,7 @@ def shape_history(
     ``Selection.turns`` says which N was used (``None``: everything fit).
     """
     return _selection.shape_history(
-        _Backend(tokenizer, tagger),
+        _Backend(tokenizer, None),
         messages,
         max_tokens,
         keep_last,

@@ -55,7 +55,9 @@ def _number(message: Mapping[str, Any], key: str) -> float | None:
 class Analysis:
     """A history read for selection (the extension's ``_Analysis``)."""
 
-    def __init__(self, messages: list, tokenizer: CachedTokenizer, tagger: Tagger, cap: int | None) -> None:
+    def __init__(
+        self, messages: list, tokenizer: CachedTokenizer, tagger: Tagger | None, cap: int | None
+    ) -> None:
         self.tokenizer, self.tagger, self.cap = tokenizer, tagger, cap
         self.truncations: list[tuple] = []
         self.info = []
@@ -124,7 +126,9 @@ class Analysis:
                                     self.truncations.append((index, j, k, *cut))
                                     tokens += cut[2] - cut[1]
         given = message.get("tags")
-        if given is None:
+        if given is None and self.tagger is None:
+            tags = EVIDENCE if thinking else 0
+        elif given is None:
             tags = (
                 (self.tagger.mask(text) & ALLOWED.get(role, LOG))
                 | (self.tagger.mask(result_text) & LOG)  # tool output can only be a log
@@ -369,8 +373,8 @@ class _Backend:
         self.tokenizer = CachedTokenizer(encoding)
         self.tagger = tagger or Tagger()
 
-    def analyze(self, messages: list, cap: int | None) -> Analysis:
-        return Analysis(messages, self.tokenizer, self.tagger, cap)
+    def analyze(self, messages: list, cap: int | None, find_tags: bool = True) -> Analysis:
+        return Analysis(messages, self.tokenizer, self.tagger if find_tags else None, cap)
 
     def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]:
         result = reference_sanitize.sanitize(messages, provider)

@@ -58,28 +58,73 @@ fn tool_costs(encoding: Encoding) -> ToolCosts {
     }
 }
 
+/// The fields of a message that cost tokens.
+pub struct MessageFields<J> {
+    pub role: Option<J>,
+    pub name: Option<J>,
+    pub content: Option<J>,
+    pub refusal: Option<J>,
+    pub tool_calls: Option<J>,
+    pub function_call: Option<J>,
+}
+
+impl<J: JsonValue> MessageFields<J> {
+    /// The keys [`MessageFields::of`] reads, in field order.
+    pub const KEYS: [&'static str; 6] = [
+        "role",
+        "name",
+        "content",
+        "refusal",
+        "tool_calls",
+        "function_call",
+    ];
+
+    pub fn of(message: &J) -> Self {
+        Self::from(message.pick(&Self::KEYS))
+    }
+}
+
+impl<J> From<[Option<J>; 6]> for MessageFields<J> {
+    /// From values picked in the order of [`MessageFields::KEYS`].
+    fn from([role, name, content, refusal, tool_calls, function_call]: [Option<J>; 6]) -> Self {
+        Self {
+            role,
+            name,
+            content,
+            refusal,
+            tool_calls,
+            function_call,
+        }
+    }
+}
+
 impl Tokenizer {
     /// Tokens of one message, without the reply priming.
     pub fn count_message<J: JsonValue>(&self, message: &J) -> Result<usize> {
         if message.kind() != Kind::Object {
             return Err(wrong_type("", "a message dict", message));
         }
-        let role = message.get("role").ok_or_else(|| missing("role"))?;
-        let mut total = TOKENS_PER_MESSAGE + self.count_cached(&required_str(&role, "role")?);
-        if let Some(name) = present(message.get("name")) {
-            total += self.count_cached(&required_str(&name, "name")?) + TOKENS_PER_NAME;
+        self.count_fields(&MessageFields::of(message))
+    }
+
+    /// Tokens of a message from its fields (read once by the caller).
+    pub fn count_fields<J: JsonValue>(&self, fields: &MessageFields<J>) -> Result<usize> {
+        let role = fields.role.as_ref().ok_or_else(|| missing("role"))?;
+        let mut total = TOKENS_PER_MESSAGE + self.count_role(&required_str(role, "role")?);
+        if let Some(name) = present_field(fields.name.as_ref()) {
+            total += self.count_cached(&required_str(name, "name")?) + TOKENS_PER_NAME;
         }
-        if let Some(content) = present(message.get("content")) {
+        if let Some(content) = present_field(fields.content.as_ref()) {
             total += self
-                .content_tokens(&content, 0)
+                .content_tokens(content, 0)
                 .map_err(|e| e.within("content"))?;
         }
-        if let Some(refusal) = present(message.get("refusal")) {
-            total += self.count_cached(&required_str(&refusal, "refusal")?);
+        if let Some(refusal) = present_field(fields.refusal.as_ref()) {
+            total += self.count_cached(&required_str(refusal, "refusal")?);
         }
-        if let Some(calls) = present(message.get("tool_calls")) {
+        if let Some(calls) = present_field(fields.tool_calls.as_ref()) {
             if calls.kind() != Kind::Array {
-                return Err(wrong_type("tool_calls", "a list of tool calls", &calls));
+                return Err(wrong_type("tool_calls", "a list of tool calls", calls));
             }
             for (i, call) in calls.items().enumerate() {
                 total += self
@@ -87,9 +132,9 @@ impl Tokenizer {
                     .map_err(|e| e.within(&format!("tool_calls[{i}]")))?;
             }
         }
-        if let Some(call) = present(message.get("function_call")) {
+        if let Some(call) = present_field(fields.function_call.as_ref()) {
             total += self
-                .function_tokens(&call)
+                .function_tokens(call)
                 .map_err(|e| e.within("function_call"))?;
         }
         Ok(total)
@@ -335,6 +380,11 @@ fn too_deep() -> Error {
 
 /// `value` unless it is absent or JSON null.
 fn present<J: JsonValue>(value: Option<J>) -> Option<J> {
+    value.filter(|v| v.kind() != Kind::Null)
+}
+
+/// A field's value unless it is absent or null (JSON `null`, Python `None`).
+fn present_field<J: JsonValue>(value: Option<&J>) -> Option<&J> {
     value.filter(|v| v.kind() != Kind::Null)
 }
 

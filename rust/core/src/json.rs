@@ -49,6 +49,20 @@ pub trait JsonValue: Sized {
     /// `(key, value)` entries of an object, in order.
     fn entries(&self) -> impl Iterator<Item = (Self, Self)>;
 
+    /// The values of `names` in an object (`None` where absent), found in
+    /// one pass over its entries: cheaper than a lookup per name when most
+    /// names are absent, as selection metadata usually is.
+    fn pick<const N: usize>(&self, names: &[&str; N]) -> [Option<Self>; N] {
+        let mut found: [Option<Self>; N] = std::array::from_fn(|_| None);
+        for (key, value) in self.entries() {
+            let Some(key) = key.as_str() else { continue };
+            if let Some(slot) = names.iter().position(|name| *name == key.as_ref()) {
+                found[slot] = Some(value);
+            }
+        }
+        found
+    }
+
     /// Compact JSON text, as Python's
     /// `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` writes it.
     fn to_compact(&self) -> Result<String> {

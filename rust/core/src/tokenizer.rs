@@ -92,6 +92,11 @@ impl Tokenizer {
             .get_or_count(text, |t| self.engine.count(t))
     }
 
+    /// Tokens of a message's role name.
+    pub fn count_role(&self, role: &str) -> usize {
+        self.engine.count_role(role)
+    }
+
     /// Counts of many texts, spread over the cores for large batches.
     pub fn count_many(&self, texts: &[&str]) -> Vec<u32> {
         let mut out = vec![0u32; texts.len()];

@@ -295,14 +295,15 @@ impl PyAnalysis {
 }
 
 /// Read `messages` for selection: exact counts, tool results capped at `cap`
-/// tokens, tags (given or found) and units.
+/// tokens, tags (given, and found unless `find_tags` is false) and units.
 #[pyfunction]
-#[pyo3(signature = (messages, tokenizer, tagger = None, cap = None))]
+#[pyo3(signature = (messages, tokenizer, tagger = None, cap = None, find_tags = true))]
 pub fn _analyze(
     messages: &Bound<'_, PyAny>,
     tokenizer: &Bound<'_, PyTokenizer>,
     tagger: Option<&Bound<'_, PyTagger>>,
     cap: Option<usize>,
+    find_tags: bool,
 ) -> PyResult<PyAnalysis> {
     let views: Vec<PyJson<'_>> = sequence(messages, "messages")?
         .into_iter()
@@ -310,6 +311,7 @@ pub fn _analyze(
         .collect();
     let tagger = tagger.map(Bound::get);
     let tagger = tagger.map_or(&*DEFAULT_TAGGER, PyTagger::get);
+    let tagger = find_tags.then_some(tagger);
     let inner = select::analyze(&views, tokenizer.get().inner(), tagger, cap).map_err(CoreError)?;
     Ok(PyAnalysis { inner })
 }

@@ -26,7 +26,19 @@ pub(crate) struct Engine {
     pattern: Pattern,
     kind: Kind,
     pub(crate) cache: CountCache,
+    /// Counts of [`ROLES`], asked for once a message.
+    role_counts: [usize; ROLES.len()],
 }
+
+/// The role names chat messages use.
+const ROLES: [&str; 6] = [
+    "user",
+    "assistant",
+    "system",
+    "tool",
+    "developer",
+    "function",
+];
 
 static ENGINES: [OnceLock<Engine>; 4] = [const { OnceLock::new() }; 4];
 
@@ -59,11 +71,22 @@ impl Engine {
                 Kind::Merge(merge::Merge::new(&core, encoding.special_tokens(), 50_256))
             }
         };
-        Self {
+        let mut engine = Self {
             encoding,
             pattern: encoding.pattern(),
             kind,
             cache: CountCache::default(),
+            role_counts: [0; ROLES.len()],
+        };
+        engine.role_counts = ROLES.map(|role| engine.count(role));
+        engine
+    }
+
+    /// Token count of a role name: a table lookup for the usual ones.
+    pub(crate) fn count_role(&self, role: &str) -> usize {
+        match ROLES.iter().position(|r| *r == role) {
+            Some(i) => self.role_counts[i],
+            None => self.cache.get_or_count(role, |t| self.count(t)),
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use crate::chat::MessageFields;
 use crate::error::{Error, Result};
 use crate::json::{JsonValue, Kind};
 use crate::tags::{self, EVIDENCE, Tagger};
@@ -205,11 +206,13 @@ static DEPENDS_ON: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r#"(?i)depends[_ ]on *[=:] *["']?([A-Za-z0-9_.\-]+)"#).expect("a valid pattern")
 });
 
-/// Read every message; `cap` limits each tool result's tokens.
+/// Read every message; `cap` limits each tool result's tokens. Without a
+/// `tagger` only the tags the caller gave are read (a policy that does not
+/// weigh tags skips finding them).
 pub fn analyze<J: JsonValue>(
     messages: &[J],
     tokenizer: &Tokenizer,
-    tagger: &Tagger,
+    tagger: Option<&Tagger>,
     cap: Option<usize>,
 ) -> Result<Analysis> {
     let mut infos = Vec::with_capacity(messages.len());
@@ -231,29 +234,30 @@ fn read<J: JsonValue>(
     index: usize,
     message: &J,
     tokenizer: &Tokenizer,
-    tagger: &Tagger,
+    tagger: Option<&Tagger>,
     cap: Option<usize>,
     truncations: &mut Vec<Truncation>,
 ) -> Result<MessageInfo> {
     if message.kind() != Kind::Object {
         return Err(wrong_type("", "a message dict", message));
     }
-    let tokens = tokenizer.count_message(message)?;
-    let fields = Fields::of(message);
-    let role = match fields.role.as_ref().and_then(JsonValue::as_str).as_deref() {
+    let (chat, fields) = read_fields(message);
+    let role = match chat.role.as_ref().and_then(JsonValue::as_str).as_deref() {
         Some("system" | "developer") => Role::System,
         Some("user") => Role::User,
         Some("assistant") => Role::Assistant,
         Some("tool" | "function") => Role::Tool,
         _ => Role::Other,
     };
+    let calls = chat
+        .tool_calls
+        .as_ref()
+        .is_some_and(|c| c.kind() == Kind::Array && c.len() > 0);
+    let tokens = tokenizer.count_fields(&chat)?;
     let given_tags = read_tags(fields.tags.as_ref())?;
     let meta = read_metadata(&fields)?;
     let mut facts = ContentFacts {
-        calls: fields
-            .tool_calls
-            .as_ref()
-            .is_some_and(|c| c.kind() == Kind::Array && c.len() > 0),
+        calls,
         results: role == Role::Tool,
         thinking: false,
         has_text: false,
@@ -265,10 +269,10 @@ fn read<J: JsonValue>(
         index,
         role,
         tokenizer,
-        tagger: given_tags.is_none().then_some(tagger),
+        tagger: tagger.filter(|_| given_tags.is_none()),
         cap,
     };
-    if let Some(content) = &fields.content {
+    if let Some(content) = chat.content.as_ref().filter(|c| c.kind() != Kind::Null) {
         reader.read(content, &mut facts, truncations);
     }
     let tags = given_tags.unwrap_or(facts.found_tags | if facts.thinking { EVIDENCE } else { 0 });
@@ -406,13 +410,8 @@ struct Metadata {
     depends_on: Vec<String>,
 }
 
-/// The values selection reads from a message, found in one pass over its
-/// keys (cheaper than a lookup per name: most messages have two or three
-/// keys). `None` stands for absent or `None`.
+/// Selection metadata values of a message; `None` stands for absent or `None`.
 struct Fields<J> {
-    role: Option<J>,
-    content: Option<J>,
-    tool_calls: Option<J>,
     pinned: Option<J>,
     priority: Option<J>,
     weight: Option<J>,
@@ -422,39 +421,49 @@ struct Fields<J> {
     depends_on: Option<J>,
 }
 
-impl<J: JsonValue> Fields<J> {
-    fn of(message: &J) -> Self {
-        let mut fields = Self {
-            role: None,
-            content: None,
-            tool_calls: None,
-            pinned: None,
-            priority: None,
-            weight: None,
-            tags: None,
-            timestamp: None,
-            id: None,
-            depends_on: None,
-        };
-        for (key, value) in message.entries() {
-            let Some(name) = key.as_str() else { continue };
-            let slot = match name.as_ref() {
-                "role" => &mut fields.role,
-                "content" => &mut fields.content,
-                "tool_calls" => &mut fields.tool_calls,
-                "pinned" => &mut fields.pinned,
-                "priority" => &mut fields.priority,
-                "weight" => &mut fields.weight,
-                "tags" => &mut fields.tags,
-                "timestamp" => &mut fields.timestamp,
-                "id" => &mut fields.id,
-                "depends_on" => &mut fields.depends_on,
-                _ => continue,
-            };
-            *slot = (value.kind() != Kind::Null).then_some(value);
-        }
-        fields
-    }
+/// A message's counted fields and its metadata, in one pass over its keys.
+fn read_fields<J: JsonValue>(message: &J) -> (MessageFields<J>, Fields<J>) {
+    let [
+        role,
+        name,
+        content,
+        refusal,
+        tool_calls,
+        function_call,
+        pinned,
+        priority,
+        weight,
+        tags,
+        timestamp,
+        id,
+        depends_on,
+    ] = message.pick(&[
+        "role",
+        "name",
+        "content",
+        "refusal",
+        "tool_calls",
+        "function_call",
+        "pinned",
+        "priority",
+        "weight",
+        "tags",
+        "timestamp",
+        "id",
+        "depends_on",
+    ]);
+    let present = |v: Option<J>| v.filter(|v| v.kind() != Kind::Null);
+    let chat = MessageFields::from([role, name, content, refusal, tool_calls, function_call]);
+    let metadata = Fields {
+        pinned: present(pinned),
+        priority: present(priority),
+        weight: present(weight),
+        tags: present(tags),
+        timestamp: present(timestamp),
+        id: present(id),
+        depends_on: present(depends_on),
+    };
+    (chat, metadata)
 }
 
 fn read_metadata<J: JsonValue>(fields: &Fields<J>) -> Result<Metadata> {
