@@ -93,52 +93,45 @@ def tiktoken_counter(encoding):
     return count
 
 
-@pytest.mark.parametrize("impl", ["ours", "trim_messages (tiktoken)", "trim_messages (approximate)"])
-def test_against_langchain_trim(benchmark, tiktoken_encoding, impl):
-    """Keep the newest messages that fit: our shape_history against LangChain's
-    ``trim_messages(strategy="last")`` with the options its guide uses."""
+@pytest.mark.parametrize("impl", ["ours", "trim_messages"])
+@pytest.mark.parametrize("counter", ["tiktoken", "approximate"])
+def test_against_langchain_trim(benchmark, tiktoken_encoding, counter, impl):
+    """Keep the newest messages that fit: our shape_history (exact counts)
+    against LangChain's ``trim_messages(strategy="last")`` with the options its
+    guide uses, on its own message objects (no conversion timed)."""
     from langchain_core.messages import convert_to_messages, trim_messages
     from langchain_core.messages.utils import convert_to_openai_messages
 
     history = session(SIZE, "openai")
+    target = 100.0 if counter == "tiktoken" else 5.0
+    group = f"trim to 8K, {SIZE:,} messages, vs trim_messages ({counter} counter)"
+    register(benchmark, group, "ours" if impl == "ours" else f"trim_messages ({counter})", target)
     if impl == "ours":
-        register(benchmark, "trim to 8K, 1,000 messages: vs trim_messages + tiktoken counter", impl)
-        register(benchmark, "trim to 8K, 1,000 messages: vs trim_messages approximate", impl)
         run = policies("openai", context_core)["shape_history"]
         run(history)
-        result = benchmark(run, history)
-        sent = result.messages
+        sent = benchmark(run, history).messages
     else:
-        counter = (
-            "approximate" if "approximate" in impl else tiktoken_counter(tiktoken_encoding("o200k_base"))
+        token_counter = (
+            "approximate" if counter == "approximate" else tiktoken_counter(tiktoken_encoding("o200k_base"))
         )
-        group, target = (
-            ("trim to 8K, 1,000 messages: vs trim_messages approximate", 5.0)
-            if "approximate" in impl
-            else ("trim to 8K, 1,000 messages: vs trim_messages + tiktoken counter", 100.0)
+        native = convert_to_messages(history)
+        kept = benchmark(
+            trim_messages,
+            native,
+            max_tokens=BUDGET,
+            strategy="last",
+            token_counter=token_counter,
+            include_system=True,
+            start_on="human",
+            allow_partial=False,
         )
-        register(benchmark, group, impl, target=target)
-        native = convert_to_messages(history)  # their own message objects: no conversion timed
-
-        def run():
-            return trim_messages(
-                native,
-                max_tokens=BUDGET,
-                strategy="last",
-                token_counter=counter,
-                include_system=True,
-                start_on="human",
-                allow_partial=False,
-            )
-
-        kept = benchmark(run)
         assert kept, "trim_messages kept nothing"
         sent = convert_to_openai_messages(kept)
-    real = TOK.count_messages(sent)
-    benchmark.extra_info["exact_tokens_sent"] = real
-    benchmark.extra_info["over_budget_pct"] = round(max(0.0, real / BUDGET - 1) * 100, 1)
+    exact = TOK.count_messages(sent)
+    benchmark.extra_info["exact_tokens_sent"] = exact
+    benchmark.extra_info["over_budget_pct"] = round(max(0.0, exact / BUDGET - 1) * 100, 1)
     if impl == "ours":
-        assert real <= BUDGET
+        assert exact <= BUDGET
 
 
 # -- the whole turn ------------------------------------------------------------------
