@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from support import TARGETS
+from support import REPORTS, TARGETS
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    if REPORTS:
+        terminalreporter.section("context_core: reports")
+        for line in REPORTS:
+            terminalreporter.write_line(line)
     session = getattr(config, "_benchmarksession", None)
     if session is None or session.disabled:
         return
@@ -26,7 +30,9 @@ def pytest_terminal_summary(terminalreporter, config):
         by_group.setdefault(bench.group or "", {})[impl] = bench.stats.median
         extra = {k: v for k, v in bench.extra_info.items() if k != "impl"}
         if extra:  # measurements that are not times (memory, a peer's failure)
-            notes.append(f"{bench.group} [{impl}]: " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items())))
+            notes.append(
+                f"{bench.group} [{impl}]: " + ", ".join(f"{k}={v}" for k, v in sorted(extra.items()))
+            )
     terminalreporter.section("context_core: ratios of medians (peer / ours)")
     for group in sorted(by_group):
         medians = by_group[group]
