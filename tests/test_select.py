@@ -44,6 +44,8 @@ ASSISTANT = [
     "Here is the patch.",
     "Done: 3 files changed.",
     "好的，我来修改。",
+    "PLAN: Depends on: u0. Then rerun the suite.",
+    "Blocked (DEPENDS_ON u1); depends on nothing else.",
 ]
 # Tool output that reads like a rule: a tool cannot set the user's constraints.
 TOOL_RULE = "warning: you must run the migration first (depends_on=u0)"

@@ -19,7 +19,7 @@ from context_core.reference.tokenizer import Tokenizer
 
 REPLY_PRIMING = 3
 TEXT_TYPES = ("text", "input_text", "output_text")
-DEPENDS_ON = re.compile(r"""(?i)depends[_ ]on *[=:] *["']?([A-Za-z0-9_.\-]+)""")
+DEPENDS_ON = re.compile(r"""(?:depends|Depends|DEPENDS)[_ ](?:on|On|ON) *[=:] *["']?([A-Za-z0-9_.\-]+)""")
 ALLOWED = {  # found tags count where they mean something
     "system": CONSTRAINT | LOG,
     "user": CONSTRAINT | PULSE | LOG,

@@ -37,13 +37,28 @@ impl Default for CountCache {
     }
 }
 
+/// The content hash texts are cached under (also the tag cache's key, so a
+/// text counted and tagged in one pass is hashed once).
+pub fn text_key(text: &str) -> u128 {
+    xxh3_128(text.as_bytes())
+}
+
 impl CountCache {
     /// The cached count of `text`, computing and storing it with `count` on a miss.
     pub fn get_or_count(&self, text: &str, count: impl FnOnce(&str) -> usize) -> usize {
         if text.len() < MIN_CACHED_BYTES {
             return count(text);
         }
-        let key = xxh3_128(text.as_bytes());
+        self.get_or_count_keyed(text_key(text), text, count)
+    }
+
+    /// As [`CountCache::get_or_count`], with `key` = [`text_key`]`(text)` already computed.
+    pub fn get_or_count_keyed(
+        &self,
+        key: u128,
+        text: &str,
+        count: impl FnOnce(&str) -> usize,
+    ) -> usize {
         if let Some(n) = self.map.get(&key) {
             return n as usize;
         }

@@ -109,15 +109,28 @@ impl Tokenizer {
 
     /// Tokens of a message from its fields (read once by the caller).
     pub fn count_fields<J: JsonValue>(&self, fields: &MessageFields<J>) -> Result<usize> {
+        self.count_fields_keyed(fields, None)
+    }
+
+    /// [`Tokenizer::count_fields`]; `content_key` is the [`text_key`](crate::text_key)
+    /// of a string content the caller has already hashed.
+    pub fn count_fields_keyed<J: JsonValue>(
+        &self,
+        fields: &MessageFields<J>,
+        content_key: Option<u128>,
+    ) -> Result<usize> {
         let role = fields.role.as_ref().ok_or_else(|| missing("role"))?;
         let mut total = TOKENS_PER_MESSAGE + self.count_role(&required_str(role, "role")?);
         if let Some(name) = present_field(fields.name.as_ref()) {
             total += self.count_cached(&required_str(name, "name")?) + TOKENS_PER_NAME;
         }
         if let Some(content) = present_field(fields.content.as_ref()) {
-            total += self
-                .content_tokens(content, 0)
-                .map_err(|e| e.within("content"))?;
+            total += match (content_key, content.as_str()) {
+                (Some(key), Some(text)) => self.count_keyed(&text, key),
+                _ => self
+                    .content_tokens(content, 0)
+                    .map_err(|e| e.within("content"))?,
+            };
         }
         if let Some(refusal) = present_field(fields.refusal.as_ref()) {
             total += self.count_cached(&required_str(refusal, "refusal")?);

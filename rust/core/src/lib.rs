@@ -16,7 +16,9 @@ pub mod select;
 pub mod tags;
 mod tokenizer;
 
-pub use cache::{CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES};
+pub use cache::{
+    CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES, text_key,
+};
 pub use chat::{
     ANTHROPIC_IMAGE_TOKENS, IMAGE_TOKENS, IMAGE_TOKENS_LOW, MessageFields, REPLY_PRIMING,
     TOKENS_PER_MESSAGE, TOKENS_PER_NAME, TOKENS_PER_TOOL_CALL,

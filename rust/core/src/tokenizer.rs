@@ -92,6 +92,16 @@ impl Tokenizer {
             .get_or_count(text, |t| self.engine.count(t))
     }
 
+    /// `count_cached(text)` with its [`text_key`](crate::text_key) already computed.
+    pub fn count_keyed(&self, text: &str, key: u128) -> usize {
+        if text.len() < crate::MIN_CACHED_BYTES {
+            return self.engine.count(text);
+        }
+        self.engine
+            .cache
+            .get_or_count_keyed(key, text, |t| self.engine.count(t))
+    }
+
     /// Tokens of a message's role name.
     pub fn count_role(&self, role: &str) -> usize {
         self.engine.count_role(role)

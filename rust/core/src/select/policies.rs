@@ -142,7 +142,7 @@ pub fn weighted_window(
             (weight, u)
         })
         .collect();
-    rest.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    rest.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
     for (_, u) in rest {
         take(u, &mut cost, &mut kept);
     }
@@ -276,24 +276,20 @@ pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Buil
         }
     }
     out.segments.sort_unstable();
-    let mut recent: Vec<usize> = (0..analysis.units.len())
+    // Given priority first, then the user's rules, then the newest; the keys
+    // are computed once, not per comparison.
+    let mut recent: Vec<(f64, bool, usize)> = (0..analysis.units.len())
         .filter(|&u| analysis.units[u].kind == UnitKind::Normal)
+        .map(|u| {
+            let unit = &analysis.units[u];
+            let priority = (unit.start..unit.end)
+                .map(|m| analysis.messages[m].priority)
+                .fold(f64::NEG_INFINITY, f64::max);
+            (priority, unit.tags & CONSTRAINT != 0, u)
+        })
         .collect();
-    let priority = |u: usize| {
-        let unit = &analysis.units[u];
-        (unit.start..unit.end)
-            .map(|m| analysis.messages[m].priority)
-            .fold(f64::NEG_INFINITY, f64::max)
-    };
-    let constraint = |u: usize| analysis.units[u].tags & CONSTRAINT != 0;
-    // Given priority first, then the user's rules, then the newest.
-    recent.sort_by(|&a, &b| {
-        priority(b)
-            .total_cmp(&priority(a))
-            .then(constraint(b).cmp(&constraint(a)))
-            .then(b.cmp(&a))
-    });
-    for u in recent {
+    recent.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+    for (_, _, u) in recent {
         if fits(analysis.units[u].tokens, budget, &mut cost) {
             units.push(u);
         }

@@ -10,11 +10,15 @@
 
 pub mod normalize;
 
+use crate::cache::text_key;
 use aho_corasick::AhoCorasick;
-use xxhash_rust::xxh3::xxh3_128;
 
 use crate::error::{Error, Result};
 use normalize::{Forms, forms};
+
+/// Texts shorter than this are tagged directly: the matchers cost less than
+/// hashing and a lookup.
+const MIN_CACHED_BYTES: usize = 32;
 
 /// The user states a rule: must, never, ensure, 必须, 禁止...
 pub const CONSTRAINT: u8 = 1 << 0;
@@ -266,10 +270,18 @@ impl Tagger {
 
     /// Every tag whose keywords occur in `text`, as a bit mask.
     pub fn tag(&self, text: &str) -> u8 {
-        if text.len() < 32 {
+        if text.len() < MIN_CACHED_BYTES {
             return self.tag_uncached(text);
         }
-        let key = xxh3_128(text.as_bytes());
+        self.tag_keyed(text, text_key(text))
+    }
+
+    /// [`Tagger::tag`] with `key` = [`text_key`]`(text)` already computed
+    /// (the count cache's key for the same text).
+    pub fn tag_keyed(&self, text: &str, key: u128) -> u8 {
+        if text.len() < MIN_CACHED_BYTES {
+            return self.tag_uncached(text);
+        }
         if let Some(mask) = self.cache.get(&key) {
             return mask;
         }
