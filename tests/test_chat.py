@@ -286,6 +286,38 @@ def test_recount_is_answered_by_the_cache():
     assert tok.cache_info().hits >= hits + 50
 
 
+class _SameHash(str):
+    """A str whose every instance hashes alike: it must be counted by content."""
+
+    def __hash__(self) -> int:
+        return 7
+
+
+def test_texts_are_cached_by_content_not_by_a_subclass_hash():
+    tok = Tokenizer("o200k_base")
+    # Equal hashes and equal lengths, different words: only the content tells them apart.
+    texts = [_SameHash("plain english words here"), _SameHash("7f3a9c0e1b2d4f6a8c0e1b2d")]
+    assert len({hash(t) for t in texts}) == 1
+    assert len({len(t) for t in texts}) == 1
+    oracle = reference.Tokenizer("o200k_base")
+    expected = [oracle.count_messages([{"role": "user", "content": str(text)}]) for text in texts]
+    assert expected[0] != expected[1]
+    # Twice each: the second answer comes from the cache and must still be this text's.
+    for _ in range(2):
+        assert [tok.count_messages([{"role": "user", "content": t}]) for t in texts] == expected
+
+
+def test_equal_texts_in_distinct_objects_share_a_cache_entry():
+    tok = Tokenizer("cl100k_base")
+    text = "the same words in two separate string objects, long enough to be cached"
+    copy_of_text = "".join(list(text))
+    assert copy_of_text is not text
+    tok.count_messages([{"role": "user", "content": text}])
+    hits = tok.cache_info().hits
+    tok.count_messages([{"role": "user", "content": copy_of_text}])
+    assert tok.cache_info().hits == hits + 1
+
+
 # -- malformed input --------------------------------------------------------------------
 
 

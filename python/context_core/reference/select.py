@@ -88,7 +88,7 @@ class Analysis:
         results = role == "tool"
         thinking = has_text = False
         text = ""  # the message's own words
-        result_text = ""  # tool output it carries
+        result_texts: list[str] = []  # tool output it carries
         content = message.get("content")
         if isinstance(content, str):
             has_text = not _blank(content)
@@ -110,7 +110,7 @@ class Analysis:
                     results = True
                     inner = block.get("content")
                     if isinstance(inner, str):
-                        result_text += inner + "\n"
+                        result_texts.append(inner)
                         if cut := self.cut(inner):
                             self.truncations.append((index, j, None, *cut))
                             tokens += cut[2] - cut[1]
@@ -121,7 +121,7 @@ class Analysis:
                                 and part.get("type") == "text"
                                 and isinstance(part.get("text"), str)
                             ):
-                                result_text += part["text"] + "\n"
+                                result_texts.append(part["text"])
                                 if cut := self.cut(part["text"]):
                                     self.truncations.append((index, j, k, *cut))
                                     tokens += cut[2] - cut[1]
@@ -131,7 +131,8 @@ class Analysis:
         elif given is None:
             tags = (
                 (self.tagger.mask(text) & ALLOWED.get(role, LOG))
-                | (self.tagger.mask(result_text) & LOG)  # tool output can only be a log
+                # Tool output can only be a log; each text is tagged on its own.
+                | (LOG if any(self.tagger.mask(t) & LOG for t in result_texts) else 0)
                 | (EVIDENCE if thinking else 0)
             )
         elif isinstance(given, (list, tuple)):

@@ -38,9 +38,21 @@ impl Default for CountCache {
 }
 
 /// The content hash texts are cached under (also the tag cache's key, so a
-/// text counted and tagged in one pass is hashed once).
+/// text counted and tagged in one pass is hashed once). Its top bit is clear:
+/// keys with it set come from [`foreign_text_key`].
 pub fn text_key(text: &str) -> u128 {
-    xxh3_128(text.as_bytes())
+    xxh3_128(text.as_bytes()) & !FOREIGN_KEY_BIT
+}
+
+const FOREIGN_KEY_BIT: u128 = 1 << 127;
+
+/// A cache key from a hash the caller's runtime already keeps for a string
+/// (Python caches `hash(str)` in the object: free after the first turn),
+/// with the string's length. A 64-bit keyed hash and an equal length must
+/// both collide for two texts to share a key; the top bit keeps these keys
+/// apart from [`text_key`]'s.
+pub fn foreign_text_key(hash: u64, len: u64) -> u128 {
+    FOREIGN_KEY_BIT | (u128::from(len) << 64) | u128::from(hash)
 }
 
 impl CountCache {

@@ -192,7 +192,9 @@ impl Tokenizer {
 
     fn content_tokens<J: JsonValue>(&self, content: &J, depth: usize) -> Result<usize> {
         match content.kind() {
-            Kind::String => Ok(self.count_cached(&content.as_str().unwrap_or_default())),
+            Kind::String => {
+                Ok(self.count_str_value(content, &content.as_str().unwrap_or_default()))
+            }
             Kind::Array => {
                 let mut total = 0;
                 for (i, block) in content.items().enumerate() {
@@ -213,14 +215,16 @@ impl Tokenizer {
     fn block_tokens<J: JsonValue>(&self, block: &J, depth: usize) -> Result<usize> {
         match block.kind() {
             Kind::Object => {}
-            Kind::String => return Ok(self.count_cached(&block.as_str().unwrap_or_default())),
+            Kind::String => {
+                return Ok(self.count_str_value(block, &block.as_str().unwrap_or_default()));
+            }
             _ => return Err(wrong_type("", "a content block dict or str", block)),
         }
         let kind = block.get("type").ok_or_else(|| missing("type"))?;
         let kind = required_str(&kind, "type")?;
         let text_of = |field: &'static str| -> Result<usize> {
             let value = block.get(field).ok_or_else(|| missing(field))?;
-            Ok(self.count_cached(&required_str(&value, field)?))
+            Ok(self.count_str_value(&value, &required_str(&value, field)?))
         };
         match kind.as_ref() {
             "text" | "input_text" | "output_text" => text_of("text"),

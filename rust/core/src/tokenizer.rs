@@ -102,6 +102,18 @@ impl Tokenizer {
             .get_or_count_keyed(key, text, |t| self.engine.count(t))
     }
 
+    /// `count_cached` of a string value's text, under the value's own
+    /// [`JsonValue::text_key`].
+    pub fn count_str_value<J: crate::JsonValue>(&self, value: &J, text: &str) -> usize {
+        match value
+            .text_key()
+            .filter(|_| text.len() >= crate::MIN_CACHED_BYTES)
+        {
+            Some(key) => self.count_keyed(text, key),
+            None => self.engine.count(text),
+        }
+    }
+
     /// Tokens of a message's role name.
     pub fn count_role(&self, role: &str) -> usize {
         self.engine.count_role(role)

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use memchr::memmem;
 use regex::Regex;
 
-use crate::cache::{MIN_CACHED_BYTES, text_key};
+use crate::cache::MIN_CACHED_BYTES;
 use crate::chat::MessageFields;
 use crate::error::{Error, Result};
 use crate::json::{JsonValue, Kind};
@@ -269,13 +269,15 @@ fn read<J: JsonValue>(
         .tool_calls
         .as_ref()
         .is_some_and(|c| c.kind() == Kind::Array && c.len() > 0);
-    // A string content is hashed once: its count and its tags are cached under the same key.
+    // A string content is keyed once: its count and its tags are cached under the same key.
     let content_key = chat
         .content
         .as_ref()
-        .and_then(JsonValue::as_str)
-        .filter(|text| text.len() >= MIN_CACHED_BYTES)
-        .map(|text| text_key(&text));
+        .filter(|c| {
+            c.as_str()
+                .is_some_and(|text| text.len() >= MIN_CACHED_BYTES)
+        })
+        .and_then(JsonValue::text_key);
     let tokens = tokenizer.count_fields_keyed(&chat, content_key)?;
     let given_tags = read_tags(fields.tags.as_ref())?;
     let meta = read_metadata(&fields)?;
@@ -349,7 +351,7 @@ impl ContentReader<'_> {
         if let Some(s) = content.as_str() {
             facts.has_text = !s.trim().is_empty();
             if self.role == Role::Tool {
-                if let Some(t) = cap_text(self.tokenizer, &s, self.cap) {
+                if let Some(t) = cap_text(self.tokenizer, &s, content_key, self.cap) {
                     facts.tokens = facts.tokens + t.after - t.before;
                     truncations.push(Truncation {
                         message: self.index,
@@ -363,7 +365,7 @@ impl ContentReader<'_> {
         if content.kind() != Kind::Array {
             return;
         }
-        let (mut own, mut results) = (String::new(), String::new());
+        let mut own = String::new();
         for (j, block) in content.items().enumerate() {
             let kind = block.get("type");
             match kind.as_ref().and_then(JsonValue::as_str).as_deref() {
@@ -377,25 +379,58 @@ impl ContentReader<'_> {
                 Some("thinking" | "redacted_thinking") => facts.thinking = true,
                 Some("tool_use") => facts.calls = true,
                 Some("tool_result") => {
-                    facts.results = true;
-                    facts.tokens = cap_result(
-                        self.index,
-                        j,
-                        &block,
-                        self.tokenizer,
-                        self.cap,
-                        facts.tokens,
-                        truncations,
-                        &mut results,
-                    );
+                    self.read_result(j, &block, facts, truncations);
                 }
                 _ => {}
             }
         }
         self.note_own_text(&own, None, facts);
-        if let Some(tagger) = self.tagger.filter(|_| !results.is_empty()) {
-            // A tool's output states no rules and asks nothing: it can only be a log.
-            facts.found_tags |= tagger.tag(&results) & tags::LOG;
+    }
+
+    /// A `tool_result` block: each of its texts capped and tagged (a tool's
+    /// output states no rules and asks nothing: it can only be a log).
+    fn read_result<J: JsonValue>(
+        &self,
+        j: usize,
+        block: &J,
+        facts: &mut ContentFacts,
+        truncations: &mut Vec<Truncation>,
+    ) {
+        facts.results = true;
+        let Some(content) = block.get("content") else {
+            return;
+        };
+        let mut read_text = |value: &J, part: Option<usize>| {
+            let Some(text) = value.as_str() else { return };
+            let key = value.text_key().filter(|_| text.len() >= MIN_CACHED_BYTES);
+            if let Some(tagger) = self.tagger {
+                let found = match key {
+                    Some(key) => tagger.tag_keyed(&text, key),
+                    None => tagger.tag(&text),
+                };
+                facts.found_tags |= found & tags::LOG;
+            }
+            if let Some(t) = cap_text(self.tokenizer, &text, key, self.cap) {
+                facts.tokens = facts.tokens + t.after - t.before;
+                truncations.push(Truncation {
+                    message: self.index,
+                    block: Some(j),
+                    part,
+                    ..t
+                });
+            }
+        };
+        if content.as_str().is_some() {
+            read_text(&content, None);
+        } else if content.kind() == Kind::Array {
+            for (k, part) in content.items().enumerate() {
+                let is_text = part
+                    .get("type")
+                    .is_some_and(|t| t.as_str().as_deref() == Some("text"));
+                if let Some(text) = part.get("text").filter(|_| is_text) {
+                    read_text(&text, Some(k));
+                }
+            }
         }
     }
 
@@ -573,70 +608,23 @@ fn read_tags<J: JsonValue>(tags: Option<&J>) -> Result<Option<u8>> {
     })
 }
 
-/// Cap an Anthropic `tool_result` block: its string content, or each text
-/// block of its content list. Returns the message's new token count.
-#[allow(clippy::too_many_arguments)]
-fn cap_result<J: JsonValue>(
-    index: usize,
-    j: usize,
-    block: &J,
-    tokenizer: &Tokenizer,
-    cap: Option<usize>,
-    mut tokens: usize,
-    truncations: &mut Vec<Truncation>,
-    text: &mut String,
-) -> usize {
-    let Some(content) = block.get("content") else {
-        return tokens;
-    };
-    if let Some(s) = content.as_str() {
-        text.push_str(&s);
-        text.push('\n');
-        if let Some(t) = cap_text(tokenizer, &s, cap) {
-            tokens = tokens + t.after - t.before;
-            truncations.push(Truncation {
-                message: index,
-                block: Some(j),
-                ..t
-            });
-        }
-    } else if content.kind() == Kind::Array {
-        for (k, part) in content.items().enumerate() {
-            let is_text = part
-                .get("type")
-                .is_some_and(|t| t.as_str().as_deref() == Some("text"));
-            let Some(s) = part
-                .get("text")
-                .filter(|_| is_text)
-                .and_then(|t| t.as_str().map(std::borrow::Cow::into_owned))
-            else {
-                continue;
-            };
-            text.push_str(&s);
-            text.push('\n');
-            if let Some(t) = cap_text(tokenizer, &s, cap) {
-                tokens = tokens + t.after - t.before;
-                truncations.push(Truncation {
-                    message: index,
-                    block: Some(j),
-                    part: Some(k),
-                    ..t
-                });
-            }
-        }
-    }
-    tokens
-}
-
 /// The capped form of a tool result text, if it is over the cap.
-fn cap_text(tokenizer: &Tokenizer, text: &str, cap: Option<usize>) -> Option<Truncation> {
+fn cap_text(
+    tokenizer: &Tokenizer,
+    text: &str,
+    key: Option<u128>,
+    cap: Option<usize>,
+) -> Option<Truncation> {
     let cap = cap?;
     // A token is at least one byte, so a short text is under the cap; a
     // longer one is counted through the cache (each turn sees it again).
     if text.len() <= cap {
         return None;
     }
-    let before = tokenizer.count_cached(text);
+    let before = match key {
+        Some(key) => tokenizer.count_keyed(text, key),
+        None => tokenizer.count_cached(text),
+    };
     if before <= cap {
         return None;
     }
