@@ -1,10 +1,11 @@
 //! A bounded, thread-safe cache of token counts keyed by a 128-bit content hash.
 //!
 //! Chat accounting recounts the same history turn after turn; with this cache a
-//! recount costs hashing (XXH3-128, ~10 GB/s) instead of BPE. Keys are hashes,
-//! not texts, so the cache holds no copies of user content; at 128 bits an
-//! accidental collision is not a practical concern. `quick_cache` provides the
-//! sharded, bounded (S3-FIFO) map.
+//! recount costs a lookup instead of BPE. Keys are hashes, not texts, so the
+//! cache holds no copies of user content: XXH3-128 of the text (~10 GB/s), or
+//! for a Python `str` the hash Python already keeps in it plus its length
+//! (free after the first turn). `quick_cache` provides the sharded, bounded
+//! (S3-FIFO) map.
 
 use xxhash_rust::xxh3::xxh3_128;
 
