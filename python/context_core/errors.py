@@ -11,6 +11,12 @@ __all__ = [
     "ContextCoreError",
     "InvalidInputError",
     "InvalidTypeError",
+    "LogClosedError",
+    "LogCorruptError",
+    "LogIndexError",
+    "LogLockedError",
+    "LogNotFoundError",
+    "LogStorageError",
     "OverBudgetError",
     "UnknownEncodingError",
     "UnknownModelError",
@@ -48,3 +54,32 @@ class UnknownModelError(InvalidInputError, KeyError):
 class OverBudgetError(InvalidInputError):
     """What every selection policy must keep (system and pinned messages, the
     current input) does not fit in the budget; the message names the sizes."""
+
+
+class LogCorruptError(ContextCoreError, OSError):
+    """A message log's file is damaged (bad magic or version, a checksum that
+    does not match, a file shorter than its records say, a file truncated
+    under a reader). The message names the file and the byte offset;
+    ``MessageLog.repair`` salvages every intact record."""
+
+
+class LogLockedError(ContextCoreError, BlockingIOError):
+    """Another writer holds the message log (and the lock timeout ran out)."""
+
+
+class LogClosedError(ContextCoreError, ValueError):
+    """An operation on a message log that was closed (or opened read-only,
+    for a write)."""
+
+
+class LogNotFoundError(ContextCoreError, FileNotFoundError):
+    """No message log at the path (and ``create`` was not asked for)."""
+
+
+class LogIndexError(ContextCoreError, IndexError):
+    """A node sequence number the message log does not hold."""
+
+
+class LogStorageError(ContextCoreError, OSError):
+    """Reading or writing a message log's files failed (a full disk,
+    permissions...); the message names the file and the OS error."""

@@ -39,6 +39,26 @@ pub enum Error {
     /// A value of the right type that cannot be used (e.g. an integer too long
     /// to write out, as Python's `json.dumps` also refuses).
     InvalidValue { path: String, reason: String },
+    /// A message log's file is damaged at `offset`.
+    LogCorrupt {
+        file: String,
+        offset: u64,
+        reason: String,
+    },
+    /// Another writer holds the message log.
+    LogLocked { path: String },
+    /// The message log was closed, or is open read-only for a write.
+    LogClosed { reason: &'static str },
+    /// No message log at the path.
+    LogNotFound { path: String },
+    /// A sequence number the log does not hold.
+    LogIndex { seq: i64, len: u64 },
+    /// A read or write of a log's file failed (a full disk, permissions...).
+    Storage {
+        path: String,
+        action: &'static str,
+        message: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -123,6 +143,29 @@ impl fmt::Display for Error {
                  {current} + reply priming {} tokens > budget {budget}",
                 crate::chat::REPLY_PRIMING
             ),
+            Error::LogCorrupt {
+                file,
+                offset,
+                reason,
+            } => write!(f, "{file}: damaged at byte {offset}: {reason}"),
+            Error::LogLocked { path } => write!(
+                f,
+                "{path}: another writer holds this message log (open it readonly=True to read, \
+                 or pass lock_timeout= to wait)"
+            ),
+            Error::LogClosed { reason } => write!(f, "{reason}"),
+            Error::LogNotFound { path } => write!(
+                f,
+                "{path}: no message log here (pass create=True to make one)"
+            ),
+            Error::LogIndex { seq, len } => {
+                write!(f, "node {seq} is not in this log ({len} nodes)")
+            }
+            Error::Storage {
+                path,
+                action,
+                message,
+            } => write!(f, "{path}: could not {action}: {message}"),
             Error::TooDeep { path } => write!(
                 f,
                 "{}: nested more than {} levels deep (a reference cycle?)",

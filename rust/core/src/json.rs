@@ -73,12 +73,31 @@ pub trait JsonValue: Sized {
     /// `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` writes it.
     fn to_compact(&self) -> Result<String> {
         let mut out = String::new();
-        write_compact(self, &mut out, 0)?;
+        write_compact(self, &mut out, 0, false)?;
         Ok(out)
+    }
+
+    /// [`JsonValue::to_compact`] of a value that must read back as itself:
+    /// refuses what JSON would change (a tuple, a key that is not a string).
+    fn to_compact_exact(&self) -> Result<String> {
+        let mut out = String::new();
+        write_compact(self, &mut out, 0, true)?;
+        Ok(out)
+    }
+
+    /// Whether an array reads back from JSON as the same type (a Python
+    /// tuple comes back as a list).
+    fn is_plain_array(&self) -> bool {
+        true
     }
 }
 
-fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Result<()> {
+fn write_compact<J: JsonValue>(
+    value: &J,
+    out: &mut String,
+    depth: usize,
+    exact: bool,
+) -> Result<()> {
     if depth > MAX_DEPTH {
         return Err(too_deep());
     }
@@ -89,12 +108,20 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
         Kind::Number => out.push_str(&value.number_literal()?),
         Kind::String => write_string(&value.as_str().unwrap_or_default(), out),
         Kind::Array => {
+            if exact && !value.is_plain_array() {
+                return Err(Error::WrongType {
+                    path: String::new(),
+                    expected: "a list (a tuple would come back as a list)",
+                    found: value.type_name().into_owned(),
+                });
+            }
             out.push('[');
             for (i, item) in value.items().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
-                write_compact(&item, out, depth + 1).map_err(|e| e.within(&format!("[{i}]")))?;
+                write_compact(&item, out, depth + 1, exact)
+                    .map_err(|e| e.within(&format!("[{i}]")))?;
             }
             out.push(']');
         }
@@ -104,10 +131,17 @@ fn write_compact<J: JsonValue>(value: &J, out: &mut String, depth: usize) -> Res
                 if i > 0 {
                     out.push(',');
                 }
+                if exact && key.kind() != Kind::String {
+                    return Err(Error::WrongType {
+                        path: String::new(),
+                        expected: "str keys (JSON would turn this key into a string)",
+                        found: key.type_name().into_owned(),
+                    });
+                }
                 let key_text = key_text(&key)?;
                 write_string(&key_text, out);
                 out.push(':');
-                write_compact(&item, out, depth + 1).map_err(|e| e.within(&key_text))?;
+                write_compact(&item, out, depth + 1, exact).map_err(|e| e.within(&key_text))?;
             }
             out.push('}');
         }
@@ -145,6 +179,11 @@ fn too_deep() -> Error {
 }
 
 /// A JSON string literal with the escapes of Python's `json` (`ensure_ascii=False`).
+/// `s` as a JSON string literal (as `json.dumps(s, ensure_ascii=False)` writes it).
+pub(crate) fn write_json_string(s: &str, out: &mut String) {
+    write_string(s, out);
+}
+
 fn write_string(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {

@@ -9,6 +9,7 @@ mod encoding;
 mod engine;
 mod error;
 mod json;
+pub mod log;
 mod parallel;
 pub mod pretokenize;
 pub mod sanitize;

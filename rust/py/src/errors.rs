@@ -15,6 +15,12 @@ static INVALID_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNKNOWN_ENCODING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static UNKNOWN_MODEL: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static OVER_BUDGET: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LOG_CORRUPT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LOG_LOCKED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LOG_CLOSED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LOG_NOT_FOUND: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LOG_INDEX: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LOG_STORAGE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn raise(
     py: Python<'_>,
@@ -67,6 +73,24 @@ impl From<CoreError> for PyErr {
             | Error::InvalidValue { .. } => invalid_input(message),
             Error::OverBudget { .. } => {
                 Python::attach(|py| raise(py, &OVER_BUDGET, "OverBudgetError", message))
+            }
+            Error::LogCorrupt { .. } => {
+                Python::attach(|py| raise(py, &LOG_CORRUPT, "LogCorruptError", message))
+            }
+            Error::LogLocked { .. } => {
+                Python::attach(|py| raise(py, &LOG_LOCKED, "LogLockedError", message))
+            }
+            Error::LogClosed { .. } => {
+                Python::attach(|py| raise(py, &LOG_CLOSED, "LogClosedError", message))
+            }
+            Error::LogNotFound { .. } => {
+                Python::attach(|py| raise(py, &LOG_NOT_FOUND, "LogNotFoundError", message))
+            }
+            Error::LogIndex { .. } => {
+                Python::attach(|py| raise(py, &LOG_INDEX, "LogIndexError", message))
+            }
+            Error::Storage { .. } => {
+                Python::attach(|py| raise(py, &LOG_STORAGE, "LogStorageError", message))
             }
         }
     }

@@ -53,6 +53,10 @@ impl JsonValue for PyJson<'_> {
         self.0.cast::<PyString>().ok().map(str_text)
     }
 
+    fn is_plain_array(&self) -> bool {
+        !self.0.is_instance_of::<PyTuple>()
+    }
+
     /// An exact `str` keeps its hash once computed: the key costs nothing
     /// on every later turn, however long the text. (A subclass may define
     /// its own `__hash__`, so it is hashed by content.)

@@ -4,6 +4,7 @@
 
 mod errors;
 mod json;
+mod log;
 mod sanitize;
 mod select;
 mod text;
@@ -15,6 +16,9 @@ use pyo3::prelude::*;
 mod _core {
     #[pymodule_export]
     use super::tokenizer::{_mergeable_ranks, PyCacheInfo, PyTokenizer, encoding_name_for_model};
+
+    #[pymodule_export]
+    use super::log::PyMessageLog;
 
     #[pymodule_export]
     use super::sanitize::{PyChange, PySanitizeResult, PySanitizer};

@@ -249,19 +249,15 @@ fn o200k_piece_end(cur: &Cursor<'_>, start: usize) -> usize {
     };
     let prefixable = class & NOT_PREFIX == 0;
     // 1. [^\r\n\p{L}\p{N}]?[Lu Lt Lm Lo M]*[Ll Lm Lo M]+('s|...)?
-    if prefixable {
-        if let Some(end) = o200k_lower_word(cur, start + len) {
-            return end;
-        }
+    if prefixable && let Some(end) = o200k_lower_word(cur, start + len) {
+        return end;
     }
     if let Some(end) = o200k_lower_word(cur, start) {
         return end;
     }
     // 2. [^\r\n\p{L}\p{N}]?[Lu Lt Lm Lo M]+[Ll Lm Lo M]*('s|...)?
-    if prefixable {
-        if let Some(end) = o200k_upper_word(cur, start + len) {
-            return end;
-        }
+    if prefixable && let Some(end) = o200k_upper_word(cur, start + len) {
+        return end;
     }
     if let Some(end) = o200k_upper_word(cur, start) {
         return end;
@@ -344,10 +340,10 @@ fn cl100k_piece_end(cur: &Cursor<'_>, start: usize) -> usize {
     }
     // 2. [^\r\n\p{L}\p{N}]?+\p{L}++ (the possessive prefix never gives its character back)
     if class & NOT_PREFIX == 0 {
-        if let Some((next, _)) = cur.class_at(start + len) {
-            if next & LETTER != 0 {
-                return cur.run(start + len, LETTER);
-            }
+        if let Some((next, _)) = cur.class_at(start + len)
+            && next & LETTER != 0
+        {
+            return cur.run(start + len, LETTER);
         }
     } else if class & LETTER != 0 {
         return cur.run(start, LETTER);

@@ -246,6 +246,16 @@ pub fn analyze<J: JsonValue>(
     })
 }
 
+/// What selection reads of one message (tool results uncapped): the facts
+/// the message log stores in a node's header at append.
+pub fn analyze_message<J: JsonValue>(
+    message: &J,
+    tokenizer: &Tokenizer,
+    tagger: Option<&Tagger>,
+) -> Result<MessageInfo> {
+    read(0, message, tokenizer, tagger, None, &mut Vec::new())
+}
+
 fn read<J: JsonValue>(
     index: usize,
     message: &J,
@@ -350,14 +360,14 @@ impl ContentReader<'_> {
     ) {
         if let Some(s) = content.as_str() {
             facts.has_text = !s.trim().is_empty();
-            if self.role == Role::Tool {
-                if let Some(t) = cap_text(self.tokenizer, &s, content_key, self.cap) {
-                    facts.tokens = facts.tokens + t.after - t.before;
-                    truncations.push(Truncation {
-                        message: self.index,
-                        ..t
-                    });
-                }
+            if self.role == Role::Tool
+                && let Some(t) = cap_text(self.tokenizer, &s, content_key, self.cap)
+            {
+                facts.tokens = facts.tokens + t.after - t.before;
+                truncations.push(Truncation {
+                    message: self.index,
+                    ..t
+                });
             }
             self.note_own_text(&s, content_key, facts);
             return;
@@ -682,10 +692,11 @@ fn units(messages: &[MessageInfo]) -> Vec<Unit> {
         i = end;
     }
     // The current input: a final user turn.
-    if let Some(last) = units.last_mut() {
-        if last.turn_start && last.kind == UnitKind::Normal {
-            last.kind = UnitKind::Current;
-        }
+    if let Some(last) = units.last_mut()
+        && last.turn_start
+        && last.kind == UnitKind::Normal
+    {
+        last.kind = UnitKind::Current;
     }
     units
 }

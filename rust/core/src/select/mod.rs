@@ -7,6 +7,6 @@ mod policies;
 
 pub use analyze::{
     Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitKind,
-    analyze,
+    analyze, analyze_message,
 };
 pub use policies::{Build, Extras, Shape, Weights, build, message_weight, shape, weighted_window};

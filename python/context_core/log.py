@@ -1,0 +1,264 @@
+"""The message log (mechanism 7): an mmap-backed, crash-safe store of
+conversation nodes with indexed headers. ``docs/log-format.md`` specifies
+the files; the Rust core writes, recovers and checks them, this module
+decodes payloads and views the headers with numpy."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from context_core._core import _MessageLog
+
+__all__ = ["HEADER_DTYPE", "MessageLog", "RepairReport"]
+
+#: One index record (docs/log-format.md, "Node header"); 64 bytes.
+HEADER_DTYPE = np.dtype(
+    [
+        ("seq", "<u8"),
+        ("parent", "<u8"),
+        ("timestamp", "<f8"),
+        ("offset", "<u8"),
+        ("stored_len", "<u4"),
+        ("raw_len", "<u4"),
+        ("tokens", "<u4"),
+        ("weight", "<f4"),
+        ("priority", "<f4"),
+        ("hash", "<u4"),
+        ("role", "u1"),
+        ("kind", "u1"),
+        ("tags", "u1"),
+        ("flags", "u1"),
+        ("check", "<u4"),
+    ]
+)
+_FILE_HEADER = 64
+_KIND_SUMMARY, _KIND_BRANCH = 1, 2
+SUMMARY_PREFIX = "Summary of the conversation so far:\n"
+SEGMENT_PREFIX = "Summary of an earlier part of the conversation:\n"
+#: Level-2 summaries context_view() keeps (the newest).
+SEGMENTS_KEPT = 3
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What :meth:`MessageLog.repair` kept and what it could not."""
+
+    kept: int
+    #: Records lost, each left as a placeholder node so later seqs keep their numbers.
+    lost: int
+    dropped_bytes: int
+    #: Each problem found, naming the file and byte offset.
+    problems: list[str]
+
+
+class MessageLog:
+    """A directory holding one conversation tree. Open with :meth:`open`."""
+
+    def __init__(self, inner: _MessageLog, path: str | os.PathLike[str]) -> None:
+        self._log = inner
+        self._path = os.fspath(path)
+        self._map: mmap.mmap | None = None
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        encoding: str | None = None,
+        durability: str = "batch",
+        lock_timeout: float = 0.0,
+    ) -> MessageLog:
+        """Open (``create=True``: make) the log at directory ``path``.
+
+        A writer takes the log's lock (waiting up to ``lock_timeout`` seconds,
+        else :class:`~context_core.LogLockedError`) and repairs a torn tail;
+        ``readonly=True`` reads alongside a writer in another process.
+        ``durability``: ``"always"`` (fsync per append), ``"batch"`` (synced
+        within 20 ms) or ``"never"`` (on flush and close)."""
+        inner = _MessageLog(
+            os.fspath(path),
+            create=create,
+            readonly=readonly,
+            encoding=encoding,
+            durability=durability,
+            lock_timeout=lock_timeout,
+        )
+        return cls(inner, path)
+
+    # -- writing -------------------------------------------------------------
+
+    def append(
+        self,
+        message: dict[str, Any],
+        *,
+        tags: Iterable[str] | None = None,
+        weight: float | None = None,
+        pinned: bool = False,
+        priority: float | None = None,
+        parent: int | None = None,
+        timestamp: float | None = None,
+    ) -> int:
+        """Append ``message`` as a child of ``parent`` (default: the head); its seq.
+
+        Its exact token count and its tags are computed once, here, and kept
+        in its header; keywords override what the message itself says."""
+        return self._log.append(
+            message,
+            tags=list(tags) if tags is not None else None,
+            weight=weight,
+            pinned=pinned,
+            priority=priority,
+            parent=parent,
+            timestamp=timestamp,
+        )
+
+    def append_many(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Append ``messages`` in order (one write for all); their seqs."""
+        first, end = self._log.append_many(list(messages))
+        return list(range(first, end))
+
+    def add_summary(self, text: str, covers: tuple[int, int], level: int = 2) -> int:
+        """A summary node (level 2: a segment, 3: the whole conversation)
+        covering seqs ``covers[0]..covers[1]``; raw history resumes after it."""
+        first, last = covers
+        return self._log.add_summary(text, first, last, level)
+
+    def rewind(self, seq: int) -> None:
+        """Start a new branch at node ``seq``: the next append is its child."""
+        self._log.rewind(seq)
+
+    def flush(self) -> None:
+        """Make every append so far durable (fsync)."""
+        self._log.flush()
+
+    def close(self) -> None:
+        """Flush, write the checkpoint and release the lock; idempotent."""
+        self._log.close()
+        self._map = None
+
+    def __enter__(self) -> MessageLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- reading -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._log)
+
+    def __getitem__(self, seq: int) -> Any:
+        return self.read([seq])[0]
+
+    def read(self, seqs: Iterable[int]) -> list[Any]:
+        """The nodes' payloads: a message's dict as appended, a summary's
+        ``{"summary", "covers", "level"}``, ``None`` for a branch marker."""
+        return [json.loads(p) if p else None for p in self._log.read(list(seqs))]
+
+    def __iter__(self) -> Iterator[Any]:
+        end = len(self)
+        for start in range(0, end, 256):
+            yield from self.read(range(start, min(start + 256, end)))
+
+    def headers(self) -> np.ndarray:
+        """Every node's header: a read-only structured array (:data:`HEADER_DTYPE`)
+        viewing the mapped index, no copy."""
+        count = len(self._log)
+        needed = _FILE_HEADER + count * HEADER_DTYPE.itemsize
+        if self._map is None or len(self._map) < needed:
+            with open(os.path.join(self._path, "index"), "rb") as index:
+                size = os.fstat(index.fileno()).st_size
+                self._map = mmap.mmap(index.fileno(), size, access=mmap.ACCESS_READ) if size else None
+        if self._map is None:
+            return np.zeros(0, dtype=HEADER_DTYPE)
+        return np.frombuffer(self._map, dtype=HEADER_DTYPE, count=count, offset=_FILE_HEADER)
+
+    def node_id(self, seq: int) -> str:
+        """``timestamp (µs, hex)-payload crc``: a stable id for other systems."""
+        return self._log.node_id(seq)
+
+    @property
+    def head(self) -> int | None:
+        """The active head: the node the next append will be a child of."""
+        return self._log.head
+
+    @property
+    def last_summary_index(self) -> int | None:
+        """The last seq the newest summary on the active path covers."""
+        return self._log.last_summary_index
+
+    def path(self, head: int | None = None) -> list[int]:
+        """Seqs from the root to ``head`` (default: the active head)."""
+        return self._log.path(head)
+
+    def context_view(self) -> list[dict[str, Any]]:
+        """What the model should see of the active path: system and pinned
+        messages the summaries cover, the newest global summary, the newest
+        segment summaries after it, then the raw messages after the pointer."""
+        path = self.path()
+        if not path:
+            return []
+        rows = self.headers()[path]
+        pointer = self.last_summary_index
+        pointer = -1 if pointer is None else pointer
+        kinds, levels = rows["kind"], rows["flags"] >> 6
+        summaries = [i for i in range(len(path)) if kinds[i] == _KIND_SUMMARY]
+        globals_ = [i for i in summaries if levels[i] == 3]
+        after = globals_[-1] if globals_ else -1
+        segments = [i for i in summaries if levels[i] == 2 and i > after][-SEGMENTS_KEPT:]
+        anchors = [
+            i
+            for i in range(len(path))
+            if path[i] <= pointer and kinds[i] == 0 and (rows["role"][i] == 0 or rows["flags"][i] & 1)
+        ]
+        raw = [i for i in range(len(path)) if path[i] > pointer and kinds[i] == 0]
+        chosen = anchors + ([after] if after >= 0 else []) + segments + raw
+        payloads = dict(zip(chosen, self.read([path[i] for i in chosen]), strict=True))
+        view = [payloads[i] for i in anchors]
+        if after >= 0:
+            view.append({"role": "system", "content": SUMMARY_PREFIX + payloads[after]["summary"]})
+        view.extend({"role": "system", "content": SEGMENT_PREFIX + payloads[i]["summary"]} for i in segments)
+        view.extend(payloads[i] for i in raw)
+        return view
+
+    def verify(self) -> None:
+        """Check every record and frame; raises :class:`~context_core.LogCorruptError`
+        naming the file and offset of the first problem."""
+        self._log.verify()
+
+    @staticmethod
+    def repair(path: str | os.PathLike[str], *, lock_timeout: float = 0.0) -> RepairReport:
+        """Rebuild a damaged log from its intact frames (new files, renamed in)."""
+        kept, lost, dropped, problems = _MessageLog.repair(os.fspath(path), lock_timeout)
+        return RepairReport(kept, lost, dropped, problems)
+
+    @property
+    def encoding(self) -> str:
+        return self._log.encoding
+
+    @property
+    def readonly(self) -> bool:
+        return self._log.readonly
+
+    @property
+    def closed(self) -> bool:
+        return self._log.closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self)} nodes"
+        return f"MessageLog({self._path!r}, {state})"

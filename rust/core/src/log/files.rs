@@ -1,0 +1,223 @@
+//! File plumbing of the log: creating, locking, reserving space, positioned
+//! reads and writes, each failure named with its file.
+
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+pub fn storage(path: &Path, action: &'static str, error: &std::io::Error) -> Error {
+    Error::Storage {
+        path: path.display().to_string(),
+        action,
+        message: error.to_string(),
+    }
+}
+
+/// A log file with its path, for error messages.
+pub struct LogFile {
+    pub file: File,
+    pub path: PathBuf,
+}
+
+impl LogFile {
+    /// Open `dir/name`; `create` makes it (mode 0600) when missing.
+    pub fn open(dir: &Path, name: &str, write: bool, create: bool) -> Result<Self> {
+        let path = dir.join(name);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(write)
+            .create(create && write)
+            .mode(0o600)
+            // A log's files are its own: never follow a link somewhere else.
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .map_err(|e| match e.kind() {
+                ErrorKind::NotFound => Error::LogNotFound {
+                    path: dir.display().to_string(),
+                },
+                _ => storage(&path, "open", &e),
+            })?;
+        Ok(Self { file, path })
+    }
+
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    }
+
+    pub fn len(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|e| storage(&self.path, "stat", &e))
+    }
+
+    /// Exactly `buf.len()` bytes at `offset`, or a corruption error when the
+    /// file ends first.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            if e.kind() == ErrorKind::UnexpectedEof {
+                Error::LogCorrupt {
+                    file: self.name(),
+                    offset,
+                    reason: format!("file ends before the {} bytes expected here", buf.len()),
+                }
+            } else {
+                storage(&self.path, "read", &e)
+            }
+        })
+    }
+
+    /// Up to `buf.len()` bytes at `offset`: how many there were.
+    pub fn read_at_most(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(storage(&self.path, "read", &e)),
+            }
+        }
+        Ok(done)
+    }
+
+    pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(|e| storage(&self.path, "write", &e))
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| storage(&self.path, "sync", &e))
+    }
+
+    /// Grow the file to `len`, reserving the blocks (so a full disk fails
+    /// here, before any record is half written).
+    pub fn reserve(&self, len: u64) -> Result<()> {
+        let current = self.len()?;
+        if len <= current {
+            return Ok(());
+        }
+        match rustix::fs::fallocate(
+            &self.file,
+            rustix::fs::FallocateFlags::empty(),
+            current,
+            len - current,
+        ) {
+            Ok(()) => Ok(()),
+            // A file system without fallocate: extend it (sparse) instead.
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => self
+                .file
+                .set_len(len)
+                .map_err(|e| storage(&self.path, "extend", &e)),
+            Err(e) => Err(storage(&self.path, "reserve space in", &e.into())),
+        }
+    }
+}
+
+/// The next size of a file that must hold `needed` bytes: doubling, in
+/// steps of at least `min_step` and at most 64 MiB.
+pub fn grown_len(current: u64, needed: u64, min_step: u64) -> u64 {
+    const MAX_STEP: u64 = 64 << 20;
+    let step = current.clamp(min_step, MAX_STEP);
+    let mut len = current.max(min_step);
+    while len < needed {
+        len += step;
+    }
+    len
+}
+
+/// Make the log directory (0700) if asked; refuse a path that is not one.
+pub fn ensure_dir(dir: &Path, create: bool) -> Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(Error::InvalidValue {
+            path: dir.display().to_string(),
+            reason: "is not a directory (a message log is a directory)".into(),
+        }),
+        Err(e) if e.kind() == ErrorKind::NotFound && create => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| storage(dir, "create", &e)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::LogNotFound {
+            path: dir.display().to_string(),
+        }),
+        Err(e) => Err(storage(dir, "stat", &e)),
+    }
+}
+
+/// Take the writer lock (`flock(LOCK_EX)` on `dir/lock`), retrying until `timeout`.
+pub fn lock_writer(dir: &Path, timeout: Duration) -> Result<File> {
+    let lock = LogFile::open(dir, "lock", true, true)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match lock.file.try_lock() {
+            Ok(()) => return Ok(lock.file),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::LogLocked {
+                    path: dir.display().to_string(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(storage(&lock.path, "lock", &e)),
+        }
+    }
+}
+
+/// Write `bytes` to `dir/name` atomically: a temporary file, synced, renamed
+/// over the old one, and the directory synced when `durable`.
+pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let target = dir.join(name);
+    {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(&tmp)
+            .map_err(|e| storage(&tmp, "create", &e))?;
+        file.write_all_at(bytes, 0)
+            .map_err(|e| storage(&tmp, "write", &e))?;
+        if durable {
+            file.sync_all().map_err(|e| storage(&tmp, "sync", &e))?;
+        }
+    }
+    std::fs::rename(&tmp, &target).map_err(|e| storage(&target, "replace", &e))?;
+    if durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| storage(dir, "sync", &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grown_len;
+
+    #[test]
+    fn files_grow_by_doubling_in_bounded_steps() {
+        assert_eq!(grown_len(0, 100, 65_536), 65_536);
+        assert_eq!(grown_len(65_536, 65_600, 65_536), 131_072);
+        assert_eq!(grown_len(1 << 20, (1 << 20) + 1, 65_536), 2 << 20);
+        let big = 512u64 << 20;
+        assert_eq!(grown_len(big, big + 1, 65_536), big + (64 << 20));
+    }
+}

@@ -1,0 +1,930 @@
+//! The message log: an append-only store of conversation nodes (messages,
+//! summaries, branch markers) with fixed-size headers read through mmap and
+//! payloads in a data file; crash-safe, one writer, many readers.
+//! `docs/log-format.md` is the byte-level specification.
+
+mod codec;
+mod files;
+mod format;
+mod mapped;
+mod recover;
+mod sync;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use format::{
+    CODEC_LZ4, CODEC_RAW, FLAG_CALLS, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, KIND_BRANCH,
+    KIND_LOST, KIND_MESSAGE, KIND_SUMMARY, NONE, Node, RECORD_LEN,
+};
+pub use recover::RepairReport;
+
+use crate::encoding::Encoding;
+use crate::error::{Error, Result};
+use crate::json::JsonValue;
+use crate::select::{Role, analyze_message};
+use crate::tags::Tagger;
+use crate::tokenizer::Tokenizer;
+use files::{LogFile, grown_len};
+use format::{
+    Checkpoint, DATA_MAGIC, FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, FileHeader, INDEX_MAGIC,
+    META_MAGIC,
+};
+use mapped::Mapped;
+use sync::Syncer;
+
+/// When appends reach the disk (a process crash loses nothing acknowledged
+/// in any mode: every append is in the OS before it returns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// `fdatasync` of data, then index, before each append returns.
+    Always,
+    /// Synced by a background thread every [`BATCH_WINDOW`] while appends
+    /// happen, and on flush and close.
+    Batch,
+    /// Synced only on flush and close.
+    Never,
+}
+
+/// The most a power failure can take under [`Durability::Batch`].
+pub const BATCH_WINDOW: Duration = Duration::from_millis(20);
+
+const INDEX_MIN_STEP: u64 = 64 << 10;
+const DATA_MIN_STEP: u64 = 1 << 20;
+
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    pub create: bool,
+    pub readonly: bool,
+    /// `None`: the log's own (a new log: `o200k_base`).
+    pub encoding: Option<Encoding>,
+    pub durability: Durability,
+    pub lock_timeout: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            create: false,
+            readonly: false,
+            encoding: None,
+            durability: Durability::Batch,
+            lock_timeout: Duration::ZERO,
+        }
+    }
+}
+
+/// Per-append overrides of what the message itself says.
+#[derive(Clone, Debug, Default)]
+pub struct AppendOptions {
+    pub tags: Option<u8>,
+    pub weight: Option<f64>,
+    pub pinned: bool,
+    pub priority: Option<f64>,
+    /// `None`: the active head.
+    pub parent: Option<u64>,
+    pub timestamp: Option<f64>,
+}
+
+/// Where the active branch stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Position {
+    head: u64,
+    /// The newest summary node on the active path, and the last seq it covers.
+    summary: u64,
+    summary_last: u64,
+}
+
+impl Position {
+    const EMPTY: Self = Self {
+        head: NONE,
+        summary: NONE,
+        summary_last: NONE,
+    };
+}
+
+pub struct MessageLog {
+    dir: PathBuf,
+    index: Arc<LogFile>,
+    data: Arc<LogFile>,
+    /// Held for as long as the log is open for writing.
+    lock: Option<std::fs::File>,
+    map: Mapped,
+    count: u64,
+    data_end: u64,
+    index_len: u64,
+    data_len: u64,
+    position: Position,
+    log_id: u64,
+    tokenizer: Tokenizer,
+    durability: Durability,
+    syncer: Option<Syncer>,
+    readonly: bool,
+    closed: bool,
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn role_code(role: Role) -> u8 {
+    match role {
+        Role::System => 0,
+        Role::User => 1,
+        Role::Assistant => 2,
+        Role::Tool => 3,
+        Role::Other => 4,
+    }
+}
+
+fn finite_f32(value: Option<f64>, default: f32) -> f32 {
+    value.map_or(default, |v| v as f32)
+}
+
+impl MessageLog {
+    pub fn open(dir: &Path, options: &OpenOptions) -> Result<Self> {
+        files::ensure_dir(dir, options.create && !options.readonly)?;
+        let lock = if options.readonly {
+            None
+        } else {
+            Some(files::lock_writer(dir, options.lock_timeout)?)
+        };
+        let write = !options.readonly;
+        let fresh = write && !dir.join("index").exists();
+        if fresh && !options.create {
+            return Err(Error::LogNotFound {
+                path: dir.display().to_string(),
+            });
+        }
+        let index = LogFile::open(dir, "index", write, fresh)?;
+        let data = LogFile::open(dir, "data", write, fresh)?;
+        let encoding = if fresh {
+            let encoding = options.encoding.unwrap_or(Encoding::O200kBase);
+            create_files(dir, &index, &data, encoding)?;
+            encoding
+        } else {
+            Encoding::ALL[0] // replaced below from the index header
+        };
+        let mut log = Self {
+            dir: dir.to_owned(),
+            index: Arc::new(index),
+            data: Arc::new(data),
+            lock,
+            map: Mapped::empty(),
+            count: 0,
+            data_end: FILE_HEADER_LEN as u64,
+            index_len: 0,
+            data_len: 0,
+            position: Position::EMPTY,
+            log_id: 0,
+            tokenizer: Tokenizer::new(encoding),
+            durability: options.durability,
+            syncer: None,
+            readonly: options.readonly,
+            closed: false,
+        };
+        let stored = log.read_file_headers()?;
+        if let Some(wanted) = options.encoding.filter(|e| *e != stored) {
+            return Err(Error::InvalidValue {
+                path: "encoding".into(),
+                reason: format!(
+                    "this log counts tokens in {}, not {}",
+                    stored.name(),
+                    wanted.name()
+                ),
+            });
+        }
+        log.tokenizer = Tokenizer::new(stored);
+        log.load()?;
+        if !log.readonly && log.durability == Durability::Batch {
+            log.syncer = Some(Syncer::start(
+                Arc::clone(&log.data),
+                Arc::clone(&log.index),
+                BATCH_WINDOW,
+            ));
+        }
+        Ok(log)
+    }
+
+    /// Check the index and data headers; the encoding of the counts.
+    fn read_file_headers(&mut self) -> Result<Encoding> {
+        let mut bytes = [0u8; FILE_HEADER_LEN];
+        let got = self.index.read_at_most(&mut bytes, 0)?;
+        let index = FileHeader::decode(&bytes[..got], INDEX_MAGIC, &self.index.name())?;
+        let got = self.data.read_at_most(&mut bytes, 0)?;
+        let data = FileHeader::decode(&bytes[..got], DATA_MAGIC, &self.data.name())?;
+        if index.log_id != data.log_id {
+            return Err(Error::LogCorrupt {
+                file: self.data.name(),
+                offset: 16,
+                reason: "belongs to another log (log ids differ)".into(),
+            });
+        }
+        self.log_id = index.log_id;
+        Encoding::from_name(&index.encoding).map_err(|_| Error::LogCorrupt {
+            file: self.index.name(),
+            offset: 24,
+            reason: format!("unknown encoding {:?}", index.encoding),
+        })
+    }
+
+    /// Find the committed records (repairing first when writing) and the head.
+    fn load(&mut self) -> Result<()> {
+        self.index_len = self.index.len()?;
+        self.data_len = self.data.len()?;
+        self.remap()?;
+        let checkpoint = self.read_checkpoint();
+        let start = checkpoint
+            .filter(|c| c.count <= self.slots() && (c.count == 0 || self.valid(c.count - 1)))
+            .map_or(0, |c| c.count);
+        self.count = start;
+        self.scan_new_records();
+        if !self.readonly {
+            recover::recover(self)?;
+        }
+        self.data_end = if self.count == 0 {
+            FILE_HEADER_LEN as u64
+        } else {
+            self.node(self.count - 1)?.frame_end()
+        };
+        let (mut position, replay_from) = match checkpoint {
+            Some(c) if c.count == start && start <= self.count => (
+                Position {
+                    head: c.head,
+                    summary: c.summary,
+                    summary_last: c.summary_last,
+                },
+                start,
+            ),
+            _ => (Position::EMPTY, 0),
+        };
+        for seq in replay_from..self.count {
+            position = self.advance(position, &self.node(seq)?)?;
+        }
+        self.position = position;
+        if !self.readonly && self.count != start {
+            self.write_checkpoint()?;
+        }
+        Ok(())
+    }
+
+    fn read_checkpoint(&self) -> Option<Checkpoint> {
+        let meta = LogFile::open(&self.dir, "meta", false, false).ok()?;
+        let mut bytes = [0u8; FILE_HEADER_LEN + 64];
+        let got = meta.read_at_most(&mut bytes, 0).ok()?;
+        let header = FileHeader::decode(&bytes[..got], META_MAGIC, "meta").ok()?;
+        if header.log_id != self.log_id {
+            return None;
+        }
+        Checkpoint::decode(&bytes[FILE_HEADER_LEN..got])
+    }
+
+    fn write_checkpoint(&self) -> Result<()> {
+        let header = FileHeader {
+            magic: *META_MAGIC,
+            record_len: 0,
+            log_id: self.log_id,
+            encoding: String::new(),
+        };
+        let checkpoint = Checkpoint {
+            count: self.count,
+            head: self.position.head,
+            summary: self.position.summary,
+            summary_last: self.position.summary_last,
+            data_end: self.data_end,
+        };
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(&checkpoint.encode());
+        files::replace_file(
+            &self.dir,
+            "meta",
+            &bytes,
+            self.durability != Durability::Never,
+        )
+    }
+
+    /// Index slots the current map covers.
+    fn slots(&self) -> u64 {
+        self.map.len().saturating_sub(FILE_HEADER_LEN as u64) / RECORD_LEN as u64
+    }
+
+    fn slot_bytes(&self, seq: u64) -> &[u8] {
+        let at = FILE_HEADER_LEN + seq as usize * RECORD_LEN;
+        &self.map.bytes()[at..at + RECORD_LEN]
+    }
+
+    fn valid(&self, seq: u64) -> bool {
+        seq < self.slots() && Node::decode(self.slot_bytes(seq), seq).is_some()
+    }
+
+    /// Extend `count` over records committed since it was last looked at.
+    fn scan_new_records(&mut self) {
+        let slots = self.slots();
+        while self.count < slots {
+            // Copied out first: a writer may be filling this slot right now.
+            let mut record = [0u8; RECORD_LEN];
+            record.copy_from_slice(self.slot_bytes(self.count));
+            if Node::decode(&record, self.count).is_none() {
+                break;
+            }
+            self.count += 1;
+        }
+    }
+
+    fn remap(&mut self) -> Result<()> {
+        self.map = Mapped::map(&self.index.file, self.index_len)
+            .map_err(|e| files::storage(&self.index.path, "map", &e))?;
+        Ok(())
+    }
+
+    /// Before each operation: no file shorter than what is mapped or
+    /// indexed (else an error, never a read past the end); for a reader,
+    /// the records the writer committed since.
+    fn refresh(&mut self) -> Result<()> {
+        if self.closed {
+            return Err(Error::LogClosed {
+                reason: "the message log is closed",
+            });
+        }
+        let index_len = self.index.len()?;
+        if index_len < self.map.len() {
+            return Err(Error::LogCorrupt {
+                file: self.index.name(),
+                offset: index_len,
+                reason: format!("truncated under this reader (was {} bytes)", self.map.len()),
+            });
+        }
+        let data_len = self.data.len()?;
+        if data_len < self.data_end {
+            return Err(Error::LogCorrupt {
+                file: self.data.name(),
+                offset: data_len,
+                reason: format!(
+                    "truncated under this reader (records reach byte {})",
+                    self.data_end
+                ),
+            });
+        }
+        self.data_len = data_len;
+        if !self.readonly {
+            return Ok(());
+        }
+        if index_len > self.index_len {
+            self.index_len = index_len;
+            self.remap()?;
+        }
+        let before = self.count;
+        self.scan_new_records();
+        if self.count > before {
+            let mut position = self.position;
+            for seq in before..self.count {
+                position = self.advance(position, &self.node(seq)?)?;
+            }
+            self.position = position;
+            self.data_end = self.node(self.count - 1)?.frame_end();
+        }
+        Ok(())
+    }
+
+    /// The position after node `node` was appended.
+    fn advance(&self, position: Position, node: &Node) -> Result<Position> {
+        if node.kind == KIND_BRANCH {
+            return self.position_at(node.parent);
+        }
+        if node.parent != position.head {
+            return self.position_at(node.seq);
+        }
+        let mut next = position;
+        next.head = node.seq;
+        if node.kind == KIND_SUMMARY {
+            next.summary = node.seq;
+            next.summary_last = self.summary_covers(node)?.1;
+        }
+        Ok(next)
+    }
+
+    /// The position with `head` as the head: the newest summary on its path.
+    fn position_at(&self, head: u64) -> Result<Position> {
+        let mut seq = head;
+        while seq != NONE {
+            let node = self.node(seq)?;
+            if node.kind == KIND_SUMMARY {
+                return Ok(Position {
+                    head,
+                    summary: seq,
+                    summary_last: self.summary_covers(&node)?.1,
+                });
+            }
+            seq = node.parent;
+        }
+        Ok(Position {
+            head,
+            ..Position::EMPTY
+        })
+    }
+
+    /// `(first, last)` of a summary node, from its payload's `"covers":[a,b]`.
+    fn summary_covers(&self, node: &Node) -> Result<(u64, u64)> {
+        let payload = self.payload_of(node)?;
+        let corrupt = || Error::LogCorrupt {
+            file: self.data.name(),
+            offset: node.offset,
+            reason: "summary payload without \"covers\":[first,last]".into(),
+        };
+        // Inside a JSON string a quote is always escaped, so `"covers":[`
+        // can only be the key itself.
+        let text = std::str::from_utf8(&payload).map_err(|_| corrupt())?;
+        let start = text.find("\"covers\":[").ok_or_else(corrupt)? + 10;
+        let end = start + text[start..].find(']').ok_or_else(corrupt)?;
+        let mut parts = text[start..end].split(',').map(|p| p.trim().parse::<u64>());
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(Ok(first)), Some(Ok(last)), None) => Ok((first, last)),
+            _ => Err(corrupt()),
+        }
+    }
+
+    // -- reading ---------------------------------------------------------------
+
+    #[allow(clippy::len_without_is_empty)] // it refreshes, so it is not a plain accessor
+    pub fn len(&mut self) -> Result<u64> {
+        self.refresh()?;
+        Ok(self.count)
+    }
+
+    /// The header of node `seq`, checked.
+    pub fn node(&self, seq: u64) -> Result<Node> {
+        if seq >= self.slots() {
+            return Err(Error::LogIndex {
+                seq: seq as i64,
+                len: self.count,
+            });
+        }
+        Node::decode(self.slot_bytes(seq), seq).ok_or_else(|| Error::LogCorrupt {
+            file: self.index.name(),
+            offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN) as u64,
+            reason: format!("record {seq} fails its checksum"),
+        })
+    }
+
+    fn checked_seq(&self, seq: i64) -> Result<u64> {
+        let resolved = if seq < 0 {
+            self.count as i64 + seq
+        } else {
+            seq
+        };
+        if resolved < 0 || resolved as u64 >= self.count {
+            return Err(Error::LogIndex {
+                seq,
+                len: self.count,
+            });
+        }
+        Ok(resolved as u64)
+    }
+
+    /// Header of `seq` (negative counts from the end).
+    pub fn header(&mut self, seq: i64) -> Result<Node> {
+        self.refresh()?;
+        let seq = self.checked_seq(seq)?;
+        self.node(seq)
+    }
+
+    /// The raw (decompressed) payload of each of `seqs`.
+    pub fn read(&mut self, seqs: &[i64]) -> Result<Vec<Vec<u8>>> {
+        self.refresh()?;
+        seqs.iter()
+            .map(|&seq| {
+                let seq = self.checked_seq(seq)?;
+                self.payload_of(&self.node(seq)?)
+            })
+            .collect()
+    }
+
+    /// A node's payload, checked against its frame and hash.
+    fn payload_of(&self, node: &Node) -> Result<Vec<u8>> {
+        let mut frame = vec![0u8; FRAME_PREFIX + node.stored_len as usize];
+        self.data.read_exact_at(&mut frame, node.offset)?;
+        let corrupt = |offset: u64, reason: &str| Error::LogCorrupt {
+            file: self.data.name(),
+            offset,
+            reason: format!("node {}: {reason}", node.seq),
+        };
+        if &frame[..8] != FRAME_MAGIC {
+            return Err(corrupt(node.offset, "no frame where the index points"));
+        }
+        if frame[8..FRAME_PREFIX] != node.encode() {
+            return Err(corrupt(
+                node.offset + 8,
+                "the frame's header differs from the index record",
+            ));
+        }
+        let raw = codec::decode(&frame[FRAME_PREFIX..], node.codec(), node.raw_len as usize)
+            .map_err(|reason| corrupt(node.offset + FRAME_PREFIX as u64, &reason))?;
+        if format::crc(&raw) != node.hash {
+            return Err(corrupt(
+                node.offset + FRAME_PREFIX as u64,
+                "payload checksum does not match",
+            ));
+        }
+        Ok(raw)
+    }
+
+    /// The committed index records, 64 bytes each, as mapped.
+    pub fn records(&mut self) -> Result<&[u8]> {
+        self.refresh()?;
+        let end = FILE_HEADER_LEN + self.count as usize * RECORD_LEN;
+        Ok(&self.map.bytes()[FILE_HEADER_LEN..end])
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn encoding(&self) -> Encoding {
+        self.tokenizer.encoding()
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn is_readonly(&self) -> bool {
+        self.readonly
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    pub fn head(&mut self) -> Result<Option<u64>> {
+        self.refresh()?;
+        Ok(Some(self.position.head).filter(|&h| h != NONE))
+    }
+
+    pub fn last_summary_index(&mut self) -> Result<Option<u64>> {
+        self.refresh()?;
+        Ok(Some(self.position.summary_last).filter(|&s| s != NONE))
+    }
+
+    /// Seqs from the root to `head` (default: the active head).
+    pub fn path_to(&mut self, head: Option<i64>) -> Result<Vec<u64>> {
+        self.refresh()?;
+        let mut seq = match head {
+            Some(head) => self.checked_seq(head)?,
+            None if self.position.head == NONE => return Ok(Vec::new()),
+            None => self.position.head,
+        };
+        let mut path = Vec::new();
+        while seq != NONE {
+            let node = self.node(seq)?;
+            if node.kind != KIND_BRANCH && node.kind != KIND_LOST {
+                path.push(seq);
+            }
+            if node.parent != NONE && node.parent >= seq {
+                return Err(Error::LogCorrupt {
+                    file: self.index.name(),
+                    offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN + 8) as u64,
+                    reason: format!("node {seq} names a later parent {}", node.parent),
+                });
+            }
+            seq = node.parent;
+        }
+        path.reverse();
+        Ok(path)
+    }
+
+    /// Every record and frame checked; the first problem as an error.
+    pub fn verify(&mut self) -> Result<()> {
+        self.refresh()?;
+        for seq in 0..self.count {
+            let node = self.node(seq)?;
+            self.payload_of(&node)?;
+        }
+        Ok(())
+    }
+
+    // -- writing ---------------------------------------------------------------
+
+    fn writable(&mut self) -> Result<()> {
+        self.refresh()?;
+        if self.readonly {
+            return Err(Error::LogClosed {
+                reason: "the message log is open read-only",
+            });
+        }
+        Ok(())
+    }
+
+    /// Append one message; its seq.
+    pub fn append<J: JsonValue>(
+        &mut self,
+        message: &J,
+        options: &AppendOptions,
+        tagger: &Tagger,
+    ) -> Result<u64> {
+        self.writable()?;
+        let parent = match options.parent {
+            Some(parent) => self.parent_for(parent)?,
+            None => self.position.head,
+        };
+        let (node, payload) = self.message_node(message, options, tagger, self.count, parent)?;
+        self.write_nodes(vec![(node, payload)])?;
+        Ok(self.count - 1)
+    }
+
+    /// Append messages in order, each the child of the one before; their seqs.
+    pub fn append_many<J: JsonValue>(
+        &mut self,
+        messages: &[J],
+        tagger: &Tagger,
+    ) -> Result<std::ops::Range<u64>> {
+        self.writable()?;
+        let first = self.count;
+        let mut parent = self.position.head;
+        let mut nodes = Vec::with_capacity(messages.len());
+        for (i, message) in messages.iter().enumerate() {
+            let seq = first + i as u64;
+            let node = self
+                .message_node(message, &AppendOptions::default(), tagger, seq, parent)
+                .map_err(|e| e.within(&format!("messages[{i}]")))?;
+            parent = seq;
+            nodes.push(node);
+        }
+        self.write_nodes(nodes)?;
+        Ok(first..self.count)
+    }
+
+    fn parent_for(&self, parent: u64) -> Result<u64> {
+        let node = self.node(parent).map_err(|_| Error::LogIndex {
+            seq: parent as i64,
+            len: self.count,
+        })?;
+        if parent >= self.count {
+            return Err(Error::LogIndex {
+                seq: parent as i64,
+                len: self.count,
+            });
+        }
+        if node.kind == KIND_BRANCH {
+            return Err(Error::InvalidValue {
+                path: "parent".into(),
+                reason: format!("node {parent} is a branch marker, not a message or summary"),
+            });
+        }
+        Ok(parent)
+    }
+
+    fn message_node<J: JsonValue>(
+        &self,
+        message: &J,
+        options: &AppendOptions,
+        tagger: &Tagger,
+        seq: u64,
+        parent: u64,
+    ) -> Result<(Node, Vec<u8>)> {
+        let info = analyze_message(message, &self.tokenizer, Some(tagger))?;
+        let payload = message.to_compact_exact()?.into_bytes();
+        let mut flags = 0;
+        for (on, flag) in [
+            (options.pinned || info.pinned, FLAG_PINNED),
+            (info.calls, FLAG_CALLS),
+            (info.results, FLAG_RESULTS),
+            (info.has_text, FLAG_HAS_TEXT),
+        ] {
+            if on {
+                flags |= flag;
+            }
+        }
+        let node = Node {
+            seq,
+            parent,
+            timestamp: options.timestamp.or(info.timestamp).unwrap_or_else(now),
+            offset: 0,
+            stored_len: 0,
+            raw_len: 0,
+            tokens: u32::try_from(info.tokens).unwrap_or(u32::MAX),
+            weight: finite_f32(options.weight.or(info.weight), f32::NAN),
+            priority: finite_f32(options.priority.or(Some(info.priority)), 0.0),
+            hash: 0,
+            role: role_code(info.role),
+            kind: KIND_MESSAGE,
+            tags: options.tags.unwrap_or(info.tags),
+            flags,
+        };
+        Ok((node, payload))
+    }
+
+    /// Add a summary node covering `first..=last`, child of the head.
+    pub fn add_summary(&mut self, text: &str, first: u64, last: u64, level: u8) -> Result<u64> {
+        self.writable()?;
+        if !(2..=3).contains(&level) {
+            return Err(Error::InvalidValue {
+                path: "level".into(),
+                reason: format!("{level}: summaries are level 2 (segment) or 3 (global)"),
+            });
+        }
+        if first > last || last >= self.count {
+            return Err(Error::InvalidValue {
+                path: "covers".into(),
+                reason: format!(
+                    "({first}, {last}) is not a range of nodes of this log ({} nodes)",
+                    self.count
+                ),
+            });
+        }
+        let mut payload = String::from("{\"summary\":");
+        crate::json::write_json_string(text, &mut payload);
+        let _ = write!(payload, ",\"covers\":[{first},{last}],\"level\":{level}}}");
+        let node = Node {
+            seq: self.count,
+            parent: self.position.head,
+            timestamp: now(),
+            offset: 0,
+            stored_len: 0,
+            raw_len: 0,
+            tokens: u32::try_from(self.tokenizer.count(text)).unwrap_or(u32::MAX),
+            weight: f32::NAN,
+            priority: 0.0,
+            hash: 0,
+            role: 0,
+            kind: KIND_SUMMARY,
+            tags: 0,
+            flags: Node::with_codec_and_level(0, CODEC_RAW, level),
+        };
+        self.write_nodes(vec![(node, payload.into_bytes())])?;
+        self.write_checkpoint()?;
+        Ok(self.count - 1)
+    }
+
+    /// Make `seq` the head: the next append is its child.
+    pub fn rewind(&mut self, seq: i64) -> Result<()> {
+        self.writable()?;
+        let target = self.checked_seq(seq)?;
+        if self.node(target)?.kind == KIND_BRANCH {
+            return Err(Error::InvalidValue {
+                path: "seq".into(),
+                reason: format!("node {target} is a branch marker, not a message or summary"),
+            });
+        }
+        let node = Node {
+            seq: self.count,
+            parent: target,
+            timestamp: now(),
+            offset: 0,
+            stored_len: 0,
+            raw_len: 0,
+            tokens: 0,
+            weight: f32::NAN,
+            priority: 0.0,
+            hash: 0,
+            role: 4,
+            kind: KIND_BRANCH,
+            tags: 0,
+            flags: 0,
+        };
+        self.write_nodes(vec![(node, Vec::new())])?;
+        self.write_checkpoint()
+    }
+
+    /// Write frames, then index records (the commit), for `nodes` in order.
+    fn write_nodes(&mut self, nodes: Vec<(Node, Vec<u8>)>) -> Result<()> {
+        let mut frames = Vec::new();
+        let mut records = Vec::with_capacity(nodes.len() * RECORD_LEN);
+        let mut offset = self.data_end;
+        let mut position = self.position;
+        let mut written = Vec::with_capacity(nodes.len());
+        for (mut node, raw) in nodes {
+            if u32::try_from(raw.len()).is_err() {
+                return Err(Error::InvalidValue {
+                    path: format!("messages[{}]", node.seq - self.count),
+                    reason: format!(
+                        "{} bytes of JSON: over the 4 GiB a node can hold",
+                        raw.len()
+                    ),
+                });
+            }
+            let (stored, codec) = codec::encode(&raw);
+            node.offset = offset;
+            node.raw_len = raw.len() as u32;
+            node.stored_len = stored.len() as u32;
+            node.hash = format::crc(&raw);
+            node.flags = Node::with_codec_and_level(node.flags, codec, node.level());
+            let record = node.encode();
+            frames.extend_from_slice(FRAME_MAGIC);
+            frames.extend_from_slice(&record);
+            frames.extend_from_slice(&stored);
+            frames.resize(frames.len().next_multiple_of(8), 0);
+            records.extend_from_slice(&record);
+            offset = node.frame_end();
+            written.push(node);
+        }
+        let index_at = (FILE_HEADER_LEN + self.count as usize * RECORD_LEN) as u64;
+        self.reserve(index_at + records.len() as u64, offset)?;
+        self.data.write_all_at(&frames, self.data_end)?;
+        if self.durability == Durability::Always {
+            self.data.sync()?;
+        }
+        self.index.write_all_at(&records, index_at)?;
+        if self.durability == Durability::Always {
+            self.index.sync()?;
+        }
+        self.count += written.len() as u64;
+        self.data_end = offset;
+        for node in &written {
+            position = self.advance(position, node)?;
+        }
+        self.position = position;
+        if let Some(syncer) = &self.syncer {
+            syncer.mark_dirty();
+        }
+        Ok(())
+    }
+
+    /// Grow the files (in large steps) so `index_end` and `data_end` fit.
+    fn reserve(&mut self, index_end: u64, data_end: u64) -> Result<()> {
+        if data_end > self.data_len {
+            let len = grown_len(self.data_len, data_end, DATA_MIN_STEP);
+            self.data.reserve(len)?;
+            self.data_len = len;
+        }
+        if index_end > self.index_len {
+            let len = grown_len(self.index_len, index_end, INDEX_MIN_STEP);
+            self.index.reserve(len)?;
+            self.index_len = len;
+            self.remap()?;
+        }
+        Ok(())
+    }
+
+    /// Sync data, then index.
+    pub fn flush(&mut self) -> Result<()> {
+        self.refresh()?;
+        if !self.readonly {
+            self.data.sync()?;
+            self.index.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Flush, write the checkpoint, release the lock. Idempotent.
+    pub fn close(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        if let Some(syncer) = self.syncer.take() {
+            syncer.stop();
+        }
+        let result = if self.readonly {
+            Ok(())
+        } else {
+            self.data
+                .sync()
+                .and_then(|()| self.index.sync())
+                .and_then(|()| self.write_checkpoint())
+        };
+        self.closed = true;
+        self.map = Mapped::empty();
+        self.lock = None;
+        result
+    }
+
+    /// Rebuild a damaged log from its intact frames (takes the writer lock).
+    pub fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport> {
+        recover::repair(dir, lock_timeout)
+    }
+}
+
+impl Drop for MessageLog {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// Write the file headers of a new log.
+fn create_files(dir: &Path, index: &LogFile, data: &LogFile, encoding: Encoding) -> Result<()> {
+    let log_id = {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        xxhash_rust::xxh3::xxh3_64(
+            format!("{nanos}:{}:{}", std::process::id(), dir.display()).as_bytes(),
+        )
+    };
+    let header = |magic: &[u8; 8], record_len: u32, encoding: &str| FileHeader {
+        magic: *magic,
+        record_len,
+        log_id,
+        encoding: encoding.to_owned(),
+    };
+    data.write_all_at(&header(DATA_MAGIC, 0, "").encode(), 0)?;
+    data.sync()?;
+    index.write_all_at(
+        &header(INDEX_MAGIC, RECORD_LEN as u32, encoding.name()).encode(),
+        0,
+    )?;
+    index.sync()?;
+    files::sync_dir(dir)
+}

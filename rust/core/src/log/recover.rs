@@ -1,0 +1,248 @@
+//! After a crash: cut a torn tail, re-index frames the index missed, zero
+//! stray bytes. And `repair`: rebuild a damaged log from its intact frames.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::format::{
+    DATA_MAGIC, FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, FileHeader, INDEX_MAGIC, KIND_LOST,
+    NONE, Node, RECORD_LEN, crc,
+};
+use super::{MessageLog, codec, files};
+use crate::error::{Error, Result};
+
+/// What `repair` kept and what it could not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepairReport {
+    /// Records intact and kept.
+    pub kept: u64,
+    /// Records lost (each left as a placeholder node, so later seqs keep their numbers).
+    pub lost: u64,
+    /// Bytes of the data file that held no intact frame.
+    pub dropped_bytes: u64,
+    /// Each problem found, naming the file and offset.
+    pub problems: Vec<String>,
+}
+
+/// A frame read back whole: its node and stored payload, if intact.
+fn read_frame(
+    data: &files::LogFile,
+    offset: u64,
+    expected_seq: Option<u64>,
+) -> Option<(Node, Vec<u8>)> {
+    let mut prefix = [0u8; FRAME_PREFIX];
+    if data.read_at_most(&mut prefix, offset).ok()? < FRAME_PREFIX || &prefix[..8] != FRAME_MAGIC {
+        return None;
+    }
+    let seq = u64::from_le_bytes(prefix[8..16].try_into().ok()?);
+    if expected_seq.is_some_and(|e| e != seq) {
+        return None;
+    }
+    let node = Node::decode(&prefix[8..], seq)?;
+    if node.offset != offset {
+        return None;
+    }
+    let mut stored = vec![0u8; node.stored_len as usize];
+    if data
+        .read_at_most(&mut stored, offset + FRAME_PREFIX as u64)
+        .ok()?
+        < stored.len()
+    {
+        return None;
+    }
+    let raw = codec::decode(&stored, node.codec(), node.raw_len as usize).ok()?;
+    (crc(&raw) == node.hash).then_some((node, stored))
+}
+
+/// Bring a log opened for writing back to a consistent state.
+pub(super) fn recover(log: &mut MessageLog) -> Result<()> {
+    let mut changed = false;
+    // Index ahead of data: records whose frames did not make it.
+    while log.count > 0 {
+        let node = log.node(log.count - 1)?;
+        match log.payload_of(&node) {
+            Ok(_) => break,
+            Err(Error::LogCorrupt { .. }) => {
+                log.count -= 1;
+                let at = (FILE_HEADER_LEN + log.count as usize * RECORD_LEN) as u64;
+                log.index.write_all_at(&[0u8; RECORD_LEN], at)?;
+                changed = true;
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    let mut data_end = match log.count {
+        0 => FILE_HEADER_LEN as u64,
+        n => log.node(n - 1)?.frame_end(),
+    };
+    // Index behind data: whole frames after the last record.
+    while let Some((node, _)) = read_frame(&log.data, data_end, Some(log.count)) {
+        let at = FILE_HEADER_LEN as u64 + log.count * RECORD_LEN as u64;
+        log.reserve(at + RECORD_LEN as u64, node.frame_end())?;
+        log.index.write_all_at(&node.encode(), at)?;
+        log.count += 1;
+        data_end = node.frame_end();
+        changed = true;
+    }
+    // Stray bytes past the ends: zero them, so nothing torn is mistaken for a
+    // record later.
+    changed |= zero_tail(
+        &log.index,
+        FILE_HEADER_LEN as u64 + log.count * RECORD_LEN as u64,
+    )?;
+    changed |= zero_tail(&log.data, data_end)?;
+    log.data_end = data_end;
+    if changed {
+        log.data.sync()?;
+        log.index.sync()?;
+    }
+    Ok(())
+}
+
+/// Zero the non-zero bytes from `from` up to the first empty 4 KiB (or the end).
+fn zero_tail(file: &files::LogFile, from: u64) -> Result<bool> {
+    const CHUNK: usize = 4096;
+    let mut at = from;
+    let mut changed = false;
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let got = file.read_at_most(&mut buf, at)?;
+        if got == 0 || buf[..got].iter().all(|&b| b == 0) {
+            return Ok(changed);
+        }
+        file.write_all_at(&vec![0u8; got], at)?;
+        changed = true;
+        at += got as u64;
+    }
+}
+
+/// Rebuild the log in `dir` from the intact frames of its data file: new
+/// files are written beside the old ones and renamed in (readers that have
+/// the old ones open keep reading them). A lost record becomes a
+/// placeholder node, so every later record keeps its seq and parent.
+pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport> {
+    let _lock = files::lock_writer(dir, lock_timeout)?;
+    let data = files::LogFile::open(dir, "data", false, false)?;
+    let mut report = RepairReport::default();
+    let mut head = [0u8; FILE_HEADER_LEN];
+    let (encoding, log_id) = {
+        let index = files::LogFile::open(dir, "index", false, false);
+        let got = index
+            .as_ref()
+            .map_or(Ok(0), |i| i.read_at_most(&mut head, 0))?;
+        match FileHeader::decode(&head[..got], INDEX_MAGIC, "index") {
+            Ok(h) => (h.encoding, h.log_id),
+            Err(e) => {
+                report
+                    .problems
+                    .push(format!("{e}; counts assumed to be o200k_base"));
+                ("o200k_base".to_owned(), 0)
+            }
+        }
+    };
+    let got = data.read_at_most(&mut head, 0)?;
+    if let Err(e) = FileHeader::decode(&head[..got], DATA_MAGIC, "data") {
+        report.problems.push(e.to_string());
+    }
+    let data_len = data.len()?;
+    let mut kept: Vec<(Node, Vec<u8>)> = Vec::new();
+    let mut at = FILE_HEADER_LEN as u64;
+    let mut skipped_from: Option<u64> = None;
+    while at + FRAME_PREFIX as u64 <= data_len {
+        if let Some((node, stored)) =
+            read_frame(&data, at, None).filter(|(n, _)| n.seq >= kept.len() as u64)
+        {
+            if let Some(from) = skipped_from.take() {
+                report.dropped_bytes += at - from;
+                report.problems.push(format!(
+                    "data: damaged at byte {from}: {} bytes without an intact frame",
+                    at - from
+                ));
+            }
+            while (kept.len() as u64) < node.seq {
+                kept.push((placeholder(kept.len() as u64), Vec::new()));
+                report.lost += 1;
+            }
+            at = node.frame_end();
+            kept.push((node, stored));
+        } else {
+            let mut probe = [0u8; 8];
+            if data.read_at_most(&mut probe, at)? == 8
+                && probe == [0u8; 8]
+                && skipped_from.is_none()
+            {
+                // Zeros past the last frame: the reserved end, not damage.
+                let mut rest = [0u8; FRAME_PREFIX];
+                if data.read_at_most(&mut rest, at)? < FRAME_PREFIX || rest.iter().all(|&b| b == 0)
+                {
+                    break;
+                }
+            }
+            skipped_from.get_or_insert(at);
+            at += 8;
+        }
+    }
+    if let Some(from) = skipped_from {
+        report.problems.push(format!(
+            "data: damaged at byte {from}: no intact frame after it"
+        ));
+    }
+    report.kept = kept.len() as u64 - report.lost;
+    write_rebuilt(dir, &kept, &encoding, log_id)?;
+    Ok(report)
+}
+
+/// A node standing in for a record repair could not salvage.
+fn placeholder(seq: u64) -> Node {
+    Node {
+        seq,
+        parent: if seq == 0 { NONE } else { seq - 1 },
+        timestamp: 0.0,
+        offset: 0,
+        stored_len: 0,
+        raw_len: 0,
+        tokens: 0,
+        weight: f32::NAN,
+        priority: 0.0,
+        hash: crc(&[]),
+        role: 4,
+        kind: KIND_LOST,
+        tags: 0,
+        flags: 0,
+    }
+}
+
+fn write_rebuilt(dir: &Path, nodes: &[(Node, Vec<u8>)], encoding: &str, old_id: u64) -> Result<()> {
+    // A new log id: an old index can never be mistaken for the new data.
+    let log_id = xxhash_rust::xxh3::xxh3_64(&old_id.to_le_bytes()) ^ 0x5eed;
+    let header = |magic: &[u8; 8], record_len: u32, encoding: &str| {
+        FileHeader {
+            magic: *magic,
+            record_len,
+            log_id,
+            encoding: encoding.to_owned(),
+        }
+        .encode()
+    };
+    let mut data = header(DATA_MAGIC, 0, "").to_vec();
+    let mut index = header(INDEX_MAGIC, RECORD_LEN as u32, encoding).to_vec();
+    for (node, stored) in nodes {
+        let mut node = *node;
+        node.offset = data.len() as u64;
+        let record = node.encode();
+        data.extend_from_slice(FRAME_MAGIC);
+        data.extend_from_slice(&record);
+        data.extend_from_slice(stored);
+        data.resize(data.len().next_multiple_of(8), 0);
+        index.extend_from_slice(&record);
+    }
+    files::replace_file(dir, "data", &data, true)?;
+    files::replace_file(dir, "index", &index, true)?;
+    // The checkpoint described the old files.
+    match std::fs::remove_file(dir.join("meta")) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(files::storage(&dir.join("meta"), "remove", &e)),
+    }
+    files::sync_dir(dir)
+}

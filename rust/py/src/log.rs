@@ -1,0 +1,239 @@
+//! `_MessageLog`: the Rust message log, bound. `context_core.log.MessageLog`
+//! decodes payloads (`json.loads`) and views the headers with numpy.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions};
+use context_core::{Encoding, tags};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::errors::{CoreError, invalid_input};
+use crate::json::PyJson;
+use crate::select::DEFAULT_TAGGER;
+use crate::text::{sequence, text};
+
+#[pyclass(frozen, name = "_MessageLog", module = "context_core._core")]
+pub struct PyMessageLog {
+    inner: Mutex<MessageLog>,
+}
+
+impl PyMessageLog {
+    fn log(&self) -> MutexGuard<'_, MessageLog> {
+        // A panic never crosses into Python, so a poisoned lock only means
+        // another thread's call failed; the log's state is still consistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn durability(name: &str) -> PyResult<Durability> {
+    match name {
+        "always" => Ok(Durability::Always),
+        "batch" => Ok(Durability::Batch),
+        "never" => Ok(Durability::Never),
+        other => Err(invalid_input(format!(
+            "durability must be \"always\", \"batch\" or \"never\", not {other:?}"
+        ))),
+    }
+}
+
+fn tag_mask(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u8>> {
+    let Some(tags) = tags.filter(|t| !t.is_none()) else {
+        return Ok(None);
+    };
+    let names: Vec<String> = sequence(tags, "tags")?
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Ok(text(t, &format!("tags[{i}]"))?.into_owned()))
+        .collect::<PyResult<_>>()?;
+    Ok(Some(
+        tags::mask_of(names.iter().map(String::as_str)).map_err(CoreError)?,
+    ))
+}
+
+// pyo3 hands arguments over by value.
+#[allow(clippy::needless_pass_by_value)]
+#[pymethods]
+impl PyMessageLog {
+    #[new]
+    #[pyo3(signature = (path, *, create = false, readonly = false, encoding = None, durability = "batch", lock_timeout = 0.0))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        create: bool,
+        readonly: bool,
+        encoding: Option<&str>,
+        durability: &str,
+        lock_timeout: f64,
+    ) -> PyResult<Self> {
+        if !(lock_timeout.is_finite() && lock_timeout >= 0.0) {
+            return Err(invalid_input(format!(
+                "lock_timeout must be a number of seconds >= 0, not {lock_timeout}"
+            )));
+        }
+        let options = OpenOptions {
+            create,
+            readonly,
+            encoding: encoding
+                .map(Encoding::from_name)
+                .transpose()
+                .map_err(CoreError)?,
+            durability: self::durability(durability)?,
+            lock_timeout: Duration::from_secs_f64(lock_timeout.min(1e9)),
+        };
+        // Waiting for the lock must not hold up other Python threads.
+        let log = py
+            .detach(|| MessageLog::open(&path, &options))
+            .map_err(CoreError)?;
+        Ok(Self {
+            inner: Mutex::new(log),
+        })
+    }
+
+    #[pyo3(signature = (message, *, tags = None, weight = None, pinned = false, priority = None, parent = None, timestamp = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &self,
+        message: &Bound<'_, PyAny>,
+        tags: Option<&Bound<'_, PyAny>>,
+        weight: Option<f64>,
+        pinned: bool,
+        priority: Option<f64>,
+        parent: Option<i64>,
+        timestamp: Option<f64>,
+    ) -> PyResult<u64> {
+        let parent = match parent {
+            Some(p) if p < 0 => {
+                return Err(CoreError(context_core::Error::LogIndex {
+                    seq: p,
+                    len: self.log().len().map_err(CoreError)?,
+                })
+                .into());
+            }
+            other => other.map(|p| p as u64),
+        };
+        let options = AppendOptions {
+            tags: tag_mask(tags)?,
+            weight,
+            pinned,
+            priority,
+            parent,
+            timestamp,
+        };
+        Ok(self
+            .log()
+            .append(&PyJson(message.clone()), &options, &DEFAULT_TAGGER)
+            .map_err(CoreError)?)
+    }
+
+    /// `(first, end)` seqs of the appended messages.
+    fn append_many(&self, messages: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
+        let views: Vec<PyJson<'_>> = sequence(messages, "messages")?
+            .into_iter()
+            .map(PyJson)
+            .collect();
+        let range = self
+            .log()
+            .append_many(&views, &DEFAULT_TAGGER)
+            .map_err(CoreError)?;
+        Ok((range.start, range.end))
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.log().len().map_err(CoreError)? as usize)
+    }
+
+    /// The JSON payload of each of `seqs` (empty for a branch marker).
+    fn read<'py>(&self, py: Python<'py>, seqs: Vec<i64>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let payloads = self.log().read(&seqs).map_err(CoreError)?;
+        Ok(payloads.iter().map(|p| PyBytes::new(py, p)).collect())
+    }
+
+    /// `(kind, level)` of node `seq`.
+    fn kind(&self, seq: i64) -> PyResult<(u8, u8)> {
+        let node = self.log().header(seq).map_err(CoreError)?;
+        Ok((node.kind, node.level()))
+    }
+
+    fn node_id(&self, seq: i64) -> PyResult<String> {
+        Ok(self.log().header(seq).map_err(CoreError)?.id())
+    }
+
+    #[pyo3(signature = (text, first, last, level = 2))]
+    fn add_summary(&self, text: &str, first: u64, last: u64, level: u8) -> PyResult<u64> {
+        Ok(self
+            .log()
+            .add_summary(text, first, last, level)
+            .map_err(CoreError)?)
+    }
+
+    fn rewind(&self, seq: i64) -> PyResult<()> {
+        Ok(self.log().rewind(seq).map_err(CoreError)?)
+    }
+
+    #[getter]
+    fn head(&self) -> PyResult<Option<u64>> {
+        Ok(self.log().head().map_err(CoreError)?)
+    }
+
+    #[getter]
+    fn last_summary_index(&self) -> PyResult<Option<u64>> {
+        Ok(self.log().last_summary_index().map_err(CoreError)?)
+    }
+
+    #[pyo3(signature = (head = None))]
+    fn path(&self, head: Option<i64>) -> PyResult<Vec<u64>> {
+        Ok(self.log().path_to(head).map_err(CoreError)?)
+    }
+
+    #[getter]
+    fn encoding(&self) -> &'static str {
+        self.log().encoding().name()
+    }
+
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.log().is_readonly()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.log().is_closed()
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| self.log().flush()).map_err(CoreError)?)
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        Ok(py.detach(|| self.log().close()).map_err(CoreError)?)
+    }
+
+    fn verify(&self) -> PyResult<()> {
+        Ok(self.log().verify().map_err(CoreError)?)
+    }
+
+    /// `(kept, lost, dropped_bytes, problems)`.
+    #[staticmethod]
+    #[pyo3(signature = (path, lock_timeout = 0.0))]
+    fn repair(
+        py: Python<'_>,
+        path: PathBuf,
+        lock_timeout: f64,
+    ) -> PyResult<(u64, u64, u64, Vec<String>)> {
+        let timeout = Duration::from_secs_f64(lock_timeout.clamp(0.0, 1e9));
+        let report = py
+            .detach(|| MessageLog::repair(&path, timeout))
+            .map_err(CoreError)?;
+        Ok((
+            report.kept,
+            report.lost,
+            report.dropped_bytes,
+            report.problems,
+        ))
+    }
+}

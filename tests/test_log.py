@@ -1,0 +1,310 @@
+"""The message log (Rust): round trips, headers, summaries, branches, locks,
+crash recovery, corruption and repair."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import context_core
+from context_core import (
+    HEADER_DTYPE,
+    InvalidInputError,
+    InvalidTypeError,
+    LogClosedError,
+    LogCorruptError,
+    LogIndexError,
+    LogLockedError,
+    LogNotFoundError,
+    MessageLog,
+    reference,
+)
+
+HISTORY = [
+    {"role": "system", "content": "You are a careful agent. You must never delete user files."},
+    {"role": "user", "content": "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{}"}}],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "curl -s http://localhost:8080/health\n" * 20},
+    {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "plan"}, {"type": "text", "text": "Done. 🎉"}],
+    },
+    {"role": "user", "content": "thanks", "pinned": True, "priority": 2.5, "weight": 1.25},
+]
+
+
+@pytest.fixture
+def where(tmp_path: Path) -> Path:
+    return tmp_path / "log"
+
+
+def filled(where: Path, **options) -> MessageLog:
+    log = MessageLog.open(where, create=True, **options)
+    log.append_many(HISTORY)
+    return log
+
+
+def test_messages_come_back_exactly_and_survive_reopening(where):
+    with filled(where) as log:
+        assert len(log) == len(HISTORY)
+        assert log.read(range(len(HISTORY))) == HISTORY
+        assert list(log) == HISTORY
+        assert log[-1] == HISTORY[-1]
+    with MessageLog.open(where) as log:
+        assert list(log) == HISTORY
+        assert log.head == len(HISTORY) - 1
+        assert log.path() == list(range(len(HISTORY)))
+
+
+def test_headers_hold_the_counts_and_tags_selection_would_find(where):
+    oracle = reference.Tokenizer("o200k_base")
+    with filled(where) as log:
+        rows = log.headers()
+        assert rows.dtype == HEADER_DTYPE
+        assert rows.dtype.itemsize == 64
+        assert not rows.flags.writeable
+        assert list(rows["seq"]) == list(range(len(HISTORY)))
+        assert list(rows["parent"]) == [2**64 - 1, 0, 1, 2, 3, 4]
+        assert [int(t) for t in rows["tokens"]] == [oracle.count_messages([m]) - 3 for m in HISTORY]
+        assert list(rows["role"]) == [0, 1, 2, 3, 2, 1]
+        tags = [context_core.tag(m["content"]) if isinstance(m["content"], str) else None for m in HISTORY]
+        assert "constraint" in tags[0]
+        assert "constraint" in tags[1]
+        assert list(rows["tags"][:2] & 1) == [1, 1], "constraints are tagged"
+        assert rows["tags"][3] & 8, "tool output with curl is a log"
+        assert rows["flags"][2] & 2, "calls"
+        assert rows["flags"][3] & 4, "results"
+        assert rows["flags"][5] & 1
+        assert rows["priority"][5] == 2.5
+        assert rows["weight"][5] == 1.25
+        assert np.isnan(rows["weight"][0])
+        assert (rows["flags"][3] >> 4) & 3 == 1, "a long repetitive tool output is compressed"
+        assert rows["stored_len"][3] < rows["raw_len"][3]
+
+
+def test_headers_view_the_mapped_index_without_copying(where):
+    with filled(where) as log:
+        rows = log.headers()
+        assert rows.base is not None
+        assert not rows.flags.owndata
+        log.append({"role": "user", "content": "one more"})
+        assert len(log.headers()) == len(HISTORY) + 1
+
+
+def test_append_overrides_and_node_ids(where):
+    with MessageLog.open(where, create=True) as log:
+        seq = log.append(
+            {"role": "user", "content": "plain words"}, tags=["log"], weight=0.5, pinned=True, timestamp=1.5
+        )
+        row = log.headers()[seq]
+        assert row["tags"] == 8
+        assert row["weight"] == 0.5
+        assert row["flags"] & 1
+        assert row["timestamp"] == 1.5
+        assert log.node_id(seq) == f"{1_500_000:x}-{int(row['hash']):08x}"
+
+
+def test_summaries_move_the_pointer_and_shape_the_view(where):
+    with filled(where) as log:
+        seg = log.add_summary("the payment retry task was set up", covers=(1, 3))
+        assert log.last_summary_index == 3
+        assert log.head == seg
+        assert log[seg] == {"summary": "the payment retry task was set up", "covers": [1, 3], "level": 2}
+        log.append({"role": "user", "content": "next step"})
+        view = log.context_view()
+        assert view[0] == HISTORY[0], "the system message stays"
+        assert view[1]["content"].endswith("the payment retry task was set up")
+        assert view[2:] == [*HISTORY[4:], {"role": "user", "content": "next step"}]
+        log.add_summary("everything so far", covers=(0, 7), level=3)
+        assert log.last_summary_index == 7
+    with MessageLog.open(where) as log:
+        assert log.last_summary_index == 7
+        view = log.context_view()
+        # The system message and the pinned one stay, then the global summary.
+        assert view[:2] == [HISTORY[0], HISTORY[5]]
+        assert view[2]["content"].endswith("everything so far")
+        assert view[3:] == [], "nothing after the summary's cover"
+
+
+def test_branches_coexist_and_the_head_persists(where):
+    with filled(where) as log:
+        log.rewind(2)
+        assert log.head == 2
+        b = log.append({"role": "user", "content": "the other way"})
+        assert log.path() == [0, 1, 2, b]
+        assert log.path(5) == [0, 1, 2, 3, 4, 5], "the first branch is still there"
+        assert log[b - 1] is None, "the branch marker has no payload"
+    with MessageLog.open(where) as log:
+        assert log.head == b
+        assert log.path() == [0, 1, 2, b]
+        with pytest.raises(InvalidInputError, match="branch marker"):
+            log.rewind(b - 1)
+
+
+def test_one_writer_many_readers(where):
+    with filled(where) as writer:
+        with pytest.raises(LogLockedError, match="another writer"):
+            MessageLog.open(where)
+        reader = MessageLog.open(where, readonly=True)
+        assert len(reader) == len(HISTORY)
+        writer.append({"role": "user", "content": "seen by the reader"})
+        assert len(reader) == len(HISTORY) + 1
+        assert reader[-1]["content"] == "seen by the reader"
+        with pytest.raises(LogClosedError, match="read-only"):
+            reader.append({"role": "user", "content": "no"})
+        reader.close()
+    with MessageLog.open(where, lock_timeout=0.05) as again:
+        assert len(again) == len(HISTORY) + 1
+
+
+def test_bad_input_is_refused_cleanly(where):
+    with pytest.raises(LogNotFoundError):
+        MessageLog.open(where)
+    with MessageLog.open(where, create=True) as log:
+        with pytest.raises(InvalidTypeError):
+            log.append({"role": "user", "content": ("a", "tuple")})
+        with pytest.raises(InvalidTypeError):
+            log.append({"role": "user", "content": "x", 3: "int key"})
+        with pytest.raises(InvalidTypeError):
+            log.append(["not", "a", "dict"])
+        with pytest.raises(LogIndexError):
+            log[0]
+        with pytest.raises(InvalidInputError):
+            log.add_summary("nothing to cover", covers=(0, 0))
+        assert len(log) == 0, "nothing was written by the refused calls"
+    with pytest.raises(InvalidInputError, match="durability"):
+        MessageLog.open(where, durability="sometimes")
+    with pytest.raises(InvalidInputError, match="counts tokens in o200k_base"):
+        MessageLog.open(where, encoding="cl100k_base")
+    log = MessageLog.open(where)
+    log.close()
+    log.close()
+    with pytest.raises(LogClosedError):
+        len(log)
+
+
+# -- crashes and damage ------------------------------------------------------------
+
+
+def frame_ends(where: Path) -> list[int]:
+    with MessageLog.open(where, readonly=True) as log:
+        rows = log.headers().copy()
+    return [int(o + ((72 + s + 7) // 8) * 8) for o, s in zip(rows["offset"], rows["stored_len"], strict=True)]
+
+
+def test_a_torn_data_tail_is_cut(where):
+    filled(where).close()
+    ends = frame_ends(where)
+    with open(where / "data", "r+b") as data:
+        data.seek(ends[-2] + 20)
+        data.write(b"\x00" * (ends[-1] - ends[-2] - 20))
+    with MessageLog.open(where) as log:
+        assert list(log) == HISTORY[:-1]
+        log.append(HISTORY[-1])
+        assert list(log) == HISTORY
+
+
+def test_an_index_behind_its_data_is_rebuilt_from_the_frames(where):
+    filled(where).close()
+    os.remove(where / "meta")
+    with open(where / "index", "r+b") as index:
+        index.seek(64 + 64 * 4)
+        index.write(b"\x00" * 128)
+    with MessageLog.open(where) as log:
+        assert list(log) == HISTORY
+        log.verify()
+
+
+def test_garbage_after_the_index_is_cleared(where):
+    filled(where).close()
+    with open(where / "index", "r+b") as index:
+        index.seek(64 + 64 * len(HISTORY))
+        index.write(os.urandom(64))
+    with MessageLog.open(where) as log:
+        assert list(log) == HISTORY
+        log.append({"role": "user", "content": "after the garbage"})
+    with MessageLog.open(where) as log:
+        assert len(log) == len(HISTORY) + 1
+
+
+@pytest.mark.parametrize(
+    ("file", "offset", "names"), [("data", None, "data"), ("index", 64 + 64 * 2 + 40, "index")]
+)
+def test_a_flipped_bit_is_named_by_file_and_offset(where, file, offset, names):
+    filled(where).close()
+    if offset is None:
+        offset = frame_ends(where)[1] + 72 + 5  # inside the payload of node 2
+    with open(where / file, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0x04]))
+    with (
+        MessageLog.open(where, readonly=True) as log,
+        pytest.raises(LogCorruptError, match=rf"^{names}: damaged at byte \d+"),
+    ):
+        log.verify()
+
+
+def test_a_wrong_magic_is_refused(where):
+    filled(where).close()
+    with open(where / "index", "r+b") as f:
+        f.write(b"NOTALOG!")
+    with pytest.raises(LogCorruptError, match="index: damaged at byte 0: wrong magic"):
+        MessageLog.open(where, readonly=True)
+
+
+def test_repair_salvages_every_intact_record(where):
+    filled(where).close()
+    ends = frame_ends(where)
+    with open(where / "data", "r+b") as f:
+        f.seek(ends[1] + 30)  # inside frame 2's header copy
+        f.write(b"\xff\xff")
+    report = MessageLog.repair(where)
+    assert report.kept == len(HISTORY) - 1
+    assert report.lost == 1
+    assert report.problems
+    assert "data: damaged at byte" in report.problems[0]
+    with MessageLog.open(where) as log:
+        log.verify()
+        got = list(log)
+        assert got[:2] == HISTORY[:2]
+        assert got[2] is None
+        assert got[3:] == HISTORY[3:]
+        assert log.path() == [0, 1, 3, 4, 5]
+
+
+# -- round trips --------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+messages = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=300)},
+    optional={"name": st.from_regex(r"[a-z]{1,8}", fullmatch=True), "extra": json_values},
+)
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(messages, min_size=1, max_size=8))
+def test_any_messages_round_trip(tmp_path_factory, batch):
+    where = tmp_path_factory.mktemp("log") / "log"
+    with MessageLog.open(where, create=True, durability="never") as log:
+        log.append_many(batch)
+        single = log.append(batch[0])
+        assert log.read(range(len(batch))) == batch
+        assert log[single] == batch[0]
+    with MessageLog.open(where, readonly=True) as log:
+        assert list(log)[: len(batch)] == batch
+        log.verify()
