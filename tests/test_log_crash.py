@@ -16,7 +16,8 @@ KILLS = 200
 
 def message(n: int) -> dict:
     # Sizes from a few bytes to several KB, some compressible, some not.
-    body = f"message {n} " + ("retry with backoff; " * (n % 7) * 20) + random.Random(n).randbytes(n % 5 * 40).hex()
+    noise = random.Random(n).randbytes(n % 5 * 40).hex()
+    body = f"message {n} " + ("retry with backoff; " * (n % 7) * 20) + noise
     return {"role": "user" if n % 2 else "assistant", "content": body, "n": n}
 
 

@@ -8,6 +8,7 @@ benchmarks. It needs the ``test`` extra (``pip install 'context-core[test]'``).
 
 from __future__ import annotations
 
+from context_core.reference.log import MessageLog, RepairReport
 from context_core.reference.tokenizer import Tokenizer, encoding_name_for_model
 
-__all__ = ["Tokenizer", "encoding_name_for_model"]
+__all__ = ["MessageLog", "RepairReport", "Tokenizer", "encoding_name_for_model"]

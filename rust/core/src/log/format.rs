@@ -203,7 +203,7 @@ impl Node {
 
     /// `f"{round(timestamp * 1e6):x}-{hash:08x}"`.
     pub fn id(&self) -> String {
-        let micros = (self.timestamp * 1e6).round();
+        let micros = (self.timestamp * 1e6).round_ties_even();
         let micros = if micros.is_finite() && micros >= 0.0 {
             micros as u64
         } else {

@@ -1,0 +1,1332 @@
+"""The message log in plain Python, written from docs/log-format.md (the files)
+and the shared MessageLog API: the twin of the Rust-backed ``context_core.MessageLog``.
+
+Each file written here is readable by the Rust implementation and the other way
+round. The writer stores payloads raw (codec 0); the reader also decodes LZ4
+blocks (codec 1). Not thread-safe: one log object belongs to one thread at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import math
+import operator
+import os
+import secrets
+import struct
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from context_core.errors import (
+    InvalidInputError,
+    InvalidTypeError,
+    LogClosedError,
+    LogCorruptError,
+    LogIndexError,
+    LogLockedError,
+    LogNotFoundError,
+)
+from context_core.reference.select import Analysis, _shared_backend
+from context_core.reference.tokenizer import MAX_DEPTH
+
+__all__ = ["HEADER_DTYPE", "MessageLog", "RepairReport", "decode_lz4_block"]
+
+# -- the format (docs/log-format.md) ---------------------------------------------
+
+VERSION = 1
+NONE = 2**64 - 1  # "no seq": the parent of a root, an empty head
+INDEX_MAGIC, DATA_MAGIC, META_MAGIC = b"CCLOGIDX", b"CCLOGDAT", b"CCLOGMET"
+FRAME_MAGIC = b"CCFRAME1"
+FILE_HEADER_SIZE = RECORD_SIZE = 64
+FRAME_PREFIX = 8 + RECORD_SIZE  # magic, then the header copy
+FILE_HEADER = struct.Struct("<8sIIQ16s16s")  # the 56 bytes the header's crc covers
+NODE = struct.Struct("<QQdQIIIffIBBBB")  # the 60 bytes the record's check covers
+META = struct.Struct("<QQQQQ16s")  # the 56 bytes after the file header the meta crc covers
+U32 = struct.Struct("<I")
+F32 = struct.Struct("<f")
+U32_MAX = 2**32 - 1
+
+HEADER_DTYPE = np.dtype(
+    [
+        ("seq", "<u8"),
+        ("parent", "<u8"),
+        ("timestamp", "<f8"),
+        ("offset", "<u8"),
+        ("stored_len", "<u4"),
+        ("raw_len", "<u4"),
+        ("tokens", "<u4"),
+        ("weight", "<f4"),
+        ("priority", "<f4"),
+        ("hash", "<u4"),
+        ("role", "u1"),
+        ("kind", "u1"),
+        ("tags", "u1"),
+        ("flags", "u1"),
+        ("check", "<u4"),
+    ]
+)
+assert HEADER_DTYPE.itemsize == RECORD_SIZE
+
+ROLES = {"system": 0, "user": 1, "assistant": 2, "tool": 3, "other": 4}
+SYSTEM, OTHER = ROLES["system"], ROLES["other"]
+MESSAGE, SUMMARY, BRANCH = 0, 1, 2
+PINNED, CALLS, RESULTS, HAS_TEXT = 1, 2, 4, 8
+CODEC_SHIFT, LEVEL_SHIFT = 4, 6
+RAW, LZ4 = 0, 1
+SUMMARY_PREFIX = {
+    3: "Summary of the conversation so far:\n",
+    2: "Summary of an earlier part of the conversation:\n",
+}
+NEWEST_LEVEL_2 = 3  # level-2 summaries context_view keeps
+
+# Space is reserved ahead in steps that double, so a full disk fails before a write.
+INDEX_FIRST_STEP, DATA_FIRST_STEP, MAX_STEP = 64 << 10, 1 << 20, 64 << 20
+DEFAULT_ENCODING = "o200k_base"
+DURABILITIES = ("always", "batch", "never")
+BATCH_APPENDS, BATCH_SECONDS = 64, 0.02
+LOCK_POLL_SECONDS = 0.01
+SCAN_CHUNK = 1 << 20
+
+
+def crc(data: bytes) -> int:
+    return zlib.crc32(data)
+
+
+def align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def corrupt(path: str, offset: int, what: str) -> LogCorruptError:
+    return LogCorruptError(f"{path}: offset {offset}: {what}")
+
+
+# -- node headers -------------------------------------------------------------------
+
+
+class Node(NamedTuple):
+    """One node header (64 bytes on disk: these fields, then ``check``)."""
+
+    seq: int
+    parent: int
+    timestamp: float
+    offset: int
+    stored_len: int
+    raw_len: int
+    tokens: int
+    weight: float
+    priority: float
+    hash: int
+    role: int
+    kind: int
+    tags: int
+    flags: int
+
+    def pack(self) -> bytes:
+        body = NODE.pack(*self)
+        return body + U32.pack(crc(body))
+
+    @property
+    def codec(self) -> int:
+        return (self.flags >> CODEC_SHIFT) & 3
+
+    @property
+    def level(self) -> int:
+        return self.flags >> LEVEL_SHIFT
+
+    @property
+    def frame_end(self) -> int:
+        return self.offset + align8(FRAME_PREFIX + self.stored_len)
+
+    @property
+    def parent_seq(self) -> int | None:
+        return None if self.parent == NONE else self.parent
+
+
+def unpack_node(record: bytes) -> Node | None:
+    """The header in a 64-byte record, or None when its check does not match."""
+    body = record[: NODE.size]
+    if len(record) < RECORD_SIZE or crc(body) != U32.unpack_from(record, NODE.size)[0]:
+        return None
+    return Node(*NODE.unpack(body))
+
+
+def node_problem(node: Node, expected_offset: int) -> str | None:
+    """What is wrong with a header whose check matches (a bug, not a torn write)."""
+    if node.parent != NONE and node.parent >= node.seq:
+        return f"node {node.seq} has parent {node.parent}, not an earlier node"
+    if node.kind > BRANCH:
+        return f"node {node.seq} has unknown kind {node.kind}"
+    if node.codec > LZ4:
+        return f"node {node.seq} has unknown codec {node.codec}"
+    if node.level not in ((2, 3) if node.kind == SUMMARY else (0,)):
+        return f"node {node.seq} has summary level {node.level} for kind {node.kind}"
+    if node.offset != expected_offset:
+        return f"node {node.seq} has its frame at {node.offset}, not at {expected_offset}"
+    if node.codec == RAW and node.stored_len != node.raw_len:
+        return f"node {node.seq} is stored raw but its lengths differ"
+    return None
+
+
+def f32(value: float, what: str) -> float:
+    """The value as the header stores it (refusing a finite value f32 cannot hold)."""
+    try:
+        return F32.unpack(F32.pack(value))[0]
+    except OverflowError:
+        raise InvalidInputError(f"{what}: {value} is out of the f32 range") from None
+
+
+def number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{what}: expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+# -- file headers and the checkpoint ----------------------------------------------
+
+
+def file_header(magic: bytes, log_id: int, encoding: str = "") -> bytes:
+    record_size = RECORD_SIZE if magic == INDEX_MAGIC else 0
+    body = FILE_HEADER.pack(magic, VERSION, record_size, log_id, encoding.encode("ascii"), b"")
+    return body + U32.pack(crc(body)) + bytes(4)
+
+
+def parse_file_header(raw: bytes, path: str, magic: bytes, log_id: int | None) -> tuple[int, str]:
+    """The log id and encoding of a file header, or LogCorruptError."""
+    if len(raw) < FILE_HEADER_SIZE:
+        raise corrupt(path, len(raw), "file shorter than its 64-byte header")
+    found, version, record_size, found_id, encoding, _ = FILE_HEADER.unpack_from(raw)
+    if found != magic:
+        raise corrupt(path, 0, f"bad magic {found!r}, expected {magic!r}")
+    if crc(raw[: FILE_HEADER.size]) != U32.unpack_from(raw, FILE_HEADER.size)[0]:
+        raise corrupt(path, FILE_HEADER.size, "file header checksum does not match")
+    if version != VERSION:
+        raise corrupt(path, 8, f"format version {version}, this reader knows {VERSION}")
+    if record_size != (RECORD_SIZE if magic == INDEX_MAGIC else 0):
+        raise corrupt(path, 12, f"record size {record_size}")
+    if log_id is not None and found_id != log_id:
+        raise corrupt(path, 16, f"log id {found_id:016x} is not the index's {log_id:016x}")
+    try:
+        name = encoding.rstrip(b"\0").decode("ascii")
+    except UnicodeDecodeError:
+        raise corrupt(path, 24, "encoding name is not ASCII") from None
+    return found_id, name
+
+
+class Checkpoint(NamedTuple):
+    """The body of ``meta``; NONE stands for "no seq"."""
+
+    count: int
+    head: int
+    summary: int
+    summary_last: int
+    data_end: int
+
+    def pack(self, log_id: int) -> bytes:
+        body = META.pack(*self, b"")
+        return file_header(META_MAGIC, log_id) + body + U32.pack(crc(body)) + bytes(4)
+
+
+def read_checkpoint(path: str, log_id: int) -> Checkpoint | None:
+    """The checkpoint in ``meta`` if it is intact (a cache: anything wrong just means no checkpoint)."""
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(2 * FILE_HEADER_SIZE)
+        parse_file_header(raw, path, META_MAGIC, log_id)
+    except (OSError, LogCorruptError):
+        return None
+    body = raw[FILE_HEADER_SIZE : FILE_HEADER_SIZE + META.size]
+    if len(raw) < 2 * FILE_HEADER_SIZE or crc(body) != U32.unpack_from(raw, FILE_HEADER_SIZE + META.size)[0]:
+        return None
+    return Checkpoint(*META.unpack(body)[:5])
+
+
+def write_checkpoint(directory: str, log_id: int, checkpoint: Checkpoint) -> None:
+    """Replace ``meta`` atomically: written to ``meta.tmp``, then renamed."""
+    temporary = os.path.join(directory, "meta.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        write_all(fd, checkpoint.pack(log_id), 0)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, os.path.join(directory, "meta"))
+
+
+def forget_checkpoint(directory: str) -> None:
+    """Remove ``meta`` before records it counts may change."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(directory, "meta"))
+
+
+# -- file helpers ----------------------------------------------------------------------
+
+
+def read_at(fd: int, size: int, offset: int) -> bytes:
+    """Up to ``size`` bytes (fewer only at the end of the file)."""
+    parts, got = [], 0
+    while got < size:
+        part = os.pread(fd, size - got, offset + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def read_exact(fd: int, size: int, offset: int, path: str, what: str) -> bytes:
+    data = read_at(fd, size, offset)
+    if len(data) < size:
+        raise corrupt(path, offset + len(data), f"file ends inside {what}")
+    return data
+
+
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def all_zero(data: bytes) -> bool:
+    return not data.lstrip(b"\0")
+
+
+def last_nonzero_end(fd: int, start: int) -> int:
+    """The end of the last non-zero byte at or after ``start`` (``start`` if none)."""
+    end, position, size = start, start, os.fstat(fd).st_size
+    while position < size:
+        chunk = read_at(fd, min(SCAN_CHUNK, size - position), position)
+        if not chunk:
+            break
+        stripped = chunk.rstrip(b"\0")
+        if stripped:
+            end = position + len(stripped)
+        position += len(chunk)
+    return end
+
+
+def first_nonzero(fd: int, start: int) -> int | None:
+    """The offset of the first non-zero byte at or after ``start``, if any."""
+    position, size = start, os.fstat(fd).st_size
+    while position < size:
+        chunk = read_at(fd, min(SCAN_CHUNK, size - position), position)
+        if not chunk:
+            break
+        if rest := chunk.lstrip(b"\0"):
+            return position + len(chunk) - len(rest)
+        position += len(chunk)
+    return None
+
+
+def zero_from(fd: int, start: int) -> bool:
+    """Zero every non-zero byte from ``start`` on (a torn tail); True if there were any."""
+    changed, position, size = False, start, os.fstat(fd).st_size
+    while position < size:
+        chunk = read_at(fd, min(SCAN_CHUNK, size - position), position)
+        if not chunk:
+            break
+        if not all_zero(chunk):
+            write_all(fd, bytes(len(chunk)), position)
+            changed = True
+        position += len(chunk)
+    return changed
+
+
+def grow(fd: int, size: int, needed: int, first_step: int) -> int:
+    """Reserve zero-filled space up to at least ``needed`` bytes; the new file size."""
+    if needed <= size:
+        return size
+    target = size
+    while target < needed:
+        target += min(max(target, first_step), MAX_STEP)  # steps double, up to MAX_STEP
+    try:
+        os.posix_fallocate(fd, size, target - size)
+    except OSError as error:
+        if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise  # a full disk fails here, before anything is written
+        os.ftruncate(fd, target)  # a file system without fallocate
+    return target
+
+
+def sync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def take_lock(directory: str, timeout: float) -> int:
+    """flock(LOCK_EX) on ``<dir>/lock``, polled until ``timeout`` seconds pass."""
+    fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                os.close(fd)
+                raise LogLockedError(f"{directory}: another writer holds the message log") from None
+            time.sleep(min(LOCK_POLL_SECONDS, remaining))
+
+
+# -- payloads ----------------------------------------------------------------------------
+
+
+def check_json(value: Any, depth: int = 0) -> None:
+    """Refuse what is not JSON (tuples, sets, bytes, non-str keys, objects)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return
+    if depth >= MAX_DEPTH:  # also stops reference cycles
+        raise InvalidInputError(f"nested more than {MAX_DEPTH} levels deep")
+    if isinstance(value, list):
+        for item in value:
+            check_json(item, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidTypeError(f"a JSON object key must be str, not {type(key).__name__}")
+            check_json(item, depth + 1)
+    else:
+        raise InvalidTypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def encode_json(value: Any) -> bytes:
+    check_json(value)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError("a string holds a lone surrogate (not valid Unicode)") from None
+
+
+def decode_lz4_block(block: bytes, size: int) -> bytes:
+    """Decompress one LZ4 block (the block format: no frame, no size prefix) of
+    ``size`` bytes; ValueError if the block is malformed or not that size."""
+    out = bytearray()
+    position, end = 0, len(block)
+    while position < end:
+        token = block[position]
+        literals, position = _lz4_length(block, position + 1, token >> 4)
+        if position + literals > end or len(out) + literals > size:
+            raise ValueError("LZ4 block: literals run past the block or the output")
+        out += block[position : position + literals]
+        position += literals
+        if position == end:  # the last sequence holds literals only
+            break
+        if position + 2 > end:
+            raise ValueError("LZ4 block: a match offset is cut off")
+        distance = block[position] | block[position + 1] << 8
+        length, position = _lz4_length(block, position + 2, token & 15)
+        length += 4  # the minimum match
+        if not 0 < distance <= len(out):
+            raise ValueError(f"LZ4 block: match offset {distance} outside the output")
+        if len(out) + length > size:
+            raise ValueError("LZ4 block: a match runs past the output")
+        start = len(out) - distance
+        if distance >= length:
+            out += out[start : start + length]
+        else:  # the match overlaps what it writes: it repeats the last `distance` bytes
+            out += (out[start:] * (length // distance + 1))[:length]
+    if len(out) != size:
+        raise ValueError(f"LZ4 block: the block decodes to {len(out)} bytes, not {size}")
+    return bytes(out)
+
+
+def _lz4_length(block: bytes, position: int, nibble: int) -> tuple[int, int]:
+    """A length from its token nibble and, at 15, the extension bytes after it."""
+    length = nibble
+    if nibble == 15:
+        while True:
+            if position >= len(block):
+                raise ValueError("LZ4 block: a length is cut off")
+            byte = block[position]
+            position += 1
+            length += byte
+            if byte != 255:
+                break
+    return length, position
+
+
+def decode_payload(stored: bytes, node: Node) -> bytes:
+    if node.codec == LZ4:
+        return decode_lz4_block(stored, node.raw_len)
+    if len(stored) != node.raw_len:
+        raise ValueError(f"{len(stored)} raw bytes, the header says {node.raw_len}")
+    return stored
+
+
+def check_frame(frame: bytes, node: Node, record: bytes | None) -> tuple[bytes, int, str | None]:
+    """The raw payload of a frame, or (b"", where, why): its first problem and where in the frame."""
+    if frame[:8] != FRAME_MAGIC:
+        return b"", 0, f"bad frame magic for node {node.seq}"
+    if record is not None and frame[8:FRAME_PREFIX] != record:
+        return b"", 8, f"the frame of node {node.seq} holds another header than its index record"
+    try:
+        raw = decode_payload(frame[FRAME_PREFIX : FRAME_PREFIX + node.stored_len], node)
+    except ValueError as error:
+        return b"", FRAME_PREFIX, f"payload of node {node.seq}: {error}"
+    if crc(raw) != node.hash:
+        return b"", FRAME_PREFIX, f"payload checksum of node {node.seq} does not match"
+    return raw, 0, None
+
+
+def read_frame(fd: int, path: str, node: Node, record: bytes) -> bytes:
+    """The raw payload of a node, its frame checked against its index record."""
+    frame = read_exact(fd, FRAME_PREFIX + node.stored_len, node.offset, path, f"the frame of node {node.seq}")
+    raw, where, why = check_frame(frame, node, record)
+    if why is not None:
+        raise corrupt(path, node.offset + where, why)
+    return raw
+
+
+def frame_at(fd: int, position: int, seq: int) -> tuple[Node | None, bytes, str | None]:
+    """The valid frame of node ``seq`` at ``position`` as (node, frame, None), or
+    (None, b"", why) where why is None at a clean end (zeros or the end of the file)."""
+    prefix = read_at(fd, FRAME_PREFIX, position)
+    if not prefix or all_zero(prefix[:8]):
+        return None, b"", None
+    if len(prefix) < FRAME_PREFIX:
+        return None, b"", "the file ends inside a frame"
+    if prefix[:8] != FRAME_MAGIC:
+        return None, b"", "bad frame magic"
+    node = unpack_node(prefix[8:])
+    if node is None:
+        return None, b"", "frame header checksum does not match"
+    if node.seq != seq:
+        return None, b"", f"the frame holds node {node.seq} where node {seq} was expected"
+    if problem := node_problem(node, position):
+        return None, b"", problem
+    frame = read_at(fd, FRAME_PREFIX + node.stored_len, position)
+    if len(frame) < FRAME_PREFIX + node.stored_len:
+        return None, b"", "the file ends inside a frame"
+    _, _, why = check_frame(frame, node, None)
+    return (None, b"", why) if why is not None else (node, frame, None)
+
+
+def decode_value(raw: bytes, node: Node) -> Any:
+    """The value a payload holds: a dict, or None for a branch marker."""
+    if node.kind == BRANCH:
+        if raw:
+            raise ValueError("a branch marker with a payload")
+        return None
+    value = json.loads(raw.decode("utf-8"))
+    if not isinstance(value, dict):
+        raise ValueError("the payload is not a JSON object")
+    if node.kind == SUMMARY and not summary_shape_ok(value):
+        raise ValueError("not a summary payload")
+    return value
+
+
+def summary_shape_ok(value: dict) -> bool:
+    covers = value.get("covers")
+    return (
+        isinstance(value.get("summary"), str)
+        and isinstance(covers, list)
+        and len(covers) == 2
+        and all(isinstance(c, int) and not isinstance(c, bool) for c in covers)
+        and value.get("level") in (2, 3)
+    )
+
+
+# -- the log -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    kept: int
+    dropped_bytes: int
+    problems: list[str]
+
+
+class MessageLog:
+    """An append-only tree of messages in a directory (open it with ``MessageLog.open``)."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        readonly: bool,
+        durability: str,
+        lock_fd: int | None,
+        encoding: str | None = None,
+    ) -> None:
+        """Open the files of an existing log (owning ``lock_fd`` from here on)."""
+        self._directory = directory
+        self._index_path = os.path.join(directory, "index")
+        self._data_path = os.path.join(directory, "data")
+        self._readonly, self._durability = readonly, durability
+        self._lock_fd: int | None = lock_fd
+        self._index_fd: int | None = None
+        self._data_fd: int | None = None
+        self._closed = False
+        self._nodes: list[Node] = []
+        self._records = bytearray()  # the index records 0..n, as on disk
+        self._data_end = FILE_HEADER_SIZE
+        self._head: int | None = None
+        self._summary: int | None = None
+        self._summary_last: int | None = None
+        self._analysis: Analysis | None = None
+        self._unsynced, self._last_sync = 0, time.monotonic()
+        try:
+            self._index_fd = open_log_file(self._index_path, readonly)
+            self._data_fd = open_log_file(self._data_path, readonly)
+            self._log_id, self._encoding = self._read_file_headers()
+            if encoding is not None and encoding != self._encoding:
+                raise InvalidInputError(
+                    f"{directory}: the log counts tokens in {self._encoding}, not {encoding}"
+                )
+            self._scan_index()
+            if not readonly:
+                self._recover()
+            self._index_size = os.fstat(self._index_fd).st_size
+            self._data_size = os.fstat(self._data_fd).st_size
+            self._load_state()
+        except BaseException:
+            self._release()
+            raise
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        encoding: str | None = None,
+        durability: str = "batch",
+        lock_timeout: float = 0.0,
+    ) -> MessageLog:
+        directory = log_directory(path)
+        if encoding is not None:
+            if not isinstance(encoding, str):
+                raise InvalidTypeError(f"encoding must be str or None, not {type(encoding).__name__}")
+            _shared_backend(encoding)  # refuses an unknown encoding
+        if not isinstance(durability, str):
+            raise InvalidTypeError(f"durability must be str, not {type(durability).__name__}")
+        if durability not in DURABILITIES:
+            raise InvalidInputError(
+                f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}"
+            )
+        lock_timeout = number(lock_timeout, "lock_timeout")
+        if not lock_timeout >= 0:
+            raise InvalidInputError("lock_timeout must be a number of seconds >= 0")
+        if not log_exists(directory) and (readonly or not create):
+            raise LogNotFoundError(f"{directory}: no message log")
+        if not readonly:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        lock_fd = None if readonly else take_lock(directory, lock_timeout)
+        if lock_fd is not None and not log_exists(directory):  # checked again under the lock
+            try:
+                create_log(directory, encoding or DEFAULT_ENCODING)
+            except BaseException:
+                os.close(lock_fd)
+                raise
+        return cls(directory, readonly=readonly, durability=durability, lock_fd=lock_fd, encoding=encoding)
+
+    def __enter__(self) -> MessageLog:
+        self._check_open()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._nodes)} nodes"
+        return f"reference.MessageLog({self._directory!r}, {state})"
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._release()
+
+    # -- opening ---------------------------------------------------------------------
+
+    def _read_file_headers(self) -> tuple[int, str]:
+        raw = read_at(self._index_fd, FILE_HEADER_SIZE, 0)
+        log_id, encoding = parse_file_header(raw, self._index_path, INDEX_MAGIC, None)
+        raw = read_at(self._data_fd, FILE_HEADER_SIZE, 0)
+        parse_file_header(raw, self._data_path, DATA_MAGIC, log_id)
+        return log_id, encoding
+
+    def _scan_index(self) -> list[Node]:
+        """Take in the valid records after the known ones; the first invalid slot ends the log."""
+        found: list[Node] = []
+        size = 16 * RECORD_SIZE  # small first: a reader looks for new records before each operation
+        while True:
+            position = FILE_HEADER_SIZE + len(self._records)
+            chunk = read_at(self._index_fd, size, position)
+            for start in range(0, len(chunk) - RECORD_SIZE + 1, RECORD_SIZE):
+                record = chunk[start : start + RECORD_SIZE]
+                node = unpack_node(record)
+                if node is None or node.seq != len(self._nodes):
+                    return found
+                if problem := node_problem(node, self._data_end):
+                    raise corrupt(self._index_path, position + start, problem)
+                self._add(node, record)
+                found.append(node)
+            if len(chunk) < size:
+                return found
+            size = min(2 * size, SCAN_CHUNK)
+
+    def _add(self, node: Node, record: bytes) -> None:
+        self._nodes.append(node)
+        self._records += record
+        self._data_end = node.frame_end
+
+    def _drop_last(self) -> None:
+        self._nodes.pop()
+        del self._records[-RECORD_SIZE:]
+        self._data_end = self._nodes[-1].frame_end if self._nodes else FILE_HEADER_SIZE
+
+    def _recover(self) -> None:
+        """docs/log-format.md, "Recovery": cut records ahead of the data, index the
+        frames behind it, zero the torn tail."""
+        changed = False
+        while self._nodes and not self._frame_holds(len(self._nodes) - 1):
+            forget_checkpoint(self._directory)
+            write_all(self._index_fd, bytes(RECORD_SIZE), FILE_HEADER_SIZE + len(self._records) - RECORD_SIZE)
+            self._drop_last()
+            changed = True
+        while True:
+            node, frame, _ = frame_at(self._data_fd, self._data_end, len(self._nodes))
+            if node is None:
+                break
+            record = frame[8:FRAME_PREFIX]
+            forget_checkpoint(self._directory)
+            write_all(self._index_fd, record, FILE_HEADER_SIZE + len(self._records))
+            self._add(node, record)
+            changed = True
+        if zero_from(self._index_fd, FILE_HEADER_SIZE + len(self._records)):
+            changed = True
+        if zero_from(self._data_fd, self._data_end):
+            changed = True
+        if os.fstat(self._data_fd).st_size < self._data_end:  # the last frame lost its padding
+            os.ftruncate(self._data_fd, self._data_end)
+            changed = True
+        if changed:
+            self._sync()
+
+    def _frame_holds(self, seq: int) -> bool:
+        try:
+            read_frame(self._data_fd, self._data_path, self._nodes[seq], self._record(seq))
+        except LogCorruptError:
+            return False
+        return True
+
+    def _load_state(self) -> None:
+        """Head and newest summary: from the checkpoint, then replaying the records after it."""
+        start = 0
+        checkpoint = read_checkpoint(os.path.join(self._directory, "meta"), self._log_id)
+        if checkpoint is not None and self._checkpoint_fits(checkpoint):
+            start = checkpoint.count
+            self._head = None if checkpoint.head == NONE else checkpoint.head
+            self._summary = None if checkpoint.summary == NONE else checkpoint.summary
+            self._summary_last = None if self._summary is None else checkpoint.summary_last
+        for node in self._nodes[start:]:
+            self._apply(node)
+
+    def _checkpoint_fits(self, checkpoint: Checkpoint) -> bool:
+        """Whether a checkpoint can describe these records (else it is stale: replay all)."""
+        count, head, summary, _, data_end = checkpoint
+        if count > len(self._nodes):
+            return False
+        expected_end = self._nodes[count - 1].frame_end if count else FILE_HEADER_SIZE
+        if data_end != expected_end or (count == 0) != (head == NONE):
+            return False
+        if head != NONE and (head >= count or self._nodes[head].kind == BRANCH):
+            return False
+        return summary == NONE or (summary < count and self._nodes[summary].kind == SUMMARY)
+
+    def _apply(self, node: Node) -> None:
+        """Move the head and the newest summary past one more node (the replay rules)."""
+        if node.kind == BRANCH:
+            self._head = node.parent_seq
+            self._find_summary()
+        elif node.kind == SUMMARY:
+            self._head = self._summary = node.seq
+            self._summary_last = self._value(node.seq)["covers"][1]
+        else:
+            moved = node.parent_seq != self._head  # a child of another node than the head
+            self._head = node.seq
+            if moved:
+                self._find_summary()
+
+    def _find_summary(self) -> None:
+        self._summary = self._summary_last = None
+        for seq in reversed(self._path(self._head)):
+            if self._nodes[seq].kind == SUMMARY:
+                self._summary = seq
+                self._summary_last = self._value(seq)["covers"][1]
+                return
+
+    # -- checks before each operation ------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self._directory}: the message log is closed")
+
+    def _refresh(self) -> None:
+        """Refuse files truncated under us; a reader takes in the writer's new records."""
+        self._check_open()
+        index_end = FILE_HEADER_SIZE + len(self._records)
+        if (size := os.fstat(self._index_fd).st_size) < index_end:
+            raise corrupt(self._index_path, size, f"file truncated (its records run to {index_end})")
+        last = self._nodes[-1] if self._nodes else None
+        data_end = last.offset + FRAME_PREFIX + last.stored_len if last else FILE_HEADER_SIZE
+        if (size := os.fstat(self._data_fd).st_size) < data_end:
+            raise corrupt(self._data_path, size, f"file truncated (its frames run to {data_end})")
+        if self._readonly:
+            for node in self._scan_index():
+                self._apply(node)
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._readonly:
+            raise LogClosedError(f"{self._directory}: the message log is open read-only")
+        self._refresh()
+
+    def _position(self, seq: Any, *, negative: bool = False) -> int:
+        """A node's seq from an argument (counting from the end if ``negative`` allows)."""
+        if isinstance(seq, bool) or not hasattr(type(seq), "__index__"):
+            raise InvalidTypeError(f"a seq must be int, not {type(seq).__name__}")
+        position = operator.index(seq)
+        n = len(self._nodes)
+        if negative and position < 0:
+            position += n
+        if not 0 <= position < n:
+            raise LogIndexError(f"no node {seq} in a log of {n}")
+        return position
+
+    # -- reading ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        self._refresh()
+        return len(self._nodes)
+
+    def __getitem__(self, seq: int) -> Any:
+        self._refresh()
+        return self._value(self._position(seq, negative=True))
+
+    def __iter__(self) -> Iterator[Any]:
+        count = len(self)
+        return (self._checked_value(seq) for seq in range(count))
+
+    def _checked_value(self, seq: int) -> Any:
+        self._refresh()
+        return self._value(seq)
+
+    def read(self, seqs: Iterable[int]) -> list[Any]:
+        if isinstance(seqs, (str, bytes, dict)) or not isinstance(seqs, Iterable):
+            raise InvalidTypeError(f"seqs must be an iterable of ints, not {type(seqs).__name__}")
+        self._refresh()
+        return [self._value(self._position(seq, negative=True)) for seq in seqs]
+
+    def _record(self, seq: int) -> bytes:
+        return bytes(self._records[seq * RECORD_SIZE : (seq + 1) * RECORD_SIZE])
+
+    def _value(self, seq: int) -> Any:
+        node = self._nodes[seq]
+        raw = read_frame(self._data_fd, self._data_path, node, self._record(seq))
+        try:
+            return decode_value(raw, node)
+        except ValueError as error:  # json's errors are ValueErrors too
+            raise corrupt(self._data_path, node.offset + FRAME_PREFIX, f"node {seq}: {error}") from None
+
+    def headers(self) -> np.ndarray:
+        self._refresh()
+        return np.frombuffer(bytes(self._records), dtype=HEADER_DTYPE)  # read-only: over bytes
+
+    def node_id(self, seq: int) -> str:
+        self._refresh()
+        node = self._nodes[self._position(seq, negative=True)]
+        return f"{round(node.timestamp * 1e6):x}-{node.hash:08x}"
+
+    @property
+    def head(self) -> int | None:
+        self._refresh()
+        return self._head
+
+    @property
+    def last_summary_index(self) -> int | None:
+        self._refresh()
+        return self._summary_last
+
+    @property
+    def encoding(self) -> str:
+        self._check_open()
+        return self._encoding
+
+    @property
+    def readonly(self) -> bool:
+        return self._readonly
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def path(self, head: int | None = None) -> list[int]:
+        self._refresh()
+        return self._path(self._head if head is None else self._position(head, negative=True))
+
+    def _path(self, head: int | None) -> list[int]:
+        seqs: list[int] = []
+        while head is not None:
+            seqs.append(head)
+            head = self._nodes[head].parent_seq
+        return seqs[::-1]
+
+    def context_view(self) -> list[dict]:
+        self._refresh()
+        path = [self._nodes[seq] for seq in self._path(self._head)]
+        pointer = -1 if self._summary_last is None else self._summary_last
+        view = [
+            self._value(node.seq)
+            for node in path
+            if node.kind == MESSAGE and node.seq <= pointer and (node.role == SYSTEM or node.flags & PINNED)
+        ]
+        level_3 = [node.seq for node in path if node.kind == SUMMARY and node.level == 3]
+        after = level_3[-1] if level_3 else -1
+        if level_3:
+            view.append(self._rendered_summary(after))
+        level_2 = [node.seq for node in path if node.kind == SUMMARY and node.level == 2 and node.seq > after]
+        view += [self._rendered_summary(seq) for seq in level_2[-NEWEST_LEVEL_2:]]
+        view += [self._value(node.seq) for node in path if node.kind == MESSAGE and node.seq > pointer]
+        return view
+
+    def _rendered_summary(self, seq: int) -> dict:
+        summary = self._value(seq)
+        return render_summary(summary["summary"], summary["level"])
+
+    def verify(self) -> None:
+        """Check the file headers, every record and frame, and that nothing follows
+        them; LogCorruptError names the file and offset of the first problem."""
+        self._refresh()
+        self._read_file_headers()
+        on_disk = read_at(self._index_fd, len(self._records), FILE_HEADER_SIZE)
+        expected_offset = FILE_HEADER_SIZE
+        for seq, node in enumerate(self._nodes):
+            where = FILE_HEADER_SIZE + seq * RECORD_SIZE
+            if on_disk[seq * RECORD_SIZE : (seq + 1) * RECORD_SIZE] != self._record(seq):
+                raise corrupt(self._index_path, where, f"record {seq} changed on disk")
+            if problem := node_problem(node, expected_offset):
+                raise corrupt(self._index_path, where, problem)
+            self._value(seq)
+            expected_offset = node.frame_end
+        index_end = FILE_HEADER_SIZE + len(self._records)
+        if (stray := first_nonzero(self._index_fd, index_end)) is not None:
+            slot = stray - (stray - FILE_HEADER_SIZE) % RECORD_SIZE
+            raise corrupt(self._index_path, slot, "a torn or stray record after the last valid one")
+        if (stray := first_nonzero(self._data_fd, self._data_end)) is not None:
+            raise corrupt(self._data_path, stray, "bytes after the last frame")
+
+    # -- writing -------------------------------------------------------------------------
+
+    def append(
+        self,
+        message: dict,
+        *,
+        tags: Iterable[str] | None = None,
+        weight: float | None = None,
+        pinned: bool = False,
+        priority: float | None = None,
+        parent: int | None = None,
+        timestamp: float | None = None,
+    ) -> int:
+        self._check_writable()
+        if parent is None:
+            parent_seq = self._head
+        else:
+            parent_seq = self._position(parent)
+            if self._nodes[parent_seq].kind == BRANCH:
+                raise InvalidInputError(f"node {parent_seq} is a branch marker, not a message")
+        draft = self._message_node(
+            len(self._nodes),
+            parent_seq,
+            message,
+            tags=tags,
+            weight=weight,
+            pinned=pinned,
+            priority=priority,
+            timestamp=timestamp,
+        )
+        return self._commit([draft])[0]
+
+    def append_many(self, messages: Iterable[dict]) -> list[int]:
+        self._check_writable()
+        if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
+            raise InvalidTypeError(f"messages must be an iterable of dicts, not {type(messages).__name__}")
+        drafts: list[tuple[Node, bytes]] = []
+        parent, seq = self._head, len(self._nodes)
+        for i, message in enumerate(messages):
+            try:
+                drafts.append(self._message_node(seq, parent, message))
+            except (InvalidInputError, InvalidTypeError) as error:
+                raise type(error)(f"messages[{i}]: {error}") from None
+            parent, seq = seq, seq + 1
+        return self._commit(drafts)
+
+    def add_summary(self, text: str, covers: tuple[int, int], level: int = 2) -> int:
+        self._check_writable()
+        if not isinstance(text, str):
+            raise InvalidTypeError(f"text must be str, not {type(text).__name__}")
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise InvalidTypeError(f"level must be int, not {type(level).__name__}")
+        if level not in SUMMARY_PREFIX:
+            raise InvalidInputError(f"level must be 2 or 3, not {level}")
+        first, last = summary_covers(covers)
+        if not 0 <= first <= last < len(self._nodes):
+            raise InvalidInputError(
+                f"covers ({first}, {last}) is not 0 <= first <= last < {len(self._nodes)}"
+            )
+        payload = encode_json({"summary": text, "covers": [first, last], "level": level})
+        # Its header facts are those of the message context_view shows for it.
+        facts = self._read_message(render_summary(text, level))
+        node = self._node(
+            len(self._nodes),
+            self._head,
+            SUMMARY,
+            payload,
+            tokens=facts["tokens"],
+            role=SYSTEM,
+            tags=facts["tags"],
+            flags=(HAS_TEXT if facts["has_text"] else 0) | level << LEVEL_SHIFT,
+            timestamp=time.time(),
+        )
+        return self._commit([(node, payload)])[0]
+
+    def rewind(self, seq: int) -> None:
+        self._check_writable()
+        target = self._position(seq, negative=True)
+        if self._nodes[target].kind == BRANCH:
+            raise InvalidInputError(f"node {target} is a branch marker, not a message")
+        marker = self._node(len(self._nodes), target, BRANCH, b"", timestamp=time.time())
+        self._commit([(marker, b"")])
+
+    def _read_message(self, message: dict) -> dict:
+        """The facts selection reads from one message (reference.select, no tool-result cap)."""
+        if self._analysis is None:
+            self._analysis = _shared_backend(self._encoding).analyze([], cap=None)
+        return self._analysis.read(0, message)
+
+    def _message_node(
+        self,
+        seq: int,
+        parent: int | None,
+        message: Any,
+        *,
+        tags: Iterable[str] | None = None,
+        weight: float | None = None,
+        pinned: bool = False,
+        priority: float | None = None,
+        timestamp: float | None = None,
+    ) -> tuple[Node, bytes]:
+        if not isinstance(message, dict):
+            raise InvalidTypeError(f"a message must be a dict, not {type(message).__name__}")
+        if not isinstance(pinned, bool):
+            raise InvalidTypeError(f"pinned must be bool, not {type(pinned).__name__}")
+        if tags is not None:
+            if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
+                raise InvalidTypeError("tags: expected a list of tag names")
+            facts = self._read_message({**message, "tags": list(tags)})  # the keyword wins
+        else:
+            facts = self._read_message(message)
+        payload = encode_json(message)
+        flags = (
+            (PINNED if pinned or facts["pinned"] else 0)
+            | (CALLS if facts["calls"] else 0)
+            | (RESULTS if facts["results"] else 0)
+            | (HAS_TEXT if facts["has_text"] else 0)
+        )
+        node = self._node(
+            seq,
+            parent,
+            MESSAGE,
+            payload,
+            tokens=facts["tokens"],
+            role=ROLES[facts["role"]],
+            tags=facts["tags"],
+            flags=flags,
+            weight=facts["weight"] if weight is None else number(weight, "weight"),
+            priority=facts["priority"] if priority is None else number(priority, "priority"),
+            timestamp=facts["timestamp"] if timestamp is None else number(timestamp, "timestamp"),
+        )
+        return node, payload
+
+    @staticmethod
+    def _node(
+        seq: int,
+        parent: int | None,
+        kind: int,
+        payload: bytes,
+        *,
+        tokens: int = 0,
+        role: int = OTHER,
+        tags: int = 0,
+        flags: int = 0,
+        weight: float | None = None,
+        priority: float = 0.0,
+        timestamp: float | None = None,
+    ) -> Node:
+        """A header for the payload, stored raw (its offset is set on commit)."""
+        if timestamp is None:
+            timestamp = time.time()
+        if not math.isfinite(timestamp):
+            raise InvalidInputError(f"timestamp must be finite, not {timestamp}")
+        if len(payload) > U32_MAX or tokens > U32_MAX:
+            raise InvalidInputError("the message is too large for the log (4 GiB or 2^32 tokens)")
+        return Node(
+            seq=seq,
+            parent=NONE if parent is None else parent,
+            timestamp=timestamp,
+            offset=0,
+            stored_len=len(payload),
+            raw_len=len(payload),
+            tokens=tokens,
+            weight=math.nan if weight is None else f32(weight, "weight"),
+            priority=f32(priority, "priority"),
+            hash=crc(payload),
+            role=role,
+            kind=kind,
+            tags=tags,
+            flags=flags | RAW << CODEC_SHIFT,
+        )
+
+    def _commit(self, drafts: list[tuple[Node, bytes]]) -> list[int]:
+        """Write the frames (one pwrite), then the headers that commit them (one pwrite)."""
+        if not drafts:
+            return []
+        frames: list[bytes] = []
+        records: list[bytes] = []
+        nodes: list[Node] = []
+        offset = self._data_end
+        for draft, payload in drafts:
+            node = draft._replace(offset=offset)
+            record = node.pack()
+            padding = bytes(align8(FRAME_PREFIX + len(payload)) - FRAME_PREFIX - len(payload))
+            frames += [FRAME_MAGIC, record, payload, padding]
+            records.append(record)
+            nodes.append(node)
+            offset = node.frame_end
+        index_start = FILE_HEADER_SIZE + len(self._records)
+        index_end = index_start + RECORD_SIZE * len(records)
+        self._data_size = grow(self._data_fd, self._data_size, offset, DATA_FIRST_STEP)
+        self._index_size = grow(self._index_fd, self._index_size, index_end, INDEX_FIRST_STEP)
+        write_all(self._data_fd, b"".join(frames), self._data_end)
+        write_all(self._index_fd, b"".join(records), index_start)
+        for node, record in zip(nodes, records, strict=True):
+            self._add(node, record)
+            self._apply(node)
+        self._after_write(len(nodes))
+        return [node.seq for node in nodes]
+
+    def _after_write(self, count: int) -> None:
+        self._unsynced += count
+        due = self._unsynced >= BATCH_APPENDS or time.monotonic() - self._last_sync >= BATCH_SECONDS
+        if self._durability == "always" or (self._durability == "batch" and due):
+            self._sync()
+
+    def _sync(self) -> None:
+        os.fdatasync(self._data_fd)
+        os.fdatasync(self._index_fd)
+        self._unsynced, self._last_sync = 0, time.monotonic()
+
+    def flush(self) -> None:
+        self._check_open()
+        if not self._readonly:
+            self._sync()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if not self._readonly:
+                self._sync()
+                write_checkpoint(self._directory, self._log_id, self._checkpoint())
+        finally:
+            self._release()
+
+    def _checkpoint(self) -> Checkpoint:
+        def seq_or_none(seq: int | None) -> int:
+            return NONE if seq is None else seq
+
+        return Checkpoint(
+            count=len(self._nodes),
+            head=seq_or_none(self._head),
+            summary=seq_or_none(self._summary),
+            summary_last=seq_or_none(self._summary_last),
+            data_end=self._data_end,
+        )
+
+    def _release(self) -> None:
+        """Close the files and drop the lock (closing its descriptor releases the flock)."""
+        self._closed = True
+        for fd in (self._index_fd, self._data_fd, self._lock_fd):
+            if fd is not None:
+                os.close(fd)
+        self._index_fd = self._data_fd = self._lock_fd = None
+
+    # -- repair -------------------------------------------------------------------------
+
+    @staticmethod
+    def repair(path: str | os.PathLike[str], *, lock_timeout: float = 0.0) -> RepairReport:
+        """Rebuild the log from every intact frame, in order, up to the first one that
+        is damaged or out of sequence; new files are written beside the old ones and
+        renamed in."""
+        directory = log_directory(path)
+        data_path = os.path.join(directory, "data")
+        if not os.path.exists(data_path):
+            raise LogNotFoundError(f"{directory}: no message log")
+        lock_fd = take_lock(directory, number(lock_timeout, "lock_timeout"))
+        try:
+            return repair_locked(directory)
+        finally:
+            os.close(lock_fd)
+
+
+def repair_locked(directory: str) -> RepairReport:
+    index_path, data_path = os.path.join(directory, "index"), os.path.join(directory, "data")
+    problems: list[str] = []
+    log_id, encoding = None, DEFAULT_ENCODING
+    try:
+        with open(index_path, "rb") as file:
+            log_id, encoding = parse_file_header(file.read(FILE_HEADER_SIZE), index_path, INDEX_MAGIC, None)
+    except (OSError, LogCorruptError) as error:
+        problems.append(f"{index_path}: unreadable header ({error}); counting tokens in {encoding}")
+    data_fd = os.open(data_path, os.O_RDONLY)
+    try:
+        try:
+            data_id, _ = parse_file_header(
+                read_at(data_fd, FILE_HEADER_SIZE, 0), data_path, DATA_MAGIC, log_id
+            )
+            log_id = data_id if log_id is None else log_id
+        except LogCorruptError as error:
+            problems.append(str(error))
+        if log_id is None:
+            log_id = secrets.randbits(64)
+        frames, end = salvage_frames(data_fd, data_path, problems)
+        dropped = align8(last_nonzero_end(data_fd, end)) - end  # frames are 8-aligned
+        if dropped:
+            problems.append(f"{data_path}: offset {end}: {dropped} bytes after the last intact frame dropped")
+    finally:
+        os.close(data_fd)
+    compare_index(index_path, [record for record, _ in frames], problems)
+    records = b"".join(record for record, _ in frames)
+    replacement = {
+        "data": file_header(DATA_MAGIC, log_id) + b"".join(frame for _, frame in frames),
+        "index": file_header(INDEX_MAGIC, log_id, encoding) + records,
+    }
+    for name, content in replacement.items():
+        fd = os.open(os.path.join(directory, name + ".repair"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            write_all(fd, content, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    forget_checkpoint(directory)  # it may count records that are gone
+    for name in replacement:
+        os.replace(os.path.join(directory, name + ".repair"), os.path.join(directory, name))
+    sync_directory(directory)
+    # The checkpoint of the rebuilt files, found by replaying them (a reader takes no lock).
+    log = MessageLog(directory, readonly=True, durability="never", lock_fd=None)
+    try:
+        checkpoint = log._checkpoint()
+    finally:
+        log.close()
+    write_checkpoint(directory, log_id, checkpoint)
+    return RepairReport(kept=len(frames), dropped_bytes=dropped, problems=problems)
+
+
+def salvage_frames(
+    data_fd: int, data_path: str, problems: list[str]
+) -> tuple[list[tuple[bytes, bytes]], int]:
+    """The intact frames from the start, as (record, whole frame), and the end of the last."""
+    frames: list[tuple[bytes, bytes]] = []
+    position = FILE_HEADER_SIZE
+    while True:
+        node, frame, why = frame_at(data_fd, position, len(frames))
+        if node is None:
+            if why is not None:
+                problems.append(f"{data_path}: offset {position}: {why}")
+            return frames, position
+        padding = bytes(node.frame_end - position - len(frame))
+        frames.append((frame[8:FRAME_PREFIX], frame + padding))
+        position = node.frame_end
+
+
+def compare_index(index_path: str, kept: list[bytes], problems: list[str]) -> None:
+    """Report where the old index disagrees with the frames kept."""
+    try:
+        with open(index_path, "rb") as file:
+            file.seek(FILE_HEADER_SIZE)
+            old = file.read()
+    except OSError:
+        return
+    for seq in range(len(old) // RECORD_SIZE):
+        record = old[seq * RECORD_SIZE : (seq + 1) * RECORD_SIZE]
+        offset = FILE_HEADER_SIZE + seq * RECORD_SIZE
+        if seq < len(kept) and record != kept[seq]:
+            problems.append(f"{index_path}: offset {offset}: record {seq} differs from its frame")
+        elif seq >= len(kept) and not all_zero(record):
+            problems.append(f"{index_path}: offset {offset}: record {seq} and after have no intact frame")
+            return
+
+
+def summary_covers(covers: Any) -> tuple[int, int]:
+    try:
+        first, last = covers
+    except (TypeError, ValueError):
+        raise InvalidTypeError("covers must be a pair (first, last) of seqs") from None
+    for seq in (first, last):
+        if isinstance(seq, bool) or not hasattr(type(seq), "__index__"):
+            raise InvalidTypeError(f"covers must hold ints, not {type(seq).__name__}")
+    return operator.index(first), operator.index(last)
+
+
+def render_summary(text: str, level: int) -> dict:
+    return {"role": "system", "content": SUMMARY_PREFIX[level] + text}
+
+
+def log_directory(path: Any) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidTypeError(f"path must be str or os.PathLike, not {type(path).__name__}")
+    directory = os.fspath(path)
+    if not isinstance(directory, str):
+        raise InvalidTypeError("path must name a directory as str")
+    return os.path.abspath(directory)
+
+
+def open_log_file(path: str, readonly: bool) -> int:
+    try:
+        return os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
+    except FileNotFoundError:
+        raise corrupt(path, 0, "the file is missing (the log has only some of its files)") from None
+
+
+def log_exists(directory: str) -> bool:
+    return any(os.path.exists(os.path.join(directory, name)) for name in ("index", "data"))
+
+
+def create_log(directory: str, encoding: str) -> None:
+    """A new, empty log: the data file, then the index (both 0600, O_EXCL)."""
+    log_id = secrets.randbits(64)
+    for name, header in (
+        ("data", file_header(DATA_MAGIC, log_id)),
+        ("index", file_header(INDEX_MAGIC, log_id, encoding)),
+    ):
+        fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            write_all(fd, header, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    sync_directory(directory)
