@@ -4,6 +4,7 @@ crash recovery, corruption and repair."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from context_core import (
     MessageLog,
     reference,
 )
+from test_select import history
 
 HISTORY = [
     {"role": "system", "content": "You are a careful agent. You must never delete user files."},
@@ -308,3 +310,58 @@ def test_any_messages_round_trip(tmp_path_factory, batch):
     with MessageLog.open(where, readonly=True) as log:
         assert list(log)[: len(batch)] == batch
         log.verify()
+
+
+# -- selection on a log -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@settings(deadline=None, max_examples=30)
+@given(data=st.data(), budget=st.integers(20, 3000))
+def test_the_window_from_headers_is_the_window_from_messages(tmp_path_factory, provider, data, budget):
+    """Stored counts, tags and flags give exactly the choice made from the
+    messages themselves (tool results uncapped on both sides)."""
+    messages = data.draw(history(provider))
+    policy = context_core.WeightedWindow(provider=provider, tool_result_cap=None)
+    with MessageLog.open(tmp_path_factory.mktemp("log") / "log", create=True, durability="never") as log:
+        if messages:
+            log.append_many(messages)
+        try:
+            expected = policy.select(messages, budget)
+        except context_core.OverBudgetError as error:
+            with pytest.raises(context_core.OverBudgetError, match=re.escape(str(error))):
+                policy.select(log, budget)
+            return
+        got = policy.select(log, budget)
+    assert got.kept == expected.kept
+    assert got.messages == expected.messages
+    assert got.system == expected.system
+    assert got.breakdown == expected.breakdown
+
+
+def test_summaries_are_kept_and_counted_as_sent(where):
+    with filled(where) as log:
+        log.add_summary("the payment retry task was set up", covers=(1, 3))
+        log.append({"role": "user", "content": "what next?"})
+        selection = context_core.WeightedWindow().select(log, 200)
+        sent = selection.messages
+        # Sanitize merges the summary into the system message before it.
+        assert context_core.SEGMENT_PREFIX in sent[0]["content"]
+        assert selection.breakdown.segments > 0
+        assert selection.breakdown.total == context_core.Tokenizer().count_messages(sent) <= 200
+        assert sent[-1]["content"].endswith("what next?"), "the current input is kept"
+        assert "pinned" not in str(sent), "metadata keys are not sent"
+
+
+def test_a_long_log_keeps_what_the_same_messages_would(where):
+    messages = []
+    for i in range(3000):
+        if i % 50 == 0:
+            messages.append({"role": "user", "content": f"Constraint {i}: you must never skip tests."})
+        else:
+            messages.append({"role": "assistant" if i % 2 else "user", "content": f"step {i} " * (i % 13)})
+    with MessageLog.open(where, create=True, durability="never") as log:
+        log.append_many(messages)
+        for budget in (500, 8000):
+            policy = context_core.WeightedWindow(tool_result_cap=None)
+            assert policy.select(log, budget).kept == policy.select(messages, budget).kept

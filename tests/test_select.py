@@ -198,6 +198,27 @@ def test_weighted_window(provider, data, budget):
         check(result, messages, budget, provider)
 
 
+@pytest.mark.parametrize("budget", [300, 8000])
+def test_a_long_history_is_weighed_in_slices_as_the_reference_sorts_it_whole(budget):
+    """Over 256 units the window orders them a slice at a time; the result
+    must be the reference's full sort, at a budget that fills in the first
+    slice and one that fills after many short messages."""
+    messages = []
+    for i in range(1200):
+        if i % 9 == 0:
+            messages.append({"role": "user", "content": f"You must keep rule {i} in mind."})
+        elif i % 2:
+            messages.append({"role": "assistant", "content": "ok" if i % 5 else f"Step {i} done: " * 8})
+        else:
+            messages.append({"role": "user", "content": f"note {i}"})
+    result = both(
+        lambda: WeightedWindow().select(messages, budget),
+        lambda: reference.WeightedWindow().select(messages, budget),
+    )
+    assert result is not None
+    check(result, messages, budget, "openai")
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @given(data=st.data(), budget=budgets, keep_last=st.integers(1, 20), min_keep=st.integers(0, 5))
 def test_shape_history(provider, data, budget, keep_last, min_keep):

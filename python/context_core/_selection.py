@@ -14,11 +14,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from context_core._core import METADATA_KEYS
+from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX
 from context_core.errors import InvalidInputError, InvalidTypeError
 
-SUMMARY_PREFIX = "Summary of the conversation so far:\n"
-SEGMENT_PREFIX = "Summary of an earlier part of the conversation:\n"
 MEMORY_PREFIX = "Relevant memory: "
 ANCHOR_PREFIX = "Constraints to keep in mind:\n"
 CONSTRAINT = 1

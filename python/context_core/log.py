@@ -8,14 +8,20 @@ from __future__ import annotations
 import json
 import mmap
 import os
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from context_core._core import _MessageLog
+from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, _MessageLog
+from context_core._selection import Breakdown, Selection, budget_tokens, settle
+from context_core.errors import InvalidInputError, InvalidTypeError
+
+if TYPE_CHECKING:
+    from context_core.select import WeightedWindow
 
 __all__ = ["HEADER_DTYPE", "MessageLog", "RepairReport"]
 
@@ -40,11 +46,10 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 _FILE_HEADER = 64
-_KIND_SUMMARY, _KIND_BRANCH = 1, 2
-SUMMARY_PREFIX = "Summary of the conversation so far:\n"
-SEGMENT_PREFIX = "Summary of an earlier part of the conversation:\n"
-#: Level-2 summaries context_view() keeps (the newest).
-SEGMENTS_KEPT = 3
+#: Decoded payloads kept per open log: a turn re-reads mostly what the last one kept.
+DECODED_CACHE = 16_384
+_PREFIX = {"global": SUMMARY_PREFIX, "segment": SEGMENT_PREFIX}
+_METADATA = frozenset(METADATA_KEYS)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,7 @@ class MessageLog:
         self._log = inner
         self._path = os.fspath(path)
         self._map: mmap.mmap | None = None
+        self._decoded: OrderedDict[int, Any] = OrderedDict()
 
     @classmethod
     def open(
@@ -208,33 +214,83 @@ class MessageLog:
 
     def context_view(self) -> list[dict[str, Any]]:
         """What the model should see of the active path: system and pinned
-        messages the summaries cover, the newest global summary, the newest
-        segment summaries after it, then the raw messages after the pointer."""
-        path = self.path()
-        if not path:
-            return []
-        rows = self.headers()[path]
-        pointer = self.last_summary_index
-        pointer = -1 if pointer is None else pointer
-        kinds, levels = rows["kind"], rows["flags"] >> 6
-        summaries = [i for i in range(len(path)) if kinds[i] == _KIND_SUMMARY]
-        globals_ = [i for i in summaries if levels[i] == 3]
-        after = globals_[-1] if globals_ else -1
-        segments = [i for i in summaries if levels[i] == 2 and i > after][-SEGMENTS_KEPT:]
-        anchors = [
-            i
-            for i in range(len(path))
-            if path[i] <= pointer and kinds[i] == 0 and (rows["role"][i] == 0 or rows["flags"][i] & 1)
-        ]
-        raw = [i for i in range(len(path)) if path[i] > pointer and kinds[i] == 0]
-        chosen = anchors + ([after] if after >= 0 else []) + segments + raw
-        payloads = dict(zip(chosen, self.read([path[i] for i in chosen]), strict=True))
-        view = [payloads[i] for i in anchors]
-        if after >= 0:
-            view.append({"role": "system", "content": SUMMARY_PREFIX + payloads[after]["summary"]})
-        view.extend({"role": "system", "content": SEGMENT_PREFIX + payloads[i]["summary"]} for i in segments)
-        view.extend(payloads[i] for i in raw)
-        return view
+        messages the summaries cover, the newest global (level 3) summary, the
+        newest three segment (level 2) summaries after it, then the messages
+        after the summaries' pointer. Summaries read as system messages."""
+        return self._render(self._log.view(), strip=False)
+
+    def window(
+        self,
+        max_tokens: Any,
+        policy: WeightedWindow | None = None,
+        *,
+        now: float | None = None,
+    ) -> Selection:
+        """The weighted window over :meth:`context_view`'s nodes, chosen from
+        the headers alone (exact counts and tags stored at append); only the
+        kept nodes are decoded. ``policy`` gives the weights, anchors and
+        provider (default ``WeightedWindow()``). ``Selection.kept`` holds
+        seqs; ``dropped`` is left empty (it would be the whole history).
+        The messages are shared with later turns: treat them as read-only."""
+        from context_core.select import WeightedWindow  # select imports this module
+
+        policy = WeightedWindow() if policy is None else policy
+        if not isinstance(policy, WeightedWindow):
+            raise InvalidTypeError(f"policy must be a WeightedWindow, not {type(policy).__name__}")
+        backend = policy._backend
+        if backend.tokenizer.name != self.encoding:
+            raise InvalidInputError(
+                f"this log counts tokens in {self.encoding}; "
+                f"the policy's tokenizer is {backend.tokenizer.name}"
+            )
+        budget = budget_tokens(max_tokens)
+
+        def run(target: int) -> tuple[Selection, int]:
+            kept, (pinned, global_, segments, recent, input_) = self._log.weighted(
+                target, policy.weights, policy.max_anchors, now
+            )
+            final, system, changes = backend.sanitize(self._render(kept, strip=True), policy.provider)
+            total = backend.count_messages(final)
+            if system:
+                total += backend.count_message({"role": "system", "content": system})
+            breakdown = Breakdown(pinned, global_, 0, segments, recent, input_, total, budget)
+            selection = Selection(
+                messages=final,
+                system=system,
+                breakdown=breakdown,
+                kept=[seq for seq, _ in kept],
+                dropped=[],
+                changes=changes,
+            )
+            return selection, total - budget
+
+        return settle(run, budget)
+
+    def _render(self, nodes: list[tuple[int, str]], *, strip: bool) -> list[dict[str, Any]]:
+        """Nodes of the view as messages: summaries as system messages; with
+        ``strip``, the selection metadata keys taken off (as sent)."""
+        payloads = self._cached([seq for seq, _ in nodes])
+        out = []
+        for (_, part), payload in zip(nodes, payloads, strict=True):
+            prefix = _PREFIX.get(part)
+            if prefix is not None:
+                out.append({"role": "system", "content": prefix + payload["summary"]})
+            elif not strip or _METADATA.isdisjoint(payload):
+                out.append(payload)
+            else:
+                out.append({k: v for k, v in payload.items() if k not in _METADATA})
+        return out
+
+    def _cached(self, seqs: list[int]) -> list[Any]:
+        """Decoded payloads, from the cache where a turn before read them."""
+        cache = self._decoded
+        missing = [seq for seq in seqs if seq not in cache]
+        if missing:
+            for seq, payload in zip(missing, self.read(missing), strict=True):
+                cache[seq] = payload
+            while len(cache) > DECODED_CACHE:
+                cache.popitem(last=False)
+        return [cache[seq] for seq in seqs]
 
     def verify(self) -> None:
         """Check every record and frame; raises :class:`~context_core.LogCorruptError`

@@ -26,6 +26,7 @@ from context_core._core import Tagger, Tokenizer, _analyze
 from context_core._selection import Breakdown, Selection, Truncated
 from context_core.budget import Budget
 from context_core.errors import InvalidTypeError
+from context_core.log import MessageLog
 from context_core.sanitize import sanitize
 from context_core.types import Message
 
@@ -152,9 +153,14 @@ class WeightedWindow:
         self.tool_result_cap = _cap(tool_result_cap)
 
     def select(
-        self, messages: Sequence[Message], max_tokens: int | Budget, *, now: float | None = None
+        self, messages: Sequence[Message] | MessageLog, max_tokens: int | Budget, *, now: float | None = None
     ) -> Selection:
-        """Choose from ``messages`` within ``max_tokens`` (``now``: epoch seconds for ages)."""
+        """Choose from ``messages`` within ``max_tokens`` (``now``: epoch seconds for ages).
+
+        ``messages`` may be a :class:`~context_core.MessageLog`: the window is
+        then chosen from its headers (see :meth:`MessageLog.window`)."""
+        if isinstance(messages, MessageLog):
+            return messages.window(max_tokens, self, now=now)
         return _selection.weighted_window(
             self._backend,
             messages,

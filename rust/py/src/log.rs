@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions};
+use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions, ViewPart};
+use context_core::select::Weights;
 use context_core::{Encoding, tags};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -38,6 +39,15 @@ fn durability(name: &str) -> PyResult<Durability> {
         other => Err(invalid_input(format!(
             "durability must be \"always\", \"batch\" or \"never\", not {other:?}"
         ))),
+    }
+}
+
+fn part_name(part: ViewPart) -> &'static str {
+    match part {
+        ViewPart::Anchor => "anchor",
+        ViewPart::Global => "global",
+        ViewPart::Segment => "segment",
+        ViewPart::Raw => "raw",
     }
 }
 
@@ -153,6 +163,59 @@ impl PyMessageLog {
         Ok(payloads.iter().map(|p| PyBytes::new(py, p)).collect())
     }
 
+    /// The context view: `(seq, part)` with part `anchor`, `global`, `segment` or `raw`.
+    fn view(&self) -> PyResult<Vec<(u64, &'static str)>> {
+        let view = self.log().view().map_err(CoreError)?;
+        Ok(view
+            .into_iter()
+            .map(|(seq, part)| (seq, part_name(part)))
+            .collect())
+    }
+
+    /// The weighted window over the context view from the headers alone:
+    /// `(kept (seq, part) pairs, (pinned, global, segments, recent, input) tokens)`.
+    #[pyo3(signature = (budget, weights, max_anchors, now = None))]
+    #[allow(clippy::type_complexity)]
+    fn weighted(
+        &self,
+        budget: usize,
+        weights: (f64, f64, f64, f64, f64, f64),
+        max_anchors: usize,
+        now: Option<f64>,
+    ) -> PyResult<(
+        Vec<(u64, &'static str)>,
+        (usize, usize, usize, usize, usize),
+    )> {
+        let (system, constraint, evidence, pulse, log, decay) = weights;
+        let weights = Weights {
+            system,
+            constraint,
+            evidence,
+            pulse,
+            log,
+            decay,
+        };
+        let window = self
+            .log()
+            .weighted_window(budget, &weights, max_anchors, now)
+            .map_err(CoreError)?;
+        let kept = window
+            .kept
+            .into_iter()
+            .map(|(seq, part)| (seq, part_name(part)))
+            .collect();
+        Ok((
+            kept,
+            (
+                window.pinned,
+                window.global,
+                window.segments,
+                window.recent,
+                window.input,
+            ),
+        ))
+    }
+
     /// `(kind, level)` of node `seq`.
     fn kind(&self, seq: i64) -> PyResult<(u8, u8)> {
         let node = self.log().header(seq).map_err(CoreError)?;
@@ -167,7 +230,7 @@ impl PyMessageLog {
     fn add_summary(&self, text: &str, first: u64, last: u64, level: u8) -> PyResult<u64> {
         Ok(self
             .log()
-            .add_summary(text, first, last, level)
+            .add_summary(text, first, last, level, &DEFAULT_TAGGER)
             .map_err(CoreError)?)
     }
 

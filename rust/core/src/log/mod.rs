@@ -9,6 +9,7 @@ mod format;
 mod mapped;
 mod recover;
 mod sync;
+mod window;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,10 +21,11 @@ pub use format::{
     KIND_LOST, KIND_MESSAGE, KIND_SUMMARY, NONE, Node, RECORD_LEN,
 };
 pub use recover::RepairReport;
+pub use window::{SEGMENTS_KEPT, ViewPart, Window};
 
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};
-use crate::json::JsonValue;
+use crate::json::{Json, JsonValue};
 use crate::select::{Role, analyze_message};
 use crate::tags::Tagger;
 use crate::tokenizer::Tokenizer;
@@ -47,6 +49,12 @@ pub enum Durability {
     /// Synced only on flush and close.
     Never,
 }
+
+/// How a level-3 (global) summary reads to the model: a system message with
+/// this prefix (shared with the selection policies' summaries).
+pub const SUMMARY_PREFIX: &str = "Summary of the conversation so far:\n";
+/// How a level-2 (segment) summary reads to the model.
+pub const SEGMENT_PREFIX: &str = "Summary of an earlier part of the conversation:\n";
 
 /// The most a power failure can take under [`Durability::Batch`].
 pub const BATCH_WINDOW: Duration = Duration::from_millis(20);
@@ -123,6 +131,7 @@ pub struct MessageLog {
     syncer: Option<Syncer>,
     readonly: bool,
     closed: bool,
+    decay_powers: window::DecayPowers,
 }
 
 fn now() -> f64 {
@@ -186,6 +195,7 @@ impl MessageLog {
             syncer: None,
             readonly: options.readonly,
             closed: false,
+            decay_powers: window::DecayPowers::default(),
         };
         let stored = log.read_file_headers()?;
         if let Some(wanted) = options.encoding.filter(|e| *e != stored) {
@@ -577,20 +587,27 @@ impl MessageLog {
             None if self.position.head == NONE => return Ok(Vec::new()),
             None => self.position.head,
         };
+        // Committed headers are read in place, unchecked: a walk over a
+        // million of them must not checksum each (`verify` does; a kept
+        // node's header is checked against its frame when it is read).
         let mut path = Vec::new();
+        let records = self.map.bytes();
         while seq != NONE {
-            let node = self.node(seq)?;
-            if node.kind != KIND_BRANCH && node.kind != KIND_LOST {
+            let at = FILE_HEADER_LEN + seq as usize * RECORD_LEN;
+            let record = &records[at..at + RECORD_LEN];
+            let kind = record[57];
+            if kind != KIND_BRANCH && kind != KIND_LOST {
                 path.push(seq);
             }
-            if node.parent != NONE && node.parent >= seq {
+            let parent = u64::from_le_bytes(record[8..16].try_into().expect("8 bytes"));
+            if parent != NONE && parent >= seq {
                 return Err(Error::LogCorrupt {
                     file: self.index.name(),
-                    offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN + 8) as u64,
-                    reason: format!("node {seq} names a later parent {}", node.parent),
+                    offset: (at + 8) as u64,
+                    reason: format!("node {seq} names a later parent {parent}"),
                 });
             }
-            seq = node.parent;
+            seq = parent;
         }
         path.reverse();
         Ok(path)
@@ -718,7 +735,14 @@ impl MessageLog {
     }
 
     /// Add a summary node covering `first..=last`, child of the head.
-    pub fn add_summary(&mut self, text: &str, first: u64, last: u64, level: u8) -> Result<u64> {
+    pub fn add_summary(
+        &mut self,
+        text: &str,
+        first: u64,
+        last: u64,
+        level: u8,
+        tagger: &Tagger,
+    ) -> Result<u64> {
         self.writable()?;
         if !(2..=3).contains(&level) {
             return Err(Error::InvalidValue {
@@ -738,6 +762,20 @@ impl MessageLog {
         let mut payload = String::from("{\"summary\":");
         crate::json::write_json_string(text, &mut payload);
         let _ = write!(payload, ",\"covers\":[{first},{last}],\"level\":{level}}}");
+        // Its header facts are those of the message the model sees for it.
+        let prefix = if level == 3 {
+            SUMMARY_PREFIX
+        } else {
+            SEGMENT_PREFIX
+        };
+        let rendered = Json::Object(vec![
+            (Json::String("role".into()), Json::String("system".into())),
+            (
+                Json::String("content".into()),
+                Json::String(format!("{prefix}{text}").into()),
+            ),
+        ]);
+        let info = analyze_message(&&rendered, &self.tokenizer, Some(tagger))?;
         let node = Node {
             seq: self.count,
             parent: self.position.head,
@@ -745,14 +783,18 @@ impl MessageLog {
             offset: 0,
             stored_len: 0,
             raw_len: 0,
-            tokens: u32::try_from(self.tokenizer.count(text)).unwrap_or(u32::MAX),
+            tokens: u32::try_from(info.tokens).unwrap_or(u32::MAX),
             weight: f32::NAN,
             priority: 0.0,
             hash: 0,
-            role: 0,
+            role: role_code(info.role),
             kind: KIND_SUMMARY,
-            tags: 0,
-            flags: Node::with_codec_and_level(0, CODEC_RAW, level),
+            tags: info.tags,
+            flags: Node::with_codec_and_level(
+                if info.has_text { FLAG_HAS_TEXT } else { 0 },
+                CODEC_RAW,
+                level,
+            ),
         };
         self.write_nodes(vec![(node, payload.into_bytes())])?;
         self.write_checkpoint()?;

@@ -655,28 +655,64 @@ fn cap_text(
 /// Group messages into units: an assistant message with tool calls takes the
 /// results that answer it (OpenAI: the tool messages after it; Anthropic: the
 /// next message if it holds tool results).
+/// What grouping into units needs of one message.
+#[derive(Clone, Copy, Debug)]
+#[allow(clippy::struct_excessive_bools)]
+pub struct UnitFacts {
+    pub role: Role,
+    pub tokens: usize,
+    pub tags: u8,
+    pub pinned: bool,
+    pub calls: bool,
+    pub results: bool,
+    pub has_text: bool,
+}
+
+impl MessageInfo {
+    pub fn unit_facts(&self) -> UnitFacts {
+        UnitFacts {
+            role: self.role,
+            tokens: self.tokens,
+            tags: self.tags,
+            pinned: self.pinned,
+            calls: self.calls,
+            results: self.results,
+            has_text: self.has_text,
+        }
+    }
+}
+
 fn units(messages: &[MessageInfo]) -> Vec<Unit> {
-    let mut units: Vec<Unit> = Vec::with_capacity(messages.len());
+    group_units(messages.len(), |i| messages[i].unit_facts())
+}
+
+/// Group `count` messages (read through `facts`) into units: an assistant
+/// message with tool calls takes the results that answer it.
+pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit> {
+    let mut units: Vec<Unit> = Vec::with_capacity(count);
     let mut i = 0;
-    while i < messages.len() {
-        let m = &messages[i];
+    while i < count {
+        let m = facts(i);
         let mut end = i + 1;
+        let (mut tokens, mut tags, mut pinned) = (m.tokens, m.tags, m.pinned);
         if m.role == Role::Assistant && m.calls {
-            while end < messages.len()
-                && messages[end].results
-                && matches!(messages[end].role, Role::Tool | Role::User)
-            {
-                let anthropic_results = messages[end].role == Role::User;
+            while end < count {
+                let next = facts(end);
+                if !(next.results && matches!(next.role, Role::Tool | Role::User)) {
+                    break;
+                }
                 end += 1;
-                if anthropic_results {
+                tokens += next.tokens;
+                tags |= next.tags;
+                pinned |= next.pinned;
+                if next.role == Role::User {
                     break; // one user message holds all of them
                 }
             }
         }
-        let members = &messages[i..end];
         let kind = if m.role == Role::System {
             UnitKind::System
-        } else if members.iter().any(|x| x.pinned) {
+        } else if pinned {
             UnitKind::Pinned
         } else {
             UnitKind::Normal
@@ -684,9 +720,9 @@ fn units(messages: &[MessageInfo]) -> Vec<Unit> {
         units.push(Unit {
             start: i,
             end,
-            tokens: members.iter().map(|x| x.tokens).sum(),
+            tokens,
             kind,
-            tags: members.iter().fold(0, |acc, x| acc | x.tags),
+            tags,
             turn_start: m.role == Role::User && m.has_text && !m.results,
         });
         i = end;

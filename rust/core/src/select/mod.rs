@@ -6,7 +6,9 @@ mod analyze;
 mod policies;
 
 pub use analyze::{
-    Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitKind,
-    analyze, analyze_message,
+    Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitFacts,
+    UnitKind, analyze, analyze_message, group_units,
 };
-pub use policies::{Build, Extras, Shape, Weights, build, message_weight, shape, weighted_window};
+pub use policies::{
+    Build, Extras, Shape, Weights, build, greedy_by_weight, message_weight, shape, weighted_window,
+};

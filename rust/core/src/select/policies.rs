@@ -5,7 +5,7 @@
 //! bound of the final count, since merging neighbours afterwards only saves
 //! tokens (every merge drops a message's framing and role).
 
-use super::analyze::{Analysis, Role, UnitKind};
+use super::analyze::{Analysis, Role, Unit, UnitKind};
 use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
 use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
@@ -37,26 +37,22 @@ impl Default for Weights {
 
 /// The units every policy keeps (system, pinned, current input) and their cost
 /// with the reply priming; an error if they alone are over `budget`.
-fn mandatory(analysis: &Analysis, budget: usize) -> Result<(Vec<usize>, usize)> {
-    let kept: Vec<usize> = (0..analysis.units.len())
-        .filter(|&u| analysis.units[u].kind != UnitKind::Normal)
+fn mandatory(units: &[Unit], budget: usize) -> Result<(Vec<usize>, usize)> {
+    let kept: Vec<usize> = (0..units.len())
+        .filter(|&u| units[u].kind != UnitKind::Normal)
         .collect();
-    let cost = REPLY_PRIMING
-        + kept
-            .iter()
-            .map(|&u| analysis.units[u].tokens)
-            .sum::<usize>();
+    let cost = REPLY_PRIMING + kept.iter().map(|&u| units[u].tokens).sum::<usize>();
     if cost > budget {
-        return Err(over_budget(analysis, &kept, budget));
+        return Err(over_budget(units, &kept, budget));
     }
     Ok((kept, cost))
 }
 
-fn over_budget(analysis: &Analysis, kept: &[usize], budget: usize) -> Error {
+fn over_budget(units: &[Unit], kept: &[usize], budget: usize) -> Error {
     let size = |kind: UnitKind| -> usize {
         kept.iter()
-            .filter(|&&u| analysis.units[u].kind == kind)
-            .map(|&u| analysis.units[u].tokens)
+            .filter(|&&u| units[u].kind == kind)
+            .map(|&u| units[u].tokens)
             .sum()
     };
     Error::OverBudget {
@@ -110,41 +106,76 @@ pub fn weighted_window(
     max_anchors: usize,
     now: Option<f64>,
 ) -> Result<Vec<usize>> {
-    let (mut kept, mut cost) = mandatory(analysis, budget)?;
-    let take = |u: usize, cost: &mut usize, kept: &mut Vec<usize>| {
-        let tokens = analysis.units[u].tokens;
-        if *cost + tokens <= budget {
-            *cost += tokens;
-            kept.push(u);
+    greedy_by_weight(&analysis.units, budget, max_anchors, |unit| {
+        (unit.start..unit.end)
+            .map(|m| message_weight(analysis, m, weights, now))
+            .fold(f64::NEG_INFINITY, f64::max)
+    })
+}
+
+/// [`weighted_window`] over any units, weighed by `unit_weight`.
+///
+/// Units are taken in weight order only while something can still fit: the
+/// order is found a slice at a time (a partial selection, then a sort of that
+/// slice), and units larger than the budget left are dropped between slices,
+/// so a long history costs a few linear passes, not a full sort.
+pub fn greedy_by_weight(
+    units: &[Unit],
+    budget: usize,
+    max_anchors: usize,
+    unit_weight: impl Fn(&Unit) -> f64,
+) -> Result<Vec<usize>> {
+    const FIRST_SLICE: usize = 256;
+    let (mut kept, mut cost) = mandatory(units, budget)?;
+    let mut anchors = Vec::with_capacity(max_anchors);
+    for (u, unit) in units.iter().enumerate() {
+        if anchors.len() == max_anchors {
+            break;
         }
-    };
-    let optional: Vec<usize> = (0..analysis.units.len())
-        .filter(|&u| analysis.units[u].kind == UnitKind::Normal)
-        .collect();
-    let anchors: Vec<usize> = optional
-        .iter()
-        .copied()
-        .filter(|&u| analysis.units[u].tags & CONSTRAINT != 0)
-        .take(max_anchors)
-        .collect();
-    for &u in &anchors {
-        take(u, &mut cost, &mut kept);
+        if unit.kind == UnitKind::Normal && unit.tags & CONSTRAINT != 0 {
+            anchors.push(u);
+            if cost + unit.tokens <= budget {
+                cost += unit.tokens;
+                kept.push(u);
+            }
+        }
     }
-    let mut rest: Vec<(f64, usize)> = optional
-        .iter()
-        .copied()
-        .filter(|u| !anchors.contains(u))
+    // Heaviest first, newer first on ties: one integer key per unit (the
+    // weight's order-preserving bits, then the unit number).
+    let mut rest: Vec<u128> = (0..units.len())
+        .filter(|&u| units[u].kind == UnitKind::Normal && !anchors.contains(&u))
         .map(|u| {
-            let unit = &analysis.units[u];
-            let weight = (unit.start..unit.end)
-                .map(|m| message_weight(analysis, m, weights, now))
-                .fold(f64::NEG_INFINITY, f64::max);
-            (weight, u)
+            let bits = unit_weight(&units[u]).to_bits();
+            let ordered = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits | (1 << 63)
+            };
+            (u128::from(ordered) << 64) | u as u128
         })
         .collect();
-    rest.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-    for (_, u) in rest {
-        take(u, &mut cost, &mut kept);
+    // Only units that can still fit matter: after each slice of the order,
+    // drop what is larger than the budget left (it only shrinks).
+    let fits = |key: &u128, left: usize| units[*key as u64 as usize].tokens <= left;
+    rest.retain(|key| fits(key, budget - cost));
+    let mut slice = FIRST_SLICE;
+    while !rest.is_empty() {
+        let take = slice.min(rest.len());
+        if take < rest.len() {
+            rest.select_nth_unstable_by(take - 1, |a, b| b.cmp(a));
+        }
+        let later = rest.split_off(take);
+        rest.sort_unstable_by(|a, b| b.cmp(a));
+        for &key in &rest {
+            let u = key as u64 as usize;
+            if cost + units[u].tokens <= budget {
+                cost += units[u].tokens;
+                kept.push(u);
+            }
+        }
+        rest = later;
+        rest.retain(|key| fits(key, budget - cost));
+        slice *= 2;
     }
     kept.sort_unstable();
     Ok(kept)
@@ -178,7 +209,7 @@ pub fn shape(
             summary: false,
         });
     }
-    let (mandatory, _) = mandatory(analysis, budget)?;
+    let (mandatory, _) = mandatory(&analysis.units, budget)?;
     let first_user = analysis.units.iter().position(|u| u.turn_start);
     let turn_starts: Vec<usize> = (0..analysis.units.len())
         .filter(|&u| analysis.units[u].turn_start)
@@ -220,7 +251,7 @@ pub fn shape(
         .rev()
         .find_map(|n| candidate(n, true))
         .or_else(|| (0..=min_keep).rev().find_map(|n| candidate(n, false)))
-        .ok_or_else(|| over_budget(analysis, &mandatory, budget))
+        .ok_or_else(|| over_budget(&analysis.units, &mandatory, budget))
 }
 
 /// Extras of the priority builder, by their exact token costs.
@@ -249,7 +280,7 @@ pub struct Build {
 /// summaries, newest first, within 90%; recent units (higher `priority`
 /// first, then constraints, then newest) within 100%.
 pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Build> {
-    let (mut units, mut cost) = mandatory(analysis, budget)?;
+    let (mut units, mut cost) = mandatory(&analysis.units, budget)?;
     let fits = |tokens: usize, limit: usize, cost: &mut usize| -> bool {
         let ok = *cost + tokens <= limit;
         if ok {

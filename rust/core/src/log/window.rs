@@ -1,0 +1,265 @@
+//! Selection on a log, from the mapped headers alone: the context view's
+//! nodes, grouped into units and weighed as the weighted window does; only
+//! the kept nodes' payloads are ever read (by the caller).
+
+use super::format::{
+    FILE_HEADER_LEN, FLAG_CALLS, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, RECORD_LEN,
+};
+use super::{KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE};
+use crate::error::Result;
+use crate::select::{Role, UnitFacts, UnitKind, Weights, greedy_by_weight, group_units};
+use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
+
+/// Segment (level-2) summaries the context view keeps: the newest.
+pub const SEGMENTS_KEPT: usize = 3;
+
+/// A node of the context view and why it is there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewPart {
+    /// A system or pinned message the summaries cover: kept.
+    Anchor,
+    /// The newest level-3 summary.
+    Global,
+    /// One of the newest level-2 summaries after it.
+    Segment,
+    /// A message after the summaries' pointer.
+    Raw,
+}
+
+/// What the weighted window kept of a log, and the tokens per section.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// Kept nodes, in the context view's order.
+    pub kept: Vec<(u64, ViewPart)>,
+    pub pinned: usize,
+    pub global: usize,
+    pub segments: usize,
+    pub recent: usize,
+    pub input: usize,
+}
+
+/// The fields of one mapped record selection reads.
+#[derive(Clone, Copy)]
+struct Record<'a>(&'a [u8]);
+
+impl Record<'_> {
+    fn u32_at(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
+    }
+    fn timestamp(&self) -> f64 {
+        f64::from_le_bytes(self.0[16..24].try_into().expect("8 bytes"))
+    }
+    fn tokens(&self) -> usize {
+        self.u32_at(40) as usize
+    }
+    fn weight(&self) -> Option<f64> {
+        let weight = f32::from_bits(self.u32_at(44));
+        (!weight.is_nan()).then_some(f64::from(weight))
+    }
+    fn role(&self) -> Role {
+        match self.0[56] {
+            0 => Role::System,
+            1 => Role::User,
+            2 => Role::Assistant,
+            3 => Role::Tool,
+            _ => Role::Other,
+        }
+    }
+    fn kind(&self) -> u8 {
+        self.0[57]
+    }
+    fn tags(&self) -> u8 {
+        self.0[58]
+    }
+    fn flags(&self) -> u8 {
+        self.0[59]
+    }
+    fn level(&self) -> u8 {
+        self.0[59] >> 6
+    }
+    fn facts(&self) -> UnitFacts {
+        let flags = self.flags();
+        UnitFacts {
+            role: self.role(),
+            tokens: self.tokens(),
+            tags: self.tags(),
+            pinned: flags & FLAG_PINNED != 0,
+            calls: flags & FLAG_CALLS != 0,
+            results: flags & FLAG_RESULTS != 0,
+            has_text: flags & FLAG_HAS_TEXT != 0,
+        }
+    }
+}
+
+impl MessageLog {
+    fn record(&self, seq: u64) -> Record<'_> {
+        let at = FILE_HEADER_LEN + seq as usize * RECORD_LEN;
+        Record(&self.map.bytes()[at..at + RECORD_LEN])
+    }
+
+    /// The nodes the model should see of the active path: system and pinned
+    /// messages the summaries cover, the newest global summary, the newest
+    /// segment summaries after it, then the messages after the pointer.
+    pub fn view(&mut self) -> Result<Vec<(u64, ViewPart)>> {
+        let path = self.path_to(None)?;
+        let pointer = self.position.summary_last;
+        let after = |seq: u64| pointer == NONE || seq > pointer;
+        let summaries: Vec<usize> = (0..path.len())
+            .filter(|&i| self.record(path[i]).kind() == KIND_SUMMARY)
+            .collect();
+        let global = summaries
+            .iter()
+            .rev()
+            .copied()
+            .find(|&i| self.record(path[i]).level() == 3);
+        let segments: Vec<usize> = summaries
+            .iter()
+            .copied()
+            .filter(|&i| self.record(path[i]).level() == 2 && global.is_none_or(|g| i > g))
+            .collect();
+        let segments = &segments[segments.len().saturating_sub(SEGMENTS_KEPT)..];
+        let mut view = Vec::new();
+        for &seq in &path {
+            let record = self.record(seq);
+            let anchor = record.role() == Role::System || record.flags() & FLAG_PINNED != 0;
+            if record.kind() == KIND_MESSAGE && !after(seq) && anchor {
+                view.push((seq, ViewPart::Anchor));
+            }
+        }
+        view.extend(global.map(|i| (path[i], ViewPart::Global)));
+        view.extend(segments.iter().map(|&i| (path[i], ViewPart::Segment)));
+        for &seq in &path {
+            if self.record(seq).kind() == KIND_MESSAGE && after(seq) {
+                view.push((seq, ViewPart::Raw));
+            }
+        }
+        Ok(view)
+    }
+
+    /// The weighted window over the context view, under `budget` tokens.
+    /// Ages come from the nodes' timestamps when `now` is given, else one
+    /// minute a node back from the end (as for messages).
+    pub fn weighted_window(
+        &mut self,
+        budget: usize,
+        weights: &Weights,
+        max_anchors: usize,
+        now: Option<f64>,
+    ) -> Result<Window> {
+        let view = self.view()?;
+        if now.is_none() {
+            self.decay_powers.prepare(weights.decay, view.len());
+        }
+        let powers = &self.decay_powers.powers;
+        let units = group_units(view.len(), |i| self.record(view[i].0).facts());
+        // decay^age underflows to exactly 0 past some age: no pow call there.
+        let zero_from = first_zero_age(weights.decay);
+        let weigh = |i: usize| -> f64 {
+            let record = self.record(view[i].0);
+            if let Some(weight) = record.weight() {
+                return weight;
+            }
+            if record.role() == Role::System {
+                return weights.system;
+            }
+            let tags = record.tags();
+            for (tag, weight) in [
+                (CONSTRAINT, weights.constraint),
+                (EVIDENCE, weights.evidence),
+                (PULSE, weights.pulse),
+                (LOG, weights.log),
+            ] {
+                if tags & tag != 0 {
+                    return weight;
+                }
+            }
+            let Some(now) = now else {
+                // Whole minutes back from the end: the same pow, from a table.
+                return powers.get(view.len() - 1 - i).copied().unwrap_or(0.0);
+            };
+            let age = ((now - record.timestamp()) / 60.0).max(0.0);
+            if age >= zero_from {
+                0.0
+            } else {
+                weights.decay.powf(age)
+            }
+        };
+        let kept = greedy_by_weight(&units, budget, max_anchors, |unit| {
+            (unit.start..unit.end)
+                .map(weigh)
+                .fold(f64::NEG_INFINITY, f64::max)
+        })?;
+        let mut window = Window::default();
+        for u in kept {
+            let unit = &units[u];
+            let section = match (unit.kind, view[unit.start].1) {
+                (_, ViewPart::Global) => &mut window.global,
+                (_, ViewPart::Segment) => &mut window.segments,
+                (UnitKind::System | UnitKind::Pinned, _) => &mut window.pinned,
+                (UnitKind::Current, _) => &mut window.input,
+                (UnitKind::Normal, _) => &mut window.recent,
+            };
+            *section += unit.tokens;
+            window.kept.extend_from_slice(&view[unit.start..unit.end]);
+        }
+        Ok(window)
+    }
+}
+
+/// `decay.powf(k)` for whole ages `k`, up to where it is 0.0, kept between
+/// turns (a turn weighs every node; a pow call costs ~20 ns).
+#[derive(Default)]
+pub(super) struct DecayPowers {
+    decay_bits: u64,
+    powers: Vec<f64>,
+}
+
+impl DecayPowers {
+    fn prepare(&mut self, decay: f64, ages: usize) {
+        if self.decay_bits != decay.to_bits() || self.powers.is_empty() {
+            self.decay_bits = decay.to_bits();
+            self.powers.clear();
+            self.powers.push(decay.powf(0.0));
+        }
+        let zero_from = first_zero_age(decay);
+        while self.powers.len() < ages && (self.powers.len() as f64) < zero_from {
+            self.powers.push(decay.powf(self.powers.len() as f64));
+        }
+    }
+}
+
+/// An age at and past which `decay.powf(age)` is 0.0 (infinity if none is
+/// found): near where the result falls below the smallest subnormal, 2^-1074,
+/// checked; the pow is monotonic in the age for 0 < decay < 1.
+fn first_zero_age(decay: f64) -> f64 {
+    if !(decay > 0.0 && decay < 1.0) {
+        return f64::INFINITY;
+    }
+    let mut age = (-1075.0 * std::f64::consts::LN_2 / decay.ln()).ceil();
+    for _ in 0..64 {
+        if decay.powf(age) == 0.0 {
+            return age;
+        }
+        age += 1.0;
+    }
+    f64::INFINITY
+}
+
+#[cfg(test)]
+#[allow(clippy::float_cmp)] // exactly zero is the point
+mod tests {
+    use super::first_zero_age;
+
+    #[test]
+    fn the_zero_age_is_where_pow_first_underflows() {
+        for decay in [0.5, 0.85, 0.99, 0.999_9] {
+            let age = first_zero_age(decay);
+            assert!(age.is_finite(), "{decay}");
+            for later in [age, age + 0.5, age + 10.0, age * 2.0] {
+                assert_eq!(decay.powf(later), 0.0, "{decay}^{later}");
+            }
+        }
+        assert_eq!(first_zero_age(1.0), f64::INFINITY);
+        assert_eq!(first_zero_age(0.0), f64::INFINITY);
+    }
+}
