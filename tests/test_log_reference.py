@@ -9,6 +9,8 @@ import json
 import math
 import os
 import re
+import resource
+import signal
 import struct
 import tempfile
 import threading
@@ -29,12 +31,13 @@ from context_core.errors import (
     LogIndexError,
     LogLockedError,
     LogNotFoundError,
+    LogStorageError,
 )
 from context_core.reference import MessageLog, RepairReport, Tokenizer
 from context_core.reference import select as reference_select
 from context_core.reference.log import HEADER_DTYPE, decode_lz4_block
 from context_core.reference.tags import NAMES
-from strategies import texts
+from strategies import log_messages
 
 NONE = 2**64 - 1
 ROLE_CODES = {"system": 0, "developer": 0, "user": 1, "assistant": 2, "tool": 3, "function": 3}
@@ -105,83 +108,6 @@ def filled(log_path: Path) -> Path:
 
 # -- generated messages ------------------------------------------------------------------
 
-json_scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**53), 2**53),
-    st.floats(allow_nan=False),
-    texts,
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
-    max_leaves=8,
-)
-text_block = st.builds(lambda t: {"type": "text", "text": t}, texts)
-tool_call = st.builds(
-    lambda i, name, arguments: {
-        "id": i,
-        "type": "function",
-        "function": {"name": name, "arguments": arguments},
-    },
-    texts,
-    texts,
-    texts,
-)
-openai_message = st.one_of(
-    st.fixed_dictionaries(
-        {
-            "role": st.sampled_from(["system", "developer", "user", "assistant", "critic"]),
-            "content": st.none() | texts | st.lists(text_block, max_size=3),
-        },
-        optional={"name": texts},
-    ),
-    st.fixed_dictionaries(
-        {
-            "role": st.just("assistant"),
-            "content": st.none() | texts,
-            "tool_calls": st.lists(tool_call, min_size=1, max_size=2),
-        }
-    ),
-    st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": texts, "content": texts}),
-    st.fixed_dictionaries({"role": st.just("function"), "name": texts, "content": texts}),
-)
-anthropic_block = st.one_of(
-    text_block,
-    st.builds(lambda t: {"type": "thinking", "thinking": t, "signature": "sig"}, texts),
-    st.builds(
-        lambda i, name, given: {"type": "tool_use", "id": i, "name": name, "input": given},
-        texts,
-        texts,
-        st.dictionaries(texts, json_values, max_size=3),
-    ),
-    st.builds(
-        lambda i, content: {"type": "tool_result", "tool_use_id": i, "content": content},
-        texts,
-        texts | st.lists(text_block, max_size=2),
-    ),
-    st.just({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}}),
-)
-anthropic_message = st.fixed_dictionaries(
-    {
-        "role": st.sampled_from(["user", "assistant"]),
-        "content": st.lists(anthropic_block, min_size=1, max_size=4),
-    }
-)
-metadata = st.fixed_dictionaries(
-    {},
-    optional={
-        "pinned": st.booleans(),
-        "priority": st.integers(-5, 5) | st.floats(-1e6, 1e6),
-        "weight": st.floats(0, 100),
-        "timestamp": st.floats(0, 2e9),
-        "tags": st.lists(st.sampled_from(sorted(NAMES)), max_size=2),
-        "id": texts,
-        "extra": json_values,
-    },
-)
-messages = st.tuples(openai_message | anthropic_message, metadata).map(lambda pair: {**pair[0], **pair[1]})
-
 
 def check_log(log: MessageLog, expected: list[dict], encoding: str = "o200k_base") -> None:
     """Everything a log of plain appends says, against the messages appended."""
@@ -230,7 +156,7 @@ def check_log(log: MessageLog, expected: list[dict], encoding: str = "o200k_base
     assert log.head == (len(expected) - 1 if expected else None)
 
 
-@given(batch=st.lists(messages, max_size=6), split=st.integers(0, 6))
+@given(batch=st.lists(log_messages, max_size=6), split=st.integers(0, 6))
 def test_round_trip_and_reopen(batch, split):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "log"
@@ -924,15 +850,16 @@ def test_a_flipped_frame(filled, where, name):
         assert str(filled / "data") in str(caught.value)
     report = MessageLog.repair(filled)
     assert isinstance(report, RepairReport)
-    assert report.kept == 2
-    assert report.dropped_bytes == frame_offsets_end(conversation()) - frame_offsets_end(conversation()[:2])
-    assert any(f"data: offset {frame_offsets_end(conversation()[:2])}:" in p for p in report.problems)
-    assert any("index: offset" in p for p in report.problems)
-    with MessageLog.open(filled) as log:
-        assert list(log) == conversation()[:2]
-        assert (log.head, log.path()) == (1, [0, 1])
+    damaged_from, damaged_to = frame_offsets_end(conversation()[:2]), frame_offsets_end(conversation()[:3])
+    assert (report.kept, report.lost, report.dropped_bytes) == (4, 1, damaged_to - damaged_from)
+    assert any(f"data: offset {damaged_from}:" in p for p in report.problems)
+    assert any(f"index: offset {64 + 64 * 2}: record 2" in p for p in report.problems)
+    with MessageLog.open(filled) as log:  # the frames after the damaged one are kept
+        assert list(log) == [*conversation()[:2], None, *conversation()[3:]]
+        assert (log.head, log.path(), log.last_summary_index) == (4, [0, 1, 3, 4], None)
+        assert log.context_view() == [m for i, m in enumerate(conversation()) if i != 2]
         log.verify()
-        log.append({"role": "user", "content": "again"})
+        assert log.append({"role": "user", "content": "again"}) == 5
 
 
 def frame_offsets_end(batch: list[dict]) -> int:
@@ -956,10 +883,17 @@ def test_a_flipped_meta_is_only_a_cache(filled):
 
 
 def test_repair_of_a_healthy_log(filled):
+    old_id, _ = read_file_header(filled / "index", b"CCLOGIDX")
     report = MessageLog.repair(filled)
-    assert report == RepairReport(kept=5, dropped_bytes=0, problems=[])
+    assert report == RepairReport(kept=5, lost=0, dropped_bytes=0, problems=[])
+    new_id, _ = read_file_header(filled / "index", b"CCLOGIDX")
+    assert new_id != old_id
+    assert read_file_header(filled / "data", b"CCLOGDAT") == (new_id, bytes(16))
+    assert not (filled / "meta").exists()
+    assert sorted(p.name for p in filled.iterdir()) == ["data", "index", "lock"]
     with MessageLog.open(filled) as log:
         assert list(log) == conversation()
+        assert frame_offsets(filled) == [frame_offsets_end(conversation()[:i]) for i in range(5)]
         log.verify()
 
 
@@ -967,13 +901,194 @@ def test_repair_of_a_truncated_log_and_a_lost_index(filled):
     os.truncate(filled / "data", frame_offsets(filled)[3] + 30)
     flip(filled / "index", 0)
     report = MessageLog.repair(filled)
-    assert report.kept == 3
+    assert (report.kept, report.lost, report.dropped_bytes) == (3, 0, 0)  # nothing intact after the damage
     assert any(p.startswith(str(filled / "index")) for p in report.problems)
-    assert any(f"offset {frame_offsets_end(conversation()[:3])}" in p for p in report.problems)
+    assert any(
+        f"data: offset {frame_offsets_end(conversation()[:3])}:" in p and "no intact frame after it" in p
+        for p in report.problems
+    )
     with MessageLog.open(filled) as log:
         assert list(log) == conversation()[:3]
         assert log.encoding == "o200k_base"
         log.verify()
+
+
+def branched(path: Path) -> list[int]:
+    """A closed log with a summary and a branch; the offsets of its frames.
+
+    0-4 conversation(), 5 summary of (0, 2), 6 its child, 7 branch marker back to 4, 8 child of 4."""
+    with open_log(path) as log:
+        log.append_many(conversation())
+        log.add_summary("s", (0, 2))
+        log.append({"role": "user", "content": "after the summary"})
+        log.rewind(4)
+        log.append({"role": "user", "content": "another way"})
+        return [int(o) for o in log.headers()["offset"]]
+
+
+def check_lost(row: np.void, seq: int) -> None:
+    """A lost node's header: docs/log-format.md, "kind" and "Payload"."""
+    assert row["check"] == zlib.crc32(row.tobytes()[:60])
+    assert math.isnan(row["weight"])
+    fields = {
+        name: row[name].item() for name in HEADER_DTYPE.names if name not in ("offset", "weight", "check")
+    }
+    assert fields == {
+        "seq": seq,
+        "parent": NONE if seq == 0 else seq - 1,
+        "timestamp": 0.0,
+        "stored_len": 0,
+        "raw_len": 0,
+        "tokens": 0,
+        "priority": 0.0,
+        "hash": 0,  # crc32(b"")
+        "role": 4,
+        "kind": 3,
+        "tags": 0,
+        "flags": 0,
+    }
+
+
+def test_repair_keeps_every_intact_frame(log_path):
+    offsets = branched(log_path)
+    with MessageLog.open(log_path, readonly=True) as log:
+        before = list(log)
+    flip(log_path / "data", offsets[0] + 72 + 3)  # the root's payload
+    flip(log_path / "data", offsets[3] + 8 + 30)  # node 3's header copy
+    flip(log_path / "data", offsets[4])  # node 4's magic
+    (log_path / "index").write_bytes(os.urandom(64 * 12))  # and the index is garbage
+    report = MessageLog.repair(log_path)
+    dropped = (offsets[1] - offsets[0]) + (offsets[5] - offsets[3])
+    assert (report.kept, report.lost, report.dropped_bytes) == (6, 3, dropped)
+    assert any(f"data: offset {offsets[0]}:" in p for p in report.problems)
+    assert any(f"data: offset {offsets[3]}:" in p for p in report.problems)
+    assert any(p.startswith(str(log_path / "index")) for p in report.problems)
+    with MessageLog.open(log_path) as log:
+        log.verify()
+        expected = [None if seq in (0, 3, 4) else value for seq, value in enumerate(before)]
+        assert list(log) == expected
+        rows = log.headers()
+        for seq in (0, 3, 4):
+            check_lost(rows[seq], seq)
+        assert [int(p) for p in rows["parent"]] == [NONE, 0, 1, 2, 3, 4, 5, 4, 4]
+        # 7 rewound to 4 (now lost), 8 is its child: the path passes through lost nodes.
+        assert (log.head, log.path(), log.last_summary_index) == (8, [1, 2, 8], None)
+        assert log.path(6) == [1, 2, 5, 6]
+        assert log.context_view() == [conversation()[1], conversation()[2], before[8]]
+    second = MessageLog.repair(log_path)  # the placeholders are intact frames now
+    assert second == RepairReport(kept=9, lost=0, dropped_bytes=0, problems=[])
+
+
+def test_repair_finishes_after_a_crash_between_its_renames(filled):
+    old_index = (filled / "index").read_bytes()
+    flip(filled / "data", frame_offsets(filled)[1] + 80)
+    MessageLog.repair(filled)
+    (filled / "index").write_bytes(old_index)  # as if the index had not been renamed in yet
+    with pytest.raises(LogCorruptError, match="log id"):
+        MessageLog.open(filled)
+    report = MessageLog.repair(filled)
+    assert (report.kept, report.lost) == (5, 0)  # node 1 is a placeholder already
+    with MessageLog.open(filled) as log:
+        assert list(log) == [conversation()[0], None, *conversation()[2:]]
+        log.verify()
+
+
+def test_a_lost_node_is_readable(log_path):
+    summary = payload_bytes({"summary": "s", "covers": [0, 0], "level": 2})
+    message = payload_bytes({"role": "user", "content": "hello"})
+    write_log_by_hand(
+        log_path,
+        [
+            (0, message, message, 0),
+            (1, summary, summary, 0),
+            (3, b"", b"", 0),
+            (0, message, message, 0),
+            (3, b"", b"", 0),
+        ],
+    )
+    with MessageLog.open(log_path, readonly=True) as log:
+        assert list(log) == [json.loads(message), json.loads(summary), None, json.loads(message), None]
+        assert log[2] is None
+        assert log.read([-1]) == [None]
+        assert list(log.headers()["kind"]) == [0, 1, 3, 0, 3]
+        # A lost node moves the head as a message does, and is never on a path.
+        assert (log.head, log.last_summary_index) == (4, 0)
+        assert (log.path(), log.path(2)) == ([0, 1, 3], [0, 1])
+        assert log.context_view() == [
+            {"role": "system", "content": "Summary of an earlier part of the conversation:\ns"},
+            json.loads(message),
+        ]
+        log.verify()
+    with MessageLog.open(log_path) as log:
+        assert log.append({"role": "user", "content": "a child of the lost node"}) == 5
+        assert log.path() == [0, 1, 3, 5]
+        log.rewind(2)  # a lost node is a place to branch from
+        assert (log.head, log.path(), log.last_summary_index) == (2, [0, 1], 0)
+        assert log.append({"role": "user", "content": "x"}, parent=4) == 7
+        assert log.path() == [0, 1, 3, 7]
+        log.verify()
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "error"), [(3, b"{}", "lost node with a payload"), (4, b"", "kind 4")]
+)
+def test_a_bad_lost_node_or_unknown_kind(log_path, kind, payload, error):
+    message = payload_bytes({"role": "user", "content": "hello"})
+    write_log_by_hand(log_path, [(0, message, message, 0), (kind, payload, payload, 0)])
+    if kind == 3:
+        with MessageLog.open(log_path, readonly=True) as log, pytest.raises(LogCorruptError, match=error):
+            log[1]
+    else:
+        with pytest.raises(LogCorruptError, match=error):
+            MessageLog.open(log_path, readonly=True)
+
+
+def in_child_with_a_file_size_limit(limit: int, work) -> str:
+    """Run ``work()`` in a forked child whose files may not grow past ``limit`` bytes
+    (SIGXFSZ ignored, so the write fails with EFBIG); what it returned or raised."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        outcome = "crashed"
+        try:
+            os.close(read_end)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+            try:
+                outcome = f"returned {work()!r}"
+            except BaseException as error:  # reported to the parent
+                outcome = f"{type(error).__name__}|{isinstance(error, OSError)}|{error}"
+            os.write(write_end, outcome.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        outcome = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return outcome
+
+
+@pytest.mark.parametrize("what", ["append", "append_many", "repair"])
+def test_a_failed_write_is_a_storage_error(filled, what):
+    end = frame_offsets_end(conversation())
+    big = [{"role": "user", "content": "words " * 400} for _ in range(3)]
+
+    def work():
+        if what == "repair":
+            return MessageLog.repair(filled)
+        with MessageLog.open(filled) as log:
+            return log.append(big[0]) if what == "append" else log.append_many(big)
+
+    limit = 100 if what == "repair" else end + 100  # inside the new data file; inside the next frame
+    outcome = in_child_with_a_file_size_limit(limit, work)
+    name, is_os_error, message = outcome.split("|", 2)
+    assert (name, is_os_error) == ("LogStorageError", "True"), outcome
+    assert "File too large" in message
+    assert str(filled / ("data" if what != "repair" else "data.repair")) in message
+    with MessageLog.open(filled) as log:  # nothing was committed
+        assert list(log) == conversation()
+        log.verify()
+    assert issubclass(LogStorageError, OSError)
 
 
 def test_repair_needs_a_log(tmp_path):

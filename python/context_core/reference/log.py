@@ -19,13 +19,14 @@ import secrets
 import struct
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from context_core.errors import (
+    ContextCoreError,
     InvalidInputError,
     InvalidTypeError,
     LogClosedError,
@@ -33,6 +34,7 @@ from context_core.errors import (
     LogIndexError,
     LogLockedError,
     LogNotFoundError,
+    LogStorageError,
 )
 from context_core.reference.select import Analysis, _shared_backend
 from context_core.reference.tokenizer import MAX_DEPTH
@@ -77,7 +79,7 @@ assert HEADER_DTYPE.itemsize == RECORD_SIZE
 
 ROLES = {"system": 0, "user": 1, "assistant": 2, "tool": 3, "other": 4}
 SYSTEM, OTHER = ROLES["system"], ROLES["other"]
-MESSAGE, SUMMARY, BRANCH = 0, 1, 2
+MESSAGE, SUMMARY, BRANCH, LOST = 0, 1, 2, 3
 PINNED, CALLS, RESULTS, HAS_TEXT = 1, 2, 4, 8
 CODEC_SHIFT, LEVEL_SHIFT = 4, 6
 RAW, LZ4 = 0, 1
@@ -106,6 +108,24 @@ def align8(n: int) -> int:
 
 def corrupt(path: str, offset: int, what: str) -> LogCorruptError:
     return LogCorruptError(f"{path}: offset {offset}: {what}")
+
+
+@contextlib.contextmanager
+def storage(path: str, action: str) -> Iterator[None]:
+    """Turn an OSError that is not ours (a full disk, a file too large, permissions...)
+    into LogStorageError naming the file, what was being done and the OS error."""
+    try:
+        yield
+    except ContextCoreError:
+        raise
+    except OSError as error:
+        raise storage_error(path, action, error) from error
+
+
+def storage_error(path: str, action: str, error: OSError) -> LogStorageError:
+    failure = LogStorageError(f"{path}: could not {action}: {error.strerror or error}")
+    failure.errno = error.errno
+    return failure
 
 
 # -- node headers -------------------------------------------------------------------
@@ -162,7 +182,7 @@ def node_problem(node: Node, expected_offset: int) -> str | None:
     """What is wrong with a header whose check matches (a bug, not a torn write)."""
     if node.parent != NONE and node.parent >= node.seq:
         return f"node {node.seq} has parent {node.parent}, not an earlier node"
-    if node.kind > BRANCH:
+    if node.kind > LOST:
         return f"node {node.seq} has unknown kind {node.kind}"
     if node.codec > LZ4:
         return f"node {node.seq} has unknown codec {node.codec}"
@@ -251,19 +271,21 @@ def read_checkpoint(path: str, log_id: int) -> Checkpoint | None:
 def write_checkpoint(directory: str, log_id: int, checkpoint: Checkpoint) -> None:
     """Replace ``meta`` atomically: written to ``meta.tmp``, then renamed."""
     temporary = os.path.join(directory, "meta.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        write_all(fd, checkpoint.pack(log_id), 0)
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, os.path.join(directory, "meta"))
+    with storage(temporary, "write the checkpoint"):
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            write_all(fd, checkpoint.pack(log_id), 0)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, os.path.join(directory, "meta"))
 
 
 def forget_checkpoint(directory: str) -> None:
     """Remove ``meta`` before records it counts may change."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(directory, "meta"))
+    path = os.path.join(directory, "meta")
+    with storage(path, "remove"), contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 # -- file helpers ----------------------------------------------------------------------
@@ -295,22 +317,13 @@ def write_all(fd: int, data: bytes, offset: int) -> None:
         view, offset = view[written:], offset + written
 
 
+def file_size(fd: int, path: str) -> int:
+    with storage(path, "stat"):
+        return os.fstat(fd).st_size
+
+
 def all_zero(data: bytes) -> bool:
     return not data.lstrip(b"\0")
-
-
-def last_nonzero_end(fd: int, start: int) -> int:
-    """The end of the last non-zero byte at or after ``start`` (``start`` if none)."""
-    end, position, size = start, start, os.fstat(fd).st_size
-    while position < size:
-        chunk = read_at(fd, min(SCAN_CHUNK, size - position), position)
-        if not chunk:
-            break
-        stripped = chunk.rstrip(b"\0")
-        if stripped:
-            end = position + len(stripped)
-        position += len(chunk)
-    return end
 
 
 def first_nonzero(fd: int, start: int) -> int | None:
@@ -357,16 +370,19 @@ def grow(fd: int, size: int, needed: int, first_step: int) -> int:
 
 
 def sync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with storage(directory, "sync the directory"):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def take_lock(directory: str, timeout: float) -> int:
     """flock(LOCK_EX) on ``<dir>/lock``, polled until ``timeout`` seconds pass."""
-    fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    path = os.path.join(directory, "lock")
+    with storage(path, "open"):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -378,6 +394,9 @@ def take_lock(directory: str, timeout: float) -> int:
                 os.close(fd)
                 raise LogLockedError(f"{directory}: another writer holds the message log") from None
             time.sleep(min(LOCK_POLL_SECONDS, remaining))
+        except OSError as error:
+            os.close(fd)
+            raise storage_error(path, "lock", error) from error
 
 
 # -- payloads ----------------------------------------------------------------------------
@@ -483,17 +502,23 @@ def check_frame(frame: bytes, node: Node, record: bytes | None) -> tuple[bytes, 
 
 def read_frame(fd: int, path: str, node: Node, record: bytes) -> bytes:
     """The raw payload of a node, its frame checked against its index record."""
-    frame = read_exact(fd, FRAME_PREFIX + node.stored_len, node.offset, path, f"the frame of node {node.seq}")
+    size, what = FRAME_PREFIX + node.stored_len, f"the frame of node {node.seq}"
+    with storage(path, "read"):
+        frame = read_exact(fd, size, node.offset, path, what)
     raw, where, why = check_frame(frame, node, record)
     if why is not None:
         raise corrupt(path, node.offset + where, why)
     return raw
 
 
-def frame_at(fd: int, position: int, seq: int) -> tuple[Node | None, bytes, str | None]:
-    """The valid frame of node ``seq`` at ``position`` as (node, frame, None), or
-    (None, b"", why) where why is None at a clean end (zeros or the end of the file)."""
-    prefix = read_at(fd, FRAME_PREFIX, position)
+def frame_at(
+    read: Callable[[int, int], bytes], position: int, seq: int, *, at_least: bool = False
+) -> tuple[Node | None, bytes, str | None]:
+    """The valid frame of node ``seq`` (``at_least``: of any node from ``seq`` on) at
+    ``position`` as (node, frame, None), or (None, b"", why) where why is None at a
+    clean end (zeros or the end of the file). ``read(size, offset)`` reads the data
+    file (fewer bytes only at its end)."""
+    prefix = read(FRAME_PREFIX, position)
     if not prefix or all_zero(prefix[:8]):
         return None, b"", None
     if len(prefix) < FRAME_PREFIX:
@@ -503,11 +528,12 @@ def frame_at(fd: int, position: int, seq: int) -> tuple[Node | None, bytes, str 
     node = unpack_node(prefix[8:])
     if node is None:
         return None, b"", "frame header checksum does not match"
-    if node.seq != seq:
-        return None, b"", f"the frame holds node {node.seq} where node {seq} was expected"
+    if node.seq != seq and not (at_least and node.seq > seq):
+        expected = f"node {seq} or a later one" if at_least else f"node {seq}"
+        return None, b"", f"the frame holds node {node.seq} where {expected} was expected"
     if problem := node_problem(node, position):
         return None, b"", problem
-    frame = read_at(fd, FRAME_PREFIX + node.stored_len, position)
+    frame = read(FRAME_PREFIX + node.stored_len, position)
     if len(frame) < FRAME_PREFIX + node.stored_len:
         return None, b"", "the file ends inside a frame"
     _, _, why = check_frame(frame, node, None)
@@ -515,10 +541,10 @@ def frame_at(fd: int, position: int, seq: int) -> tuple[Node | None, bytes, str 
 
 
 def decode_value(raw: bytes, node: Node) -> Any:
-    """The value a payload holds: a dict, or None for a branch marker."""
-    if node.kind == BRANCH:
+    """The value a payload holds: a dict, or None for a branch marker or a lost node."""
+    if node.kind in (BRANCH, LOST):
         if raw:
-            raise ValueError("a branch marker with a payload")
+            raise ValueError(f"a {'branch marker' if node.kind == BRANCH else 'lost node'} with a payload")
         return None
     value = json.loads(raw.decode("utf-8"))
     if not isinstance(value, dict):
@@ -544,9 +570,12 @@ def summary_shape_ok(value: dict) -> bool:
 
 @dataclass(frozen=True)
 class RepairReport:
-    kept: int
-    dropped_bytes: int
-    problems: list[str]
+    """What ``MessageLog.repair`` kept and what it could not."""
+
+    kept: int  # intact records kept
+    lost: int  # records left as lost placeholders, so later seqs keep their numbers
+    dropped_bytes: int  # bytes skipped between intact frames
+    problems: list[str]  # each naming the file and offset
 
 
 class MessageLog:
@@ -589,8 +618,8 @@ class MessageLog:
             self._scan_index()
             if not readonly:
                 self._recover()
-            self._index_size = os.fstat(self._index_fd).st_size
-            self._data_size = os.fstat(self._data_fd).st_size
+            self._index_size = file_size(self._index_fd, self._index_path)
+            self._data_size = file_size(self._data_fd, self._data_path)
             self._load_state()
         except BaseException:
             self._release()
@@ -624,7 +653,8 @@ class MessageLog:
         if not log_exists(directory) and (readonly or not create):
             raise LogNotFoundError(f"{directory}: no message log")
         if not readonly:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+            with storage(directory, "create the directory"):
+                os.makedirs(directory, mode=0o700, exist_ok=True)
         lock_fd = None if readonly else take_lock(directory, lock_timeout)
         if lock_fd is not None and not log_exists(directory):  # checked again under the lock
             try:
@@ -652,9 +682,11 @@ class MessageLog:
     # -- opening ---------------------------------------------------------------------
 
     def _read_file_headers(self) -> tuple[int, str]:
-        raw = read_at(self._index_fd, FILE_HEADER_SIZE, 0)
+        with storage(self._index_path, "read"):
+            raw = read_at(self._index_fd, FILE_HEADER_SIZE, 0)
         log_id, encoding = parse_file_header(raw, self._index_path, INDEX_MAGIC, None)
-        raw = read_at(self._data_fd, FILE_HEADER_SIZE, 0)
+        with storage(self._data_path, "read"):
+            raw = read_at(self._data_fd, FILE_HEADER_SIZE, 0)
         parse_file_header(raw, self._data_path, DATA_MAGIC, log_id)
         return log_id, encoding
 
@@ -664,7 +696,8 @@ class MessageLog:
         size = 16 * RECORD_SIZE  # small first: a reader looks for new records before each operation
         while True:
             position = FILE_HEADER_SIZE + len(self._records)
-            chunk = read_at(self._index_fd, size, position)
+            with storage(self._index_path, "read"):
+                chunk = read_at(self._index_fd, size, position)
             for start in range(0, len(chunk) - RECORD_SIZE + 1, RECORD_SIZE):
                 record = chunk[start : start + RECORD_SIZE]
                 node = unpack_node(record)
@@ -694,27 +727,34 @@ class MessageLog:
         changed = False
         while self._nodes and not self._frame_holds(len(self._nodes) - 1):
             forget_checkpoint(self._directory)
-            write_all(self._index_fd, bytes(RECORD_SIZE), FILE_HEADER_SIZE + len(self._records) - RECORD_SIZE)
+            last_slot = FILE_HEADER_SIZE + len(self._records) - RECORD_SIZE
+            with storage(self._index_path, "write"):
+                write_all(self._index_fd, bytes(RECORD_SIZE), last_slot)
             self._drop_last()
             changed = True
         while True:
-            node, frame, _ = frame_at(self._data_fd, self._data_end, len(self._nodes))
+            with storage(self._data_path, "read"):
+                node, frame, _ = frame_at(self._read_data, self._data_end, len(self._nodes))
             if node is None:
                 break
             record = frame[8:FRAME_PREFIX]
             forget_checkpoint(self._directory)
-            write_all(self._index_fd, record, FILE_HEADER_SIZE + len(self._records))
+            with storage(self._index_path, "write"):
+                write_all(self._index_fd, record, FILE_HEADER_SIZE + len(self._records))
             self._add(node, record)
             changed = True
-        if zero_from(self._index_fd, FILE_HEADER_SIZE + len(self._records)):
-            changed = True
-        if zero_from(self._data_fd, self._data_end):
-            changed = True
-        if os.fstat(self._data_fd).st_size < self._data_end:  # the last frame lost its padding
-            os.ftruncate(self._data_fd, self._data_end)
-            changed = True
+        with storage(self._index_path, "zero its torn tail"):
+            changed |= zero_from(self._index_fd, FILE_HEADER_SIZE + len(self._records))
+        with storage(self._data_path, "zero its torn tail"):
+            changed |= zero_from(self._data_fd, self._data_end)
+            if os.fstat(self._data_fd).st_size < self._data_end:  # the last frame lost its padding
+                os.ftruncate(self._data_fd, self._data_end)
+                changed = True
         if changed:
             self._sync()
+
+    def _read_data(self, size: int, offset: int) -> bytes:
+        return read_at(self._data_fd, size, offset)
 
     def _frame_holds(self, seq: int) -> bool:
         try:
@@ -779,11 +819,11 @@ class MessageLog:
         """Refuse files truncated under us; a reader takes in the writer's new records."""
         self._check_open()
         index_end = FILE_HEADER_SIZE + len(self._records)
-        if (size := os.fstat(self._index_fd).st_size) < index_end:
+        if (size := file_size(self._index_fd, self._index_path)) < index_end:
             raise corrupt(self._index_path, size, f"file truncated (its records run to {index_end})")
         last = self._nodes[-1] if self._nodes else None
         data_end = last.offset + FRAME_PREFIX + last.stored_len if last else FILE_HEADER_SIZE
-        if (size := os.fstat(self._data_fd).st_size) < data_end:
+        if (size := file_size(self._data_fd, self._data_path)) < data_end:
             raise corrupt(self._data_path, size, f"file truncated (its frames run to {data_end})")
         if self._readonly:
             for node in self._scan_index():
@@ -879,10 +919,14 @@ class MessageLog:
         return self._path(self._head if head is None else self._position(head, negative=True))
 
     def _path(self, head: int | None) -> list[int]:
+        """The message and summary nodes from the root to ``head`` (branch markers and
+        lost nodes are passed through, never listed)."""
         seqs: list[int] = []
         while head is not None:
-            seqs.append(head)
-            head = self._nodes[head].parent_seq
+            node = self._nodes[head]
+            if node.kind in (MESSAGE, SUMMARY):
+                seqs.append(head)
+            head = node.parent_seq
         return seqs[::-1]
 
     def context_view(self) -> list[dict]:
@@ -912,7 +956,8 @@ class MessageLog:
         them; LogCorruptError names the file and offset of the first problem."""
         self._refresh()
         self._read_file_headers()
-        on_disk = read_at(self._index_fd, len(self._records), FILE_HEADER_SIZE)
+        with storage(self._index_path, "read"):
+            on_disk = read_at(self._index_fd, len(self._records), FILE_HEADER_SIZE)
         expected_offset = FILE_HEADER_SIZE
         for seq, node in enumerate(self._nodes):
             where = FILE_HEADER_SIZE + seq * RECORD_SIZE
@@ -923,10 +968,14 @@ class MessageLog:
             self._value(seq)
             expected_offset = node.frame_end
         index_end = FILE_HEADER_SIZE + len(self._records)
-        if (stray := first_nonzero(self._index_fd, index_end)) is not None:
+        with storage(self._index_path, "read"):
+            stray = first_nonzero(self._index_fd, index_end)
+        if stray is not None:
             slot = stray - (stray - FILE_HEADER_SIZE) % RECORD_SIZE
             raise corrupt(self._index_path, slot, "a torn or stray record after the last valid one")
-        if (stray := first_nonzero(self._data_fd, self._data_end)) is not None:
+        with storage(self._data_path, "read"):
+            stray = first_nonzero(self._data_fd, self._data_end)
+        if stray is not None:
             raise corrupt(self._data_path, stray, "bytes after the last frame")
 
     # -- writing -------------------------------------------------------------------------
@@ -1119,10 +1168,14 @@ class MessageLog:
             offset = node.frame_end
         index_start = FILE_HEADER_SIZE + len(self._records)
         index_end = index_start + RECORD_SIZE * len(records)
-        self._data_size = grow(self._data_fd, self._data_size, offset, DATA_FIRST_STEP)
-        self._index_size = grow(self._index_fd, self._index_size, index_end, INDEX_FIRST_STEP)
-        write_all(self._data_fd, b"".join(frames), self._data_end)
-        write_all(self._index_fd, b"".join(records), index_start)
+        with storage(self._data_path, "reserve space in"):
+            self._data_size = grow(self._data_fd, self._data_size, offset, DATA_FIRST_STEP)
+        with storage(self._index_path, "reserve space in"):
+            self._index_size = grow(self._index_fd, self._index_size, index_end, INDEX_FIRST_STEP)
+        with storage(self._data_path, "write"):
+            write_all(self._data_fd, b"".join(frames), self._data_end)
+        with storage(self._index_path, "write"):
+            write_all(self._index_fd, b"".join(records), index_start)
         for node, record in zip(nodes, records, strict=True):
             self._add(node, record)
             self._apply(node)
@@ -1136,8 +1189,10 @@ class MessageLog:
             self._sync()
 
     def _sync(self) -> None:
-        os.fdatasync(self._data_fd)
-        os.fdatasync(self._index_fd)
+        with storage(self._data_path, "sync"):
+            os.fdatasync(self._data_fd)
+        with storage(self._index_path, "sync"):
+            os.fdatasync(self._index_fd)
         self._unsynced, self._last_sync = 0, time.monotonic()
 
     def flush(self) -> None:
@@ -1179,9 +1234,10 @@ class MessageLog:
 
     @staticmethod
     def repair(path: str | os.PathLike[str], *, lock_timeout: float = 0.0) -> RepairReport:
-        """Rebuild the log from every intact frame, in order, up to the first one that
-        is damaged or out of sequence; new files are written beside the old ones and
-        renamed in."""
+        """Rebuild the log from every intact frame of its data file, scanning past damage
+        for the next one; a record between intact ones that could not be salvaged becomes
+        a lost node. New files (with a new log id) are written beside the old ones and
+        renamed in, data first; ``meta`` is removed."""
         directory = log_directory(path)
         data_path = os.path.join(directory, "data")
         if not os.path.exists(data_path):
@@ -1198,73 +1254,125 @@ def repair_locked(directory: str) -> RepairReport:
     problems: list[str] = []
     log_id, encoding = None, DEFAULT_ENCODING
     try:
-        with open(index_path, "rb") as file:
+        with storage(index_path, "read"), open(index_path, "rb") as file:
             log_id, encoding = parse_file_header(file.read(FILE_HEADER_SIZE), index_path, INDEX_MAGIC, None)
-    except (OSError, LogCorruptError) as error:
+    except (LogStorageError, LogCorruptError) as error:
         problems.append(f"{index_path}: unreadable header ({error}); counting tokens in {encoding}")
-    data_fd = os.open(data_path, os.O_RDONLY)
+    with storage(data_path, "read"), open(data_path, "rb") as file:
+        data = file.read()  # the reference reads it whole; the Rust core scans it
     try:
-        try:
-            data_id, _ = parse_file_header(
-                read_at(data_fd, FILE_HEADER_SIZE, 0), data_path, DATA_MAGIC, log_id
-            )
-            log_id = data_id if log_id is None else log_id
-        except LogCorruptError as error:
-            problems.append(str(error))
-        if log_id is None:
-            log_id = secrets.randbits(64)
-        frames, end = salvage_frames(data_fd, data_path, problems)
-        dropped = align8(last_nonzero_end(data_fd, end)) - end  # frames are 8-aligned
-        if dropped:
-            problems.append(f"{data_path}: offset {end}: {dropped} bytes after the last intact frame dropped")
-    finally:
-        os.close(data_fd)
-    compare_index(index_path, [record for record, _ in frames], problems)
-    records = b"".join(record for record, _ in frames)
-    replacement = {
-        "data": file_header(DATA_MAGIC, log_id) + b"".join(frame for _, frame in frames),
-        "index": file_header(INDEX_MAGIC, log_id, encoding) + records,
-    }
+        parse_file_header(data, data_path, DATA_MAGIC, log_id)
+    except LogCorruptError as error:
+        problems.append(str(error))
+    salvage = salvage_frames(data, data_path, problems)
+    compare_index(index_path, salvage.found, len(salvage.nodes), problems)
+    new_id = secrets.randbits(64)
+    while new_id == log_id:  # an old index must never pass for one of the new data
+        new_id = secrets.randbits(64)
+    frames, records = [file_header(DATA_MAGIC, new_id)], [file_header(INDEX_MAGIC, new_id, encoding)]
+    offset = FILE_HEADER_SIZE
+    for node, stored in salvage.nodes:
+        node = node._replace(offset=offset)
+        record = node.pack()
+        frames += [FRAME_MAGIC, record, stored, bytes(node.frame_end - offset - FRAME_PREFIX - len(stored))]
+        records.append(record)
+        offset = node.frame_end
+    replacement = {"data": b"".join(frames), "index": b"".join(records)}
     for name, content in replacement.items():
-        fd = os.open(os.path.join(directory, name + ".repair"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            write_all(fd, content, 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    forget_checkpoint(directory)  # it may count records that are gone
-    for name in replacement:
-        os.replace(os.path.join(directory, name + ".repair"), os.path.join(directory, name))
+        write_new_file(os.path.join(directory, name + ".repair"), content, os.O_TRUNC)
+    for name in replacement:  # data first: a crash between the renames leaves two log ids
+        with storage(os.path.join(directory, name), "replace"):
+            os.replace(os.path.join(directory, name + ".repair"), os.path.join(directory, name))
+    forget_checkpoint(directory)  # it described the old files
     sync_directory(directory)
-    # The checkpoint of the rebuilt files, found by replaying them (a reader takes no lock).
-    log = MessageLog(directory, readonly=True, durability="never", lock_fd=None)
-    try:
-        checkpoint = log._checkpoint()
-    finally:
-        log.close()
-    write_checkpoint(directory, log_id, checkpoint)
-    return RepairReport(kept=len(frames), dropped_bytes=dropped, problems=problems)
+    return RepairReport(
+        kept=len(salvage.nodes) - salvage.lost,
+        lost=salvage.lost,
+        dropped_bytes=salvage.dropped_bytes,
+        problems=problems,
+    )
 
 
-def salvage_frames(
-    data_fd: int, data_path: str, problems: list[str]
-) -> tuple[list[tuple[bytes, bytes]], int]:
-    """The intact frames from the start, as (record, whole frame), and the end of the last."""
-    frames: list[tuple[bytes, bytes]] = []
+class Salvage(NamedTuple):
+    nodes: list[tuple[Node, bytes]]  # every record from seq 0, as (header, stored payload)
+    found: dict[int, bytes]  # the header of each intact frame, as found, by seq
+    lost: int
+    dropped_bytes: int
+
+
+def salvage_frames(data: bytes, data_path: str, problems: list[str]) -> Salvage:
+    """Every intact frame of the data file (whose seq is not below the records so far),
+    each seq skipped between two of them standing in as a lost node."""
+
+    def read(size: int, offset: int) -> bytes:
+        return data[offset : offset + size]
+
+    nodes: list[tuple[Node, bytes]] = []
+    found: dict[int, bytes] = {}
+    lost = dropped = 0
     position = FILE_HEADER_SIZE
-    while True:
-        node, frame, why = frame_at(data_fd, position, len(frames))
+    damaged: tuple[int, str] | None = None  # where the damage being skipped began, and why
+    while position + FRAME_PREFIX <= len(data):
+        node, frame, why = frame_at(read, position, len(nodes), at_least=True)
         if node is None:
-            if why is not None:
-                problems.append(f"{data_path}: offset {position}: {why}")
-            return frames, position
-        padding = bytes(node.frame_end - position - len(frame))
-        frames.append((frame[8:FRAME_PREFIX], frame + padding))
+            if damaged is None:
+                if all_zero(data[position : position + FRAME_PREFIX]):
+                    break  # the zero-filled space past the last frame
+                damaged = (position, why or "no frame magic")
+            position = next_frame_magic(data, position + 8)
+            continue
+        if damaged is not None:
+            start, why = damaged
+            dropped += position - start
+            problems.append(
+                f"{data_path}: offset {start}: {why}; {position - start} bytes without an intact frame"
+            )
+            damaged = None
+        while len(nodes) < node.seq:
+            nodes.append((lost_node(len(nodes)), b""))
+            lost += 1
+        found[node.seq] = frame[8:FRAME_PREFIX]
+        nodes.append((node, frame[FRAME_PREFIX:]))
         position = node.frame_end
+    if damaged is None and not all_zero(data[position:]):  # too short to be a frame
+        damaged = (position, "the file ends inside a frame")
+    if damaged is not None:
+        start, why = damaged
+        problems.append(f"{data_path}: offset {start}: {why}; no intact frame after it")
+    return Salvage(nodes, found, lost, dropped)
 
 
-def compare_index(index_path: str, kept: list[bytes], problems: list[str]) -> None:
-    """Report where the old index disagrees with the frames kept."""
+def next_frame_magic(data: bytes, start: int) -> int:
+    """The first 8-aligned offset from ``start`` (8-aligned) holding a frame's magic, else
+    the end: where scanning 8 bytes at a time would find the next candidate frame."""
+    found = data.find(FRAME_MAGIC, start)
+    while found != -1 and found % 8:
+        found = data.find(FRAME_MAGIC, found + 1)
+    return len(data) if found == -1 else found
+
+
+def lost_node(seq: int) -> Node:
+    """The placeholder for a record repair could not salvage: no payload, the seq before as parent."""
+    return Node(
+        seq=seq,
+        parent=NONE if seq == 0 else seq - 1,
+        timestamp=0.0,
+        offset=0,
+        stored_len=0,
+        raw_len=0,
+        tokens=0,
+        weight=math.nan,
+        priority=0.0,
+        hash=crc(b""),
+        role=OTHER,
+        kind=LOST,
+        tags=0,
+        flags=0,
+    )
+
+
+def compare_index(index_path: str, found: dict[int, bytes], count: int, problems: list[str]) -> None:
+    """Report where the old index disagrees with the frames salvaged."""
     try:
         with open(index_path, "rb") as file:
             file.seek(FILE_HEADER_SIZE)
@@ -1274,11 +1382,14 @@ def compare_index(index_path: str, kept: list[bytes], problems: list[str]) -> No
     for seq in range(len(old) // RECORD_SIZE):
         record = old[seq * RECORD_SIZE : (seq + 1) * RECORD_SIZE]
         offset = FILE_HEADER_SIZE + seq * RECORD_SIZE
-        if seq < len(kept) and record != kept[seq]:
-            problems.append(f"{index_path}: offset {offset}: record {seq} differs from its frame")
-        elif seq >= len(kept) and not all_zero(record):
-            problems.append(f"{index_path}: offset {offset}: record {seq} and after have no intact frame")
+        if seq >= count:
+            if not all_zero(record):
+                problems.append(f"{index_path}: offset {offset}: record {seq} and after have no intact frame")
             return
+        if seq not in found:
+            problems.append(f"{index_path}: offset {offset}: record {seq} has no intact frame (lost)")
+        elif record != found[seq]:
+            problems.append(f"{index_path}: offset {offset}: record {seq} differs from its frame")
 
 
 def summary_covers(covers: Any) -> tuple[int, int]:
@@ -1310,6 +1421,8 @@ def open_log_file(path: str, readonly: bool) -> int:
         return os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
     except FileNotFoundError:
         raise corrupt(path, 0, "the file is missing (the log has only some of its files)") from None
+    except OSError as error:
+        raise storage_error(path, "open", error) from error
 
 
 def log_exists(directory: str) -> bool:
@@ -1323,10 +1436,16 @@ def create_log(directory: str, encoding: str) -> None:
         ("data", file_header(DATA_MAGIC, log_id)),
         ("index", file_header(INDEX_MAGIC, log_id, encoding)),
     ):
-        fd = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_new_file(os.path.join(directory, name), header, os.O_EXCL)
+    sync_directory(directory)
+
+
+def write_new_file(path: str, content: bytes, mode: int) -> None:
+    """Create ``path`` (0600; ``mode``: O_EXCL or O_TRUNC) holding ``content``, synced."""
+    with storage(path, "write"):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o600)
         try:
-            write_all(fd, header, 0)
+            write_all(fd, content, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
-    sync_directory(directory)
