@@ -368,6 +368,10 @@ impl MessageLog {
                 reason: format!("truncated under this reader (was {} bytes)", self.map.len()),
             });
         }
+        if !self.readonly {
+            // The writer reads the data file with pread only: no map to guard.
+            return Ok(());
+        }
         let data_len = self.data.len()?;
         if data_len < self.data_end {
             return Err(Error::LogCorrupt {
@@ -380,9 +384,6 @@ impl MessageLog {
             });
         }
         self.data_len = data_len;
-        if !self.readonly {
-            return Ok(());
-        }
         if index_len > self.index_len {
             self.index_len = index_len;
             self.remap()?;

@@ -14,7 +14,7 @@ use crate::cache::text_key;
 use aho_corasick::AhoCorasick;
 
 use crate::error::{Error, Result};
-use normalize::{Forms, forms};
+use normalize::forms;
 
 /// Texts shorter than this are tagged directly: the matchers cost less than
 /// hashing and a lookup.
@@ -174,60 +174,82 @@ impl Default for Keywords {
     }
 }
 
-/// Words matched on word boundaries of the spaced form, other keywords as
-/// substrings of the squeezed form.
-struct WordMatcher {
-    words: Option<AhoCorasick>,
-    squeezed: Option<AhoCorasick>,
+/// One automaton over one form of the text for several tags at once: each
+/// pattern carries the tags it stands for (a keyword may be in two lists).
+struct Patterns {
+    automaton: Option<AhoCorasick>,
+    tags: Vec<u8>,
+    all: u8,
 }
 
-impl WordMatcher {
-    fn new(keywords: &[String], what: &str) -> Result<Self> {
-        let mut words = Vec::new();
-        let mut squeezed = Vec::new();
-        for keyword in keywords {
-            let form = forms(keyword);
-            if form.squeezed.is_empty() {
-                return Err(Error::InvalidValue {
-                    path: what.to_owned(),
-                    reason: format!("keyword {keyword:?} has no letters or digits"),
-                });
-            }
-            if form
-                .spaced
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b' ')
-            {
-                words.push(form.spaced);
-            } else {
-                squeezed.push(form.squeezed);
+impl Patterns {
+    fn new(patterns: Vec<(String, u8)>) -> Result<Self> {
+        let mut merged: Vec<(String, u8)> = Vec::new();
+        for (pattern, tag) in patterns {
+            match merged.iter_mut().find(|(p, _)| *p == pattern) {
+                Some((_, tags)) => *tags |= tag,
+                None => merged.push((pattern, tag)),
             }
         }
+        let texts: Vec<String> = merged.iter().map(|(p, _)| p.clone()).collect();
+        let tags: Vec<u8> = merged.iter().map(|(_, t)| *t).collect();
         Ok(Self {
-            words: automaton(&words)?,
-            squeezed: automaton(&squeezed)?,
+            automaton: automaton(&texts)?,
+            all: tags.iter().fold(0, |acc, t| acc | t),
+            tags,
         })
     }
 
-    fn matches(&self, text: &Forms) -> bool {
-        if self
-            .squeezed
-            .as_ref()
-            .is_some_and(|ac| ac.is_match(&text.squeezed))
-        {
-            return true;
-        }
-        let Some(words) = &self.words else {
-            return false;
+    /// The tags of every pattern found in `text` where `accept` allows,
+    /// in one pass (stopping once every tag it can give is found).
+    fn find(&self, text: &str, accept: impl Fn(usize, usize) -> bool) -> u8 {
+        let Some(automaton) = &self.automaton else {
+            return 0;
         };
-        let bytes = text.spaced.as_bytes();
-        words.find_overlapping_iter(&text.spaced).any(|m| {
-            let before = m.start().checked_sub(1).map(|i| bytes[i]);
-            let after = bytes.get(m.end()).copied();
-            !before.is_some_and(|b| b.is_ascii_alphanumeric())
-                && !after.is_some_and(|b| b.is_ascii_alphanumeric())
-        })
+        let mut found = 0;
+        for m in automaton.find_overlapping_iter(text) {
+            if found & self.tags[m.pattern().as_usize()] == self.tags[m.pattern().as_usize()] {
+                continue;
+            }
+            if accept(m.start(), m.end()) {
+                found |= self.tags[m.pattern().as_usize()];
+                if found == self.all {
+                    break;
+                }
+            }
+        }
+        found
     }
+}
+
+/// Keywords of the word-like tags (constraint, pulse): English words on word
+/// boundaries of the spaced form, others as substrings of the squeezed form.
+fn word_patterns(
+    keywords: &[String],
+    what: &str,
+    tag: u8,
+    words: &mut Vec<(String, u8)>,
+    squeezed: &mut Vec<(String, u8)>,
+) -> Result<()> {
+    for keyword in keywords {
+        let form = forms(keyword);
+        if form.squeezed.is_empty() {
+            return Err(Error::InvalidValue {
+                path: what.to_owned(),
+                reason: format!("keyword {keyword:?} has no letters or digits"),
+            });
+        }
+        if form
+            .spaced
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b' ')
+        {
+            words.push((form.spaced, tag));
+        } else {
+            squeezed.push((form.squeezed, tag));
+        }
+    }
+    Ok(())
 }
 
 fn automaton(patterns: &[String]) -> Result<Option<AhoCorasick>> {
@@ -244,26 +266,45 @@ fn automaton(patterns: &[String]) -> Result<Option<AhoCorasick>> {
 
 /// Tags texts; compiled once, thread-safe, with a cache of results.
 pub struct Tagger {
-    constraint: WordMatcher,
-    pulse: WordMatcher,
-    evidence: Option<AhoCorasick>,
-    log: Option<AhoCorasick>,
+    /// Constraint and pulse words, on word boundaries of the spaced form.
+    words: Patterns,
+    /// Constraint and pulse keywords of other scripts, in the squeezed form.
+    squeezed: Patterns,
+    /// Evidence and log markers, in the lowered form.
+    markers: Patterns,
     cache: quick_cache::sync::Cache<u128, u8>,
 }
 
 impl Tagger {
     pub fn new(keywords: &Keywords) -> Result<Self> {
-        let markers = |list: &[String]| -> Vec<String> {
-            list.iter()
-                .map(|m| forms(m).lowered)
-                .filter(|m| !m.is_empty())
-                .collect()
-        };
+        let (mut words, mut squeezed) = (Vec::new(), Vec::new());
+        word_patterns(
+            &keywords.constraint,
+            "constraint_keywords",
+            CONSTRAINT,
+            &mut words,
+            &mut squeezed,
+        )?;
+        word_patterns(
+            &keywords.pulse,
+            "pulse_keywords",
+            PULSE,
+            &mut words,
+            &mut squeezed,
+        )?;
+        let mut markers = Vec::new();
+        for (list, tag) in [(&keywords.evidence, EVIDENCE), (&keywords.log, LOG)] {
+            markers.extend(
+                list.iter()
+                    .map(|m| forms(m).lowered)
+                    .filter(|m| !m.is_empty())
+                    .map(|m| (m, tag)),
+            );
+        }
         Ok(Self {
-            constraint: WordMatcher::new(&keywords.constraint, "constraint_keywords")?,
-            pulse: WordMatcher::new(&keywords.pulse, "pulse_keywords")?,
-            evidence: automaton(&markers(&keywords.evidence))?,
-            log: automaton(&markers(&keywords.log))?,
+            words: Patterns::new(words)?,
+            squeezed: Patterns::new(squeezed)?,
+            markers: Patterns::new(markers)?,
             cache: quick_cache::sync::Cache::new(16_384),
         })
     }
@@ -290,30 +331,21 @@ impl Tagger {
         mask
     }
 
+    /// Three passes, one per form of the text, each finding several tags.
     fn tag_uncached(&self, text: &str) -> u8 {
         let text = forms(text);
-        let mut mask = 0;
-        if self.constraint.matches(&text) {
-            mask |= CONSTRAINT;
+        let spaced = text.spaced.as_bytes();
+        let on_word_boundaries = |start: usize, end: usize| {
+            let before = start.checked_sub(1).map(|i| spaced[i]);
+            let after = spaced.get(end).copied();
+            !before.is_some_and(|b| b.is_ascii_alphanumeric())
+                && !after.is_some_and(|b| b.is_ascii_alphanumeric())
+        };
+        let mut mask = self.squeezed.find(&text.squeezed, |_, _| true);
+        if mask & self.words.all != self.words.all {
+            mask |= self.words.find(&text.spaced, on_word_boundaries);
         }
-        if self.pulse.matches(&text) {
-            mask |= PULSE;
-        }
-        if self
-            .evidence
-            .as_ref()
-            .is_some_and(|ac| ac.is_match(&text.lowered))
-        {
-            mask |= EVIDENCE;
-        }
-        if self
-            .log
-            .as_ref()
-            .is_some_and(|ac| ac.is_match(&text.lowered))
-        {
-            mask |= LOG;
-        }
-        mask
+        mask | self.markers.find(&text.lowered, |_, _| true)
     }
 }
 

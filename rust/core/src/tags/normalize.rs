@@ -28,7 +28,16 @@ pub struct Forms {
 /// All three forms of `text`.
 pub fn forms(text: &str) -> Forms {
     // `str::to_lowercase`, not per character: it knows the final sigma.
-    let lowered = text.nfkc().collect::<String>().to_lowercase();
+    // Most chat text is ASCII or already NFKC: skip the rewrite then.
+    let lowered = if text.is_ascii() {
+        text.to_ascii_lowercase()
+    } else if unicode_normalization::is_nfkc_quick(text.chars())
+        == unicode_normalization::IsNormalized::Yes
+    {
+        text.to_lowercase()
+    } else {
+        text.nfkc().collect::<String>().to_lowercase()
+    };
     let mut spaced = String::with_capacity(lowered.len());
     let mut squeezed = String::with_capacity(lowered.len());
     let mut pending_space = false;
