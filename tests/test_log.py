@@ -365,3 +365,30 @@ def test_a_long_log_keeps_what_the_same_messages_would(where):
         for budget in (500, 8000):
             policy = context_core.WeightedWindow(tool_result_cap=None)
             assert policy.select(log, budget).kept == policy.select(messages, budget).kept
+
+
+def test_repair_reports_a_frame_cut_short(where):
+    with MessageLog.open(where, create=True) as log:
+        log.append_many([{"role": "user", "content": f"short {i}"} for i in range(5)])
+        offsets = [int(o) for o in log.headers()["offset"]]
+    os.truncate(where / "data", offsets[3] + 30)
+    report = MessageLog.repair(where)
+    assert (report.kept, report.lost, report.dropped_bytes) == (3, 0, 32)
+    assert any(f"damaged at byte {offsets[3]}" in p for p in report.problems)
+    with MessageLog.open(where) as log:
+        assert [m["content"] for m in log] == ["short 0", "short 1", "short 2"]
+
+
+def test_a_file_truncated_under_a_reader_is_an_error_not_a_crash(where):
+    filled(where).close()
+    reader = MessageLog.open(where, readonly=True)
+    assert len(reader) == len(HISTORY)
+    os.truncate(where / "index", 64 + 64 * 2)
+    with pytest.raises(LogCorruptError, match="index: damaged at byte 192: truncated under this reader"):
+        len(reader)
+    reader.close()
+    reader = MessageLog.open(where, readonly=True)
+    os.truncate(where / "data", 100)
+    with pytest.raises(LogCorruptError, match="data: damaged at byte 100: truncated under this reader"):
+        reader.read([0])
+    reader.close()

@@ -574,7 +574,7 @@ class RepairReport:
 
     kept: int  # intact records kept
     lost: int  # records left as lost placeholders, so later seqs keep their numbers
-    dropped_bytes: int  # bytes skipped between intact frames
+    dropped_bytes: int  # bytes written (to the last non-zero one) that no intact frame holds
     problems: list[str]  # each naming the file and offset
 
 
@@ -1309,21 +1309,21 @@ def salvage_frames(data: bytes, data_path: str, problems: list[str]) -> Salvage:
 
     nodes: list[tuple[Node, bytes]] = []
     found: dict[int, bytes] = {}
-    lost = dropped = 0
+    lost = covered = 0
+    # What was written ends at the last non-zero byte; past it is reserved space.
+    content_end = max(FILE_HEADER_SIZE, align8(len(data.rstrip(b"\0"))))
     position = FILE_HEADER_SIZE
     damaged: tuple[int, str] | None = None  # where the damage being skipped began, and why
-    while position + FRAME_PREFIX <= len(data):
+    while position < content_end:
         node, frame, why = frame_at(read, position, len(nodes), at_least=True)
         if node is None:
             if damaged is None:
-                if all_zero(data[position : position + FRAME_PREFIX]):
-                    break  # the zero-filled space past the last frame
                 damaged = (position, why or "no frame magic")
-            position = next_frame_magic(data, position + 8)
+            following = next_frame_magic(data, position + 8)
+            position = following if following < min(len(data), content_end) else content_end
             continue
         if damaged is not None:
             start, why = damaged
-            dropped += position - start
             problems.append(
                 f"{data_path}: offset {start}: {why}; {position - start} bytes without an intact frame"
             )
@@ -1333,12 +1333,13 @@ def salvage_frames(data: bytes, data_path: str, problems: list[str]) -> Salvage:
             lost += 1
         found[node.seq] = frame[8:FRAME_PREFIX]
         nodes.append((node, frame[FRAME_PREFIX:]))
+        covered += node.frame_end - position
         position = node.frame_end
-    if damaged is None and not all_zero(data[position:]):  # too short to be a frame
-        damaged = (position, "the file ends inside a frame")
     if damaged is not None:
         start, why = damaged
         problems.append(f"{data_path}: offset {start}: {why}; no intact frame after it")
+    # Bytes written that no intact frame holds.
+    dropped = content_end - FILE_HEADER_SIZE - covered
     return Salvage(nodes, found, lost, dropped)
 
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::format::{
     DATA_MAGIC, FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, FileHeader, INDEX_MAGIC, KIND_LOST,
-    NONE, Node, RECORD_LEN, crc,
+    NONE, Node, RECORD_LEN, align8, crc,
 };
 use super::{MessageLog, codec, files};
 use crate::error::{Error, Result};
@@ -18,7 +18,8 @@ pub struct RepairReport {
     pub kept: u64,
     /// Records lost (each left as a placeholder node, so later seqs keep their numbers).
     pub lost: u64,
-    /// Bytes of the data file that held no intact frame.
+    /// Bytes written to the data file (up to its last non-zero byte, rounded
+    /// up to 8) that no intact frame holds.
     pub dropped_bytes: u64,
     /// Each problem found, naming the file and offset.
     pub problems: Vec<String>,
@@ -144,16 +145,18 @@ pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport>
     if let Err(e) = FileHeader::decode(&head[..got], DATA_MAGIC, "data") {
         report.problems.push(e.to_string());
     }
-    let data_len = data.len()?;
+    // Everything up to the last non-zero byte was written; past it is the
+    // reserved, zero-filled end.
+    let content_end = align8(last_nonzero_end(&data)?).max(FILE_HEADER_LEN as u64);
     let mut kept: Vec<(Node, Vec<u8>)> = Vec::new();
+    let mut covered = 0;
     let mut at = FILE_HEADER_LEN as u64;
-    let mut skipped_from: Option<u64> = None;
-    while at + FRAME_PREFIX as u64 <= data_len {
+    let mut damaged_from: Option<u64> = None;
+    while at < content_end {
         if let Some((node, stored)) =
             read_frame(&data, at, None).filter(|(n, _)| n.seq >= kept.len() as u64)
         {
-            if let Some(from) = skipped_from.take() {
-                report.dropped_bytes += at - from;
+            if let Some(from) = damaged_from.take() {
                 report.problems.push(format!(
                     "data: damaged at byte {from}: {} bytes without an intact frame",
                     at - from
@@ -163,33 +166,70 @@ pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport>
                 kept.push((placeholder(kept.len() as u64), Vec::new()));
                 report.lost += 1;
             }
+            covered += node.frame_len();
             at = node.frame_end();
             kept.push((node, stored));
         } else {
-            let mut probe = [0u8; 8];
-            if data.read_at_most(&mut probe, at)? == 8
-                && probe == [0u8; 8]
-                && skipped_from.is_none()
-            {
-                // Zeros past the last frame: the reserved end, not damage.
-                let mut rest = [0u8; FRAME_PREFIX];
-                if data.read_at_most(&mut rest, at)? < FRAME_PREFIX || rest.iter().all(|&b| b == 0)
-                {
-                    break;
-                }
-            }
-            skipped_from.get_or_insert(at);
-            at += 8;
+            damaged_from.get_or_insert(at);
+            at = next_frame_magic(&data, at + 8, content_end)?.unwrap_or(content_end);
         }
     }
-    if let Some(from) = skipped_from {
+    if let Some(from) = damaged_from {
         report.problems.push(format!(
-            "data: damaged at byte {from}: no intact frame after it"
+            "data: damaged at byte {from}: {} bytes after the last intact frame",
+            content_end - from
         ));
     }
+    report.dropped_bytes = content_end - FILE_HEADER_LEN as u64 - covered;
     report.kept = kept.len() as u64 - report.lost;
     write_rebuilt(dir, &kept, &encoding, log_id)?;
     Ok(report)
+}
+
+/// Bytes read at a time while scanning a data file.
+const SCAN_CHUNK: usize = 1 << 20;
+
+/// The end of the last non-zero byte of `file` (0 if all zero).
+fn last_nonzero_end(file: &files::LogFile) -> Result<u64> {
+    let mut end = file.len()?;
+    let mut buf = vec![0u8; SCAN_CHUNK];
+    while end > 0 {
+        let start = end.saturating_sub(SCAN_CHUNK as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        let got = file.read_at_most(chunk, start)?;
+        if let Some(last) = chunk[..got].iter().rposition(|&b| b != 0) {
+            return Ok(start + last as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
+/// The first 8-aligned offset in `from..end` where a frame's magic starts.
+fn next_frame_magic(file: &files::LogFile, from: u64, end: u64) -> Result<Option<u64>> {
+    let finder = memchr::memmem::Finder::new(FRAME_MAGIC);
+    let mut buf = vec![0u8; SCAN_CHUNK];
+    let mut at = align8(from);
+    while at < end {
+        let want = ((end - at) as usize).min(SCAN_CHUNK);
+        let got = file.read_at_most(&mut buf[..want], at)?;
+        if got == 0 {
+            break;
+        }
+        if let Some(found) = finder
+            .find_iter(&buf[..got])
+            .find(|&i| (at + i as u64).is_multiple_of(8))
+        {
+            return Ok(Some(at + found as u64));
+        }
+        // Keep the last bytes: a magic may straddle two chunks.
+        if got < FRAME_MAGIC.len() {
+            break;
+        }
+        at += (got - FRAME_MAGIC.len() + 1) as u64;
+        at = align8(at);
+    }
+    Ok(None)
 }
 
 /// A node standing in for a record repair could not salvage.
