@@ -132,6 +132,11 @@ pub struct MessageLog {
     readonly: bool,
     closed: bool,
     decay_powers: window::DecayPowers,
+    /// Leading records that form one chain (see `extend_linear`).
+    linear_len: u64,
+    /// Kept between turns: a million units is 32 MB not to fault in again.
+    scratch_units: Vec<crate::select::Unit>,
+    scratch_later: Vec<crate::select::Unit>,
 }
 
 fn now() -> f64 {
@@ -196,6 +201,9 @@ impl MessageLog {
             readonly: options.readonly,
             closed: false,
             decay_powers: window::DecayPowers::default(),
+            linear_len: 0,
+            scratch_units: Vec::new(),
+            scratch_later: Vec::new(),
         };
         let stored = log.read_file_headers()?;
         if let Some(wanted) = options.encoding.filter(|e| *e != stored) {

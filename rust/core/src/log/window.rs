@@ -7,11 +7,38 @@ use super::format::{
 };
 use super::{KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE};
 use crate::error::Result;
-use crate::select::{Role, UnitFacts, UnitKind, Weights, greedy_by_weight, group_units};
+use crate::select::{Role, Unit, UnitFacts, UnitKind, Weights, greedy_by_weight, group_units_into};
 use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
 
 /// Segment (level-2) summaries the context view keeps: the newest.
 pub const SEGMENTS_KEPT: usize = 3;
+
+/// The context view, listed, or every node of a plain log (`All(n)`).
+enum View {
+    All(usize),
+    Listed(Vec<u64>, Vec<ViewPart>),
+}
+
+impl View {
+    fn len(&self) -> usize {
+        match self {
+            View::All(n) => *n,
+            View::Listed(seqs, _) => seqs.len(),
+        }
+    }
+    fn seq(&self, i: usize) -> u64 {
+        match self {
+            View::All(_) => i as u64,
+            View::Listed(seqs, _) => seqs[i],
+        }
+    }
+    fn part(&self, i: usize) -> ViewPart {
+        match self {
+            View::All(_) => ViewPart::Raw,
+            View::Listed(_, parts) => parts[i],
+        }
+    }
+}
 
 /// A node of the context view and why it is there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +70,9 @@ pub struct Window {
 struct Record<'a>(&'a [u8]);
 
 impl Record<'_> {
+    fn parent(&self) -> u64 {
+        u64::from_le_bytes(self.0[8..16].try_into().expect("8 bytes"))
+    }
     fn u32_at(&self, at: usize) -> u32 {
         u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
     }
@@ -80,6 +110,7 @@ impl Record<'_> {
     fn facts(&self) -> UnitFacts {
         let flags = self.flags();
         UnitFacts {
+            weight: f64::NAN,
             role: self.role(),
             tokens: self.tokens(),
             tags: self.tags(),
@@ -101,7 +132,28 @@ impl MessageLog {
     /// messages the summaries cover, the newest global summary, the newest
     /// segment summaries after it, then the messages after the pointer.
     pub fn view(&mut self) -> Result<Vec<(u64, ViewPart)>> {
-        let path = self.path_to(None)?;
+        let view = self.compact_view()?;
+        Ok((0..view.len())
+            .map(|i| (view.seq(i), view.part(i)))
+            .collect())
+    }
+
+    /// The view without materialising it where it is simply every node:
+    /// a linear log (no branches) with no summary on its path.
+    fn compact_view(&mut self) -> Result<View> {
+        self.refresh()?;
+        self.extend_linear();
+        let linear = self.position.head != NONE
+            && self.position.head + 1 == self.count
+            && self.linear_len == self.count;
+        if linear && self.position.summary == NONE {
+            return Ok(View::All(self.count as usize));
+        }
+        let path = if linear {
+            (0..self.count).collect()
+        } else {
+            self.path_to(None)?
+        };
         let pointer = self.position.summary_last;
         let after = |seq: u64| pointer == NONE || seq > pointer;
         let summaries: Vec<usize> = (0..path.len())
@@ -118,22 +170,45 @@ impl MessageLog {
             .filter(|&i| self.record(path[i]).level() == 2 && global.is_none_or(|g| i > g))
             .collect();
         let segments = &segments[segments.len().saturating_sub(SEGMENTS_KEPT)..];
-        let mut view = Vec::new();
+        let (mut seqs, mut parts) = (Vec::new(), Vec::new());
         for &seq in &path {
             let record = self.record(seq);
             let anchor = record.role() == Role::System || record.flags() & FLAG_PINNED != 0;
             if record.kind() == KIND_MESSAGE && !after(seq) && anchor {
-                view.push((seq, ViewPart::Anchor));
+                seqs.push(seq);
+                parts.push(ViewPart::Anchor);
             }
         }
-        view.extend(global.map(|i| (path[i], ViewPart::Global)));
-        view.extend(segments.iter().map(|&i| (path[i], ViewPart::Segment)));
+        for (i, part) in global
+            .iter()
+            .map(|&i| (i, ViewPart::Global))
+            .chain(segments.iter().map(|&i| (i, ViewPart::Segment)))
+        {
+            seqs.push(path[i]);
+            parts.push(part);
+        }
         for &seq in &path {
             if self.record(seq).kind() == KIND_MESSAGE && after(seq) {
-                view.push((seq, ViewPart::Raw));
+                seqs.push(seq);
+                parts.push(ViewPart::Raw);
             }
         }
-        Ok(view)
+        Ok(View::Listed(seqs, parts))
+    }
+
+    /// Extend the count of leading records that form one chain of messages
+    /// and summaries (each the child of the one before): the path of a log
+    /// that was never rewound is then every node, with no walk.
+    fn extend_linear(&mut self) {
+        while self.linear_len < self.count {
+            let record = self.record(self.linear_len);
+            let expected = self.linear_len.checked_sub(1).unwrap_or(NONE);
+            if record.parent() != expected || !matches!(record.kind(), KIND_MESSAGE | KIND_SUMMARY)
+            {
+                break;
+            }
+            self.linear_len += 1;
+        }
     }
 
     /// The weighted window over the context view, under `budget` tokens.
@@ -146,16 +221,16 @@ impl MessageLog {
         max_anchors: usize,
         now: Option<f64>,
     ) -> Result<Window> {
-        let view = self.view()?;
+        let view = self.compact_view()?;
         if now.is_none() {
             self.decay_powers.prepare(weights.decay, view.len());
         }
+        let mut units = std::mem::take(&mut self.scratch_units);
+        let mut later = std::mem::take(&mut self.scratch_later);
         let powers = &self.decay_powers.powers;
-        let units = group_units(view.len(), |i| self.record(view[i].0).facts());
         // decay^age underflows to exactly 0 past some age: no pow call there.
         let zero_from = first_zero_age(weights.decay);
-        let weigh = |i: usize| -> f64 {
-            let record = self.record(view[i].0);
+        let weigh = |record: Record<'_>, i: usize| -> f64 {
             if let Some(weight) = record.weight() {
                 return weight;
             }
@@ -184,15 +259,22 @@ impl MessageLog {
                 weights.decay.powf(age)
             }
         };
-        let kept = greedy_by_weight(&units, budget, max_anchors, |unit| {
-            (unit.start..unit.end)
-                .map(weigh)
-                .fold(f64::NEG_INFINITY, f64::max)
-        })?;
+        // One sweep over the headers: grouped and weighed together, the two
+        // halves of a long view on two threads.
+        let facts = |i: usize| {
+            let record = self.record(view.seq(i));
+            UnitFacts {
+                weight: weigh(record, i),
+                ..record.facts()
+            }
+        };
+        group_in_halves(&mut units, &mut later, view.len(), &facts);
+        self.scratch_later = later;
+        let kept = greedy_by_weight(&units, budget, max_anchors, |unit| unit.weight)?;
         let mut window = Window::default();
         for u in kept {
             let unit = &units[u];
-            let section = match (unit.kind, view[unit.start].1) {
+            let section = match (unit.kind, view.part(unit.start)) {
                 (_, ViewPart::Global) => &mut window.global,
                 (_, ViewPart::Segment) => &mut window.segments,
                 (UnitKind::System | UnitKind::Pinned, _) => &mut window.pinned,
@@ -200,10 +282,49 @@ impl MessageLog {
                 (UnitKind::Normal, _) => &mut window.recent,
             };
             *section += unit.tokens;
-            window.kept.extend_from_slice(&view[unit.start..unit.end]);
+            window
+                .kept
+                .extend((unit.start..unit.end).map(|i| (view.seq(i), view.part(i))));
         }
+        self.scratch_units = units;
         Ok(window)
     }
+}
+
+/// Views from this many nodes are grouped on two threads.
+const PARALLEL_FROM: usize = 200_000;
+
+/// [`group_units_into`] over `count` messages; a long view is cut in two at
+/// a message that starts a unit (one holding no tool results), each half
+/// grouped on its own thread, and the halves joined.
+fn group_in_halves(
+    units: &mut Vec<Unit>,
+    later: &mut Vec<Unit>,
+    count: usize,
+    facts: &(impl Fn(usize) -> UnitFacts + Sync),
+) {
+    let mut cut = count / 2;
+    while cut < count && facts(cut).results {
+        cut += 1;
+    }
+    if count < PARALLEL_FROM || cut == count {
+        group_units_into(units, count, facts);
+        return;
+    }
+    std::thread::scope(|scope| {
+        let second = scope.spawn(|| group_units_into(later, count - cut, |i| facts(cut + i)));
+        group_units_into(units, cut, facts);
+        second.join().expect("grouping does not panic");
+    });
+    // Only the very last unit can be the current input.
+    if let Some(last) = units.last_mut().filter(|u| u.kind == UnitKind::Current) {
+        last.kind = UnitKind::Normal;
+    }
+    units.extend(later.drain(..).map(|unit| Unit {
+        start: unit.start + cut,
+        end: unit.end + cut,
+        ..unit
+    }));
 }
 
 /// `decay.powf(k)` for whole ages `k`, up to where it is 0.0, kept between
@@ -248,7 +369,44 @@ fn first_zero_age(decay: f64) -> f64 {
 #[cfg(test)]
 #[allow(clippy::float_cmp)] // exactly zero is the point
 mod tests {
-    use super::first_zero_age;
+    use super::{PARALLEL_FROM, first_zero_age, group_in_halves};
+    use crate::select::{Role, UnitFacts, group_units};
+
+    #[test]
+    fn halves_group_exactly_as_one_pass() {
+        // Tool calls with results straddling the middle, and a final user turn.
+        let count = PARALLEL_FROM + 1001;
+        let facts = |i: usize| {
+            let (role, calls, results) = match i % 7 {
+                0 => (Role::Assistant, true, false),
+                1 | 2 => (Role::Tool, false, true),
+                3 | 6 => (Role::User, false, false),
+                _ => (Role::Assistant, false, false),
+            };
+            let role = if i + 1 == count { Role::User } else { role };
+            UnitFacts {
+                weight: (i % 13) as f64,
+                role,
+                tokens: i % 50 + 1,
+                tags: (i % 3) as u8,
+                pinned: i.is_multiple_of(101),
+                calls,
+                results: results && i + 1 != count,
+                has_text: true,
+            }
+        };
+        let whole = group_units(count, facts);
+        let (mut units, mut later) = (Vec::new(), Vec::new());
+        group_in_halves(&mut units, &mut later, count, &facts);
+        assert_eq!(units.len(), whole.len());
+        for (a, b) in units.iter().zip(&whole) {
+            assert_eq!(
+                (a.start, a.end, a.tokens, a.kind, a.tags),
+                (b.start, b.end, b.tokens, b.kind, b.tags)
+            );
+            assert_eq!(a.weight.to_bits(), b.weight.to_bits());
+        }
+    }
 
     #[test]
     fn the_zero_age_is_where_pow_first_underflows() {

@@ -96,6 +96,8 @@ pub struct Unit {
     pub tags: u8,
     /// Starts a turn: a user message with text of its own.
     pub turn_start: bool,
+    /// The heaviest of its messages' [`UnitFacts::weight`]s (NaN when not weighed).
+    pub weight: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -659,6 +661,8 @@ fn cap_text(
 #[derive(Clone, Copy, Debug)]
 #[allow(clippy::struct_excessive_bools)]
 pub struct UnitFacts {
+    /// A weight known while grouping (a log's headers give it); NaN if none.
+    pub weight: f64,
     pub role: Role,
     pub tokens: usize,
     pub tags: u8,
@@ -671,6 +675,7 @@ pub struct UnitFacts {
 impl MessageInfo {
     pub fn unit_facts(&self) -> UnitFacts {
         UnitFacts {
+            weight: f64::NAN,
             role: self.role,
             tokens: self.tokens,
             tags: self.tags,
@@ -689,12 +694,20 @@ fn units(messages: &[MessageInfo]) -> Vec<Unit> {
 /// Group `count` messages (read through `facts`) into units: an assistant
 /// message with tool calls takes the results that answer it.
 pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit> {
-    let mut units: Vec<Unit> = Vec::with_capacity(count);
+    let mut units = Vec::new();
+    group_units_into(&mut units, count, facts);
+    units
+}
+
+/// [`group_units`] into `units` (cleared first; its allocation is reused).
+pub fn group_units_into(units: &mut Vec<Unit>, count: usize, facts: impl Fn(usize) -> UnitFacts) {
+    units.clear();
+    units.reserve(count);
     let mut i = 0;
     while i < count {
         let m = facts(i);
         let mut end = i + 1;
-        let (mut tokens, mut tags, mut pinned) = (m.tokens, m.tags, m.pinned);
+        let (mut tokens, mut tags, mut pinned, mut weight) = (m.tokens, m.tags, m.pinned, m.weight);
         if m.role == Role::Assistant && m.calls {
             while end < count {
                 let next = facts(end);
@@ -705,6 +718,7 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
                 tokens += next.tokens;
                 tags |= next.tags;
                 pinned |= next.pinned;
+                weight = weight.max(next.weight);
                 if next.role == Role::User {
                     break; // one user message holds all of them
                 }
@@ -724,6 +738,7 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
             kind,
             tags,
             turn_start: m.role == Role::User && m.has_text && !m.results,
+            weight,
         });
         i = end;
     }
@@ -734,5 +749,4 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
     {
         last.kind = UnitKind::Current;
     }
-    units
 }

@@ -7,7 +7,7 @@ mod policies;
 
 pub use analyze::{
     Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitFacts,
-    UnitKind, analyze, analyze_message, group_units,
+    UnitKind, analyze, analyze_message, group_units, group_units_into,
 };
 pub use policies::{
     Build, Extras, Shape, Weights, build, greedy_by_weight, message_weight, shape, weighted_window,

@@ -141,40 +141,48 @@ pub fn greedy_by_weight(
         }
     }
     // Heaviest first, newer first on ties: one integer key per unit (the
-    // weight's order-preserving bits, then the unit number).
-    let mut rest: Vec<u128> = (0..units.len())
-        .filter(|&u| units[u].kind == UnitKind::Normal && !anchors.contains(&u))
-        .map(|u| {
-            let bits = unit_weight(&units[u]).to_bits();
+    // weight's order-preserving bits, then the unit number, then its tokens,
+    // so filtering by size reads the key alone). Units that cannot fit even
+    // now are left out from the start.
+    let left = budget - cost;
+    let mut rest: Vec<u128> = Vec::with_capacity(units.len());
+    for (u, unit) in units.iter().enumerate() {
+        if unit.kind == UnitKind::Normal && unit.tokens <= left && !anchors.contains(&u) {
+            let bits = unit_weight(unit).to_bits();
             let ordered = if bits >> 63 == 1 {
                 !bits
             } else {
                 bits | (1 << 63)
             };
-            (u128::from(ordered) << 64) | u as u128
-        })
-        .collect();
-    // Only units that can still fit matter: after each slice of the order,
-    // drop what is larger than the budget left (it only shrinks).
-    let fits = |key: &u128, left: usize| units[*key as u64 as usize].tokens <= left;
-    rest.retain(|key| fits(key, budget - cost));
+            rest.push((u128::from(ordered) << 64) | ((u as u128) << 32) | unit.tokens as u128);
+        }
+    }
+    let unit_of = |key: u128| (key >> 32) as u32 as usize;
+    let tokens_of = |key: u128| key as u32 as usize;
     let mut slice = FIRST_SLICE;
     while !rest.is_empty() {
         let take = slice.min(rest.len());
         if take < rest.len() {
             rest.select_nth_unstable_by(take - 1, |a, b| b.cmp(a));
         }
-        let later = rest.split_off(take);
-        rest.sort_unstable_by(|a, b| b.cmp(a));
-        for &key in &rest {
-            let u = key as u64 as usize;
-            if cost + units[u].tokens <= budget {
-                cost += units[u].tokens;
-                kept.push(u);
+        rest[..take].sort_unstable_by(|a, b| b.cmp(a));
+        for &key in &rest[..take] {
+            if cost + tokens_of(key) <= budget {
+                cost += tokens_of(key);
+                kept.push(unit_of(key));
             }
         }
-        rest = later;
-        rest.retain(|key| fits(key, budget - cost));
+        // Only units that can still fit matter (the budget left only shrinks):
+        // the rest moves to the front, what is too large is dropped.
+        let left = budget - cost;
+        let mut write = 0;
+        for read in take..rest.len() {
+            if tokens_of(rest[read]) <= left {
+                rest[write] = rest[read];
+                write += 1;
+            }
+        }
+        rest.truncate(write);
         slice *= 2;
     }
     kept.sort_unstable();
