@@ -134,9 +134,10 @@ pub struct MessageLog {
     decay_powers: window::DecayPowers,
     /// Leading records that form one chain (see `extend_linear`).
     linear_len: u64,
-    /// Kept between turns: a million units is 32 MB not to fault in again.
-    scratch_units: Vec<crate::select::Unit>,
-    scratch_later: Vec<crate::select::Unit>,
+    /// Kept between turns: a million units' keys and starts are 20 MB not
+    /// to fault in again.
+    scratch_keys: Vec<u128>,
+    scratch_starts: Vec<u32>,
 }
 
 fn now() -> f64 {
@@ -202,8 +203,8 @@ impl MessageLog {
             closed: false,
             decay_powers: window::DecayPowers::default(),
             linear_len: 0,
-            scratch_units: Vec::new(),
-            scratch_later: Vec::new(),
+            scratch_keys: Vec::new(),
+            scratch_starts: Vec::new(),
         };
         let stored = log.read_file_headers()?;
         if let Some(wanted) = options.encoding.filter(|e| *e != stored) {

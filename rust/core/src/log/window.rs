@@ -6,8 +6,11 @@ use super::format::{
     FILE_HEADER_LEN, FLAG_CALLS, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, RECORD_LEN,
 };
 use super::{KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE};
-use crate::error::Result;
-use crate::select::{Role, Unit, UnitFacts, UnitKind, Weights, greedy_by_weight, group_units_into};
+use crate::chat::REPLY_PRIMING;
+use crate::error::{Error, Result};
+use crate::select::{
+    Role, Unit, UnitFacts, UnitKind, Weights, fill_by_weight, for_each_unit, weight_key,
+};
 use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
 
 /// Segment (level-2) summaries the context view keeps: the newest.
@@ -225,8 +228,8 @@ impl MessageLog {
         if now.is_none() {
             self.decay_powers.prepare(weights.decay, view.len());
         }
-        let mut units = std::mem::take(&mut self.scratch_units);
-        let mut later = std::mem::take(&mut self.scratch_later);
+        let mut keys = std::mem::take(&mut self.scratch_keys);
+        let mut starts = std::mem::take(&mut self.scratch_starts);
         let powers = &self.decay_powers.powers;
         // decay^age underflows to exactly 0 past some age: no pow call there.
         let zero_from = first_zero_age(weights.decay);
@@ -259,8 +262,8 @@ impl MessageLog {
                 weights.decay.powf(age)
             }
         };
-        // One sweep over the headers: grouped and weighed together, the two
-        // halves of a long view on two threads.
+        // One sweep over the headers, grouped and weighed together; only the
+        // units' order keys and starts are kept (16 + 4 bytes each).
         let facts = |i: usize| {
             let record = self.record(view.seq(i));
             UnitFacts {
@@ -268,63 +271,87 @@ impl MessageLog {
                 ..record.facts()
             }
         };
-        group_in_halves(&mut units, &mut later, view.len(), &facts);
-        self.scratch_later = later;
-        let kept = greedy_by_weight(&units, budget, max_anchors, |unit| unit.weight)?;
+        keys.clear();
+        starts.clear();
+        let mut fixed: Vec<(usize, Unit)> = Vec::new();
+        let mut anchors: Vec<(usize, Unit)> = Vec::new();
+        let mut number = 0;
+        for_each_unit(view.len(), facts, |unit| {
+            starts.push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
+            match unit.kind {
+                UnitKind::Normal if unit.tags & CONSTRAINT != 0 && anchors.len() < max_anchors => {
+                    anchors.push((number, unit));
+                }
+                UnitKind::Normal => keys.push(weight_key(unit.weight, number, unit.tokens)),
+                _ => fixed.push((number, unit)),
+            }
+            number += 1;
+        });
+        let kept = choose(&fixed, &anchors, &mut keys, budget)?;
         let mut window = Window::default();
-        for u in kept {
-            let unit = &units[u];
-            let section = match (unit.kind, view.part(unit.start)) {
+        for n in kept {
+            let start = starts[n] as usize;
+            let end = starts.get(n + 1).map_or(view.len(), |&s| s as usize);
+            let kind = fixed
+                .iter()
+                .find(|(f, _)| *f == n)
+                .map_or(UnitKind::Normal, |(_, u)| u.kind);
+            let tokens: usize = (start..end)
+                .map(|i| self.record(view.seq(i)).tokens())
+                .sum();
+            let section = match (kind, view.part(start)) {
                 (_, ViewPart::Global) => &mut window.global,
                 (_, ViewPart::Segment) => &mut window.segments,
                 (UnitKind::System | UnitKind::Pinned, _) => &mut window.pinned,
                 (UnitKind::Current, _) => &mut window.input,
                 (UnitKind::Normal, _) => &mut window.recent,
             };
-            *section += unit.tokens;
+            *section += tokens;
             window
                 .kept
-                .extend((unit.start..unit.end).map(|i| (view.seq(i), view.part(i))));
+                .extend((start..end).map(|i| (view.seq(i), view.part(i))));
         }
-        self.scratch_units = units;
+        self.scratch_keys = keys;
+        self.scratch_starts = starts;
         Ok(window)
     }
 }
 
-/// Views from this many nodes are grouped on two threads.
-const PARALLEL_FROM: usize = 200_000;
-
-/// [`group_units_into`] over `count` messages; a long view is cut in two at
-/// a message that starts a unit (one holding no tool results), each half
-/// grouped on its own thread, and the halves joined.
-fn group_in_halves(
-    units: &mut Vec<Unit>,
-    later: &mut Vec<Unit>,
-    count: usize,
-    facts: &(impl Fn(usize) -> UnitFacts + Sync),
-) {
-    let mut cut = count / 2;
-    while cut < count && facts(cut).results {
-        cut += 1;
+/// As the weighted window chooses: what must stay (`fixed`, by unit number),
+/// the first constraint units (`anchors`) where they fit, then the rest by
+/// weight wherever it fits. The kept unit numbers, in order.
+fn choose(
+    fixed: &[(usize, Unit)],
+    anchors: &[(usize, Unit)],
+    keys: &mut Vec<u128>,
+    budget: usize,
+) -> Result<Vec<usize>> {
+    let size = |kind: UnitKind| -> usize {
+        fixed
+            .iter()
+            .filter(|(_, u)| u.kind == kind)
+            .map(|(_, u)| u.tokens)
+            .sum()
+    };
+    let mut cost = REPLY_PRIMING + fixed.iter().map(|(_, u)| u.tokens).sum::<usize>();
+    if cost > budget {
+        return Err(Error::OverBudget {
+            system: size(UnitKind::System),
+            pinned: size(UnitKind::Pinned),
+            current: size(UnitKind::Current),
+            budget,
+        });
     }
-    if count < PARALLEL_FROM || cut == count {
-        group_units_into(units, count, facts);
-        return;
+    let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
+    for (n, unit) in anchors {
+        if cost + unit.tokens <= budget {
+            cost += unit.tokens;
+            kept.push(*n);
+        }
     }
-    std::thread::scope(|scope| {
-        let second = scope.spawn(|| group_units_into(later, count - cut, |i| facts(cut + i)));
-        group_units_into(units, cut, facts);
-        second.join().expect("grouping does not panic");
-    });
-    // Only the very last unit can be the current input.
-    if let Some(last) = units.last_mut().filter(|u| u.kind == UnitKind::Current) {
-        last.kind = UnitKind::Normal;
-    }
-    units.extend(later.drain(..).map(|unit| Unit {
-        start: unit.start + cut,
-        end: unit.end + cut,
-        ..unit
-    }));
+    fill_by_weight(keys, budget, &mut cost, &mut kept);
+    kept.sort_unstable();
+    Ok(kept)
 }
 
 /// `decay.powf(k)` for whole ages `k`, up to where it is 0.0, kept between
@@ -369,44 +396,7 @@ fn first_zero_age(decay: f64) -> f64 {
 #[cfg(test)]
 #[allow(clippy::float_cmp)] // exactly zero is the point
 mod tests {
-    use super::{PARALLEL_FROM, first_zero_age, group_in_halves};
-    use crate::select::{Role, UnitFacts, group_units};
-
-    #[test]
-    fn halves_group_exactly_as_one_pass() {
-        // Tool calls with results straddling the middle, and a final user turn.
-        let count = PARALLEL_FROM + 1001;
-        let facts = |i: usize| {
-            let (role, calls, results) = match i % 7 {
-                0 => (Role::Assistant, true, false),
-                1 | 2 => (Role::Tool, false, true),
-                3 | 6 => (Role::User, false, false),
-                _ => (Role::Assistant, false, false),
-            };
-            let role = if i + 1 == count { Role::User } else { role };
-            UnitFacts {
-                weight: (i % 13) as f64,
-                role,
-                tokens: i % 50 + 1,
-                tags: (i % 3) as u8,
-                pinned: i.is_multiple_of(101),
-                calls,
-                results: results && i + 1 != count,
-                has_text: true,
-            }
-        };
-        let whole = group_units(count, facts);
-        let (mut units, mut later) = (Vec::new(), Vec::new());
-        group_in_halves(&mut units, &mut later, count, &facts);
-        assert_eq!(units.len(), whole.len());
-        for (a, b) in units.iter().zip(&whole) {
-            assert_eq!(
-                (a.start, a.end, a.tokens, a.kind, a.tags),
-                (b.start, b.end, b.tokens, b.kind, b.tags)
-            );
-            assert_eq!(a.weight.to_bits(), b.weight.to_bits());
-        }
-    }
+    use super::first_zero_age;
 
     #[test]
     fn the_zero_age_is_where_pow_first_underflows() {

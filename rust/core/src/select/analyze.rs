@@ -703,6 +703,14 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
 pub fn group_units_into(units: &mut Vec<Unit>, count: usize, facts: impl Fn(usize) -> UnitFacts) {
     units.clear();
     units.reserve(count);
+    for_each_unit(count, facts, |unit| units.push(unit));
+}
+
+/// The units of `count` messages handed to `emit` in order, without keeping
+/// them (a million-message log need not hold a million units).
+pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit: impl FnMut(Unit)) {
+    // Held back one step: only the last unit can be the current input.
+    let mut pending: Option<Unit> = None;
     let mut i = 0;
     while i < count {
         let m = facts(i);
@@ -731,7 +739,7 @@ pub fn group_units_into(units: &mut Vec<Unit>, count: usize, facts: impl Fn(usiz
         } else {
             UnitKind::Normal
         };
-        units.push(Unit {
+        let unit = Unit {
             start: i,
             end,
             tokens,
@@ -739,14 +747,17 @@ pub fn group_units_into(units: &mut Vec<Unit>, count: usize, facts: impl Fn(usiz
             tags,
             turn_start: m.role == Role::User && m.has_text && !m.results,
             weight,
-        });
+        };
+        if let Some(previous) = pending.replace(unit) {
+            emit(previous);
+        }
         i = end;
     }
-    // The current input: a final user turn.
-    if let Some(last) = units.last_mut()
-        && last.turn_start
-        && last.kind == UnitKind::Normal
-    {
-        last.kind = UnitKind::Current;
+    if let Some(mut last) = pending {
+        // The current input: a final user turn.
+        if last.turn_start && last.kind == UnitKind::Normal {
+            last.kind = UnitKind::Current;
+        }
+        emit(last);
     }
 }

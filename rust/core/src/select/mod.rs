@@ -7,8 +7,9 @@ mod policies;
 
 pub use analyze::{
     Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitFacts,
-    UnitKind, analyze, analyze_message, group_units, group_units_into,
+    UnitKind, analyze, analyze_message, for_each_unit, group_units, group_units_into,
 };
 pub use policies::{
-    Build, Extras, Shape, Weights, build, greedy_by_weight, message_weight, shape, weighted_window,
+    Build, Extras, Shape, Weights, build, fill_by_weight, greedy_by_weight, message_weight, shape,
+    weight_key, weighted_window,
 };

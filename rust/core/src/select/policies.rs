@@ -114,18 +114,12 @@ pub fn weighted_window(
 }
 
 /// [`weighted_window`] over any units, weighed by `unit_weight`.
-///
-/// Units are taken in weight order only while something can still fit: the
-/// order is found a slice at a time (a partial selection, then a sort of that
-/// slice), and units larger than the budget left are dropped between slices,
-/// so a long history costs a few linear passes, not a full sort.
 pub fn greedy_by_weight(
     units: &[Unit],
     budget: usize,
     max_anchors: usize,
     unit_weight: impl Fn(&Unit) -> f64,
 ) -> Result<Vec<usize>> {
-    const FIRST_SLICE: usize = 256;
     let (mut kept, mut cost) = mandatory(units, budget)?;
     let mut anchors = Vec::with_capacity(max_anchors);
     for (u, unit) in units.iter().enumerate() {
@@ -140,25 +134,49 @@ pub fn greedy_by_weight(
             }
         }
     }
-    // Heaviest first, newer first on ties: one integer key per unit (the
-    // weight's order-preserving bits, then the unit number, then its tokens,
-    // so filtering by size reads the key alone). Units that cannot fit even
-    // now are left out from the start.
     let left = budget - cost;
     let mut rest: Vec<u128> = Vec::with_capacity(units.len());
     for (u, unit) in units.iter().enumerate() {
         if unit.kind == UnitKind::Normal && unit.tokens <= left && !anchors.contains(&u) {
-            let bits = unit_weight(unit).to_bits();
-            let ordered = if bits >> 63 == 1 {
-                !bits
-            } else {
-                bits | (1 << 63)
-            };
-            rest.push((u128::from(ordered) << 64) | ((u as u128) << 32) | unit.tokens as u128);
+            rest.push(weight_key(unit_weight(unit), u, unit.tokens));
         }
     }
+    fill_by_weight(&mut rest, budget, &mut cost, &mut kept);
+    kept.sort_unstable();
+    Ok(kept)
+}
+
+/// The order of the weighted window as one integer per unit: heaviest first,
+/// newer first on ties (the weight's order-preserving bits, then the unit
+/// number), with the unit's tokens in the low bits so filtering by size reads
+/// the key alone. Sort keys descending.
+pub fn weight_key(weight: f64, unit: usize, tokens: usize) -> u128 {
+    let bits = weight.to_bits();
+    let ordered = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    };
+    let tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
+    (u128::from(ordered) << 64) | ((unit as u128) << 32) | u128::from(tokens)
+}
+
+/// Take units in [`weight_key`] order wherever they fit, into `kept`.
+///
+/// The order is found a slice at a time (a partial selection, then a sort of
+/// that slice), and units larger than the budget left are dropped between
+/// slices, so a long history costs a few linear passes, not a full sort.
+pub fn fill_by_weight(
+    rest: &mut Vec<u128>,
+    budget: usize,
+    cost: &mut usize,
+    kept: &mut Vec<usize>,
+) {
+    const FIRST_SLICE: usize = 256;
     let unit_of = |key: u128| (key >> 32) as u32 as usize;
     let tokens_of = |key: u128| key as u32 as usize;
+    let left = budget.saturating_sub(*cost);
+    rest.retain(|&key| tokens_of(key) <= left);
     let mut slice = FIRST_SLICE;
     while !rest.is_empty() {
         let take = slice.min(rest.len());
@@ -167,14 +185,14 @@ pub fn greedy_by_weight(
         }
         rest[..take].sort_unstable_by(|a, b| b.cmp(a));
         for &key in &rest[..take] {
-            if cost + tokens_of(key) <= budget {
-                cost += tokens_of(key);
+            if *cost + tokens_of(key) <= budget {
+                *cost += tokens_of(key);
                 kept.push(unit_of(key));
             }
         }
         // Only units that can still fit matter (the budget left only shrinks):
         // the rest moves to the front, what is too large is dropped.
-        let left = budget - cost;
+        let left = budget - *cost;
         let mut write = 0;
         for read in take..rest.len() {
             if tokens_of(rest[read]) <= left {
@@ -185,8 +203,6 @@ pub fn greedy_by_weight(
         rest.truncate(write);
         slice *= 2;
     }
-    kept.sort_unstable();
-    Ok(kept)
 }
 
 /// What ShapeHistory kept.
