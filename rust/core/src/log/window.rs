@@ -231,6 +231,7 @@ impl MessageLog {
         let mut keys = std::mem::take(&mut self.scratch_keys);
         let mut starts = std::mem::take(&mut self.scratch_starts);
         let powers = &self.decay_powers.powers;
+        let last = view.len().saturating_sub(1);
         // decay^age underflows to exactly 0 past some age: no pow call there.
         let zero_from = first_zero_age(weights.decay);
         let weigh = |record: Record<'_>, i: usize| -> f64 {
@@ -253,7 +254,7 @@ impl MessageLog {
             }
             let Some(now) = now else {
                 // Whole minutes back from the end: the same pow, from a table.
-                return powers.get(view.len() - 1 - i).copied().unwrap_or(0.0);
+                return powers.get(last - i).copied().unwrap_or(0.0);
             };
             let age = ((now - record.timestamp()) / 60.0).max(0.0);
             if age >= zero_from {
@@ -264,8 +265,12 @@ impl MessageLog {
         };
         // One sweep over the headers, grouped and weighed together; only the
         // units' order keys and starts are kept (16 + 4 bytes each).
+        let records = &self.map.bytes()[FILE_HEADER_LEN..];
+        let all = matches!(view, View::All(_));
         let facts = |i: usize| {
-            let record = self.record(view.seq(i));
+            // A plain log's view is every node: no lookup for the seq.
+            let seq = if all { i } else { view.seq(i) as usize };
+            let record = Record(&records[seq * RECORD_LEN..seq * RECORD_LEN + RECORD_LEN]);
             UnitFacts {
                 weight: weigh(record, i),
                 ..record.facts()

@@ -5,6 +5,9 @@
 //! bound of the final count, since merging neighbours afterwards only saves
 //! tokens (every merge drops a message's framing and role).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use super::analyze::{Analysis, Role, Unit, UnitKind};
 use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
@@ -175,21 +178,48 @@ pub fn fill_by_weight(
     const FIRST_SLICE: usize = 256;
     let unit_of = |key: u128| (key >> 32) as u32 as usize;
     let tokens_of = |key: u128| key as u32 as usize;
-    let left = budget.saturating_sub(*cost);
-    rest.retain(|&key| tokens_of(key) <= left);
+    let mut take_in_order = |keys: &[u128], cost: &mut usize| {
+        for &key in keys {
+            if *cost + tokens_of(key) <= budget {
+                *cost += tokens_of(key);
+                kept.push(unit_of(key));
+            }
+        }
+    };
     let mut slice = FIRST_SLICE;
+    if rest.len() > 4 * FIRST_SLICE {
+        // The heaviest slice of a long order in one pass (a bounded heap),
+        // then everything lighter that can still fit, in one more.
+        let mut heap = BinaryHeap::with_capacity(FIRST_SLICE + 1);
+        for &key in rest.iter() {
+            if heap.len() < FIRST_SLICE {
+                heap.push(Reverse(key));
+            } else if heap
+                .peek()
+                .is_some_and(|lightest: &Reverse<u128>| key > lightest.0)
+            {
+                heap.pop();
+                heap.push(Reverse(key));
+            }
+        }
+        let lightest_taken = heap.peek().map_or(0, |lightest| lightest.0);
+        let mut heaviest: Vec<u128> = heap.into_iter().map(|Reverse(key)| key).collect();
+        heaviest.sort_unstable_by(|a, b| b.cmp(a));
+        take_in_order(&heaviest, cost);
+        let left = budget - *cost;
+        rest.retain(|&key| key < lightest_taken && tokens_of(key) <= left);
+        slice *= 2;
+    } else {
+        let left = budget.saturating_sub(*cost);
+        rest.retain(|&key| tokens_of(key) <= left);
+    }
     while !rest.is_empty() {
         let take = slice.min(rest.len());
         if take < rest.len() {
             rest.select_nth_unstable_by(take - 1, |a, b| b.cmp(a));
         }
         rest[..take].sort_unstable_by(|a, b| b.cmp(a));
-        for &key in &rest[..take] {
-            if *cost + tokens_of(key) <= budget {
-                *cost += tokens_of(key);
-                kept.push(unit_of(key));
-            }
-        }
+        take_in_order(&rest[..take], cost);
         // Only units that can still fit matter (the budget left only shrinks):
         // the rest moves to the front, what is too large is dropped.
         let left = budget - *cost;
