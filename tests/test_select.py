@@ -406,3 +406,27 @@ def test_selection_accepts_a_budget():
     result = WeightedWindow().select(chat(30), budget)
     assert result.breakdown.budget == 1500
     assert result.breakdown.total <= 1500
+
+
+# -- counting merged messages by their parts --------------------------------------------
+
+join_texts = st.lists(
+    st.sampled_from([*"ab Z9.?!)'/\n\r\t中文é-_:，？。ーﾟ٣", "\u3000", "\u0301", "🎉", "  ", "1234", "'s"]),
+    max_size=8,
+).map("".join)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base", "p50k_base", "r50k_base"])
+@given(parts=st.lists(join_texts, min_size=2, max_size=4), role=st.sampled_from(["user", "assistant"]))
+def test_a_merged_message_counts_as_if_counted_whole(encoding, parts, role):
+    """count_sent adjusts part counts at each join; it must equal counting the
+    merged text whole, whatever the parts end and start with."""
+    from context_core._selection import TEXT_SEPARATOR, count_sent
+    from context_core.select import _Backend
+
+    backend = _Backend(Tokenizer(encoding), None)
+    laid_out = [{"role": role, "content": part} for part in parts]
+    merged = {"role": role, "content": TEXT_SEPARATOR.join(parts)}
+    final = [{"role": "system", "content": "be brief"}, merged]
+    laid_out = [final[0], *laid_out]
+    assert count_sent(backend, laid_out, final) == backend.count_messages(final)

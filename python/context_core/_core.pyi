@@ -248,6 +248,9 @@ class _Analysis:
         anchoring: Union[int, None],
     ) -> tuple[list[int], bool, bool, list[int], list[int]]: ...
 
+def _join_tail(text: str) -> Union[str, None]:
+    """The end of ``text`` a pre-token may carry into a newline after it."""
+
 def _analyze(
     messages: Sequence[Message],
     tokenizer: Tokenizer,

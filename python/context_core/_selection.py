@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX
+from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, _join_tail
 from context_core.errors import InvalidInputError, InvalidTypeError
 
 MEMORY_PREFIX = "Relevant memory: "
@@ -182,7 +182,7 @@ class Layout:
             else:
                 laid_out.append(item[1])
         final, system, changes = self.backend.sanitize(laid_out, self.provider)
-        total = self.backend.count_messages(final)
+        total = count_sent(self.backend, laid_out, final)
         if system:
             total += self.backend.count_message({"role": "system", "content": system})
         kept, dropped = self.analysis.expand(units)
@@ -215,6 +215,70 @@ class Layout:
         for _start, _end, tokens, kind in self.analysis.spans(list(units)):
             name = override or SECTION_OF_KIND.get(kind, "recent")
             sections[name] = sections.get(name, 0) + tokens
+
+
+#: How sanitize joins the texts of neighbours it merges.
+TEXT_SEPARATOR = "\n\n"
+
+
+def count_sent(backend: Backend, laid_out: list[dict], final: list[dict]) -> int:
+    """Exact tokens of ``final``, sanitize's output for ``laid_out``.
+
+    A merged message is a new string every turn (the newest input joins the
+    text before it), so counting it whole costs BPE on all of it. Instead
+    each part's count (cached) is adjusted at each ``"\n\n"`` join by the
+    few characters a pre-token can carry across it (``_join_tail``, on the
+    pre-tokenizer's own character tables); a merge of any other shape, or a
+    part ending in white space or a mark, is counted whole.
+    """
+    total = backend.count_messages([])  # the reply priming
+    j = 0
+    for message in final:
+        if j < len(laid_out) and message is laid_out[j]:
+            total += backend.count_message(message)
+            j += 1
+            continue
+        parts = _merged_parts(laid_out, j, message)
+        if parts is None:
+            return backend.count_messages(final)
+        total += _count_merged(backend, message, parts)
+        j += len(parts)
+    return total
+
+
+def _merged_parts(laid_out: list[dict], j: int, message: Mapping[str, Any]) -> list[str] | None:
+    """The texts of the laid-out messages from ``j`` that ``message`` joins, if it is exactly that."""
+    content = message.get("content")
+    if not isinstance(content, str) or not isinstance(message.get("role"), str):
+        return None
+    parts: list[str] = []
+    length = -len(TEXT_SEPARATOR)
+    while j + len(parts) < len(laid_out) and length < len(content):
+        source = laid_out[j + len(parts)]
+        text = source.get("content")
+        if source.get("role") != message["role"] or not isinstance(text, str):
+            return None
+        parts.append(text)
+        length += len(TEXT_SEPARATOR) + len(text)
+    if len(parts) < 2 or length != len(content) or TEXT_SEPARATOR.join(parts) != content:
+        return None
+    return parts
+
+
+def _count_merged(backend: Backend, message: Mapping[str, Any], parts: list[str]) -> int:
+    role = message["role"]
+    tails = [_join_tail(part) for part in parts[:-1]]
+    if None in tails:
+        return backend.count_message(message)
+    empty = backend.count_message({"role": role, "content": ""})
+
+    def text_tokens(text: str) -> int:
+        return backend.count_message({"role": role, "content": text}) - empty if text else 0
+
+    tokens = backend.count_message({**message, "content": ""}) + text_tokens(parts[0])
+    for tail, part in zip(tails, parts[1:], strict=True):
+        tokens += text_tokens(tail + TEXT_SEPARATOR + part) - text_tokens(tail)
+    return tokens
 
 
 def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selection:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, _MessageLog
-from context_core._selection import Breakdown, Selection, budget_tokens, settle
+from context_core._selection import Breakdown, Selection, budget_tokens, count_sent, settle
 from context_core.errors import InvalidInputError, InvalidTypeError
 
 if TYPE_CHECKING:
@@ -249,8 +249,9 @@ class MessageLog:
             kept, (pinned, global_, segments, recent, input_) = self._log.weighted(
                 target, policy.weights, policy.max_anchors, now
             )
-            final, system, changes = backend.sanitize(self._render(kept, strip=True), policy.provider)
-            total = backend.count_messages(final)
+            laid_out = self._render(kept, strip=True)
+            final, system, changes = backend.sanitize(laid_out, policy.provider)
+            total = count_sent(backend, laid_out, final)
             if system:
                 total += backend.count_message({"role": "system", "content": system})
             breakdown = Breakdown(pinned, global_, 0, segments, recent, input_, total, budget)

@@ -13,6 +13,29 @@ mod classes;
 use classes::ClassTable;
 use classes::{LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
 
+/// The end of `text` that a pre-token may carry into a `"\n"` appended to
+/// it, for every OpenAI pattern; `None` when that cannot be said simply.
+///
+/// A letter or digit run never takes a newline, so after a letter or digit
+/// nothing crosses (`Some("")`). A run of punctuation and symbols (not
+/// letters, digits, marks or white space) after one is a pre-token of its own
+/// at the end of a text, and with a newline after it absorbs the newline
+/// (`Some(run)`): count it again with what follows. So
+/// `count(a + "\n" + b) == count(a) - count(tail) + count(tail + "\n" + b)`.
+pub fn join_tail(text: &str) -> Option<&str> {
+    let table = ClassTable::get_static();
+    let solid = LETTER | NUMBER | SPACE | UPPERISH | LOWERISH;
+    let mut start = text.len();
+    for (at, c) in text.char_indices().rev() {
+        if table.class(c) & solid != 0 {
+            break;
+        }
+        start = at;
+    }
+    let before = text[..start].chars().next_back()?;
+    (table.class(before) & (LETTER | NUMBER) != 0).then(|| &text[start..])
+}
+
 /// Which OpenAI split pattern to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {
