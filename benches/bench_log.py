@@ -168,7 +168,8 @@ def test_turn_1k(benchmark, tmp_path):
             log.append(next(turns))
             return window.select(log, BUDGET).messages
 
-        kept = benchmark(turn)
+        # A fixed number of rounds: each appends, and the log must stay near 1,000.
+        kept = benchmark.pedantic(turn, rounds=300)
         assert kept
         if benchmark.stats is not None:
             benchmark.extra_info["median_us"] = round(benchmark.stats.stats.median * 1e6, 1)

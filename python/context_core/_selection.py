@@ -227,9 +227,9 @@ def count_sent(backend: Backend, laid_out: list[dict], final: list[dict]) -> int
     A merged message is a new string every turn (the newest input joins the
     text before it), so counting it whole costs BPE on all of it. Instead
     each part's count (cached) is adjusted at each ``"\n\n"`` join by the
-    few characters a pre-token can carry across it (``_join_tail``, on the
-    pre-tokenizer's own character tables); a merge of any other shape, or a
-    part ending in white space or a mark, is counted whole.
+    characters after each part's last letter or digit (``_join_tail``, on
+    the pre-tokenizer's own character tables), counted again with the join;
+    a merge of any other shape is counted whole.
     """
     total = backend.count_messages([])  # the reply priming
     j = 0

@@ -13,27 +13,30 @@ mod classes;
 use classes::ClassTable;
 use classes::{LETTER, LOWERISH, NEWLINE, NUMBER, SPACE, UPPERISH};
 
-/// The end of `text` that a pre-token may carry into a `"\n"` appended to
-/// it, for every OpenAI pattern; `None` when that cannot be said simply.
+/// The end of `text` whose pre-tokens may change when `"\n"` and more text
+/// are appended to it, for every OpenAI pattern: everything after the last
+/// letter or digit; `None` when that cannot be said simply (no letter or
+/// digit, or a combining mark in that end, which o200k joins to the letter).
 ///
-/// A letter or digit run never takes a newline, so after a letter or digit
-/// nothing crosses (`Some("")`). A run of punctuation and symbols (not
-/// letters, digits, marks or white space) after one is a pre-token of its own
-/// at the end of a text, and with a newline after it absorbs the newline
-/// (`Some(run)`): count it again with what follows. So
+/// No pattern's letter or digit run takes anything after it but letters,
+/// digits, marks or a contraction (`'s`...), none of which the end holds,
+/// and no pattern looks behind. So every pre-token before the end is the
+/// same with or without what is appended, and
 /// `count(a + "\n" + b) == count(a) - count(tail) + count(tail + "\n" + b)`.
 pub fn join_tail(text: &str) -> Option<&str> {
     let table = ClassTable::get_static();
-    let solid = LETTER | NUMBER | SPACE | UPPERISH | LOWERISH;
     let mut start = text.len();
     for (at, c) in text.char_indices().rev() {
-        if table.class(c) & solid != 0 {
-            break;
+        let class = table.class(c);
+        if class & (LETTER | NUMBER) != 0 {
+            return Some(&text[start..]);
+        }
+        if class & (UPPERISH | LOWERISH) != 0 {
+            return None; // a mark
         }
         start = at;
     }
-    let before = text[..start].chars().next_back()?;
-    (table.class(before) & (LETTER | NUMBER) != 0).then(|| &text[start..])
+    None
 }
 
 /// Which OpenAI split pattern to apply.
