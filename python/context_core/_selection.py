@@ -231,11 +231,12 @@ def count_sent(backend: Backend, laid_out: list[dict], final: list[dict]) -> int
     the pre-tokenizer's own character tables), counted again with the join;
     a merge of any other shape is counted whole.
     """
-    total = backend.count_messages([])  # the reply priming
+    unchanged: list[dict] = []  # counted in one call (its reply priming included once)
+    total = 0
     j = 0
     for message in final:
         if j < len(laid_out) and message is laid_out[j]:
-            total += backend.count_message(message)
+            unchanged.append(message)
             j += 1
             continue
         parts = _merged_parts(laid_out, j, message)
@@ -243,7 +244,7 @@ def count_sent(backend: Backend, laid_out: list[dict], final: list[dict]) -> int
             return backend.count_messages(final)
         total += _count_merged(backend, message, parts)
         j += len(parts)
-    return total
+    return total + backend.count_messages(unchanged)
 
 
 def _merged_parts(laid_out: list[dict], j: int, message: Mapping[str, Any]) -> list[str] | None:
