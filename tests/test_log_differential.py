@@ -6,10 +6,7 @@ same records."""
 
 from __future__ import annotations
 
-import os
-import resource
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +20,7 @@ from hypothesis import strategies as st
 import context_core
 from context_core.reference import log as reference_log
 from context_core.reference.tags import NAMES
+from limits import in_child_with_a_file_size_limit
 from strategies import log_messages, texts
 
 RUST, TWIN = context_core.MessageLog, reference_log.MessageLog
@@ -271,32 +269,6 @@ def test_repair_salvages_the_same_records(writer, ops, hits):
 # -- storage errors ------------------------------------------------------------------------
 
 
-def outcome_in_child(limit: int, work: Callable[[], Any]) -> str:
-    """``work()`` in a forked child whose files may not grow past ``limit`` bytes
-    (SIGXFSZ ignored: the write fails with EFBIG); the type of what it raised."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        outcome = "crashed"
-        try:
-            os.close(read_end)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-            try:
-                work()
-                outcome = "returned"
-            except BaseException as error:  # reported to the parent
-                outcome = type(error).__name__
-            os.write(write_end, outcome.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        outcome = pipe.read().decode()
-    os.waitpid(pid, 0)
-    return outcome
-
-
 @pytest.mark.parametrize("name", sorted(LOGS))
 def test_a_full_file_is_a_storage_error_in_both(tmp_path, name):
     path = tmp_path / name
@@ -308,7 +280,7 @@ def test_a_full_file_is_a_storage_error_in_both(tmp_path, name):
         with LOGS[name].open(path, durability="always") as log:
             log.append({"role": "user", "content": "".join(f"{i} " for i in range(500))}, timestamp=2.0)
 
-    assert outcome_in_child(end + 16, work) == "LogStorageError"
+    assert in_child_with_a_file_size_limit(end + 16, work).split("|")[0] == "LogStorageError"
     for cls in (RUST, TWIN):
         with cls.open(path, readonly=True) as log:
             assert log.read([0]) == [{"role": "user", "content": "first"}]

@@ -9,8 +9,6 @@ import json
 import math
 import os
 import re
-import resource
-import signal
 import struct
 import tempfile
 import threading
@@ -37,6 +35,7 @@ from context_core.reference import MessageLog, RepairReport, Tokenizer
 from context_core.reference import select as reference_select
 from context_core.reference.log import HEADER_DTYPE, decode_lz4_block
 from context_core.reference.tags import NAMES
+from limits import in_child_with_a_file_size_limit
 from strategies import log_messages
 
 NONE = 2**64 - 1
@@ -1042,31 +1041,6 @@ def test_a_bad_lost_node_or_unknown_kind(log_path, kind, payload, error):
     else:
         with pytest.raises(LogCorruptError, match=error):
             MessageLog.open(log_path, readonly=True)
-
-
-def in_child_with_a_file_size_limit(limit: int, work) -> str:
-    """Run ``work()`` in a forked child whose files may not grow past ``limit`` bytes
-    (SIGXFSZ ignored, so the write fails with EFBIG); what it returned or raised."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        outcome = "crashed"
-        try:
-            os.close(read_end)
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-            try:
-                outcome = f"returned {work()!r}"
-            except BaseException as error:  # reported to the parent
-                outcome = f"{type(error).__name__}|{isinstance(error, OSError)}|{error}"
-            os.write(write_end, outcome.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        outcome = pipe.read().decode()
-    os.waitpid(pid, 0)
-    return outcome
 
 
 @pytest.mark.parametrize("what", ["append", "append_many", "repair"])
