@@ -216,12 +216,6 @@ impl PyMessageLog {
         ))
     }
 
-    /// `(kind, level)` of node `seq`.
-    fn kind(&self, seq: i64) -> PyResult<(u8, u8)> {
-        let node = self.log().header(seq).map_err(CoreError)?;
-        Ok((node.kind, node.level()))
-    }
-
     fn node_id(&self, seq: i64) -> PyResult<String> {
         Ok(self.log().header(seq).map_err(CoreError)?.id())
     }

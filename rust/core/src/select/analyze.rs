@@ -694,16 +694,9 @@ fn units(messages: &[MessageInfo]) -> Vec<Unit> {
 /// Group `count` messages (read through `facts`) into units: an assistant
 /// message with tool calls takes the results that answer it.
 pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit> {
-    let mut units = Vec::new();
-    group_units_into(&mut units, count, facts);
-    units
-}
-
-/// [`group_units`] into `units` (cleared first; its allocation is reused).
-pub fn group_units_into(units: &mut Vec<Unit>, count: usize, facts: impl Fn(usize) -> UnitFacts) {
-    units.clear();
-    units.reserve(count);
+    let mut units = Vec::with_capacity(count);
     for_each_unit(count, facts, |unit| units.push(unit));
+    units
 }
 
 /// The units of `count` messages handed to `emit` in order, without keeping

@@ -7,7 +7,7 @@ mod policies;
 
 pub use analyze::{
     Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitFacts,
-    UnitKind, analyze, analyze_message, for_each_unit, group_units, group_units_into,
+    UnitKind, analyze, analyze_message, for_each_unit, group_units,
 };
 pub use policies::{
     Build, Extras, Shape, Weights, build, fill_by_weight, greedy_by_weight, message_weight, shape,
