@@ -685,17 +685,14 @@ impl MessageLog {
     }
 
     fn parent_for(&self, parent: u64) -> Result<u64> {
-        let node = self.node(parent).map_err(|_| Error::LogIndex {
-            seq: parent as i64,
-            len: self.count,
-        })?;
         if parent >= self.count {
             return Err(Error::LogIndex {
                 seq: parent as i64,
                 len: self.count,
             });
         }
-        if node.kind == KIND_BRANCH {
+        // A damaged record is reported as such, not as a missing node.
+        if self.node(parent)?.kind == KIND_BRANCH {
             return Err(Error::InvalidValue {
                 path: "parent".into(),
                 reason: format!("node {parent} is a branch marker, not a message or summary"),
