@@ -11,6 +11,12 @@ __all__ = [
     "ContextCoreError",
     "InvalidInputError",
     "InvalidTypeError",
+    "LLMCancelledError",
+    "LLMConnectionError",
+    "LLMError",
+    "LLMRateLimitError",
+    "LLMResponseError",
+    "LLMTimeoutError",
     "LogClosedError",
     "LogCorruptError",
     "LogIndexError",
@@ -83,3 +89,50 @@ class LogIndexError(ContextCoreError, IndexError):
 class LogStorageError(ContextCoreError, OSError):
     """Reading or writing a message log's files failed (a full disk,
     permissions...); the message names the file and the OS error."""
+
+
+class LLMError(ContextCoreError, RuntimeError):
+    """A call to a language model failed (see the subclasses); also raised when
+    an async-only model is called synchronously from inside a running event loop.
+
+    ``attempts`` is how many times the request was sent before giving up.
+    """
+
+    attempts: int = 1
+
+
+class LLMTimeoutError(LLMError, TimeoutError):
+    """The model did not answer within the per-attempt timeout."""
+
+
+class LLMConnectionError(LLMError, ConnectionError):
+    """The model's server could not be reached (after the retries ran out)."""
+
+
+class LLMRateLimitError(LLMError):
+    """The server kept answering 429 Too Many Requests until the retries ran out.
+
+    ``retry_after`` is the server's last ``Retry-After``, in seconds, if it sent one.
+    """
+
+    status_code: int = 429
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class LLMResponseError(LLMError):
+    """The server refused the request (an HTTP error other than 429: 4xx at
+    once, 5xx after the retries ran out) or answered with no usable text (a
+    malformed body, an empty completion). ``status_code`` is the HTTP status,
+    ``None`` when the status was fine but the body was not."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class LLMCancelledError(LLMError):
+    """A synchronous call was cancelled through its cancel token (async calls
+    raise :class:`asyncio.CancelledError` instead, as asyncio expects)."""
