@@ -118,6 +118,9 @@ class MessageLog:
 
         Its exact token count and its tags are computed once, here, and kept
         in its header; keywords override what the message itself says."""
+        plain = tags is None and weight is None and priority is None and parent is None and timestamp is None
+        if plain and not pinned:  # the common call: no keyword parsing in the binding
+            return self._log.append(message)
         return self._log.append(
             message,
             tags=list(tags) if tags is not None else None,

@@ -11,10 +11,10 @@
 pub mod normalize;
 
 use crate::cache::text_key;
-use aho_corasick::AhoCorasick;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
 use crate::error::{Error, Result};
-use normalize::forms;
+use normalize::{forms, forms_for_tagging};
 
 /// Texts shorter than this are tagged directly: the matchers cost less than
 /// hashing and a lookup.
@@ -256,7 +256,10 @@ fn automaton(patterns: &[String]) -> Result<Option<AhoCorasick>> {
     if patterns.is_empty() {
         return Ok(None);
     }
-    AhoCorasick::new(patterns)
+    // A DFA: a few hundred states for keyword lists, and the fastest search.
+    AhoCorasick::builder()
+        .kind(Some(AhoCorasickKind::DFA))
+        .build(patterns)
         .map(Some)
         .map_err(|error| Error::InvalidValue {
             path: "keywords".to_owned(),
@@ -333,7 +336,7 @@ impl Tagger {
 
     /// Three passes, one per form of the text, each finding several tags.
     fn tag_uncached(&self, text: &str) -> u8 {
-        let text = forms(text);
+        let text = forms_for_tagging(text);
         let spaced = text.spaced.as_bytes();
         let on_word_boundaries = |start: usize, end: usize| {
             let before = start.checked_sub(1).map(|i| spaced[i]);
@@ -341,7 +344,11 @@ impl Tagger {
             !before.is_some_and(|b| b.is_ascii_alphanumeric())
                 && !after.is_some_and(|b| b.is_ascii_alphanumeric())
         };
-        let mut mask = self.squeezed.find(&text.squeezed, |_, _| true);
+        let mut mask = if text.squeezed.is_empty() {
+            0
+        } else {
+            self.squeezed.find(&text.squeezed, |_, _| true)
+        };
         if mask & self.words.all != self.words.all {
             mask |= self.words.find(&text.spaced, on_word_boundaries);
         }

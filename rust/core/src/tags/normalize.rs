@@ -27,43 +27,137 @@ pub struct Forms {
 
 /// All three forms of `text`.
 pub fn forms(text: &str) -> Forms {
-    // `str::to_lowercase`, not per character: it knows the final sigma.
-    // Most chat text is ASCII or already NFKC: skip the rewrite then.
-    let lowered = if text.is_ascii() {
-        text.to_ascii_lowercase()
-    } else if unicode_normalization::is_nfkc_quick(text.chars())
-        == unicode_normalization::IsNormalized::Yes
-    {
-        text.to_lowercase()
-    } else {
-        text.nfkc().collect::<String>().to_lowercase()
-    };
-    let mut spaced = String::with_capacity(lowered.len());
-    let mut squeezed = String::with_capacity(lowered.len());
-    let mut pending_space = false;
-    for c in lowered.chars() {
-        if is_separator(c) {
-            pending_space = true;
+    forms_with(text, true)
+}
+
+/// The forms the tagger reads: as [`forms`], but the squeezed form of a text
+/// that is ASCII once lowered is left empty. Keywords matched in the squeezed
+/// form all hold a non-ASCII letter (ASCII ones go on word boundaries), so
+/// such a text cannot match one, and English chat skips a pass.
+pub fn forms_for_tagging(text: &str) -> Forms {
+    forms_with(text, false)
+}
+
+fn forms_with(text: &str, squeeze_ascii: bool) -> Forms {
+    // Most chat text is ASCII or already NFKC: skip the rewrite then. Lower
+    // casing char by char is `str::to_lowercase` except for the final sigma,
+    // so a text with a capital sigma takes the library's path.
+    if !is_nfkc_quick_yes(text) {
+        let lowered = text.nfkc().collect::<String>().to_lowercase();
+        return split(&lowered, squeeze_ascii);
+    }
+    if text.contains('Σ') {
+        return split(&text.to_lowercase(), squeeze_ascii);
+    }
+    // One pass lowers the text and builds the other two forms from it.
+    let mut forms = Builder::new(text.len(), squeeze_ascii || !text.is_ascii());
+    for c in text.chars() {
+        if c.is_ascii() {
+            forms.push_ascii(c.to_ascii_lowercase());
+        } else if is_cjk_ideograph(c) {
+            forms.push_letter(c);
         } else {
-            if pending_space && !spaced.is_empty() {
-                spaced.push(' ');
+            for lower in c.to_lowercase() {
+                forms.push(lower);
             }
-            pending_space = false;
-            spaced.push(c);
-            squeezed.push(c);
         }
     }
-    Forms {
-        lowered,
-        spaced,
-        squeezed,
+    forms.finish()
+}
+
+/// The spaced and squeezed forms of an already lowered text.
+fn split(lowered: &str, squeeze_ascii: bool) -> Forms {
+    let mut forms = Builder::new(lowered.len(), squeeze_ascii || !lowered.is_ascii());
+    for c in lowered.chars() {
+        forms.push(c);
     }
+    forms.finish()
+}
+
+/// Builds the three forms from the lowered text, a char at a time.
+struct Builder {
+    forms: Forms,
+    squeeze: bool,
+    pending_space: bool,
+}
+
+impl Builder {
+    fn new(capacity: usize, squeeze: bool) -> Self {
+        Self {
+            forms: Forms {
+                lowered: String::with_capacity(capacity),
+                spaced: String::with_capacity(capacity),
+                squeezed: String::with_capacity(if squeeze { capacity } else { 0 }),
+            },
+            squeeze,
+            pending_space: false,
+        }
+    }
+
+    /// `lowered` gets every char; the others skip separators, and `spaced`
+    /// turns each run of them into one space (none at either end).
+    fn push(&mut self, c: char) {
+        if is_separator(c) {
+            self.forms.lowered.push(c);
+            self.pending_space = true;
+        } else {
+            self.push_letter(c);
+        }
+    }
+
+    /// [`Builder::push`] for an ASCII char, without the Unicode tables.
+    #[inline]
+    fn push_ascii(&mut self, c: char) {
+        if c.is_ascii_alphanumeric() {
+            self.push_letter(c);
+        } else {
+            self.forms.lowered.push(c);
+            self.pending_space = true;
+        }
+    }
+
+    /// [`Builder::push`] for a char known not to be a separator.
+    #[inline]
+    fn push_letter(&mut self, c: char) {
+        let forms = &mut self.forms;
+        forms.lowered.push(c);
+        if self.pending_space && !forms.spaced.is_empty() {
+            forms.spaced.push(' ');
+        }
+        self.pending_space = false;
+        forms.spaced.push(c);
+        if self.squeeze {
+            forms.squeezed.push(c);
+        }
+    }
+
+    fn finish(self) -> Forms {
+        self.forms
+    }
+}
+
+/// NFKC quick check, without the table lookups for CJK ideographs: they are
+/// NFKC already and of combining class 0, so leaving them out can only turn
+/// a "yes" into a "maybe" (which takes the full path), never the reverse.
+fn is_nfkc_quick_yes(text: &str) -> bool {
+    text.is_ascii()
+        || unicode_normalization::is_nfkc_quick(text.chars().filter(|&c| !is_cjk_ideograph(c)))
+            == unicode_normalization::IsNormalized::Yes
+}
+
+/// The CJK Unified Ideographs block: letters, NFKC, caseless, combining class 0.
+fn is_cjk_ideograph(c: char) -> bool {
+    ('\u{4E00}'..='\u{9FFF}').contains(&c)
 }
 
 /// Punctuation, symbols and white space.
 pub fn is_separator(c: char) -> bool {
     if c.is_ascii() {
         return !c.is_ascii_alphanumeric();
+    }
+    // CJK ideographs, the bulk of non-ASCII chat text, are letters.
+    if is_cjk_ideograph(c) {
+        return false;
     }
     c.is_whitespace() || SEPARATORS.contains(c)
 }
@@ -107,5 +201,50 @@ mod tests {
         assert!(a.squeezed.contains("必须保证事务一致性"));
         assert_eq!(forms("Must-NOT   do,this!").spaced, "must not do this");
         assert_eq!(forms("  <THINK> plan").lowered, "  <think> plan");
+    }
+
+    /// The definition the fast paths must equal: NFKC, lower case, then split.
+    fn spec(text: &str) -> Forms {
+        let lowered = text.nfkc().collect::<String>().to_lowercase();
+        let words: Vec<String> = lowered
+            .split(is_separator)
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Forms {
+            spaced: words.join(" "),
+            squeezed: words.concat(),
+            lowered,
+        }
+    }
+
+    #[test]
+    fn fast_paths_equal_the_definition() {
+        // Final sigma, Kelvin sign, dotted capital I, combining marks out of
+        // order, full width, CJK, Hangul, emoji, punctuation of both scripts.
+        let pool: Vec<char> = "aZ9 ,.-ΣσΑΒKİÅé\u{301}\u{316}\u{300}ﬁＡｂ必须保证，。한글😀\t\n_"
+            .chars()
+            .collect();
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for _ in 0..(state % 12) {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                text.push(pool[(state >> 33) as usize % pool.len()]);
+            }
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            assert_eq!(forms(&text), spec(&text), "{text:?}");
+            let tagging = forms_for_tagging(&text);
+            let expected = spec(&text);
+            assert_eq!(tagging.lowered, expected.lowered, "{text:?}");
+            assert_eq!(tagging.spaced, expected.spaced, "{text:?}");
+            if !expected.lowered.is_ascii() {
+                assert_eq!(tagging.squeezed, expected.squeezed, "{text:?}");
+            }
+        }
     }
 }
