@@ -1,0 +1,521 @@
+"""``MemoryFiles``: an agent's long-term memory as Markdown files in one root.
+
+A root holds ``MEMORY.md`` (at most ``max_lines`` lines, 150 by default),
+fragments ``auto-YYYY-MM-DD-xxxx.md`` for what does not fit, and its
+bookkeeping: ``.memory.lock`` (the lock), ``.memory_gc`` (touched by each
+consolidation), ``.memory.pending`` (the append in progress). See
+:mod:`context_core.memory.facts` for the line format, :mod:`.store` for how
+appends and consolidations survive a crash, :mod:`.extract` and
+:mod:`.consolidate` for what the offline defaults do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import filelock
+
+from context_core.errors import (
+    InvalidInputError,
+    InvalidTypeError,
+    MemoryFormatError,
+    MemoryLimitError,
+    MemoryLockError,
+    MemoryPathError,
+)
+from context_core.memory.consolidate import consolidate_items
+from context_core.memory.extract import conversation_text, extract_facts
+from context_core.memory.facts import FRAGMENT_NAME, Fact, Item, Pointer, RawLine, parse_reply, to_facts
+from context_core.memory.prompts import consolidate_prompt, extract_prompt
+from context_core.memory.safety import LOCK_NAME, MEMORY_NAME, ensure_root, open_file, open_root, read_file
+from context_core.memory.store import Cached, Store, encode
+
+__all__ = ["AppendResult", "ConsolidateResult", "MemoryFiles"]
+
+DEFAULT_MAX_LINES = 150
+DEFAULT_MAX_LINE_BYTES = 4096
+DEFAULT_MAX_BATCH_BYTES = 1 << 20
+DEFAULT_MIN_FRAGMENTS = 12
+DEFAULT_GC_INTERVAL = 7 * 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append (or ``persist_learnings``) did."""
+
+    appended: tuple[Fact, ...]
+    """The facts written, in order."""
+    duplicates: tuple[Fact, ...]
+    """The facts not written: already in memory (or twice in the batch)."""
+    file: str | None
+    """Where they went: ``"MEMORY.md"``, a fragment's name, or ``None``."""
+
+
+@dataclass(frozen=True)
+class ConsolidateResult:
+    """What a ``consolidate`` call did."""
+
+    ran: bool
+    """Whether a new MEMORY.md was written."""
+    reason: str
+    """Why it ran or did not (``"forced"``, ``"due"``, ``"not due: ..."``,
+    ``"superseded: ..."``)."""
+    facts_before: int = 0
+    """Facts read (MEMORY.md and the merged fragments, and what was appended
+    while the model ran)."""
+    facts_after: int = 0
+    """Facts written."""
+    merged: tuple[str, ...] = ()
+    """The fragments merged (and removed)."""
+    created: tuple[str, ...] = ()
+    """New fragments for facts that did not fit in MEMORY.md."""
+    kept: tuple[str, ...] = ()
+    """Fragments left as they were (created while the model ran)."""
+
+
+@dataclass
+class _Snapshot:
+    memory: Cached
+    memory_items: int
+    fragments: list[tuple[str, int, int]]  # (name, inode, items read)
+    items: list[Item]
+
+
+class MemoryFiles:
+    """The memory files of one agent (or tenant) in the directory ``root``.
+
+    ``root`` is created (``0700``) if missing, unless ``create=False``. Nothing
+    outside it is ever read or written: one root per tenant or agent.
+
+    Options: ``max_lines`` (MEMORY.md's size, and a fragment's), ``max_line_bytes``
+    and ``max_batch_bytes`` (input limits), ``min_fragments`` and
+    ``gc_interval`` (seconds; when consolidation is due), ``lock_timeout``
+    (seconds to wait for the lock, then :class:`~context_core.MemoryLockError`)
+    and ``poll_interval`` (seconds between tries), ``durability``
+    (``"always"``: fsync every append and rename; ``"never"``: leave it to the
+    OS, still atomic against a killed process).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_lines: int = DEFAULT_MAX_LINES,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        min_fragments: int = DEFAULT_MIN_FRAGMENTS,
+        gc_interval: float = DEFAULT_GC_INTERVAL,
+        lock_timeout: float = 10.0,
+        poll_interval: float = 0.002,
+        durability: Literal["always", "never"] = "always",
+        create: bool = True,
+    ) -> None:
+        if not isinstance(root, (str, os.PathLike)):
+            raise InvalidTypeError(f"root must be a path, got {type(root).__name__}")
+        for name, value, least in (
+            ("max_lines", max_lines, 1),
+            ("max_line_bytes", max_line_bytes, 16),
+            ("max_batch_bytes", max_batch_bytes, 16),
+            ("min_fragments", min_fragments, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < least:
+                raise InvalidInputError(f"{name} must be at least {least}, got {value}")
+        for name, number in (
+            ("gc_interval", gc_interval),
+            ("lock_timeout", lock_timeout),
+            ("poll_interval", poll_interval),
+        ):
+            if not isinstance(number, (int, float)) or isinstance(number, bool) or number < 0:
+                raise InvalidInputError(f"{name} must be a number >= 0, got {number!r}")
+        if durability not in ("always", "never"):
+            raise InvalidInputError(f"durability must be 'always' or 'never', got {durability!r}")
+        self.root = ensure_root(os.fspath(root), create=create)
+        self.max_lines = max_lines
+        self.max_line_bytes = max_line_bytes
+        self.max_batch_bytes = max_batch_bytes
+        self.min_fragments = min_fragments
+        self.gc_interval = float(gc_interval)
+        self.lock_timeout = float(lock_timeout)
+        self.poll_interval = max(float(poll_interval), 1e-4)
+        self.durability = durability
+        self._lock = filelock.FileLock(os.path.join(self.root, LOCK_NAME), mode=0o600)
+        self._cache: dict[str, Cached] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryFiles({self.root!r})"
+
+    @property
+    def memory_path(self) -> str:
+        """The path of MEMORY.md."""
+        return os.path.join(self.root, MEMORY_NAME)
+
+    # -- the lock -------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[Store]:
+        with open_root(self.root) as dir_fd:
+            fd = open_file(self.root, dir_fd, LOCK_NAME, os.O_RDWR, create=True)  # refuses a symlink
+            assert fd is not None
+            os.close(fd)
+            try:
+                self._lock.acquire(timeout=self.lock_timeout, poll_interval=self.poll_interval)
+            except filelock.Timeout:
+                raise MemoryLockError(
+                    f"{os.path.join(self.root, LOCK_NAME)} stayed locked for {self.lock_timeout:g} s"
+                    " (lock_timeout)"
+                ) from None
+            try:
+                if os.path.islink(os.path.join(self.root, LOCK_NAME)):  # swapped in meanwhile
+                    raise MemoryPathError(f"{os.path.join(self.root, LOCK_NAME)} is a symlink; refused")
+                yield Store(self.root, dir_fd, self._cache, durable=self.durability == "always")
+            finally:
+                self._lock.release()
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, *, expand: bool = False) -> str:
+        """MEMORY.md's text ("" if there is none yet). ``expand=True``: each
+        pointer line replaced by its fragment's lines (read under the lock)."""
+        if not expand:
+            with open_root(self.root) as dir_fd:
+                data = read_file(self.root, dir_fd, MEMORY_NAME) or b""
+            return data[: data.rfind(b"\n") + 1].decode("utf-8", "replace")
+        with self._locked() as store:
+            memory, fragments = store.recover()
+            by_name = {cached.name: cached for cached in fragments}
+            lines = []
+            for item in memory.items:
+                fragment = by_name.get(item.name) if isinstance(item, Pointer) else None
+                if fragment is None:
+                    lines.append(item.line())
+                else:
+                    lines.extend(i.line() for i in fragment.items)
+            return "".join(f"{line}\n" for line in lines)
+
+    def fragments(self) -> list[str]:
+        """The fragments MEMORY.md points to, oldest first."""
+        return [line[len("- [more] ") :] for line in self.read().splitlines() if line.startswith("- [more] ")]
+
+    def read_fragment(self, name: str) -> str:
+        """One fragment's text, loaded on demand ("" if it no longer exists:
+        a consolidation merged it). A name that is not a fragment's raises
+        :class:`~context_core.MemoryPathError`."""
+        if not isinstance(name, str) or not FRAGMENT_NAME.fullmatch(name):
+            raise MemoryPathError(f"{name!r} is not a fragment name (auto-YYYY-MM-DD-xxxx.md)")
+        with self._locked() as store:
+            store.recover()
+            cached = store.load(name)
+            return "" if cached is None else "".join(f"{item.line()}\n" for item in cached.items)
+
+    def facts(self) -> list[Fact]:
+        """Every fact, oldest first: MEMORY.md's, then each fragment's."""
+        with self._locked() as store:
+            memory, fragments = store.recover()
+            return memory.facts() + [fact for cached in fragments for fact in cached.facts()]
+
+    # -- appending ------------------------------------------------------------------
+
+    def _check_batch(self, facts: Iterable[Fact | str]) -> list[Fact]:
+        batch = to_facts(facts)
+        total = 0
+        for index, fact in enumerate(batch):
+            size = len(fact.line().encode("utf-8", "surrogateescape")) + 1
+            if size > self.max_line_bytes:
+                raise MemoryLimitError(
+                    f"fact {index} is {size} bytes as a line, over max_line_bytes={self.max_line_bytes}"
+                    " (nothing written)"
+                )
+            total += size
+        if total > self.max_batch_bytes:
+            raise MemoryLimitError(
+                f"the batch is {total} bytes, over max_batch_bytes={self.max_batch_bytes} (nothing written)"
+            )
+        return batch
+
+    def append(self, facts: Iterable[Fact | str]) -> AppendResult:
+        """BoundedAppend: write ``facts`` (:class:`Fact` objects or lines such as
+        ``"- [decision: db] Use Postgres 16"``), under the lock, in one write.
+
+        Facts already in memory (near duplicates in MEMORY.md or any fragment)
+        are skipped. The batch goes to MEMORY.md while it fits (and no fragment
+        exists yet), else to today's newest fragment while that has room, else
+        to a new fragment ``auto-YYYY-MM-DD-xxxx.md`` with a pointer line in
+        MEMORY.md. The whole batch is refused, nothing written, if a line is
+        over ``max_line_bytes`` or the batch over ``max_batch_bytes``
+        (:class:`~context_core.MemoryLimitError`) or a line is not a fact
+        (:class:`~context_core.MemoryFormatError`)."""
+        batch = self._check_batch(facts)
+        if not batch:
+            return AppendResult((), (), None)
+        with self._locked() as store:
+            return self._append_locked(store, batch)
+
+    def _append_locked(self, store: Store, batch: Sequence[Fact]) -> AppendResult:
+        memory, fragments = store.recover()
+        present = set(memory.signatures).union(*(cached.signatures for cached in fragments))
+        new, duplicates = [], []
+        for fact in batch:
+            if fact.signature in present:
+                duplicates.append(fact)
+            else:
+                present.add(fact.signature)
+                new.append(fact)
+        if not new:
+            return AppendResult((), tuple(duplicates), None)
+        data = encode(fact.line() for fact in new)
+        if not memory.pointers() and len(memory.items) + len(new) <= self.max_lines:
+            target = MEMORY_NAME
+            store.append_bytes(target, data)
+        else:
+            last = fragments[-1] if fragments else None
+            today = time.strftime("%Y-%m-%d", time.gmtime())
+            if (
+                last is not None
+                and last.name == memory.pointers()[-1]
+                and last.name[5:15] == today
+                and len(last.items) + len(new) <= self.max_lines
+            ):
+                target = last.name
+                store.append_bytes(target, data)
+            else:
+                target = store.add_fragment(data)
+        return AppendResult(tuple(new), tuple(duplicates), target)
+
+    def _transcript(self, messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+        transcript = conversation_text(messages)
+        size = sum(len(text.encode("utf-8", "surrogatepass")) for _, text in transcript)
+        if size > self.max_batch_bytes:
+            raise MemoryLimitError(
+                f"the conversation's text is {size} bytes, over max_batch_bytes={self.max_batch_bytes}"
+                " (nothing sent, nothing written)"
+            )
+        return transcript
+
+    def _reply_facts(self, reply: str) -> list[Fact]:
+        if isinstance(reply, str) and len(reply.encode("utf-8", "surrogatepass")) > self.max_batch_bytes:
+            raise MemoryLimitError(
+                f"the model's reply is over max_batch_bytes={self.max_batch_bytes} (nothing written)"
+            )
+        return self._check_batch(parse_reply(reply))
+
+    def persist_learnings(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        llm: Any = None,
+        *,
+        max_tokens: int = 1024,
+        temperature: float = 0.0,
+    ) -> AppendResult:
+        """PersistLearnings: extract the facts worth keeping from a conversation
+        and append them (see :meth:`append`; facts already present are skipped).
+
+        Only user and assistant text is read; system, developer and tool
+        messages are never sent to the model nor extracted from. With ``llm``
+        (an :class:`~context_core.llm.LLM`, an SDK client or ``f(messages) ->
+        str``, see :func:`~context_core.llm.as_llm`) the model is asked for
+        fact lines (:mod:`~context_core.memory.prompts`); a reply in any other
+        format raises :class:`~context_core.MemoryFormatError` and writes
+        nothing. Without it, the deterministic extractor
+        (:func:`~context_core.memory.extract.extract_facts`) runs."""
+        transcript = self._transcript(messages)
+        if not transcript:
+            return AppendResult((), (), None)
+        if llm is None:
+            facts = self._check_batch(extract_facts(messages))
+        else:
+            model = _as_llm(llm)
+            reply = model.complete(extract_prompt(transcript), max_tokens=max_tokens, temperature=temperature)
+            facts = self._reply_facts(reply)
+        return self.append(facts)
+
+    async def apersist_learnings(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        llm: Any = None,
+        *,
+        max_tokens: int = 1024,
+        temperature: float = 0.0,
+    ) -> AppendResult:
+        """:meth:`persist_learnings` without blocking the event loop: the model
+        through ``acomplete``, extraction, file I/O and lock waits in a worker
+        thread."""
+        messages = list(messages)
+        transcript = await asyncio.to_thread(self._transcript, messages)
+        if not transcript:
+            return AppendResult((), (), None)
+        if llm is None:
+            return await asyncio.to_thread(self.persist_learnings, messages)
+        model = _as_llm(llm)
+        reply = await model.acomplete(
+            extract_prompt(transcript), max_tokens=max_tokens, temperature=temperature
+        )
+        facts = self._reply_facts(reply)
+        return await asyncio.to_thread(self.append, facts)
+
+    async def aappend(self, facts: Iterable[Fact | str]) -> AppendResult:
+        """:meth:`append` in a worker thread (never blocks the event loop)."""
+        return await asyncio.to_thread(self.append, list(facts))
+
+    # -- consolidation --------------------------------------------------------------
+
+    def due(self) -> bool:
+        """Whether :meth:`consolidate` would run without ``force``."""
+        with self._locked() as store:
+            _, fragments = store.recover()
+            return self._due(store, fragments) is None
+
+    def _due(self, store: Store, fragments: list[Cached]) -> str | None:
+        """``None`` if consolidation is due, else why not."""
+        if len(fragments) < self.min_fragments:
+            return f"not due: {len(fragments)} fragments, fewer than min_fragments={self.min_fragments}"
+        age = store.gc_age()
+        if age is not None and age < self.gc_interval:
+            return f"not due: last consolidation {age:.0f} s ago, gc_interval is {self.gc_interval:g} s"
+        return None
+
+    def _begin(self, store: Store, force: bool) -> _Snapshot | ConsolidateResult:
+        memory, fragments = store.recover()
+        if not force:
+            why = self._due(store, fragments)
+            if why is not None:
+                return ConsolidateResult(False, why)
+        items = list(memory.items) + [item for cached in fragments for item in cached.items]
+        return _Snapshot(
+            memory,
+            len(memory.items),
+            [(cached.name, cached.ino, len(cached.items)) for cached in fragments],
+            items,
+        )
+
+    def _finish(self, store: Store, snap: _Snapshot, reply: list[Fact] | None, why: str) -> ConsolidateResult:
+        memory, fragments = store.recover()
+        if memory.ino != snap.memory.ino or len(memory.items) < snap.memory_items:
+            return ConsolidateResult(False, "superseded: MEMORY.md was replaced meanwhile; nothing written")
+        by_name = {cached.name: cached for cached in fragments}
+        merged, later = [], list(memory.items[snap.memory_items :])
+        for name, ino, count in snap.fragments:
+            cached = by_name.get(name)
+            if cached is None or cached.ino != ino:
+                continue
+            merged.append(name)
+            later.extend(cached.items[count:])  # appended while the model ran
+        kept = [c.name for c in fragments if c.name not in set(merged)]
+        if reply is None:
+            items = consolidate_items(snap.items + later)
+        else:
+            raw = [item for item in snap.items[: snap.memory_items] if isinstance(item, RawLine)]
+            items = consolidate_items([*raw, *reply, *later])
+        items = [item for item in items if not isinstance(item, Pointer)]
+        before = sum(isinstance(item, Fact) for item in snap.items + later)
+        lines, new = self._layout(store, items, kept)
+        store.commit(lines, new, merged)
+        return ConsolidateResult(
+            True,
+            why,
+            before,
+            sum(isinstance(item, Fact) for item in items),
+            tuple(merged),
+            tuple(new),
+            tuple(kept),
+        )
+
+    def _layout(self, store: Store, items: list[Item], kept: list[str]) -> tuple[list[str], dict[str, bytes]]:
+        """MEMORY.md's lines (the oldest items, then pointers) and the new
+        fragments holding what does not fit in ``max_lines``."""
+        room = self.max_lines - len(kept)
+        if len(items) <= room:
+            return [item.line() for item in items] + [Pointer(n).line() for n in kept], {}
+        overflow = 1
+        while True:
+            head = max(0, room - overflow)
+            needed = -(-(len(items) - head) // self.max_lines)
+            if needed <= overflow:
+                break
+            overflow = needed
+        names: list[str] = []
+        new: dict[str, bytes] = {}
+        for start in range(head, len(items), self.max_lines):
+            name = store.new_fragment_name(names)
+            names.append(name)
+            new[name] = encode(item.line() for item in items[start : start + self.max_lines])
+        lines = [item.line() for item in items[:head]]
+        lines += [Pointer(n).line() for n in names] + [Pointer(n).line() for n in kept]
+        return lines, new
+
+    def consolidate(
+        self, llm: Any = None, *, force: bool = False, max_tokens: int = 4096
+    ) -> ConsolidateResult:
+        """Cold consolidation: when there are ``min_fragments`` fragments or more
+        and ``.memory_gc`` is older than ``gc_interval`` (or ``force``), merge
+        MEMORY.md and its fragments into a new MEMORY.md (duplicates removed,
+        outdated facts retired), written atomically; the merged fragments are
+        removed and ``.memory_gc`` touched.
+
+        Without ``llm`` the deterministic consolidator runs, under the lock.
+        With one, the facts are read under the lock, the lock is released while
+        the model works, and taken again to write: facts appended meanwhile are
+        added after the model's (never lost), fragments created meanwhile are
+        kept. A malformed reply raises :class:`~context_core.MemoryFormatError`
+        and writes nothing; so does a reply with no facts for a memory that has
+        some."""
+        if llm is None:
+            with self._locked() as store:
+                begun = self._begin(store, force)
+                if isinstance(begun, ConsolidateResult):
+                    return begun
+                return self._finish(store, begun, None, "forced" if force else "due")
+        model = _as_llm(llm)
+        with self._locked() as store:
+            begun = self._begin(store, force)
+        if isinstance(begun, ConsolidateResult):
+            return begun
+        facts = [item for item in begun.items if isinstance(item, Fact)]
+        reply = self._consolidation_reply(
+            facts, model.complete(consolidate_prompt(facts), max_tokens=max_tokens, temperature=0.0)
+        )
+        with self._locked() as store:
+            return self._finish(store, begun, reply, "forced" if force else "due")
+
+    def _consolidation_reply(self, facts: list[Fact], reply: str) -> list[Fact]:
+        parsed = self._reply_facts(reply)
+        if facts and not parsed:
+            raise MemoryFormatError(
+                f"the model returned no facts for a memory of {len(facts)}; nothing written", text=reply
+            )
+        return parsed
+
+    async def aconsolidate(
+        self, llm: Any = None, *, force: bool = False, max_tokens: int = 4096
+    ) -> ConsolidateResult:
+        """:meth:`consolidate` without blocking the event loop: file I/O and
+        lock waits in a worker thread, the model through ``acomplete``."""
+        if llm is None:
+            return await asyncio.to_thread(self.consolidate, None, force=force)
+        model = _as_llm(llm)
+        begun = await asyncio.to_thread(self._locked_call, self._begin, force)
+        if isinstance(begun, ConsolidateResult):
+            return begun
+        facts = [item for item in begun.items if isinstance(item, Fact)]
+        text = await model.acomplete(consolidate_prompt(facts), max_tokens=max_tokens, temperature=0.0)
+        reply = self._consolidation_reply(facts, text)
+        return await asyncio.to_thread(
+            self._locked_call, self._finish, begun, reply, "forced" if force else "due"
+        )
+
+    def _locked_call(self, fn: Any, *args: Any) -> Any:
+        with self._locked() as store:
+            return fn(store, *args)
+
+
+def _as_llm(llm: Any) -> Any:
+    from context_core.llm import as_llm  # the client layer loads only when a model is used
+
+    return as_llm(llm)

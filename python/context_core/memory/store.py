@@ -1,0 +1,395 @@
+"""The files of one memory root, read and written under its lock.
+
+Everything here runs while :class:`~context_core.memory.files.MemoryFiles`
+holds the root's lock, through a descriptor of the root
+(:mod:`~context_core.memory.safety`).
+
+**Appends** (:meth:`Store.append_bytes`) are atomic per batch. Before the one
+``os.write`` on an ``O_APPEND`` descriptor, ``.memory.pending`` records the file,
+its inode, the offset, the length and a SHA-256 of the batch (synced first
+with ``durability="always"``); after the write (and its fsync) the record is
+cleared. A writer killed mid-write leaves the record behind: the next lock
+holder finds the batch incomplete and cuts the file back to the offset, or
+finds it whole and keeps it. A short write (a full disk) is cut back at once.
+A last line without its newline is never read as a fact.
+
+**A new fragment** is written to a temporary file, synced, renamed to
+``auto-YYYY-MM-DD-xxxx.md``, then its pointer line is appended to
+``MEMORY.md``. A fragment that no pointer names (its writer was killed before
+the pointer) gets its pointer at the next lock (or is removed if empty).
+
+**Consolidation** (:meth:`Store.commit`) never mixes states:
+
+1. new fragments (for facts that do not fit in ``MEMORY.md``) are written as
+   ``.new-<name>``;
+2. each merged fragment is renamed ``.merged-<name>``;
+3. the new ``MEMORY.md`` is written to a temporary file, synced and renamed
+   over the old one (then the directory is synced): this rename is the commit;
+4. ``.new-<name>`` files are renamed to their names, ``.merged-<name>`` files
+   removed; ``.memory_gc`` is touched.
+
+Recovery (:meth:`Store.recover`, at every lock) reads the current
+``MEMORY.md``: a ``.merged-X`` or ``.new-X`` whose ``X`` it points to (and that
+is missing) is renamed back to ``X``, any other is removed, and temporary
+files are removed. So a crash before step 3 leaves the old state, after it the
+new one. Nothing is lost either way; a crash can at worst leave a fragment's
+facts twice (removed by the next consolidation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+from context_core.errors import MemoryPathError, MemoryStorageError
+from context_core.memory.facts import FRAGMENT_NAME, Fact, Item, Pointer, parse_line
+from context_core.memory.safety import (
+    GC_NAME,
+    MEMORY_NAME,
+    PENDING_NAME,
+    check_name,
+    fsync_dir,
+    open_file,
+    write_all,
+)
+
+__all__ = ["Cached", "Store"]
+
+
+@dataclass
+class Cached:
+    """One memory file as last read: its lines parsed, up to its last newline."""
+
+    name: str
+    ino: int = -1
+    size: int = 0  # bytes on disk when read
+    mtime_ns: int = 0
+    complete: int = 0  # bytes up to and including the last newline
+    items: list[Item] = field(default_factory=list)
+    signatures: set[str] = field(default_factory=set)
+
+    def facts(self) -> list[Fact]:
+        return [item for item in self.items if isinstance(item, Fact)]
+
+    def pointers(self) -> list[str]:
+        return [item.name for item in self.items if isinstance(item, Pointer)]
+
+
+def _parse(cached: Cached, data: bytes) -> None:
+    end = data.rfind(b"\n") + 1
+    for raw in data[:end].split(b"\n")[:-1]:
+        item = parse_line(raw.decode("utf-8", "surrogateescape").rstrip("\r"))
+        cached.items.append(item)
+        if isinstance(item, Fact):
+            cached.signatures.add(item.signature)
+    cached.complete += end
+
+
+def encode(lines: Iterable[str]) -> bytes:
+    return "".join(f"{line}\n" for line in lines).encode("utf-8", "surrogateescape")
+
+
+class Store:
+    """The files of one root while its lock is held (``dir_fd`` is the root's)."""
+
+    def __init__(self, root: str, dir_fd: int, cache: dict[str, Cached], *, durable: bool) -> None:
+        self.root = root
+        self.dir_fd = dir_fd
+        self.cache = cache
+        self.durable = durable
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    def storage_error(self, name: str, error: OSError) -> MemoryStorageError:
+        return MemoryStorageError(f"{self.path(name)}: {error.strerror or error}")
+
+    # -- reading --------------------------------------------------------------------
+
+    def load(self, name: str) -> Cached | None:
+        """The file parsed (from the cache when unchanged, reading only what was
+        appended since when it grew); ``None`` if it does not exist."""
+        fd = open_file(self.root, self.dir_fd, name, os.O_RDONLY)
+        if fd is None:
+            self.cache.pop(name, None)
+            return None
+        try:
+            info = os.fstat(fd)
+            cached = self.cache.get(name)
+            if cached is not None and cached.ino == info.st_ino:
+                if info.st_size == cached.size and info.st_mtime_ns == cached.mtime_ns:
+                    return cached
+                if info.st_size >= cached.size and info.st_size >= cached.complete:
+                    start = cached.complete
+                    data = os.pread(fd, info.st_size - start, start)
+                    _parse(cached, data)
+                    cached.size, cached.mtime_ns = start + len(data), info.st_mtime_ns
+                    return cached
+            cached = Cached(name, info.st_ino)
+            chunks = []
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            data = b"".join(chunks)
+            _parse(cached, data)
+            cached.size, cached.mtime_ns = len(data), info.st_mtime_ns
+            self.cache[name] = cached
+            return cached
+        except OSError as error:
+            raise self.storage_error(name, error) from error
+        finally:
+            os.close(fd)
+
+    def listing(self) -> dict[str, str]:
+        """Names in the root that memory owns, each with what it is
+        (``fragment``, ``tmp``, ``merged``, ``new``); a symlinked fragment raises."""
+        out = {}
+        try:
+            with os.scandir(self.dir_fd) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if FRAGMENT_NAME.fullmatch(name):
+                        if entry.is_symlink():
+                            raise MemoryPathError(f"{self.path(name)} is a symlink; refused")
+                        out[name] = "fragment"
+                    elif name.startswith(".tmp-"):
+                        out[name] = "tmp"
+                    elif name.startswith(".merged-") and FRAGMENT_NAME.fullmatch(name[8:]):
+                        out[name] = "merged"
+                    elif name.startswith(".new-") and FRAGMENT_NAME.fullmatch(name[5:]):
+                        out[name] = "new"
+        except OSError as error:
+            raise self.storage_error(".", error) from error
+        return out
+
+    # -- recovery -------------------------------------------------------------------
+
+    def recover(self) -> tuple[Cached, list[Cached]]:
+        """Finish or undo what a killed process left (see the module's
+        documentation); ``(MEMORY.md, fragments in pointer order)``."""
+        self._undo_pending()
+        listing = self.listing()
+        memory = self.load(MEMORY_NAME) or Cached(MEMORY_NAME)
+        pointed = set(memory.pointers())
+        changed = False
+        for name, what in list(listing.items()):
+            try:
+                if what == "tmp":
+                    os.unlink(name, dir_fd=self.dir_fd)
+                elif what in ("merged", "new"):
+                    target = name.split("-", 1)[1]
+                    if target in pointed and target not in listing:
+                        os.rename(name, target, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                        listing[target] = "fragment"
+                    else:
+                        os.unlink(name, dir_fd=self.dir_fd)
+                else:
+                    continue
+                changed = True
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                raise self.storage_error(name, error) from error
+        orphans = sorted(n for n, what in listing.items() if what == "fragment" and n not in pointed)
+        for name in orphans:
+            cached = self.load(name)
+            if cached is None:
+                continue
+            if not cached.items:
+                os.unlink(name, dir_fd=self.dir_fd)
+                self.cache.pop(name, None)
+                changed = True
+            else:
+                self.append_bytes(MEMORY_NAME, encode([Pointer(name).line()]))
+        if changed and self.durable:
+            fsync_dir(self.dir_fd)
+        if orphans:
+            memory = self.load(MEMORY_NAME) or Cached(MEMORY_NAME)
+        fragments = []
+        for name in dict.fromkeys(memory.pointers()):
+            cached = self.load(name)
+            if cached is not None:
+                fragments.append(cached)
+        return memory, fragments
+
+    def _undo_pending(self) -> None:
+        fd = open_file(self.root, self.dir_fd, PENDING_NAME, os.O_RDWR, create=True)
+        assert fd is not None
+        try:
+            record = os.pread(fd, 512, 0)
+            if not record:
+                return
+            try:
+                name, ino, offset, length, digest = record.decode().split()
+                check_name(name)
+                ino_, offset_, length_ = int(ino), int(offset), int(length)
+            except (ValueError, MemoryPathError):
+                name = ""  # a record cut short: its append never started
+            if name:
+                self._check_batch(name, ino_, offset_, length_, digest)
+            os.ftruncate(fd, 0)
+        except OSError as error:
+            raise self.storage_error(PENDING_NAME, error) from error
+        finally:
+            os.close(fd)
+
+    def _check_batch(self, name: str, ino: int, offset: int, length: int, digest: str) -> None:
+        """Keep the recorded batch if it is whole, else cut the file back to
+        where the batch began."""
+        target = open_file(self.root, self.dir_fd, name, os.O_RDWR)
+        if target is None:
+            return
+        try:
+            info = os.fstat(target)
+            if info.st_ino != ino or info.st_size <= offset:
+                return
+            batch = os.pread(target, length, offset)
+            if len(batch) == length and hashlib.sha256(batch).hexdigest() == digest:
+                return
+            os.ftruncate(target, offset)
+            os.fsync(target)
+            self.cache.pop(name, None)
+        finally:
+            os.close(target)
+
+    # -- appending ------------------------------------------------------------------
+
+    def append_bytes(self, name: str, data: bytes) -> None:
+        """Append ``data`` (whole lines) to ``name``, atomically (see the module's
+        documentation); the file is created (``0600``) if missing."""
+        fd = open_file(self.root, self.dir_fd, name, os.O_RDWR | os.O_APPEND, create=True)
+        assert fd is not None
+        pending = None
+        try:
+            info = os.fstat(fd)
+            offset = self._cut_torn_line(fd, name, info.st_size)
+            pending = open_file(self.root, self.dir_fd, PENDING_NAME, os.O_RDWR, create=True)
+            assert pending is not None
+            digest = hashlib.sha256(data).hexdigest()
+            os.pwrite(pending, f"{name} {info.st_ino} {offset} {len(data)} {digest}\n".encode(), 0)
+            if self.durable:
+                os.fdatasync(pending)
+            try:
+                write_all(fd, data)
+                if self.durable:
+                    os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, offset)  # a short write (a full disk): as it was
+                raise
+            os.ftruncate(pending, 0)
+        except OSError as error:
+            raise self.storage_error(name, error) from error
+        finally:
+            os.close(fd)
+            if pending is not None:
+                os.close(pending)
+
+    def _cut_torn_line(self, fd: int, name: str, size: int) -> int:
+        """The offset to append at: a last line without its newline (a write
+        cut short by a power loss) is removed first."""
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return size
+        start = max(0, size - (1 << 16))
+        while True:
+            chunk = os.pread(fd, size - start, start)
+            at = chunk.rfind(b"\n")
+            if at >= 0 or start == 0:
+                end = start + at + 1
+                break
+            start = max(0, start - (1 << 16))
+        os.ftruncate(fd, end)
+        self.cache.pop(name, None)
+        return end
+
+    def new_fragment_name(self, taken: Iterable[str] = ()) -> str:
+        """A fragment name for today (UTC) that nothing in the root uses."""
+        listing = set(self.listing()) | set(taken)
+        day = time.strftime("%Y-%m-%d", time.gmtime())
+        while True:
+            name = f"auto-{day}-{secrets.token_hex(2)}.md"
+            if not ({name, f".merged-{name}", f".new-{name}"} & listing):
+                return name
+
+    def write_new(self, name: str, data: bytes) -> None:
+        """Create ``name`` holding ``data`` (synced), through a temporary file."""
+        tmp = f".tmp-{secrets.token_hex(8)}"
+        fd = open_file(self.root, self.dir_fd, tmp, os.O_WRONLY, create=True)
+        assert fd is not None
+        try:
+            write_all(fd, data)
+            if self.durable:
+                os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.rename(tmp, name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        except OSError as error:
+            if fd >= 0:
+                os.close(fd)
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=self.dir_fd)
+            raise self.storage_error(name, error) from error
+        if self.durable:
+            fsync_dir(self.dir_fd)
+
+    def add_fragment(self, data: bytes) -> str:
+        """A new fragment holding ``data``, with its pointer line in MEMORY.md."""
+        name = self.new_fragment_name()
+        self.write_new(name, data)
+        self.append_bytes(MEMORY_NAME, encode([Pointer(name).line()]))
+        return name
+
+    # -- consolidation --------------------------------------------------------------
+
+    def commit(self, memory_lines: Sequence[str], new: dict[str, bytes], merged: Sequence[str]) -> None:
+        """Replace MEMORY.md by ``memory_lines``, create the fragments ``new``
+        (name -> content) and remove the ``merged`` ones, crash-safely (see the
+        module's documentation); then touch ``.memory_gc``."""
+        try:
+            for name, data in new.items():
+                self.write_new(f".new-{name}", data)
+            for name in merged:
+                try:
+                    os.rename(name, f".merged-{name}", src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                except FileNotFoundError:
+                    continue
+            if self.durable:
+                fsync_dir(self.dir_fd)
+            self.write_new(MEMORY_NAME, encode(memory_lines))  # the commit: one rename
+            for name in new:
+                os.rename(f".new-{name}", name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            for name in merged:
+                try:
+                    os.unlink(f".merged-{name}", dir_fd=self.dir_fd)
+                except FileNotFoundError:
+                    continue
+                self.cache.pop(name, None)
+            if self.durable:
+                fsync_dir(self.dir_fd)
+        except OSError as error:
+            raise self.storage_error(MEMORY_NAME, error) from error
+        self.touch_gc()
+
+    def touch_gc(self) -> None:
+        fd = open_file(self.root, self.dir_fd, GC_NAME, os.O_WRONLY, create=True)
+        assert fd is not None
+        try:
+            os.utime(fd)
+        finally:
+            os.close(fd)
+
+    def gc_age(self) -> float | None:
+        """Seconds since ``.memory_gc`` was touched (``None`` if it never was)."""
+        fd = open_file(self.root, self.dir_fd, GC_NAME, os.O_RDONLY)
+        if fd is None:
+            return None
+        try:
+            return time.time() - os.fstat(fd).st_mtime
+        finally:
+            os.close(fd)
