@@ -1,23 +1,44 @@
-"""The LLM client layer: the protocol, as_llm, and the plain-callable adapter."""
+"""The LLM client layer: the protocol, as_llm, the plain-callable adapter, and
+the OpenAI and Anthropic adapters driving the real SDKs against a local HTTP
+server that speaks their wire formats (tests/llm_server.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import itertools
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import anthropic
+import openai
 import pytest
+from anthropic.resources.messages import Messages
 
 import context_core
 from context_core import (
     LLM,
+    AnthropicChat,
     CallableLLM,
     InvalidInputError,
     InvalidTypeError,
+    LLMCancelledError,
+    LLMConnectionError,
     LLMError,
+    LLMRateLimitError,
     LLMResponseError,
     LLMTimeoutError,
+    OpenAIChat,
+    RetryPolicy,
     as_llm,
 )
+from context_core.llm.sdk_errors import parse_retry_after
+from llm_server import FakeLLMServer, Reply, anthropic_body, openai_body
 
 MESSAGES: list[Any] = [
     {"role": "system", "content": "Be brief."},
@@ -144,3 +165,531 @@ def test_as_llm_rejects_what_is_not_a_model(bad: object):
 def test_as_llm_options_only_for_sdk_clients():
     with pytest.raises(InvalidInputError, match="model"):
         as_llm(echo, model="gpt-4o")
+
+
+def test_callable_retries_only_when_asked():
+    calls: list[int] = []
+
+    def flaky(messages: list[dict[str, str]]) -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise LLMRateLimitError("busy", retry_after=0.0)
+        return "finally"
+
+    with pytest.raises(LLMRateLimitError):
+        as_llm(flaky).complete(MESSAGES)
+    assert len(calls) == 1
+    calls.clear()
+    assert CallableLLM(flaky, retry=RetryPolicy(attempts=3, base_delay=0.001)).complete(MESSAGES) == "finally"
+    assert len(calls) == 3
+
+
+# --- the SDK adapters against a real local server ----------------------------------------------
+
+FAST = RetryPolicy(attempts=3, base_delay=0.02, max_delay=0.05, max_retry_after=1.0)
+SDKS = ["openai", "anthropic"]
+OPENAI_PATH = "/v1/chat/completions"
+# Recent anthropic SDKs dropped the sampling parameters; AnthropicChat follows the installed one.
+ANTHROPIC_TAKES_TEMPERATURE = "temperature" in inspect.signature(Messages.create).parameters
+ANTHROPIC_PATH = "/v1/messages"
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as srv:
+        yield srv
+
+
+def sync_client(sdk: str, url: str) -> Any:
+    if sdk == "openai":
+        return openai.OpenAI(base_url=url + "/v1", api_key="test-key")
+    return anthropic.Anthropic(base_url=url, api_key="test-key")
+
+
+def async_client(sdk: str, url: str) -> Any:
+    if sdk == "openai":
+        return openai.AsyncOpenAI(base_url=url + "/v1", api_key="test-key")
+    return anthropic.AsyncAnthropic(base_url=url, api_key="test-key")
+
+
+def adapter(sdk: str, client: Any, **options: Any) -> OpenAIChat | AnthropicChat:
+    options.setdefault("retry", FAST)
+    options.setdefault("timeout", 5.0)
+    if sdk == "openai":
+        return OpenAIChat(client, model="gpt-test", **options)
+    return AnthropicChat(client, model="claude-test", **options)
+
+
+@pytest.fixture(params=SDKS)
+def sdk(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def client(sdk: str, server: FakeLLMServer) -> Iterator[Any]:
+    c = sync_client(sdk, server.url)
+    with c:
+        yield c
+
+
+def run_async(sdk: str, server: FakeLLMServer, body: Any, **options: Any) -> Any:
+    """Run ``await body(llm)`` with an adapter over a fresh async client."""
+
+    async def main() -> Any:
+        async with async_client(sdk, server.url) as c:
+            return await body(adapter(sdk, c, **options))
+
+    return asyncio.run(main())
+
+
+CONVERSATION: list[Any] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Hi."},
+    {"role": "assistant", "content": "Hello."},
+    {"role": "system", "content": [{"type": "text", "text": "Answer in French."}]},
+    {"role": "user", "content": "Name a colour."},
+]
+
+
+def test_openai_request_on_the_wire(server: FakeLLMServer):
+    with sync_client("openai", server.url) as c:
+        reply = adapter("openai", c).complete(CONVERSATION, max_tokens=77, temperature=0.3)
+    assert reply == "Hello from the fake model."
+    [got] = server.received
+    assert got.path == OPENAI_PATH
+    assert got.headers["authorization"] == "Bearer test-key"
+    assert got.json == {
+        "model": "gpt-test",
+        "messages": CONVERSATION,
+        "max_tokens": 77,
+        "temperature": 0.3,
+    }
+
+
+def test_anthropic_moves_system_messages_to_the_system_parameter(server: FakeLLMServer):
+    server.script(
+        Reply(
+            body=anthropic_body(
+                [
+                    {"type": "thinking", "thinking": "hmm", "signature": "s"},
+                    {"type": "text", "text": "Rouge"},
+                    {"type": "text", "text": "."},
+                ]
+            )
+        )
+    )
+    with sync_client("anthropic", server.url) as c:
+        reply = adapter("anthropic", c).complete(CONVERSATION, max_tokens=77, temperature=0.3)
+    assert reply == "Rouge."
+    [got] = server.received
+    assert got.path == ANTHROPIC_PATH
+    assert got.json == {
+        "model": "claude-test",
+        "system": "You are terse.\n\nAnswer in French.",
+        "messages": [
+            {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello."},
+            {"role": "user", "content": "Name a colour."},
+        ],
+        "max_tokens": 77,
+        **({"temperature": 0.3} if ANTHROPIC_TAKES_TEMPERATURE else {}),
+    }
+
+
+def test_anthropic_temperature_when_asked(server: FakeLLMServer):
+    with sync_client("anthropic", server.url) as c:
+        adapter("anthropic", c, send_temperature=True).complete(MESSAGES, temperature=0.7)
+        adapter("anthropic", c, send_temperature=False).complete(MESSAGES, temperature=0.7)
+    assert server.received[0].json["temperature"] == 0.7
+    assert "temperature" not in server.received[1].json
+
+
+def test_anthropic_without_system_messages_sends_no_system(server: FakeLLMServer):
+    with sync_client("anthropic", server.url) as c:
+        adapter("anthropic", c).complete([{"role": "user", "content": "Hi."}])
+    assert "system" not in server.received[0].json
+    assert server.received[0].json["max_tokens"] == context_core.llm.DEFAULT_MAX_TOKENS
+
+
+def test_async_clients_on_the_wire(sdk: str, server: FakeLLMServer):
+    async def body(llm: LLM) -> str:
+        return await llm.acomplete(MESSAGES, max_tokens=12, temperature=1.0)
+
+    assert run_async(sdk, server, body) == "Hello from the fake model."
+    [got] = server.received
+    assert got.headers["x-stainless-async"].startswith("async")
+    assert got.json["max_tokens"] == 12
+    if sdk == "openai" or ANTHROPIC_TAKES_TEMPERATURE:
+        assert got.json["temperature"] == 1.0
+    assert got.json["model"] in ("gpt-test", "claude-test")
+
+
+def test_as_llm_wraps_sdk_clients(sdk: str, server: FakeLLMServer, client: Any):
+    llm = as_llm(client, model="m-1", retry=FAST)
+    assert isinstance(llm, OpenAIChat if sdk == "openai" else AnthropicChat)
+    assert isinstance(llm, LLM)
+    assert llm.complete(MESSAGES) == "Hello from the fake model."
+    assert server.received[0].json["model"] == "m-1"
+    with pytest.raises(InvalidInputError, match="model="):
+        as_llm(client)
+
+
+def test_adapter_refuses_the_other_sdks_client(server: FakeLLMServer):
+    with sync_client("openai", server.url) as oc, sync_client("anthropic", server.url) as ac:
+        with pytest.raises(InvalidTypeError, match="anthropic"):
+            AnthropicChat(oc, model="m")
+        with pytest.raises(InvalidTypeError, match="openai"):
+            OpenAIChat(ac, model="m")
+        with pytest.raises(InvalidTypeError, match="async_client"):
+            OpenAIChat(oc, model="m", async_client=oc)
+    with pytest.raises(InvalidTypeError):
+        OpenAIChat(object(), model="m")  # type: ignore[arg-type]
+
+
+def test_openai_options_for_reasoning_models(server: FakeLLMServer):
+    with sync_client("openai", server.url) as c:
+        llm = OpenAIChat(
+            c,
+            model="o-test",
+            max_tokens_field="max_completion_tokens",
+            send_temperature=False,
+            extra_params={"seed": 7, "reasoning_effort": "low"},
+        )
+        llm.complete(MESSAGES, max_tokens=50)
+    assert server.received[0].json == {
+        "model": "o-test",
+        "messages": MESSAGES,
+        "max_completion_tokens": 50,
+        "seed": 7,
+        "reasoning_effort": "low",
+    }
+
+
+# --- retries -----------------------------------------------------------------------------------
+
+
+def error_body(message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": "api_error", "message": message}}
+
+
+def gaps(server: FakeLLMServer) -> list[float]:
+    times = [r.at for r in server.received]
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+def test_retry_after_on_429_is_honoured(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(Reply(status=429, headers={"retry-after": "0.15"}, body=error_body("slow down")))
+    assert adapter(sdk, client).complete(MESSAGES) == "Hello from the fake model."
+    assert len(server.received) == 2
+    assert gaps(server)[0] >= 0.15
+    # The SDK's own retries are off: every request is its first try.
+    assert {r.headers["x-stainless-retry-count"] for r in server.received} == {"0"}
+
+
+def test_429_until_the_retries_run_out(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(*[Reply(status=429, headers={"retry-after-ms": "10"}, body=error_body("busy"))] * 5)
+    with pytest.raises(LLMRateLimitError, match="429") as info:
+        adapter(sdk, client).complete(MESSAGES)
+    assert len(server.received) == 3
+    assert info.value.attempts == 3
+    assert info.value.status_code == 429
+    assert info.value.retry_after == pytest.approx(0.01)
+
+
+def test_retry_after_beyond_the_cap_gives_up_at_once(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(Reply(status=429, headers={"retry-after": "30"}, body=error_body("quota")))
+    start = time.monotonic()
+    with pytest.raises(LLMRateLimitError) as info:
+        adapter(sdk, client).complete(MESSAGES)
+    assert time.monotonic() - start < 1.0
+    assert len(server.received) == 1
+    assert info.value.retry_after == 30.0
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 529])
+def test_5xx_is_retried_with_backoff(sdk: str, server: FakeLLMServer, client: Any, status: int):
+    server.script(*[Reply(status=status, body=error_body("oops"))] * 2)
+    assert adapter(sdk, client).complete(MESSAGES) == "Hello from the fake model."
+    assert len(server.received) == 3
+    first, second = gaps(server)
+    assert first >= FAST.base_delay / 2  # equal jitter: at least half the step
+    assert second >= min(FAST.max_delay, FAST.base_delay * 2) / 2
+
+
+def test_5xx_until_the_retries_run_out(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(*[Reply(status=503, body=error_body("down"))] * 5)
+    with pytest.raises(LLMResponseError, match="503") as info:
+        adapter(sdk, client).complete(MESSAGES)
+    assert len(server.received) == 3
+    assert info.value.status_code == 503
+    assert info.value.attempts == 3
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_other_4xx_are_not_retried(sdk: str, server: FakeLLMServer, client: Any, status: int):
+    server.script(Reply(status=status, body=error_body("bad request: no such model")))
+    with pytest.raises(LLMResponseError, match="no such model") as info:
+        adapter(sdk, client).complete(MESSAGES)
+    assert len(server.received) == 1
+    assert info.value.status_code == status
+    assert info.value.attempts == 1
+    sdk_error = openai.APIStatusError if sdk == "openai" else anthropic.APIStatusError
+    assert isinstance(info.value.__cause__, sdk_error)
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_connection_errors_are_retried_then_raised(sdk: str):
+    with (
+        sync_client(sdk, closed_port_url()) as c,
+        pytest.raises(LLMConnectionError, match="cannot reach") as info,
+    ):
+        adapter(sdk, c).complete(MESSAGES)
+    assert info.value.attempts == 3
+    assert isinstance(info.value, ConnectionError)
+
+
+def test_retry_policy_validation_and_backoff():
+    for bad in ({"attempts": 0}, {"base_delay": -1.0}, {"max_delay": float("inf")}):
+        with pytest.raises(InvalidInputError):
+            RetryPolicy(**bad)
+    policy = RetryPolicy(base_delay=1.0, max_delay=4.0)
+    for retry, step in [(1, 1.0), (2, 2.0), (3, 4.0), (10, 4.0), (1000, 4.0)]:
+        for _ in range(20):
+            assert step / 2 <= policy.backoff(retry) <= step
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"}, 10.0),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": "nan"}, None),
+        ({}, None),
+    ],
+)
+def test_parse_retry_after(headers: dict[str, str], seconds: float | None):
+    now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert parse_retry_after(headers, now=now) == seconds
+
+
+# --- timeouts, bad replies ---------------------------------------------------------------------
+
+
+def test_timeout_raises_without_retry(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(Reply(delay=3.0))
+    start = time.monotonic()
+    with pytest.raises(LLMTimeoutError, match=r"within 0\.1 s") as info:
+        adapter(sdk, client, timeout=0.1).complete(MESSAGES)
+    assert time.monotonic() - start < 1.5
+    assert isinstance(info.value, TimeoutError)
+    assert len(server.received) == 1
+
+
+def test_timeouts_retried_when_asked(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(Reply(delay=3.0))
+    policy = RetryPolicy(attempts=2, base_delay=0.01, retry_timeouts=True)
+    assert adapter(sdk, client, timeout=0.1, retry=policy).complete(MESSAGES) == "Hello from the fake model."
+    assert len(server.received) == 2
+
+
+def test_async_timeout(sdk: str, server: FakeLLMServer):
+    server.script(Reply(delay=3.0))
+
+    async def body(llm: LLM) -> str:
+        return await llm.acomplete(MESSAGES)
+
+    with pytest.raises(LLMTimeoutError):
+        run_async(sdk, server, body, timeout=0.1)
+
+
+MALFORMED = {
+    "openai": [
+        b"this is not json",
+        {"unexpected": True},
+        {"choices": []},
+        openai_body(None),
+        openai_body(""),
+        openai_body(None, finish="length") | {"choices": [{"index": 0, "message": None}]},
+        {
+            "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "refusal": "no"}}
+            ]
+        },
+    ],
+    "anthropic": [
+        b"{truncated",
+        {"unexpected": True},
+        anthropic_body([]),
+        anthropic_body([{"type": "tool_use", "id": "t", "name": "f", "input": {}}]),
+        anthropic_body([{"type": "text", "text": ""}], stop="max_tokens"),
+    ],
+}
+
+
+@pytest.mark.parametrize(("which", "index"), [(k, i) for k, v in MALFORMED.items() for i in range(len(v))])
+def test_malformed_or_empty_replies(server: FakeLLMServer, which: str, index: int):
+    server.script(Reply(body=MALFORMED[which][index]))
+    with sync_client(which, server.url) as c, pytest.raises(LLMResponseError) as info:
+        adapter(which, c).complete(MESSAGES)
+    assert info.value.status_code is None
+    assert len(server.received) == 1  # a bad reply is not retried
+
+
+def test_input_errors_send_nothing(sdk: str, server: FakeLLMServer, client: Any):
+    llm = adapter(sdk, client)
+    with pytest.raises(InvalidInputError):
+        llm.complete(MESSAGES, max_tokens=0)
+    with pytest.raises(InvalidTypeError):
+        llm.complete("hello")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        llm.complete([{"content": "no role"}])  # type: ignore[list-item]
+    if sdk == "anthropic":
+        with pytest.raises(InvalidInputError, match="tool"):
+            llm.complete([{"role": "tool", "content": "x", "tool_call_id": "1"}])
+        with pytest.raises(InvalidInputError, match="at least one"):
+            llm.complete([{"role": "system", "content": "only a system prompt"}])
+    assert server.received == []
+
+
+# --- sync/async and cancellation ---------------------------------------------------------------
+
+
+def test_async_only_adapter_refuses_complete(sdk: str, server: FakeLLMServer):
+    async def body(llm: LLM) -> None:
+        with pytest.raises(LLMError, match="acomplete"):
+            llm.complete(MESSAGES)
+
+    run_async(sdk, server, body)
+    assert server.received == []
+
+
+def test_both_clients_each_used_for_its_kind(sdk: str, server: FakeLLMServer, client: Any):
+    async def main() -> str:
+        async with async_client(sdk, server.url) as ac:
+            llm = adapter(sdk, client, async_client=ac)
+            assert llm.complete(MESSAGES) == "Hello from the fake model."
+            return await llm.acomplete(MESSAGES)
+
+    asyncio.run(main())
+    assert server.received[0].headers["x-stainless-async"] == "false"
+    assert server.received[1].headers["x-stainless-async"].startswith("async")
+
+
+def test_acomplete_over_a_sync_client_leaves_the_loop_free(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(Reply(delay=0.2))
+    llm = adapter(sdk, client)
+
+    async def main() -> tuple[str, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        reply = await llm.acomplete(MESSAGES)
+        tick.cancel()
+        return reply, ticks
+
+    reply, ticks = asyncio.run(main())
+    assert reply == "Hello from the fake model."
+    assert ticks >= 8  # the loop ran on while the request waited 0.2 s
+
+
+def test_cancel_acomplete_during_the_request(sdk: str, server: FakeLLMServer):
+    server.script(Reply(delay=5.0))
+
+    async def body(llm: LLM) -> float:
+        task = asyncio.create_task(llm.acomplete(MESSAGES))
+        await until_received(server, 1)
+        start = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - start
+
+    assert run_async(sdk, server, body) < 0.5
+
+
+async def until_received(server: FakeLLMServer, n: int) -> None:
+    while len(server.received) < n:
+        await asyncio.sleep(0.005)
+
+
+def test_cancel_acomplete_during_the_backoff_wait(sdk: str, server: FakeLLMServer):
+    server.script(*[Reply(status=429, headers={"retry-after": "0.3"}, body=error_body("busy"))] * 3)
+
+    async def body(llm: LLM) -> float:
+        task = asyncio.create_task(llm.acomplete(MESSAGES))
+        await until_received(server, 1)
+        await asyncio.sleep(0.05)  # the 429 came back; the task now sleeps 0.3 s
+        start = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        elapsed = time.monotonic() - start
+        await asyncio.sleep(0.35)  # no retry happens later either
+        return elapsed
+
+    assert run_async(sdk, server, body) < 0.2
+    assert len(server.received) == 1
+
+
+def test_cancel_acomplete_over_a_sync_client_stops_its_retries(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(*[Reply(status=503, headers={"retry-after": "0.3"}, body=error_body("down"))] * 3)
+    llm = adapter(sdk, client)
+
+    async def main() -> float:
+        task = asyncio.create_task(llm.acomplete(MESSAGES))
+        await until_received(server, 1)
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        elapsed = time.monotonic() - start
+        await asyncio.sleep(0.35)
+        return elapsed
+
+    assert asyncio.run(main()) < 0.2
+    assert len(server.received) == 1  # the worker thread saw the cancellation in its backoff wait
+
+
+def test_sync_cancel_token_cuts_the_backoff_short(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(*[Reply(status=503, headers={"retry-after": "0.8"}, body=error_body("down"))] * 3)
+    cancel = threading.Event()
+    timer = threading.Timer(0.15, cancel.set)
+    timer.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(LLMCancelledError):
+            adapter(sdk, client).complete(MESSAGES, cancel=cancel)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 0.5
+    assert len(server.received) == 1
+
+
+def test_set_cancel_token_sends_nothing(sdk: str, server: FakeLLMServer, client: Any):
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(LLMCancelledError):
+        adapter(sdk, client).complete(MESSAGES, cancel=cancel)
+    assert server.received == []
+
+
+def test_importing_context_core_imports_no_sdk():
+    code = "import sys, context_core.llm; print(sorted({'openai', 'anthropic'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

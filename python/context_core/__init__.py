@@ -57,7 +57,7 @@ from context_core.errors import (
     UnknownEncodingError,
     UnknownModelError,
 )
-from context_core.llm import LLM, CallableLLM, as_llm
+from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, RetryPolicy, as_llm
 from context_core.log import HEADER_DTYPE, MessageLog, RepairReport
 from context_core.sanitize import sanitize
 from context_core.select import (
@@ -93,6 +93,7 @@ __all__ = [
     "TOKENS_PER_MESSAGE",
     "TOKENS_PER_NAME",
     "TOKENS_PER_TOOL_CALL",
+    "AnthropicChat",
     "Breakdown",
     "Budget",
     "CacheInfo",
@@ -115,8 +116,10 @@ __all__ = [
     "LogNotFoundError",
     "LogStorageError",
     "MessageLog",
+    "OpenAIChat",
     "OverBudgetError",
     "RepairReport",
+    "RetryPolicy",
     "SanitizeResult",
     "Sanitizer",
     "Selection",

@@ -95,10 +95,14 @@ class LLMError(ContextCoreError, RuntimeError):
     """A call to a language model failed (see the subclasses); also raised when
     an async-only model is called synchronously from inside a running event loop.
 
-    ``attempts`` is how many times the request was sent before giving up.
+    ``attempts`` is how many times the request was sent before giving up;
+    ``status_code`` the last HTTP status (``None`` if none came back) and
+    ``retry_after`` the server's last ``Retry-After``, in seconds, if it sent one.
     """
 
     attempts: int = 1
+    status_code: int | None = None
+    retry_after: float | None = None
 
 
 class LLMTimeoutError(LLMError, TimeoutError):
@@ -110,12 +114,10 @@ class LLMConnectionError(LLMError, ConnectionError):
 
 
 class LLMRateLimitError(LLMError):
-    """The server kept answering 429 Too Many Requests until the retries ran out.
+    """The server kept answering 429 Too Many Requests until the retries ran
+    out, or asked (``Retry-After``) for a longer wait than the retry policy allows."""
 
-    ``retry_after`` is the server's last ``Retry-After``, in seconds, if it sent one.
-    """
-
-    status_code: int = 429
+    status_code: int | None = 429
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -128,9 +130,12 @@ class LLMResponseError(LLMError):
     malformed body, an empty completion). ``status_code`` is the HTTP status,
     ``None`` when the status was fine but the body was not."""
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.retry_after = retry_after
 
 
 class LLMCancelledError(LLMError):

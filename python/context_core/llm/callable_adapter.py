@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Union
 
@@ -11,6 +12,7 @@ from context_core.errors import ContextCoreError, InvalidTypeError, LLMError, LL
 from context_core.llm._sync import run_coroutine_sync
 from context_core.llm.protocol import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
 from context_core.llm.reply import check_reply
+from context_core.llm.retry import CancelToken, RetryPolicy, arun_with_retry, run_with_retry
 from context_core.types import OpenAIMessage
 
 __all__ = ["CallableLLM", "CompleteFn"]
@@ -39,7 +41,7 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 class CallableLLM:
     """Wraps ``f(messages) -> str`` (or ``async def f``) as an LLM.
 
-    ``f`` receives the messages as given (a list of OpenAI-style dicts), plus
+    ``f`` receives the messages as a list of OpenAI-style dicts, plus
     ``max_tokens=`` and ``temperature=`` keywords when its signature takes them
     (both names, or ``**kwargs``). An async ``f`` runs on the caller's event
     loop in :meth:`acomplete`; a sync ``f`` runs in a worker thread there
@@ -49,13 +51,19 @@ class CallableLLM:
     ``TimeoutError`` becomes :class:`~context_core.LLMTimeoutError`, any other
     exception :class:`~context_core.LLMError` (with the original as
     ``__cause__``); a reply that is not a non-empty ``str`` raises
-    :class:`~context_core.LLMResponseError`.
+    :class:`~context_core.LLMResponseError`. ``f`` is called once per call
+    unless ``retry`` says otherwise (then the errors :class:`RetryPolicy`
+    retries, e.g. an :class:`~context_core.LLMRateLimitError` that ``f``
+    raises, are retried).
     """
 
-    def __init__(self, fn: CompleteFn) -> None:
-        if not callable(fn):
-            raise InvalidTypeError(f"CallableLLM needs a callable, got {type(fn).__name__}")
+    def __init__(self, fn: CompleteFn, *, retry: RetryPolicy | None = None) -> None:
+        if not callable(fn) or isinstance(fn, type):
+            raise InvalidTypeError(f"CallableLLM needs a function, got {type(fn).__name__}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidTypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         self.fn = fn
+        self.retry = retry if retry is not None else RetryPolicy(attempts=1)
         self.is_async = _is_async(fn)
         self._pass_options = _accepts_options(fn)
 
@@ -71,24 +79,36 @@ class CallableLLM:
         except Exception as exc:
             raise _wrap(exc) from exc
 
+    def _once(self, messages: Sequence[OpenAIMessage], max_tokens: int, temperature: float) -> str:
+        result = self._invoke(messages, max_tokens, temperature)
+        if inspect.isawaitable(result):  # a sync function that returned an awaitable
+            result = run_coroutine_sync(_await_reply(result), self)
+        return check_reply(result, repr(self))
+
+    async def _aonce(self, messages: Sequence[OpenAIMessage], max_tokens: int, temperature: float) -> str:
+        result = self._invoke(messages, max_tokens, temperature)
+        if inspect.isawaitable(result):
+            result = await _await_reply(result)
+        return check_reply(result, repr(self))
+
     def complete(
         self,
         messages: Sequence[OpenAIMessage],
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         temperature: float = DEFAULT_TEMPERATURE,
+        cancel: CancelToken | None = None,
     ) -> str:
-        """Call ``f``; an async ``f`` runs to completion on a fresh event loop
-        (raises :class:`~context_core.LLMError` if this thread is already
-        running one: ``await acomplete()`` there instead)."""
+        """Call ``f``. An async ``f`` runs to completion on a fresh event loop
+        (raises :class:`~context_core.LLMError` if this thread already runs
+        one: ``await acomplete()`` there instead). ``cancel`` (a
+        :class:`threading.Event`...) stops retries and backoff waits; it cannot
+        interrupt ``f`` itself."""
         if self.is_async:
             return run_coroutine_sync(
                 self.acomplete(messages, max_tokens=max_tokens, temperature=temperature), self
             )
-        result = self._invoke(messages, max_tokens, temperature)
-        if inspect.isawaitable(result):  # a sync function that returned an awaitable
-            return run_coroutine_sync(_await_reply(result), self)
-        return check_reply(result, f"the LLM callable {self.fn!r}")
+        return run_with_retry(lambda: self._once(messages, max_tokens, temperature), self.retry, cancel)
 
     async def acomplete(
         self,
@@ -97,17 +117,19 @@ class CallableLLM:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         temperature: float = DEFAULT_TEMPERATURE,
     ) -> str:
-        """Await ``f`` (or run a sync ``f`` in a worker thread)."""
+        """Await ``f``, or run a sync ``f`` in a worker thread. Cancelling the
+        task returns at once; a sync ``f`` already running finishes in its
+        thread (its result is dropped) and is not retried."""
         if self.is_async:
-            result = self._invoke(messages, max_tokens, temperature)
-        else:
-            result = await asyncio.to_thread(self._invoke, messages, max_tokens, temperature)
-        if inspect.isawaitable(result):
-            try:
-                result = await result
-            except Exception as exc:
-                raise _wrap(exc) from exc
-        return check_reply(result, f"the LLM callable {self.fn!r}")
+            return await arun_with_retry(lambda: self._aonce(messages, max_tokens, temperature), self.retry)
+        stop = threading.Event()
+        try:
+            return await asyncio.to_thread(
+                self.complete, messages, max_tokens=max_tokens, temperature=temperature, cancel=stop
+            )
+        except asyncio.CancelledError:
+            stop.set()
+            raise
 
 
 async def _await_reply(awaitable: Awaitable[Any]) -> Any:

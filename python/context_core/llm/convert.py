@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.llm.callable_adapter import CallableLLM
 from context_core.llm.protocol import LLM
+from context_core.llm.sdk_adapter import client_kind
 
-__all__ = ["as_llm", "sdk_of"]
-
-
-def sdk_of(obj: object) -> Literal["openai", "anthropic"] | None:
-    """``"openai"`` or ``"anthropic"`` if ``obj`` is a client of that SDK
-    (found by the modules its class comes from, so neither SDK is imported)."""
-    if isinstance(obj, type):
-        return None
-    for cls in type(obj).__mro__:
-        root = cls.__module__.partition(".")[0]
-        if root in ("openai", "anthropic") and cls.__name__ in ("SyncAPIClient", "AsyncAPIClient"):
-            return root  # type: ignore[return-value]
-    return None
+__all__ = ["as_llm"]
 
 
 def as_llm(obj: Any, *, model: str | None = None, **options: Any) -> LLM:
@@ -37,20 +26,28 @@ def as_llm(obj: Any, *, model: str | None = None, **options: Any) -> LLM:
     - a plain callable ``f(messages) -> str``, sync or ``async def``, wrapped in
       :class:`~context_core.llm.CallableLLM`.
 
-    SDK clients need ``model=``; other keyword ``options`` (``timeout``,
-    ``retry``...) go to the adapter. Anything else raises
+    SDK clients need ``model=``; the other keyword ``options`` (``timeout``,
+    ``retry``, ``async_client``...) go to the adapter. SDK clients are
+    recognised by their classes' modules, so neither SDK is imported unless
+    the caller already did. Anything else raises
     :class:`~context_core.InvalidTypeError`.
     """
     if isinstance(obj, type):
         raise InvalidTypeError(f"as_llm() takes an instance, not the class {obj.__name__}")
-    sdk = sdk_of(obj)
-    if sdk is None and isinstance(obj, LLM):
-        _no_options(obj, model, options)
-        return obj
-    if sdk is not None:
+    kind = client_kind(obj)
+    if kind is not None:
         if model is None:
             raise InvalidInputError(f"as_llm() needs model= to call a {type(obj).__name__} client")
-        raise InvalidTypeError(f"{sdk} clients are not supported yet")
+        if kind[0] == "openai":
+            from context_core.llm.openai_adapter import OpenAIChat
+
+            return OpenAIChat(obj, model=model, **options)
+        from context_core.llm.anthropic_adapter import AnthropicChat
+
+        return AnthropicChat(obj, model=model, **options)
+    if isinstance(obj, LLM):
+        _no_options(obj, model, options)
+        return obj
     if callable(obj):
         _no_options(obj, model, options)
         return CallableLLM(obj)

@@ -1,0 +1,94 @@
+"""The official ``openai`` SDK's Chat Completions as an LLM: :class:`OpenAIChat`.
+
+Works with OpenAI, Azure OpenAI and any OpenAI-compatible server (vLLM,
+llama.cpp, Ollama, LiteLLM...) through the client's ``base_url``. Needs the
+``openai`` extra (``pip install context-core[openai]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+from context_core.errors import InvalidInputError, LLMResponseError
+from context_core.llm.reply import check_reply
+from context_core.llm.retry import RetryPolicy
+from context_core.llm.sdk_adapter import DEFAULT_TIMEOUT, SDKChat
+from context_core.types import OpenAIMessage
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["OpenAIChat"]
+
+
+class OpenAIChat(SDKChat):
+    """An ``openai.OpenAI`` or ``openai.AsyncOpenAI`` client (or both: the
+    other one as ``async_client=``) as an :class:`~context_core.llm.LLM`.
+
+    Messages are sent as given (they already are Chat Completions messages).
+    ``max_tokens_field`` names the length cap in the request: ``"max_tokens"``
+    (the default, understood by every OpenAI-compatible server) or
+    ``"max_completion_tokens"`` (which OpenAI's reasoning models require;
+    ``send_temperature=False`` too, as they refuse any temperature but the
+    default). ``extra_params`` are added to every request (``top_p``,
+    ``reasoning_effort``, ``seed``...).
+
+    ``timeout`` bounds each try, in seconds (passed to the SDK with
+    ``client.with_options(timeout=..., max_retries=0)``; ``retry`` is then the
+    only retry policy). A reply without text (``content`` null or empty, a
+    refusal) raises :class:`~context_core.LLMResponseError`.
+    """
+
+    sdk_name = "openai"
+
+    def __init__(
+        self,
+        client: Union[openai.OpenAI, openai.AsyncOpenAI],
+        *,
+        model: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        async_client: Union[openai.AsyncOpenAI, None] = None,
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        send_temperature: bool = True,
+        extra_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise InvalidInputError(
+                f"max_tokens_field must be 'max_tokens' or 'max_completion_tokens', got {max_tokens_field!r}"
+            )
+        super().__init__(
+            client,
+            model=model,
+            timeout=timeout,
+            retry=retry,
+            async_client=async_client,
+            extra_params=extra_params,
+        )
+        self.max_tokens_field = max_tokens_field
+        self.send_temperature = send_temperature
+
+    def _request(
+        self, messages: Sequence[OpenAIMessage], max_tokens: int, temperature: float
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            self.max_tokens_field: max_tokens,
+        }
+        if self.send_temperature:
+            request["temperature"] = temperature
+        return request
+
+    def _create(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.chat.completions.create(**request)
+
+    def _reply_text(self, response: Any) -> str:
+        choice = response.choices[0]
+        message = choice.message
+        finish = getattr(choice, "finish_reason", None)
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            raise LLMResponseError(f"{self!r}: the model refused: {refusal}")
+        return check_reply(message.content, repr(self), f" (finish_reason={finish!r})")

@@ -1,0 +1,215 @@
+"""What the OpenAI and Anthropic adapters share: holding a sync and/or async
+SDK client, the per-call timeout, retries, cancellation and error translation.
+Each subclass only builds the request and reads the reply."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any, ClassVar
+
+from context_core.errors import InvalidInputError, InvalidTypeError, LLMError, LLMResponseError
+from context_core.llm.protocol import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
+from context_core.llm.retry import CancelToken, RetryPolicy, arun_with_retry, run_with_retry
+from context_core.llm.sdk_errors import translate_sdk_error
+from context_core.types import OpenAIMessage
+
+__all__ = ["DEFAULT_TIMEOUT", "SDKChat", "client_kind"]
+
+DEFAULT_TIMEOUT = 60.0
+"""Seconds one try may take before :class:`~context_core.LLMTimeoutError`."""
+
+
+def client_kind(client: object) -> tuple[str, bool] | None:
+    """``(sdk, is_async)`` for an ``openai`` or ``anthropic`` client (sync
+    clients derive from the SDK's ``SyncAPIClient``, async ones from its
+    ``AsyncAPIClient``), ``None`` for anything else. Reads class names only,
+    so neither SDK is imported."""
+    if isinstance(client, type):
+        return None
+    for cls in type(client).__mro__:
+        sdk = cls.__module__.partition(".")[0]
+        if sdk in ("openai", "anthropic") and cls.__name__ in ("SyncAPIClient", "AsyncAPIClient"):
+            return sdk, cls.__name__ == "AsyncAPIClient"
+    return None
+
+
+class SDKChat:
+    """Base of :class:`OpenAIChat` and :class:`AnthropicChat`."""
+
+    sdk_name: ClassVar[str]
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        model: str,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        async_client: Any = None,
+        extra_params: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise InvalidInputError(f"{type(self).__name__} needs model= (a model name), got {model!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise InvalidInputError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidTypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        self.model = model
+        self.timeout = float(timeout)
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.extra_params: dict[str, Any] = dict(extra_params or {})
+        self._sync: Any = None
+        self._async: Any = None
+        self._adopt(client)
+        if async_client is not None:
+            kind = client_kind(async_client)
+            if kind is None or not kind[1]:
+                raise InvalidTypeError(
+                    f"async_client must be an async {self.sdk_name} client, got {type(async_client).__name__}"
+                )
+            self._adopt(async_client)
+        self._sdk: ModuleType = importlib.import_module(self.sdk_name)
+
+    def _adopt(self, client: Any) -> None:
+        kind = client_kind(client)
+        if kind is None or kind[0] != self.sdk_name:
+            raise InvalidTypeError(
+                f"{type(self).__name__} needs an {self.sdk_name} SDK client, got {type(client).__name__}"
+            )
+        # The SDK's own retries are switched off: RetryPolicy is the only one.
+        configured = client.with_options(timeout=self.timeout, max_retries=0)
+        if kind[1]:
+            if self._async is not None:
+                raise InvalidInputError(f"{type(self).__name__} got two async clients")
+            self._async = configured
+        else:
+            if self._sync is not None:
+                raise InvalidInputError(f"{type(self).__name__} got two sync clients")
+            self._sync = configured
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r})"
+
+    # --- what a subclass provides ---------------------------------------------------------------
+
+    def _request(
+        self, messages: Sequence[OpenAIMessage], max_tokens: int, temperature: float
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _create(self, client: Any, request: dict[str, Any]) -> Any:
+        """``client.<endpoint>.create(**request)`` (a coroutine for an async client)."""
+        raise NotImplementedError
+
+    def _reply_text(self, response: Any) -> str:
+        raise NotImplementedError
+
+    # --- the calls ------------------------------------------------------------------------------
+
+    def _checked_request(
+        self, messages: Sequence[OpenAIMessage], max_tokens: int, temperature: float
+    ) -> dict[str, Any]:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+            raise InvalidInputError(f"temperature must be a number >= 0, got {temperature!r}")
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise InvalidTypeError(f"messages must be a list of dicts, got {type(messages).__name__}")
+        for i, message in enumerate(messages):
+            if not isinstance(message, Mapping):
+                raise InvalidTypeError(f"messages[{i}] must be a dict, got {type(message).__name__}")
+            if "role" not in message:
+                raise InvalidInputError(f"messages[{i}] has no 'role'")
+        request = self._request(messages, max_tokens, temperature)
+        return {**request, **self.extra_params}
+
+    def _translate(self, exc: Exception) -> LLMError | None:
+        return translate_sdk_error(exc, self._sdk, repr(self), self.timeout)
+
+    def _read(self, response: Any) -> str:
+        try:
+            return self._reply_text(response)
+        except LLMError:
+            raise
+        except (AttributeError, IndexError, KeyError, TypeError) as exc:
+            raise LLMResponseError(f"{self!r}: malformed reply ({type(exc).__name__}: {exc})") from exc
+
+    def _try_sync(self, request: dict[str, Any]) -> str:
+        try:
+            response = self._create(self._sync, request)
+        except (self._sdk.APIError, json.JSONDecodeError) as exc:
+            error = self._translate(exc)
+            if error is None:  # pragma: no cover - both kinds are translated
+                raise
+            raise error from exc
+        return self._read(response)
+
+    async def _try_async(self, request: dict[str, Any]) -> str:
+        try:
+            response = await self._create(self._async, request)
+        except (self._sdk.APIError, json.JSONDecodeError) as exc:
+            error = self._translate(exc)
+            if error is None:  # pragma: no cover
+                raise
+            raise error from exc
+        return self._read(response)
+
+    def complete(
+        self,
+        messages: Sequence[OpenAIMessage],
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float = DEFAULT_TEMPERATURE,
+        cancel: CancelToken | None = None,
+    ) -> str:
+        """Send ``messages`` through the sync client, retrying per
+        :attr:`retry`; block until the reply.
+
+        ``cancel`` (e.g. a :class:`threading.Event`), once set, stops the call
+        before its next try and cuts a backoff wait short, raising
+        :class:`~context_core.LLMCancelledError`; a request already sent runs
+        until it answers or times out (the SDK's blocking call cannot be
+        interrupted). With only an async client this raises
+        :class:`~context_core.LLMError`: the SDK's connection pool belongs to
+        one event loop, so it cannot be driven from a fresh one.
+        """
+        if self._sync is None:
+            raise LLMError(
+                f"{self!r} has only an async {self.sdk_name} client: await acomplete(), "
+                "or pass a sync client too"
+            )
+        request = self._checked_request(messages, max_tokens, temperature)
+        return run_with_retry(lambda: self._try_sync(request), self.retry, cancel)
+
+    async def acomplete(
+        self,
+        messages: Sequence[OpenAIMessage],
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float = DEFAULT_TEMPERATURE,
+    ) -> str:
+        """Send ``messages`` through the async client, retrying per
+        :attr:`retry`. Cancelling the task ends the request in flight or the
+        backoff wait at once.
+
+        With only a sync client, the call runs in a worker thread
+        (:func:`asyncio.to_thread`) so the event loop never blocks; cancelling
+        the task then returns at once, and the thread stops before its next
+        try (a request already sent finishes or times out in the background).
+        """
+        if self._async is not None:
+            request = self._checked_request(messages, max_tokens, temperature)
+            return await arun_with_retry(lambda: self._try_async(request), self.retry)
+        stop = threading.Event()
+        try:
+            return await asyncio.to_thread(
+                self.complete, messages, max_tokens=max_tokens, temperature=temperature, cancel=stop
+            )
+        except asyncio.CancelledError:
+            stop.set()
+            raise

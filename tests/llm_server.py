@@ -1,0 +1,164 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI Chat Completions and
+Anthropic Messages wire formats, scripted per test.
+
+The tests drive the real ``openai`` and ``anthropic`` SDKs against it, so what
+is checked is what goes over the wire: the JSON the SDK sent, the status codes
+and headers it got back.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Union
+
+__all__ = ["FakeLLMServer", "Received", "Reply", "anthropic_body", "openai_body"]
+
+OPENAI_PATH = "/v1/chat/completions"
+ANTHROPIC_PATH = "/v1/messages"
+
+
+@dataclass
+class Reply:
+    """One scripted answer. ``body`` None means a well-formed completion saying
+    ``text`` in the format of the path asked; a dict is sent as JSON, bytes as is."""
+
+    status: int = 200
+    text: str = "Hello from the fake model."
+    body: Union[dict[str, Any], bytes, None] = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    json: Any
+    at: float
+
+
+def openai_body(text: Union[str, None], model: str = "fake-model", finish: str = "stop") -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish,
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+    }
+
+
+def anthropic_body(
+    blocks: list[dict[str, Any]], model: str = "fake-model", stop: str = "end_turn"
+) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 5},
+    }
+
+
+class FakeLLMServer:
+    """Answers each POST with the next scripted :class:`Reply` (a default
+    success once the script runs out) and records every request received."""
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self._script: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self.received]
+
+    def __enter__(self) -> FakeLLMServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()  # wakes handlers sleeping through a scripted delay
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+    def _next(self) -> Reply:
+        with self._lock:
+            return self._script.popleft() if self._script else Reply()
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    payload: Any = json.loads(raw)
+                except ValueError:
+                    payload = raw
+                with server._lock:
+                    server.received.append(
+                        Received(
+                            self.path,
+                            {k.lower(): v for k, v in self.headers.items()},
+                            payload,
+                            time.monotonic(),
+                        )
+                    )
+                reply = server._next()
+                if reply.delay and server._stop.wait(reply.delay):
+                    return
+                body = reply.body
+                if body is None:
+                    if self.path == OPENAI_PATH:
+                        body = openai_body(reply.text)
+                    elif self.path == ANTHROPIC_PATH:
+                        body = anthropic_body([{"type": "text", "text": reply.text}])
+                    else:
+                        body = {"error": {"type": "not_found", "message": f"no route {self.path}"}}
+                        reply = Reply(status=404)
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                    pass
+
+            def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+                pass
+
+        return Handler
