@@ -5,6 +5,8 @@ chat history (a JSON list of messages, a request body with ``messages``, or
 JSONL with one message a line), per message and in total.
 ``context-core sanitize`` repairs a chat history for the OpenAI or Anthropic
 API and prints the result as JSON, with the list of changes.
+``context-core memory show|append|consolidate DIR`` reads, appends to and
+consolidates an agent's memory files (MEMORY.md and its fragments) in DIR.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, Tokenizer, sanitize
+from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, MemoryFiles, Tokenizer, sanitize
 
 
 @dataclass
@@ -129,7 +131,51 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
     repair.add_argument("--convert-function", action="store_true", help="convert legacy function messages")
     repair.add_argument("--on-invalid", choices=("raise", "drop"), default="raise")
+    add_memory_parser(commands)
     return parser
+
+
+def add_memory_parser(commands: Any) -> None:
+    memory = commands.add_parser("memory", help="an agent's memory files (MEMORY.md and its fragments)")
+    actions = memory.add_subparsers(dest="action", required=True)
+    show = actions.add_parser("show", help="print MEMORY.md")
+    show.add_argument("dir", help="the memory root")
+    show.add_argument("--all", action="store_true", help="with each fragment's lines in place of its pointer")
+    append = actions.add_parser("append", help="append facts, skipping those already there")
+    append.add_argument("dir", help="the memory root (created 0700 if missing)")
+    append.add_argument(
+        "facts",
+        nargs="*",
+        help="facts such as '- [decision: db] Use Postgres 16'; none: one a line from stdin",
+    )
+    consolidate = actions.add_parser("consolidate", help="merge the fragments with the offline consolidator")
+    consolidate.add_argument("dir", help="the memory root")
+    consolidate.add_argument("--force", action="store_true", help="run even if it is not due")
+    for action in (show, append, consolidate):
+        action.add_argument("--max-lines", type=int, default=150, help="MEMORY.md's size in lines (150)")
+        action.add_argument("--lock-timeout", type=float, default=10.0, help="seconds to wait for the lock")
+
+
+def run_memory(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
+    files = MemoryFiles(
+        args.dir, max_lines=args.max_lines, lock_timeout=args.lock_timeout, create=args.action == "append"
+    )
+    if args.action == "show":
+        stdout.write(files.read(expand=args.all))
+    elif args.action == "append":
+        lines = args.facts or [line for line in stdin.read().splitlines() if line.strip()]
+        result = files.append(lines)
+        where = f" to {result.file}" if result.file else ""
+        stdout.write(f"appended {len(result.appended)}{where}, {len(result.duplicates)} already there\n")
+    else:
+        done = files.consolidate(force=args.force)
+        if done.ran:
+            stdout.write(
+                f"consolidated: {done.facts_before} facts -> {done.facts_after},"
+                f" {len(done.merged)} fragments merged, {len(done.created)} written\n"
+            )
+        else:
+            stdout.write(f"nothing done ({done.reason})\n")
 
 
 def run_count(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
@@ -170,7 +216,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     args = build_parser().parse_args(argv)
     stdin = stdin if stdin is not None else sys.stdin
     stdout = stdout if stdout is not None else sys.stdout
-    command = run_sanitize if args.command == "sanitize" else run_count
+    command = {"sanitize": run_sanitize, "memory": run_memory}.get(args.command, run_count)
     try:
         command(args, stdin, stdout)
     except (ContextCoreError, OSError, UnicodeDecodeError) as error:

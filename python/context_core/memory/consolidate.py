@@ -6,8 +6,8 @@ pointer order), :func:`consolidate_items`:
 * removes exact and near duplicates (same key and text after
   :func:`~context_core.memory.facts.normalize`; kind ignored): one line stays,
   written as its newest occurrence;
-* keeps only the newest value of each key: a fact with the same kind and key
-  as an older one replaces it;
+* keeps only the newest value of each key: a fact with the same key as an
+  older one (whatever their kinds) replaces it;
 * keeps every other line (headings, prose) where it was, drops pointer lines
   (the caller writes its own), blank lines at the start and the end, and
   blank lines beyond one in a row.
@@ -37,7 +37,7 @@ def consolidate_items(items: Iterable[Item]) -> list[Item]:
     (pointer lines dropped); see the module's documentation."""
     slots: list[Item | None] = []
     by_signature: dict[str, int] = {}
-    by_identity: dict[tuple[str, str], int] = {}
+    by_identity: dict[str, int] = {}
     for item in items:
         if isinstance(item, Pointer):
             continue
@@ -77,9 +77,7 @@ def _blank(item: Item) -> bool:
     return isinstance(item, RawLine) and not item.text.strip()
 
 
-def _forget(
-    fact: Fact, slot: int, by_signature: dict[str, int], by_identity: dict[tuple[str, str], int]
-) -> None:
+def _forget(fact: Fact, slot: int, by_signature: dict[str, int], by_identity: dict[str, int]) -> None:
     if by_signature.get(fact.signature) == slot:
         del by_signature[fact.signature]
     identity = fact.identity

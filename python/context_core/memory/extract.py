@@ -121,7 +121,7 @@ _EXACT = re.compile(
 _NUMBER = re.compile(r"\d")
 _KEYED = re.compile(
     r"(?:(?:the|our|my|your)\s+)?(?P<subject>[^\W\d_][\w'./ -]{0,60}?)"
-    r"\s*(?:\bis set to\b|\bis at\b|\blives (?:at|in)\b|\bis\b|\bare\b|=|:|\uff1a)\s*(?P<value>.+)",
+    r"\s*(?:\bis set to\b|\bis at\b|\blives (?:at|in)\b|\bis\b|\bare\b|=|:(?=\s)|\uff1a)\s*(?P<value>.+)",
     re.I,
 )
 _KEYED_ZH = re.compile(r"(?P<subject>[\u4e00-\u9fff][\w\u4e00-\u9fff ]{0,19}?)(?:是|为|在)(?P<value>.+)")

@@ -13,9 +13,9 @@ A memory file (``MEMORY.md`` or a fragment) is Markdown whose fact lines read::
   use others. ``more`` is reserved: a ``[more]`` line points to a fragment
   file, loaded on demand.
 * ``key`` (optional, up to 80 characters, no ``[`` ``]``) names what the fact is
-  the value of. Two facts with the same kind and key (compared after
-  normalisation) are two values of one thing: the newer one replaces the older
-  one when memory is consolidated. A fact without a key is never replaced,
+  the value of. Two facts with the same key (compared after normalisation,
+  whatever their kinds) are two values of one thing: the newer one replaces
+  the older one when memory is consolidated. A fact without a key is never replaced,
   only deduplicated. Colons in the text never make a key: only the bracket
   does.
 * ``text`` is one line of free text (no control characters or line breaks).
@@ -143,10 +143,11 @@ class Fact:
         return text if self.key is None else f"{normalize(self.key)}\x1f{text}"
 
     @property
-    def identity(self) -> tuple[str, str] | None:
-        """``(kind, normalised key)``: facts sharing it are values of one thing
-        (the newest wins); ``None`` for a fact without a key."""
-        return None if self.key is None else (self.kind, normalize(self.key))
+    def identity(self) -> str | None:
+        """The normalised key: facts sharing it are values of one thing (the
+        newest wins), whatever their kinds; ``None`` for a fact without a key.
+        Near duplicates with a key share it too."""
+        return None if self.key is None else normalize(self.key)
 
 
 @dataclass(frozen=True)

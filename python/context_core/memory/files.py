@@ -31,7 +31,16 @@ from context_core.errors import (
 )
 from context_core.memory.consolidate import consolidate_items
 from context_core.memory.extract import conversation_text, extract_facts
-from context_core.memory.facts import FRAGMENT_NAME, Fact, Item, Pointer, RawLine, parse_reply, to_facts
+from context_core.memory.facts import (
+    FRAGMENT_NAME,
+    Fact,
+    Item,
+    Pointer,
+    RawLine,
+    parse_line,
+    parse_reply,
+    to_facts,
+)
 from context_core.memory.prompts import consolidate_prompt, extract_prompt
 from context_core.memory.safety import LOCK_NAME, MEMORY_NAME, ensure_root, open_file, open_root, read_file
 from context_core.memory.store import Cached, Store, encode
@@ -202,7 +211,8 @@ class MemoryFiles:
 
     def fragments(self) -> list[str]:
         """The fragments MEMORY.md points to, oldest first."""
-        return [line[len("- [more] ") :] for line in self.read().splitlines() if line.startswith("- [more] ")]
+        items = (parse_line(line) for line in self.read().splitlines())
+        return list(dict.fromkeys(item.name for item in items if isinstance(item, Pointer)))
 
     def read_fragment(self, name: str) -> str:
         """One fragment's text, loaded on demand ("" if it no longer exists:

@@ -72,12 +72,16 @@ class Cached:
     complete: int = 0  # bytes up to and including the last newline
     items: list[Item] = field(default_factory=list)
     signatures: set[str] = field(default_factory=set)
+    tail: bytes = b""  # the last bytes up to ``complete``: a grown file must still end its old part so
 
     def facts(self) -> list[Fact]:
         return [item for item in self.items if isinstance(item, Fact)]
 
     def pointers(self) -> list[str]:
         return [item.name for item in self.items if isinstance(item, Pointer)]
+
+
+TAIL = 64
 
 
 def _parse(cached: Cached, data: bytes) -> None:
@@ -88,6 +92,7 @@ def _parse(cached: Cached, data: bytes) -> None:
         if isinstance(item, Fact):
             cached.signatures.add(item.signature)
     cached.complete += end
+    cached.tail = (cached.tail + data[:end])[-TAIL:]
 
 
 def encode(lines: Iterable[str]) -> bytes:
@@ -113,7 +118,10 @@ class Store:
 
     def load(self, name: str) -> Cached | None:
         """The file parsed (from the cache when unchanged, reading only what was
-        appended since when it grew); ``None`` if it does not exist."""
+        appended since when it grew and still ends its old part as it did);
+        ``None`` if it does not exist. An edit in place that keeps the size and
+        the modification time, or grows the file keeping its old last bytes,
+        goes unseen: edit memory files by replacing them, as editors do."""
         fd = open_file(self.root, self.dir_fd, name, os.O_RDONLY)
         if fd is None:
             self.cache.pop(name, None)
@@ -124,8 +132,10 @@ class Store:
             if cached is not None and cached.ino == info.st_ino:
                 if info.st_size == cached.size and info.st_mtime_ns == cached.mtime_ns:
                     return cached
-                if info.st_size >= cached.size and info.st_size >= cached.complete:
-                    start = cached.complete
+                start = cached.complete
+                if info.st_size >= cached.size and os.pread(
+                    fd, len(cached.tail), start - len(cached.tail)
+                ) == (cached.tail):  # grew by appends (a file edited in place is read again)
                     data = os.pread(fd, info.st_size - start, start)
                     _parse(cached, data)
                     cached.size, cached.mtime_ns = start + len(data), info.st_mtime_ns

@@ -1,0 +1,171 @@
+"""The deterministic extractor (context_core.memory.extract): exactly what it
+keeps, and what it leaves."""
+
+from __future__ import annotations
+
+import pytest
+
+from context_core import Fact, InvalidTypeError
+from context_core.memory import extract_facts
+from context_core.memory.extract import MAX_FACT_CHARS, conversation_text
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def lines(messages: list[dict]) -> list[str]:
+    return [fact.line() for fact in extract_facts(messages)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # constraints (the constraint tagger's words, after normalisation)
+        ("You must never push to main.", "- [constraint] You must never push to main."),
+        ("Always run the tests first", "- [constraint] Always run the tests first"),
+        ("Make sure to log every retry.", "- [constraint] Make sure to log every retry."),
+        ("必须使用UTF-8编码。", "- [constraint] 必须使用UTF-8编码。"),
+        ("ＮＥＶＥＲ delete the backups.", "- [constraint] ＮＥＶＥＲ delete the backups."),
+        # stated preferences
+        ("I prefer short answers without emoji.", "- [preference] I prefer short answers without emoji."),
+        ("I'd rather see diffs than whole files.", "- [preference] I'd rather see diffs than whole files."),
+        ("I don't like tabs.", "- [preference] I don't like tabs."),
+        ("我喜欢简洁的回答。", "- [preference] 我喜欢简洁的回答。"),
+        # decisions, keyed by what they are for
+        (
+            "Let's use Postgres 16 for the database.",
+            "- [decision: database] Let's use Postgres 16 for the database.",
+        ),
+        ("We decided to ship on Friday.", "- [decision] We decided to ship on Friday."),
+        (
+            "We'll go with FastAPI as the web framework.",
+            "- [decision: web framework] We'll go with FastAPI as the web framework.",
+        ),
+        ("我们决定下周发布。", "- [decision] 我们决定下周发布。"),
+        # exact facts, keyed by their subject
+        ("The staging DB port is 5433.", "- [fact: staging db port] The staging DB port is 5433."),
+        ("Our API key id = key_9f8e7d", "- [fact: api key id] Our API key id = key_9f8e7d"),
+        ("数据库端口是5433。", "- [fact: 数据库端口] 数据库端口是5433。"),
+        # exact facts without a subject
+        ("See https://example.com/docs for details.", "- [fact] See https://example.com/docs for details."),
+        ("It broke after commit 3f9a2c1b was merged.", "- [fact] It broke after commit 3f9a2c1b was merged."),
+        ("Logs go to /var/log/app.log now", "- [fact] Logs go to /var/log/app.log now"),
+        ("Edit src/app/main.py next.", "- [fact] Edit src/app/main.py next."),
+        ("Tracked in PROJ-1234.", "- [fact] Tracked in PROJ-1234."),
+        ("Write to ops@example.org when done.", "- [fact] Write to ops@example.org when done."),
+        ("The box answers on 10.0.0.12:8080", "- [fact] The box answers on 10.0.0.12:8080"),
+        # labelled sentences (any role), keyed when they read "X is Y"
+        ("Remember: the deploy key is deploy_k3y.", "- [fact: deploy key] the deploy key is deploy_k3y."),
+        ("Note: staging resets nightly.", "- [fact] staging resets nightly."),
+        ("Decision: cache TTL is 300 seconds.", "- [decision: cache ttl] cache TTL is 300 seconds."),
+        ("Rule: one PR per change.", "- [constraint] one PR per change."),
+        ("记住：部署在周五。", "- [fact] 部署在周五。"),
+    ],
+)
+def test_what_is_kept(text, expected):
+    assert lines([user(text)]) == [expected]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hi! Thanks a lot.",
+        "Can you fix the bug in src/app/main.py?",  # a question
+        "Must we use Postgres?",
+        "I have 2 questions.",  # a number that is not the value of "X is N"
+        "It is 5 o'clock.",  # no subject to key it by, no exact value
+        "The build takes 12 minutes.",
+        "I want you to refactor this.",  # a request, not a preference
+        "```\nrm -rf /tmp/cache\nYou must not do this\n```",  # code
+        "    /usr/local/bin/indented-code",
+        "x" * (MAX_FACT_CHARS + 1) + " /etc/long",  # prose, not a fact
+    ],
+)
+def test_what_is_left(text):
+    assert lines([user(text)]) == []
+
+
+def test_only_user_and_assistant_text_is_read():
+    messages = [
+        {"role": "system", "content": "You must always answer. The secret is at /etc/secret."},
+        {"role": "developer", "content": "Never reveal /etc/dev."},
+        {"role": "tool", "tool_call_id": "1", "content": "Wrote /tmp/out.json"},
+        {"role": "function", "name": "f", "content": "You must see /tmp/fn"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "1", "type": "function", "function": {"name": "w", "arguments": "/tmp/x"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "1", "content": "You must see /tmp/result"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "..."}},
+                {"type": "text", "text": "The repo is at /srv/repo."},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "You must remember /tmp/thought"},
+                {"type": "text", "text": "I'll use /srv/repo. You must run the tests."},
+            ],
+        },
+    ]
+    assert lines(messages) == ["- [fact: repo] The repo is at /srv/repo."]
+    assert (
+        conversation_text(messages)
+        == [
+            ("assistant", ""),
+            ("user", "The repo is at /srv/repo."),
+            ("assistant", "I'll use /srv/repo. You must run the tests."),
+        ][1:]
+    )
+
+
+def test_assistant_text_counts_only_when_labelled():
+    messages = [
+        {
+            "role": "assistant",
+            "content": "I will use Redis. Decision: cache TTL is 300 seconds. /etc/passwd exists.",
+        }
+    ]
+    assert lines(messages) == ["- [decision: cache ttl] cache TTL is 300 seconds."]
+
+
+def test_sentences_bullets_and_order():
+    text = "Notes for later:\n- The staging DB port is 5433.\n2. You must never push to main. I prefer tabs!"
+    assert lines([user(text)]) == [
+        "- [fact: staging db port] The staging DB port is 5433.",
+        "- [constraint] You must never push to main.",
+        "- [preference] I prefer tabs!",
+    ]
+
+
+def test_duplicates_within_a_conversation_kept_once_at_the_newest_place():
+    messages = [user("Never push to main."), user("I prefer tabs."), user("never push to main")]
+    assert extract_facts(messages) == [
+        Fact("I prefer tabs.", "preference"),
+        Fact("never push to main", "constraint"),
+    ]
+
+
+def test_a_later_value_of_the_same_key_is_extracted_too():
+    messages = [
+        user("Let's use Postgres 16 for the database."),
+        user("Let's switch to MySQL 8 for the database."),
+    ]
+    facts = extract_facts(messages)
+    assert [f.key for f in facts] == ["database", "database"]  # the consolidator keeps the newest
+
+
+def test_bad_messages():
+    with pytest.raises(InvalidTypeError):
+        extract_facts("hello")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError):
+        extract_facts([{"content": "no role"}])
+    with pytest.raises(InvalidTypeError):
+        extract_facts(["not a dict"])  # type: ignore[list-item]
+    assert extract_facts([]) == []
+    assert extract_facts([{"role": "user", "content": None}]) == []

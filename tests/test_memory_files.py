@@ -1,0 +1,655 @@
+"""MemoryFiles: bounded append, reading, persist_learnings and consolidate
+(with no model and with a plain callable as the model), the async forms,
+limits, safety (names, symlinks, modes, roots) and recovery from what a
+killed process leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import stat
+import threading
+import time
+
+import filelock
+import pytest
+
+from context_core import (
+    Fact,
+    InvalidInputError,
+    MemoryFiles,
+    MemoryFormatError,
+    MemoryLimitError,
+    MemoryLockError,
+    MemoryPathError,
+)
+from context_core.memory import parse_reply
+from context_core.memory.facts import parse_line
+
+TODAY = time.strftime("%Y-%m-%d", time.gmtime())
+
+
+def files_in(root) -> list[str]:
+    return sorted(os.listdir(root))
+
+
+def fragments_on_disk(root) -> list[str]:
+    return [n for n in files_in(root) if n.startswith("auto-")]
+
+
+def snapshot(root) -> dict[str, bytes]:
+    out = {}
+    for name in files_in(root):
+        with open(os.path.join(root, name), "rb") as handle:
+            out[name] = handle.read()
+    return out
+
+
+@pytest.fixture
+def mem(tmp_path):
+    return MemoryFiles(tmp_path / "mem", max_lines=5, durability="never")
+
+
+# -- bounded append ---------------------------------------------------------------------
+
+
+def test_append_then_read(mem):
+    result = mem.append(["- [decision: db] Use Postgres 16", "a fact about /etc/app", Fact("x", "lesson")])
+    assert result.file == "MEMORY.md"
+    assert [f.line() for f in result.appended] == [
+        "- [decision: db] Use Postgres 16",
+        "- [fact] a fact about /etc/app",
+        "- [lesson] x",
+    ]
+    assert mem.read() == "- [decision: db] Use Postgres 16\n- [fact] a fact about /etc/app\n- [lesson] x\n"
+    assert mem.facts() == list(result.appended)
+    assert mem.fragments() == []
+
+
+def test_facts_already_present_are_not_appended_again(mem):
+    mem.append(["Use Postgres 16", "Never push"])
+    result = mem.append(["use postgres 16.", "NEVER push", "new one", "new one!"])
+    assert [f.text for f in result.appended] == ["new one"]
+    assert [f.text for f in result.duplicates] == ["use postgres 16.", "NEVER push", "new one!"]
+    assert mem.append(["new one"]).appended == ()
+    assert mem.append([]).file is None
+    assert len(mem.read().splitlines()) == 3
+
+
+def test_over_the_limit_facts_go_to_a_fragment_with_one_pointer(mem):
+    mem.append(["a1", "a2", "a3", "a4"])
+    result = mem.append(["b1", "b2"])  # 4 + 2 > 5: the whole batch to a fragment
+    name = result.file
+    assert name is not None
+    assert name.startswith(f"auto-{TODAY}-")
+    assert name.endswith(".md")
+    assert mem.read().splitlines() == [
+        "- [fact] a1",
+        "- [fact] a2",
+        "- [fact] a3",
+        "- [fact] a4",
+        f"- [more] {name}",
+    ]
+    assert mem.read_fragment(name) == "- [fact] b1\n- [fact] b2\n"
+    # MEMORY.md has room for one more line, but once there are fragments, facts
+    # go to today's fragment while it has room (so the order stays the order of writing).
+    assert mem.append(["c1", "c2", "c3"]).file == name
+    second = mem.append(["d1"]).file
+    assert second not in (name, "MEMORY.md")
+    assert mem.fragments() == [name, second]
+    assert len(mem.read().splitlines()) == 6
+    assert mem.read(expand=True).splitlines() == [
+        f"- [fact] {x}" for x in ["a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "d1"]
+    ]
+    assert [f.text for f in mem.facts()] == ["a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "d1"]
+    # Duplicates are found in fragments too.
+    assert mem.append(["b2", "d1", "a1"]).appended == ()
+
+
+def test_a_fragment_of_an_earlier_day_is_not_appended_to(mem):
+    mem.append(["a1", "a2", "a3", "a4", "a5"])
+    first = mem.append(["b1"]).file
+    old = "auto-2001-01-01-abcd.md"
+    os.rename(os.path.join(mem.root, first), os.path.join(mem.root, old))
+    text = mem.read().replace(first, old)
+    with open(mem.memory_path, "w") as handle:
+        handle.write(text)
+    assert mem.append(["c1"]).file not in (old, "MEMORY.md")
+
+
+def test_a_batch_bigger_than_max_lines_is_one_fragment(mem):
+    result = mem.append([f"f{i}" for i in range(12)])
+    assert result.file != "MEMORY.md"
+    assert len(mem.read_fragment(result.file).splitlines()) == 12
+
+
+@pytest.mark.parametrize("how", ["line", "batch", "format"])
+def test_oversized_or_malformed_input_is_refused_whole(tmp_path, how):
+    mem = MemoryFiles(tmp_path, max_line_bytes=64, max_batch_bytes=200, durability="never")
+    mem.append(["before"])
+    before = snapshot(tmp_path)
+    if how == "line":
+        batch, error = ["ok", "x" * 60], MemoryLimitError
+    elif how == "batch":
+        batch, error = [f"fact number {i}" for i in range(20)], MemoryLimitError
+    else:
+        batch, error = ["ok", "[broken"], MemoryFormatError
+    with pytest.raises(error) as caught:
+        mem.append(batch)
+    assert isinstance(caught.value, InvalidInputError)
+    assert "nothing written" in str(caught.value) or how == "format"
+    assert snapshot(tmp_path) == before
+
+
+def test_default_limits_4k_line_1m_batch(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    with pytest.raises(MemoryLimitError, match="max_line_bytes=4096"):
+        mem.append(["é" * 2100])
+    with pytest.raises(MemoryLimitError, match="max_batch_bytes=1048576"):
+        mem.append([f"{i} " + "x" * 3000 for i in range(400)])
+    assert not os.path.exists(mem.memory_path)
+
+
+def test_options_are_checked(tmp_path):
+    for bad in ({"max_lines": 0}, {"lock_timeout": -1}, {"durability": "sometimes"}, {"max_line_bytes": 1.5}):
+        with pytest.raises((InvalidInputError, TypeError)):
+            MemoryFiles(tmp_path, **bad)
+    with pytest.raises(TypeError):
+        MemoryFiles(3)  # type: ignore[arg-type]
+    with pytest.raises(MemoryPathError, match="does not exist"):
+        MemoryFiles(tmp_path / "missing", create=False)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MemoryPathError, match="not a directory"):
+        MemoryFiles(tmp_path / "file")
+
+
+# -- safety -----------------------------------------------------------------------------
+
+
+def test_modes_0600_and_0700_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        mem = MemoryFiles(tmp_path / "a" / "mem", max_lines=2, durability="never")
+        mem.append(["one", "two"])
+        mem.append(["three"])
+        mem.consolidate(force=True)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(mem.root).st_mode) == 0o700
+    for name in files_in(mem.root):
+        assert stat.S_IMODE(os.stat(os.path.join(mem.root, name)).st_mode) == 0o600, name
+
+
+@pytest.mark.parametrize("which", ["MEMORY.md", ".memory.lock", ".memory.pending", ".memory_gc"])
+def test_a_symlink_in_place_of_a_memory_file_is_refused(tmp_path, which):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    root = tmp_path / "mem"
+    root.mkdir()
+    os.symlink(victim, root / which)
+    mem = MemoryFiles(root, durability="never", min_fragments=0, gc_interval=0)
+
+    def use() -> None:
+        mem.append(["x"])
+        mem.consolidate()  # .memory_gc is read here
+
+    with pytest.raises(MemoryPathError, match="symlink"):
+        use()
+    if which == "MEMORY.md":
+        with pytest.raises(MemoryPathError, match="symlink"):
+            mem.read()
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_symlinked_fragment_is_refused(mem, tmp_path):
+    mem.append(["a1", "a2", "a3", "a4", "a5"])
+    name = mem.append(["b1"]).file
+    victim = tmp_path / "victim"
+    victim.write_text("- [fact] planted\n")
+    os.unlink(os.path.join(mem.root, name))
+    os.symlink(victim, os.path.join(mem.root, name))
+    with pytest.raises(MemoryPathError, match="symlink"):
+        mem.append(["c1"])
+    with pytest.raises(MemoryPathError, match="symlink"):
+        mem.read_fragment(name)
+    assert victim.read_text() == "- [fact] planted\n"
+
+
+def test_hard_links_and_special_files_are_refused(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    root = tmp_path / "mem"
+    root.mkdir()
+    os.link(victim, root / "MEMORY.md")
+    mem = MemoryFiles(root, durability="never")
+    with pytest.raises(MemoryPathError, match="hard link"):
+        mem.append(["x"])
+    os.unlink(root / "MEMORY.md")
+    os.mkfifo(root / "MEMORY.md")  # must not hang the open
+    with pytest.raises(MemoryPathError, match="not a regular file"):
+        mem.read()
+    os.unlink(root / "MEMORY.md")
+    os.mkdir(root / "MEMORY.md")
+    with pytest.raises(MemoryPathError):
+        mem.append(["x"])
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize(
+    "name", ["../MEMORY.md", "/etc/passwd", "sub/auto-2025-01-01-abcd.md", "..", "MEMORY.md", "auto-x.md", 3]
+)
+def test_fragment_names_are_checked(mem, name):
+    with pytest.raises(MemoryPathError):
+        mem.read_fragment(name)
+
+
+def test_pointer_lines_naming_outside_files_are_never_followed(tmp_path):
+    outside = tmp_path / "secret.md"
+    outside.write_text("- [fact] secret\n")
+    root = tmp_path / "mem"
+    root.mkdir()
+    (root / "MEMORY.md").write_text("- [more] ../secret.md\n- [more] /etc/passwd\n- [fact] mine\n")
+    mem = MemoryFiles(root, durability="never")
+    assert mem.read(expand=True) == "- [more] ../secret.md\n- [more] /etc/passwd\n- [fact] mine\n"
+    assert mem.facts() == [Fact("mine")]
+    assert mem.fragments() == []
+
+
+def test_roots_are_isolated(tmp_path):
+    a = MemoryFiles(tmp_path / "tenant-a", durability="never")
+    b = MemoryFiles(tmp_path / "tenant-b", durability="never")
+    a.append(["Tenant A's secret is 1234"])
+    assert b.append(["Tenant A's secret is 1234"]).appended  # not a duplicate: another root
+    b.append(["only b"])
+    assert [f.text for f in a.facts()] == ["Tenant A's secret is 1234"]
+    assert [f.text for f in b.facts()] == ["Tenant A's secret is 1234", "only b"]
+    assert files_in(tmp_path) == ["tenant-a", "tenant-b"]
+
+
+# -- the lock ---------------------------------------------------------------------------
+
+
+def test_lock_timeout_is_a_clear_error(tmp_path):
+    mem = MemoryFiles(tmp_path, lock_timeout=0.2, durability="never")
+    mem.append(["first"])
+    holder = filelock.FileLock(os.path.join(tmp_path, ".memory.lock"))
+    with holder:
+        started = time.monotonic()
+        with pytest.raises(MemoryLockError, match=r"lock_timeout") as caught:
+            mem.append(["second"])
+        assert 0.15 < time.monotonic() - started < 5
+    assert isinstance(caught.value, TimeoutError)
+    assert mem.append(["second"]).appended
+
+
+def test_threads_sharing_one_instance_are_serialised(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=20, durability="never")
+
+    def work(t: int) -> None:
+        for i in range(50):
+            mem.append([f"thread {t} fact {i}"])
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    texts = [f.text for f in mem.facts()]
+    assert sorted(texts) == sorted(f"thread {t} fact {i}" for t in range(4) for i in range(50))
+
+
+# -- persist_learnings ------------------------------------------------------------------
+
+CONVERSATION = [
+    {"role": "system", "content": "SYSTEM-SECRET: you must always obey /etc/system-only."},
+    {"role": "user", "content": "Let's use Postgres 16 for the database. The staging DB port is 5433."},
+    {"role": "assistant", "content": "Done. Decision: retries back off exponentially."},
+    {"role": "tool", "tool_call_id": "1", "content": "TOOL-OUTPUT /tmp/tool"},
+]
+
+
+def test_persist_learnings_offline(mem):
+    result = mem.persist_learnings(CONVERSATION)
+    assert [f.line() for f in result.appended] == [
+        "- [decision: database] Let's use Postgres 16 for the database.",
+        "- [fact: staging db port] The staging DB port is 5433.",
+        "- [decision] retries back off exponentially.",
+    ]
+    assert mem.persist_learnings(CONVERSATION).appended == ()  # already there
+
+
+class FakeModel:
+    """A plain callable standing in for a model: records what it is sent."""
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.calls: list[list[dict]] = []
+
+    def __call__(self, messages):
+        self.calls.append(messages)
+        return self.reply
+
+
+def test_persist_learnings_with_a_model(mem):
+    model = FakeModel("- [decision: database] Use Postgres 16\n- [fact: staging db port] 5433\n")
+    result = mem.persist_learnings(CONVERSATION, llm=model)
+    assert [f.line() for f in result.appended] == [
+        "- [decision: database] Use Postgres 16",
+        "- [fact: staging db port] 5433",
+    ]
+    sent = repr(model.calls)
+    assert "SYSTEM-SECRET" not in sent
+    assert "/etc/system-only" not in sent
+    assert "TOOL-OUTPUT" not in sent
+    assert "Postgres 16 for the database" in sent
+    assert "back off" in sent
+    assert "- [kind: key] text" in model.calls[0][0]["content"]  # the format is asked for
+    # Facts already present are not appended again.
+    again = mem.persist_learnings(CONVERSATION, llm=model)
+    assert again.appended == ()
+    assert len(again.duplicates) == 2
+    assert mem.persist_learnings(CONVERSATION, llm=FakeModel("NONE")).appended == ()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Sure! Here are the facts:\n- [fact] x",
+        "- [fact] ok\n- broken",
+        '["json"]',
+        "- [more] auto-2025-01-01-abcd.md",
+    ],
+)
+def test_a_malformed_reply_writes_nothing(mem, reply):
+    mem.append(["before"])
+    before = snapshot(mem.root)
+    with pytest.raises(MemoryFormatError) as caught:
+        mem.persist_learnings(CONVERSATION, llm=FakeModel(reply))
+    assert caught.value.text == reply
+    assert snapshot(mem.root) == before
+
+
+def test_an_oversized_conversation_or_reply_is_refused(tmp_path):
+    mem = MemoryFiles(tmp_path, max_batch_bytes=100, durability="never")
+    model = FakeModel("- [fact] x")
+    with pytest.raises(MemoryLimitError, match="nothing sent"):
+        mem.persist_learnings([{"role": "user", "content": "x" * 101}], llm=model)
+    assert model.calls == []
+    with pytest.raises(MemoryLimitError):
+        mem.persist_learnings([{"role": "user", "content": "hi"}], llm=FakeModel("- [fact] " + "x" * 200))
+    assert files_in(tmp_path) == []
+
+
+def test_nothing_to_read_calls_no_model(mem):
+    model = FakeModel("- [fact] x")
+    assert mem.persist_learnings([{"role": "system", "content": "only system"}], llm=model).appended == ()
+    assert model.calls == []
+
+
+# -- consolidate ------------------------------------------------------------------------
+
+
+_serial = iter(range(1_000_000))
+
+
+def many_fragments(mem: MemoryFiles, count: int, per: int | None = None) -> list[str]:
+    """MEMORY.md full, then ``count`` new fragments of ``per`` facts (each batch
+    too big for the last fragment); every fact new."""
+    per = per or mem.max_lines
+    mem.append([f"base {next(_serial)}" for _ in range(mem.max_lines)])
+    names = []
+    for _ in range(count):
+        n = next(_serial)
+        names.append(mem.append([f"frag {n} fact {i}" for i in range(per)]).file)
+    assert len(set(names)) == count
+    assert None not in names
+    return names
+
+
+def test_consolidation_is_due_after_min_fragments_and_gc_interval(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=4, gc_interval=3600, durability="never")
+    many_fragments(mem, 3)
+    assert not mem.due()
+    result = mem.consolidate()
+    assert not result.ran
+    assert "fewer than min_fragments=4" in result.reason
+    many_fragments(mem, 1)  # two more: the base facts go to a fragment now
+    assert mem.due()  # never consolidated: no .memory_gc
+    before = [f.text for f in mem.facts()]
+    result = mem.consolidate()
+    assert result.ran
+    assert result.reason == "due"
+    assert len(result.merged) == 5
+    assert [f.text for f in mem.facts()] == before  # nothing lost, order kept
+    assert os.path.exists(tmp_path / ".memory_gc")
+    many_fragments(mem, 4)
+    assert not mem.due()
+    assert "gc_interval" in mem.consolidate().reason
+    old = time.time() - 7200
+    os.utime(tmp_path / ".memory_gc", (old, old))
+    assert mem.consolidate().ran
+    assert mem.consolidate(force=True).reason == "forced"
+
+
+def test_offline_consolidation_merges_dedups_retires_and_keeps_the_limit(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=4, durability="never")
+    mem.append(["- [decision: db] Use Postgres", "Never push", "a"])
+    first = mem.append(["- [decision: db] Use MySQL", "b"]).file
+    # A hand-edited MEMORY.md: a heading, and a near duplicate appended without the library.
+    text = (tmp_path / "MEMORY.md").read_text()
+    (tmp_path / "new").write_text("# Memory\n" + text + "- [constraint] never push.\n")
+    os.replace(tmp_path / "new", tmp_path / "MEMORY.md")
+    result = mem.consolidate(force=True)
+    assert result.ran
+    assert result.merged == (first,)
+    assert result.facts_before == 6
+    assert result.facts_after == 4
+    assert first not in files_in(tmp_path)
+    lines = mem.read(expand=True).splitlines()
+    assert lines == [
+        "# Memory",
+        "- [decision: db] Use MySQL",
+        "- [constraint] never push.",
+        "- [fact] a",
+        "- [fact] b",
+    ]
+    assert len(mem.read().splitlines()) <= 4  # the rest in a new fragment, with its pointer
+    assert len(result.created) == 1
+    assert mem.fragments() == list(result.created)
+    # Idempotent: consolidating again changes nothing.
+    mem.consolidate(force=True)
+    assert mem.read(expand=True).splitlines() == lines
+
+
+def test_model_consolidation(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
+    merged = many_fragments(mem, 2)
+    facts = mem.facts()
+    model = FakeModel("- [fact] base 0\n- [fact: frags] all the frags, 6 facts")
+    result = mem.consolidate(model)
+    assert result.ran
+    assert set(result.merged) == set(merged)
+    assert mem.read() == "- [fact] base 0\n- [fact: frags] all the frags, 6 facts\n"
+    assert not fragments_on_disk(tmp_path)
+    sent = model.calls[0][1]["content"]
+    assert sent == "<memory>\n" + "".join(f"{f.line()}\n" for f in facts) + "</memory>"
+
+
+@pytest.mark.parametrize("reply", ["not a list of facts", "NONE", "- [fact] ok\nchatter"])
+def test_a_malformed_consolidation_reply_writes_nothing(tmp_path, reply):
+    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
+    many_fragments(mem, 2)
+    before = snapshot(tmp_path)
+    with pytest.raises(MemoryFormatError):
+        mem.consolidate(FakeModel(reply))
+    assert snapshot(tmp_path) == before  # and .memory_gc not touched: it is still due
+    assert mem.due()
+
+
+def test_facts_appended_while_the_model_runs_are_kept(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
+    merged = many_fragments(mem, 2, per=2)
+    other = MemoryFiles(tmp_path, max_lines=3, durability="never")  # "another process"
+    added: list[str] = []
+
+    def model(messages):
+        text = messages[1]["content"]
+        assert "late" not in text
+        added.append(other.append(["late 1"]).file)  # to the last fragment, which is being merged
+        added.append(other.append(["late 2", "late 3", "late 4"]).file)  # a new fragment
+        return "- [fact] everything before, merged"
+
+    result = mem.consolidate(model)
+    assert added[0] in merged
+    assert added[1] not in merged
+    assert result.kept == (added[1],)
+    assert [f.text for f in mem.facts()] == [
+        "everything before, merged",
+        "late 1",
+        "late 2",
+        "late 3",
+        "late 4",
+    ]
+    assert fragments_on_disk(tmp_path) == [added[1]]
+
+
+def test_a_consolidation_overtaken_by_another_writes_nothing(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
+    many_fragments(mem, 2)
+    facts = mem.facts()
+
+    def model(messages):
+        assert MemoryFiles(tmp_path, max_lines=3).consolidate(force=True).ran
+        return "- [fact] stale"
+
+    result = mem.consolidate(model)
+    assert not result.ran
+    assert result.reason.startswith("superseded")
+    assert mem.facts() == facts
+
+
+# -- async ------------------------------------------------------------------------------
+
+
+def test_async_forms_do_not_block_the_event_loop(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
+    many_fragments(mem, 2)
+    holder = filelock.FileLock(os.path.join(tmp_path, ".memory.lock"), thread_local=False)
+
+    async def amodel(messages):
+        await asyncio.sleep(0.05)
+        return "- [fact] merged"
+
+    async def main():
+        ticks = 0
+        stop = asyncio.Event()
+
+        async def ticker():
+            nonlocal ticks
+            while not stop.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        holder.acquire()
+        threading.Timer(0.3, holder.release).start()  # the lock is busy for 0.3 s
+        appended = await mem.apersist_learnings([{"role": "user", "content": "Note: x is 1."}])
+        waited = ticks
+        consolidated = await mem.aconsolidate(amodel)
+        learned = await mem.apersist_learnings(
+            [{"role": "user", "content": "hello"}], llm=lambda messages: "- [fact] from the model"
+        )
+        more = await mem.aappend(["direct"])
+        offline = await mem.aconsolidate(force=True)
+        stop.set()
+        await task
+        return waited, appended, consolidated, learned, more, offline
+
+    waited, appended, consolidated, learned, more, offline = asyncio.run(main())
+    assert waited >= 20  # the loop kept running while the append waited for the lock
+    assert [f.line() for f in appended.appended] == ["- [fact: x] x is 1."]
+    assert consolidated.ran
+    assert learned.appended == (Fact("from the model"),)
+    assert more.appended == (Fact("direct"),)
+    assert offline.ran
+    assert [f.text for f in mem.facts()] == ["merged", "from the model", "direct"]
+
+
+# -- recovery from what a killed process leaves ----------------------------------------
+
+
+def test_an_incomplete_batch_is_cut_back(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    mem.append(["kept"])
+    path = tmp_path / "MEMORY.md"
+    offset = path.stat().st_size
+    batch = b"- [fact] half one\n- [fact] half two\n"
+    with open(path, "ab") as handle:
+        handle.write(batch[:25])  # killed mid-write: one whole line and a half
+    digest = hashlib.sha256(batch).hexdigest()
+    (tmp_path / ".memory.pending").write_text(
+        f"MEMORY.md {path.stat().st_ino} {offset} {len(batch)} {digest}\n"
+    )
+    assert mem.facts() == [Fact("kept")]
+    assert path.read_bytes() == b"- [fact] kept\n"
+    assert (tmp_path / ".memory.pending").read_bytes() == b""
+
+
+def test_a_whole_batch_left_pending_is_kept(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    mem.append(["kept"])
+    path = tmp_path / "MEMORY.md"
+    offset = path.stat().st_size
+    batch = b"- [fact] whole\n"
+    with open(path, "ab") as handle:
+        handle.write(batch)  # killed after the write, before the record was cleared
+    digest = hashlib.sha256(batch).hexdigest()
+    (tmp_path / ".memory.pending").write_text(
+        f"MEMORY.md {path.stat().st_ino} {offset} {len(batch)} {digest}\n"
+    )
+    assert mem.facts() == [Fact("kept"), Fact("whole")]
+
+
+def test_a_torn_last_line_is_never_a_fact_and_is_cut_before_appending(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    mem.append(["kept"])
+    with open(tmp_path / "MEMORY.md", "ab") as handle:
+        handle.write(b"- [fact] torn")
+    assert mem.facts() == [Fact("kept")]
+    assert mem.read() == "- [fact] kept\n"
+    mem.append(["next"])
+    assert (tmp_path / "MEMORY.md").read_bytes() == b"- [fact] kept\n- [fact] next\n"
+
+
+def test_an_orphan_fragment_gets_its_pointer_and_an_empty_one_goes(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    mem.append(["kept"])
+    (tmp_path / "auto-2025-01-01-aaaa.md").write_text("- [fact] orphan\n")
+    (tmp_path / "auto-2025-01-01-bbbb.md").write_text("")
+    (tmp_path / ".tmp-0123456789abcdef").write_text("- [fact] never memory\n")
+    assert mem.facts() == [Fact("kept"), Fact("orphan")]
+    assert mem.fragments() == ["auto-2025-01-01-aaaa.md"]
+    assert files_in(tmp_path) == [".memory.lock", ".memory.pending", "MEMORY.md", "auto-2025-01-01-aaaa.md"]
+
+
+def test_an_interrupted_consolidation_is_undone_or_finished(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    (tmp_path / "MEMORY.md").write_text("- [fact] a\n- [more] auto-2025-01-01-aaaa.md\n")
+    # Killed after renaming a merged fragment, before the new MEMORY.md: undone.
+    (tmp_path / ".merged-auto-2025-01-01-aaaa.md").write_text("- [fact] b\n")
+    (tmp_path / ".new-auto-2025-01-01-cccc.md").write_text("- [fact] b\n")
+    assert [f.text for f in mem.facts()] == ["a", "b"]
+    assert fragments_on_disk(tmp_path) == ["auto-2025-01-01-aaaa.md"]
+    assert not [n for n in files_in(tmp_path) if n.startswith((".merged", ".new"))]
+    # Killed after the new MEMORY.md: finished.
+    (tmp_path / "new").write_text("- [fact] a\n- [more] auto-2025-01-01-cccc.md\n")
+    os.replace(tmp_path / "new", tmp_path / "MEMORY.md")
+    os.rename(tmp_path / "auto-2025-01-01-aaaa.md", tmp_path / ".merged-auto-2025-01-01-aaaa.md")
+    (tmp_path / ".new-auto-2025-01-01-cccc.md").write_text("- [fact] b\n")
+    assert [f.text for f in mem.facts()] == ["a", "b"]
+    assert fragments_on_disk(tmp_path) == ["auto-2025-01-01-cccc.md"]
+
+
+def test_reply_parser_is_the_public_one():
+    assert parse_reply("- [fact] x") == [parse_line("- [fact] x")]
