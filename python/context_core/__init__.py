@@ -53,12 +53,18 @@ from context_core.errors import (
     LogLockedError,
     LogNotFoundError,
     LogStorageError,
+    MemoryFormatError,
+    MemoryLimitError,
+    MemoryLockError,
+    MemoryPathError,
+    MemoryStorageError,
     OverBudgetError,
     UnknownEncodingError,
     UnknownModelError,
 )
 from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, RetryPolicy, as_llm
 from context_core.log import HEADER_DTYPE, MessageLog, RepairReport
+from context_core.memory import Fact, MemoryFiles
 from context_core.sanitize import sanitize
 from context_core.select import (
     Breakdown,
@@ -101,6 +107,7 @@ __all__ = [
     "Change",
     "ContextBuilder",
     "ContextCoreError",
+    "Fact",
     "InvalidInputError",
     "InvalidTypeError",
     "LLMCancelledError",
@@ -115,6 +122,12 @@ __all__ = [
     "LogLockedError",
     "LogNotFoundError",
     "LogStorageError",
+    "MemoryFiles",
+    "MemoryFormatError",
+    "MemoryLimitError",
+    "MemoryLockError",
+    "MemoryPathError",
+    "MemoryStorageError",
     "MessageLog",
     "OpenAIChat",
     "OverBudgetError",

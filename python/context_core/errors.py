@@ -23,6 +23,11 @@ __all__ = [
     "LogLockedError",
     "LogNotFoundError",
     "LogStorageError",
+    "MemoryFormatError",
+    "MemoryLimitError",
+    "MemoryLockError",
+    "MemoryPathError",
+    "MemoryStorageError",
     "OverBudgetError",
     "UnknownEncodingError",
     "UnknownModelError",
@@ -141,3 +146,37 @@ class LLMResponseError(LLMError):
 class LLMCancelledError(LLMError):
     """A synchronous call was cancelled through its cancel token (async calls
     raise :class:`asyncio.CancelledError` instead, as asyncio expects)."""
+
+
+class MemoryLockError(ContextCoreError, TimeoutError):
+    """Another process held a memory root's lock (``.memory.lock``) for longer
+    than the lock timeout; nothing was read or written."""
+
+
+class MemoryPathError(InvalidInputError):
+    """A memory file name or path that is refused: a name that is not
+    ``MEMORY.md`` or ``auto-YYYY-MM-DD-xxxx.md`` (``..``, ``/``...), a symlink,
+    a hard-linked or non-regular file where a memory file or lock should be."""
+
+
+class MemoryLimitError(InvalidInputError):
+    """Input over a size limit (a fact line over ``max_line_bytes``, a batch or
+    a transcript over ``max_batch_bytes``); refused whole, nothing written."""
+
+
+class MemoryFormatError(InvalidInputError):
+    """A fact line, or a model's reply, not in the memory fact format
+    (``- [kind] text`` or ``- [kind: key] text``, one fact a line); nothing was
+    written. ``line`` is the 1-based line number of the first bad line (0 for
+    the reply as a whole) and ``text`` the reply or line that was refused."""
+
+    def __init__(self, message: str, *, line: int = 0, text: str = "") -> None:
+        super().__init__(message)
+        self.line = line
+        self.text = text
+
+
+class MemoryStorageError(ContextCoreError, OSError):
+    """Reading or writing a memory file failed (a full disk, permissions...);
+    the message names the file and the OS error. A failed append leaves the
+    file as it was."""
