@@ -312,6 +312,59 @@ def test_any_messages_round_trip(tmp_path_factory, batch):
         log.verify()
 
 
+def large_batch(drawn: list[dict]) -> list[dict]:
+    """Over the batch size (128 messages) and text size (64 KB) that
+    append_many builds on every core."""
+    text = "keep the retry idempotent; 必须保证一致性 " * 20
+    filler = [{"role": "user", "content": f"{i}: {text}"} for i in range(150)]
+    return drawn + HISTORY + filler + drawn
+
+
+def stored(log: MessageLog) -> tuple[bytes, list]:
+    """Every header field but the clock (and the checksum over it), and every payload."""
+    headers = log.headers().copy()
+    headers["timestamp"] = 0
+    headers["check"] = 0
+    return headers.tobytes(), list(log)
+
+
+@settings(deadline=None, max_examples=15)
+@given(st.lists(messages, min_size=1, max_size=6))
+def test_a_large_batch_is_stored_as_one_message_at_a_time(tmp_path_factory, drawn):
+    batch = large_batch(drawn)
+    where = tmp_path_factory.mktemp("log")
+    with (
+        MessageLog.open(where / "batched", create=True, durability="never") as batched,
+        MessageLog.open(where / "single", create=True, durability="never") as single,
+    ):
+        assert batched.append_many(batch) == list(range(len(batch)))
+        for message in batch:
+            single.append(message)
+        assert stored(batched) == stored(single)
+        assert list(batched) == batch
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"role": 5, "content": "a role that is an int"},
+        {"role": "user", "content": ("a", "tuple")},
+        {"role": "user", "content": "x", 3: "int key"},
+        {"role": "user", "content": {1, 2}},
+    ],
+)
+def test_a_large_batch_refuses_a_bad_message_as_a_small_one_does(where, bad):
+    with MessageLog.open(where, create=True) as log:
+        with pytest.raises(context_core.ContextCoreError) as small:
+            log.append_many([bad])
+        batch = large_batch([])
+        batch.insert(100, bad)
+        with pytest.raises(type(small.value)) as large:
+            log.append_many(batch)
+        assert str(large.value) == str(small.value).replace("messages[0]", "messages[100]")
+        assert len(log) == 0, "nothing of a refused batch is written"
+
+
 # -- selection on a log -------------------------------------------------------------
 
 

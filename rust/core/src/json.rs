@@ -228,6 +228,50 @@ pub enum Json<'a> {
     Object(Vec<(Json<'a>, Json<'a>)>),
 }
 
+impl Json<'static> {
+    /// An owned copy of `value`, adding the length of its strings to
+    /// `text_bytes`; `None` where the copy might not read as the source does:
+    /// an array that is not plain (a tuple), a value JSON cannot hold, a
+    /// number with no literal, nesting deeper than serialisation allows.
+    pub fn copy_of<J: JsonValue>(value: &J, text_bytes: &mut usize) -> Option<Self> {
+        copy(value, text_bytes, 0)
+    }
+}
+
+fn copy<J: JsonValue>(value: &J, text_bytes: &mut usize, depth: usize) -> Option<Json<'static>> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    Some(match value.kind() {
+        Kind::Null => Json::Null,
+        Kind::Bool(b) => Json::Bool(b),
+        Kind::Number => Json::Number(Cow::Owned(value.number_literal().ok()?.into_owned())),
+        Kind::String => {
+            let text = value.as_str()?.into_owned();
+            *text_bytes += text.len();
+            Json::String(Cow::Owned(text))
+        }
+        Kind::Array if value.is_plain_array() => Json::Array(
+            value
+                .items()
+                .map(|item| copy(&item, text_bytes, depth + 1))
+                .collect::<Option<_>>()?,
+        ),
+        Kind::Object => Json::Object(
+            value
+                .entries()
+                .map(|(key, item)| {
+                    Some((
+                        copy(&key, text_bytes, depth + 1)?,
+                        copy(&item, text_bytes, depth + 1)?,
+                    ))
+                })
+                .collect::<Option<_>>()?,
+        ),
+        Kind::Array | Kind::Unsupported => return None,
+    })
+}
+
 impl<'j, 'a> JsonValue for &'j Json<'a> {
     fn kind(&self) -> Kind {
         match self {

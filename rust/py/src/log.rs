@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions, ViewPart};
 use context_core::select::Weights;
-use context_core::{Encoding, tags};
+use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -16,12 +16,45 @@ use crate::json::PyJson;
 use crate::select::DEFAULT_TAGGER;
 use crate::text::{sequence, text};
 
+/// Batches of fewer messages are appended on the calling thread.
+const PARALLEL_MIN_MESSAGES: usize = 128;
+
 #[pyclass(frozen, name = "_MessageLog", module = "context_core._core")]
 pub struct PyMessageLog {
     inner: Mutex<MessageLog>,
 }
 
 impl PyMessageLog {
+    /// A large batch is copied out of Python and built on every core.
+    /// `None` leaves it to the serial path: a small batch, a
+    /// message only Python can read exactly, or one the log refuses (the
+    /// serial path then reports it in Python's own terms, e.g. `int`).
+    fn append_many_parallel(&self, views: &[PyJson<'_>]) -> PyResult<Option<(u64, u64)>> {
+        if views.len() < PARALLEL_MIN_MESSAGES {
+            return Ok(None);
+        }
+        let mut text_bytes = 0;
+        let Some(copies) = views
+            .iter()
+            .map(|view| Json::copy_of(view, &mut text_bytes))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Ok(None);
+        };
+        if text_bytes < PARALLEL_MIN_BYTES {
+            return Ok(None);
+        }
+        let copies: Vec<&Json<'static>> = copies.iter().collect();
+        // The GIL stays held: another thread waiting for the log's lock with
+        // the GIL would deadlock us. The worker threads do not need it.
+        let mut log = self.log();
+        let Ok(batch) = log.prepare_batch(&copies, text_bytes, &DEFAULT_TAGGER) else {
+            return Ok(None);
+        };
+        let range = log.append_prepared(batch).map_err(CoreError)?;
+        Ok(Some((range.start, range.end)))
+    }
+
     fn log(&self) -> MutexGuard<'_, MessageLog> {
         // A panic never crosses into Python, so a poisoned lock only means
         // another thread's call failed; the log's state is still consistent.
@@ -146,6 +179,9 @@ impl PyMessageLog {
             .into_iter()
             .map(PyJson)
             .collect();
+        if let Some(range) = self.append_many_parallel(&views)? {
+            return Ok(range);
+        }
         let range = self
             .log()
             .append_many(&views, &DEFAULT_TAGGER)

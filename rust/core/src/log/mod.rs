@@ -113,6 +113,16 @@ impl Position {
     };
 }
 
+/// Nodes built for a batch, not yet written ([`MessageLog::prepare_batch`]).
+pub struct PreparedBatch {
+    first: u64,
+    head: u64,
+    nodes: Vec<BuiltNode>,
+}
+
+/// A node and its JSON payload, ready to write.
+type BuiltNode = (Node, Vec<u8>);
+
 pub struct MessageLog {
     dir: PathBuf,
     index: Arc<LogFile>,
@@ -670,18 +680,69 @@ impl MessageLog {
     ) -> Result<std::ops::Range<u64>> {
         self.writable()?;
         let first = self.count;
-        let mut parent = self.position.head;
+        let head = self.position.head;
         let mut nodes = Vec::with_capacity(messages.len());
         for (i, message) in messages.iter().enumerate() {
-            let seq = first + i as u64;
-            let node = self
-                .message_node(message, &AppendOptions::default(), tagger, seq, parent)
-                .map_err(|e| e.within(&format!("messages[{i}]")))?;
-            parent = seq;
-            nodes.push(node);
+            nodes.push(self.batch_node(message, tagger, first, head, i)?);
         }
         self.write_nodes(nodes)?;
         Ok(first..self.count)
+    }
+
+    /// The nodes [`MessageLog::append_many`] would write for `messages`, built
+    /// on every core when the batch is large: `text_bytes` (the length of its
+    /// strings) at least [`PARALLEL_MIN_BYTES`](crate::PARALLEL_MIN_BYTES).
+    /// Nothing is written until [`MessageLog::append_prepared`].
+    pub fn prepare_batch<J: JsonValue + Sync>(
+        &mut self,
+        messages: &[J],
+        text_bytes: usize,
+        tagger: &Tagger,
+    ) -> Result<PreparedBatch> {
+        self.writable()?;
+        let first = self.count;
+        let head = self.position.head;
+        let this = &*self;
+        let indexed: Vec<(usize, &J)> = messages.iter().enumerate().collect();
+        let mut built: Vec<Option<Result<BuiltNode>>> = vec![None; messages.len()];
+        crate::parallel::map_into(&indexed, &mut built, text_bytes, |&(i, message)| {
+            Some(this.batch_node(message, tagger, first, head, i))
+        });
+        // map_into fills every slot; the first error in order wins, as in a serial run.
+        let nodes = built.into_iter().flatten().collect::<Result<Vec<_>>>()?;
+        Ok(PreparedBatch { first, head, nodes })
+    }
+
+    /// Write a batch from [`MessageLog::prepare_batch`]; its seqs. A batch
+    /// prepared before another write is refused: its seqs are taken.
+    pub fn append_prepared(&mut self, batch: PreparedBatch) -> Result<std::ops::Range<u64>> {
+        self.writable()?;
+        if batch.first != self.count || batch.head != self.position.head {
+            return Err(Error::InvalidValue {
+                path: "batch".into(),
+                reason: format!(
+                    "prepared for seq {} after node {}, but the log is at seq {} after node {}",
+                    batch.first, batch.head, self.count, self.position.head
+                ),
+            });
+        }
+        self.write_nodes(batch.nodes)?;
+        Ok(batch.first..self.count)
+    }
+
+    /// The node of `messages[i]` of a batch appended at `first` after `head`.
+    fn batch_node<J: JsonValue>(
+        &self,
+        message: &J,
+        tagger: &Tagger,
+        first: u64,
+        head: u64,
+        i: usize,
+    ) -> Result<(Node, Vec<u8>)> {
+        let seq = first + i as u64;
+        let parent = if i == 0 { head } else { seq - 1 };
+        self.message_node(message, &AppendOptions::default(), tagger, seq, parent)
+            .map_err(|e| e.within(&format!("messages[{i}]")))
     }
 
     fn parent_for(&self, parent: u64) -> Result<u64> {
