@@ -93,6 +93,12 @@ class FakeLLMServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    def reset(self) -> None:
+        """Forget the requests received and the replies not yet sent (between tests)."""
+        with self._lock:
+            self.received.clear()
+            self._script.clear()
+
     def script(self, *replies: Reply) -> None:
         with self._lock:
             self._script.extend(replies)

@@ -194,10 +194,17 @@ ANTHROPIC_TAKES_TEMPERATURE = "temperature" in inspect.signature(Messages.create
 ANTHROPIC_PATH = "/v1/messages"
 
 
-@pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[FakeLLMServer]:
     with FakeLLMServer() as srv:
         yield srv
+
+
+@pytest.fixture
+def server(shared_server: FakeLLMServer) -> FakeLLMServer:
+    """The module's server, with an empty script and no requests yet."""
+    shared_server.reset()
+    return shared_server
 
 
 def sync_client(sdk: str, url: str) -> Any:
@@ -225,11 +232,18 @@ def sdk(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="module")
+def shared_clients(shared_server: FakeLLMServer) -> Iterator[dict[str, Any]]:
+    clients = {sdk: sync_client(sdk, shared_server.url) for sdk in SDKS}
+    yield clients
+    for c in clients.values():
+        c.close()
+
+
 @pytest.fixture
-def client(sdk: str, server: FakeLLMServer) -> Iterator[Any]:
-    c = sync_client(sdk, server.url)
-    with c:
-        yield c
+def client(sdk: str, server: FakeLLMServer, shared_clients: dict[str, Any]) -> Any:
+    """A sync client of ``sdk`` pointed at ``server``."""
+    return shared_clients[sdk]
 
 
 def run_async(sdk: str, server: FakeLLMServer, body: Any, **options: Any) -> Any:
@@ -511,7 +525,7 @@ def test_async_timeout(sdk: str, server: FakeLLMServer):
         run_async(sdk, server, body, timeout=0.1)
 
 
-MALFORMED = {
+MALFORMED: dict[str, list[Any]] = {
     "openai": [
         b"this is not json",
         {"unexpected": True},
@@ -551,7 +565,7 @@ def test_input_errors_send_nothing(sdk: str, server: FakeLLMServer, client: Any)
     with pytest.raises(InvalidTypeError):
         llm.complete("hello")  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):
-        llm.complete([{"content": "no role"}])  # type: ignore[list-item]
+        llm.complete([{"content": "no role"}])  # type: ignore[typeddict-item]
     if sdk == "anthropic":
         with pytest.raises(InvalidInputError, match="tool"):
             llm.complete([{"role": "tool", "content": "x", "tool_call_id": "1"}])

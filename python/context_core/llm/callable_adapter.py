@@ -103,7 +103,7 @@ class CallableLLM:
         (raises :class:`~context_core.LLMError` if this thread already runs
         one: ``await acomplete()`` there instead). ``cancel`` (a
         :class:`threading.Event`...) stops retries and backoff waits; it cannot
-        interrupt ``f`` itself."""
+        interrupt ``f`` itself (and is not consulted for an async ``f``)."""
         if self.is_async:
             return run_coroutine_sync(
                 self.acomplete(messages, max_tokens=max_tokens, temperature=temperature), self
