@@ -18,6 +18,7 @@ from context_core.memory import (
     parse_reply,
 )
 from context_core.memory.facts import parse_line
+from strategies import texts
 
 # -- the line format --------------------------------------------------------------------
 
@@ -61,6 +62,17 @@ def test_stored_fact_lines(line, kind, key, text):
 )
 def test_other_lines_are_raw_text(line):
     assert parse_line(line) == RawLine(line)
+
+
+@given(texts, st.sampled_from(["fact", "decision", "x_1-y"]), st.one_of(st.none(), texts))
+def test_every_fact_round_trips_through_its_line(text, kind, key):
+    try:
+        fact = Fact(text, kind, key)
+    except MemoryFormatError:
+        return  # empty, a control character, a bracket or an over-long key
+    assert parse_line(fact.line()) == fact
+    assert parse_fact(fact.line()) == fact
+    assert "\n" not in fact.line()
 
 
 def test_pointer_lines():

@@ -381,6 +381,13 @@ def test_an_oversized_conversation_or_reply_is_refused(tmp_path):
     assert files_in(tmp_path) == []
 
 
+def test_a_generator_of_messages_is_read_once(mem):
+    result = mem.persist_learnings(m for m in CONVERSATION)
+    assert len(result.appended) == 3
+    with pytest.raises(TypeError):
+        mem.persist_learnings({"role": "user", "content": "x"})  # type: ignore[arg-type]
+
+
 def test_nothing_to_read_calls_no_model(mem):
     model = FakeModel("- [fact] x")
     assert mem.persist_learnings([{"role": "system", "content": "only system"}], llm=model).appended == ()

@@ -270,13 +270,14 @@ class MemoryFiles:
 
     def _append_locked(self, store: Store, batch: Sequence[Fact]) -> AppendResult:
         memory, fragments = store.recover()
-        present = set(memory.signatures).union(*(cached.signatures for cached in fragments))
-        new, duplicates = [], []
+        present = [memory.signatures] + [cached.signatures for cached in fragments]
+        new, duplicates, seen = [], [], set()
         for fact in batch:
-            if fact.signature in present:
+            signature = fact.signature
+            if signature in seen or any(signature in signatures for signatures in present):
                 duplicates.append(fact)
             else:
-                present.add(fact.signature)
+                seen.add(signature)
                 new.append(fact)
         if not new:
             return AppendResult((), tuple(duplicates), None)
@@ -335,6 +336,7 @@ class MemoryFiles:
         format raises :class:`~context_core.MemoryFormatError` and writes
         nothing. Without it, the deterministic extractor
         (:func:`~context_core.memory.extract.extract_facts`) runs."""
+        messages = _message_list(messages)
         transcript = self._transcript(messages)
         if not transcript:
             return AppendResult((), (), None)
@@ -357,7 +359,7 @@ class MemoryFiles:
         """:meth:`persist_learnings` without blocking the event loop: the model
         through ``acomplete``, extraction, file I/O and lock waits in a worker
         thread."""
-        messages = list(messages)
+        messages = _message_list(messages)
         transcript = await asyncio.to_thread(self._transcript, messages)
         if not transcript:
             return AppendResult((), (), None)
@@ -523,6 +525,12 @@ class MemoryFiles:
     def _locked_call(self, fn: Any, *args: Any) -> Any:
         with self._locked() as store:
             return fn(store, *args)
+
+
+def _message_list(messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise InvalidTypeError(f"messages must be a list of message dicts, got {type(messages).__name__}")
+    return list(messages)
 
 
 def _as_llm(llm: Any) -> Any:

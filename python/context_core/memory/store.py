@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import suppress
@@ -73,12 +74,13 @@ class Cached:
     items: list[Item] = field(default_factory=list)
     signatures: set[str] = field(default_factory=set)
     tail: bytes = b""  # the last bytes up to ``complete``: a grown file must still end its old part so
+    pointer_names: list[str] = field(default_factory=list)
 
     def facts(self) -> list[Fact]:
         return [item for item in self.items if isinstance(item, Fact)]
 
     def pointers(self) -> list[str]:
-        return [item.name for item in self.items if isinstance(item, Pointer)]
+        return self.pointer_names
 
 
 TAIL = 64
@@ -91,6 +93,8 @@ def _parse(cached: Cached, data: bytes) -> None:
         cached.items.append(item)
         if isinstance(item, Fact):
             cached.signatures.add(item.signature)
+        elif isinstance(item, Pointer):
+            cached.pointer_names.append(item.name)
     cached.complete += end
     cached.tail = (cached.tail + data[:end])[-TAIL:]
 
@@ -122,16 +126,29 @@ class Store:
         ``None`` if it does not exist. An edit in place that keeps the size and
         the modification time, or grows the file keeping its old last bytes,
         goes unseen: edit memory files by replacing them, as editors do."""
+        cached = self.cache.get(name)
+        if cached is not None:  # unchanged: one lstat, no open
+            try:
+                info = os.stat(name, dir_fd=self.dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                self.cache.pop(name, None)
+                return None
+            except OSError as error:
+                raise self.storage_error(name, error) from error
+            if (
+                stat.S_ISREG(info.st_mode)
+                and info.st_nlink == 1
+                and (info.st_ino, info.st_size, info.st_mtime_ns)
+                == (cached.ino, cached.size, cached.mtime_ns)
+            ):
+                return cached
         fd = open_file(self.root, self.dir_fd, name, os.O_RDONLY)
         if fd is None:
             self.cache.pop(name, None)
             return None
         try:
             info = os.fstat(fd)
-            cached = self.cache.get(name)
             if cached is not None and cached.ino == info.st_ino:
-                if info.st_size == cached.size and info.st_mtime_ns == cached.mtime_ns:
-                    return cached
                 start = cached.complete
                 if info.st_size >= cached.size and os.pread(
                     fd, len(cached.tail), start - len(cached.tail)
