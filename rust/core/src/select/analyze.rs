@@ -416,11 +416,7 @@ impl ContentReader<'_> {
             let Some(text) = value.as_str() else { return };
             let key = value.text_key().filter(|_| text.len() >= MIN_CACHED_BYTES);
             if let Some(tagger) = self.tagger {
-                let found = match key {
-                    Some(key) => tagger.tag_keyed(&text, key),
-                    None => tagger.tag(&text),
-                };
-                facts.found_tags |= found & tags::LOG;
+                facts.found_tags |= tagger.tag_wanted(&text, key, tags::LOG);
             }
             if let Some(t) = cap_text(self.tokenizer, &text, key, self.cap) {
                 facts.tokens = facts.tokens + t.after - t.before;
@@ -460,11 +456,7 @@ impl ContentReader<'_> {
                 Role::Assistant => tags::EVIDENCE | tags::LOG,
                 Role::Tool | Role::Other => tags::LOG,
             };
-            let found = match key {
-                Some(key) => tagger.tag_keyed(text, key),
-                None => tagger.tag(text),
-            };
-            facts.found_tags |= found & allowed;
+            facts.found_tags |= tagger.tag_wanted(text, key, allowed);
         }
         if self.role == Role::Assistant && mentions_depends_on(text) {
             for found in DEPENDS_ON.captures_iter(text) {

@@ -314,28 +314,40 @@ impl Tagger {
 
     /// Every tag whose keywords occur in `text`, as a bit mask.
     pub fn tag(&self, text: &str) -> u8 {
-        if text.len() < MIN_CACHED_BYTES {
-            return self.tag_uncached(text);
-        }
-        self.tag_keyed(text, text_key(text))
+        self.tag_wanted(text, None, ALL)
     }
 
     /// [`Tagger::tag`] with `key` = [`text_key`]`(text)` already computed
     /// (the count cache's key for the same text).
     pub fn tag_keyed(&self, text: &str, key: u128) -> u8 {
-        if text.len() < MIN_CACHED_BYTES {
-            return self.tag_uncached(text);
-        }
-        if let Some(mask) = self.cache.get(&key) {
-            return mask;
-        }
-        let mask = self.tag_uncached(text);
-        self.cache.insert(key, mask);
-        mask
+        self.tag_wanted(text, Some(key), ALL)
     }
 
-    /// Three passes, one per form of the text, each finding several tags.
-    fn tag_uncached(&self, text: &str) -> u8 {
+    /// The tags of `wanted` found in `text`. Only the passes that can find
+    /// one of them run: an assistant's text, which can only be evidence or a
+    /// log, is matched against the markers alone. The cache remembers which
+    /// passes ran, so a later call wanting more runs just the missing ones.
+    pub fn tag_wanted(&self, text: &str, key: Option<u128>, wanted: u8) -> u8 {
+        let needed = passes_for(wanted);
+        if text.len() < MIN_CACHED_BYTES {
+            return self.run_passes(text, needed) & wanted;
+        }
+        let key = key.unwrap_or_else(|| text_key(text));
+        let known = self.cache.get(&key).unwrap_or(0);
+        let missing = needed & !known;
+        if missing == 0 {
+            return known & wanted;
+        }
+        let merged = known | self.run_passes(text, missing);
+        self.cache.insert(key, merged);
+        merged & wanted
+    }
+
+    /// The tags `passes` find, with the pass bits themselves.
+    fn run_passes(&self, text: &str, passes: u8) -> u8 {
+        if passes == MARKER_PASS {
+            return self.markers.find(&normalize::lowered(text), |_, _| true) | passes;
+        }
         let text = forms_for_tagging(text);
         let spaced = text.spaced.as_bytes();
         let on_word_boundaries = |start: usize, end: usize| {
@@ -344,16 +356,37 @@ impl Tagger {
             !before.is_some_and(|b| b.is_ascii_alphanumeric())
                 && !after.is_some_and(|b| b.is_ascii_alphanumeric())
         };
-        let mut mask = if text.squeezed.is_empty() {
-            0
-        } else {
-            self.squeezed.find(&text.squeezed, |_, _| true)
-        };
+        let mut mask = passes;
+        if !text.squeezed.is_empty() {
+            mask |= self.squeezed.find(&text.squeezed, |_, _| true);
+        }
         if mask & self.words.all != self.words.all {
             mask |= self.words.find(&text.spaced, on_word_boundaries);
         }
-        mask | self.markers.find(&text.lowered, |_, _| true)
+        if passes & MARKER_PASS != 0 {
+            mask |= self.markers.find(&text.lowered, |_, _| true);
+        }
+        mask
     }
+}
+
+/// Every tag.
+const ALL: u8 = CONSTRAINT | EVIDENCE | PULSE | LOG;
+/// Cache bits above the tags: which passes a cached mask has run.
+/// Keyword passes (the spaced and squeezed forms) find constraint and pulse;
+const WORD_PASS: u8 = 1 << 6;
+/// the marker pass (the lowered form) finds evidence and log.
+const MARKER_PASS: u8 = 1 << 7;
+
+fn passes_for(wanted: u8) -> u8 {
+    let mut passes = 0;
+    if wanted & (CONSTRAINT | PULSE) != 0 {
+        passes |= WORD_PASS;
+    }
+    if wanted & (EVIDENCE | LOG) != 0 {
+        passes |= MARKER_PASS;
+    }
+    passes
 }
 
 /// The tag names of a mask.
@@ -424,6 +457,28 @@ mod tests {
         assert!(t.tag("<THINK> the test fails because X</THINK>") & EVIDENCE != 0);
         assert!(t.tag("Please fix the login bug") & PULSE != 0);
         assert_eq!(t.tag("a prefix and a suffix"), 0);
+    }
+
+    #[test]
+    fn only_the_wanted_passes_run_and_the_cache_fills_in_the_rest() {
+        let texts = [
+            "<THINK> the test must pass; curl http://x before you fix it",
+            "为方法添加超时重试，必须保证事务一致性 <plan> then run the deploy",
+            "short: must",
+            "nothing to see in this long enough sentence at all, really",
+        ];
+        let wanted = [EVIDENCE | LOG, LOG, CONSTRAINT, CONSTRAINT | PULSE, ALL];
+        for text in texts {
+            let full = tagger().tag(text);
+            for first in wanted {
+                for second in wanted {
+                    let t = tagger();
+                    assert_eq!(t.tag_wanted(text, None, first), full & first, "{text}");
+                    assert_eq!(t.tag_wanted(text, None, second), full & second, "{text}");
+                    assert_eq!(t.tag(text), full, "{text}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -38,6 +38,17 @@ pub fn forms_for_tagging(text: &str) -> Forms {
     forms_with(text, false)
 }
 
+/// The lowered form alone: `forms(text).lowered`.
+pub fn lowered(text: &str) -> String {
+    if text.is_ascii() {
+        text.to_ascii_lowercase()
+    } else if is_nfkc_quick_yes(text) {
+        text.to_lowercase()
+    } else {
+        text.nfkc().collect::<String>().to_lowercase()
+    }
+}
+
 fn forms_with(text: &str, squeeze_ascii: bool) -> Forms {
     // Most chat text is ASCII or already NFKC: skip the rewrite then. Lower
     // casing char by char is `str::to_lowercase` except for the final sigma,
@@ -240,6 +251,7 @@ mod tests {
                 .wrapping_mul(6_364_136_223_846_793_005)
                 .wrapping_add(1);
             assert_eq!(forms(&text), spec(&text), "{text:?}");
+            assert_eq!(lowered(&text), spec(&text).lowered, "{text:?}");
             let tagging = forms_for_tagging(&text);
             let expected = spec(&text);
             assert_eq!(tagging.lowered, expected.lowered, "{text:?}");
