@@ -521,6 +521,16 @@ def test_facts_appended_while_the_model_runs_are_kept(tmp_path):
     assert fragments_on_disk(tmp_path) == [added[1]]
 
 
+def test_a_model_is_not_asked_to_consolidate_nothing(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    model = FakeModel("- [fact] invented")
+    assert mem.consolidate(model, force=True).ran
+    assert model.calls == []
+    assert mem.read() == ""
+    assert asyncio.run(mem.aconsolidate(model, force=True)).ran
+    assert model.calls == []
+
+
 def test_a_consolidation_overtaken_by_another_writes_nothing(tmp_path):
     mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
     many_fragments(mem, 2)

@@ -409,7 +409,8 @@ class MemoryFiles:
 
     def _finish(self, store: Store, snap: _Snapshot, reply: list[Fact] | None, why: str) -> ConsolidateResult:
         memory, fragments = store.recover()
-        if memory.ino != snap.memory.ino or len(memory.items) < snap.memory_items:
+        replaced = snap.memory.ino != -1 and memory.ino != snap.memory.ino  # -1: there was none
+        if replaced or len(memory.items) < snap.memory_items:
             return ConsolidateResult(False, "superseded: MEMORY.md was replaced meanwhile; nothing written")
         by_name = {cached.name: cached for cached in fragments}
         merged, later = [], list(memory.items[snap.memory_items :])
@@ -490,6 +491,8 @@ class MemoryFiles:
         if isinstance(begun, ConsolidateResult):
             return begun
         facts = [item for item in begun.items if isinstance(item, Fact)]
+        if not facts:  # nothing for the model to do
+            return self._locked_call(self._finish, begun, None, "forced" if force else "due")
         reply = self._consolidation_reply(
             facts, model.complete(consolidate_prompt(facts), max_tokens=max_tokens, temperature=0.0)
         )
@@ -516,6 +519,10 @@ class MemoryFiles:
         if isinstance(begun, ConsolidateResult):
             return begun
         facts = [item for item in begun.items if isinstance(item, Fact)]
+        if not facts:
+            return await asyncio.to_thread(
+                self._locked_call, self._finish, begun, None, "forced" if force else "due"
+            )
         text = await model.acomplete(consolidate_prompt(facts), max_tokens=max_tokens, temperature=0.0)
         reply = self._consolidation_reply(facts, text)
         return await asyncio.to_thread(
