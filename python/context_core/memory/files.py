@@ -330,8 +330,10 @@ class MemoryFiles:
 
         Only user and assistant text is read; system, developer and tool
         messages are never sent to the model nor extracted from. With ``llm``
-        (an :class:`~context_core.llm.LLM`, an SDK client or ``f(messages) ->
-        str``, see :func:`~context_core.llm.as_llm`) the model is asked for
+        (an :class:`~context_core.llm.LLM` such as ``OpenAIChat(client,
+        model=...)``, or a plain ``f(messages) -> str``; a bare SDK client
+        needs its model, so wrap it with :func:`~context_core.llm.as_llm`
+        first) the model is asked for
         fact lines (:mod:`~context_core.memory.prompts`); a reply in any other
         format raises :class:`~context_core.MemoryFormatError` and writes
         nothing. Without it, the deterministic extractor
