@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given
@@ -430,3 +431,24 @@ def test_a_merged_message_counts_as_if_counted_whole(encoding, parts, role):
     final = [{"role": "system", "content": "be brief"}, merged]
     laid_out = [final[0], *laid_out]
     assert count_sent(backend, laid_out, final) == backend.count_messages(final)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base", "p50k_base", "r50k_base"])
+@given(parts=st.lists(join_texts, min_size=1, max_size=4))
+def test_joined_parts_count_as_the_reference_counts_them_whole(encoding, parts):
+    ours = Tokenizer(encoding)._count_joined(parts)
+    whole = reference._shared_backend(encoding).count_joined(parts)
+    assert ours is None or ours == whole
+    simple = all(any(c.isalnum() for c in part) for part in parts[:-1]) and not any(
+        unicodedata.combining(c) for part in parts for c in part
+    )
+    if simple:
+        assert ours is not None, "after a letter or digit, with no combining mark, a tail is said simply"
+
+
+def test_joined_parts_are_counted_from_their_parts():
+    tokenizer = Tokenizer()
+    parts = ["Deploy the service.", "必须保证事务一致性！", "then run the tests"]
+    assert tokenizer._count_joined(parts) == tokenizer.count("\n\n".join(parts))
+    assert tokenizer._count_joined(["…"]) == tokenizer.count("…")
+    assert tokenizer._count_joined(["...", "no letter before the join"]) is None

@@ -79,6 +79,9 @@ class Tokenizer:
     def count_message(self, message: Message) -> int:
         """Tokens of one chat message, OpenAI or Anthropic format, without the
         reply priming."""
+    def _count_joined(self, parts: list[str]) -> Union[int, None]:
+        """Tokens of ``"\\n\\n".join(parts)`` from the parts' cached counts;
+        ``None``: count the joined text whole."""
     def count_messages(self, messages: Sequence[Message], tools: Union[Sequence[Tool], None] = None) -> int:
         """Tokens of a chat request: every message, 3 tokens of reply priming,
         and the tool schemas if given."""
@@ -247,9 +250,6 @@ class _Analysis:
         segments: list[int],
         anchoring: Union[int, None],
     ) -> tuple[list[int], bool, bool, list[int], list[int]]: ...
-
-def _join_tail(text: str) -> Union[str, None]:
-    """The end of ``text`` a pre-token may carry into a newline after it."""
 
 def _analyze(
     messages: Sequence[Message],

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, _join_tail
+from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX
 from context_core.errors import InvalidInputError, InvalidTypeError
 
 MEMORY_PREFIX = "Relevant memory: "
@@ -30,6 +30,7 @@ class Backend(Protocol):
     def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]: ...
     def count_message(self, message: Mapping[str, Any]) -> int: ...
     def count_messages(self, messages: list[dict]) -> int: ...
+    def count_joined(self, parts: list[str]) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -227,8 +228,8 @@ def count_sent(backend: Backend, laid_out: list[dict], final: list[dict]) -> int
     A merged message is a new string every turn (the newest input joins the
     text before it), so counting it whole costs BPE on all of it. Instead
     each part's count (cached) is adjusted at each ``"\n\n"`` join by the
-    characters after each part's last letter or digit (``_join_tail``, on
-    the pre-tokenizer's own character tables), counted again with the join;
+    characters after each part's last letter or digit (``Backend.count_joined``,
+    on the pre-tokenizer's own character tables), counted again with the join;
     a merge of any other shape is counted whole.
     """
     unchanged: list[dict] = []  # counted in one call (its reply priming included once)
@@ -267,19 +268,10 @@ def _merged_parts(laid_out: list[dict], j: int, message: Mapping[str, Any]) -> l
 
 
 def _count_merged(backend: Backend, message: Mapping[str, Any], parts: list[str]) -> int:
-    role = message["role"]
-    tails = [_join_tail(part) for part in parts[:-1]]
-    if None in tails:
+    joined = backend.count_joined(parts)
+    if joined is None:
         return backend.count_message(message)
-    empty = backend.count_message({"role": role, "content": ""})
-
-    def text_tokens(text: str) -> int:
-        return backend.count_message({"role": role, "content": text}) - empty if text else 0
-
-    tokens = backend.count_message({**message, "content": ""}) + text_tokens(parts[0])
-    for tail, part in zip(tails, parts[1:], strict=True):
-        tokens += text_tokens(tail + TEXT_SEPARATOR + part) - text_tokens(tail)
-    return tokens
+    return backend.count_message({**message, "content": ""}) + joined
 
 
 def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selection:

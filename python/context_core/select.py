@@ -68,6 +68,11 @@ class _Backend:
     def count_messages(self, messages: list[dict]) -> int:
         return self.tokenizer.count_messages(messages)
 
+    def count_joined(self, parts: list[str]) -> int | None:
+        """Tokens of ``"\\n\\n".join(parts)`` from the parts' cached counts;
+        ``None``: count the joined text whole."""
+        return self.tokenizer._count_joined(parts)
+
 
 def _cap(value: int | None) -> int | None:
     if value is None:

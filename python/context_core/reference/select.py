@@ -387,6 +387,10 @@ class _Backend:
     def count_messages(self, messages: list[dict]) -> int:
         return self.tokenizer.count_messages(messages)
 
+    def count_joined(self, parts: list[str]) -> int | None:
+        """The definition the extension's shortcut must equal: the joined text, counted whole."""
+        return self.tokenizer.count(_selection.TEXT_SEPARATOR.join(parts))
+
 
 @functools.cache
 def _shared_backend(encoding: str) -> _Backend:

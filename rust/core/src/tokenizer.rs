@@ -114,6 +114,36 @@ impl Tokenizer {
         }
     }
 
+    /// Tokens of `parts` joined by blank lines (`"\n\n"`), as sanitize merges
+    /// neighbours, from cached counts: the first part's count, then at each
+    /// join the count of the previous part's [`join_tail`] with the blank
+    /// line and the next part, less the tail's own (`join_tail` says why that
+    /// is exact). A merge that grows by a part each turn costs BPE on the new
+    /// part only. Each part comes with its cache key if the caller has one.
+    /// `None` where a tail cannot be said simply: count the joined text whole.
+    ///
+    /// [`join_tail`]: crate::pretokenize::join_tail
+    pub fn count_joined(&self, parts: &[(&str, Option<u128>)]) -> Option<usize> {
+        let ((first, key), rest) = parts.split_first()?;
+        let mut total = match key {
+            Some(key) => self.count_keyed(first, *key),
+            None => self.count_cached(first),
+        };
+        let mut previous = *first;
+        let mut joined = String::new();
+        for (part, _) in rest {
+            let tail = crate::pretokenize::join_tail(previous)?;
+            joined.clear();
+            joined.push_str(tail);
+            joined.push_str("\n\n");
+            joined.push_str(part);
+            // count(tail) <= count(previous) <= total, so this never goes below 0.
+            total = total + self.count_cached(&joined) - self.count_cached(tail);
+            previous = part;
+        }
+        Some(total)
+    }
+
     /// Tokens of a message's role name.
     pub fn count_role(&self, role: &str) -> usize {
         self.engine.count_role(role)

@@ -24,7 +24,7 @@ mod _core {
     use super::sanitize::{PyChange, PySanitizeResult, PySanitizer};
 
     #[pymodule_export]
-    use super::select::{_analyze, _join_tail, PyAnalysis, PyTagger};
+    use super::select::{_analyze, PyAnalysis, PyTagger};
 
     use pyo3::prelude::*;
 

@@ -294,13 +294,6 @@ impl PyAnalysis {
     }
 }
 
-/// The end of `text` a pre-token may carry into a newline after it
-/// (`context_core::pretokenize::join_tail`); `None`: count a join whole.
-#[pyfunction]
-pub fn _join_tail(text: &str) -> Option<String> {
-    context_core::pretokenize::join_tail(text).map(str::to_owned)
-}
-
 /// Read `messages` for selection: exact counts, tool results capped at `cap`
 /// tokens, tags (given, and found unless `find_tags` is false) and units.
 #[pyfunction]

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use context_core::{Encoding, Tokenizer};
+use context_core::{Encoding, JsonValue, Tokenizer};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -220,6 +220,21 @@ impl PyTokenizer {
             Cow::Borrowed(_) => string.clone().into_any().unbind(),
             Cow::Owned(cut) => PyString::new(py, &cut).into_any().unbind(),
         })
+    }
+
+    /// Tokens of `parts` joined by blank lines, from their cached counts;
+    /// `None`: count the joined text whole (`context_core::Tokenizer::count_joined`).
+    #[allow(clippy::needless_pass_by_value)] // pyo3 hands over an owned Vec
+    fn _count_joined(&self, parts: Vec<Bound<'_, PyString>>) -> Option<usize> {
+        let texts: Vec<(Cow<'_, str>, Option<u128>)> = parts
+            .iter()
+            .map(|part| (str_text(part), PyJson(part.clone().into_any()).text_key()))
+            .collect();
+        let borrowed: Vec<(&str, Option<u128>)> = texts
+            .iter()
+            .map(|(text, key)| (text.as_ref(), *key))
+            .collect();
+        self.inner.count_joined(&borrowed)
     }
 
     /// Tokens of one chat message (OpenAI or Anthropic format), without the
