@@ -1,6 +1,6 @@
 //! A read-only map of a file that other processes append to.
 //!
-//! The one `unsafe` of the log: mapping a file. Rust assumes mapped bytes do
+//! The `unsafe` of the log: mapping a file (and a prefetch hint into the map). Rust assumes mapped bytes do
 //! not change while borrowed, and a file can change or shrink under a map.
 //! The log keeps both out of reach: the bytes it reads through the map are
 //! committed records, which nobody rewrites (appends go past them, repair
@@ -42,5 +42,23 @@ impl Mapped {
 
     pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// Ask the CPU to start loading the cache line at `offset` (nothing past
+    /// the end). A sweep over a million headers waits on memory for each
+    /// record, branchy as grouping is; fetching a few records ahead halves
+    /// it (measured). A prefetch is a hint: it never faults and reads
+    /// nothing into the program.
+    #[inline]
+    pub fn prefetch(&self, offset: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(byte) = self.bytes().get(offset) {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            // SAFETY: a prefetch hint of an address inside the map; SSE is
+            // part of the x86_64 baseline, so the instruction exists.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast()) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = offset;
     }
 }

@@ -13,6 +13,9 @@ use crate::select::{
 };
 use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
 
+/// Records ahead of the sweep whose headers are fetched early.
+const PREFETCH_AHEAD: usize = 16;
+
 /// Segment (level-2) summaries the context view keeps: the newest.
 pub const SEGMENTS_KEPT: usize = 3;
 
@@ -266,10 +269,15 @@ impl MessageLog {
         // One sweep over the headers, grouped and weighed together; only the
         // units' order keys and starts are kept (16 + 4 bytes each).
         let records = &self.map.bytes()[FILE_HEADER_LEN..];
+        let map = &self.map;
         let all = matches!(view, View::All(_));
+        // A plain log's view is every node: no lookup for the seq.
+        let seq_of = |i: usize| if all { i } else { view.seq(i) as usize };
         let facts = |i: usize| {
-            // A plain log's view is every node: no lookup for the seq.
-            let seq = if all { i } else { view.seq(i) as usize };
+            if i + PREFETCH_AHEAD < view.len() {
+                map.prefetch(FILE_HEADER_LEN + seq_of(i + PREFETCH_AHEAD) * RECORD_LEN);
+            }
+            let seq = seq_of(i);
             let record = Record(&records[seq * RECORD_LEN..seq * RECORD_LEN + RECORD_LEN]);
             UnitFacts {
                 weight: weigh(record, i),
