@@ -17,6 +17,8 @@ pub const DROPPED_PLACEHOLDER: &str = "{dropped}";
 #[derive(Clone, Copy)]
 pub struct Tokenizer {
     engine: &'static Engine,
+    /// Whether cached counts go through the encoding's shared count cache.
+    cached: bool,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -30,6 +32,19 @@ impl Tokenizer {
     pub fn new(encoding: Encoding) -> Self {
         Self {
             engine: engine(encoding),
+            cached: true,
+        }
+    }
+
+    /// This tokenizer, counting without the shared count cache: for texts
+    /// counted once, such as messages appended to a log (their counts are
+    /// kept in its headers), which would only evict the counts selection
+    /// reuses turn after turn.
+    #[must_use]
+    pub fn uncached(self) -> Self {
+        Self {
+            cached: false,
+            ..self
         }
     }
 
@@ -87,6 +102,9 @@ impl Tokenizer {
 
     /// `count(text)` through the per-encoding count cache.
     pub fn count_cached(&self, text: &str) -> usize {
+        if !self.cached {
+            return self.engine.count(text);
+        }
         self.engine
             .cache
             .get_or_count(text, |t| self.engine.count(t))
@@ -94,7 +112,7 @@ impl Tokenizer {
 
     /// `count_cached(text)` with its [`text_key`](crate::text_key) already computed.
     pub fn count_keyed(&self, text: &str, key: u128) -> usize {
-        if text.len() < crate::MIN_CACHED_BYTES {
+        if text.len() < crate::MIN_CACHED_BYTES || !self.cached {
             return self.engine.count(text);
         }
         self.engine
@@ -245,6 +263,21 @@ mod tests {
             assert_eq!(ids.len(), tok.count(text));
             assert_eq!(tok.decode_bytes(&ids).unwrap(), text.as_bytes());
         }
+    }
+
+    #[test]
+    fn an_uncached_tokenizer_counts_alike_and_leaves_the_cache_alone() {
+        // p50k: an encoding no other test's cache traffic uses in this way.
+        let tok = Tokenizer::new(Encoding::P50kBase);
+        let text = "an uncached count of a text long enough for the cache 必须";
+        let before = tok.cache_info();
+        assert_eq!(tok.uncached().count_cached(text), tok.count(text));
+        assert_eq!(
+            tok.uncached().count_keyed(text, crate::text_key(text)),
+            tok.count(text)
+        );
+        assert_eq!(tok.cache_info().size, before.size);
+        assert_eq!(tok.count_cached(text), tok.count(text));
     }
 
     #[test]

@@ -2,19 +2,27 @@
 //! decodes payloads (`json.loads`) and views the headers with numpy.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions, ViewPart};
 use context_core::select::Weights;
+use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::{CoreError, invalid_input};
 use crate::json::PyJson;
-use crate::select::DEFAULT_TAGGER;
 use crate::text::{sequence, text};
+
+/// The default keyword lists without a cache: a log tags each message once,
+/// into its header, and caching those would only evict what selection reuses.
+static LOG_TAGGER: LazyLock<Tagger> = LazyLock::new(|| {
+    Tagger::new(&Keywords::default())
+        .expect("the default keywords compile")
+        .uncached()
+});
 
 /// Batches of fewer messages are appended on the calling thread.
 const PARALLEL_MIN_MESSAGES: usize = 128;
@@ -48,7 +56,7 @@ impl PyMessageLog {
         // The GIL stays held: another thread waiting for the log's lock with
         // the GIL would deadlock us. The worker threads do not need it.
         let mut log = self.log();
-        let Ok(batch) = log.prepare_batch(&copies, text_bytes, &DEFAULT_TAGGER) else {
+        let Ok(batch) = log.prepare_batch(&copies, text_bytes, &LOG_TAGGER) else {
             return Ok(None);
         };
         let range = log.append_prepared(batch).map_err(CoreError)?;
@@ -169,7 +177,7 @@ impl PyMessageLog {
         };
         Ok(self
             .log()
-            .append(&PyJson(message.clone()), &options, &DEFAULT_TAGGER)
+            .append(&PyJson(message.clone()), &options, &LOG_TAGGER)
             .map_err(CoreError)?)
     }
 
@@ -184,7 +192,7 @@ impl PyMessageLog {
         }
         let range = self
             .log()
-            .append_many(&views, &DEFAULT_TAGGER)
+            .append_many(&views, &LOG_TAGGER)
             .map_err(CoreError)?;
         Ok((range.start, range.end))
     }
@@ -260,7 +268,7 @@ impl PyMessageLog {
     fn add_summary(&self, text: &str, first: u64, last: u64, level: u8) -> PyResult<u64> {
         Ok(self
             .log()
-            .add_summary(text, first, last, level, &DEFAULT_TAGGER)
+            .add_summary(text, first, last, level, &LOG_TAGGER)
             .map_err(CoreError)?)
     }
 

@@ -136,6 +136,7 @@ pub struct MessageLog {
     data_len: u64,
     position: Position,
     log_id: u64,
+    /// Counts each appended message once, into its header: no count cache.
     tokenizer: Tokenizer,
     durability: Durability,
     syncer: Option<Syncer>,
@@ -206,7 +207,7 @@ impl MessageLog {
             data_len: 0,
             position: Position::EMPTY,
             log_id: 0,
-            tokenizer: Tokenizer::new(encoding),
+            tokenizer: Tokenizer::new(encoding).uncached(),
             durability: options.durability,
             syncer: None,
             readonly: options.readonly,
@@ -227,7 +228,7 @@ impl MessageLog {
                 ),
             });
         }
-        log.tokenizer = Tokenizer::new(stored);
+        log.tokenizer = Tokenizer::new(stored).uncached();
         log.load()?;
         if !log.readonly && log.durability == Durability::Batch {
             log.syncer = Some(Syncer::start(

@@ -275,7 +275,8 @@ pub struct Tagger {
     squeezed: Patterns,
     /// Evidence and log markers, in the lowered form.
     markers: Patterns,
-    cache: quick_cache::sync::Cache<u128, u8>,
+    /// Masks by text key, with the pass bits; `None`: [`Tagger::uncached`].
+    cache: Option<quick_cache::sync::Cache<u128, u8>>,
 }
 
 impl Tagger {
@@ -308,8 +309,18 @@ impl Tagger {
             words: Patterns::new(words)?,
             squeezed: Patterns::new(squeezed)?,
             markers: Patterns::new(markers)?,
-            cache: quick_cache::sync::Cache::new(16_384),
+            cache: Some(quick_cache::sync::Cache::new(16_384)),
         })
+    }
+
+    /// This tagger without its cache: for texts tagged once, such as
+    /// messages appended to a log (their tags are kept in its headers).
+    #[must_use]
+    pub fn uncached(self) -> Self {
+        Self {
+            cache: None,
+            ..self
+        }
     }
 
     /// Every tag whose keywords occur in `text`, as a bit mask.
@@ -329,17 +340,21 @@ impl Tagger {
     /// passes ran, so a later call wanting more runs just the missing ones.
     pub fn tag_wanted(&self, text: &str, key: Option<u128>, wanted: u8) -> u8 {
         let needed = passes_for(wanted);
-        if text.len() < MIN_CACHED_BYTES {
+        let Some(cache) = self
+            .cache
+            .as_ref()
+            .filter(|_| text.len() >= MIN_CACHED_BYTES)
+        else {
             return self.run_passes(text, needed) & wanted;
-        }
+        };
         let key = key.unwrap_or_else(|| text_key(text));
-        let known = self.cache.get(&key).unwrap_or(0);
+        let known = cache.get(&key).unwrap_or(0);
         let missing = needed & !known;
         if missing == 0 {
             return known & wanted;
         }
         let merged = known | self.run_passes(text, missing);
-        self.cache.insert(key, merged);
+        cache.insert(key, merged);
         merged & wanted
     }
 
@@ -477,6 +492,23 @@ mod tests {
                     assert_eq!(t.tag_wanted(text, None, second), full & second, "{text}");
                     assert_eq!(t.tag(text), full, "{text}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn an_uncached_tagger_tags_alike() {
+        let (cached, uncached) = (tagger(), tagger().uncached());
+        for text in [
+            "<THINK> the test must pass; curl http://x before you fix it",
+            "为方法添加超时重试，必须保证事务一致性",
+            "short: must",
+        ] {
+            for wanted in [ALL, LOG, CONSTRAINT | PULSE] {
+                assert_eq!(
+                    uncached.tag_wanted(text, None, wanted),
+                    cached.tag_wanted(text, None, wanted)
+                );
             }
         }
     }
