@@ -59,12 +59,24 @@ from context_core.errors import (
     MemoryPathError,
     MemoryStorageError,
     OverBudgetError,
+    PromptCacheWarning,
     UnknownEncodingError,
     UnknownModelError,
+    UnknownSkillError,
 )
 from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, RetryPolicy, as_llm
 from context_core.log import HEADER_DTYPE, MessageLog, RepairReport
 from context_core.memory import Fact, MemoryFiles
+from context_core.prompt import (
+    CouplingWeights,
+    DimensionBlock,
+    Dimensions,
+    PromptBreakdown,
+    PromptBuilder,
+    PromptParts,
+    Skill,
+    SkillRegistry,
+)
 from context_core.sanitize import sanitize
 from context_core.select import (
     Breakdown,
@@ -107,6 +119,9 @@ __all__ = [
     "Change",
     "ContextBuilder",
     "ContextCoreError",
+    "CouplingWeights",
+    "DimensionBlock",
+    "Dimensions",
     "Fact",
     "InvalidInputError",
     "InvalidTypeError",
@@ -131,16 +146,23 @@ __all__ = [
     "MessageLog",
     "OpenAIChat",
     "OverBudgetError",
+    "PromptBreakdown",
+    "PromptBuilder",
+    "PromptCacheWarning",
+    "PromptParts",
     "RepairReport",
     "RetryPolicy",
     "SanitizeResult",
     "Sanitizer",
     "Selection",
+    "Skill",
+    "SkillRegistry",
     "Tagger",
     "Tokenizer",
     "Truncated",
     "UnknownEncodingError",
     "UnknownModelError",
+    "UnknownSkillError",
     "WeightedWindow",
     "__version__",
     "as_llm",

@@ -29,8 +29,10 @@ __all__ = [
     "MemoryPathError",
     "MemoryStorageError",
     "OverBudgetError",
+    "PromptCacheWarning",
     "UnknownEncodingError",
     "UnknownModelError",
+    "UnknownSkillError",
 ]
 
 
@@ -60,6 +62,25 @@ class UnknownModelError(InvalidInputError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownSkillError(InvalidInputError, KeyError):
+    """A skill name the skill registry does not hold (the message lists the
+    known ones). Also a ``KeyError``, as a missing mapping key is."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PromptCacheWarning(ContextCoreError, UserWarning):
+    """A prompt-cache problem that does not stop the request: a cache
+    breakpoint left out (its prefix is below the model's minimum cacheable
+    length, or more than the API's 4 breakpoints were asked for), or the
+    stable part of a prompt changed within a session (the cached prefix is
+    lost for the next request). A warning (``warnings.warn``), not an error:
+    the request is still valid, only dearer. It derives from
+    :class:`ContextCoreError` too, so ``except ContextCoreError`` also
+    catches it where warnings are turned into errors."""
 
 
 class OverBudgetError(InvalidInputError):

@@ -1,0 +1,515 @@
+"""``PromptBuilder``: one agent session's prompt, assembled each turn from
+layers by lifetime (DESIGN.md, mechanism 10; seeds 000, 002, 003).
+
+=================  ==========================================  =================
+layer              what                                        where
+=================  ==========================================  =================
+resident           identity, conventions, safety, tools,       system part
+                   the skills index, the memory guide
+on-demand          skill bodies, when a turn asks for one by   volatile part
+                   name or its task names one
+runtime-injected   date and time, working directory, channel,  volatile part
+                   user preferences
+memory             MEMORY.md (through MemoryFiles)             volatile part
+never-enter        rules enforced by code (hooks, checks)      nowhere
+=================  ==========================================  =================
+
+Session facts form the stable part, between the two. The system part is
+rendered, counted and hashed once, when the builder is made; the stable part
+once a session; a turn renders the volatile part only, and counts only the
+sections whose text changed since they were last counted (usually just the
+date line), so a warm turn costs a few microseconds.
+
+**Stable part changes.** Passing other session facts to :meth:`PromptBuilder.build`
+replaces the stable part; the provider's cached prefix is then lost, so the
+turn's :attr:`PromptParts.stable_changed` is true and a
+:class:`~context_core.PromptCacheWarning` says what happened. Start a new
+session with :meth:`PromptBuilder.new_session` to change it without a warning.
+
+**Never-enter rules** are texts the builder keeps out of the prompt (the code
+enforces them, the model need not read them): a system or stable part that
+states one (case-insensitive substring) is refused with
+:class:`~context_core.InvalidInputError`; a line of a per-turn layer (memory,
+runtime values, skills, instructions, task items) that states one is left out
+and listed in :attr:`PromptParts.kept_out`.
+
+A builder serves one session, one turn at a time (it is not thread-safe).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Union
+
+from context_core._core import Tokenizer
+from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
+from context_core.prompt.counting import TokenCounts, Truncation
+from context_core.prompt.dimensions import DimensionBlock, Dimensions, Entry
+from context_core.prompt.escape import LINE_BREAKS, escape, one_line
+from context_core.prompt.memory_layer import MemoryLayer, MemorySource
+from context_core.prompt.parts import PromptBreakdown, PromptParts
+from context_core.prompt.prefix import Prefix, SystemPart
+from context_core.prompt.sections import Pairs, bullets, format_time, key_values, pairs, piece
+from context_core.prompt.skills import Skill, SkillRegistry
+from context_core.types import Tool
+
+__all__ = ["DEFAULT_MEMORY_GUIDE", "TITLES", "PromptBuilder"]
+
+TITLES = {
+    "conventions": "Conventions",
+    "safety": "Safety",
+    "skills_index": "Skills",
+    "memory_guide": "Memory Guide",
+    "session_facts": "Session Facts",
+    "runtime": "Context",
+    "memory": "Memory",
+    "skills": "Loaded Skills",
+    "instructions": "Instructions",
+    "task": "Task",
+}
+"""Section titles by layer (seed 000's example: Session Facts, Context,
+Memory, Instructions)."""
+
+SKILLS_INTRO = (
+    "Skills available on request. Each line is a skill's name and what it is for;"
+    " ask for a skill by name and its instructions are loaded under ## Loaded Skills."
+)
+
+DEFAULT_MEMORY_GUIDE = (
+    "The ## Memory section holds what earlier sessions learned (MEMORY.md), one fact a line:"
+    " `- [kind] text` or `- [kind: key] text`. Trust it over assumptions; of two facts with"
+    " the same key, the later one holds. A `[more]` line names a file of further facts that"
+    " is not loaded."
+)
+
+Text = Union[str, Sequence[str]]
+_CACHE_LIMIT = 1024
+
+
+def _lines(items: Text, what: str) -> str:
+    """The system part's own text (not escaped: it is the developer's)."""
+    if isinstance(items, str):
+        return items.strip("\n")
+    out = []
+    for item in items:
+        if not isinstance(item, str):
+            raise InvalidTypeError(f"{what}: expected str items, got {type(item).__name__}")
+        out.append(f"- {item.strip()}")
+    return "\n".join(out)
+
+
+def _key(items: Any) -> Any:
+    """A hashable key for a str or a sequence of str (a cache key)."""
+    return items if isinstance(items, str) else tuple(items)
+
+
+class PromptBuilder:
+    """Builds each turn's :class:`PromptParts` for one session.
+
+    ``identity``, ``conventions``, ``safety`` (text, or lists of lines),
+    ``tools`` (schemas in OpenAI's, Anthropic's or the bare function form),
+    ``skills`` (their index) and the memory guide make the system part.
+    ``memory`` (a :class:`~context_core.MemoryFiles` or a memory root's path)
+    is read each turn, re-read only when MEMORY.md changed, and cut to
+    ``memory_max_tokens`` by whole lines (reported). ``session_facts`` (a
+    mapping, rendered in sorted key order, or ``(key, value)`` pairs) and
+    ``session_context`` (``(title, text)`` sections) make the stable part.
+    ``never_enter`` lists the rules code enforces (kept out of the prompt).
+    Counts use ``tokenizer`` (o200k_base by default).
+    """
+
+    def __init__(
+        self,
+        identity: str = "",
+        *,
+        conventions: Text = (),
+        safety: Text = (),
+        tools: Sequence[Tool] = (),
+        skills: SkillRegistry | Iterable[Skill] = (),
+        memory: MemorySource | None = None,
+        memory_guide: str | None = None,
+        memory_max_tokens: int | None = None,
+        never_enter: Iterable[str] = (),
+        session_facts: Pairs | None = None,
+        session_context: Pairs | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+            raise InvalidTypeError(f"tokenizer must be a Tokenizer, got {type(tokenizer).__name__}")
+        if not isinstance(identity, str):
+            raise InvalidTypeError(f"identity must be a str, got {type(identity).__name__}")
+        if memory_max_tokens is not None and (
+            isinstance(memory_max_tokens, bool)
+            or not isinstance(memory_max_tokens, int)
+            or memory_max_tokens < 0
+        ):
+            raise InvalidInputError(f"memory_max_tokens must be an int >= 0, got {memory_max_tokens!r}")
+        if isinstance(never_enter, str):
+            never_enter = (never_enter,)
+        rules = tuple(never_enter)
+        for rule in rules:
+            if not isinstance(rule, str) or not rule.strip():
+                raise InvalidInputError(f"never_enter: each rule must be a non-blank str, got {rule!r}")
+        if isinstance(tools, (str, Mapping)) or not isinstance(tools, Sequence):
+            raise InvalidTypeError(f"tools must be a list of tool schemas, got {type(tools).__name__}")
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, Mapping):
+                raise InvalidTypeError(f"tools[{index}]: expected a dict, got {type(tool).__name__}")
+        self.tokenizer = tokenizer or Tokenizer()
+        self.never_enter = rules
+        self._rules = tuple(rule.strip().casefold() for rule in rules)
+        self.skills = skills if isinstance(skills, SkillRegistry) else SkillRegistry(skills)
+        self.memory = None if memory is None else MemoryLayer(memory)
+        self.memory_max_tokens = memory_max_tokens
+        self._counts = TokenCounts(self.tokenizer)
+        self._pieces: dict[tuple[str, str, bool], tuple[str, int]] = {}
+        self._memory_cache: dict[str, tuple[str, tuple[Truncation, ...], tuple[str, ...]]] = {}
+        self._texts: dict[Any, tuple[str, tuple[str, ...]]] = {}
+
+        sections: list[tuple[str, str]] = []
+        if identity.strip():
+            sections.append(("identity", identity.strip()))
+        for layer, value in (("conventions", conventions), ("safety", safety)):
+            text = _lines(value, layer)
+            if text.strip():
+                sections.append((layer, text))
+        if len(self.skills):
+            sections.append(("skills_index", f"{SKILLS_INTRO}\n{self.skills.index()}"))
+        guide = DEFAULT_MEMORY_GUIDE if memory_guide is None and memory is not None else memory_guide
+        if guide:
+            sections.append(("memory_guide", guide.strip("\n")))
+        for layer, text in sections:
+            for rule, folded in zip(self.never_enter, self._rules, strict=True):
+                if folded in text.casefold():
+                    raise InvalidInputError(
+                        f"the never-enter rule {rule!r} appears in the {layer} layer: rules enforced"
+                        " by code stay out of the prompt"
+                    )
+        system_pieces = [
+            piece(TITLES.get(layer, ""), text, i == len(sections) - 1)
+            for i, (layer, text) in enumerate(sections)
+        ]
+        system_counts = self._counts.pieces(system_pieces)
+        self._system = SystemPart("".join(system_pieces), tools, self.tokenizer, sum(system_counts))
+        self._system_layers = {"tools": self._system.tools_tokens} if self._system.tools else {}
+        self._system_layers.update(zip((layer for layer, _ in sections), system_counts, strict=True))
+        self._stable_key: Any = None
+        self._prefix: Prefix
+        self._stable_layers: dict[str, int]
+        self._stable_out: tuple[str, ...]
+        self._set_stable(session_facts, session_context)
+
+    # -- the stable part ---------------------------------------------------------
+
+    def _set_stable(self, facts: Pairs | None, context: Pairs | None) -> bool:
+        """Render the stable part; whether it changed (within the session)."""
+        fact_pairs = pairs(facts, "session_facts")
+        context_pairs = pairs(context, "session_context")
+        key = (fact_pairs, context_pairs)
+        if key == self._stable_key:
+            return False
+        sections = []
+        if fact_pairs:
+            sections.append(("session_facts", TITLES["session_facts"], key_values(fact_pairs)))
+        for title, text in context_pairs:
+            sections.append(("session_context", one_line(title).strip(), bullets(text, "session_context")))
+        kept_out: list[str] = []
+        sections = [(layer, title, self._keep_out(text, kept_out)) for layer, title, text in sections]
+        sections = [section for section in sections if section[2]]
+        pieces = [piece(title, text, i == len(sections) - 1) for i, (_, title, text) in enumerate(sections)]
+        counts = self._counts.pieces(pieces)
+        stable = "".join(pieces)
+        layers: dict[str, int] = {}
+        for (layer, _, _), tokens in zip(sections, counts, strict=True):
+            layers[layer] = layers.get(layer, 0) + tokens
+        previous = None if self._stable_key is None else self._prefix.stable
+        self._stable_key = key
+        self._stable_layers = layers
+        self._stable_out = tuple(kept_out)
+        if stable != previous:
+            self._prefix = Prefix(self._system, stable, sum(counts))
+        return previous is not None and stable != previous
+
+    def new_session(
+        self, *, session_facts: Pairs | None = None, session_context: Pairs | None = None
+    ) -> None:
+        """Start a new session: set the stable part without reporting a change."""
+        self._stable_key = None
+        self._set_stable(session_facts, session_context)
+
+    def prefix_hash(self) -> str:
+        """The current cached prefix's hash (see :meth:`PromptParts.prefix_hash`)."""
+        return self._prefix.hash
+
+    @property
+    def system(self) -> str:
+        """The system part's text."""
+        return self._system.text
+
+    @property
+    def stable(self) -> str:
+        """The current stable part's text."""
+        return self._prefix.stable
+
+    # -- per-turn layers ---------------------------------------------------------
+
+    def _keep_out(self, text: str, kept_out: list[str]) -> str:
+        """``text`` without the lines that state a never-enter rule."""
+        if not self._rules:
+            return text
+        folded = text.casefold()
+        if not any(rule in folded for rule in self._rules):
+            return text
+        kept = []
+        for line in text.splitlines(keepends=True):
+            if any(rule in line.casefold() for rule in self._rules):
+                kept_out.append(line.rstrip(LINE_BREAKS))
+            else:
+                kept.append(line)
+        return "".join(kept).rstrip(LINE_BREAKS)
+
+    def _text(self, key: Any, make: Any) -> tuple[str, tuple[str, ...]]:
+        """An escaped layer body by its inputs, with the lines kept out (cached)."""
+        hit = self._texts.get(key)
+        if hit is None:
+            kept_out: list[str] = []
+            body = make()
+            body = self._keep_out(body, kept_out)
+            hit = (body, tuple(kept_out))
+            if len(self._texts) >= _CACHE_LIMIT:
+                self._texts.clear()
+            self._texts[key] = hit
+        return hit
+
+    def _memory(self, text: str) -> tuple[str, tuple[Truncation, ...], tuple[str, ...]]:
+        hit = self._memory_cache.get(text)
+        if hit is not None:
+            return hit
+        kept_out: list[str] = []
+        body = self._keep_out(text.strip(LINE_BREAKS), kept_out)
+        truncated: tuple[Truncation, ...] = ()
+        cap = self.memory_max_tokens
+        if cap is not None and body and self._counts(escape(body)) > cap:
+            before = self._counts(escape(body))
+            lines = body.splitlines()
+            low, high = 0, len(lines)  # the most whole lines that fit
+            while low < high:
+                mid = (low + high + 1) // 2
+                if self._counts(escape("\n".join(lines[:mid]))) <= cap:
+                    low = mid
+                else:
+                    high = mid - 1
+            body = "\n".join(lines[:low])
+            truncated = (
+                Truncation("memory", "MEMORY.md", before, self._counts(escape(body)) if body else 0),
+            )
+        hit = (escape(body), truncated, tuple(kept_out))
+        if len(self._memory_cache) >= 64:
+            self._memory_cache.clear()
+        self._memory_cache[text] = hit
+        return hit
+
+    def _runtime(
+        self,
+        now: datetime | str | None,
+        cwd: str | None,
+        channel: str | None,
+        preferences: Pairs | None,
+        context: Pairs | None,
+    ) -> tuple[str, tuple[str, ...]]:
+        extra = pairs(context, "context")
+        prefs = pairs(preferences, "preferences")
+
+        def make() -> str:
+            lines = []
+            if cwd:
+                lines.append(f"Working directory: {one_line(str(cwd))}")
+            if channel:
+                lines.append(f"Channel: {one_line(str(channel))}")
+            for key, value in extra:
+                lines.append(f"{one_line(key)}: {one_line(value)}")
+            if prefs:
+                lines.append("User preferences:")
+                lines.extend(f"- {one_line(key)}: {one_line(value)}" for key, value in prefs)
+            return escape("\n".join(lines))
+
+        rest, kept_out = self._text(("runtime", cwd, channel, prefs, extra), make)
+        if now == "":
+            return rest, kept_out
+        moment = format_time(datetime.now().astimezone() if now is None else now)
+        date = f"Current date: {escape(one_line(moment))}"
+        if self._rules and any(rule in date.casefold() for rule in self._rules):
+            return rest, (*kept_out, date)
+        return (f"{date}\n{rest}" if rest else date), kept_out
+
+    def _skill_bodies(self, names: Sequence[str], task: str | None) -> tuple[list[str], str, tuple[str, ...]]:
+        chosen = self.skills.select(names, task)
+        if not chosen:
+            return [], "", ()
+        key = ("skills", tuple(skill.name for skill in chosen))
+        body, kept_out = self._text(
+            key,
+            lambda: "\n\n".join(
+                f"### {skill.name}\n{escape(skill.body.strip(LINE_BREAKS))}" for skill in chosen
+            ),
+        )
+        return [skill.name for skill in chosen], body, kept_out
+
+    def _task(
+        self, dimensions: Dimensions | None, budget: int | None
+    ) -> tuple[DimensionBlock | None, tuple[str, ...]]:
+        if dimensions is None:
+            return None, ()
+        if not isinstance(dimensions, Dimensions):
+            raise InvalidTypeError(f"dimensions must be a Dimensions, got {type(dimensions).__name__}")
+        if budget is None:
+            raise InvalidInputError("a task block needs task_budget (its tokens)")
+        kept_out: list[str] = []
+        entries = []
+        for entry in dimensions.entries:
+            text = self._keep_out(entry.text, kept_out)
+            label = entry.label
+            if label is not None and self._keep_out(label, kept_out) != label:
+                continue
+            if text is entry.text:
+                entries.append(entry)
+            elif text.strip():
+                entries.append(Entry(entry.tag, text, entry.label, entry.weight, entry.source))
+        block = Dimensions(entries, tagger=dimensions.tagger).render(budget, self._counts)
+        return block, tuple(kept_out)
+
+    # -- a turn ------------------------------------------------------------------
+
+    def build(
+        self,
+        *,
+        now: datetime | str | None = None,
+        cwd: str | None = None,
+        channel: str | None = None,
+        preferences: Pairs | None = None,
+        context: Pairs | None = None,
+        memory: str | None = None,
+        instructions: Text = (),
+        task: str | None = None,
+        skills: Sequence[str] = (),
+        dimensions: Dimensions | None = None,
+        task_budget: int | None = None,
+        session_facts: Pairs | None = None,
+        session_context: Pairs | None = None,
+    ) -> PromptParts:
+        """This turn's parts.
+
+        Runtime layer (``## Context``): ``now`` (a datetime, rendered to the
+        minute with its zone; a str as it is; ``None``: the current local
+        time; ``""``: no date line), ``cwd``, ``channel``, ``context`` (more
+        ``Key: value`` lines), ``preferences`` (the user's). Memory layer
+        (``## Memory``): MEMORY.md, or ``memory`` given as text. On-demand
+        layer (``## Loaded Skills``): the skills named in ``skills`` and those
+        ``task`` names. ``instructions`` (``## Instructions``): text or lines.
+        ``dimensions`` (``## Task``): the task block, rendered within
+        ``task_budget`` tokens. ``session_facts``/``session_context``: a new
+        stable part (reported as a change; ``None`` keeps the current one).
+        """
+        changed = False
+        if session_facts is not None or session_context is not None:
+            changed = self._set_stable(session_facts, session_context)
+            if changed:
+                warnings.warn(
+                    "prompt cache: the stable part changed within the session, so the provider's"
+                    " cached prefix is lost for this request (use new_session() for a new session)",
+                    PromptCacheWarning,
+                    stacklevel=2,
+                )
+        kept_out: list[str] = list(self._stable_out)
+        truncated: list[Truncation] = []
+        sections: list[tuple[str, str]] = []
+
+        runtime, out = self._runtime(now, cwd, channel, preferences, context)
+        kept_out.extend(out)
+        if runtime:
+            sections.append(("runtime", runtime))
+
+        if memory is None and self.memory is not None:
+            memory = self.memory.read()
+        elif memory is not None and not isinstance(memory, str):
+            raise InvalidTypeError(f"memory must be a str, got {type(memory).__name__}")
+        if memory:
+            body, cut, out = self._memory(memory)
+            truncated.extend(cut)
+            kept_out.extend(out)
+            if body:
+                sections.append(("memory", body))
+
+        if isinstance(skills, str):
+            skills = (skills,)
+        if task is not None and not isinstance(task, str):
+            raise InvalidTypeError(f"task must be a str, got {type(task).__name__}")
+        loaded, body, out = self._skill_bodies(skills, task)
+        kept_out.extend(out)
+        if body:
+            sections.append(("skills", body))
+
+        if instructions:
+            body, out = self._text(
+                ("instructions", _key(instructions)), lambda: bullets(instructions, "instructions")
+            )
+            kept_out.extend(out)
+            if body:
+                sections.append(("instructions", body))
+
+        block, out = self._task(dimensions, task_budget)
+        kept_out.extend(out)
+        if block is not None:
+            truncated.extend(block.truncated)
+            if block.text:
+                sections.append(("task", block.text))
+
+        volatile, volatile_layers = self._volatile(sections)
+        layers = {**self._system_layers, **self._stable_layers, **volatile_layers}
+        prefix = self._prefix
+        system = prefix.system
+        breakdown = PromptBreakdown(
+            layers, system.tools_tokens, system.tokens, prefix.stable_tokens, sum(volatile_layers.values())
+        )
+        return PromptParts(
+            system.text,
+            prefix.stable,
+            volatile,
+            system.tools,
+            breakdown,
+            changed,
+            tuple(loaded),
+            tuple(truncated),
+            tuple(kept_out),
+            prefix,
+        )
+
+    def _volatile(self, sections: list[tuple[str, str]]) -> tuple[str, dict[str, int]]:
+        """The volatile text and each layer's tokens, counting only new pieces."""
+        last = len(sections) - 1
+        if not self._counts.additive:
+            pieces = [piece(TITLES[layer], body, i == last) for i, (layer, body) in enumerate(sections)]
+            counts = self._counts.pieces(pieces)
+            return "".join(pieces), {layer: n for (layer, _), n in zip(sections, counts, strict=True)}
+        cache = self._pieces
+        texts = []
+        layers = {}
+        for i, (layer, body) in enumerate(sections):
+            if layer == "runtime":  # the date line: new every turn, never worth caching
+                text = piece(TITLES[layer], body, i == last)
+                texts.append(text)
+                layers[layer] = self.tokenizer.count(text)
+                continue
+            key = (layer, body, i == last)
+            hit = cache.get(key)
+            if hit is None:
+                text = piece(TITLES[layer], body, i == last)
+                hit = (text, self.tokenizer.count(text))
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = hit
+            texts.append(hit[0])
+            layers[layer] = hit[1]
+        return "".join(texts), layers

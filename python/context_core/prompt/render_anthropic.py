@@ -1,0 +1,252 @@
+"""Rendering to an Anthropic Messages request, with cache breakpoints.
+
+Anthropic caches a prefix in the order tools -> system -> messages, up to a
+block marked ``cache_control``. The request this renders is::
+
+    tools:    the tool schemas (keys sorted)              } cached prefix
+    system:   [system part  + cache_control,              }
+               stable part  + cache_control,              }
+               volatile part]                  <- after the last breakpoint
+    messages: the conversation
+
+so the tools ride in front of the first breakpoint, and a turn that changes
+only the volatile part re-reads both cached prefixes. With
+``volatile="user"`` the volatile part goes at the end of the last user
+message instead, after the conversation, so a breakpoint the caller puts on
+the conversation (to cache the history as well) stays valid from turn to turn.
+
+**Minimum lengths.** A prefix shorter than the model's minimum cacheable
+length is not cached (:data:`ANTHROPIC_MIN_CACHE_TOKENS`, by model-name
+prefix, editable; ``min_cache_tokens=`` overrides it per call). A breakpoint
+whose cumulative prefix (tools + system [+ stable]) counts fewer tokens is left
+out, with a :class:`~context_core.PromptCacheWarning` the first time for that
+prefix and model. Counts come from the builder's tokenizer (o200k_base by
+default); Claude's tokenizer usually counts more, so a breakpoint kept is above
+the minimum, and one left out may have been just above it.
+
+**At most 4 breakpoints** a request (the API refuses more). The caller's own
+``cache_control`` marks (in messages and tools) are counted and never moved. If
+they leave too little room, ours are dropped, the system breakpoint first (the
+stable breakpoint caches the longer prefix, system included), with a warning
+each time; if the caller's alone are more than 4, the request could not be
+sent, and :class:`~context_core.InvalidInputError` says so.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
+
+from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
+from context_core.prompt.prefix import Prefix
+from context_core.types import AnthropicMessage
+
+__all__ = [
+    "ANTHROPIC_MIN_CACHE_TOKENS",
+    "DEFAULT_MIN_CACHE_TOKENS",
+    "MAX_BREAKPOINTS",
+    "AnthropicRequest",
+    "CacheControl",
+    "SystemBlock",
+    "anthropic_request",
+    "count_breakpoints",
+    "min_cache_tokens",
+]
+
+MAX_BREAKPOINTS = 4
+"""The API's limit of ``cache_control`` blocks a request."""
+
+DEFAULT_MIN_CACHE_TOKENS = 1024
+"""The minimum for a model the table does not know."""
+
+ANTHROPIC_MIN_CACHE_TOKENS: dict[str, int] = {
+    "claude-opus-4-6": 4096,
+    "claude-opus-4-5": 4096,
+    "claude-opus-4-1": 1024,
+    "claude-opus-4": 1024,
+    "claude-sonnet-4-6": 1024,
+    "claude-sonnet-4-5": 1024,
+    "claude-sonnet-4": 1024,
+    "claude-haiku-4-5": 4096,
+    "claude-3-7-sonnet": 1024,
+    "claude-3-5-sonnet": 1024,
+    "claude-3-opus": 1024,
+    "claude-3-5-haiku": 2048,
+    "claude-3-haiku": 2048,
+}
+"""Minimum cacheable prompt length in tokens, by model-name prefix (the
+longest matching prefix wins; ``anthropic.``/``@``-style platform names are
+matched from their ``claude`` part). From Anthropic's prompt-caching
+documentation; edit it, or pass ``min_cache_tokens=``, as models change."""
+
+
+class CacheControl(TypedDict, total=False):
+    type: Literal["ephemeral"]
+    ttl: str
+
+
+class _SystemBlockBase(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class SystemBlock(_SystemBlockBase, total=False):
+    cache_control: CacheControl
+
+
+class _AnthropicRequestBase(TypedDict):
+    model: str
+    system: list[SystemBlock]
+    messages: list[AnthropicMessage]
+
+
+class AnthropicRequest(_AnthropicRequestBase, total=False):
+    """Keyword arguments for ``client.messages.create`` (add ``max_tokens``)."""
+
+    tools: list[dict[str, Any]]
+
+
+def min_cache_tokens(model: str) -> int:
+    """The minimum cacheable prompt length of ``model``."""
+    if not isinstance(model, str):
+        raise InvalidTypeError(f"model must be a str, got {type(model).__name__}")
+    name = model[model.find("claude") :] if "claude" in model else model
+    best, found = -1, DEFAULT_MIN_CACHE_TOKENS
+    for prefix, tokens in ANTHROPIC_MIN_CACHE_TOKENS.items():
+        if name.startswith(prefix) and len(prefix) > best:
+            best, found = len(prefix), tokens
+    return found
+
+
+def _count_blocks(blocks: list[Any]) -> int:
+    total = 0
+    for block in blocks:
+        if isinstance(block, Mapping):
+            total += "cache_control" in block
+            inner = block.get("content")  # a tool_result's own blocks
+            if isinstance(inner, list):
+                total += _count_blocks(inner)
+    return total
+
+
+def count_breakpoints(messages: Sequence[Any]) -> int:
+    """How many content blocks of ``messages`` (tool results' blocks
+    included) carry ``cache_control``."""
+    total = 0
+    for message in messages:
+        if not isinstance(message, Mapping):
+            raise InvalidTypeError(f"a message must be a dict, got {type(message).__name__}")
+        content = message.get("content")
+        if isinstance(content, list):
+            total += _count_blocks(content)
+    return total
+
+
+def _plan(prefix: Prefix, model: str, minimum: int | None) -> tuple[str, ...]:
+    """Our breakpoints worth placing for ``model`` (of ``"system"``,
+    ``"stable"``), warning once per prefix and model about those left out."""
+    key = (model, minimum)
+    plan = prefix.plans.get(key)
+    if plan is not None:
+        return plan  # type: ignore[no-any-return]
+    floor = min_cache_tokens(model) if minimum is None else minimum
+    system = prefix.system
+    cumulative = {"system": system.tools_tokens + system.tokens, "stable": prefix.tokens}
+    wanted = [name for name, text in (("system", system.text), ("stable", prefix.stable)) if text]
+    kept = []
+    for name in wanted:
+        if cumulative[name] >= floor:
+            kept.append(name)
+        else:
+            warnings.warn(
+                f"prompt cache: the {name} breakpoint is left out: its prefix (tools + system"
+                + (" + stable" if name == "stable" else "")
+                + f") counts {cumulative[name]} tokens, below the {floor}-token minimum of {model}",
+                PromptCacheWarning,
+                stacklevel=4,
+            )
+    plan = tuple(kept)
+    prefix.plans[key] = plan
+    return plan
+
+
+def _block(text: str, cache: CacheControl | None) -> SystemBlock:
+    if cache is None:
+        return {"type": "text", "text": text}
+    return {"type": "text", "text": text, "cache_control": dict(cache)}  # type: ignore[typeddict-item]
+
+
+def _append_volatile(messages: list[Any], volatile: str) -> None:
+    """Put the volatile part at the end of the last user message (a new user
+    message when the conversation does not end with one)."""
+    block = {"type": "text", "text": volatile}
+    last = messages[-1] if messages else None
+    if isinstance(last, Mapping) and last.get("role") == "user":
+        content = last.get("content")
+        if isinstance(content, str):
+            blocks: list[Any] = [{"type": "text", "text": content}] if content else []
+        elif isinstance(content, list):
+            blocks = list(content)
+        else:
+            raise InvalidTypeError(
+                f"the last message's content must be a str or a list, got {type(content).__name__}"
+            )
+        messages[-1] = {**last, "content": [*blocks, block]}
+    else:
+        messages.append({"role": "user", "content": [block]})
+
+
+def anthropic_request(
+    prefix: Prefix,
+    volatile: str,
+    messages: Sequence[AnthropicMessage],
+    *,
+    model: str,
+    placement: Literal["system", "user"] = "system",
+    min_cache_tokens: int | None = None,
+    cache_ttl: str | None = None,
+    max_breakpoints: int = MAX_BREAKPOINTS,
+) -> AnthropicRequest:
+    """The request for ``model`` (see the module's docs)."""
+    if min_cache_tokens is not None and (
+        isinstance(min_cache_tokens, bool) or not isinstance(min_cache_tokens, int) or min_cache_tokens < 0
+    ):
+        raise InvalidInputError(f"min_cache_tokens must be an int >= 0, got {min_cache_tokens!r}")
+    if placement not in ("system", "user"):
+        raise InvalidInputError(f"volatile must be 'system' or 'user', got {placement!r}")
+    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidTypeError(f"messages must be a list of messages, got {type(messages).__name__}")
+    plan = _plan(prefix, model, min_cache_tokens)
+    theirs = count_breakpoints(messages) + (prefix.system.tool_breakpoints() if prefix.system.tools else 0)
+    if theirs > max_breakpoints:
+        raise InvalidInputError(
+            f"the messages and tools already carry {theirs} cache_control breakpoints;"
+            f" the API accepts at most {max_breakpoints}"
+        )
+    room = max_breakpoints - theirs
+    if len(plan) > room:
+        dropped = plan[: len(plan) - room]  # the system breakpoint goes first
+        plan = plan[len(plan) - room :]
+        warnings.warn(
+            f"prompt cache: the {' and '.join(dropped)} breakpoint(s) left out: the request already"
+            f" carries {theirs} of the {max_breakpoints} breakpoints allowed",
+            PromptCacheWarning,
+            stacklevel=3,
+        )
+    cache: CacheControl = {"type": "ephemeral"}
+    if cache_ttl is not None:
+        cache["ttl"] = cache_ttl
+    system = [_block(prefix.system.text, cache if "system" in plan else None)] if prefix.system.text else []
+    if prefix.stable:
+        system.append(_block(prefix.stable, cache if "stable" in plan else None))
+    out = list(messages)
+    if volatile:
+        if placement == "system":
+            system.append({"type": "text", "text": volatile})
+        else:
+            _append_volatile(out, volatile)
+    request: AnthropicRequest = {"model": model, "system": system, "messages": out}
+    if prefix.system.tools:
+        request["tools"] = list(prefix.system.anthropic_tools)
+    return request

@@ -1,0 +1,90 @@
+"""Rendering to OpenAI Chat Completions messages.
+
+OpenAI caches prompt prefixes automatically (1,024 tokens and longer, in
+128-token steps); there are no breakpoints to place, only a prefix to keep
+byte-identical. The messages this renders are::
+
+    {"role": "system", "content": system part + "\\n\\n" + stable part}   <- same bytes every turn
+    {"role": "system", "content": volatile part}                           <- changes each turn
+    ...the conversation...
+
+with the tools (keys sorted, in OpenAI's form) beside them: the tools and the
+first message are the cached prefix. The stable part shares the system
+message rather than having one of its own so the cached prefix is one message
+whose text only changes when the session does.
+
+With ``volatile="user"`` the volatile part goes at the end of the last user
+message instead (a new user message when the conversation does not end with
+one): the cached prefix then runs through the whole earlier conversation,
+which is worth more than the system prompt alone once a conversation is long;
+the default keeps the per-turn context ahead of the conversation, where seed
+000 puts it. ``role="developer"`` addresses reasoning models that prefer it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
+
+from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.prompt.prefix import Prefix
+from context_core.types import OpenAIMessage
+
+__all__ = ["OpenAIRequest", "openai_request"]
+
+
+class _OpenAIRequestBase(TypedDict):
+    messages: list[OpenAIMessage]
+
+
+class OpenAIRequest(_OpenAIRequestBase, total=False):
+    """Keyword arguments for ``client.chat.completions.create``."""
+
+    model: str
+    tools: list[dict[str, Any]]
+
+
+def _append_volatile(messages: list[Any], volatile: str) -> None:
+    last = messages[-1] if messages else None
+    if isinstance(last, Mapping) and last.get("role") == "user":
+        content = last.get("content")
+        if isinstance(content, str):
+            messages[-1] = {**last, "content": f"{content}\n\n{volatile}" if content else volatile}
+        elif isinstance(content, list):
+            messages[-1] = {**last, "content": [*content, {"type": "text", "text": volatile}]}
+        else:
+            raise InvalidTypeError(
+                f"the last message's content must be a str or a list, got {type(content).__name__}"
+            )
+    else:
+        messages.append({"role": "user", "content": volatile})
+
+
+def openai_request(
+    prefix: Prefix,
+    volatile: str,
+    messages: Sequence[OpenAIMessage],
+    *,
+    model: str | None = None,
+    placement: Literal["system", "user"] = "system",
+    role: Literal["system", "developer"] = "system",
+) -> OpenAIRequest:
+    """The messages (and tools, and model when given) of a request."""
+    if placement not in ("system", "user"):
+        raise InvalidInputError(f"volatile must be 'system' or 'user', got {placement!r}")
+    if role not in ("system", "developer"):
+        raise InvalidInputError(f"role must be 'system' or 'developer', got {role!r}")
+    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidTypeError(f"messages must be a list of messages, got {type(messages).__name__}")
+    out: list[Any] = [{"role": role, "content": prefix.openai_head}] if prefix.openai_head else []
+    if volatile and placement == "system":
+        out.append({"role": role, "content": volatile})
+    out.extend(messages)
+    if volatile and placement == "user":
+        _append_volatile(out, volatile)
+    request: OpenAIRequest = {"messages": out}
+    if model is not None:
+        request["model"] = model
+    if prefix.system.tools:
+        request["tools"] = list(prefix.system.openai_tools)
+    return request

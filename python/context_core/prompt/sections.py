@@ -1,0 +1,96 @@
+"""Markdown sections, as seed 000's example renders the context::
+
+    ## Session Facts
+    Session: sess_123
+    Task: fix_build
+
+    ## Context
+    Current date: 2024-01-18 10:30 PST
+    Working directory: /Users/name/project
+
+A section is ``## Title``, a line break, and its body; sections are separated
+by a blank line. Bodies are escaped (:func:`~context_core.prompt.escape.escape`)
+so content never opens a section of its own. Mappings render in sorted key
+order, so two dicts with the same items render the same bytes whatever order
+they were built in; pass a sequence of pairs to choose the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Union
+
+from context_core.errors import InvalidTypeError
+from context_core.prompt.escape import escape, one_line
+
+__all__ = ["Pairs", "Section", "bullets", "format_time", "key_values", "pairs", "piece"]
+
+Pairs = Union[Mapping[str, object], Iterable[tuple[str, object]]]
+"""Key-value lines: a mapping (rendered in sorted key order) or pairs (in order)."""
+
+Section = tuple[str, str]
+"""``(title, body)``."""
+
+SEPARATOR = "\n\n"
+
+
+def pairs(items: Pairs | None, what: str) -> tuple[tuple[str, str], ...]:
+    """``items`` as a tuple of ``(key, value)`` strings, a mapping's sorted by
+    key; ``None`` values are left out."""
+    if items is None:
+        return ()
+    if isinstance(items, Mapping):
+        raw = sorted(items.items(), key=lambda kv: str(kv[0]))
+    elif isinstance(items, (str, bytes)):
+        raise InvalidTypeError(
+            f"{what}: expected a mapping or (key, value) pairs, got {type(items).__name__}"
+        )
+    else:
+        raw = list(items)
+    out = []
+    for item in raw:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidTypeError(f"{what}: expected (key, value) pairs, got {item!r}")
+        key, value = item
+        if not isinstance(key, str):
+            raise InvalidTypeError(f"{what}: keys must be str, got {type(key).__name__}")
+        if value is not None:
+            out.append((key, value if isinstance(value, str) else str(value)))
+    return tuple(out)
+
+
+def key_values(items: tuple[tuple[str, str], ...]) -> str:
+    """``Key: value`` lines, each key and value put on one line, escaped."""
+    return escape("\n".join(f"{one_line(key)}: {one_line(value)}" for key, value in items))
+
+
+def bullets(items: str | Iterable[str], what: str) -> str:
+    """A text as it is, or a sequence of strings as ``- item`` lines; escaped."""
+    if isinstance(items, str):
+        return escape(items.strip("\n"))
+    lines = []
+    for item in items:
+        if not isinstance(item, str):
+            raise InvalidTypeError(f"{what}: expected str items, got {type(item).__name__}")
+        lines.append(f"- {item.strip()}")
+    return escape("\n".join(lines))
+
+
+def piece(title: str, body: str, last: bool) -> str:
+    """One section as it sits in its part: ``## title``, the body, and the
+    blank line that separates it from the next (none after the last)."""
+    text = f"## {title}\n{body}" if title else body
+    return text if last else text + SEPARATOR
+
+
+def format_time(now: datetime | str) -> str:
+    """``2024-01-18 10:30 PST``: to the minute (a turn a second later renders
+    the same line), with the zone's name when ``now`` is aware."""
+    if isinstance(now, str):
+        return now
+    if not isinstance(now, datetime):
+        raise InvalidTypeError(f"now must be a datetime or a str, got {type(now).__name__}")
+    zone = now.tzname()
+    text = f"{now.year:04d}-{now.month:02d}-{now.day:02d} {now.hour:02d}:{now.minute:02d}"
+    return f"{text} {zone}" if zone else text

@@ -1,0 +1,154 @@
+"""Skills: the on-demand layer. Only the index (name and one-line description
+of each skill) is resident in the system part; a skill's body enters the
+prompt, after the cache breakpoint, only on a turn that asks for it by name or
+whose task matches it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from context_core.errors import InvalidInputError, InvalidTypeError, UnknownSkillError
+from context_core.prompt.escape import one_line
+
+__all__ = ["Skill", "SkillRegistry"]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_SEPARATORS = r"[\W_]+"
+_WORD_SPLIT = re.compile(_SEPARATORS)
+_UNSPACED = re.compile("[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f]")
+
+
+def _phrase(text: str) -> str:
+    """A name or trigger as words: ``db-migrations`` -> ``db migrations``."""
+    return " ".join(w for w in _WORD_SPLIT.split(text.lower()) if w)
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A skill: ``name`` (letters, digits, ``_ . -``; up to 64), a one-line
+    ``description`` for the index, the ``body`` loaded on demand, and
+    ``triggers``: words or phrases that, found in a turn's task, load it (the
+    name always does). Phrases match whole words, case-insensitive, with any
+    punctuation between them; a phrase in a script written without spaces
+    (Chinese, Japanese, Korean) matches as a substring."""
+
+    name: str
+    description: str
+    body: str
+    triggers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for field in ("name", "description", "body"):
+            if not isinstance(getattr(self, field), str):
+                raise InvalidTypeError(
+                    f"Skill.{field} must be a str, got {type(getattr(self, field)).__name__}"
+                )
+        if not _NAME.fullmatch(self.name):
+            raise InvalidInputError(
+                f"skill name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-',"
+                " starting with a letter or digit"
+            )
+        triggers = (self.triggers,) if isinstance(self.triggers, str) else tuple(self.triggers)
+        for trigger in triggers:
+            if not isinstance(trigger, str) or not _phrase(trigger):
+                raise InvalidInputError(
+                    f"skill {self.name!r}: a trigger must be a non-blank str, got {trigger!r}"
+                )
+        object.__setattr__(self, "triggers", triggers)
+        object.__setattr__(self, "description", one_line(self.description).strip())
+
+
+class SkillRegistry:
+    """An immutable set of skills, ordered by name (so the index renders the
+    same bytes whatever order the skills were given in).
+
+    ``index()`` is the resident part; ``get(name)`` and ``match(task)`` the
+    on-demand part. Matching is by whole words, case-insensitive, punctuation
+    read as spaces: the skill ``db-migrations`` matches the task "write the DB
+    migrations", and ``sql`` does not match "nosql"."""
+
+    def __init__(self, skills: Iterable[Skill] = ()) -> None:
+        by_name: dict[str, Skill] = {}
+        for skill in skills:
+            if not isinstance(skill, Skill):
+                raise InvalidTypeError(f"expected Skill objects, got {type(skill).__name__}")
+            if skill.name in by_name:
+                raise InvalidInputError(f"two skills are named {skill.name!r}")
+            by_name[skill.name] = skill
+        self._skills = dict(sorted(by_name.items()))
+        # Phrases as word tuples (matched on whole words) or, for scripts written
+        # without spaces (CJK), as substrings.
+        self._words: dict[tuple[str, ...], list[str]] = {}
+        self._substrings: dict[str, list[str]] = {}
+        for skill in self._skills.values():
+            for phrase in (_phrase(skill.name), *(_phrase(t) for t in skill.triggers)):
+                if _UNSPACED.search(phrase):
+                    self._substrings.setdefault(phrase.replace(" ", ""), []).append(skill.name)
+                else:
+                    self._words.setdefault(tuple(phrase.split(" ")), []).append(skill.name)
+        self._lengths = sorted({len(words) for words in self._words})
+        self._last: tuple[str, list[Skill]] = ("", [])
+
+    def __len__(self) -> int:
+        return len(self._skills)
+
+    def __iter__(self) -> Iterator[Skill]:
+        return iter(self._skills.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._skills
+
+    def __repr__(self) -> str:
+        return f"SkillRegistry({list(self._skills)!r})"
+
+    def names(self) -> list[str]:
+        """The skills' names, sorted."""
+        return list(self._skills)
+
+    def get(self, name: str) -> Skill:
+        """The skill named ``name``; :class:`~context_core.UnknownSkillError`
+        (a ``KeyError``) if there is none."""
+        skill = self._skills.get(name)
+        if skill is None:
+            raise UnknownSkillError(f"no skill named {name!r}; known: {', '.join(self._skills) or '(none)'}")
+        return skill
+
+    def match(self, task: str) -> list[Skill]:
+        """The skills ``task`` names (by name or trigger), by name."""
+        if not task or not (self._words or self._substrings):
+            return []
+        if task == self._last[0]:
+            return list(self._last[1])
+        found: set[str] = set()
+        if self._words:
+            words = _WORD_SPLIT.split(task.lower())
+            for length in self._lengths:
+                for i in range(len(words) - length + 1):
+                    owners = self._words.get(tuple(words[i : i + length]))
+                    if owners:
+                        found.update(owners)
+        if self._substrings:
+            compact = _WORD_SPLIT.sub("", task.lower())
+            for phrase, owners in self._substrings.items():
+                if phrase in compact:
+                    found.update(owners)
+        result = [self._skills[name] for name in sorted(found)]
+        self._last = (task, result)
+        return list(result)
+
+    def select(self, names: Sequence[str] = (), task: str | None = None) -> list[Skill]:
+        """The skills to load this turn: those asked for by name (an unknown
+        name raises), then those the task matches, each once, by name."""
+        if isinstance(names, str):
+            names = (names,)
+        chosen = {name: self.get(name) for name in names}
+        for skill in self.match(task or ""):
+            chosen.setdefault(skill.name, skill)
+        return [chosen[name] for name in sorted(chosen)]
+
+    def index(self) -> str:
+        """The resident index: one ``- name: description`` line a skill."""
+        return "\n".join(f"- {skill.name}: {skill.description}" for skill in self._skills.values())
