@@ -162,8 +162,10 @@ def test_the_memory_layer_reads_memory_md_and_sees_changes(tmp_path):
     root = tmp_path / "mem"
     builder = PromptBuilder("x", memory=str(root))
     assert DEFAULT_MEMORY_GUIDE in builder.system
-    assert "## Memory" not in builder.build(now=T0).volatile  # no MEMORY.md yet
+    assert "## Memory" not in builder.build(now=T0).volatile  # no root yet
+    assert not root.exists()  # and the builder did not make one
     files = MemoryFiles(root)
+    assert "## Memory" not in builder.build(now=T0).volatile  # no MEMORY.md yet
     files.append(["- [fact] The staging DB port is 5433."])
     first = builder.build(now=T0)
     assert "## Memory\n- [fact] The staging DB port is 5433." in first.volatile

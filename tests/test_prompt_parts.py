@@ -122,6 +122,18 @@ def test_a_stable_change_is_reported_and_changes_the_hash():
     assert again.prefix_hash() == changed.prefix_hash()
 
 
+def test_a_stable_value_left_out_is_kept():
+    builder = big_builder(stable_words=50)
+    before = turn_parts(builder, 0)
+    assert "## Project\n" in before.stable
+    with pytest.warns(PromptCacheWarning):
+        changed = turn_parts(builder, 1, session_facts={"Session": "sess_9"})
+    assert changed.stable == before.stable.replace("Session: sess_123\nTask: fix_build", "Session: sess_9")
+    with pytest.warns(PromptCacheWarning):
+        context = turn_parts(builder, 2, session_context=[("Project", "small")])
+    assert context.stable == "## Session Facts\nSession: sess_9\n\n## Project\nsmall"
+
+
 def test_new_session_changes_the_stable_part_without_a_warning():
     builder = big_builder()
     before = builder.prefix_hash()

@@ -235,7 +235,8 @@ class PromptBuilder:
     def new_session(
         self, *, session_facts: Pairs | None = None, session_context: Pairs | None = None
     ) -> None:
-        """Start a new session: set the stable part without reporting a change."""
+        """Start a new session: set the stable part (``None``: nothing) without
+        reporting a change."""
         self._stable_key = None
         self._set_stable(session_facts, session_context)
 
@@ -409,12 +410,17 @@ class PromptBuilder:
         layer (``## Loaded Skills``): the skills named in ``skills`` and those
         ``task`` names. ``instructions`` (``## Instructions``): text or lines.
         ``dimensions`` (``## Task``): the task block, rendered within
-        ``task_budget`` tokens. ``session_facts``/``session_context``: a new
-        stable part (reported as a change; ``None`` keeps the current one).
+        ``task_budget`` tokens. ``session_facts``, ``session_context``: new
+        values for the stable part (a change is reported; ``None`` keeps the
+        current value).
         """
         changed = False
         if session_facts is not None or session_context is not None:
-            changed = self._set_stable(session_facts, session_context)
+            facts, context_ = self._stable_key
+            changed = self._set_stable(
+                facts if session_facts is None else session_facts,
+                context_ if session_context is None else session_context,
+            )
             if changed:
                 warnings.warn(
                     "prompt cache: the stable part changed within the session, so the provider's"

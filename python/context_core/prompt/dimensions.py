@@ -256,17 +256,17 @@ class DimensionBlock:
     used: Allocation
     """Each dimension's exact tokens as rendered (at most its share)."""
     truncated: tuple[Truncation, ...] = field(default=())
-    """Items cut or left out to fit, in the order they were met."""
+    """Items cut or left out to fit, by dimension, in fill order."""
 
 
 class Dimensions:
-    """Collects a task's content by source, then renders the task block.
+    """Collects a task's content by source, then renders the task block::
 
-    >>> dims = Dimensions()
-    >>> dims.add("Field names must use snake_case", "user")   # -> <MEM>
-    >>> dims.add(source_code, "file", label="src/app.py")     # -> <FILE path=...>
-    >>> dims.add("Add an idempotency check", "task")          # -> <TASK>
-    >>> block = dims.render(4000, tokenizer)
+    dims = Dimensions()
+    dims.add("Field names must use snake_case", "user")   # <MEM>constraint: ...</MEM>
+    dims.add(source_code, "file", label="src/app.py")     # <FILE path="src/app.py">
+    dims.add("Add an idempotency check", "task")          # <TASK>...</TASK>
+    block = dims.render(4000, tokenizer)                  # block.text, .used, .truncated
     """
 
     def __init__(self, entries: Iterable[Entry] = (), *, tagger: Tagger | None = None) -> None:
@@ -397,17 +397,19 @@ def _fill(
     """The dimension's items that fit ``share``, in output order, and their tokens."""
     layer = f"task.{dimension}"
     order = sorted(range(len(entries)), key=lambda i: (-entries[i].weight, _TAGS[entries[i].tag][1], i))
-    kept: list[tuple[int, str, int]] = []  # (index, rendered, tokens)
+    rank = {index: position for position, index in enumerate(order)}
+    kept: dict[int, tuple[str, int]] = {}  # index -> (rendered, tokens)
+    cuts: dict[int, Truncation] = {}
     left = share
     for i in order:
         entry = entries[i]
         n = counts(entry.rendered)
         if n <= left:
-            kept.append((i, entry.rendered, n))
+            kept[i] = (entry.rendered, n)
             left -= n
             continue
         head = ""
-        if _TAGS[entry.tag][3]:
+        if _TAGS[entry.tag][3]:  # an item that may be cut
             opening, body, closing = entry.parts
             head = counts.truncate(body, left, opening, closing, MARKER)
             if head and counts(head) < min(MIN_KEPT, counts(body)):
@@ -415,20 +417,22 @@ def _fill(
         if head:
             rendered = entry.parts[0] + head + entry.parts[2]
             m = counts(rendered)
-            kept.append((i, rendered, m))
+            kept[i] = (rendered, m)
             left -= m
-            truncated.append(Truncation(layer, entry.describe(), n, m))
+            cuts[i] = Truncation(layer, entry.describe(), n, m)
         else:
-            truncated.append(Truncation(layer, entry.describe(), n, 0))
-    kept.sort(key=lambda k: (_TAGS[entries[k[0]].tag][2], order.index(k[0])))
-    text = "".join(r for _, r, _ in kept)
+            cuts[i] = Truncation(layer, entry.describe(), n, 0)
+    ordered = sorted(kept, key=lambda i: (_TAGS[entries[i].tag][2], rank[i]))
+    text = "".join(kept[i][0] for i in ordered)
     if counts.additive:
-        return text, sum(n for _, _, n in kept)
-    total = counts(text)
-    while total > share:  # pieces' counts need not add up here: drop the least important
-        worst = max(kept, key=lambda k: order.index(k[0]))
-        kept.remove(worst)
-        truncated.append(Truncation(layer, entries[worst[0]].describe(), worst[2], 0))
-        text = "".join(r for _, r, _ in kept)
+        total = sum(kept[i][1] for i in ordered)
+    else:
         total = counts(text)
+        while total > share:  # the pieces' counts need not add up here: drop the least important
+            worst = max(ordered, key=rank.__getitem__)
+            ordered.remove(worst)
+            cuts[worst] = Truncation(layer, entries[worst].describe(), counts(entries[worst].rendered), 0)
+            text = "".join(kept[i][0] for i in ordered)
+            total = counts(text)
+    truncated.extend(cuts[i] for i in sorted(cuts, key=rank.__getitem__))
     return text, total
