@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from context_core import MemoryFiles, PromptBuilder, Skill, Tokenizer
+from context_core import Dimensions, MemoryFiles, PromptBuilder, Skill, Tokenizer
 from support import register
 
 TARGET_US = 50.0
@@ -157,4 +157,29 @@ def test_cold_turn(benchmark, inputs, provider, request):
     rounds = 20 if session is not None and not session.disabled else 1
     result = benchmark.pedantic(run, rounds=rounds, iterations=1)
     assert result is not None
+    record(benchmark, target=False)
+
+
+def test_task_block(benchmark):
+    """Seed 003's task block: 8 memories, 4 files (one over its share), an
+    error and a task, split by the coupling matrix and fitted by exact count
+    within 4,000 tokens (per turn, when the task block is used)."""
+    register(benchmark, "prompt task block, 4,000 tokens (8 MEM, 4 FILE, ERROR, TASK)", "ours")
+    tok = Tokenizer()
+
+    def run():
+        dims = Dimensions()
+        for i in range(8):
+            dims.add(
+                f"rule {i}: {prose(15, 7000 + i)} must hold", "system" if i < 2 else "user", label=f"k{i}"
+            )
+        for i in range(4):
+            dims.add(prose(1500 if i == 0 else 200, 8000 + i), "file", label=f"src/module_{i}.py")
+        dims.add("\n".join(f"  at frame {i} {prose(6, 9000 + i)}" for i in range(25)), "error")
+        dims.add("Add an idempotency check to the payment callback; it must not retry twice.", "task")
+        return dims.render(4000, tok)
+
+    block = benchmark(run)
+    assert block.tokens == tok.count(block.text) <= 4000
+    assert block.truncated  # the files are more than the context share
     record(benchmark, target=False)

@@ -249,3 +249,22 @@ def test_entries_check_their_fields():
         Entry("FILE", "x")  # no path
     with pytest.raises(InvalidInputError):
         Entry("MEM", "x", weight=-1)
+
+
+def test_redistribution_gives_unused_shares_to_what_was_cut():
+    tok = Tokenizer()
+    dims = Dimensions()
+    dims.add("short rule, must hold", "user")
+    dims.add(prose(3000, 6), "file", label="big.py")
+    dims.add("Fix it", "task")
+    strict = dims.render(2000, tok)
+    shared = dims.render(2000, tok, redistribute=True)
+    assert strict.allocation == shared.allocation
+    assert strict.used.context <= strict.allocation.context
+    assert shared.used.context > shared.allocation.context  # it got what the others left
+    assert shared.used.memory == strict.used.memory
+    assert shared.used.prompt == strict.used.prompt
+    assert strict.tokens < shared.tokens == tok.count(shared.text) <= 2000
+    assert shared.tokens > 2000 - 20  # little is left unused
+    (cut,) = shared.truncated
+    assert cut.kept == shared.used.context

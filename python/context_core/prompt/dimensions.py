@@ -356,10 +356,17 @@ class Dimensions:
         *,
         complexity: float | None = None,
         weights: CouplingWeights | None = None,
+        redistribute: bool = False,
     ) -> DimensionBlock:
         """The task block within ``budget`` tokens, counted with ``tokenizer``
         (o200k_base by default). ``complexity`` (0-10) defaults to
-        :meth:`complexity`; ``weights`` to :meth:`weights`."""
+        :meth:`complexity`; ``weights`` to :meth:`weights`.
+
+        Each dimension is held to its share. With ``redistribute=True`` the
+        tokens a dimension leaves unused go, in a second pass, to the
+        dimensions that had to cut something (Memory, Context, Prompt, in that
+        order), so a dimension's ``used`` may pass its ``allocation``; the
+        block never passes ``budget``."""
         if isinstance(tokenizer, TokenCounts):
             counts = tokenizer
         else:
@@ -372,12 +379,24 @@ class Dimensions:
         elif not isinstance(weights, CouplingWeights):
             raise InvalidTypeError(f"weights must be CouplingWeights, got {type(weights).__name__}")
         allocation = split_budget(budget, weights)
-        texts, used, truncated = [], [], []
-        for dimension, share in zip(DIMENSIONS, allocation, strict=True):
-            entries = [e for e in self._entries if e.dimension == dimension]
-            text, tokens = _fill(entries, dimension, share, counts, truncated)
+        texts, used, cuts = [], [], []
+        groups = [[e for e in self._entries if e.dimension == dimension] for dimension in DIMENSIONS]
+        for dimension, entries, share in zip(DIMENSIONS, groups, allocation, strict=True):
+            found: list[Truncation] = []
+            text, tokens = _fill(entries, dimension, share, counts, found)
             texts.append(text)
             used.append(tokens)
+            cuts.append(found)
+        if redistribute:
+            spare = budget - sum(used)
+            for i, dimension in enumerate(DIMENSIONS):
+                if spare <= 0 or not cuts[i]:
+                    continue
+                found = []
+                text, tokens = _fill(groups[i], dimension, used[i] + spare, counts, found)
+                spare -= tokens - used[i]
+                texts[i], used[i], cuts[i] = text, tokens, found
+        truncated = [cut for found in cuts for cut in found]
         text = "".join(texts)
         return DimensionBlock(
             text=text,
