@@ -166,17 +166,22 @@ def test_task_block(benchmark):
     within 4,000 tokens (per turn, when the task block is used)."""
     register(benchmark, "prompt task block, 4,000 tokens (8 MEM, 4 FILE, ERROR, TASK)", "ours")
     tok = Tokenizer()
+    rules = [
+        (f"rule {i}: {prose(15, 7000 + i)} must hold", "system" if i < 2 else "user", f"k{i}")
+        for i in range(8)
+    ]
+    files = [(prose(1500 if i == 0 else 200, 8000 + i), f"src/module_{i}.py") for i in range(4)]
+    error = "\n".join(f"  at frame {i} {prose(6, 9000 + i)}" for i in range(25))
+    task = "Add an idempotency check to the payment callback; it must not retry twice."
 
     def run():
         dims = Dimensions()
-        for i in range(8):
-            dims.add(
-                f"rule {i}: {prose(15, 7000 + i)} must hold", "system" if i < 2 else "user", label=f"k{i}"
-            )
-        for i in range(4):
-            dims.add(prose(1500 if i == 0 else 200, 8000 + i), "file", label=f"src/module_{i}.py")
-        dims.add("\n".join(f"  at frame {i} {prose(6, 9000 + i)}" for i in range(25)), "error")
-        dims.add("Add an idempotency check to the payment callback; it must not retry twice.", "task")
+        for text, source, key in rules:
+            dims.add(text, source, label=key)
+        for text, path in files:
+            dims.add(text, "file", label=path)
+        dims.add(error, "error")
+        dims.add(task, "task")
         return dims.render(4000, tok)
 
     block = benchmark(run)
