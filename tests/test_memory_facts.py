@@ -106,11 +106,25 @@ def test_parse_fact_is_lenient_about_what_callers_write(given, expected):
         "two\nlines",
         "tab\tin",
         "a\u2028b",
+        "lone \ud800 surrogate",
+        "- [fact: k\udc80] escaped byte in the key",
+        "\udfff",
     ],
 )
 def test_parse_fact_refuses(bad):
     with pytest.raises(MemoryFormatError):
         parse_fact(bad)
+
+
+def test_a_lone_surrogate_is_not_a_fact():
+    with pytest.raises(MemoryFormatError, match="surrogate"):
+        Fact("port \ud83d 5433")
+    with pytest.raises(MemoryFormatError, match="surrogate"):
+        Fact("x", "fact", "key \udcff")
+    # A stored line holding bytes that are not UTF-8 (read with surrogateescape) is raw text.
+    assert parse_line("- [fact] caf\udce9") == RawLine("- [fact] caf\udce9")
+    with pytest.raises(MemoryFormatError):
+        parse_reply("- [fact] ok\n- [fact] bad \ud800")
 
 
 def test_fact_validation():
@@ -157,10 +171,32 @@ def test_near_duplicates(a, b):
         ("v1.2.3", "v1.2.4"),
         ("use_snake", "use snake"),
         ("#42", "42"),
+        (".env", "env"),
+        (".5", "5"),
+        ("::1", "1"),
+        (":8080", "8080"),
+        ("edit .env now", "edit env now"),
+        ("listen on ::1.", "listen on 1."),
     ],
 )
 def test_exact_values_are_never_blurred(a, b):
     assert normalize(a) != normalize(b)
+
+
+# A value with a leading character that is part of it; the bare word must stay distinct.
+_value_prefixes = st.sampled_from([".", "..", ":", "::", "/", "~/", "#", "@", "-", "$", "_"])
+_values = st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True)
+
+
+@given(_value_prefixes, _values, st.sampled_from(["", ".", "!", ",", "?", ";"]))
+def test_a_values_leading_characters_are_never_stripped(prefix, value, end):
+    assert normalize(prefix + value + end) != normalize(value + end)
+    assert normalize(prefix + value + end) == normalize(prefix + value)  # trailing punctuation goes
+
+
+@pytest.mark.parametrize("wrapped", ["`.env`", "**.env**", "(.env)", '".env".', "“.env”", "'.env',"])
+def test_quotes_brackets_and_emphasis_go_at_both_ends(wrapped):
+    assert normalize(wrapped) == ".env"
 
 
 def test_the_key_is_part_of_the_signature():

@@ -142,6 +142,21 @@ def test_oversized_or_malformed_input_is_refused_whole(tmp_path, how):
     assert snapshot(tmp_path) == before
 
 
+def test_a_lone_surrogate_is_refused_and_nothing_invalid_is_written(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    mem.append(["before"])
+    before = snapshot(tmp_path)
+    for bad in (["ok", "port \ud800 5433"], [Fact("ok"), "- [fact: k\udce9] x"]):
+        with pytest.raises(MemoryFormatError, match="surrogate"):
+            mem.append(bad)
+    with pytest.raises(MemoryFormatError, match="surrogate"):
+        mem.persist_learnings([{"role": "user", "content": "hi"}], llm=FakeModel("- [fact] bad \udc80"))
+    # The offline extractor skips a sentence that is not text.
+    assert mem.persist_learnings([{"role": "user", "content": "The port is 54\ud80033."}]).appended == ()
+    assert snapshot(tmp_path) == before
+    (tmp_path / "MEMORY.md").read_bytes().decode("utf-8")  # valid UTF-8
+
+
 def test_default_limits_4k_line_1m_batch(tmp_path):
     mem = MemoryFiles(tmp_path, durability="never")
     with pytest.raises(MemoryLimitError, match="max_line_bytes=4096"):

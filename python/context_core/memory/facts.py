@@ -18,13 +18,15 @@ A memory file (``MEMORY.md`` or a fragment) is Markdown whose fact lines read::
   the older one when memory is consolidated. A fact without a key is never replaced,
   only deduplicated. Colons in the text never make a key: only the bracket
   does.
-* ``text`` is one line of free text (no control characters or line breaks).
+* ``text`` is one line of free text (no control characters, line breaks or
+  lone surrogates).
 
 Two facts are *near duplicates* when their key and text are equal after
 :func:`normalize` (Unicode NFKC, case folding, white space collapsed, quotes,
-emphasis and sentence punctuation at word edges dropped); the kind does not
-count. Exact values are never blurred: ``port 5433`` and ``port 5434`` differ,
-and so do ``/etc/app`` and ``etc/app``.
+brackets and emphasis dropped at both ends of a word, sentence punctuation at
+its end); the kind does not count. Exact values are never blurred: ``port
+5433`` and ``port 5434`` differ, and so do ``/etc/app`` and ``etc/app``,
+``.env`` and ``env``, ``::1`` and ``1``.
 
 Every other line (headings, prose, blank lines) is kept as written and never
 treated as a fact.
@@ -69,21 +71,29 @@ FRAGMENT_NAME = re.compile(r"auto-\d{4}-\d{2}-\d{2}-[0-9a-f]{4,8}\.md")
 _KIND = r"[a-z][a-z0-9_-]{0,31}"
 _LINE = re.compile(rf"- \[(?P<kind>{_KIND})(?:: *(?P<key>[^\[\]]+?))?\] +(?P<text>.+)")
 _LENIENT = re.compile(rf"(?:[-*] +)?\[(?P<kind>{_KIND})(?:: *(?P<key>[^\[\]]+?))?\] *(?P<text>.*)", re.I)
-# Characters that must not occur in a fact: controls, and everything str.splitlines splits on.
-_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-# Stripped from word edges: ASCII and CJK sentence punctuation, quotes, brackets.
-_EDGE = (
-    ".,;:!?\"'`*()[]{}<>"
-    "\u2026\u3002\uff0c\u3001\uff1b\uff1a\uff01\uff1f\u300c\u300d\u300e\u300f\uff08\uff09\u300a\u300b\u201c\u201d\u2018\u2019"
-)
+# Characters that must not occur in a fact: controls, everything str.splitlines splits on,
+# and lone surrogates (not text: they cannot be written as UTF-8).
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# Stripped from both ends of a word: quotes, brackets and emphasis (ASCII and CJK).
+_WRAP = "\"'`*()[]{}<>\u300c\u300d\u300e\u300f\uff08\uff09\u300a\u300b\u201c\u201d\u2018\u2019"
+# Stripped from the end of a word only: sentence punctuation (ASCII and CJK). A leading
+# "." or ":" is part of a value (".env", ".5", "::1", ":8080").
+_TRAILING = ".,;:!?\u2026\u3002\uff0c\u3001\uff1b\uff1a\uff01\uff1f"
+_TRAILING_AND_WRAP = _TRAILING + _WRAP
 
 
 def normalize(text: str) -> str:
     """The form near duplicates share: NFKC, case folded, words split on white
-    space, quotes, emphasis and sentence punctuation stripped from each word's
-    edges (so ``/``, ``~``, ``-``, ``_``, ``#``, ``@`` and inner dots stay)."""
+    space; quotes, brackets and emphasis stripped from both ends of each word,
+    sentence punctuation from its end only (so ``/``, ``~``, ``-``, ``_``,
+    ``#``, ``@``, inner dots and a leading ``.`` or ``:`` stay: ``.env`` is not
+    ``env``, ``::1`` is not ``1``)."""
     words = unicodedata.normalize("NFKC", text).casefold().split()
-    return " ".join(w for w in (word.strip(_EDGE) for word in words) if w)
+    return " ".join(w for w in (_strip_word(word) for word in words) if w)
+
+
+def _strip_word(word: str) -> str:
+    return word.rstrip(_TRAILING_AND_WRAP).lstrip(_WRAP)
 
 
 def _check_text(what: str, value: str) -> str:
@@ -92,10 +102,13 @@ def _check_text(what: str, value: str) -> str:
         raise MemoryFormatError(f"a fact's {what} is empty", text=value)
     bad = _FORBIDDEN.search(value)
     if bad:
-        raise MemoryFormatError(
-            f"a fact's {what} holds the control or line-break character {bad.group()!r} (a fact is one line)",
-            text=value,
+        char = bad.group()
+        why = (
+            "a lone surrogate (not text; it cannot be written as UTF-8)"
+            if "\ud800" <= char <= "\udfff"
+            else "a control or line-break character (a fact is one line)"
         )
+        raise MemoryFormatError(f"a fact's {what} holds {char!r}: {why}", text=value)
     return value
 
 
