@@ -643,15 +643,54 @@ def test_a_whole_batch_left_pending_is_kept(tmp_path):
     assert mem.facts() == [Fact("kept"), Fact("whole")]
 
 
-def test_a_torn_last_line_is_never_a_fact_and_is_cut_before_appending(tmp_path):
+def test_a_hand_written_last_line_without_its_newline_is_kept(tmp_path):
     mem = MemoryFiles(tmp_path, durability="never")
     mem.append(["kept"])
     with open(tmp_path / "MEMORY.md", "ab") as handle:
-        handle.write(b"- [fact] torn")
-    assert mem.facts() == [Fact("kept")]
-    assert mem.read() == "- [fact] kept\n"
+        handle.write(b"- [fact] hand written")  # an editor that adds no final newline
+    assert mem.read() == "- [fact] kept\n- [fact] hand written\n"
+    assert mem.facts() == [Fact("kept"), Fact("hand written")]
+    assert mem.append(["Hand written."]).duplicates == (Fact("Hand written."),)
     mem.append(["next"])
-    assert (tmp_path / "MEMORY.md").read_bytes() == b"- [fact] kept\n- [fact] next\n"
+    assert (tmp_path / "MEMORY.md").read_bytes() == b"- [fact] kept\n- [fact] hand written\n- [fact] next\n"
+    # The same in a fragment.
+    mem = MemoryFiles(tmp_path / "b", max_lines=5, durability="never")
+    mem.append(["a1", "a2", "a3", "a4"])
+    name = mem.append(["b1", "b2"]).file
+    with open(mem.root + "/" + name, "ab") as handle:
+        handle.write(b"- [fact] in the fragment")
+    assert mem.facts()[-1] == Fact("in the fragment")
+    assert mem.append(["last"]).file == name
+    with open(mem.root + "/" + name, "rb") as handle:
+        assert handle.read() == b"- [fact] b1\n- [fact] b2\n- [fact] in the fragment\n- [fact] last\n"
+
+
+def test_a_torn_batch_after_a_hand_written_line_is_cut_back_to_that_line(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    path = tmp_path / "MEMORY.md"
+    path.write_bytes(b"- [fact] kept\n- [fact] hand written")
+    offset = path.stat().st_size
+    batch = b"\n- [fact] half one\n- [fact] half two\n"  # what append writes: the newline first
+    with open(path, "ab") as handle:
+        handle.write(batch[:26])  # killed mid-write
+    digest = hashlib.sha256(batch).hexdigest()
+    (tmp_path / ".memory.pending").write_text(
+        f"MEMORY.md {path.stat().st_ino} {offset} {len(batch)} {digest}\n"
+    )
+    # No lock: the whole lines of the torn batch show until a locked call cuts it back.
+    assert mem.read() == "- [fact] kept\n- [fact] hand written\n- [fact] half one\n"
+    assert mem.facts() == [Fact("kept"), Fact("hand written")]
+    assert path.read_bytes() == b"- [fact] kept\n- [fact] hand written"
+    assert mem.read() == "- [fact] kept\n- [fact] hand written\n"
+
+
+def test_a_lockless_read_leaves_out_a_last_line_an_append_may_be_writing(tmp_path):
+    mem = MemoryFiles(tmp_path, durability="never")
+    mem.append(["kept"])
+    with open(tmp_path / "MEMORY.md", "ab") as handle:
+        handle.write(b"- [fact] half writ")
+    (tmp_path / ".memory.pending").write_text("MEMORY.md 1 14 40 0000\n")  # an append under way
+    assert mem.read() == "- [fact] kept\n"
 
 
 def test_an_orphan_fragment_gets_its_pointer_and_an_empty_one_goes(tmp_path):

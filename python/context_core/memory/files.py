@@ -42,8 +42,8 @@ from context_core.memory.facts import (
     to_facts,
 )
 from context_core.memory.prompts import consolidate_prompt, extract_prompt
-from context_core.memory.safety import LOCK_NAME, MEMORY_NAME, ensure_root, open_file, open_root, read_file
-from context_core.memory.store import Cached, Store, encode
+from context_core.memory.safety import LOCK_NAME, MEMORY_NAME, ensure_root, open_file, open_root
+from context_core.memory.store import Cached, Store, encode, read_lockless
 
 __all__ = ["AppendResult", "ConsolidateResult", "MemoryFiles"]
 
@@ -191,12 +191,22 @@ class MemoryFiles:
     # -- reading --------------------------------------------------------------------
 
     def read(self, *, expand: bool = False) -> str:
-        """MEMORY.md's text ("" if there is none yet). ``expand=True``: each
-        pointer line replaced by its fragment's lines (read under the lock)."""
+        """MEMORY.md's text ("" if there is none yet), every line ending in a
+        newline. ``expand=True``: each pointer line replaced by its fragment's
+        lines, read under the lock after recovery.
+
+        Without ``expand`` no lock is taken (a read never waits, and works in
+        a root it cannot write to), so what it returns is the file as one
+        ``read`` saw it: whole lines only. A batch that another process is
+        appending at that moment may show only its first lines; a batch a
+        killed writer left half written shows its whole lines until the next
+        locked call cuts it back; and while an append is under way (or was cut
+        short) a last line without its newline is left out, else it is
+        included (a hand edit). A consolidation replaces the file in one
+        rename, so a read sees the old file or the new one, never a mix."""
         if not expand:
             with open_root(self.root) as dir_fd:
-                data = read_file(self.root, dir_fd, MEMORY_NAME) or b""
-            return data[: data.rfind(b"\n") + 1].decode("utf-8", "replace")
+                return read_lockless(self.root, dir_fd).decode("utf-8", "replace")
         with self._locked() as store:
             memory, fragments = store.recover()
             by_name = {cached.name: cached for cached in fragments}

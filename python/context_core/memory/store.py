@@ -11,7 +11,9 @@ with ``durability="always"``); after the write (and its fsync) the record is
 cleared. A writer killed mid-write leaves the record behind: the next lock
 holder finds the batch incomplete and cuts the file back to the offset, or
 finds it whole and keeps it. A short write (a full disk) is cut back at once.
-A last line without its newline is never read as a fact.
+Only bytes a record covers are ever cut: a last line without its newline that
+no record covers (a hand edit) is read as a line like any other, and an append
+first ends it with a newline (part of the recorded batch).
 
 **A new fragment** is written to a temporary file, synced, renamed to
 ``auto-YYYY-MM-DD-xxxx.md``, then its pointer line is appended to
@@ -56,6 +58,7 @@ from context_core.memory.safety import (
     check_name,
     fsync_dir,
     open_file,
+    read_file,
     write_all,
 )
 
@@ -75,6 +78,7 @@ class Cached:
     signatures: set[str] = field(default_factory=set)
     tail: bytes = b""  # the last bytes up to ``complete``: a grown file must still end its old part so
     pointer_names: list[str] = field(default_factory=list)
+    open_end: bool = False  # the last item was read from a last line without its newline
 
     def facts(self) -> list[Fact]:
         return [item for item in self.items if isinstance(item, Fact)]
@@ -87,8 +91,15 @@ TAIL = 64
 
 
 def _parse(cached: Cached, data: bytes) -> None:
+    """Add ``data``'s lines to ``cached``; a last line without its newline too
+    (read under the lock, after recovery: no append is under way, so it is a
+    hand edit, not a torn batch), marked ``open_end``."""
     end = data.rfind(b"\n") + 1
-    for raw in data[:end].split(b"\n")[:-1]:
+    lines = data[:end].split(b"\n")[:-1]
+    if end < len(data):
+        lines.append(data[end:])
+        cached.open_end = True
+    for raw in lines:
         item = parse_line(raw.decode("utf-8", "surrogateescape").rstrip("\r"))
         cached.items.append(item)
         if isinstance(item, Fact):
@@ -97,6 +108,38 @@ def _parse(cached: Cached, data: bytes) -> None:
             cached.pointer_names.append(item.name)
     cached.complete += end
     cached.tail = (cached.tail + data[:end])[-TAIL:]
+
+
+def read_lockless(root: str, dir_fd: int) -> bytes:
+    """MEMORY.md's whole lines, read without the lock (for :meth:`MemoryFiles.read`).
+
+    A last line without its newline is included (as if it had one) only when no
+    append was under way: ``.memory.pending`` is empty after the read and the
+    file's size is still what was read. Otherwise it may be a batch being
+    written, or one a killed writer left torn, and is left out."""
+    for _ in range(3):
+        fd = open_file(root, dir_fd, MEMORY_NAME, os.O_RDONLY)
+        if fd is None:
+            return b""
+        try:
+            chunks = []
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            data = b"".join(chunks)
+            if not data or data.endswith(b"\n"):
+                return data
+            if read_file(root, dir_fd, PENDING_NAME):
+                break  # an append is under way, or was cut short by a kill
+            if os.fstat(fd).st_size == len(data):
+                return data + b"\n"
+        except OSError as error:
+            raise MemoryStorageError(f"cannot read {os.path.join(root, MEMORY_NAME)}: {error}") from error
+        finally:
+            os.close(fd)
+    return data[: data.rfind(b"\n") + 1]
 
 
 def encode(lines: Iterable[str]) -> bytes:
@@ -148,7 +191,7 @@ class Store:
             return None
         try:
             info = os.fstat(fd)
-            if cached is not None and cached.ino == info.st_ino:
+            if cached is not None and cached.ino == info.st_ino and not cached.open_end:
                 start = cached.complete
                 if info.st_size >= cached.size and os.pread(
                     fd, len(cached.tail), start - len(cached.tail)
@@ -296,7 +339,9 @@ class Store:
         pending = None
         try:
             info = os.fstat(fd)
-            offset = self._cut_torn_line(fd, name, info.st_size)
+            offset = info.st_size
+            if offset and os.pread(fd, 1, offset - 1) != b"\n":
+                data = b"\n" + data  # end a hand-written last line first (it is kept)
             pending = open_file(self.root, self.dir_fd, PENDING_NAME, os.O_RDWR, create=True)
             assert pending is not None
             digest = hashlib.sha256(data).hexdigest()
@@ -317,23 +362,6 @@ class Store:
             os.close(fd)
             if pending is not None:
                 os.close(pending)
-
-    def _cut_torn_line(self, fd: int, name: str, size: int) -> int:
-        """The offset to append at: a last line without its newline (a write
-        cut short by a power loss) is removed first."""
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return size
-        start = max(0, size - (1 << 16))
-        while True:
-            chunk = os.pread(fd, size - start, start)
-            at = chunk.rfind(b"\n")
-            if at >= 0 or start == 0:
-                end = start + at + 1
-                break
-            start = max(0, start - (1 << 16))
-        os.ftruncate(fd, end)
-        self.cache.pop(name, None)
-        return end
 
     def new_fragment_name(self, taken: Iterable[str] = ()) -> str:
         """A fragment name for today (UTC) that nothing in the root uses."""
