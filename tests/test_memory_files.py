@@ -77,6 +77,31 @@ def test_facts_already_present_are_not_appended_again(mem):
     assert len(mem.read().splitlines()) == 3
 
 
+@pytest.mark.parametrize("max_lines", [150, 2])  # all in MEMORY.md, or spread over fragments
+def test_a_keys_value_that_comes_back_is_appended_and_wins(tmp_path, max_lines):
+    mem = MemoryFiles(tmp_path, max_lines=max_lines, durability="never")
+    assert mem.append(["- [fact: db port] 5433", "keyless"]).appended
+    assert mem.append(["- [fact: db port] 5434"]).appended
+    back = mem.append(["- [fact: DB port] 5433.", "Keyless."])
+    assert back.appended == (Fact("5433.", "fact", "DB port"),)  # the newest value is 5434: not a duplicate
+    assert back.duplicates == (Fact("Keyless."),)  # a keyless fact: a duplicate anywhere
+    assert mem.append(["- [decision: db port] 5433"]).duplicates  # now it is the newest value
+    assert [f.text for f in mem.facts() if f.key] == ["5433", "5434", "5433."]
+    mem.consolidate(force=True)
+    assert [f.line() for f in mem.facts()] == ["- [fact: DB port] 5433.", "- [fact] keyless"]
+
+
+def test_a_batch_is_checked_against_its_own_earlier_values(mem):
+    result = mem.append(["- [fact: k] a", "- [fact: k] b", "- [fact: k] A.", "- [fact: k] a", "x", "X!"])
+    assert [f.line() for f in result.appended] == [
+        "- [fact: k] a",
+        "- [fact: k] b",
+        "- [fact: k] A.",
+        "- [fact] x",
+    ]
+    assert [f.line() for f in result.duplicates] == ["- [fact: k] a", "- [fact] X!"]
+
+
 def test_over_the_limit_facts_go_to_a_fragment_with_one_pointer(mem):
     mem.append(["a1", "a2", "a3", "a4"])
     result = mem.append(["b1", "b2"])  # 4 + 2 > 5: the whole batch to a fragment

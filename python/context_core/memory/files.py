@@ -61,7 +61,8 @@ class AppendResult:
     appended: tuple[Fact, ...]
     """The facts written, in order."""
     duplicates: tuple[Fact, ...]
-    """The facts not written: already in memory (or twice in the batch)."""
+    """The facts not written: already in memory (or earlier in the batch); for
+    a fact with a key, already its key's newest value."""
     file: str | None
     """Where they went: ``"MEMORY.md"``, a fragment's name, or ``None``."""
 
@@ -264,8 +265,11 @@ class MemoryFiles:
         """BoundedAppend: write ``facts`` (:class:`Fact` objects or lines such as
         ``"- [decision: db] Use Postgres 16"``), under the lock, in one write.
 
-        Facts already in memory (near duplicates in MEMORY.md or any fragment)
-        are skipped. The batch goes to MEMORY.md while it fits (and no fragment
+        Facts already in memory are skipped: a fact without a key when a near
+        duplicate of it is anywhere (MEMORY.md or any fragment), a fact with a
+        key when it is a near duplicate of its key's newest value (so a value
+        that comes back after another, ``5433`` then ``5434`` then ``5433``, is
+        written and wins). The batch goes to MEMORY.md while it fits (and no fragment
         exists yet), else to today's newest fragment while that has room, else
         to a new fragment ``auto-YYYY-MM-DD-xxxx.md`` with a pointer line in
         MEMORY.md. The whole batch is refused, nothing written, if a line is
@@ -280,14 +284,24 @@ class MemoryFiles:
 
     def _append_locked(self, store: Store, batch: Sequence[Fact]) -> AppendResult:
         memory, fragments = store.recover()
-        present = [memory.signatures] + [cached.signatures for cached in fragments]
-        new, duplicates, seen = [], [], set()
+        files = [memory, *fragments]  # oldest first
+        new, duplicates = [], []
+        seen: set[str] = set()  # keyless facts of the batch
+        current: dict[str, str] = {}  # a key's newest value so far in the batch
         for fact in batch:
-            signature = fact.signature
-            if signature in seen or any(signature in signatures for signatures in present):
+            signature, identity = fact.signature, fact.identity
+            if identity is None:  # a duplicate anywhere
+                duplicate = signature in seen or any(signature in c.signatures for c in files)
+                seen.add(signature)
+            else:  # a duplicate only of its key's newest value (an older value may come back)
+                newest = current.get(identity)
+                if newest is None:
+                    newest = next((c.newest[identity] for c in reversed(files) if identity in c.newest), None)
+                duplicate = newest == signature
+                current[identity] = signature
+            if duplicate:
                 duplicates.append(fact)
             else:
-                seen.add(signature)
                 new.append(fact)
         if not new:
             return AppendResult((), tuple(duplicates), None)

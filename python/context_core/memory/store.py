@@ -76,6 +76,7 @@ class Cached:
     complete: int = 0  # bytes up to and including the last newline
     items: list[Item] = field(default_factory=list)
     signatures: set[str] = field(default_factory=set)
+    newest: dict[str, str] = field(default_factory=dict)  # a key (identity) -> its last fact's signature
     tail: bytes = b""  # the last bytes up to ``complete``: a grown file must still end its old part so
     pointer_names: list[str] = field(default_factory=list)
     open_end: bool = False  # the last item was read from a last line without its newline
@@ -104,6 +105,8 @@ def _parse(cached: Cached, data: bytes) -> None:
         cached.items.append(item)
         if isinstance(item, Fact):
             cached.signatures.add(item.signature)
+            if item.identity is not None:
+                cached.newest[item.identity] = item.signature
         elif isinstance(item, Pointer):
             cached.pointer_names.append(item.name)
     cached.complete += end
