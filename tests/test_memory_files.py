@@ -23,6 +23,7 @@ from context_core import (
     MemoryLimitError,
     MemoryLockError,
     MemoryPathError,
+    MemoryStorageError,
 )
 from context_core.memory import parse_reply
 from context_core.memory.facts import parse_line
@@ -584,6 +585,83 @@ def test_a_consolidation_overtaken_by_another_writes_nothing(tmp_path):
     assert not result.ran
     assert result.reason.startswith("superseded")
     assert mem.facts() == facts
+
+
+def echo_memory(messages) -> str:
+    """A model that hands back the memory it was given, as it was."""
+    return messages[1]["content"].removeprefix("<memory>\n").removesuffix("</memory>").strip()
+
+
+def test_other_consolidations_during_the_model_call_supersede_it(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=20, durability="never")
+    mem.append(["- [fact: db port] 5433", "a", "b"])
+    assert mem.consolidate(force=True).ran
+    other = MemoryFiles(tmp_path, max_lines=20, durability="never")  # "another process"
+    newest = []
+
+    def model(messages):
+        reply = echo_memory(messages)  # the memory as it was: port 5433
+        snapshot_inode = os.stat(mem.memory_path).st_ino
+        # Consolidate, append a newer value, consolidate: MEMORY.md has as many lines as
+        # before, and (ext4 reuses a freed inode at once) soon the inode it had, too.
+        for port in range(5434, 5454):
+            assert other.consolidate(force=True).ran
+            assert other.append([f"- [fact: db port] {port}"]).appended
+            newest[:] = [port]
+            assert other.consolidate(force=True).ran
+            if os.stat(mem.memory_path).st_ino == snapshot_inode:
+                break
+        return reply
+
+    result = mem.consolidate(model, force=True)
+    assert not result.ran
+    assert result.reason.startswith("superseded")
+    assert [f.line() for f in mem.facts()] == [f"- [fact: db port] {newest[0]}", "- [fact] a", "- [fact] b"]
+
+
+def test_a_hand_edit_during_the_model_call_supersedes_it(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=20, durability="never")
+    mem.append(["- [fact: db port] 5433", "a", "b"])
+
+    def model(messages):
+        (tmp_path / "edited").write_text("- [fact: db port] 6000\n- [fact] a\n- [fact] b\n")
+        os.replace(tmp_path / "edited", tmp_path / "MEMORY.md")  # as an editor saves
+        return echo_memory(messages)
+
+    result = mem.consolidate(model, force=True)
+    assert (result.ran, result.reason) == (
+        False,
+        "superseded: MEMORY.md was edited meanwhile; nothing written",
+    )
+    assert mem.facts()[0].text == "6000"
+
+
+def test_a_consolidation_killed_before_its_commit_still_supersedes_one_in_flight(tmp_path, monkeypatch):
+    """The generation token changes before MEMORY.md is replaced: a crash between the
+    two costs the consolidation waiting for its model, never lets it write stale facts."""
+    from context_core.memory.store import Store
+
+    mem = MemoryFiles(tmp_path, max_lines=3, durability="never")
+    many_fragments(mem, 2)
+    facts = mem.facts()
+    write_new = Store.write_new
+
+    def crash_at_the_commit(self, name, data):
+        if name == "MEMORY.md":
+            raise MemoryStorageError("killed")
+        write_new(self, name, data)
+
+    def model(messages):
+        with monkeypatch.context() as patch:
+            patch.setattr(Store, "write_new", crash_at_the_commit)
+            with pytest.raises(MemoryStorageError):
+                MemoryFiles(tmp_path, max_lines=3, durability="never").consolidate(force=True)
+        return echo_memory(messages)
+
+    result = mem.consolidate(model, force=True)
+    assert not result.ran
+    assert result.reason.startswith("superseded")
+    assert mem.facts() == facts  # the interrupted one undone at the next lock
 
 
 # -- async ------------------------------------------------------------------------------

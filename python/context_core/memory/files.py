@@ -3,7 +3,8 @@
 A root holds ``MEMORY.md`` (at most ``max_lines`` lines, 150 by default),
 fragments ``auto-YYYY-MM-DD-xxxx.md`` for what does not fit, and its
 bookkeeping: ``.memory.lock`` (the lock), ``.memory_gc`` (touched by each
-consolidation), ``.memory.pending`` (the append in progress). See
+consolidation), ``.memory.generation`` (a token each consolidation changes),
+``.memory.pending`` (the append in progress). See
 :mod:`context_core.memory.facts` for the line format, :mod:`.store` for how
 appends and consolidations survive a crash, :mod:`.extract` and
 :mod:`.consolidate` for what the offline defaults do.
@@ -91,9 +92,9 @@ class ConsolidateResult:
 
 @dataclass
 class _Snapshot:
-    memory: Cached
-    memory_items: int
-    fragments: list[tuple[str, int, int]]  # (name, inode, items read)
+    generation: str  # .memory.generation when read
+    memory_items: int  # MEMORY.md's items: the first ones of ``items``
+    fragments: list[tuple[str, int, int]]  # (name, where its items start in ``items``, how many)
     items: list[Item]
 
 
@@ -425,25 +426,28 @@ class MemoryFiles:
             why = self._due(store, fragments)
             if why is not None:
                 return ConsolidateResult(False, why)
-        items = list(memory.items) + [item for cached in fragments for item in cached.items]
-        return _Snapshot(
-            memory,
-            len(memory.items),
-            [(cached.name, cached.ino, len(cached.items)) for cached in fragments],
-            items,
-        )
+        items = list(memory.items)
+        spans = []
+        for cached in fragments:
+            spans.append((cached.name, len(items), len(cached.items)))
+            items.extend(cached.items)
+        return _Snapshot(store.generation(), len(memory.items), spans, items)
 
     def _finish(self, store: Store, snap: _Snapshot, reply: list[Fact] | None, why: str) -> ConsolidateResult:
         memory, fragments = store.recover()
-        replaced = snap.memory.ino != -1 and memory.ino != snap.memory.ino  # -1: there was none
-        if replaced or len(memory.items) < snap.memory_items:
-            return ConsolidateResult(False, "superseded: MEMORY.md was replaced meanwhile; nothing written")
+        n = snap.memory_items
+        if store.generation() != snap.generation:
+            return ConsolidateResult(
+                False, "superseded: another consolidation ran meanwhile; nothing written"
+            )
+        if memory.items[:n] != snap.items[:n]:
+            return ConsolidateResult(False, "superseded: MEMORY.md was edited meanwhile; nothing written")
         by_name = {cached.name: cached for cached in fragments}
-        merged, later = [], list(memory.items[snap.memory_items :])
-        for name, ino, count in snap.fragments:
+        merged, later = [], list(memory.items[n:])
+        for name, start, count in snap.fragments:
             cached = by_name.get(name)
-            if cached is None or cached.ino != ino:
-                continue
+            if cached is None or cached.items[:count] != snap.items[start : start + count]:
+                continue  # gone, or edited: left as it is
             merged.append(name)
             later.extend(cached.items[count:])  # appended while the model ran
         kept = [c.name for c in fragments if c.name not in set(merged)]

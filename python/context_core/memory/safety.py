@@ -24,6 +24,7 @@ from context_core.memory.facts import FRAGMENT_NAME
 
 __all__ = [
     "GC_NAME",
+    "GENERATION_NAME",
     "LOCK_NAME",
     "MEMORY_NAME",
     "PENDING_NAME",
@@ -40,6 +41,7 @@ MEMORY_NAME = "MEMORY.md"
 LOCK_NAME = ".memory.lock"
 GC_NAME = ".memory_gc"
 PENDING_NAME = ".memory.pending"
+GENERATION_NAME = ".memory.generation"
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
@@ -52,12 +54,13 @@ _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 def check_name(name: str) -> str:
     """``name`` if a memory root may hold it (``MEMORY.md``, a fragment, the
-    lock, ``.memory_gc``, the pending-append record, a temporary file); else
+    lock, ``.memory_gc``, the pending-append record, the generation token, a
+    temporary file); else
     :class:`~context_core.MemoryPathError` (so ``..``, ``/`` and anything
     else never reach the file system)."""
     if not isinstance(name, str):
         raise MemoryPathError(f"a memory file name must be a str, got {type(name).__name__}")
-    if name in (MEMORY_NAME, LOCK_NAME, GC_NAME, PENDING_NAME):
+    if name in (MEMORY_NAME, LOCK_NAME, GC_NAME, PENDING_NAME, GENERATION_NAME):
         return name
     if FRAGMENT_NAME.fullmatch(name) or _SPECIAL.fullmatch(name):
         return name

@@ -25,15 +25,20 @@ the pointer) gets its pointer at the next lock (or is removed if empty).
 1. new fragments (for facts that do not fit in ``MEMORY.md``) are written as
    ``.new-<name>``;
 2. each merged fragment is renamed ``.merged-<name>``;
-3. the new ``MEMORY.md`` is written to a temporary file, synced and renamed
+3. a new random generation token is written to ``.memory.generation``
+   (synced): a consolidation that read memory before and waited for a model
+   sees it changed and writes nothing. It changes before the commit, so a
+   crash in between costs at worst such a consolidation, never lets a stale
+   one through (an inode number cannot tell: a file system reuses them);
+4. the new ``MEMORY.md`` is written to a temporary file, synced and renamed
    over the old one (then the directory is synced): this rename is the commit;
-4. ``.new-<name>`` files are renamed to their names, ``.merged-<name>`` files
+5. ``.new-<name>`` files are renamed to their names, ``.merged-<name>`` files
    removed; ``.memory_gc`` is touched.
 
 Recovery (:meth:`Store.recover`, at every lock) reads the current
 ``MEMORY.md``: a ``.merged-X`` or ``.new-X`` whose ``X`` it points to (and that
 is missing) is renamed back to ``X``, any other is removed, and temporary
-files are removed. So a crash before step 3 leaves the old state, after it the
+files are removed. So a crash before step 4 leaves the old state, after it the
 new one. Nothing is lost either way; a crash can at worst leave a fragment's
 facts twice (removed by the next consolidation).
 """
@@ -53,6 +58,7 @@ from context_core.errors import MemoryPathError, MemoryStorageError
 from context_core.memory.facts import FRAGMENT_NAME, Fact, Item, Pointer, parse_line
 from context_core.memory.safety import (
     GC_NAME,
+    GENERATION_NAME,
     MEMORY_NAME,
     PENDING_NAME,
     check_name,
@@ -419,6 +425,7 @@ class Store:
                     continue
             if self.durable:
                 fsync_dir(self.dir_fd)
+            self.new_generation()
             self.write_new(MEMORY_NAME, encode(memory_lines))  # the commit: one rename
             for name in new:
                 os.rename(f".new-{name}", name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
@@ -433,6 +440,25 @@ class Store:
         except OSError as error:
             raise self.storage_error(MEMORY_NAME, error) from error
         self.touch_gc()
+
+    def generation(self) -> str:
+        """The token of the last committed consolidation ("" before the first)."""
+        return (read_file(self.root, self.dir_fd, GENERATION_NAME) or b"").decode("ascii", "replace")
+
+    def new_generation(self) -> None:
+        """Write a new random token to ``.memory.generation`` (synced when durable)."""
+        fd = open_file(self.root, self.dir_fd, GENERATION_NAME, os.O_WRONLY, create=True)
+        assert fd is not None
+        try:
+            token = f"{secrets.token_hex(16)}\n".encode()
+            os.pwrite(fd, token, 0)  # same length every time: no truncation needed
+            os.ftruncate(fd, len(token))
+            if self.durable:
+                os.fsync(fd)
+        except OSError as error:
+            raise self.storage_error(GENERATION_NAME, error) from error
+        finally:
+            os.close(fd)
 
     def touch_gc(self) -> None:
         fd = open_file(self.root, self.dir_fd, GC_NAME, os.O_WRONLY, create=True)
