@@ -6,6 +6,7 @@ killed process leaves."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import stat
@@ -241,6 +242,45 @@ def test_a_symlink_in_place_of_a_memory_file_is_refused(tmp_path, which):
         with pytest.raises(MemoryPathError, match="symlink"):
             mem.read()
     assert victim.read_text() == "precious\n"
+
+
+def test_a_lock_file_swapped_for_a_symlink_before_the_lock_is_taken_is_refused(tmp_path, monkeypatch):
+    from context_core.memory import files
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    mem = MemoryFiles(tmp_path / "mem", durability="never")
+    mem.append(["before"])
+    lock = tmp_path / "mem" / ".memory.lock"
+    checked = files.open_file
+
+    def check_then_swap(root, dir_fd, name, flags, **kw):
+        fd = checked(root, dir_fd, name, flags, **kw)
+        if name == ".memory.lock":  # after the check, before filelock opens it by path
+            os.unlink(lock)
+            os.symlink(victim, lock)
+        return fd
+
+    before = (tmp_path / "mem" / "MEMORY.md").read_bytes()
+    with monkeypatch.context() as patch:
+        patch.setattr(files, "open_file", check_then_swap)
+        with pytest.raises(MemoryPathError, match="symlink"):
+            mem.append(["after"])
+    assert victim.read_text() == "precious\n"
+    assert (tmp_path / "mem" / "MEMORY.md").read_bytes() == before
+    os.unlink(lock)
+    assert mem.append(["after"]).appended  # the lock is usable again
+
+
+def test_an_os_error_from_the_lock_is_a_storage_error(tmp_path, monkeypatch):
+    mem = MemoryFiles(tmp_path, durability="never")
+
+    def no_locks(*args, **kwargs):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(mem._lock, "acquire", no_locks)
+    with pytest.raises(MemoryStorageError, match="No locks available"):
+        mem.append(["x"])
 
 
 def test_a_symlinked_fragment_is_refused(mem, tmp_path):

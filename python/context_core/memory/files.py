@@ -13,6 +13,7 @@ appends and consolidations survive a crash, :mod:`.extract` and
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,6 +30,7 @@ from context_core.errors import (
     MemoryLimitError,
     MemoryLockError,
     MemoryPathError,
+    MemoryStorageError,
 )
 from context_core.memory.consolidate import consolidate_items
 from context_core.memory.extract import conversation_text, extract_facts
@@ -172,6 +174,15 @@ class MemoryFiles:
 
     @contextmanager
     def _locked(self) -> Iterator[Store]:
+        """The root's lock held, and a :class:`Store` of the root.
+
+        ``.memory.lock`` is first created or checked through the root's
+        descriptor without following a symlink; ``filelock`` then opens it by
+        path (with ``O_NOFOLLOW`` since 3.20.1), so a symlink swapped in
+        between is refused (``ELOOP``: :class:`~context_core.MemoryPathError`)
+        and never followed. Any other OS error from the lock is a
+        :class:`~context_core.MemoryStorageError`."""
+        path = os.path.join(self.root, LOCK_NAME)
         with open_root(self.root) as dir_fd:
             fd = open_file(self.root, dir_fd, LOCK_NAME, os.O_RDWR, create=True)  # refuses a symlink
             assert fd is not None
@@ -180,15 +191,22 @@ class MemoryFiles:
                 self._lock.acquire(timeout=self.lock_timeout, poll_interval=self.poll_interval)
             except filelock.Timeout:
                 raise MemoryLockError(
-                    f"{os.path.join(self.root, LOCK_NAME)} stayed locked for {self.lock_timeout:g} s"
-                    " (lock_timeout)"
+                    f"{path} stayed locked for {self.lock_timeout:g} s (lock_timeout)"
                 ) from None
+            except OSError as error:
+                raise _lock_error(path, error) from error
+            done = False
             try:
-                if os.path.islink(os.path.join(self.root, LOCK_NAME)):  # swapped in meanwhile
-                    raise MemoryPathError(f"{os.path.join(self.root, LOCK_NAME)} is a symlink; refused")
+                if os.path.islink(path):  # swapped in meanwhile
+                    raise MemoryPathError(f"{path} is a symlink; refused")
                 yield Store(self.root, dir_fd, self._cache, durable=self.durability == "always")
+                done = True
             finally:
-                self._lock.release()
+                try:
+                    self._lock.release()
+                except OSError as error:
+                    if done:  # else the error that is already propagating says more
+                        raise _lock_error(path, error) from error
 
     # -- reading --------------------------------------------------------------------
 
@@ -562,6 +580,13 @@ class MemoryFiles:
     def _locked_call(self, fn: Any, *args: Any) -> Any:
         with self._locked() as store:
             return fn(store, *args)
+
+
+def _lock_error(path: str, error: OSError) -> MemoryPathError | MemoryStorageError:
+    if error.errno in (errno.ELOOP, errno.EISDIR):
+        what = "a symlink" if error.errno == errno.ELOOP else "a directory"
+        return MemoryPathError(f"{path} is {what}; refused")
+    return MemoryStorageError(f"{path}: cannot lock: {error.strerror or error}")
 
 
 def _message_list(messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
