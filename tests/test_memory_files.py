@@ -206,6 +206,48 @@ def test_options_are_checked(tmp_path):
         MemoryFiles(tmp_path / "file")
 
 
+def test_os_errors_are_context_core_errors(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MemoryPathError, match="Not a directory"):
+        MemoryFiles(tmp_path / "file" / "mem")
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "makedirs", failing(os.makedirs, errno.EACCES))
+        with pytest.raises(MemoryStorageError, match="Permission denied"):
+            MemoryFiles(tmp_path / "new")
+    mem = MemoryFiles(tmp_path / "mem", durability="never", min_fragments=0, gc_interval=0)
+    mem.append(["x"])
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "utime", failing(os.utime, errno.EROFS))
+        with pytest.raises(MemoryStorageError, match=r"\.memory_gc: Read-only file system"):
+            mem.consolidate(force=True)
+    gc_fd = lambda fd, *args: isinstance(fd, int) and fd_name(fd) == ".memory_gc"  # noqa: E731
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fstat", failing(os.fstat, errno.EIO, gc_fd))
+        with pytest.raises(MemoryStorageError, match=r"\.memory_gc: Input/output error"):
+            mem.due()
+    (tmp_path / "mem" / "auto-2025-01-01-aaaa.md").write_text("")  # an empty orphan: removed
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "unlink", failing(os.unlink, errno.EPERM))
+        with pytest.raises(MemoryStorageError, match=r"auto-2025-01-01-aaaa\.md: Operation not permitted"):
+            mem.facts()
+    assert mem.facts() == [Fact("x")]
+
+
+def failing(real, code: int, when=lambda *args: True):
+    """``real``, raising ``OSError(code)`` when ``when(*args)``."""
+
+    def fail(*args, **kwargs):
+        if when(*args):
+            raise OSError(code, os.strerror(code))
+        return real(*args, **kwargs)
+
+    return fail
+
+
+def fd_name(fd: int) -> str:
+    return os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+
+
 # -- safety -----------------------------------------------------------------------------
 
 

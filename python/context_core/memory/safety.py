@@ -71,16 +71,23 @@ def check_name(name: str) -> str:
 
 def ensure_root(path: str, *, create: bool) -> str:
     """The root's absolute path; created ``0700`` (with missing parents) when
-    ``create``; :class:`~context_core.MemoryPathError` if it is not a directory."""
+    ``create``. :class:`~context_core.MemoryPathError` if it is not a
+    directory (or a path component is not one),
+    :class:`~context_core.MemoryStorageError` if it cannot be created or
+    read (permissions, a read-only or full file system)."""
     root = os.path.abspath(path)
-    if create and not os.path.lexists(root):
-        with suppress(FileExistsError):
-            os.makedirs(root, mode=DIR_MODE)
-            os.chmod(root, DIR_MODE)  # whatever the umask
     try:
+        if create and not os.path.lexists(root):
+            with suppress(FileExistsError):
+                os.makedirs(root, mode=DIR_MODE)
+                os.chmod(root, DIR_MODE)  # whatever the umask
         info = os.stat(root)
     except FileNotFoundError:
         raise MemoryPathError(f"memory root {root} does not exist") from None
+    except OSError as error:
+        if error.errno in (errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG):
+            raise MemoryPathError(f"memory root {root}: {error.strerror or error}") from error
+        raise MemoryStorageError(f"memory root {root}: {error.strerror or error}") from error
     if not stat.S_ISDIR(info.st_mode):
         raise MemoryPathError(f"memory root {root} is not a directory")
     return root
@@ -140,8 +147,10 @@ def open_file(root: str, dir_fd: int, name: str, flags: int, *, create: bool = F
             os.fchmod(fd, FILE_MODE)  # whatever the umask
         if flags & _NONBLOCK:
             os.set_blocking(fd, True)
-    except BaseException:
+    except BaseException as error:
         os.close(fd)
+        if isinstance(error, OSError) and not isinstance(error, MemoryPathError):
+            raise MemoryStorageError(f"{os.path.join(root, name)}: {error.strerror or error}") from error
         raise
     return fd
 

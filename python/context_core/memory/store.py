@@ -282,7 +282,12 @@ class Store:
             if cached is None:
                 continue
             if not cached.items:
-                os.unlink(name, dir_fd=self.dir_fd)
+                try:
+                    os.unlink(name, dir_fd=self.dir_fd)
+                except FileNotFoundError:
+                    pass
+                except OSError as error:
+                    raise self.storage_error(name, error) from error
                 self.cache.pop(name, None)
                 changed = True
             else:
@@ -465,6 +470,8 @@ class Store:
         assert fd is not None
         try:
             os.utime(fd)
+        except OSError as error:
+            raise self.storage_error(GC_NAME, error) from error
         finally:
             os.close(fd)
 
@@ -475,5 +482,7 @@ class Store:
             return None
         try:
             return time.time() - os.fstat(fd).st_mtime
+        except OSError as error:
+            raise self.storage_error(GC_NAME, error) from error
         finally:
             os.close(fd)
