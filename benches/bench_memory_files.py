@@ -1,8 +1,9 @@
 """Memory files: BoundedAppend throughput under contention (1, 2 and 8
 processes appending one fact at a time to one root), and the cost of a
-consolidation of MEMORY.md and 12 full fragments (150 lines each) with the
-offline consolidator, from a cold start (files read, merged, written and
-synced) and the merge alone.
+consolidation of a full MEMORY.md and 12 batches of 150 facts appended after
+it (13 fragments: the first batch takes MEMORY.md's newest lines along, so that
+MEMORY.md keeps room for the pointers) with the offline consolidator, from a
+cold start (files read, merged, written and synced) and the merge alone.
 
 The default test run appends 10 facts a process instead of 200, so the smoke
 run stays quick."""
@@ -92,8 +93,9 @@ def test_bounded_append_under_contention(benchmark, tmp_path, request, processes
 
 @pytest.fixture(scope="module")
 def twelve_fragments(tmp_path_factory):
-    """A root with a full MEMORY.md (150 facts) and 12 full fragments, 1/10 of
-    the facts repeating an older one and 1/10 a newer value of an older key."""
+    """A root with a full MEMORY.md (150 facts), then 12 batches of 150 facts
+    (13 fragments, as MEMORY.md keeps its pointers within 150 lines), 1/10 of
+    the facts a newer value of an older key, and 15 near duplicates."""
     root = str(tmp_path_factory.mktemp("memory") / "template")
     mem = MemoryFiles(root, durability="never")
     mem.append([fact(f"base {i}") for i in range(150)])
@@ -109,14 +111,17 @@ def twelve_fragments(tmp_path_factory):
     # (append() would have skipped them).
     with open(os.path.join(root, mem.fragments()[-1]), "a") as handle:
         handle.writelines(fact(f"base {i}").replace("base", "BASE") + ".\n" for i in range(15))
-    assert len(mem.fragments()) == 12
+    assert len(mem.fragments()) == 13
+    assert len(mem.read().splitlines()) <= 150
     return root
 
 
 @pytest.mark.parametrize("durability", ["always", "never"])
 def test_consolidate_twelve_fragments(benchmark, tmp_path, twelve_fragments, durability):
     register(
-        benchmark, f"memory consolidate, 12 fragments of 150 facts, offline, durability {durability}", "ours"
+        benchmark,
+        f"memory consolidate, 150 + 12 x 150 facts (13 fragments), offline, durability {durability}",
+        "ours",
     )
     results = []
 
@@ -131,7 +136,7 @@ def test_consolidate_twelve_fragments(benchmark, tmp_path, twelve_fragments, dur
     benchmark.pedantic(run, setup=setup, rounds=5, iterations=1)
     result = results[-1]
     assert result.ran
-    assert len(result.merged) == 12
+    assert len(result.merged) == 13
     assert result.facts_before == 150 + 12 * 150 + 15
     assert result.facts_after == 150 + 12 * 135 + 15  # one value a key, near duplicates gone
 

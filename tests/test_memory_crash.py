@@ -39,14 +39,20 @@ def check_root(root: Path, max_lines: int) -> list[Fact]:
     pointers = [i.name for i in items if isinstance(i, Pointer)]
     fragments = sorted(n for n in names if n.startswith("auto-"))
     assert sorted(pointers) == fragments, "every fragment has exactly one pointer, and no pointer dangles"
-    assert len(items) - len(pointers) <= max_lines
+    assert len(items) <= max_lines, (
+        f"MEMORY.md holds {len(items)} lines (pointers included), over {max_lines}"
+    )
     facts = [i for i in items if isinstance(i, Fact)]
+    sizes = []
     for name in pointers:
         data = (root / name).read_bytes()
         assert data.endswith(b"\n"), f"a torn last line in {name}"
         lines = [parse_line(line) for line in data.decode().splitlines()]
         assert all(isinstance(i, Fact) for i in lines), f"a malformed line in {name}"
         facts.extend(lines)  # type: ignore[arg-type]
+        sizes.append(len(lines))
+    if max(sizes, default=0) > max_lines:  # only once MEMORY.md has no room for another pointer
+        assert len(pointers) >= max_lines - 1, f"a fragment of {max(sizes)} lines, over {max_lines}"
     return facts
 
 

@@ -9,12 +9,15 @@ import asyncio
 import errno
 import hashlib
 import os
+import random
 import stat
 import threading
 import time
 
 import filelock
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from context_core import (
     Fact,
@@ -28,6 +31,7 @@ from context_core import (
 )
 from context_core.memory import parse_reply
 from context_core.memory.facts import parse_line
+from context_core.memory.layout import plan, reserve
 
 TODAY = time.strftime("%Y-%m-%d", time.gmtime())
 
@@ -111,6 +115,7 @@ def test_over_the_limit_facts_go_to_a_fragment_with_one_pointer(mem):
     assert name is not None
     assert name.startswith(f"auto-{TODAY}-")
     assert name.endswith(".md")
+    assert result.files == (name,)
     assert mem.read().splitlines() == [
         "- [fact] a1",
         "- [fact] a2",
@@ -124,14 +129,62 @@ def test_over_the_limit_facts_go_to_a_fragment_with_one_pointer(mem):
     assert mem.append(["c1", "c2", "c3"]).file == name
     second = mem.append(["d1"]).file
     assert second not in (name, "MEMORY.md")
-    assert mem.fragments() == [name, second]
-    assert len(mem.read().splitlines()) == 6
+    # MEMORY.md was full: its newest lines moved to a fragment in their place, leaving
+    # room for the new pointer and one more (max(1, max_lines // 10)).
+    lines = mem.read().splitlines()
+    assert len(lines) == 4
+    moved = parse_line(lines[1]).name
+    assert lines == ["- [fact] a1", f"- [more] {moved}", f"- [more] {name}", f"- [more] {second}"]
+    assert mem.read_fragment(moved) == "- [fact] a2\n- [fact] a3\n- [fact] a4\n"
+    assert mem.fragments() == [moved, name, second]
     assert mem.read(expand=True).splitlines() == [
         f"- [fact] {x}" for x in ["a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "d1"]
     ]
     assert [f.text for f in mem.facts()] == ["a1", "a2", "a3", "a4", "b1", "b2", "c1", "c2", "c3", "d1"]
     # Duplicates are found in fragments too.
     assert mem.append(["b2", "d1", "a1"]).appended == ()
+
+
+def test_memory_md_never_grows_past_max_lines_pointers_included(tmp_path):
+    """150 facts, then batches of 151 (each one new fragment at least): MEMORY.md
+    stays within 150 lines, and every fact stays in order."""
+    mem = MemoryFiles(tmp_path, durability="never")
+    facts = [f"base {i}" for i in range(150)]
+    mem.append(facts)
+    for batch in range(3):
+        more = [f"batch {batch} fact {i}" for i in range(151)]
+        result = mem.append(more)
+        assert len(result.files) == 2  # 150 + 1: a fragment holds at most max_lines
+        facts += more
+        lines = mem.read().splitlines()
+        assert len(lines) <= 150
+        assert [f.text for f in mem.facts()] == facts
+        for name in mem.fragments():
+            assert len(mem.read_fragment(name).splitlines()) <= 150
+    assert [parse_line(line).text for line in mem.read(expand=True).splitlines()] == facts
+
+
+@pytest.mark.parametrize("max_lines", [1, 2, 3, 5, 8])
+def test_the_limit_holds_for_any_max_lines_and_batch_sizes(tmp_path, max_lines):
+    mem = MemoryFiles(tmp_path, max_lines=max_lines, durability="never")
+    rng = random.Random(max_lines)
+    facts: list[str] = []
+    for batch in range(25):
+        more = [
+            f"b{batch} f{i}" for i in range(rng.choice([1, 1, 2, max_lines, max_lines + 1, 3 * max_lines]))
+        ]
+        mem.append(more)
+        facts += more
+        assert [f.text for f in mem.facts()] == facts
+        lines = mem.read().splitlines()
+        assert len(lines) <= max_lines
+        # A fragment grows past max_lines only once MEMORY.md has no room for another pointer.
+        if any(len(mem.read_fragment(n).splitlines()) > max_lines for n in mem.fragments()):
+            assert len(mem.fragments()) >= max_lines - 1
+        if batch % 7 == 6:
+            mem.consolidate(force=True)
+            assert [f.text for f in mem.facts()] == facts
+            assert len(mem.read().splitlines()) <= max_lines
 
 
 def test_a_fragment_of_an_earlier_day_is_not_appended_to(mem):
@@ -145,10 +198,42 @@ def test_a_fragment_of_an_earlier_day_is_not_appended_to(mem):
     assert mem.append(["c1"]).file not in (old, "MEMORY.md")
 
 
-def test_a_batch_bigger_than_max_lines_is_one_fragment(mem):
+@given(
+    st.integers(0, 400),
+    st.integers(0, 400),
+    st.integers(0, 30),
+    st.integers(0, 400),
+    st.integers(1, 40),
+    st.booleans(),
+)
+def test_the_layout_keeps_memory_md_within_max_lines(head, adjacent, fixed, tail, max_lines, tail_fixed):
+    def lines(keep: int, size: int) -> int:
+        tail_lines = tail if tail_fixed else -(-tail // size)
+        return keep + -(-(head - keep + adjacent) // size) + fixed + tail_lines
+
+    layout = plan(head, adjacent, fixed, tail, max_lines, tail_fixed=tail_fixed)
+    if layout is None:  # only when the fixed lines leave no room for the pointers
+        needed = fixed + (head + adjacent > 0) + (tail if tail_fixed else tail > 0)
+        assert needed > max_lines
+        return
+    keep, size = layout
+    assert 0 <= keep <= head
+    assert size >= max_lines
+    assert lines(keep, size) <= max_lines
+    if size == max_lines:
+        if keep < head:  # lines moved: the most that fit, leaving the reserve free when it can
+            assert lines(keep + 1, size) > max_lines - reserve(max_lines)
+    else:  # bigger fragments only when max_lines-sized ones cannot fit
+        assert lines(0, max_lines) > max_lines
+        assert lines(0, size - 1) > max_lines
+
+
+def test_a_batch_bigger_than_max_lines_is_split_across_fragments(mem):
     result = mem.append([f"f{i}" for i in range(12)])
-    assert result.file != "MEMORY.md"
-    assert len(mem.read_fragment(result.file).splitlines()) == 12
+    assert result.file == result.files[0]
+    assert [len(mem.read_fragment(n).splitlines()) for n in result.files] == [5, 5, 2]
+    assert mem.fragments() == list(result.files)
+    assert [f.text for f in mem.facts()] == [f"f{i}" for i in range(12)]
 
 
 @pytest.mark.parametrize("how", ["line", "batch", "format"])
@@ -523,37 +608,33 @@ def test_nothing_to_read_calls_no_model(mem):
 _serial = iter(range(1_000_000))
 
 
-def many_fragments(mem: MemoryFiles, count: int, per: int | None = None) -> list[str]:
-    """MEMORY.md full, then ``count`` new fragments of ``per`` facts (each batch
-    too big for the last fragment); every fact new."""
-    per = per or mem.max_lines
+def many_fragments(mem: MemoryFiles, count: int) -> list[str]:
+    """MEMORY.md full, then new facts until at least ``count`` fragments; the fragments."""
     mem.append([f"base {next(_serial)}" for _ in range(mem.max_lines)])
-    names = []
-    for _ in range(count):
+    while len(mem.fragments()) < count:
         n = next(_serial)
-        names.append(mem.append([f"frag {n} fact {i}" for i in range(per)]).file)
-    assert len(set(names)) == count
-    assert None not in names
-    return names
+        mem.append([f"frag {n} fact {i}" for i in range(mem.max_lines)])
+    return mem.fragments()
 
 
 def test_consolidation_is_due_after_min_fragments_and_gc_interval(tmp_path):
-    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=4, gc_interval=3600, durability="never")
-    many_fragments(mem, 3)
+    mem = MemoryFiles(tmp_path, max_lines=6, gc_interval=3600, durability="never")
+    mem.min_fragments = len(many_fragments(mem, 3)) + 1
     assert not mem.due()
     result = mem.consolidate()
     assert not result.ran
-    assert "fewer than min_fragments=4" in result.reason
-    many_fragments(mem, 1)  # two more: the base facts go to a fragment now
+    assert f"fewer than min_fragments={mem.min_fragments}" in result.reason
+    many_fragments(mem, mem.min_fragments)
     assert mem.due()  # never consolidated: no .memory_gc
     before = [f.text for f in mem.facts()]
+    fragments = mem.fragments()
     result = mem.consolidate()
     assert result.ran
     assert result.reason == "due"
-    assert len(result.merged) == 5
+    assert result.merged == tuple(fragments)
     assert [f.text for f in mem.facts()] == before  # nothing lost, order kept
     assert os.path.exists(tmp_path / ".memory_gc")
-    many_fragments(mem, 4)
+    many_fragments(mem, mem.min_fragments)
     assert not mem.due()
     assert "gc_interval" in mem.consolidate().reason
     old = time.time() - 7200
@@ -618,9 +699,12 @@ def test_a_malformed_consolidation_reply_writes_nothing(tmp_path, reply):
 
 
 def test_facts_appended_while_the_model_runs_are_kept(tmp_path):
-    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
-    merged = many_fragments(mem, 2, per=2)
-    other = MemoryFiles(tmp_path, max_lines=3, durability="never")  # "another process"
+    mem = MemoryFiles(tmp_path, max_lines=6, min_fragments=2, durability="never")
+    mem.append(["base 0", "base 1", "base 2"])
+    first = mem.append(["frag 0", "frag 1", "frag 2", "frag 3"]).file
+    second = mem.append(["frag 4", "frag 5", "frag 6"]).file
+    assert mem.fragments() == [first, second]
+    other = MemoryFiles(tmp_path, max_lines=6, durability="never")  # "another process"
     added: list[str] = []
 
     def model(messages):
@@ -631,8 +715,9 @@ def test_facts_appended_while_the_model_runs_are_kept(tmp_path):
         return "- [fact] everything before, merged"
 
     result = mem.consolidate(model)
-    assert added[0] in merged
-    assert added[1] not in merged
+    assert added[0] == second
+    assert added[1] not in (first, second)
+    assert result.merged == (first, second)
     assert result.kept == (added[1],)
     assert [f.text for f in mem.facts()] == [
         "everything before, merged",
@@ -887,6 +972,15 @@ def test_an_orphan_fragment_gets_its_pointer_and_an_empty_one_goes(tmp_path):
     assert mem.facts() == [Fact("kept"), Fact("orphan")]
     assert mem.fragments() == ["auto-2025-01-01-aaaa.md"]
     assert files_in(tmp_path) == [".memory.lock", ".memory.pending", "MEMORY.md", "auto-2025-01-01-aaaa.md"]
+
+
+def test_an_orphan_fragment_finds_room_in_a_full_memory_md(tmp_path):
+    mem = MemoryFiles(tmp_path, max_lines=4, durability="never")
+    mem.append(["a1", "a2", "a3", "a4"])
+    (tmp_path / "auto-2025-01-01-aaaa.md").write_text("- [fact] orphan\n")
+    assert [f.text for f in mem.facts()] == ["a1", "a2", "a3", "a4", "orphan"]
+    assert len(mem.read().splitlines()) <= 4
+    assert mem.fragments()[-1] == "auto-2025-01-01-aaaa.md"
 
 
 def test_an_interrupted_consolidation_is_undone_or_finished(tmp_path):

@@ -165,7 +165,7 @@ def run_memory(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
     elif args.action == "append":
         lines = args.facts or [line for line in stdin.read().splitlines() if line.strip()]
         result = files.append(lines)
-        where = f" to {result.file}" if result.file else ""
+        where = f" to {', '.join(result.files)}" if result.files else ""
         stdout.write(f"appended {len(result.appended)}{where}, {len(result.duplicates)} already there\n")
     else:
         done = files.consolidate(force=args.force)

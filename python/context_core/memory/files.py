@@ -1,7 +1,8 @@
 """``MemoryFiles``: an agent's long-term memory as Markdown files in one root.
 
-A root holds ``MEMORY.md`` (at most ``max_lines`` lines, 150 by default),
-fragments ``auto-YYYY-MM-DD-xxxx.md`` for what does not fit, and its
+A root holds ``MEMORY.md`` (at most ``max_lines`` lines, 150 by default,
+its pointer lines included), fragments ``auto-YYYY-MM-DD-xxxx.md`` (at most
+``max_lines`` lines each) for what does not fit, and its
 bookkeeping: ``.memory.lock`` (the lock), ``.memory_gc`` (touched by each
 consolidation), ``.memory.generation`` (a token each consolidation changes),
 ``.memory.pending`` (the append in progress). See
@@ -44,6 +45,7 @@ from context_core.memory.facts import (
     parse_reply,
     to_facts,
 )
+from context_core.memory.layout import plan
 from context_core.memory.prompts import consolidate_prompt, extract_prompt
 from context_core.memory.safety import LOCK_NAME, MEMORY_NAME, ensure_root, open_file, open_root
 from context_core.memory.store import Cached, Store, encode, read_lockless
@@ -67,7 +69,11 @@ class AppendResult:
     """The facts not written: already in memory (or earlier in the batch); for
     a fact with a key, already its key's newest value."""
     file: str | None
-    """Where they went: ``"MEMORY.md"``, a fragment's name, or ``None``."""
+    """Where they went: ``"MEMORY.md"``, a fragment's name (the first, if the
+    batch needed several), or ``None`` (nothing written)."""
+    files: tuple[str, ...] = ()
+    """Every file they went to, in order: several fragments when the batch
+    holds more than ``max_lines`` facts."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,8 @@ class MemoryFiles:
     ``root`` is created (``0700``) if missing, unless ``create=False``. Nothing
     outside it is ever read or written: one root per tenant or agent.
 
-    Options: ``max_lines`` (MEMORY.md's size, and a fragment's), ``max_line_bytes``
+    Options: ``max_lines`` (MEMORY.md's size, pointer lines included, and a
+    fragment's; see :mod:`~context_core.memory.layout`), ``max_line_bytes``
     and ``max_batch_bytes`` (input limits), ``min_fragments`` and
     ``gc_interval`` (seconds; when consolidation is due), ``lock_timeout``
     (seconds to wait for the lock, then :class:`~context_core.MemoryLockError`)
@@ -199,7 +206,13 @@ class MemoryFiles:
             try:
                 if os.path.islink(path):  # swapped in meanwhile
                     raise MemoryPathError(f"{path} is a symlink; refused")
-                yield Store(self.root, dir_fd, self._cache, durable=self.durability == "always")
+                yield Store(
+                    self.root,
+                    dir_fd,
+                    self._cache,
+                    durable=self.durability == "always",
+                    max_lines=self.max_lines,
+                )
                 done = True
             finally:
                 try:
@@ -282,16 +295,29 @@ class MemoryFiles:
 
     def append(self, facts: Iterable[Fact | str]) -> AppendResult:
         """BoundedAppend: write ``facts`` (:class:`Fact` objects or lines such as
-        ``"- [decision: db] Use Postgres 16"``), under the lock, in one write.
+        ``"- [decision: db] Use Postgres 16"``), under the lock, atomically.
 
         Facts already in memory are skipped: a fact without a key when a near
         duplicate of it is anywhere (MEMORY.md or any fragment), a fact with a
         key when it is a near duplicate of its key's newest value (so a value
         that comes back after another, ``5433`` then ``5434`` then ``5433``, is
-        written and wins). The batch goes to MEMORY.md while it fits (and no fragment
-        exists yet), else to today's newest fragment while that has room, else
-        to a new fragment ``auto-YYYY-MM-DD-xxxx.md`` with a pointer line in
-        MEMORY.md. The whole batch is refused, nothing written, if a line is
+        written and wins).
+
+        Where the batch goes: MEMORY.md while it fits there and no fragment
+        exists yet; else today's newest fragment while the whole batch fits
+        in it; else new fragments ``auto-YYYY-MM-DD-xxxx.md`` of at most
+        ``max_lines`` facts each, with their pointer lines in MEMORY.md. A new
+        pointer never takes MEMORY.md past ``max_lines`` lines: when it would,
+        MEMORY.md's newest lines move to a new fragment pointed to where they
+        were (the order of the facts is unchanged), leaving
+        ``max(1, max_lines // 10)`` lines free (this replaces MEMORY.md, like a
+        consolidation: a model consolidation under way is superseded). Only
+        when MEMORY.md holds nothing but pointers does the newest fragment grow
+        past ``max_lines`` instead (some ``max_lines ** 2 / 2`` facts or more
+        without a consolidation).
+
+        The batch is written whole or not at all, even across fragments. The
+        whole batch is refused, nothing written, if a line is
         over ``max_line_bytes`` or the batch over ``max_batch_bytes``
         (:class:`~context_core.MemoryLimitError`) or a line is not a fact
         (:class:`~context_core.MemoryFormatError`)."""
@@ -324,24 +350,22 @@ class MemoryFiles:
                 new.append(fact)
         if not new:
             return AppendResult((), tuple(duplicates), None)
-        data = encode(fact.line() for fact in new)
+        last = fragments[-1] if fragments else None
+        today = time.strftime("%Y-%m-%d", time.gmtime())
         if not memory.pointers() and len(memory.items) + len(new) <= self.max_lines:
-            target = MEMORY_NAME
-            store.append_bytes(target, data)
+            targets = [MEMORY_NAME]
+            store.append_bytes(MEMORY_NAME, encode(fact.line() for fact in new))
+        elif (
+            last is not None
+            and last.name == memory.pointers()[-1]
+            and last.name[5:15] == today
+            and len(last.items) + len(new) <= self.max_lines
+        ):
+            targets = [last.name]
+            store.append_bytes(last.name, encode(fact.line() for fact in new))
         else:
-            last = fragments[-1] if fragments else None
-            today = time.strftime("%Y-%m-%d", time.gmtime())
-            if (
-                last is not None
-                and last.name == memory.pointers()[-1]
-                and last.name[5:15] == today
-                and len(last.items) + len(new) <= self.max_lines
-            ):
-                target = last.name
-                store.append_bytes(target, data)
-            else:
-                target = store.add_fragment(data)
-        return AppendResult(tuple(new), tuple(duplicates), target)
+            targets = store.place(memory, new)
+        return AppendResult(tuple(new), tuple(duplicates), targets[0], tuple(targets))
 
     def _transcript(self, messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
         transcript = conversation_text(messages)
@@ -456,7 +480,9 @@ class MemoryFiles:
         n = snap.memory_items
         if store.generation() != snap.generation:
             return ConsolidateResult(
-                False, "superseded: another consolidation ran meanwhile; nothing written"
+                False,
+                "superseded: MEMORY.md was rewritten meanwhile (another consolidation, or lines moved"
+                " out of a full MEMORY.md); nothing written",
             )
         if memory.items[:n] != snap.items[:n]:
             return ConsolidateResult(False, "superseded: MEMORY.md was edited meanwhile; nothing written")
@@ -489,24 +515,17 @@ class MemoryFiles:
         )
 
     def _layout(self, store: Store, items: list[Item], kept: list[str]) -> tuple[list[str], dict[str, bytes]]:
-        """MEMORY.md's lines (the oldest items, then pointers) and the new
-        fragments holding what does not fit in ``max_lines``."""
-        room = self.max_lines - len(kept)
-        if len(items) <= room:
-            return [item.line() for item in items] + [Pointer(n).line() for n in kept], {}
-        overflow = 1
-        while True:
-            head = max(0, room - overflow)
-            needed = -(-(len(items) - head) // self.max_lines)
-            if needed <= overflow:
-                break
-            overflow = needed
+        """MEMORY.md's lines (the oldest items, then pointers, all within
+        ``max_lines``: :mod:`~context_core.memory.layout`) and the new
+        fragments holding what does not fit."""
+        layout = plan(len(items), 0, len(kept), 0, self.max_lines)
+        head, size = layout if layout is not None else (0, max(1, len(items)))  # only past max_lines pointers
         names: list[str] = []
         new: dict[str, bytes] = {}
-        for start in range(head, len(items), self.max_lines):
+        for start in range(head, len(items), size):
             name = store.new_fragment_name(names)
             names.append(name)
-            new[name] = encode(item.line() for item in items[start : start + self.max_lines])
+            new[name] = encode(item.line() for item in items[start : start + size])
         lines = [item.line() for item in items[:head]]
         lines += [Pointer(n).line() for n in names] + [Pointer(n).line() for n in kept]
         return lines, new

@@ -15,10 +15,14 @@ Only bytes a record covers are ever cut: a last line without its newline that
 no record covers (a hand edit) is read as a line like any other, and an append
 first ends it with a newline (part of the recorded batch).
 
-**A new fragment** is written to a temporary file, synced, renamed to
-``auto-YYYY-MM-DD-xxxx.md``, then its pointer line is appended to
-``MEMORY.md``. A fragment that no pointer names (its writer was killed before
-the pointer) gets its pointer at the next lock (or is removed if empty).
+**New fragments** (:meth:`Store.place`) are written as ``.new-<name>``
+(through a temporary file, synced); then their pointer lines are appended to
+``MEMORY.md`` in one recorded append, which is the commit; then they are
+renamed to their names. When the pointers would not fit in ``max_lines``,
+``MEMORY.md`` is replaced instead, as a consolidation does (below), with its
+newest lines moved to a new fragment in their place
+(:mod:`~context_core.memory.layout`). A fragment that no pointer names (put
+there by hand) gets its pointer at the next lock (or is removed if empty).
 
 **Consolidation** (:meth:`Store.commit`) never mixes states:
 
@@ -56,6 +60,7 @@ from dataclasses import dataclass, field
 
 from context_core.errors import MemoryPathError, MemoryStorageError
 from context_core.memory.facts import FRAGMENT_NAME, Fact, Item, Pointer, parse_line
+from context_core.memory.layout import Plan, plan
 from context_core.memory.safety import (
     GC_NAME,
     GENERATION_NAME,
@@ -158,11 +163,14 @@ def encode(lines: Iterable[str]) -> bytes:
 class Store:
     """The files of one root while its lock is held (``dir_fd`` is the root's)."""
 
-    def __init__(self, root: str, dir_fd: int, cache: dict[str, Cached], *, durable: bool) -> None:
+    def __init__(
+        self, root: str, dir_fd: int, cache: dict[str, Cached], *, durable: bool, max_lines: int
+    ) -> None:
         self.root = root
         self.dir_fd = dir_fd
         self.cache = cache
         self.durable = durable
+        self.max_lines = max_lines
 
     def path(self, name: str) -> str:
         return os.path.join(self.root, name)
@@ -277,6 +285,7 @@ class Store:
             except OSError as error:
                 raise self.storage_error(name, error) from error
         orphans = sorted(n for n, what in listing.items() if what == "fragment" and n not in pointed)
+        adopt = []
         for name in orphans:
             cached = self.load(name)
             if cached is None:
@@ -291,10 +300,11 @@ class Store:
                 self.cache.pop(name, None)
                 changed = True
             else:
-                self.append_bytes(MEMORY_NAME, encode([Pointer(name).line()]))
+                adopt.append(name)
         if changed and self.durable:
             fsync_dir(self.dir_fd)
-        if orphans:
+        if adopt:
+            self.place(memory, (), adopt=adopt)
             memory = self.load(MEMORY_NAME) or Cached(MEMORY_NAME)
         fragments = []
         for name in dict.fromkeys(memory.pointers()):
@@ -407,19 +417,75 @@ class Store:
         if self.durable:
             fsync_dir(self.dir_fd)
 
-    def add_fragment(self, data: bytes) -> str:
-        """A new fragment holding ``data``, with its pointer line in MEMORY.md."""
-        name = self.new_fragment_name()
-        self.write_new(name, data)
-        self.append_bytes(MEMORY_NAME, encode([Pointer(name).line()]))
-        return name
+    def place(self, memory: Cached, batch: Sequence[Item], *, adopt: Sequence[str] = ()) -> list[str]:
+        """Put ``batch`` in new fragments (or point to the existing fragments
+        ``adopt``), their pointers in MEMORY.md, keeping MEMORY.md within
+        ``max_lines`` lines (see :mod:`~context_core.memory.layout`); the
+        fragments that hold the batch, in order. ``memory`` is MEMORY.md as
+        recovered under this lock."""
+        items = memory.items
+        first = next((i for i, item in enumerate(items) if isinstance(item, Pointer)), len(items))
+        head, rest = items[:first], items[first:]
+        adjacent = not rest and not adopt  # the batch follows the head directly
+        tail = len(adopt) if adopt else (0 if adjacent else len(batch))
+        layout = plan(
+            len(head), len(batch) if adjacent else 0, len(rest), tail, self.max_lines, tail_fixed=bool(adopt)
+        )
+        if layout is None:  # the lines after the first pointer fill MEMORY.md already
+            if adopt:
+                layout = Plan(len(head), self.max_lines)  # a hand-placed fragment is pointed to anyway
+            else:
+                last = memory.pointers()[-1]
+                self.append_bytes(last, encode(item.line() for item in batch))
+                return [last]
+        keep, size = layout
+        stream = list(head[keep:]) + (list(batch) if adjacent else [])
+        chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
+        tail_chunks = [] if adjacent or adopt else [batch[i : i + size] for i in range(0, len(batch), size)]
+        names: list[str] = []
+        for _ in chunks + tail_chunks:
+            names.append(self.new_fragment_name(names))
+        new = {
+            name: encode(item.line() for item in chunk)
+            for name, chunk in zip(names, chunks + tail_chunks, strict=True)
+        }
+        pointers = [Pointer(name).line() for name in names[len(chunks) :]] + [
+            Pointer(n).line() for n in adopt
+        ]
+        if keep == len(head):  # nothing moves: the new pointers are appended
+            pointers = [Pointer(name).line() for name in names[: len(chunks)]] + pointers
+            try:
+                for name, data in new.items():
+                    self.write_new(f".new-{name}", data)
+                self.append_bytes(MEMORY_NAME, encode(pointers))  # the commit
+                for name in new:
+                    os.rename(f".new-{name}", name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            except OSError as error:
+                raise self.storage_error(MEMORY_NAME, error) from error
+            if new and self.durable:
+                fsync_dir(self.dir_fd)
+        else:  # the head's newest lines move to a fragment in their place: MEMORY.md is replaced
+            lines = [item.line() for item in head[:keep]] + [Pointer(n).line() for n in names[: len(chunks)]]
+            lines += [item.line() for item in rest] + pointers
+            self.commit(lines, new, (), consolidated=False)
+        if adjacent:  # the fragments from the one where the batch starts
+            return names[(len(head) - keep) // size :]
+        return names[len(chunks) :]
 
     # -- consolidation --------------------------------------------------------------
 
-    def commit(self, memory_lines: Sequence[str], new: dict[str, bytes], merged: Sequence[str]) -> None:
+    def commit(
+        self,
+        memory_lines: Sequence[str],
+        new: dict[str, bytes],
+        merged: Sequence[str],
+        *,
+        consolidated: bool = True,
+    ) -> None:
         """Replace MEMORY.md by ``memory_lines``, create the fragments ``new``
         (name -> content) and remove the ``merged`` ones, crash-safely (see the
-        module's documentation); then touch ``.memory_gc``."""
+        module's documentation); then touch ``.memory_gc`` if this was a
+        consolidation (not lines moved out of a full MEMORY.md)."""
         try:
             for name, data in new.items():
                 self.write_new(f".new-{name}", data)
@@ -444,7 +510,8 @@ class Store:
                 fsync_dir(self.dir_fd)
         except OSError as error:
             raise self.storage_error(MEMORY_NAME, error) from error
-        self.touch_gc()
+        if consolidated:
+            self.touch_gc()
 
     def generation(self) -> str:
         """The token of the last committed consolidation ("" before the first)."""
