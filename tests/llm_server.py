@@ -32,6 +32,8 @@ class Reply:
     body: Union[dict[str, Any], bytes, None] = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    gate: Union[threading.Event, None] = None
+    """If set, the reply waits (up to 30 s) until the test sets it."""
 
 
 @dataclass
@@ -142,6 +144,8 @@ class FakeLLMServer:
                     )
                 reply = server._next()
                 if reply.delay and server._stop.wait(reply.delay):
+                    return
+                if reply.gate is not None and not reply.gate.wait(30):
                     return
                 body = reply.body
                 if body is None:

@@ -141,6 +141,56 @@ def test_callable_errors_become_context_core_errors(raised: Exception, expected:
             asyncio.run(llm.acomplete(MESSAGES))
 
 
+def test_asyncio_timeout_error_is_a_timeout_too(monkeypatch: pytest.MonkeyPatch):
+    """Before Python 3.11 ``asyncio.TimeoutError`` is not ``TimeoutError``: a
+    distinct class stands in for it here, as it is on 3.10."""
+
+    class AsyncioTimeoutError(Exception):
+        pass
+
+    monkeypatch.setattr(asyncio, "TimeoutError", AsyncioTimeoutError)
+
+    async def afn(messages: list[dict[str, str]]) -> str:
+        raise AsyncioTimeoutError
+
+    with pytest.raises(LLMTimeoutError):
+        asyncio.run(as_llm(afn).acomplete(MESSAGES))
+
+
+@pytest.mark.parametrize(
+    "options", [{"max_tokens": 0}, {"max_tokens": 2.5}, {"max_tokens": True}, {"temperature": -1}]
+)
+@pytest.mark.parametrize("fn", ["sync", "async"])
+def test_callable_options_are_checked_before_the_call(options: dict[str, Any], fn: str):
+    calls: list[int] = []
+
+    def sync_fn(messages: list[dict[str, str]]) -> str:
+        calls.append(1)
+        return "ok"
+
+    async def async_fn(messages: list[dict[str, str]]) -> str:
+        calls.append(1)
+        return "ok"
+
+    llm = as_llm(sync_fn if fn == "sync" else async_fn)
+    with pytest.raises(InvalidInputError):
+        llm.complete(MESSAGES, **options)
+    with pytest.raises(InvalidInputError):
+        asyncio.run(llm.acomplete(MESSAGES, **options))
+    with pytest.raises(InvalidInputError, match="temperature"):
+        llm.complete(MESSAGES, temperature=float("nan"))
+    assert calls == []
+
+
+def test_a_refused_sync_call_in_a_loop_sent_nothing():
+    async def main() -> None:
+        with pytest.raises(LLMError) as info:
+            as_llm(aecho).complete(MESSAGES)
+        assert info.value.attempts == 0
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("reply", [None, 3, b"bytes", ""])
 def test_callable_reply_must_be_non_empty_text(reply: object):
     llm = as_llm(lambda messages: reply)
@@ -379,6 +429,29 @@ def test_openai_options_for_reasoning_models(server: FakeLLMServer):
     }
 
 
+def test_unknown_extra_params_are_input_errors_and_send_nothing(sdk: str, server: FakeLLMServer, client: Any):
+    with pytest.raises(InvalidInputError, match=r"extra_params \['bogus_option'\]"):
+        adapter(sdk, client, extra_params={"bogus_option": 1})
+    # What the SDK does not know goes through extra_body.
+    llm = adapter(sdk, client, extra_params={"extra_body": {"bogus_option": 1}})
+    llm.complete(MESSAGES)
+    assert server.received[0].json["bogus_option"] == 1
+    # Added after construction: the SDK's TypeError at the call, as an input error.
+    llm.extra_params["another_bogus"] = 2
+    with pytest.raises(InvalidInputError, match="another_bogus") as info:
+        llm.complete(MESSAGES)
+    assert isinstance(info.value.__cause__, TypeError)
+    assert len(server.received) == 1
+
+    async def body(llm: LLM) -> None:
+        llm.extra_params["bogus_option"] = 3  # type: ignore[attr-defined]
+        with pytest.raises(InvalidInputError, match="bogus_option"):
+            await llm.acomplete(MESSAGES)
+
+    run_async(sdk, server, body)
+    assert len(server.received) == 1
+
+
 # --- retries -----------------------------------------------------------------------------------
 
 
@@ -599,26 +672,20 @@ def test_both_clients_each_used_for_its_kind(sdk: str, server: FakeLLMServer, cl
 
 
 def test_acomplete_over_a_sync_client_leaves_the_loop_free(sdk: str, server: FakeLLMServer, client: Any):
-    server.script(Reply(delay=0.2))
-    llm = adapter(sdk, client)
+    gate = threading.Event()
+    server.script(Reply(gate=gate))  # the reply waits until the event loop opens the gate
+    llm = adapter(sdk, client, timeout=20.0)
 
-    async def main() -> tuple[str, int]:
-        ticks = 0
+    async def main() -> str:
+        task = asyncio.create_task(llm.acomplete(MESSAGES))
+        # Only a free loop gets here while the request waits: a blocked one would
+        # leave the gate shut until the request timed out.
+        await until_received(server, 1)
+        assert not task.done()
+        gate.set()
+        return await task
 
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.01)
-                ticks += 1
-
-        tick = asyncio.create_task(ticker())
-        reply = await llm.acomplete(MESSAGES)
-        tick.cancel()
-        return reply, ticks
-
-    reply, ticks = asyncio.run(main())
-    assert reply == "Hello from the fake model."
-    assert ticks >= 8  # the loop ran on while the request waited 0.2 s
+    assert asyncio.run(main()) == "Hello from the fake model."
 
 
 def test_cancel_acomplete_during_the_request(sdk: str, server: FakeLLMServer):
@@ -698,9 +765,39 @@ def test_sync_cancel_token_cuts_the_backoff_short(sdk: str, server: FakeLLMServe
 def test_set_cancel_token_sends_nothing(sdk: str, server: FakeLLMServer, client: Any):
     cancel = threading.Event()
     cancel.set()
-    with pytest.raises(LLMCancelledError):
+    with pytest.raises(LLMCancelledError) as info:
         adapter(sdk, client).complete(MESSAGES, cancel=cancel)
     assert server.received == []
+    assert info.value.attempts == 0
+
+
+def test_every_llm_error_counts_the_requests_sent(sdk: str, server: FakeLLMServer, client: Any):
+    cancel = threading.Event()
+    server.script(Reply(status=503, headers={"retry-after": "5"}, body=error_body("down")))
+    done = threading.Event()
+
+    def cancel_once_the_503_is_back() -> None:
+        while not server.received:
+            done.wait(0.005)
+        cancel.set()
+
+    helper = threading.Thread(target=cancel_once_the_503_is_back)
+    helper.start()
+    with pytest.raises(LLMCancelledError) as info:
+        adapter(sdk, client, retry=RetryPolicy(attempts=3, max_retry_after=10)).complete(
+            MESSAGES, cancel=cancel
+        )
+    helper.join()
+    assert info.value.attempts == 1  # one request sent, cancelled in the backoff wait
+    assert len(server.received) == 1
+
+    async def only_async(llm: LLM) -> None:
+        with pytest.raises(LLMError, match="only an async") as refused:
+            llm.complete(MESSAGES)
+        assert refused.value.attempts == 0
+
+    run_async(sdk, server, only_async)
+    assert len(server.received) == 1
 
 
 def test_importing_context_core_imports_no_sdk():

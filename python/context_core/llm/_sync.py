@@ -1,14 +1,16 @@
-"""Running an async-only model from synchronous code."""
+"""Running an async-only model from synchronous code, and a synchronous one
+from async code."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from context_core.errors import LLMError
 
-__all__ = ["run_coroutine_sync"]
+__all__ = ["run_coroutine_sync", "run_in_thread"]
 
 T = TypeVar("T")
 
@@ -25,7 +27,23 @@ def run_coroutine_sync(coro: Coroutine[Any, Any, T], llm: object) -> T:
     except RuntimeError:
         return asyncio.run(coro)
     coro.close()
-    raise LLMError(
+    error = LLMError(
         f"{llm!r} is async-only and complete() was called from inside a running event loop; "
         "await acomplete() instead"
     )
+    error.attempts = 0  # nothing was sent
+    raise error
+
+
+async def run_in_thread(complete: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``await complete(*args, cancel=token, **kwargs)`` run in a worker thread
+    (:func:`asyncio.to_thread`), so the event loop never blocks. Cancelling
+    the awaiting task returns at once and sets ``token`` (a
+    :class:`threading.Event`), so the thread stops before its next try or in
+    its backoff wait; a request already sent finishes in the background."""
+    token = threading.Event()
+    try:
+        return await asyncio.to_thread(complete, *args, cancel=token, **kwargs)
+    except asyncio.CancelledError:
+        token.set()
+        raise

@@ -121,8 +121,8 @@ class AnthropicChat(SDKChat):
                 request["extra_body"] = {"temperature": temperature}
         return request
 
-    def _create(self, client: Any, request: dict[str, Any]) -> Any:
-        return client.messages.create(**request)
+    def _endpoint(self, client: Any) -> Any:
+        return client.messages.create
 
     def _reply_text(self, response: Any) -> str:
         texts = [block.text for block in response.content if getattr(block, "type", None) == "text"]

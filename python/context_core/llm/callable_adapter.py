@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Union
 
 from context_core.errors import ContextCoreError, InvalidTypeError, LLMError, LLMTimeoutError
-from context_core.llm._sync import run_coroutine_sync
-from context_core.llm.protocol import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
+from context_core.llm._sync import run_coroutine_sync, run_in_thread
+from context_core.llm.protocol import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, check_options
 from context_core.llm.reply import check_reply
 from context_core.llm.retry import CancelToken, RetryPolicy, arun_with_retry, run_with_retry
 from context_core.types import OpenAIMessage
@@ -47,8 +46,12 @@ class CallableLLM:
     loop in :meth:`acomplete`; a sync ``f`` runs in a worker thread there
     (:func:`asyncio.to_thread`), so the loop never blocks.
 
+    ``max_tokens`` and ``temperature`` are checked as the SDK adapters check
+    them (:class:`~context_core.InvalidInputError`, ``f`` not called).
+
     Errors: a ``context_core`` error from ``f`` passes through, a
-    ``TimeoutError`` becomes :class:`~context_core.LLMTimeoutError`, any other
+    ``TimeoutError`` (or ``asyncio.TimeoutError``, a distinct class before
+    Python 3.11) becomes :class:`~context_core.LLMTimeoutError`, any other
     exception :class:`~context_core.LLMError` (with the original as
     ``__cause__``); a reply that is not a non-empty ``str`` raises
     :class:`~context_core.LLMResponseError`. ``f`` is called once per call
@@ -104,6 +107,7 @@ class CallableLLM:
         one: ``await acomplete()`` there instead). ``cancel`` (a
         :class:`threading.Event`...) stops retries and backoff waits; it cannot
         interrupt ``f`` itself (and is not consulted for an async ``f``)."""
+        check_options(max_tokens, temperature)
         if self.is_async:
             return run_coroutine_sync(
                 self.acomplete(messages, max_tokens=max_tokens, temperature=temperature), self
@@ -120,16 +124,10 @@ class CallableLLM:
         """Await ``f``, or run a sync ``f`` in a worker thread. Cancelling the
         task returns at once; a sync ``f`` already running finishes in its
         thread (its result is dropped) and is not retried."""
+        check_options(max_tokens, temperature)
         if self.is_async:
             return await arun_with_retry(lambda: self._aonce(messages, max_tokens, temperature), self.retry)
-        stop = threading.Event()
-        try:
-            return await asyncio.to_thread(
-                self.complete, messages, max_tokens=max_tokens, temperature=temperature, cancel=stop
-            )
-        except asyncio.CancelledError:
-            stop.set()
-            raise
+        return await run_in_thread(self.complete, messages, max_tokens=max_tokens, temperature=temperature)
 
 
 async def _await_reply(awaitable: Awaitable[Any]) -> Any:
@@ -142,6 +140,6 @@ async def _await_reply(awaitable: Awaitable[Any]) -> Any:
 def _wrap(exc: Exception) -> ContextCoreError:
     if isinstance(exc, ContextCoreError):
         return exc
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):  # distinct classes before 3.11
         return LLMTimeoutError(f"the LLM callable timed out: {exc}")
     return LLMError(f"the LLM callable raised {type(exc).__name__}: {exc}")

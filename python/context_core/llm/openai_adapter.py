@@ -81,8 +81,8 @@ class OpenAIChat(SDKChat):
             request["temperature"] = temperature
         return request
 
-    def _create(self, client: Any, request: dict[str, Any]) -> Any:
-        return client.chat.completions.create(**request)
+    def _endpoint(self, client: Any) -> Any:
+        return client.chat.completions.create
 
     def _reply_text(self, response: Any) -> str:
         choice = response.choices[0]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from context_core.errors import InvalidInputError
 from context_core.types import OpenAIMessage
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_TEMPERATURE", "LLM"]
+__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_TEMPERATURE", "LLM", "check_options"]
 
 DEFAULT_MAX_TOKENS = 1024
 """Default cap on the reply's length, in tokens."""
@@ -15,6 +17,21 @@ DEFAULT_MAX_TOKENS = 1024
 DEFAULT_TEMPERATURE = 0.0
 """Default sampling temperature: context_core's own calls (extracting facts,
 summarising) want the most likely answer, not a creative one."""
+
+
+def check_options(max_tokens: Any, temperature: Any) -> None:
+    """What every adapter checks before sending anything: ``max_tokens`` an
+    int >= 1, ``temperature`` a finite number >= 0; else
+    :class:`~context_core.InvalidInputError`."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
+        raise InvalidInputError(f"temperature must be a finite number >= 0, got {temperature!r}")
 
 
 @runtime_checkable

@@ -107,15 +107,22 @@ def _give_up_or_wait(policy: RetryPolicy, error: LLMError, attempt: int) -> floa
     return wait
 
 
+def _cancelled(attempts: int) -> LLMCancelledError:
+    error = LLMCancelledError(f"LLM call cancelled after {attempts} tries")
+    error.attempts = attempts
+    return error
+
+
 def run_with_retry(call: Callable[[], T], policy: RetryPolicy, cancel: CancelToken | None = None) -> T:
     """Call ``call()`` until it returns, retrying the :class:`LLMError` s the
     policy allows. ``cancel``, when set, stops before the next try and cuts a
     backoff wait short with :class:`LLMCancelledError` (a request already sent
-    runs on until it answers or times out)."""
+    runs on until it answers or times out); its ``attempts`` is the number of
+    tries made, 0 if none was."""
     attempt = 0
     while True:
         if cancel is not None and cancel.is_set():
-            raise LLMCancelledError(f"LLM call cancelled after {attempt} tries")
+            raise _cancelled(attempt)
         attempt += 1
         try:
             return call()
@@ -124,7 +131,7 @@ def run_with_retry(call: Callable[[], T], policy: RetryPolicy, cancel: CancelTok
         if cancel is None:
             time.sleep(wait)
         elif cancel.wait(wait):
-            raise LLMCancelledError(f"LLM call cancelled after {attempt} tries")
+            raise _cancelled(attempt)
 
 
 async def arun_with_retry(call: Callable[[], Awaitable[T]], policy: RetryPolicy) -> T:

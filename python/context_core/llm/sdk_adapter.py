@@ -4,16 +4,17 @@ Each subclass only builds the request and reads the reply."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
+import inspect
 import json
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, ClassVar
 
 from context_core.errors import InvalidInputError, InvalidTypeError, LLMError, LLMResponseError
-from context_core.llm.protocol import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
+from context_core.llm._sync import run_in_thread
+from context_core.llm.protocol import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, check_options
 from context_core.llm.retry import CancelToken, RetryPolicy, arun_with_retry, run_with_retry
 from context_core.llm.sdk_errors import translate_sdk_error
 from context_core.types import OpenAIMessage
@@ -74,6 +75,27 @@ class SDKChat:
                 )
             self._adopt(async_client)
         self._sdk: ModuleType = importlib.import_module(self.sdk_name)
+        self._check_extra_params()
+
+    def _check_extra_params(self) -> None:
+        """Refuse ``extra_params`` the SDK's endpoint does not take (it would
+        raise a ``TypeError`` at every call), when its signature can be read."""
+        if not self.extra_params:
+            return
+        try:
+            endpoint = self._endpoint(self._sync if self._sync is not None else self._async)
+            params = inspect.signature(endpoint).parameters
+        except (TypeError, ValueError):  # no signature to read: the call will tell
+            return
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return
+        unknown = sorted(set(self.extra_params) - set(params))
+        if unknown:
+            raise InvalidInputError(
+                f"{type(self).__name__}: extra_params {unknown} are not parameters of the installed"
+                f" {self.sdk_name} SDK's {endpoint.__qualname__}(); send what the SDK does not know"
+                " as extra_params={'extra_body': {...}}"
+            )
 
     def _adopt(self, client: Any) -> None:
         kind = client_kind(client)
@@ -102,8 +124,8 @@ class SDKChat:
     ) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _create(self, client: Any, request: dict[str, Any]) -> Any:
-        """``client.<endpoint>.create(**request)`` (a coroutine for an async client)."""
+    def _endpoint(self, client: Any) -> Any:
+        """``client.<endpoint>.create``."""
         raise NotImplementedError
 
     def _reply_text(self, response: Any) -> str:
@@ -114,10 +136,7 @@ class SDKChat:
     def _checked_request(
         self, messages: Sequence[OpenAIMessage], max_tokens: int, temperature: float
     ) -> dict[str, Any]:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidInputError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise InvalidInputError(f"temperature must be a number >= 0, got {temperature!r}")
+        check_options(max_tokens, temperature)
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
             raise InvalidTypeError(f"messages must be a list of dicts, got {type(messages).__name__}")
         for i, message in enumerate(messages):
@@ -139,24 +158,30 @@ class SDKChat:
         except (AttributeError, IndexError, KeyError, TypeError) as exc:
             raise LLMResponseError(f"{self!r}: malformed reply ({type(exc).__name__}: {exc})") from exc
 
-    def _try_sync(self, request: dict[str, Any]) -> str:
+    @contextmanager
+    def _sdk_errors(self) -> Iterator[None]:
+        """The SDK's errors as ``context_core`` ones: its API errors (and a body
+        that is not JSON) as :class:`~context_core.LLMError` subclasses, a
+        ``TypeError`` (arguments it does not take: ``extra_params``) as
+        :class:`~context_core.InvalidInputError`."""
         try:
-            response = self._create(self._sync, request)
+            yield
         except (self._sdk.APIError, json.JSONDecodeError) as exc:
             error = self._translate(exc)
             if error is None:  # pragma: no cover - both kinds are translated
                 raise
             raise error from exc
+        except TypeError as exc:
+            raise InvalidInputError(f"{self!r}: the {self.sdk_name} SDK refused the request: {exc}") from exc
+
+    def _try_sync(self, request: dict[str, Any]) -> str:
+        with self._sdk_errors():
+            response = self._endpoint(self._sync)(**request)
         return self._read(response)
 
     async def _try_async(self, request: dict[str, Any]) -> str:
-        try:
-            response = await self._create(self._async, request)
-        except (self._sdk.APIError, json.JSONDecodeError) as exc:
-            error = self._translate(exc)
-            if error is None:  # pragma: no cover
-                raise
-            raise error from exc
+        with self._sdk_errors():
+            response = await self._endpoint(self._async)(**request)
         return self._read(response)
 
     def complete(
@@ -179,10 +204,12 @@ class SDKChat:
         one event loop, so it cannot be driven from a fresh one.
         """
         if self._sync is None:
-            raise LLMError(
+            error = LLMError(
                 f"{self!r} has only an async {self.sdk_name} client: await acomplete(), "
                 "or pass a sync client too"
             )
+            error.attempts = 0  # nothing was sent
+            raise error
         request = self._checked_request(messages, max_tokens, temperature)
         return run_with_retry(lambda: self._try_sync(request), self.retry, cancel)
 
@@ -205,11 +232,4 @@ class SDKChat:
         if self._async is not None:
             request = self._checked_request(messages, max_tokens, temperature)
             return await arun_with_retry(lambda: self._try_async(request), self.retry)
-        stop = threading.Event()
-        try:
-            return await asyncio.to_thread(
-                self.complete, messages, max_tokens=max_tokens, temperature=temperature, cancel=stop
-            )
-        except asyncio.CancelledError:
-            stop.set()
-            raise
+        return await run_in_thread(self.complete, messages, max_tokens=max_tokens, temperature=temperature)
