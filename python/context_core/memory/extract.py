@@ -202,8 +202,6 @@ def _subject_key(subject: str) -> str | None:
     words = subject.strip(" '-./").lower().split()
     if not words or len(words) > 6 or (len(words) == 1 and words[0] in _NOT_SUBJECTS):
         return None
-    if words[0] in _NOT_SUBJECTS and len(words) == 1:
-        return None
     return " ".join(words)
 
 
