@@ -834,42 +834,42 @@ def test_a_consolidation_killed_before_its_commit_still_supersedes_one_in_flight
 # -- async ------------------------------------------------------------------------------
 
 
-def test_async_forms_do_not_block_the_event_loop(tmp_path):
-    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never")
+def test_async_forms_do_not_block_the_event_loop(tmp_path, monkeypatch):
+    mem = MemoryFiles(tmp_path, max_lines=3, min_fragments=2, durability="never", lock_timeout=5)
     many_fragments(mem, 2)
     holder = filelock.FileLock(os.path.join(tmp_path, ".memory.lock"), thread_local=False)
+    waiting = threading.Event()
+    acquire = mem._lock.acquire
+
+    def acquire_and_tell(*args, **kwargs):
+        waiting.set()  # the append now waits for the lock (in its worker thread)
+        return acquire(*args, **kwargs)
+
+    monkeypatch.setattr(mem._lock, "acquire", acquire_and_tell)
 
     async def amodel(messages):
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)
         return "- [fact] merged"
 
     async def main():
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def ticker():
-            nonlocal ticks
-            while not stop.is_set():
-                ticks += 1
-                await asyncio.sleep(0.005)
-
-        task = asyncio.create_task(ticker())
         holder.acquire()
-        threading.Timer(0.3, holder.release).start()  # the lock is busy for 0.3 s
-        appended = await mem.apersist_learnings([{"role": "user", "content": "Note: x is 1."}])
-        waited = ticks
+        task = asyncio.create_task(mem.apersist_learnings([{"role": "user", "content": "Note: x is 1."}]))
+        # The loop runs on while the append waits: had it blocked the loop, the task would
+        # have ended (lock_timeout) before this coroutine could look.
+        while not waiting.is_set():
+            await asyncio.sleep(0.001)
+        assert not task.done()
+        holder.release()
+        appended = await task
         consolidated = await mem.aconsolidate(amodel)
         learned = await mem.apersist_learnings(
             [{"role": "user", "content": "hello"}], llm=lambda messages: "- [fact] from the model"
         )
         more = await mem.aappend(["direct"])
         offline = await mem.aconsolidate(force=True)
-        stop.set()
-        await task
-        return waited, appended, consolidated, learned, more, offline
+        return appended, consolidated, learned, more, offline
 
-    waited, appended, consolidated, learned, more, offline = asyncio.run(main())
-    assert waited >= 20  # the loop kept running while the append waited for the lock
+    appended, consolidated, learned, more, offline = asyncio.run(main())
     assert [f.line() for f in appended.appended] == ["- [fact: x] x is 1."]
     assert consolidated.ran
     assert learned.appended == (Fact("from the model"),)
