@@ -1,8 +1,11 @@
 """Memory files under contention and under SIGKILL: many processes appending
-at once, a consolidation (with a slow model) racing appends, and processes
-killed mid-append and mid-consolidation, again and again. Each time: every
-acknowledged fact is there exactly once, every batch whole or absent, every
-line well formed, no temporary file read as memory."""
+at once, consolidations (offline and with a slow model) racing appends, and
+processes killed mid-append and mid-consolidation (offline and with a model),
+again and again. Each time: every acknowledged fact is there exactly once,
+every batch whole or absent, every line well formed, no temporary file read as
+memory, MEMORY.md within max_lines (pointers included), and for a key whose
+values come back (0, 1, 0, 1...) the newest value written is the newest one
+read."""
 
 from __future__ import annotations
 
@@ -79,16 +82,28 @@ def wait_all(pids: list[int]) -> None:
 # -- contention -------------------------------------------------------------------------
 
 
-def appender(root: Path, p: int, count: int, go: int) -> None:
-    os.read(go, 1)  # all start at once
-    mem = MemoryFiles(root, durability="never", lock_timeout=60)
+def batches(p: int, count: int, keyed: bool) -> list[list[Fact | str]]:
+    """Process ``p``'s batches: ``count`` unique facts in all; with ``keyed``,
+    each batch also sets the key ``p<p> setting`` to 0, 1, 0, 1... (a value that
+    comes back must be written, and the newest must win)."""
     rng = random.Random(p)
+    out: list[list[Fact | str]] = []
     n = 0
     while n < count:
         size = min(rng.choice((1, 1, 1, 2, 3)), count - n)
-        batch = [fact_text(f"p{p} n{n + i}", rng.randrange(10, 600)) for i in range(size)]
-        assert len(mem.append(batch).appended) == size
+        batch: list[Fact | str] = [fact_text(f"p{p} n{n + i}", rng.randrange(10, 600)) for i in range(size)]
+        if keyed:
+            batch.append(Fact(f"p{p} setting is {len(out) % 2}", "fact", f"p{p} setting"))
+        out.append(batch)
         n += size
+    return out
+
+
+def appender(root: Path, p: int, count: int, go: int, keyed: bool = False, max_lines: int = 150) -> None:
+    os.read(go, 1)  # all start at once
+    mem = MemoryFiles(root, durability="never", lock_timeout=60, max_lines=max_lines)
+    for batch in batches(p, count, keyed):
+        assert len(mem.append(batch).appended) == len(batch)
 
 
 def test_many_processes_appending_at_once_lose_and_tear_nothing(tmp_path):
@@ -125,36 +140,58 @@ def consolidator(root: Path, rounds: int, go: int) -> None:
         assert result.ran or result.reason.startswith("superseded"), result
 
 
+def newest_values(facts: list[Fact]) -> dict[str, str]:
+    """Each key's newest value: its last fact, oldest first."""
+    return {f.key: f.text for f in facts if f.key is not None}
+
+
 def test_consolidation_racing_appends_loses_nothing(tmp_path):
     MemoryFiles(tmp_path, max_lines=20).append([f"seed {i}" for i in range(30)])
     go_read, go_write = os.pipe()
-    pids = [fork(appender, tmp_path, p, 150, go_read) for p in range(3)]
+    pids = [fork(appender, tmp_path, p, 150, go_read, True, 20) for p in range(3)]
     pids += [fork(consolidator, tmp_path, 12, go_read) for _ in range(2)]
     os.write(go_write, b"x" * len(pids))
     wait_all(pids)
     facts = check_root(tmp_path, 20)
-    tags = Counter(" ".join(f.text.split(" ")[:2]) for f in facts)
+    tags = Counter(" ".join(f.text.split(" ")[:2]) for f in facts if f.key is None)
     expected = {f"p{p} n{n}" for p in range(3) for n in range(150)} | {f"seed {i}" for i in range(30)}
     assert set(tags) == expected
     assert max(tags.values()) == 1
+    last = {f"p{p} setting": f"p{p} setting is {(len(batches(p, 150, True)) - 1) % 2}" for p in range(3)}
+    assert newest_values(facts) == last  # no stale consolidation wrote over a newer value
+    MemoryFiles(tmp_path, max_lines=20).consolidate(force=True)
+    keyed = [f for f in check_root(tmp_path, 20) if f.key is not None]
+    assert sorted(f.text for f in keyed) == sorted(last.values())
 
 
 # -- SIGKILL ----------------------------------------------------------------------------
 
 
+def fast_echo_model(messages) -> str:
+    """A model that hands back the memory it was given, at once."""
+    return messages[1]["content"].removeprefix("<memory>\n").removesuffix("</memory>").strip() or "NONE"
+
+
 def killable_writer(root: Path, seed: int, acks: int, consolidate: bool) -> None:
     """Append batches (some of hundreds of KB, so a write spans many pages),
-    and consolidate between them if asked; report each acknowledged batch."""
+    each with a new value of the key ``s<seed> latest``, and consolidate
+    between them if asked (every other time with a model: odd seeds); report
+    each acknowledged batch."""
     rng = random.Random(seed)
     mem = MemoryFiles(root, max_lines=60, durability="always" if seed % 2 else "never", lock_timeout=60)
     for batch in range(10**6):
         big = rng.random() < 0.3 and not consolidate
         size = rng.randrange(40, 120) if big else rng.randrange(1, 6)
-        facts = [fact_text(f"s{seed}b{batch} f{i}/{size}", rng.randrange(20, 900)) for i in range(size)]
+        facts: list[Fact | str] = [
+            fact_text(f"s{seed}b{batch} f{i}/{size}", rng.randrange(20, 900)) for i in range(size)
+        ]
+        facts.append(Fact(f"s{seed}b{batch} latest", "fact", f"s{seed} latest"))
         mem.append(facts)
         os.write(acks, f"s{seed}b{batch}\n".encode())
         if consolidate:
-            mem.consolidate(force=True)
+            model = fast_echo_model if seed % 2 and batch % 2 else None
+            result = mem.consolidate(model, force=True)
+            assert result.ran, result
             os.write(acks, b"c\n")
 
 
@@ -183,7 +220,10 @@ def check_after_kills(root: Path, acked: set[str], max_lines: int) -> None:
     facts = check_root(root, max_lines)
     batches: Counter[str] = Counter()
     sizes = {}
+    newest = newest_values(facts)
     for fact in facts:
+        if fact.key is not None:
+            continue
         match = re.fullmatch(r"(s\d+b\d+) f(\d+)/(\d+) .*", fact.text)
         assert match, fact.text
         assert fact.text == fact_text(f"{match[1]} f{match[2]}/{match[3]}", len(fact.text.split(" ", 2)[2]))
@@ -192,6 +232,11 @@ def check_after_kills(root: Path, acked: set[str], max_lines: int) -> None:
     assert not acked - set(batches), "an acknowledged batch was lost"
     for batch, count in batches.items():
         assert count == sizes[batch], f"batch {batch}: {count} of its {sizes[batch]} facts (torn or doubled)"
+    last: dict[str, int] = {}
+    for batch in batches:  # each writer's last batch present holds its key's newest value
+        seed, number = re.fullmatch(r"s(\d+)b(\d+)", batch).groups()  # type: ignore[union-attr]
+        last[seed] = max(last.get(seed, -1), int(number))
+    assert newest == {f"s{seed} latest": f"s{seed}b{n} latest" for seed, n in last.items()}
 
 
 def test_writers_killed_mid_append(tmp_path):
@@ -210,7 +255,10 @@ def test_writers_killed_mid_append(tmp_path):
 def test_processes_killed_mid_consolidation(tmp_path):
     seed_mem = MemoryFiles(tmp_path, max_lines=60, durability="never")
     for b in range(40):  # a memory worth consolidating: about 15 fragments
-        seed_mem.append([fact_text(f"s999b{b} f{i}/40", 200) for i in range(40)])
+        seed_mem.append(
+            [fact_text(f"s999b{b} f{i}/40", 200) for i in range(40)]
+            + [Fact(f"s999b{b} latest", "fact", "s999 latest")]
+        )
     acked = {f"s999b{b}" for b in range(40)}
     rng = random.Random(2)
     half_done = 0
