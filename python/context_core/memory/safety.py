@@ -1,13 +1,21 @@
 """Keeping every memory file inside its root: names, symlinks, modes.
 
-Every file operation goes through a descriptor of the root directory
-(``dir_fd``) with a name checked against the few names a memory root holds,
-and opens with ``O_NOFOLLOW``: a symlink where a memory file, a fragment or the
-lock should be is refused (:class:`~context_core.MemoryPathError`), and so is a
-file with another hard link or one that is not a regular file (a FIFO cannot
-hang an open either: ``O_NONBLOCK``). Files are created ``0600``, the root
-directory ``0700``. The root itself may be reached through a symlink (it is
-the caller's choice of path); nothing below it is.
+Every file operation of memory's own goes through a descriptor of the root
+directory (``dir_fd``) with a name checked against the few names a memory root
+holds, and opens with ``O_NOFOLLOW``: a symlink where a memory file, a fragment
+or a bookkeeping file should be is refused
+(:class:`~context_core.MemoryPathError`), and so is a file with another hard
+link or one that is not a regular file (a FIFO cannot hang an open either:
+``O_NONBLOCK``). Files are created ``0600``, the root directory ``0700``. The
+root itself may be reached through a symlink (it is the caller's choice of
+path); nothing below it is.
+
+One file is opened otherwise: ``filelock`` opens the lock file,
+``.memory.lock``, by its path. It is created and checked here first (through
+the root's descriptor, as above), and ``filelock`` 3.20.1 and later open it
+with ``O_NOFOLLOW`` too, so a symlink swapped in between is refused, never
+followed (:class:`~context_core.MemoryFiles` turns the ``ELOOP`` into a
+:class:`~context_core.MemoryPathError`).
 """
 
 from __future__ import annotations
