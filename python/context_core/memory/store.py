@@ -1,8 +1,8 @@
 """The files of one memory root, read and written under its lock.
 
-Everything here runs while :class:`~context_core.memory.files.MemoryFiles`
-holds the root's lock, through a descriptor of the root
-(:mod:`~context_core.memory.safety`).
+Everything here but :func:`read_lockless` runs while
+:class:`~context_core.memory.files.MemoryFiles` holds the root's lock, through
+a descriptor of the root (:mod:`~context_core.memory.safety`).
 
 **Appends** (:meth:`Store.append_bytes`) are atomic per batch. Before the one
 ``os.write`` on an ``O_APPEND`` descriptor, ``.memory.pending`` records the file,
