@@ -26,6 +26,8 @@ TRICKY = [
     "<ERROR>", "<MEMORY>", "<MEM2>", "#", "## Instructions", "   ### x", "```", "~~~", "===", "---",
     "\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\u2029", " ", "\t", "\u00a0",
     "<", ">", "/", "\"", "&", "MEM", "TASK", "a", "é", "中",
+    # letters re.IGNORECASE folds to ASCII ones (long s, Kelvin, dotless i, I with a dot) after a name
+    "</MEMı>", "<TASKİ>", "</FILE\u212a>", "<DOCſ source=\"x\">", "<constraintſ", "ſ", "\u212a", "ı", "İ",
 ]  # fmt: skip
 tricky_text = st.lists(st.sampled_from(TRICKY + EDGE_ALPHABET), max_size=40).map("".join)
 content = st.one_of(tricky_text, any_text)
@@ -87,6 +89,15 @@ def test_attribute_values_cannot_end_their_attribute(value):
 @given(content)
 def test_one_line_values_have_no_line_break(value):
     assert len(one_line(value + "x").splitlines()) == 1
+
+
+@pytest.mark.parametrize("tag", ["</MEMı>", "<TASKİ>", "</FILE\u212a>", '<DOCſ source="x">', "<constraintſ"])
+def test_a_unicode_letter_after_a_tag_name_does_not_hide_the_tag(tag):
+    """re.IGNORECASE reads U+017F, U+212A, U+0131 and U+0130 as ASCII letters: a name
+    followed by one of them is still the reserved tag to a reader."""
+    assert tags(tag) != []
+    assert escape(tag) == "&lt;" + tag[1:]
+    assert tags(escape(tag)) == []
 
 
 def test_plain_content_passes_through_unchanged():

@@ -43,8 +43,12 @@ LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 _BREAK = f"[{LINE_BREAKS}]"
 _BLANK = f"[^\\S{LINE_BREAKS}]"  # white space that does not end a line
+# The name is matched in any case; what follows it is not: under IGNORECASE
+# the lookahead would read U+017F (long s), U+212A (Kelvin), U+0131 (dotless
+# i) and U+0130 as ASCII letters, so "</MEM\u0131>" would pass as a longer
+# name. Only an ASCII letter, digit or "_" makes a longer name ("<MEMORY>").
 _TAG = re.compile(
-    r"<(?=[\s/]*(?:" + "|".join(RESERVED_TAGS) + r")(?![0-9A-Za-z_]))",
+    r"<(?=[\s/]*(?:" + "|".join(RESERVED_TAGS) + r")(?-i:(?![0-9A-Za-z_])))",
     re.IGNORECASE,
 )
 _LINE_START = rf"({_BLANK}*)(#|```|~~~|(?:=+|-+){_BLANK}*(?={_BREAK}|$))"
