@@ -89,11 +89,7 @@ def normalize(text: str) -> str:
     ``#``, ``@``, inner dots and a leading ``.`` or ``:`` stay: ``.env`` is not
     ``env``, ``::1`` is not ``1``)."""
     words = unicodedata.normalize("NFKC", text).casefold().split()
-    return " ".join(w for w in (_strip_word(word) for word in words) if w)
-
-
-def _strip_word(word: str) -> str:
-    return word.rstrip(_TRAILING_AND_WRAP).lstrip(_WRAP)
+    return " ".join(w for w in (word.rstrip(_TRAILING_AND_WRAP).lstrip(_WRAP) for word in words) if w)
 
 
 def _check_text(what: str, value: str) -> str:
