@@ -3,6 +3,7 @@ tool schemas, the prefix hash, the per-layer breakdown."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -480,6 +481,35 @@ def test_parts_made_by_hand_render_and_count():
     assert parts.prefix_hash() == expected.hexdigest()
     with pytest.raises(ContextCoreError):
         PromptParts(b"bytes")  # type: ignore[arg-type]
+
+
+def test_replaced_parts_render_count_and_hash_their_own_text():
+    """dataclasses.replace makes new parts: the cached prefix and the
+    breakdown come from the new texts, never the old ones."""
+    tok = Tokenizer()
+    built = turn_parts(big_builder(system_words=50, stable_words=20), 0)
+    stable = "## Session Facts\nSession: other"
+    for changes in ({"stable": stable}, {"system": "Be brief."}, {"tools": tools(1)}):
+        replaced = dataclasses.replace(built, **changes)
+        by_hand = PromptParts(replaced.system, replaced.stable, replaced.volatile, replaced.tools)
+        assert replaced == by_hand
+        assert replaced != built
+        assert replaced.prefix_hash() == by_hand.prefix_hash() != built.prefix_hash()
+        assert replaced.breakdown.stable == tok.count(replaced.stable)
+        assert replaced.breakdown.system == tok.count(replaced.system)
+        assert replaced.breakdown.tools == by_hand.breakdown.tools
+        request = replaced.to_anthropic([], model=MODEL, min_cache_tokens=0)
+        assert [b["text"] for b in request["system"]] == [replaced.system, replaced.stable, replaced.volatile]
+        openai = replaced.to_openai()
+        assert openai["messages"][0]["content"] == f"{replaced.system}\n\n{replaced.stable}"
+        assert openai.get("tools", []) == by_hand.to_openai().get("tools", [])
+    volatile = dataclasses.replace(built, volatile="## Context\nnow")
+    assert volatile.breakdown.volatile == tok.count("## Context\nnow")
+    assert volatile.to_openai()["messages"][1]["content"] == "## Context\nnow"
+    assert volatile.prefix_hash() == built.prefix_hash()
+    assert volatile.kept_out == built.kept_out
+    with pytest.raises(ValueError, match="init=False"):
+        dataclasses.replace(built, _prefix=None)  # not a field one can set
 
 
 def test_big_prompts_render_fast_enough_to_share_the_prefix():

@@ -479,17 +479,8 @@ class PromptBuilder:
         breakdown = PromptBreakdown(
             layers, system.tools_tokens, system.tokens, prefix.stable_tokens, sum(volatile_layers.values())
         )
-        return PromptParts(
-            system.text,
-            prefix.stable,
-            volatile,
-            system.tools,
-            breakdown,
-            changed,
-            tuple(loaded),
-            tuple(truncated),
-            tuple(kept_out),
-            prefix,
+        return PromptParts._assemble(
+            prefix, volatile, breakdown, changed, tuple(loaded), tuple(truncated), tuple(kept_out)
         )
 
     def _volatile(self, sections: list[tuple[str, str]]) -> tuple[str, dict[str, int]]:

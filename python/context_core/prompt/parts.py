@@ -97,15 +97,16 @@ class PromptBreakdown:
 class PromptParts:
     """A prompt's three parts (and the tools), ready to render.
 
-    Made by hand, the parts are counted (o200k_base) the first time a count
-    or a render needs it. Made by a builder, they share its cached counts,
-    hash and provider forms, so rendering costs only the volatile part."""
+    Made by hand (or by :func:`dataclasses.replace`), the parts are counted
+    (o200k_base) and hashed from their own texts. Made by a builder, they
+    share its cached counts, hash and provider forms, so rendering costs only
+    the volatile part."""
 
     system: str
     stable: str = ""
     volatile: str = ""
     tools: Sequence[Tool] = ()
-    breakdown: PromptBreakdown = field(default=None, repr=False)  # type: ignore[assignment]
+    breakdown: PromptBreakdown = field(default=None, init=False, repr=False)  # type: ignore[assignment]
     """Exact tokens per layer (made by hand: per part only)."""
     stable_changed: bool = False
     """The stable part differs from the previous turn's of the same session
@@ -116,13 +117,13 @@ class PromptParts:
     """What was cut to fit (the memory excerpt, task items)."""
     kept_out: tuple[str, ...] = ()
     """Lines left out of this prompt (stable and volatile parts) because they
-    state a never-enter rule."""
-    _prefix: Prefix | None = field(default=None, repr=False)
-    """Shared by every turn of a builder's session."""
+    state a never-enter rule, as they were given (before escaping)."""
+    _prefix: Prefix | None = field(default=None, init=False, repr=False)
+    """The cached prefix (tools, system, stable) these texts make; shared by
+    every turn of a builder's session. Never passed in: it is always made
+    from (or, by a builder, for) the texts above."""
 
     def __post_init__(self) -> None:
-        if self._prefix is not None and self.breakdown is not None:
-            return  # made by a builder, which checked everything
         for name in ("system", "stable", "volatile"):
             if not isinstance(getattr(self, name), str):
                 raise InvalidTypeError(
@@ -132,24 +133,51 @@ class PromptParts:
             raise InvalidTypeError(
                 f"PromptParts.tools must be a list of tool schemas, got {type(self.tools).__name__}"
             )
-        prefix = self._prefix
-        if prefix is None:
-            prefix = Prefix(SystemPart(self.system, self.tools, Tokenizer()), self.stable)
-            object.__setattr__(self, "_prefix", prefix)
-            object.__setattr__(self, "tools", prefix.system.tools)
-        if self.breakdown is None:
-            system = prefix.system
-            volatile = system.tokenizer.count(self.volatile)
-            layers = {"tools": system.tools_tokens, "system": system.tokens, "stable": prefix.stable_tokens}
-            layers["volatile"] = volatile
-            breakdown = PromptBreakdown(
-                {k: v for k, v in layers.items() if v},
-                system.tools_tokens,
-                system.tokens,
-                prefix.stable_tokens,
-                volatile,
-            )
-            object.__setattr__(self, "breakdown", breakdown)
+        prefix = Prefix(SystemPart(self.system, self.tools, Tokenizer()), self.stable)
+        system = prefix.system
+        volatile = system.tokenizer.count(self.volatile)
+        layers = {"tools": system.tools_tokens, "system": system.tokens, "stable": prefix.stable_tokens}
+        layers["volatile"] = volatile
+        breakdown = PromptBreakdown(
+            {k: v for k, v in layers.items() if v},
+            system.tools_tokens,
+            system.tokens,
+            prefix.stable_tokens,
+            volatile,
+        )
+        object.__setattr__(self, "_prefix", prefix)
+        object.__setattr__(self, "tools", system.tools)
+        object.__setattr__(self, "breakdown", breakdown)
+
+    @classmethod
+    def _assemble(
+        cls,
+        prefix: Prefix,
+        volatile: str,
+        breakdown: PromptBreakdown,
+        stable_changed: bool,
+        skills: tuple[str, ...],
+        truncated: tuple[Truncation, ...],
+        kept_out: tuple[str, ...],
+    ) -> PromptParts:
+        """A builder's turn: the parts over its checked, counted and hashed
+        prefix (nothing is recounted)."""
+        parts = object.__new__(cls)
+        fields = (
+            ("system", prefix.system.text),
+            ("stable", prefix.stable),
+            ("volatile", volatile),
+            ("tools", prefix.system.tools),
+            ("breakdown", breakdown),
+            ("stable_changed", stable_changed),
+            ("skills", skills),
+            ("truncated", truncated),
+            ("kept_out", kept_out),
+            ("_prefix", prefix),
+        )
+        for name, value in fields:
+            object.__setattr__(parts, name, value)
+        return parts
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PromptParts):
