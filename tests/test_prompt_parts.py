@@ -19,13 +19,23 @@ from hypothesis import strategies as st
 import strategies  # noqa: F401  (the hypothesis profile)
 from context_core import (
     ContextCoreError,
+    Dimensions,
     InvalidInputError,
+    InvalidTypeError,
     PromptBuilder,
     PromptCacheWarning,
     PromptParts,
+    Skill,
     Tokenizer,
 )
-from context_core.prompt import ANTHROPIC_MIN_CACHE_TOKENS, canonical_json, min_cache_tokens
+from context_core.prompt import (
+    ANTHROPIC_MIN_CACHE_TOKENS,
+    Entry,
+    canonical_json,
+    coupling_weights,
+    min_cache_tokens,
+    split_budget,
+)
 from prompt_fixtures import T0, big_builder, prose, tools
 
 MODEL = "claude-sonnet-4-5-20250929"
@@ -419,6 +429,85 @@ def test_the_prefix_hash_does_not_depend_on_the_process():
         )
         outputs.add(done.stdout.strip())
     assert outputs == {big_builder().prefix_hash()}
+
+
+# -- bad inputs ---------------------------------------------------------------------------------
+
+SMALL = PromptParts("You are terse.", "## Session Facts\nSession: s", "## Context\nnow")
+
+
+def anthropic(**kwargs):
+    return lambda: SMALL.to_anthropic([], **{"model": MODEL, **kwargs})
+
+
+def build(**kwargs):
+    return lambda: PromptBuilder("x").build(now=T0, **kwargs)
+
+
+def builder(**kwargs):
+    return lambda: PromptBuilder("x", **kwargs)
+
+
+BAD_INPUTS = {
+    "to_anthropic model a list": (InvalidTypeError, anthropic(model=["x"])),
+    "to_anthropic model empty": (InvalidInputError, anthropic(model="")),
+    "to_openai model an int": (InvalidTypeError, lambda: SMALL.to_openai([], model=5)),
+    "max_breakpoints a str": (InvalidTypeError, anthropic(max_breakpoints="4")),
+    "max_breakpoints negative": (InvalidInputError, anthropic(max_breakpoints=-1)),
+    "cache_ttl unknown": (InvalidInputError, anthropic(cache_ttl="10m")),
+    "cache_ttl an int": (InvalidTypeError, anthropic(cache_ttl=300)),
+    "build instructions an int": (InvalidTypeError, build(instructions=5)),
+    "build instructions of ints": (InvalidTypeError, build(instructions=[5])),
+    "build skills None": (InvalidTypeError, build(skills=None)),
+    "build skills nested": (InvalidTypeError, build(skills=[["s"]])),
+    "build cwd a list": (InvalidTypeError, build(cwd=[1])),
+    "build channel an int": (InvalidTypeError, build(channel=5)),
+    "build session_facts an int": (InvalidTypeError, build(session_facts=5)),
+    "build preferences an int": (InvalidTypeError, build(preferences=5)),
+    "build context pairs of ints": (InvalidTypeError, build(context=[5])),
+    "build task_budget a str": (InvalidInputError, build(dimensions=Dimensions(), task_budget="4")),
+    "conventions an int": (InvalidTypeError, builder(conventions=5)),
+    "safety an int": (InvalidTypeError, builder(safety=5)),
+    "skills an int": (InvalidTypeError, builder(skills=5)),
+    "never_enter an int": (InvalidTypeError, builder(never_enter=5)),
+    "never_enter of ints": (InvalidTypeError, builder(never_enter=[5])),
+    "memory_guide an int": (InvalidTypeError, builder(memory_guide=5)),
+    "session_context title an int": (InvalidTypeError, builder(session_context=[(5, "t")])),
+    "tool without a name": (InvalidInputError, builder(tools=[{"description": "d"}])),
+    "tool function without a name": (
+        InvalidInputError, builder(tools=[{"type": "function", "function": {"description": "d"}}])
+    ),
+    "tool name an int": (InvalidInputError, lambda: PromptParts("x", tools=[{"name": 5}])),
+    "Skill triggers an int": (InvalidTypeError, lambda: Skill("s", "d", "b", triggers=5)),
+    "Skill triggers of ints": (InvalidTypeError, lambda: Skill("s", "d", "b", triggers=[5])),
+    "Dimensions.add source a list": (InvalidTypeError, lambda: Dimensions().add("x", ["file"])),
+    "Dimensions.add label an int": (InvalidTypeError, lambda: Dimensions().add("x", "file", label=5)),
+    "Dimensions of ints": (InvalidTypeError, lambda: Dimensions(5)),
+    "Entry tag a list": (InvalidTypeError, lambda: Entry(["MEM"], "x")),
+    "coupling_weights memories a str": (InvalidInputError, lambda: coupling_weights("3", 0, False, False)),
+    "coupling_weights files a float": (InvalidInputError, lambda: coupling_weights(0, 1.5, False, False)),
+    "coupling_weights has_error an int": (InvalidTypeError, lambda: coupling_weights(0, 0, 1, False)),
+    "split_budget weights a tuple": (InvalidTypeError, lambda: split_budget(10, (1, 1, 1))),
+    "render weights a tuple": (InvalidTypeError, lambda: Dimensions().render(10, weights=(1, 1, 1))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_inputs_raise_context_core_errors(case):
+    """Each bad input raises the library's own error (InvalidTypeError is a
+    TypeError, InvalidInputError a ValueError), never a bare TypeError,
+    AttributeError or KeyError from deep inside."""
+    expected, call = BAD_INPUTS[case]
+    with pytest.raises(expected) as info:
+        call()
+    assert type(info.value).__module__ == "context_core.errors"
+
+
+def test_cache_ttl_takes_the_apis_two_values():
+    parts = turn_parts(big_builder(), 0)
+    for ttl in ("5m", "1h"):
+        request = parts.to_anthropic([], model=MODEL, cache_ttl=ttl)
+        assert request["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": ttl}
 
 
 # -- breakdown ----------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ A builder serves one session, one turn at a time (it is not thread-safe).
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -51,7 +52,7 @@ from context_core.prompt.escape import LINE_BREAKS, escape, one_line
 from context_core.prompt.memory_layer import MemoryLayer, MemorySource
 from context_core.prompt.parts import PromptBreakdown, PromptParts
 from context_core.prompt.prefix import Prefix, SystemPart
-from context_core.prompt.sections import Pairs, bullets, format_time, key_values, pairs, piece
+from context_core.prompt.sections import Pairs, bullets, format_time, key_values, lines, pairs, piece
 from context_core.prompt.skills import Skill, SkillRegistry
 from context_core.types import Tool
 
@@ -88,21 +89,15 @@ Text = Union[str, Sequence[str]]
 _CACHE_LIMIT = 1024
 
 
-def _lines(items: Text, what: str) -> str:
-    """The system part's own text (not escaped: it is the developer's)."""
-    if isinstance(items, str):
-        return items.strip("\n")
-    out = []
-    for item in items:
-        if not isinstance(item, str):
-            raise InvalidTypeError(f"{what}: expected str items, got {type(item).__name__}")
-        out.append(f"- {item.strip()}")
-    return "\n".join(out)
-
-
-def _key(items: Any) -> Any:
-    """A hashable key for a str or a sequence of str (a cache key)."""
-    return items if isinstance(items, str) else tuple(items)
+def _optional_str(value: Any, what: str) -> str | None:
+    """``value`` as a str (a path-like as its path), or ``None``."""
+    if value is None or isinstance(value, str):
+        return value
+    if what == "cwd" and isinstance(value, os.PathLike):
+        path = os.fspath(value)
+        if isinstance(path, str):
+            return path
+    raise InvalidTypeError(f"{what} must be a str, got {type(value).__name__}")
 
 
 class PromptBuilder:
@@ -146,11 +141,17 @@ class PromptBuilder:
             or memory_max_tokens < 0
         ):
             raise InvalidInputError(f"memory_max_tokens must be an int >= 0, got {memory_max_tokens!r}")
+        if memory_guide is not None and not isinstance(memory_guide, str):
+            raise InvalidTypeError(f"memory_guide must be a str, got {type(memory_guide).__name__}")
         if isinstance(never_enter, str):
             never_enter = (never_enter,)
+        elif isinstance(never_enter, (bytes, Mapping)) or not isinstance(never_enter, Iterable):
+            raise InvalidTypeError(f"never_enter must be a list of str, got {type(never_enter).__name__}")
         rules = tuple(never_enter)
         for rule in rules:
-            if not isinstance(rule, str) or not rule.strip():
+            if not isinstance(rule, str):
+                raise InvalidTypeError(f"never_enter: each rule must be a str, got {type(rule).__name__}")
+            if not rule.strip():
                 raise InvalidInputError(f"never_enter: each rule must be a non-blank str, got {rule!r}")
         if isinstance(tools, (str, Mapping)) or not isinstance(tools, Sequence):
             raise InvalidTypeError(f"tools must be a list of tool schemas, got {type(tools).__name__}")
@@ -172,7 +173,7 @@ class PromptBuilder:
         if identity.strip():
             sections.append(("identity", identity.strip()))
         for layer, value in (("conventions", conventions), ("safety", safety)):
-            text = _lines(value, layer)
+            text = lines(value, layer)
             if text.strip():
                 sections.append((layer, text))
         if len(self.skills):
@@ -432,7 +433,9 @@ class PromptBuilder:
         truncated: list[Truncation] = []
         sections: list[tuple[str, str]] = []
 
-        runtime, out = self._runtime(now, cwd, channel, preferences, context)
+        runtime, out = self._runtime(
+            now, _optional_str(cwd, "cwd"), _optional_str(channel, "channel"), preferences, context
+        )
         kept_out.extend(out)
         if runtime:
             sections.append(("runtime", runtime))
@@ -448,8 +451,6 @@ class PromptBuilder:
             if body:
                 sections.append(("memory", body))
 
-        if isinstance(skills, str):
-            skills = (skills,)
         if task is not None and not isinstance(task, str):
             raise InvalidTypeError(f"task must be a str, got {type(task).__name__}")
         loaded, body, out = self._skill_bodies(skills, task)
@@ -457,10 +458,9 @@ class PromptBuilder:
         if body:
             sections.append(("skills", body))
 
-        if instructions:
-            body, out = self._text(
-                ("instructions", _key(instructions)), lambda: bullets(instructions, "instructions")
-            )
+        text = lines(instructions, "instructions")
+        if text:
+            body, out = self._text(("instructions", text), lambda: escape(text))
             kept_out.extend(out)
             if body:
                 sections.append(("instructions", body))

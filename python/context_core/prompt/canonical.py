@@ -23,6 +23,7 @@ __all__ = [
     "PrefixHasher",
     "canonical_copy",
     "canonical_json",
+    "check_tool",
     "to_anthropic_tool",
     "to_openai_tool",
 ]
@@ -56,6 +57,22 @@ def _name(tool: Mapping[str, Any], where: str) -> str:
 def _check(tool: Any, index: int) -> Mapping[str, Any]:
     if not isinstance(tool, Mapping):
         raise InvalidTypeError(f"tools[{index}]: expected a dict, got {type(tool).__name__}")
+    return tool
+
+
+def check_tool(tool: Any, index: int) -> Mapping[str, Any]:
+    """``tool`` if it is a schema with a name (``name``, or ``function.name``
+    in OpenAI's form): a dict, else :class:`~context_core.InvalidTypeError`;
+    no name, :class:`~context_core.InvalidInputError`."""
+    tool = _check(tool, index)
+    where = f"tools[{index}]"
+    if "function" in tool:
+        function = tool["function"]
+        if not isinstance(function, Mapping):
+            raise InvalidTypeError(f"{where}.function: expected a dict, got {type(function).__name__}")
+        _name(function, f"{where}.function")
+    else:
+        _name(tool, where)
     return tool
 
 

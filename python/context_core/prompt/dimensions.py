@@ -98,6 +98,8 @@ class Entry:
     source: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.tag, str):
+            raise InvalidTypeError(f"an entry's tag must be a str, got {type(self.tag).__name__}")
         if self.tag not in _TAGS:
             raise InvalidInputError(f"unknown tag {self.tag!r}; known: {', '.join(_TAGS)}")
         if not isinstance(self.text, str):
@@ -191,6 +193,8 @@ def split_budget(budget: int, weights: CouplingWeights) -> Allocation:
     read as the decimals they were written as (0.35, not 0.34999...)."""
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise InvalidInputError(f"budget must be an int >= 0, got {budget!r}")
+    if not isinstance(weights, CouplingWeights):
+        raise InvalidTypeError(f"weights must be CouplingWeights, got {type(weights).__name__}")
     exact = [Fraction(getattr(weights, name)).limit_denominator(10**9) for name in DIMENSIONS]
     total = sum(exact)
     quotas = [budget * w / total for w in exact]
@@ -218,6 +222,12 @@ def coupling_weights(
 ) -> CouplingWeights:
     """The coupling matrix (DESIGN.md, mechanism 10) for a task block with
     ``memories`` ``<MEM>`` items and ``files`` ``<FILE>`` items."""
+    for name, value in (("memories", memories), ("files", files)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
+    for name, flag in (("has_error", has_error), ("task_forbids", task_forbids)):
+        if not isinstance(flag, bool):
+            raise InvalidTypeError(f"{name} must be a bool, got {type(flag).__name__}")
     if isinstance(complexity, bool) or not isinstance(complexity, (int, float)) or not 0 <= complexity <= 10:
         raise InvalidInputError(f"complexity must be a number from 0 to 10, got {complexity!r}")
     memory, context, prompt = BASE_WEIGHTS
@@ -272,6 +282,8 @@ class Dimensions:
     def __init__(self, entries: Iterable[Entry] = (), *, tagger: Tagger | None = None) -> None:
         if tagger is not None and not isinstance(tagger, Tagger):
             raise InvalidTypeError(f"tagger must be a Tagger, got {type(tagger).__name__}")
+        if not isinstance(entries, Iterable):
+            raise InvalidTypeError(f"entries must be a list of Entry, got {type(entries).__name__}")
         self._tagger = tagger or Tagger()
         self._entries: list[Entry] = []
         for entry in entries:
@@ -311,6 +323,10 @@ class Dimensions:
         """
         if not isinstance(text, str):
             raise InvalidTypeError(f"text must be a str, got {type(text).__name__}")
+        if not isinstance(source, str):
+            raise InvalidTypeError(f"source must be a str, got {type(source).__name__}")
+        if label is not None and not isinstance(label, str):
+            raise InvalidTypeError(f"label must be a str, got {type(label).__name__}")
         if source == "user":
             if self.is_constraint(text):
                 return self.append(Entry("MEM", text, label or "constraint", USER_WEIGHT, "user"))

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from context_core._core import Tokenizer
-from context_core.prompt.canonical import PrefixHasher, canonical_copy, to_anthropic_tool, to_openai_tool
+from context_core.prompt.canonical import (
+    PrefixHasher,
+    canonical_copy,
+    check_tool,
+    to_anthropic_tool,
+    to_openai_tool,
+)
 
 __all__ = ["Prefix", "SystemPart"]
 
@@ -43,6 +49,8 @@ class SystemPart:
     ) -> None:
         self.text = text
         self.tokenizer = tokenizer
+        for index, tool in enumerate(tools):
+            check_tool(tool, index)
         self.tools: tuple[dict[str, Any], ...] = tuple(canonical_copy(list(tools)))
         self.tokens = tokenizer.count(text) if tokens is None else tokens
         self.tools_tokens = tokenizer.count_tools(list(self.tools)) if self.tools else 0

@@ -44,6 +44,7 @@ from context_core.types import AnthropicMessage
 
 __all__ = [
     "ANTHROPIC_MIN_CACHE_TOKENS",
+    "CACHE_TTLS",
     "DEFAULT_MIN_CACHE_TOKENS",
     "MAX_BREAKPOINTS",
     "AnthropicRequest",
@@ -56,6 +57,9 @@ __all__ = [
 
 MAX_BREAKPOINTS = 4
 """The API's limit of ``cache_control`` blocks a request."""
+
+CACHE_TTLS = ("5m", "1h")
+"""The cache lifetimes the API accepts (``cache_control.ttl``)."""
 
 DEFAULT_MIN_CACHE_TOKENS = 1024
 """The minimum for a model the table does not know."""
@@ -209,6 +213,19 @@ def anthropic_request(
     max_breakpoints: int = MAX_BREAKPOINTS,
 ) -> AnthropicRequest:
     """The request for ``model`` (see the module's docs)."""
+    if not isinstance(model, str):
+        raise InvalidTypeError(f"model must be a str, got {type(model).__name__}")
+    if not model:
+        raise InvalidInputError("model must be a model name, got ''")
+    if isinstance(max_breakpoints, bool) or not isinstance(max_breakpoints, int):
+        raise InvalidTypeError(f"max_breakpoints must be an int, got {type(max_breakpoints).__name__}")
+    if max_breakpoints < 0:
+        raise InvalidInputError(f"max_breakpoints must be >= 0, got {max_breakpoints}")
+    if cache_ttl is not None:
+        if not isinstance(cache_ttl, str):
+            raise InvalidTypeError(f"cache_ttl must be a str, got {type(cache_ttl).__name__}")
+        if cache_ttl not in CACHE_TTLS:
+            raise InvalidInputError(f"cache_ttl must be '5m' or '1h' (or None), got {cache_ttl!r}")
     if min_cache_tokens is not None and (
         isinstance(min_cache_tokens, bool) or not isinstance(min_cache_tokens, int) or min_cache_tokens < 0
     ):

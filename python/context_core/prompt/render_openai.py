@@ -70,6 +70,8 @@ def openai_request(
     role: Literal["system", "developer"] = "system",
 ) -> OpenAIRequest:
     """The messages (and tools, and model when given) of a request."""
+    if model is not None and not isinstance(model, str):
+        raise InvalidTypeError(f"model must be a str, got {type(model).__name__}")
     if placement not in ("system", "user"):
         raise InvalidInputError(f"volatile must be 'system' or 'user', got {placement!r}")
     if role not in ("system", "developer"):

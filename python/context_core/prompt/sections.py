@@ -24,13 +24,10 @@ from typing import Union
 from context_core.errors import InvalidTypeError
 from context_core.prompt.escape import escape, one_line
 
-__all__ = ["Pairs", "Section", "bullets", "format_time", "key_values", "pairs", "piece"]
+__all__ = ["Pairs", "bullets", "format_time", "key_values", "lines", "pairs", "piece"]
 
 Pairs = Union[Mapping[str, object], Iterable[tuple[str, object]]]
 """Key-value lines: a mapping (rendered in sorted key order) or pairs (in order)."""
-
-Section = tuple[str, str]
-"""``(title, body)``."""
 
 SEPARATOR = "\n\n"
 
@@ -42,7 +39,7 @@ def pairs(items: Pairs | None, what: str) -> tuple[tuple[str, str], ...]:
         return ()
     if isinstance(items, Mapping):
         raw = sorted(items.items(), key=lambda kv: str(kv[0]))
-    elif isinstance(items, (str, bytes)):
+    elif isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise InvalidTypeError(
             f"{what}: expected a mapping or (key, value) pairs, got {type(items).__name__}"
         )
@@ -65,16 +62,24 @@ def key_values(items: tuple[tuple[str, str], ...]) -> str:
     return escape("\n".join(f"{one_line(key)}: {one_line(value)}" for key, value in items))
 
 
-def bullets(items: str | Iterable[str], what: str) -> str:
-    """A text as it is, or a sequence of strings as ``- item`` lines; escaped."""
+def lines(items: str | Iterable[str], what: str) -> str:
+    """A text as it is (without leading and trailing ``\\n``), or a sequence
+    of strings as ``- item`` lines; not escaped."""
     if isinstance(items, str):
-        return escape(items.strip("\n"))
-    lines = []
+        return items.strip("\n")
+    if isinstance(items, (bytes, Mapping)) or not isinstance(items, Iterable):
+        raise InvalidTypeError(f"{what} must be a str or a list of str, got {type(items).__name__}")
+    out = []
     for item in items:
         if not isinstance(item, str):
             raise InvalidTypeError(f"{what}: expected str items, got {type(item).__name__}")
-        lines.append(f"- {item.strip()}")
-    return escape("\n".join(lines))
+        out.append(f"- {item.strip()}")
+    return "\n".join(out)
+
+
+def bullets(items: str | Iterable[str], what: str) -> str:
+    """:func:`lines`, escaped."""
+    return escape(lines(items, what))
 
 
 def piece(title: str, body: str, last: bool) -> str:

@@ -51,9 +51,21 @@ class Skill:
                 f"skill name {self.name!r}: use 1-64 letters, digits, '_', '.' or '-',"
                 " starting with a letter or digit"
             )
-        triggers = (self.triggers,) if isinstance(self.triggers, str) else tuple(self.triggers)
+        if isinstance(self.triggers, str):
+            triggers: tuple[str, ...] = (self.triggers,)
+        elif isinstance(self.triggers, Iterable):
+            triggers = tuple(self.triggers)
+        else:
+            raise InvalidTypeError(
+                f"skill {self.name!r}: triggers must be a str or a list of str,"
+                f" got {type(self.triggers).__name__}"
+            )
         for trigger in triggers:
-            if not isinstance(trigger, str) or not _phrase(trigger):
+            if not isinstance(trigger, str):
+                raise InvalidTypeError(
+                    f"skill {self.name!r}: a trigger must be a str, got {type(trigger).__name__}"
+                )
+            if not _phrase(trigger):
                 raise InvalidInputError(
                     f"skill {self.name!r}: a trigger must be a non-blank str, got {trigger!r}"
                 )
@@ -71,6 +83,8 @@ class SkillRegistry:
     migrations", and ``sql`` does not match "nosql"."""
 
     def __init__(self, skills: Iterable[Skill] = ()) -> None:
+        if isinstance(skills, (str, bytes)) or not isinstance(skills, Iterable):
+            raise InvalidTypeError(f"skills must be a list of Skill objects, got {type(skills).__name__}")
         by_name: dict[str, Skill] = {}
         for skill in skills:
             if not isinstance(skill, Skill):
@@ -144,7 +158,13 @@ class SkillRegistry:
         name raises), then those the task matches, each once, by name."""
         if isinstance(names, str):
             names = (names,)
-        chosen = {name: self.get(name) for name in names}
+        elif isinstance(names, bytes) or not isinstance(names, Iterable):
+            raise InvalidTypeError(f"skills must be a list of skill names, got {type(names).__name__}")
+        chosen = {}
+        for name in names:
+            if not isinstance(name, str):
+                raise InvalidTypeError(f"a skill name must be a str, got {type(name).__name__}")
+            chosen[name] = self.get(name)
         for skill in self.match(task or ""):
             chosen.setdefault(skill.name, skill)
         return [chosen[name] for name in sorted(chosen)]
