@@ -254,6 +254,72 @@ def test_never_enter_rules_are_kept_out_of_every_turn():
     }
 
 
+@pytest.mark.parametrize(
+    "tool",
+    [
+        {"name": "shell", "description": "Runs commands (RM -RF is blocked by a hook)"},
+        {
+            "type": "function",
+            "function": {
+                "name": "shell",
+                "parameters": {"properties": {"cmd": {"description": "never rm -rf", "type": "string"}}},
+            },
+        },
+        {"name": "rm -rf", "input_schema": {"type": "object"}},
+    ],
+)
+def test_a_tool_that_states_a_never_enter_rule_is_refused(tool):
+    """Tools are the developer's, like the system part: refused, not edited."""
+    with pytest.raises(InvalidInputError, match="never-enter rule 'rm -rf' appears in tools\\[0\\]"):
+        PromptBuilder("x", tools=[tool], never_enter=["rm -rf"])
+
+
+@pytest.mark.parametrize(
+    ("rule", "instruction", "kept_out"),
+    [
+        ("</task>", "never write </task> here", "- never write </task> here"),
+        ("# secret", "# secret plan", "- # secret plan"),
+        ("---", "---", "- ---"),
+    ],
+)
+def test_never_enter_rules_are_checked_on_the_text_as_given(rule, instruction, kept_out):
+    """The check reads a layer's text before escaping changes it (a rule with
+    a reserved tag, a leading # or ---), and kept_out reports that text."""
+    builder = PromptBuilder(
+        "x",
+        never_enter=[rule],
+        session_facts={"Note": instruction},
+        session_context=[("Project", instruction + "\nkept")],
+        skills=[Skill("s", "d", f"step\n{instruction}")],
+    )
+    parts = builder.build(
+        now=T0, channel=instruction, instructions=[instruction, "kept"], skills=["s"], memory=instruction
+    )
+    assert rule not in parts.text()
+    for line in (kept_out, f"Note: {instruction}", f"Channel: {instruction}", instruction):
+        assert line in parts.kept_out
+    assert "- kept" in parts.volatile
+    assert "## Project\nkept" in parts.stable
+    assert not any("&lt;" in line or "\\" in line for line in parts.kept_out)
+
+
+def test_a_session_context_title_that_states_a_rule_leaves_its_section_out():
+    builder = PromptBuilder(
+        "x",
+        never_enter=["rm -rf"],
+        session_context=[("Hooks: rm -rf", "blocked in the shell"), ("Project", "a web app")],
+    )
+    assert builder.stable == "## Project\na web app"
+    parts = builder.build(now=T0)
+    assert parts.kept_out == ("Hooks: rm -rf",)
+    assert "blocked in the shell" not in parts.text()
+
+
+def test_a_never_enter_rule_is_one_line():
+    with pytest.raises(InvalidInputError, match="one line"):
+        PromptBuilder("x", never_enter=["rm\n-rf"])
+
+
 def test_session_changes_warn_even_when_lines_are_kept_out():
     builder = PromptBuilder("x", never_enter=["secret"], session_facts={"Session": "s1"})
     with pytest.warns(PromptCacheWarning):

@@ -27,11 +27,18 @@ turn's :attr:`PromptParts.stable_changed` is true and a
 session with :meth:`PromptBuilder.new_session` to change it without a warning.
 
 **Never-enter rules** are texts the builder keeps out of the prompt (the code
-enforces them, the model need not read them): a system or stable part that
-states one (case-insensitive substring) is refused with
-:class:`~context_core.InvalidInputError`; a line of a per-turn layer (memory,
-runtime values, skills, instructions, task items) that states one is left out
-and listed in :attr:`PromptParts.kept_out`.
+enforces them, the model need not read them). Each is one line, matched as a
+case-insensitive substring of the text as given (before escaping). The
+developer's own text refuses them: a system part layer (identity,
+conventions, safety, the skills index, the memory guide) or a tool (any key
+or string in its schema) that states one raises
+:class:`~context_core.InvalidInputError` when the builder is made. Other
+text drops them: a line of the stable part (session facts, session context)
+or of a per-turn layer (runtime values, memory, skill bodies, instructions,
+task items) that states one is left out and listed, as given, in
+:attr:`PromptParts.kept_out` (the stable part's on every turn of the
+session); a session-context section whose title states one is left out
+whole, its title listed.
 
 A builder serves one session, one turn at a time (it is not thread-safe).
 """
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Union
 
@@ -48,11 +55,11 @@ from context_core._core import Tokenizer
 from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
 from context_core.prompt.counting import TokenCounts, Truncation
 from context_core.prompt.dimensions import DimensionBlock, Dimensions, Entry
-from context_core.prompt.escape import LINE_BREAKS, escape, one_line
+from context_core.prompt.escape import LINE_BREAKS, escape, escape_tags, one_line
 from context_core.prompt.memory_layer import MemoryLayer, MemorySource
 from context_core.prompt.parts import PromptBreakdown, PromptParts
 from context_core.prompt.prefix import Prefix, SystemPart
-from context_core.prompt.sections import Pairs, bullets, format_time, key_values, lines, pairs, piece
+from context_core.prompt.sections import Pairs, format_time, key_values, lines, pairs, piece
 from context_core.prompt.skills import Skill, SkillRegistry
 from context_core.types import Tool
 
@@ -98,6 +105,19 @@ def _optional_str(value: Any, what: str) -> str | None:
         if isinstance(path, str):
             return path
     raise InvalidTypeError(f"{what} must be a str, got {type(value).__name__}")
+
+
+def _strings(value: Any) -> Iterable[str]:
+    """Every str of a JSON value, its keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
 
 
 class PromptBuilder:
@@ -153,6 +173,10 @@ class PromptBuilder:
                 raise InvalidTypeError(f"never_enter: each rule must be a str, got {type(rule).__name__}")
             if not rule.strip():
                 raise InvalidInputError(f"never_enter: each rule must be a non-blank str, got {rule!r}")
+            if any(c in LINE_BREAKS for c in rule.strip()):
+                raise InvalidInputError(
+                    f"never_enter: a rule is one line (lines are what is left out), got {rule!r}"
+                )
         if isinstance(tools, (str, Mapping)) or not isinstance(tools, Sequence):
             raise InvalidTypeError(f"tools must be a list of tool schemas, got {type(tools).__name__}")
         for index, tool in enumerate(tools):
@@ -182,18 +206,16 @@ class PromptBuilder:
         if guide:
             sections.append(("memory_guide", guide.strip("\n")))
         for layer, text in sections:
-            for rule, folded in zip(self.never_enter, self._rules, strict=True):
-                if folded in text.casefold():
-                    raise InvalidInputError(
-                        f"the never-enter rule {rule!r} appears in the {layer} layer: rules enforced"
-                        " by code stay out of the prompt"
-                    )
+            self._refuse_rules(text, f"the {layer} layer")
         system_pieces = [
             piece(TITLES.get(layer, ""), text, i == len(sections) - 1)
             for i, (layer, text) in enumerate(sections)
         ]
         system_counts = self._counts.pieces(system_pieces)
         self._system = SystemPart("".join(system_pieces), tools, self.tokenizer, sum(system_counts))
+        for index, tool in enumerate(self._system.tools):
+            for text in _strings(tool):
+                self._refuse_rules(text, f"tools[{index}]")
         self._system_layers = {"tools": self._system.tools_tokens} if self._system.tools else {}
         self._system_layers.update(zip((layer for layer, _ in sections), system_counts, strict=True))
         self._stable_key: Any = None
@@ -201,6 +223,23 @@ class PromptBuilder:
         self._stable_layers: dict[str, int]
         self._stable_out: tuple[str, ...]
         self._set_stable(session_facts, session_context)
+
+    def _states_rule(self, text: str) -> str | None:
+        """The first never-enter rule ``text`` states, if any."""
+        if self._rules:
+            folded = text.casefold()
+            for rule, rule_folded in zip(self.never_enter, self._rules, strict=True):
+                if rule_folded in folded:
+                    return rule
+        return None
+
+    def _refuse_rules(self, text: str, where: str) -> None:
+        rule = self._states_rule(text)
+        if rule is not None:
+            raise InvalidInputError(
+                f"the never-enter rule {rule!r} appears in {where}: rules enforced by code stay out"
+                " of the prompt"
+            )
 
     # -- the stable part ---------------------------------------------------------
 
@@ -211,14 +250,22 @@ class PromptBuilder:
         key = (fact_pairs, context_pairs)
         if key == self._stable_key:
             return False
+        kept_out: list[str] = []
         sections = []
         if fact_pairs:
-            sections.append(("session_facts", TITLES["session_facts"], key_values(fact_pairs)))
+            body = self._clean(key_values(fact_pairs), kept_out)
+            if body:
+                sections.append(("session_facts", TITLES["session_facts"], body))
         for title, text in context_pairs:
-            sections.append(("session_context", one_line(title).strip(), bullets(text, "session_context")))
-        kept_out: list[str] = []
-        sections = [(layer, title, self._keep_out(text, kept_out)) for layer, title, text in sections]
-        sections = [section for section in sections if section[2]]
+            heading = one_line(title).strip()
+            if not heading:
+                raise InvalidInputError("session_context: each section needs a title")
+            if self._states_rule(heading) is not None:
+                kept_out.append(heading)  # the section goes whole: its body would join the one before
+                continue
+            body = self._clean(lines(text, "session_context"), kept_out)
+            if body:
+                sections.append(("session_context", escape_tags(heading), body))
         pieces = [piece(title, text, i == len(sections) - 1) for i, (_, title, text) in enumerate(sections)]
         counts = self._counts.pieces(pieces)
         stable = "".join(pieces)
@@ -258,7 +305,8 @@ class PromptBuilder:
     # -- per-turn layers ---------------------------------------------------------
 
     def _keep_out(self, text: str, kept_out: list[str]) -> str:
-        """``text`` without the lines that state a never-enter rule."""
+        """``text`` (as given, not escaped) without the lines that state a
+        never-enter rule; those lines are added to ``kept_out``."""
         if not self._rules:
             return text
         folded = text.casefold()
@@ -272,13 +320,17 @@ class PromptBuilder:
                 kept.append(line)
         return "".join(kept).rstrip(LINE_BREAKS)
 
-    def _text(self, key: Any, make: Any) -> tuple[str, tuple[str, ...]]:
-        """An escaped layer body by its inputs, with the lines kept out (cached)."""
+    def _clean(self, text: str, kept_out: list[str]) -> str:
+        """``text`` as given without the lines that state a rule, escaped."""
+        return escape(self._keep_out(text, kept_out))
+
+    def _text(self, key: Any, make: Callable[[list[str]], str]) -> tuple[str, tuple[str, ...]]:
+        """A layer's escaped body by its inputs, and the lines kept out
+        (``make`` adds them), cached."""
         hit = self._texts.get(key)
         if hit is None:
             kept_out: list[str] = []
-            body = make()
-            body = self._keep_out(body, kept_out)
+            body = make(kept_out)
             hit = (body, tuple(kept_out))
             if len(self._texts) >= _CACHE_LIMIT:
                 self._texts.clear()
@@ -324,26 +376,27 @@ class PromptBuilder:
         extra = pairs(context, "context")
         prefs = pairs(preferences, "preferences")
 
-        def make() -> str:
-            lines = []
+        def make(kept_out: list[str]) -> str:
+            out = []
             if cwd:
-                lines.append(f"Working directory: {one_line(str(cwd))}")
+                out.append(f"Working directory: {one_line(cwd)}")
             if channel:
-                lines.append(f"Channel: {one_line(str(channel))}")
+                out.append(f"Channel: {one_line(channel)}")
             for key, value in extra:
-                lines.append(f"{one_line(key)}: {one_line(value)}")
+                out.append(f"{one_line(key)}: {one_line(value)}")
             if prefs:
-                lines.append("User preferences:")
-                lines.extend(f"- {one_line(key)}: {one_line(value)}" for key, value in prefs)
-            return escape("\n".join(lines))
+                out.append("User preferences:")
+                out.extend(f"- {one_line(key)}: {one_line(value)}" for key, value in prefs)
+            return self._clean("\n".join(out), kept_out)
 
         rest, kept_out = self._text(("runtime", cwd, channel, prefs, extra), make)
         if now == "":
             return rest, kept_out
         moment = format_time(datetime.now().astimezone() if now is None else now)
-        date = f"Current date: {escape(one_line(moment))}"
-        if self._rules and any(rule in date.casefold() for rule in self._rules):
+        date = f"Current date: {one_line(moment)}"
+        if self._rules and self._states_rule(date) is not None:
             return rest, (*kept_out, date)
+        date = escape(date)
         return (f"{date}\n{rest}" if rest else date), kept_out
 
     def _skill_bodies(self, names: Sequence[str], task: str | None) -> tuple[list[str], str, tuple[str, ...]]:
@@ -353,8 +406,9 @@ class PromptBuilder:
         key = ("skills", tuple(skill.name for skill in chosen))
         body, kept_out = self._text(
             key,
-            lambda: "\n\n".join(
-                f"### {skill.name}\n{escape(skill.body.strip(LINE_BREAKS))}" for skill in chosen
+            lambda kept_out: "\n\n".join(
+                f"### {skill.name}\n{self._clean(skill.body.strip(LINE_BREAKS), kept_out)}"
+                for skill in chosen
             ),
         )
         return [skill.name for skill in chosen], body, kept_out
@@ -460,7 +514,7 @@ class PromptBuilder:
 
         text = lines(instructions, "instructions")
         if text:
-            body, out = self._text(("instructions", text), lambda: escape(text))
+            body, out = self._text(("instructions", text), lambda kept_out: self._clean(text, kept_out))
             kept_out.extend(out)
             if body:
                 sections.append(("instructions", body))

@@ -22,9 +22,9 @@ from datetime import datetime
 from typing import Union
 
 from context_core.errors import InvalidTypeError
-from context_core.prompt.escape import escape, one_line
+from context_core.prompt.escape import one_line
 
-__all__ = ["Pairs", "bullets", "format_time", "key_values", "lines", "pairs", "piece"]
+__all__ = ["Pairs", "format_time", "key_values", "lines", "pairs", "piece"]
 
 Pairs = Union[Mapping[str, object], Iterable[tuple[str, object]]]
 """Key-value lines: a mapping (rendered in sorted key order) or pairs (in order)."""
@@ -58,8 +58,8 @@ def pairs(items: Pairs | None, what: str) -> tuple[tuple[str, str], ...]:
 
 
 def key_values(items: tuple[tuple[str, str], ...]) -> str:
-    """``Key: value`` lines, each key and value put on one line, escaped."""
-    return escape("\n".join(f"{one_line(key)}: {one_line(value)}" for key, value in items))
+    """``Key: value`` lines, each key and value put on one line; not escaped."""
+    return "\n".join(f"{one_line(key)}: {one_line(value)}" for key, value in items)
 
 
 def lines(items: str | Iterable[str], what: str) -> str:
@@ -75,11 +75,6 @@ def lines(items: str | Iterable[str], what: str) -> str:
             raise InvalidTypeError(f"{what}: expected str items, got {type(item).__name__}")
         out.append(f"- {item.strip()}")
     return "\n".join(out)
-
-
-def bullets(items: str | Iterable[str], what: str) -> str:
-    """:func:`lines`, escaped."""
-    return escape(lines(items, what))
 
 
 def piece(title: str, body: str, last: bool) -> str:
