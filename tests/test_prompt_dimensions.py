@@ -231,6 +231,37 @@ def test_the_task_is_cut_rather_than_left_out():
     assert block.text.endswith("</TASK>\n")
 
 
+@pytest.mark.parametrize("tag", ["task", "file"])
+def test_a_cut_item_keeps_min_kept_tokens_of_content_or_is_left_out(tag):
+    """The marker is not content: an item cut to its marker alone (or to fewer
+    than MIN_KEPT tokens of content) is left out, reported kept=0."""
+    from context_core.prompt.dimensions import MARKER, MIN_KEPT
+
+    tok = Tokenizer()
+    text = prose(500, 4)
+    marker = re.escape(MARKER).replace(re.escape("{dropped}"), r"\d+")
+    seen = set()
+    for budget in range(1, 60):
+        dims = Dimensions()
+        entry = dims.add(text, tag, label="a.py" if tag == "file" else None)
+        weights = CouplingWeights(0, 1, 0) if tag == "file" else CouplingWeights(0, 0, 1)
+        block = dims.render(budget, tok, weights=weights)
+        (cut,) = block.truncated
+        opening, _, closing = entry.parts
+        if cut.dropped:
+            assert block.text == ""
+            seen.add("dropped")
+            continue
+        seen.add("kept")
+        assert block.text.startswith(opening)
+        assert block.text.endswith(closing)
+        content = re.sub(marker + r"\Z", "", block.text[len(opening) : -len(closing)])
+        assert content != block.text[len(opening) : -len(closing)]  # the marker was there
+        assert tok.count(content) >= MIN_KEPT
+        assert cut.kept == tok.count(block.text)
+    assert seen == {"dropped", "kept"}
+
+
 def test_the_task_block_enters_the_volatile_part():
     builder = PromptBuilder("x")
     dims = Dimensions()

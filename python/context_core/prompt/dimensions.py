@@ -27,6 +27,7 @@ is reported.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -70,7 +71,9 @@ SYSTEM_WEIGHT = 5.0
 USER_WEIGHT = 3.0
 MARKER = "…[truncated {dropped} tokens]"
 MIN_KEPT = 8
-"""A cut item keeps at least this many tokens of content, or is left out."""
+"""A cut item keeps at least this many tokens of content (the marker is not
+content), or is left out."""
+_MARKER_END = re.compile(re.escape(MARKER).replace(re.escape("{dropped}"), r"\d+") + r"\Z")
 
 # tag -> (dimension, fill priority, output rank, may be cut)
 _TAGS: dict[str, tuple[Dimension, int, int, bool]] = {
@@ -447,7 +450,8 @@ def _fill(
         if _TAGS[entry.tag][3]:  # an item that may be cut
             opening, body, closing = entry.parts
             head = counts.truncate(body, left, opening, closing, MARKER)
-            if head and counts(head) < min(MIN_KEPT, counts(body)):
+            content = _MARKER_END.sub("", head, count=1)  # the marker, when it fit, is not content
+            if not content or counts(content) < min(MIN_KEPT, counts(body)):
                 head = ""
         if head:
             rendered = entry.parts[0] + head + entry.parts[2]
