@@ -324,6 +324,52 @@ def test_breakpoints_in_tool_results_and_tools_count():
     assert breakpoints(request) == 4
 
 
+def many_tools(count: int = 30) -> list[dict]:
+    return [
+        {"name": f"tool_{i}", "description": prose(80, i), "input_schema": {"type": "object"}}
+        for i in range(count)
+    ]
+
+
+def test_tools_alone_are_cached_by_a_breakpoint_on_the_last_tool():
+    """With no system text the tools are the cached prefix: the breakpoint
+    goes on the last tool (Anthropic caches tools, then system)."""
+    parts = PromptBuilder("", tools=many_tools()).build(now=T0)
+    assert parts.system == ""
+    assert parts.breakdown.tools >= 2048
+    request = parts.to_anthropic([], model=MODEL, cache_ttl="1h")
+    cache = {"type": "ephemeral", "ttl": "1h"}
+    assert request["tools"][-1]["cache_control"] == cache
+    assert breakpoints(request) == 1
+    assert request["system"] == [{"type": "text", "text": parts.volatile}]
+    assert "cache_control" not in parts.prefix.system.anthropic_tools[-1]  # the shared schema is not marked
+    # with a stable part: the tools breakpoint and the stable one
+    with_stable = PromptBuilder("", tools=many_tools(), session_facts={"Session": "s"}).build(now=T0)
+    request = with_stable.to_anthropic([], model=MODEL)
+    assert request["tools"][-1]["cache_control"] == EPHEMERAL
+    assert request["system"][0] == {"type": "text", "text": with_stable.stable, "cache_control": EPHEMERAL}
+    assert breakpoints(request) == 2
+    # a system part carries the tools in its own prefix: no tools breakpoint then
+    request = turn_parts(big_builder(), 0).to_anthropic([], model=MODEL)
+    assert all("cache_control" not in tool for tool in request["tools"])
+
+
+def test_a_tools_breakpoint_follows_the_minimum_and_the_budget_of_four():
+    small = PromptBuilder("", tools=tools(1)).build(now=T0)
+    with pytest.warns(PromptCacheWarning, match=r"tools breakpoint is left out.*below the 1024"):
+        request = small.to_anthropic([], model=MODEL)
+    assert breakpoints(request) == 0
+    parts = PromptBuilder("", tools=many_tools()).build(now=T0)
+    with pytest.warns(PromptCacheWarning, match="tools breakpoint"):
+        request = parts.to_anthropic(marked(4), model=MODEL)
+    assert breakpoints(request) == 4
+    assert "cache_control" not in request["tools"][-1]
+    # the caller's own mark on the last tool is theirs: not doubled
+    mine = [*many_tools()[:-1], {**many_tools()[-1], "cache_control": EPHEMERAL}]
+    request = PromptBuilder("", tools=mine).build(now=T0).to_anthropic([], model=MODEL)
+    assert breakpoints(request) == 1
+
+
 # -- canonical tool schemas and the prefix hash ------------------------------------------------
 
 

@@ -34,6 +34,7 @@ class SystemPart:
 
     __slots__ = (
         "_anthropic_tools",
+        "_marked_tools",
         "_openai_tools",
         "_tool_breakpoints",
         "hasher",
@@ -58,6 +59,7 @@ class SystemPart:
         self._openai_tools: list[dict[str, Any]] | None = None
         self._anthropic_tools: list[dict[str, Any]] | None = None
         self._tool_breakpoints: int | None = None
+        self._marked_tools: dict[str | None, list[dict[str, Any]]] = {}
 
     @property
     def openai_tools(self) -> list[dict[str, Any]]:
@@ -72,6 +74,22 @@ class SystemPart:
         if self._anthropic_tools is None:
             self._anthropic_tools = [to_anthropic_tool(tool, i) for i, tool in enumerate(self.tools)]
         return self._anthropic_tools
+
+    def last_tool_marked(self) -> bool:
+        """Whether the caller's last tool carries its own ``cache_control``."""
+        return bool(self.tools) and _has_cache_control(self.anthropic_tools[-1])
+
+    def marked_tools(self, ttl: str | None) -> list[dict[str, Any]]:
+        """The tools in Anthropic's form with our breakpoint on the last one
+        (a new dict; the shared schemas are not touched). A new list each call,
+        the dicts shared."""
+        marked = self._marked_tools.get(ttl)
+        if marked is None:
+            cache = {"type": "ephemeral"} if ttl is None else {"type": "ephemeral", "ttl": ttl}
+            *head, last = self.anthropic_tools
+            marked = [*head, dict(sorted({**last, "cache_control": cache}.items()))]
+            self._marked_tools[ttl] = marked
+        return list(marked)
 
     def tool_breakpoints(self) -> int:
         """How many of the caller's tools carry their own ``cache_control``."""

@@ -10,7 +10,10 @@ block marked ``cache_control``. The request this renders is::
     messages: the conversation
 
 so the tools ride in front of the first breakpoint, and a turn that changes
-only the volatile part re-reads both cached prefixes. With
+only the volatile part re-reads both cached prefixes. With no system text the
+tools' own prefix is marked instead: the breakpoint goes on the last tool
+(``tools[-1].cache_control``, in a copy of that schema), unless the caller's
+schema already carries one. With
 ``volatile="user"`` the volatile part goes at the end of the last user
 message instead, after the conversation, so a breakpoint the caller puts on
 the conversation (to cache the history as well) stays valid from turn to turn.
@@ -18,17 +21,17 @@ the conversation (to cache the history as well) stays valid from turn to turn.
 **Minimum lengths.** A prefix shorter than the model's minimum cacheable
 length is not cached (:data:`ANTHROPIC_MIN_CACHE_TOKENS`, by model-name
 prefix, editable; ``min_cache_tokens=`` overrides it per call). A breakpoint
-whose cumulative prefix (tools + system [+ stable]) counts fewer tokens is left
-out, with a :class:`~context_core.PromptCacheWarning` the first time for that
+whose cumulative prefix (tools [+ system] [+ stable]) counts fewer tokens is
+left out, with a :class:`~context_core.PromptCacheWarning` the first time for that
 prefix and model. Counts come from the builder's tokenizer (o200k_base by
 default); Claude's tokenizer usually counts more, so a breakpoint kept is above
 the minimum, and one left out may have been just above it.
 
 **At most 4 breakpoints** a request (the API refuses more). The caller's own
 ``cache_control`` marks (in messages and tools) are counted and never moved. If
-they leave too little room, ours are dropped, the system breakpoint first (the
-stable breakpoint caches the longer prefix, system included), with a warning
-each time; if the caller's alone are more than 4, the request could not be
+they leave too little room, ours are dropped, the tools or system breakpoint
+first (the stable breakpoint caches the longer prefix, system included), with
+a warning each time; if the caller's alone are more than 4, the request could not be
 sent, and :class:`~context_core.InvalidInputError` says so.
 """
 
@@ -147,26 +150,40 @@ def count_breakpoints(messages: Sequence[Any]) -> int:
     return total
 
 
+_PREFIXES = {"tools": "tools", "system": "tools + system", "stable": "tools + system + stable"}
+
+
 def _plan(prefix: Prefix, model: str, minimum: int | None) -> tuple[str, ...]:
-    """Our breakpoints worth placing for ``model`` (of ``"system"``,
-    ``"stable"``), warning once per prefix and model about those left out."""
+    """Our breakpoints worth placing for ``model`` (of ``"tools"``,
+    ``"system"``, ``"stable"``, in prompt order), warning once per prefix and
+    model about those left out. ``"tools"`` (the last tool) only when there
+    is no system text to carry the tools' prefix and the caller did not
+    mark the last tool."""
     key = (model, minimum)
     plan = prefix.plans.get(key)
     if plan is not None:
         return plan  # type: ignore[no-any-return]
     floor = min_cache_tokens(model) if minimum is None else minimum
     system = prefix.system
-    cumulative = {"system": system.tools_tokens + system.tokens, "stable": prefix.tokens}
-    wanted = [name for name, text in (("system", system.text), ("stable", prefix.stable)) if text]
+    cumulative = {
+        "tools": system.tools_tokens,
+        "system": system.tools_tokens + system.tokens,
+        "stable": prefix.tokens,
+    }
+    tools_alone = bool(system.tools) and not system.text and not system.last_tool_marked()
+    wanted = [
+        name
+        for name, present in (("tools", tools_alone), ("system", system.text), ("stable", prefix.stable))
+        if present
+    ]
     kept = []
     for name in wanted:
         if cumulative[name] >= floor:
             kept.append(name)
         else:
             warnings.warn(
-                f"prompt cache: the {name} breakpoint is left out: its prefix (tools + system"
-                + (" + stable" if name == "stable" else "")
-                + f") counts {cumulative[name]} tokens, below the {floor}-token minimum of {model}",
+                f"prompt cache: the {name} breakpoint is left out: its prefix ({_PREFIXES[name]})"
+                f" counts {cumulative[name]} tokens, below the {floor}-token minimum of {model}",
                 PromptCacheWarning,
                 stacklevel=4,
             )
@@ -243,7 +260,7 @@ def anthropic_request(
         )
     room = max_breakpoints - theirs
     if len(plan) > room:
-        dropped = plan[: len(plan) - room]  # the system breakpoint goes first
+        dropped = plan[: len(plan) - room]  # the tools or system breakpoint goes first
         plan = plan[len(plan) - room :]
         warnings.warn(
             f"prompt cache: the {' and '.join(dropped)} breakpoint(s) left out: the request already"
@@ -265,5 +282,8 @@ def anthropic_request(
             _append_volatile(out, volatile)
     request: AnthropicRequest = {"model": model, "system": system, "messages": out}
     if prefix.system.tools:
-        request["tools"] = list(prefix.system.anthropic_tools)
+        if "tools" in plan:
+            request["tools"] = prefix.system.marked_tools(cache_ttl)
+        else:
+            request["tools"] = list(prefix.system.anthropic_tools)
     return request
