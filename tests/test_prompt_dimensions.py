@@ -151,7 +151,7 @@ def test_dimensions_render_in_order_memory_context_prompt():
         "MEM", "MEM", "FILE", "ERROR", "DOC", "TASK", "OUTPUT_FORMAT", "CONSTRAINT",
     ]  # fmt: skip
     assert block.text.startswith("<MEM>lang: java17</MEM>\n<MEM>constraint: Use snake_case, always</MEM>\n")
-    assert '<FILE path="A.java">\nclass A {}\n</FILE>\n' in block.text
+    assert '<FILE path="A.java">\n```\nclass A {}\n```\n</FILE>\n' in block.text
     assert block.text.endswith(
         "<TASK>Add an idempotency check</TASK>\n"
         "<OUTPUT_FORMAT>Return JSON</OUTPUT_FORMAT>\n"
@@ -183,7 +183,7 @@ def test_each_dimension_fits_its_share_by_exact_count(encoding):
     cut = by_item['FILE path="big.py"']
     file_item = next(i for i in re_items(block.text) if i.startswith('<FILE path="big.py">'))
     assert cut.layer == "task.context"
-    assert cut.tokens == tok.count(f'<FILE path="big.py">\n{prose(3000, 1)}\n</FILE>\n')
+    assert cut.tokens == tok.count(f'<FILE path="big.py">\n```\n{prose(3000, 1)}\n```\n</FILE>\n')
     assert cut.kept == tok.count(file_item) > 0
     assert "…[truncated " in file_item
 

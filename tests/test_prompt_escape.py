@@ -1,18 +1,23 @@
 """Escaping: no content, whatever it holds, can open a section or a tag of
 its own. The checks below read the rendered text with their own parsers,
-written from the rules (not from the escaper's code)."""
+written from the rules (not from the escaper's code), in three views: as
+written, with Unicode's format characters (Cf) removed, and that NFKC
+normalised (what a model may read: <MEM> in full-width letters as <MEM>, no
+zero-width space)."""
 
 from __future__ import annotations
 
 import re
+import sys
+import unicodedata
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_core import Dimensions, PromptBuilder, Skill, Tokenizer
+from context_core import CouplingWeights, Dimensions, PromptBuilder, Skill, Tokenizer
 from context_core.prompt import RESERVED_TAGS, escape, escape_attr
-from context_core.prompt.escape import one_line
+from context_core.prompt.escape import FORMAT_CHARS, LESS_THAN, code_fence, escape_tags, fold, one_line
 from context_core.prompt.sections import piece
 from prompt_fixtures import T0
 from strategies import EDGE_ALPHABET, any_text
@@ -20,7 +25,8 @@ from strategies import EDGE_ALPHABET, any_text
 NAMES = {name.upper() for name in RESERVED_TAGS}
 
 # Text dense in what could break out: tag names, brackets, slashes, hashes,
-# fences, underlines, every kind of line break and blank.
+# fences, underlines, list markers, block quotes, HTML block openers, every
+# kind of line break and blank, format characters and compatibility forms.
 TRICKY = [
     "</MEM>", "<TASK>", "< / task >", "<file path=\"x\">", "</Doc>", "<OUTPUT_FORMAT>", "<constraint",
     "<ERROR>", "<MEMORY>", "<MEM2>", "#", "## Instructions", "   ### x", "```", "~~~", "===", "---",
@@ -28,24 +34,66 @@ TRICKY = [
     "<", ">", "/", "\"", "&", "MEM", "TASK", "a", "é", "中",
     # letters re.IGNORECASE folds to ASCII ones (long s, Kelvin, dotless i, I with a dot) after a name
     "</MEMı>", "<TASKİ>", "</FILE\u212a>", "<DOCſ source=\"x\">", "<constraintſ", "ſ", "\u212a", "ı", "İ",
+    # compatibility forms and format characters
+    "＜", "﹤", "＜MEM>", "＜ＭＥＭ>", "ＭＥＭ", "<\u200bMEM>", "\u200b", "\u00ad", "\u2060", "\ufeff",
+    "\u202e",
+    "＃", "﹟", "＞", "｀", "\u1fef", "～", "－", "＝", "⩵", "⁼", "／", "⒈", "１", "．", "ⅮⓄⒸ", "ﬁ", "\u3000",
+    # list markers, block quotes, HTML blocks, code
+    "- ", "* ", "+ ", "1. ", "2) ", "- ## Memory", "> ## x", ">", "<!--", "-->", "<pre>", "<script", "<style",
+    "<textarea", "<?", "<!X", "<![CDATA[", "#include <stdio.h>", "`", "``", "````", "\\",
 ]  # fmt: skip
 tricky_text = st.lists(st.sampled_from(TRICKY + EDGE_ALPHABET), max_size=40).map("".join)
 content = st.one_of(tricky_text, any_text)
 
 
+def views(text: str) -> list[str]:
+    """The text as written, without its format characters, and that NFKC normalised."""
+    visible = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return [text, visible, unicodedata.normalize("NFKC", visible)]
+
+
+LIST_MARKER = re.compile(r"(?:[-+*]|[0-9]{1,9}[.)])(?:\s+|$)")
+HTML_BLOCK = re.compile(r"<(?:!|\?|/?(?:pre|script|style|textarea)(?:[\s>]|$))", re.IGNORECASE)
+
+
 def structure_lines(text: str) -> list[str]:
-    """Lines a Markdown reader takes for structure: headings, fences, setext underlines."""
+    """Lines a Markdown reader takes for structure, read past blanks and list
+    markers: headings, block quotes, fences (the lines inside a fence are
+    code), setext underlines, HTML blocks that run past blank lines."""
     out = []
+    fence = ""
     for line in text.splitlines():
-        stripped = line.strip()
-        if line.lstrip().startswith(("#", "```", "~~~")) or (stripped and set(stripped) in ({"="}, {"-"})):
-            out.append(line)
+        if fence:
+            closing = line.strip()
+            if closing and set(closing) == {fence[0]} and len(closing) >= len(fence):
+                out.append(line)
+                fence = ""
+            continue
+        rest = line.lstrip()
+        while True:
+            bare = rest.rstrip()
+            if rest.startswith(("```", "~~~")):
+                out.append(line)
+                fence = re.match(r"`+|~+", rest).group(0)
+                break
+            if (
+                rest.startswith(("#", ">"))
+                or HTML_BLOCK.match(rest)
+                or (bare and set(bare) in ({"="}, {"-"}))
+            ):
+                out.append(line)
+                break
+            marker = LIST_MARKER.match(rest)
+            if marker is None or not rest[marker.end() :]:
+                break
+            rest = rest[marker.end() :]
     return out
 
 
 def tags(text: str) -> list[str]:
     """Every reserved tag, opening or closing: ``<``, then blanks and ``/``,
-    then a name made of letters, digits and ``_`` that is a reserved one."""
+    then a name made of ASCII letters, digits and ``_`` that is a reserved
+    one (anything else ends the name)."""
     found = []
     for start in [i for i, c in enumerate(text) if c == "<"]:
         i = start + 1
@@ -61,15 +109,38 @@ def tags(text: str) -> list[str]:
     return found
 
 
+def assert_reads(text: str, structure: list[str], tag_list: list[str]) -> None:
+    """In every view: exactly these structure lines and these tags."""
+    for view in views(text):
+        assert structure_lines(view) == structure
+        assert tags(view) == tag_list
+
+
+def plain(text: str) -> str:
+    """``text`` with the escapes undone: backslashes dropped, ``&lt;`` and
+    what folds to ``<`` read as ``<``."""
+    return text.replace("\\", "").replace("&lt;", "<").translate({ord(c): "<" for c in LESS_THAN})
+
+
 @given(content)
 def test_escaped_text_has_no_structure_and_no_tags(text):
     escaped = escape(text)
-    assert structure_lines(escaped) == []
-    assert tags(escaped) == []
-    # nothing removed: undoing the two escapes gives the text back
-    assert re.sub(r"\\(?=[#`~=-])", "", escaped.replace("&lt;", "<")) == re.sub(
-        r"\\(?=[#`~=-])", "", text.replace("&lt;", "<")
-    )
+    assert_reads(escaped, [], [])
+    assert plain(escaped) == plain(text)  # nothing removed: only \ added and < written &lt;
+    assert escape(escaped) == escaped  # what is escaped stays as it is
+    inline = escape(text, line_start=False)
+    assert_reads("x" + inline, [], [])
+    assert escape(inline, line_start=False) == inline
+
+
+@given(content)
+def test_code_in_a_fence_cannot_close_it_and_keeps_its_text(text):
+    fence = code_fence(text)
+    body = escape_tags(text)
+    block = f"<FILE>\n{fence}\n{body}\n{fence}\n</FILE>\n"
+    assert_reads(block, [fence, fence], ["FILE", "/FILE"])
+    assert plain(body) == plain(text)
+    assert body.count("\\") == text.count("\\")  # code keeps its lines as written: no backslash added
 
 
 def unescape_attr(value: str) -> str:
@@ -82,7 +153,8 @@ def unescape_attr(value: str) -> str:
 @given(content)
 def test_attribute_values_cannot_end_their_attribute(value):
     escaped = escape_attr(value)
-    assert not set(escaped) & {'"', "<", ">", "\n", "\r"}
+    for view in views(escaped):
+        assert not set(view) & {'"', "<", ">", "\n", "\r"}
     assert unescape_attr(escaped) == value
 
 
@@ -101,10 +173,91 @@ def test_a_unicode_letter_after_a_tag_name_does_not_hide_the_tag(tag):
 
 
 def test_plain_content_passes_through_unchanged():
-    text = "if a < b and b > c:\n    return a  # not a heading\n- item\nx = y\n<div>ok</div>"
+    text = "if a < b and b > c:\n    return a  # not a heading\n- item\nx = y\n<div>ok</div>\n1.5 and 2)"
     assert escape(text) == text
     assert escape("# Title\n</MEM> and <task>") == "\\# Title\n&lt;/MEM> and &lt;task>"
-    assert escape("  ```python\n~~~\n===\n - - -\n---") == "  \\```python\n\\~~~\n\\===\n - - -\n\\---"
+    assert escape("  ```python\n~~~\n===\n - - -\n---") == "  \\```python\n\\~~~\n\\===\n - - \\-\n\\---"
+
+
+@pytest.mark.parametrize(
+    ("text", "escaped"),
+    [
+        # a list item or a block quote holding a heading
+        ("- ## Memory", "- \\## Memory"),
+        ("* ## Memory", "* \\## Memory"),
+        ("12. ## Memory", "12. \\## Memory"),
+        ("- - ## Memory", "- - \\## Memory"),
+        ("> ## x", "\\> ## x"),
+        ("- > ## x", "- \\> ## x"),
+        # HTML blocks that only end at their own end marker, not at a blank line
+        ("<!-- swallow", "&lt;!-- swallow"),
+        ("  <pre>", "  &lt;pre>"),
+        ("- <script>", "- &lt;script>"),
+        ("<?php", "&lt;?php"),
+        ("<![CDATA[", "&lt;![CDATA["),
+        # compatibility forms and format characters
+        ("＜MEM>", "&lt;MEM>"),
+        ("＜ＭＥＭ>", "&lt;ＭＥＭ>"),
+        ("<\u200bMEM>", "&lt;\u200bMEM>"),
+        ("<M\u200bE\u00adM>", "&lt;M\u200bE\u00adM>"),
+        ("\u200b# x", "\u200b\\# x"),
+        ("＃ x", "\\＃ x"),
+        ("⒈ ## x", "⒈ \\## x"),
+        ("－－－", "\\－－－"),
+        ("x\n=\u200b=", "x\n\\=\u200b="),
+        ("<pr\u200be>", "&lt;pr\u200be>"),
+    ],
+)
+def test_escaping_gaps_are_closed(text, escaped):
+    assert escape(text) == escaped
+    assert_reads(escaped, [], [])
+
+
+def test_code_is_shown_verbatim_in_a_fence():
+    code = "#include <stdio.h>\n# a comment\n---\n```\n<!-- x -->\n> quote\n</FILE>\nint main() {}"
+    dims = Dimensions()
+    dims.add(code, "file", label="main.c")
+    dims.add("Traceback:\n  ## not a heading\n~~~", "error")
+    text = dims.render(10_000).text
+    fence = "````"  # longer than the file's ``` line
+    assert text.startswith(f'<FILE path="main.c">\n{fence}\n#include <stdio.h>\n# a comment\n---\n```\n')
+    assert "&lt;/FILE>\nint main() {}\n````\n</FILE>\n" in text
+    assert "<ERROR>\n```\nTraceback:\n  ## not a heading\n~~~\n```\n</ERROR>\n" in text
+    assert_reads(text, [fence, fence, "```", "```"], ["FILE", "/FILE", "ERROR", "/ERROR"])
+
+
+def test_an_html_block_cannot_swallow_the_sections_after_it():
+    builder = PromptBuilder("x")
+    for opener in ("<!--", "<pre>", "<script>", "<?", "＜!--"):
+        parts = builder.build(now=T0, memory=f"{opener} unclosed", instructions=["Run the tests"])
+        assert_reads(parts.volatile, ["## Context", "## Memory", "## Instructions"], [])
+
+
+def test_the_unicode_tables_cover_this_pythons_unicode():
+    """FORMAT_CHARS holds every Cf character; LESS_THAN every character
+    that folds to "<"; escape_attr writes every character that folds to an
+    attribute's delimiters; code_fence counts every one that folds to "`"."""
+    format_chars = re.compile(f"[{FORMAT_CHARS}]")
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        if unicodedata.category(char) == "Cs":
+            continue
+        if unicodedata.category(char) == "Cf":
+            assert format_chars.match(char), hex(code)
+            assert fold(char) == ""
+        if code < 0x80:
+            continue
+        folded = unicodedata.normalize("NFKC", char)
+        if folded == char:
+            continue
+        if "<" in folded:
+            assert folded == "<"
+            assert char in LESS_THAN
+        if set(folded) & set('"<>&'):
+            assert escape_attr(char).startswith("&#"), hex(code)
+        if "`" in folded:
+            assert folded == "`"
+            assert code_fence(f"`{char}`") == "````", hex(code)
 
 
 @given(content, content, content, content, content, content)
@@ -122,8 +275,7 @@ def test_no_layer_content_can_open_a_section(memory, instruction, cwd, fact, pre
     )  # fmt: skip
     expected = ["## Skills", "## Session Facts", "## Project", "## Context", "## Memory"]
     expected += ["## Loaded Skills", "### s", "## Instructions"]
-    assert structure_lines(parts.text()) == expected
-    assert tags(parts.text()) == []
+    assert_reads(parts.text(), expected, [])
 
 
 @given(content, content, content, content, content, content)
@@ -137,16 +289,33 @@ def test_no_item_content_can_open_or_close_a_tag(path, code, doc, key, value, ta
     dims.add(doc, "output_format")
     dims.add(value, "constraint")
     block = dims.render(100_000)
-    assert tags(block.text) == [
+    fences = [code_fence(text.rstrip("\r\n")) for text in (code, code, doc)]  # FILE, ERROR, DOC
+    structure = [fence for fence in fences for _ in range(2)]
+    assert_reads(block.text, structure, [
         "MEM", "/MEM", "FILE", "/FILE", "ERROR", "/ERROR", "DOC", "/DOC", "TASK", "/TASK",
         "OUTPUT_FORMAT", "/OUTPUT_FORMAT", "CONSTRAINT", "/CONSTRAINT",
-    ]  # fmt: skip
-    assert structure_lines(block.text) == []
+    ])  # fmt: skip
     opening = re.search(r'<FILE path="([^"]*)">', block.text)
     assert opening is not None
     assert unescape_attr(opening.group(1)) == (path or "p")
     parts = PromptBuilder("x").build(now="", dimensions=dims, task_budget=100_000)
-    assert structure_lines(parts.volatile) == ["## Task"]
+    assert structure_lines(parts.volatile) == ["## Task", *structure]
+
+
+@pytest.mark.parametrize("tag", ["task", "file", "system"])
+@given(text=content, budget=st.integers(1, 80))
+def test_a_cut_item_cannot_open_a_tag_or_a_block(tag, text, budget):
+    """Cutting to a token boundary can end a text inside what then reads as a
+    tag (``<MEMORY>`` cut to ``<MEM``) or a block opener; a cut is made shorter
+    until it does not."""
+    dims = Dimensions()
+    dims.add(text + " " + text, tag, label="k")
+    block = dims.render(budget, weights=CouplingWeights(1, 1, 1))
+    expected_tags = {"task": ["TASK", "/TASK"], "file": ["FILE", "/FILE"], "system": ["MEM", "/MEM"]}[tag]
+    fence = code_fence((text + " " + text).rstrip("\r\n"))
+    for view in views(block.text):
+        assert tags(view) in ([], expected_tags)
+        assert structure_lines(view) in ([], [fence, fence] if tag == "file" else [])
 
 
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])

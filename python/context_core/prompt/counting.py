@@ -19,7 +19,7 @@ so for them the sums are recounted on the whole text (:attr:`TokenCounts.additiv
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from context_core._core import Tokenizer
@@ -90,11 +90,18 @@ class TokenCounts:
         return shares
 
     def truncate(
-        self, text: str, budget: int, prefix: str = "", suffix: str = "", marker: str | None = None
+        self,
+        text: str,
+        budget: int,
+        prefix: str = "",
+        suffix: str = "",
+        marker: str | None = None,
+        valid: Callable[[str], bool] | None = None,
     ) -> str:
         """The longest head of ``text`` such that ``prefix + head + suffix``
         counts at most ``budget`` tokens (``""`` if not even the wrapper fits);
-        ``marker`` (``{dropped}`` = tokens cut) ends a cut text when it fits."""
+        ``marker`` (``{dropped}`` = tokens cut) ends a cut text when it fits.
+        ``valid``: a cut head must pass it, else it is cut a token shorter."""
         if self(prefix + text + suffix) <= budget:
             return text
         count = self.tokenizer.count
@@ -106,6 +113,8 @@ class TokenCounts:
                 head = self.tokenizer.truncate(text, room)
             over = count(prefix + head + suffix) - budget
             if over <= 0:
-                return head
+                if valid is None or valid(head):
+                    return head
+                over = 1
             room -= over
         return ""

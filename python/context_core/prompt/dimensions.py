@@ -37,7 +37,7 @@ from typing import Literal
 from context_core._core import Tagger, Tokenizer
 from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.prompt.counting import TokenCounts, Truncation
-from context_core.prompt.escape import escape, escape_attr, one_line
+from context_core.prompt.escape import code_fence, escape, escape_attr, escape_tags, one_line
 
 __all__ = [
     "DIMENSIONS",
@@ -126,15 +126,30 @@ class Entry:
 
     @cached_property
     def parts(self) -> tuple[str, str, str]:
-        """``(opening, escaped content, closing)``; the closing ends the line."""
+        """``(opening, escaped content, closing)``; the closing ends the line.
+
+        Files, documents and errors go in a code fence longer than any
+        backtick run of theirs, shown as written (only tags escaped); a
+        memory is one line; the Prompt tags' content starts on the tag's
+        line, its later lines escaped."""
         tag = self.tag
         if tag in _BLOCK_TAGS:
             attr = f' {_ATTR[tag]}="{escape_attr(self.label or "")}"' if tag in _ATTR else ""
-            return f"<{tag}{attr}>\n", escape(self.text.rstrip("\r\n")), f"\n</{tag}>\n"
+            body = self.text.rstrip("\r\n")
+            fence = code_fence(body)
+            return f"<{tag}{attr}>\n{fence}\n", escape_tags(body), f"\n{fence}\n</{tag}>\n"
         if tag == "MEM":
-            key = f"{escape(one_line(self.label))}: " if self.label else ""
-            return f"<MEM>{key}", escape(one_line(self.text)), "</MEM>\n"
-        return f"<{tag}>", escape(self.text.strip("\r\n")), f"</{tag}>\n"
+            key = f"{escape_tags(one_line(self.label))}: " if self.label else ""
+            return f"<MEM>{key}", escape_tags(one_line(self.text)), "</MEM>\n"
+        return f"<{tag}>", escape(self.text.strip("\r\n"), line_start=False), f"</{tag}>\n"
+
+    def is_escaped(self, content: str) -> bool:
+        """Whether ``content`` (a head of :attr:`parts`' content, cut) needs no
+        more escaping: a cut can end a text inside what becomes a tag
+        (``<MEMORY>`` cut to ``<MEM``)."""
+        if self.tag in _BLOCK_TAGS or self.tag == "MEM":
+            return escape_tags(content) == content
+        return escape(content, line_start=False) == content
 
     @cached_property
     def rendered(self) -> str:
@@ -449,7 +464,7 @@ def _fill(
         head = ""
         if _TAGS[entry.tag][3]:  # an item that may be cut
             opening, body, closing = entry.parts
-            head = counts.truncate(body, left, opening, closing, MARKER)
+            head = counts.truncate(body, left, opening, closing, MARKER, entry.is_escaped)
             content = _MARKER_END.sub("", head, count=1)  # the marker, when it fit, is not content
             if not content or counts(content) < min(MIN_KEPT, counts(body)):
                 head = ""
