@@ -44,12 +44,14 @@ def test_the_base_weights_and_each_rule():
 
 
 def test_weights_that_do_not_sum_to_one_are_normalised():
-    # 6 memories, 4 files, a must/forbid task: 0.35 : 0.45 : 0.35 of 1.15
-    allocation = split_budget(4000, coupling_weights(6, 4, False, True))
-    exact = [Fraction(4000) * Fraction(w) / Fraction(115, 100) for w in ("0.35", "0.45", "0.35")]
-    assert [float(q) for q in exact] == pytest.approx([1217.39, 1565.22, 1217.39], abs=0.01)
-    # floors 1217 + 1565 + 1217 = 3999: the token left goes to the largest remainder
-    # (.391, memory and prompt tie; memory comes first)
+    # 6 memories, 4 files, a must/forbid task: 0.35 : 0.45 : 0.35, which sum to 1.15
+    weights = coupling_weights(6, 4, False, True)
+    assert (weights.memory, weights.context, weights.prompt) == (0.35, 0.45, 0.35)
+    assert weights.normalized() == pytest.approx((0.35 / 1.15, 0.45 / 1.15, 0.35 / 1.15))
+    assert sum(weights.normalized()) == pytest.approx(1)
+    # 4000 x those: 1217.39, 1565.22, 1217.39; floors 1217 + 1565 + 1217 = 3999, and the
+    # token left goes to the largest remainder (.391: memory and prompt tie, memory first)
+    allocation = split_budget(4000, weights)
     assert allocation == Allocation(1218, 1565, 1217)
     assert allocation.total == 4000
 

@@ -10,6 +10,7 @@ import pytest
 
 from context_core import (
     InvalidInputError,
+    InvalidTypeError,
     MemoryFiles,
     PromptBuilder,
     PromptCacheWarning,
@@ -19,6 +20,7 @@ from context_core import (
 )
 from context_core.errors import UnknownSkillError
 from context_core.prompt import DEFAULT_MEMORY_GUIDE, Dimensions
+from context_core.prompt.sections import format_time
 from prompt_fixtures import PST, T0, big_builder, skills
 
 
@@ -328,6 +330,14 @@ def test_session_changes_warn_even_when_lines_are_kept_out():
     assert parts.kept_out == ("Key: secret",)
 
 
-def test_timezone_fixture_is_what_the_seed_shows():
+def test_the_date_line_names_the_zone_as_the_datetime_does():
+    """format_time writes the zone's own name: a named offset (seed 000's PST),
+    an unnamed one as Python names it, none for a naive time."""
+    assert format_time(T0) == "2024-01-18 10:30 PST"
     assert T0.tzinfo is PST
-    assert T0.tzname() == "PST"
+    india = timezone(timedelta(hours=5, minutes=30))
+    assert format_time(T0.astimezone(india)) == "2024-01-19 00:00 UTC+05:30"
+    assert format_time(T0.replace(tzinfo=None)) == "2024-01-18 10:30"
+    assert format_time("yesterday") == "yesterday"
+    with pytest.raises(InvalidTypeError):
+        format_time(1705600000)

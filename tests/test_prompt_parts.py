@@ -647,8 +647,9 @@ def test_replaced_parts_render_count_and_hash_their_own_text():
         dataclasses.replace(built, _prefix=None)  # not a field one can set
 
 
-def test_big_prompts_render_fast_enough_to_share_the_prefix():
-    """The shared prefix objects are the same from turn to turn (nothing re-rendered)."""
+def test_turns_share_the_prefix_objects():
+    """The system text and the OpenAI head are the same objects from turn to
+    turn (nothing re-rendered)."""
     builder = big_builder(system_words=3000)
     one, two = turn_parts(builder, 0), turn_parts(builder, 1)
     assert one.system is two.system
