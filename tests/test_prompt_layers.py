@@ -135,6 +135,48 @@ def test_a_skill_body_loads_by_name_or_by_the_task():
     assert by_task.breakdown["skills"] > 0
 
 
+def test_a_skill_can_be_loaded_by_its_triggers_only():
+    """A name that is a common word ("test", "go", "a") loads on any task that
+    uses the word; match_name=False leaves matching to the triggers (and to
+    asking by name)."""
+    plain = SkillRegistry([Skill("test", "Run the tests", "pytest -q"), Skill("go", "Go", "go build")])
+    assert [s.name for s in plain.match("do not test this, let's go")] == ["go", "test"]
+    registry = SkillRegistry(
+        [
+            Skill("test", "Run the tests", "pytest -q", triggers=("run the tests",), match_name=False),
+            Skill("go", "Go", "go build", match_name=False),
+            Skill("a", "A", "a", match_name=False),
+        ]
+    )
+    assert registry.match("do not test this; let's go write a function") == []
+    assert [s.name for s in registry.match("please run the tests")] == ["test"]
+    builder = PromptBuilder("x", skills=registry)
+    assert builder.build(now=T0, skills=["go"], task="let's go").skills == ("go",)
+    assert Skill("x", "d", "b").match_name  # the default: the name matches too
+
+
+@pytest.mark.parametrize(
+    ("task", "skill"),
+    [
+        ("ｒｅｌｅａｓｅ the app", "release"),  # full-width letters
+        ("RELEASE it", "release"),
+        ("ship\u00a0it now", "release"),  # a no-break space between a trigger's words
+        ("re\u200blease", "release"),  # a zero-width space inside the word
+        ("order a cafe\u0301 au lait", "coffee"),  # a decomposed é is one word, and matches é
+        ("eine STRASSE bauen", "street"),  # caseless: ß matches SS
+    ],
+)
+def test_tasks_and_triggers_match_as_read(task, skill):
+    registry = SkillRegistry(
+        [
+            *skills(),
+            Skill("coffee", "Coffee", "brew", triggers=("café au lait",)),
+            Skill("street", "Roads", "pave", triggers=("Straße",)),
+        ]
+    )
+    assert [s.name for s in registry.match(task)] == [skill]
+
+
 def test_an_unknown_skill_name_is_refused():
     builder = big_builder(system_words=10)
     with pytest.raises(

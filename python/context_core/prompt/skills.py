@@ -7,11 +7,12 @@ whose task matches it.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from context_core.errors import InvalidInputError, InvalidTypeError, UnknownSkillError
-from context_core.prompt.escape import one_line
+from context_core.prompt.escape import FORMAT_CHARS, one_line
 
 __all__ = ["Skill", "SkillRegistry"]
 
@@ -19,26 +20,45 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _SEPARATORS = r"[\W_]+"
 _WORD_SPLIT = re.compile(_SEPARATORS)
 _UNSPACED = re.compile("[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f]")
+_FORMAT = re.compile(f"[{FORMAT_CHARS}]")
+
+
+def _normal(text: str) -> str:
+    """``text`` as matching reads it: caseless (``ß`` is ``ss``), each
+    character in its NFKC form (full-width letters as ASCII ones, a
+    decomposed ``é`` as one letter), format characters (zero-width spaces...)
+    removed."""
+    if text.isascii():
+        return text.lower()
+    text = unicodedata.normalize("NFKC", _FORMAT.sub("", text))
+    return unicodedata.normalize("NFKC", text.casefold())
 
 
 def _phrase(text: str) -> str:
     """A name or trigger as words: ``db-migrations`` -> ``db migrations``."""
-    return " ".join(w for w in _WORD_SPLIT.split(text.lower()) if w)
+    return " ".join(w for w in _WORD_SPLIT.split(_normal(text)) if w)
 
 
 @dataclass(frozen=True)
 class Skill:
     """A skill: ``name`` (letters, digits, ``_ . -``; up to 64), a one-line
     ``description`` for the index, the ``body`` loaded on demand, and
-    ``triggers``: words or phrases that, found in a turn's task, load it (the
-    name always does). Phrases match whole words, case-insensitive, with any
-    punctuation between them; a phrase in a script written without spaces
-    (Chinese, Japanese, Korean) matches as a substring."""
+    ``triggers``: words or phrases that, found in a turn's task, load it.
+    ``match_name`` (default true): the name is a trigger too. Turn it off for
+    a name that is a common word (``test``, ``go``), which would load on any
+    task that uses the word; asking by name (``build(skills=[...])``) always
+    works. Phrases match whole words, caseless, with any punctuation between
+    them, the task and the phrase NFKC-normalised (full-width letters match
+    ASCII ones, a decomposed ``é`` is one letter) and format characters
+    ignored; a phrase in a script written without spaces (Chinese, Japanese,
+    Korean) matches as a substring. Matching is by words, not meaning: "do
+    not release" still names ``release``."""
 
     name: str
     description: str
     body: str
     triggers: tuple[str, ...] = ()
+    match_name: bool = True
 
     def __post_init__(self) -> None:
         for field in ("name", "description", "body"):
@@ -69,6 +89,8 @@ class Skill:
                 raise InvalidInputError(
                     f"skill {self.name!r}: a trigger must be a non-blank str, got {trigger!r}"
                 )
+        if not isinstance(self.match_name, bool):
+            raise InvalidTypeError(f"skill {self.name!r}: match_name must be a bool")
         object.__setattr__(self, "triggers", triggers)
         object.__setattr__(self, "description", one_line(self.description).strip())
 
@@ -78,8 +100,8 @@ class SkillRegistry:
     same bytes whatever order the skills were given in).
 
     ``index()`` is the resident part; ``get(name)`` and ``match(task)`` the
-    on-demand part. Matching is by whole words, case-insensitive, punctuation
-    read as spaces: the skill ``db-migrations`` matches the task "write the DB
+    on-demand part. Matching is by whole words, caseless, punctuation read as
+    spaces: the skill ``db-migrations`` matches the task "write the DB
     migrations", and ``sql`` does not match "nosql"."""
 
     def __init__(self, skills: Iterable[Skill] = ()) -> None:
@@ -98,7 +120,8 @@ class SkillRegistry:
         self._words: dict[tuple[str, ...], list[str]] = {}
         self._substrings: dict[str, list[str]] = {}
         for skill in self._skills.values():
-            for phrase in (_phrase(skill.name), *(_phrase(t) for t in skill.triggers)):
+            names = (_phrase(skill.name),) if skill.match_name else ()
+            for phrase in (*names, *(_phrase(t) for t in skill.triggers)):
                 if _UNSPACED.search(phrase):
                     self._substrings.setdefault(phrase.replace(" ", ""), []).append(skill.name)
                 else:
@@ -137,15 +160,16 @@ class SkillRegistry:
         if task == self._last[0]:
             return list(self._last[1])
         found: set[str] = set()
+        normal = _normal(task)
         if self._words:
-            words = _WORD_SPLIT.split(task.lower())
+            words = _WORD_SPLIT.split(normal)
             for length in self._lengths:
                 for i in range(len(words) - length + 1):
                     owners = self._words.get(tuple(words[i : i + length]))
                     if owners:
                         found.update(owners)
         if self._substrings:
-            compact = _WORD_SPLIT.sub("", task.lower())
+            compact = _WORD_SPLIT.sub("", normal)
             for phrase, owners in self._substrings.items():
                 if phrase in compact:
                     found.update(owners)
