@@ -150,8 +150,6 @@ class PrefixHasher:
             raw = data.encode("utf-8", "surrogatepass")
             self._state.update(_frame(label, raw))
             self._state.update(raw)
-        self.system_hash = self._state.copy().hexdigest()
-        """The hash of the tools and the system part alone."""
 
     def with_stable(self, stable: str) -> str:
         """The prefix hash once ``stable`` follows the system part."""

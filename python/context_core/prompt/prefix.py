@@ -109,7 +109,8 @@ class Prefix:
         self.stable_tokens = system.tokenizer.count(stable) if stable_tokens is None else stable_tokens
         self.hash = system.hasher.with_stable(stable)
         self.plans: dict[tuple[Any, ...], Any] = {}
-        """Anthropic breakpoint plans by (model, minimum, ttl), made once."""
+        """Anthropic breakpoint plans by ``(model, min_cache_tokens)``, made
+        once (the TTL does not change which breakpoints are placed)."""
         self._openai_head: str | None = None
 
     @property
