@@ -7,6 +7,8 @@ import os
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from context_core import (
     InvalidInputError,
@@ -175,6 +177,28 @@ def test_tasks_and_triggers_match_as_read(task, skill):
         ]
     )
     assert [s.name for s in registry.match(task)] == [skill]
+
+
+VOCABULARY = ["db", "migrations", "ship", "it", "run", "the", "tests", "go"]
+phrases = st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=3).map(tuple)
+
+
+@given(
+    st.lists(st.lists(phrases, min_size=1, max_size=3), min_size=1, max_size=4),
+    st.lists(st.tuples(st.sampled_from(VOCABULARY), st.sampled_from([" ", ", ", "-", "! "])), max_size=12),
+)
+def test_matching_finds_exactly_the_phrases_in_the_task(triggers, task_words):
+    """Against a plain reading: a skill matches when one of its phrases is a
+    run of consecutive words of the task."""
+    registry = SkillRegistry(
+        Skill(f"s{i}", "d", "b", triggers=[" ".join(p) for p in ps], match_name=False)
+        for i, ps in enumerate(triggers)
+    )
+    task = "".join(word + sep for word, sep in task_words)
+    words = [word for word, _ in task_words]
+    runs = {tuple(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+    expected = [f"s{i}" for i, ps in enumerate(triggers) if runs & set(ps)]
+    assert [s.name for s in registry.match(task)] == expected
 
 
 def test_an_unknown_skill_name_is_refused():

@@ -126,7 +126,13 @@ class SkillRegistry:
                     self._substrings.setdefault(phrase.replace(" ", ""), []).append(skill.name)
                 else:
                     self._words.setdefault(tuple(phrase.split(" ")), []).append(skill.name)
-        self._lengths = sorted({len(words) for words in self._words})
+        # One-word phrases are found by a set intersection; longer ones are
+        # tried only where their first word is.
+        self._singles = {words[0]: owners for words, owners in self._words.items() if len(words) == 1}
+        self._phrases: dict[str, list[tuple[tuple[str, ...], list[str]]]] = {}
+        for words, owners in self._words.items():
+            if len(words) > 1:
+                self._phrases.setdefault(words[0], []).append((words, owners))
         self._last: tuple[str, list[Skill]] = ("", [])
 
     def __len__(self) -> int:
@@ -163,11 +169,13 @@ class SkillRegistry:
         normal = _normal(task)
         if self._words:
             words = _WORD_SPLIT.split(normal)
-            for length in self._lengths:
-                for i in range(len(words) - length + 1):
-                    owners = self._words.get(tuple(words[i : i + length]))
-                    if owners:
-                        found.update(owners)
+            for word in self._singles.keys() & words:
+                found.update(self._singles[word])
+            if self._phrases and not self._phrases.keys().isdisjoint(words):
+                for i, word in enumerate(words):
+                    for phrase, owners in self._phrases.get(word, ()):
+                        if tuple(words[i : i + len(phrase)]) == phrase:
+                            found.update(owners)
         if self._substrings:
             compact = _WORD_SPLIT.sub("", normal)
             for phrase, owners in self._substrings.items():
