@@ -550,8 +550,11 @@ def test_bad_inputs_raise_context_core_errors(case):
 
 
 def test_cache_ttl_takes_the_apis_two_values():
+    from context_core.prompt import CACHE_TTLS
+
     parts = turn_parts(big_builder(), 0)
-    for ttl in ("5m", "1h"):
+    assert CACHE_TTLS == ("5m", "1h")
+    for ttl in CACHE_TTLS:
         request = parts.to_anthropic([], model=MODEL, cache_ttl=ttl)
         assert request["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": ttl}
 

@@ -31,6 +31,7 @@ from context_core.prompt.escape import RESERVED_TAGS, escape, escape_attr
 from context_core.prompt.parts import LAYERS, PromptBreakdown, PromptParts
 from context_core.prompt.render_anthropic import (
     ANTHROPIC_MIN_CACHE_TOKENS,
+    CACHE_TTLS,
     DEFAULT_MIN_CACHE_TOKENS,
     MAX_BREAKPOINTS,
     AnthropicRequest,
@@ -41,6 +42,7 @@ from context_core.prompt.skills import Skill, SkillRegistry
 
 __all__ = [
     "ANTHROPIC_MIN_CACHE_TOKENS",
+    "CACHE_TTLS",
     "DEFAULT_MEMORY_GUIDE",
     "DEFAULT_MIN_CACHE_TOKENS",
     "DIMENSIONS",
