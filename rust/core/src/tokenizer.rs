@@ -36,6 +36,11 @@ impl Tokenizer {
         }
     }
 
+    /// Whether counts go through the shared count cache (see [`Tokenizer::uncached`]).
+    pub fn caches(&self) -> bool {
+        self.cached
+    }
+
     /// This tokenizer, counting without the shared count cache: for texts
     /// counted once, such as messages appended to a log (their counts are
     /// kept in its headers), which would only evict the counts selection
@@ -123,6 +128,9 @@ impl Tokenizer {
     /// `count_cached` of a string value's text, under the value's own
     /// [`JsonValue::text_key`].
     pub fn count_str_value<J: crate::JsonValue>(&self, value: &J, text: &str) -> usize {
+        if !self.cached {
+            return self.engine.count(text);
+        }
         match value
             .text_key()
             .filter(|_| text.len() >= crate::MIN_CACHED_BYTES)

@@ -282,9 +282,12 @@ fn read<J: JsonValue>(
         .as_ref()
         .is_some_and(|c| c.kind() == Kind::Array && c.len() > 0);
     // A string content is keyed once: its count and its tags are cached under the same key.
+    // (Without caches, as a log's appends count, the key would go unused.)
+    let caching = tokenizer.caches() || tagger.is_some_and(Tagger::caches);
     let content_key = chat
         .content
         .as_ref()
+        .filter(|_| caching)
         .filter(|c| {
             c.as_str()
                 .is_some_and(|text| text.len() >= MIN_CACHED_BYTES)

@@ -313,6 +313,11 @@ impl Tagger {
         })
     }
 
+    /// Whether results are cached (see [`Tagger::uncached`]).
+    pub fn caches(&self) -> bool {
+        self.cache.is_some()
+    }
+
     /// This tagger without its cache: for texts tagged once, such as
     /// messages appended to a log (their tags are kept in its headers).
     #[must_use]
