@@ -432,6 +432,19 @@ def test_repair_reports_a_frame_cut_short(where):
         assert [m["content"] for m in log] == ["short 0", "short 1", "short 2"]
 
 
+def test_an_index_truncated_under_the_writer_is_an_error_at_its_next_read(where):
+    """A plain append reads nothing through the map, so it skips the length
+    check; the next call that reads makes it, and it is an error, not a SIGBUS."""
+    writer = filled(where)
+    os.truncate(where / "index", 64 + 64 * 2)
+    writer.append({"role": "user", "content": "written past the cut"})
+    with pytest.raises(LogCorruptError, match="index: damaged at byte"):
+        writer[0]
+    with pytest.raises(LogCorruptError, match="index: damaged at byte"):
+        writer.headers()
+    writer.close()
+
+
 def test_a_file_truncated_under_a_reader_is_an_error_not_a_crash(where):
     filled(where).close()
     reader = MessageLog.open(where, readonly=True)

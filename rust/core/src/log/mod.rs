@@ -648,6 +648,17 @@ impl MessageLog {
 
     fn writable(&mut self) -> Result<()> {
         self.refresh()?;
+        self.writable_unmapped()
+    }
+
+    /// [`MessageLog::writable`] for a write that reads nothing through the
+    /// map: the file-length check (a `statx`) waits for the next call that reads.
+    fn writable_unmapped(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::LogClosed {
+                reason: "the message log is closed",
+            });
+        }
         if self.readonly {
             return Err(Error::LogClosed {
                 reason: "the message log is open read-only",
@@ -663,10 +674,12 @@ impl MessageLog {
         options: &AppendOptions,
         tagger: &Tagger,
     ) -> Result<u64> {
-        self.writable()?;
-        let parent = match options.parent {
-            Some(parent) => self.parent_for(parent)?,
-            None => self.position.head,
+        let parent = if let Some(parent) = options.parent {
+            self.writable()?;
+            self.parent_for(parent)?
+        } else {
+            self.writable_unmapped()?;
+            self.position.head
         };
         let (node, payload) = self.message_node(message, options, tagger, self.count, parent)?;
         self.write_nodes(vec![(node, payload)])?;
