@@ -169,16 +169,21 @@ def read_file(root: str, dir_fd: int, name: str) -> bytes | None:
     if fd is None:
         return None
     try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        return read_rest(fd)
     except OSError as error:
         raise MemoryStorageError(f"cannot read {os.path.join(root, name)}: {error}") from error
     finally:
         os.close(fd)
+
+
+def read_rest(fd: int) -> bytes:
+    """Everything from ``fd``'s position to the end of its file."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def write_all(fd: int, data: bytes) -> None:

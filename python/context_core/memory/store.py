@@ -70,6 +70,7 @@ from context_core.memory.safety import (
     fsync_dir,
     open_file,
     read_file,
+    read_rest,
     write_all,
 )
 
@@ -136,13 +137,7 @@ def read_lockless(root: str, dir_fd: int) -> bytes:
         if fd is None:
             return b""
         try:
-            chunks = []
-            while True:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            data = b"".join(chunks)
+            data = read_rest(fd)
             if not data or data.endswith(b"\n"):
                 return data
             if read_file(root, dir_fd, PENDING_NAME):
@@ -218,13 +213,7 @@ class Store:
                     cached.size, cached.mtime_ns = start + len(data), info.st_mtime_ns
                     return cached
             cached = Cached(name, info.st_ino)
-            chunks = []
-            while True:
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            data = b"".join(chunks)
+            data = read_rest(fd)
             _parse(cached, data)
             cached.size, cached.mtime_ns = len(data), info.st_mtime_ns
             self.cache[name] = cached

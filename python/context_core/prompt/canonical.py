@@ -54,6 +54,16 @@ def _name(tool: Mapping[str, Any], where: str) -> str:
     return name
 
 
+def _function_of(tool: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
+    """The ``function`` entry of a tool in OpenAI's form; ``None`` for the other forms."""
+    if "function" not in tool:
+        return None
+    function = tool["function"]
+    if not isinstance(function, Mapping):
+        raise InvalidTypeError(f"{where}.function: expected a dict, got {type(function).__name__}")
+    return function
+
+
 def _check(tool: Any, index: int) -> Mapping[str, Any]:
     if not isinstance(tool, Mapping):
         raise InvalidTypeError(f"tools[{index}]: expected a dict, got {type(tool).__name__}")
@@ -66,10 +76,8 @@ def check_tool(tool: Any, index: int) -> Mapping[str, Any]:
     no name, :class:`~context_core.InvalidInputError`."""
     tool = _check(tool, index)
     where = f"tools[{index}]"
-    if "function" in tool:
-        function = tool["function"]
-        if not isinstance(function, Mapping):
-            raise InvalidTypeError(f"{where}.function: expected a dict, got {type(function).__name__}")
+    function = _function_of(tool, where)
+    if function is not None:
         _name(function, f"{where}.function")
     else:
         _name(tool, where)
@@ -84,10 +92,8 @@ def to_openai_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     ``type`` other than ``function`` and no schema) have no OpenAI form."""
     tool = _check(tool, index)
     where = f"tools[{index}]"
-    if "function" in tool:
-        function = tool["function"]
-        if not isinstance(function, Mapping):
-            raise InvalidTypeError(f"{where}.function: expected a dict, got {type(function).__name__}")
+    function = _function_of(tool, where)
+    if function is not None:
         _name(function, f"{where}.function")
         return canonical_copy({"type": "function", **tool})
     name = _name(tool, where)
@@ -110,10 +116,8 @@ def to_anthropic_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]
     ``cache_control`` included."""
     tool = _check(tool, index)
     where = f"tools[{index}]"
-    if "function" in tool:
-        function = tool["function"]
-        if not isinstance(function, Mapping):
-            raise InvalidTypeError(f"{where}.function: expected a dict, got {type(function).__name__}")
+    function = _function_of(tool, where)
+    if function is not None:
         source, where = function, f"{where}.function"
     elif "input_schema" in tool or tool.get("type", "function") != "function":
         return canonical_copy(dict(tool))
