@@ -115,6 +115,36 @@ def test_append_overrides_and_node_ids(where):
         assert log.node_id(seq) == f"{1_500_000:x}-{int(row['hash']):08x}"
 
 
+def test_append_takes_tags_from_any_iterable_and_refuses_a_string(where):
+    message = {"role": "assistant", "content": "nothing to tag here"}
+    with MessageLog.open(where, create=True) as log:
+        for tags in (["log", "pulse"], ("pulse", "log"), {"log", "pulse"}, (t for t in ["log", "pulse"])):
+            seq = log.append(message, tags=tags)
+            assert log.headers()[seq]["tags"] == 8 | 4
+        with pytest.raises(InvalidTypeError, match="tags must be a list"):
+            log.append(message, tags="log")
+        with pytest.raises(InvalidInputError, match="unknown tag"):
+            log.append(message, tags=["urgent"])
+        assert len(log) == 4, "nothing was written by the refused calls"
+    with pytest.raises(LogClosedError):
+        log.append(message)
+
+
+def test_a_subclass_append_is_called(where):
+    class Counting(MessageLog):
+        calls = 0
+
+        def append(self, message, **options):
+            Counting.calls += 1
+            return super().append(message, **options)
+
+    with Counting.open(where, create=True) as log:
+        assert log.append({"role": "user", "content": "one"}, weight=2.0) == 0
+        assert MessageLog.append(log, {"role": "user", "content": "two"}) == 1
+        assert Counting.calls == 1
+        assert log.headers()[0]["weight"] == 2.0
+
+
 def test_summaries_move_the_pointer_and_shape_the_view(where):
     with filled(where) as log:
         seg = log.add_summary("the payment retry task was set up", covers=(1, 3))

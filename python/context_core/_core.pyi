@@ -1,6 +1,6 @@
 """Type stubs of the extension module ``context_core._core``."""
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, Union
 
 import numpy as np
@@ -277,7 +277,7 @@ class _MessageLog:
         self,
         message: Any,
         *,
-        tags: Union[list[str], None] = None,
+        tags: Union[Iterable[str], None] = None,
         weight: Union[float, None] = None,
         pinned: bool = False,
         priority: Union[float, None] = None,

@@ -145,6 +145,11 @@ impl PyMessageLog {
         })
     }
 
+    /// Append `message` as a child of `parent` (default: the head); its seq.
+    ///
+    /// Its exact token count and its tags are computed once, here, and kept
+    /// in its header; keywords override what the message itself says.
+    /// `MessageLog.append` is this method, bound.
     #[pyo3(signature = (message, *, tags = None, weight = None, pinned = false, priority = None, parent = None, timestamp = None))]
     #[allow(clippy::too_many_arguments)]
     fn append(
