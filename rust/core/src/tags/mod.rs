@@ -183,15 +183,15 @@ struct Patterns {
 }
 
 impl Patterns {
-    fn new(patterns: Vec<(String, u8)>) -> Result<Self> {
-        let mut merged: Vec<(String, u8)> = Vec::new();
+    fn new(patterns: Vec<(Vec<u8>, u8)>) -> Result<Self> {
+        let mut merged: Vec<(Vec<u8>, u8)> = Vec::new();
         for (pattern, tag) in patterns {
             match merged.iter_mut().find(|(p, _)| *p == pattern) {
                 Some((_, tags)) => *tags |= tag,
                 None => merged.push((pattern, tag)),
             }
         }
-        let texts: Vec<String> = merged.iter().map(|(p, _)| p.clone()).collect();
+        let texts: Vec<Vec<u8>> = merged.iter().map(|(p, _)| p.clone()).collect();
         let tags: Vec<u8> = merged.iter().map(|(_, t)| *t).collect();
         Ok(Self {
             automaton: automaton(&texts)?,
@@ -202,7 +202,7 @@ impl Patterns {
 
     /// The tags of every pattern found in `text` where `accept` allows,
     /// in one pass (stopping once every tag it can give is found).
-    fn find(&self, text: &str, accept: impl Fn(usize, usize) -> bool) -> u8 {
+    fn find(&self, text: &[u8], accept: impl Fn(usize, usize) -> bool) -> u8 {
         let Some(automaton) = &self.automaton else {
             return 0;
         };
@@ -228,8 +228,8 @@ fn word_patterns(
     keywords: &[String],
     what: &str,
     tag: u8,
-    words: &mut Vec<(String, u8)>,
-    squeezed: &mut Vec<(String, u8)>,
+    words: &mut Vec<(Vec<u8>, u8)>,
+    squeezed: &mut Vec<(Vec<u8>, u8)>,
 ) -> Result<()> {
     for keyword in keywords {
         let form = forms(keyword);
@@ -241,8 +241,8 @@ fn word_patterns(
         }
         if form
             .spaced
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b' ')
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b' ')
         {
             words.push((form.spaced, tag));
         } else {
@@ -252,7 +252,7 @@ fn word_patterns(
     Ok(())
 }
 
-fn automaton(patterns: &[String]) -> Result<Option<AhoCorasick>> {
+fn automaton(patterns: &[Vec<u8>]) -> Result<Option<AhoCorasick>> {
     if patterns.is_empty() {
         return Ok(None);
     }
@@ -366,10 +366,13 @@ impl Tagger {
     /// The tags `passes` find, with the pass bits themselves.
     fn run_passes(&self, text: &str, passes: u8) -> u8 {
         if passes == MARKER_PASS {
-            return self.markers.find(&normalize::lowered(text), |_, _| true) | passes;
+            return self
+                .markers
+                .find(normalize::lowered(text).as_bytes(), |_, _| true)
+                | passes;
         }
         let text = forms_for_tagging(text);
-        let spaced = text.spaced.as_bytes();
+        let spaced = &text.spaced;
         let on_word_boundaries = |start: usize, end: usize| {
             let before = start.checked_sub(1).map(|i| spaced[i]);
             let after = spaced.get(end).copied();
