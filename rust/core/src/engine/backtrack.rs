@@ -15,6 +15,7 @@
 //! here): for them the backtracking encoder's two heap allocations a piece
 //! cost more than the merging. Only longer pieces go to the encoder.
 
+use super::recent;
 use bpe_openai::byte_pair_encoding::BytePairEncoding;
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
@@ -47,23 +48,34 @@ impl Backtrack {
     /// The token that is exactly `piece`, if there is one.
     #[inline]
     pub(crate) fn whole_token(&self, piece: &[u8]) -> Option<u32> {
+        self.whole_token_hashed(piece, hash(piece))
+    }
+
+    #[inline]
+    fn whole_token_hashed(&self, piece: &[u8], hash: u64) -> Option<u32> {
         if piece.len() > self.longest_token {
             return None;
         }
         self.whole
-            .find(hash(piece), |&id| self.bpe.token_bytes(id) == piece)
+            .find(hash, |&id| self.bpe.token_bytes(id) == piece)
             .copied()
     }
 
     #[inline]
     pub(crate) fn count_piece(&self, piece: &[u8]) -> usize {
-        if self.whole_token(piece).is_some() {
-            1
-        } else if is_small(piece) {
-            self.merge_small(piece).parts()
-        } else {
-            self.bpe.count(piece)
+        let hash = hash(piece);
+        if self.whole_token_hashed(piece, hash).is_some() {
+            return 1;
         }
+        // The vocabulary's address tells the engines' pieces apart.
+        let owner = std::ptr::from_ref(self.bpe) as usize;
+        recent::count_of(owner, piece, hash, || {
+            if is_small(piece) {
+                self.merge_small(piece).parts()
+            } else {
+                self.bpe.count(piece)
+            }
+        })
     }
 
     #[inline]
@@ -198,5 +210,30 @@ mod tests {
             assert_eq!(ids, engine.bpe.encode_via_backtracking(piece), "{piece:?}");
             assert_eq!(engine.count_piece(piece), ids.len());
         }
+    }
+
+    #[test]
+    fn remembered_counts_belong_to_their_vocabulary() {
+        let o200k = Backtrack::new(bpe_openai::o200k_base());
+        let cl100k = Backtrack::new(bpe_openai::cl100k_base());
+        let pieces: [&[u8]; 4] = [
+            " 支付回调服务".as_bytes(),
+            " 已经上线".as_bytes(),
+            b" idempotent",
+            b" Supercalifragilisticexpialidocious",
+        ];
+        for _ in 0..3 {
+            for engine in [&o200k, &cl100k] {
+                for piece in pieces {
+                    let exact = engine.bpe.encode_via_backtracking(piece).len();
+                    assert_eq!(engine.count_piece(piece), exact, "{piece:?}");
+                }
+            }
+        }
+        let differ = |piece: &[u8]| o200k.count_piece(piece) != cl100k.count_piece(piece);
+        assert!(
+            pieces.iter().any(|p| differ(p)),
+            "a piece the vocabularies count apart"
+        );
     }
 }

@@ -8,6 +8,7 @@
 
 mod backtrack;
 mod merge;
+mod recent;
 
 use std::sync::OnceLock;
 
