@@ -11,7 +11,7 @@
 pub mod normalize;
 
 use crate::cache::text_key;
-use aho_corasick::{AhoCorasick, AhoCorasickKind};
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 
 use crate::error::{Error, Result};
 use normalize::{forms, forms_for_tagging};
@@ -178,12 +178,18 @@ impl Default for Keywords {
 /// pattern carries the tags it stands for (a keyword may be in two lists).
 struct Patterns {
     automaton: Option<AhoCorasick>,
+    /// Whether any pattern occurs at all, asked first where most texts hold
+    /// none (markers, keywords of other scripts). A leftmost search can skip
+    /// ahead with a vectorised prefilter, which the overlapping search that
+    /// names every tag cannot: 0.05 against 0.28 us on a 170-byte message.
+    screen: Option<AhoCorasick>,
     tags: Vec<u8>,
     all: u8,
 }
 
 impl Patterns {
-    fn new(patterns: Vec<(Vec<u8>, u8)>) -> Result<Self> {
+    /// `screened`: with a [`Patterns::screen`].
+    fn new(patterns: Vec<(Vec<u8>, u8)>, screened: bool) -> Result<Self> {
         let mut merged: Vec<(Vec<u8>, u8)> = Vec::new();
         for (pattern, tag) in patterns {
             match merged.iter_mut().find(|(p, _)| *p == pattern) {
@@ -191,10 +197,16 @@ impl Patterns {
                 None => merged.push((pattern, tag)),
             }
         }
-        let texts: Vec<Vec<u8>> = merged.iter().map(|(p, _)| p.clone()).collect();
+        let texts: Vec<&[u8]> = merged.iter().map(|(p, _)| p.as_slice()).collect();
         let tags: Vec<u8> = merged.iter().map(|(_, t)| *t).collect();
+        let nonempty = !texts.is_empty();
         Ok(Self {
-            automaton: automaton(&texts)?,
+            automaton: nonempty
+                .then(|| automaton(&texts, MatchKind::Standard))
+                .transpose()?,
+            screen: (nonempty && screened)
+                .then(|| automaton(&texts, MatchKind::LeftmostFirst))
+                .transpose()?,
             all: tags.iter().fold(0, |acc, t| acc | t),
             tags,
         })
@@ -206,6 +218,14 @@ impl Patterns {
         let Some(automaton) = &self.automaton else {
             return 0;
         };
+        // No match at all for the leftmost search means no pattern occurs.
+        if self
+            .screen
+            .as_ref()
+            .is_some_and(|screen| !screen.is_match(text))
+        {
+            return 0;
+        }
         let mut found = 0;
         for m in automaton.find_overlapping_iter(text) {
             if found & self.tags[m.pattern().as_usize()] == self.tags[m.pattern().as_usize()] {
@@ -252,15 +272,12 @@ fn word_patterns(
     Ok(())
 }
 
-fn automaton(patterns: &[Vec<u8>]) -> Result<Option<AhoCorasick>> {
-    if patterns.is_empty() {
-        return Ok(None);
-    }
+fn automaton(patterns: &[&[u8]], kind: MatchKind) -> Result<AhoCorasick> {
     // A DFA: a few hundred states for keyword lists, and the fastest search.
     AhoCorasick::builder()
         .kind(Some(AhoCorasickKind::DFA))
+        .match_kind(kind)
         .build(patterns)
-        .map(Some)
         .map_err(|error| Error::InvalidValue {
             path: "keywords".to_owned(),
             reason: error.to_string(),
@@ -306,9 +323,10 @@ impl Tagger {
             );
         }
         Ok(Self {
-            words: Patterns::new(words)?,
-            squeezed: Patterns::new(squeezed)?,
-            markers: Patterns::new(markers)?,
+            // Common short words defeat the prefilter: no screen (measured).
+            words: Patterns::new(words, false)?,
+            squeezed: Patterns::new(squeezed, true)?,
+            markers: Patterns::new(markers, true)?,
             cache: Some(quick_cache::sync::Cache::new(16_384)),
         })
     }
@@ -518,6 +536,54 @@ mod tests {
                     cached.tag_wanted(text, None, wanted)
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_screen_never_changes_what_is_found() {
+        let markers: Vec<(Vec<u8>, u8)> = DEFAULT_EVIDENCE_MARKERS
+            .iter()
+            .map(|m| (m.as_bytes().to_vec(), EVIDENCE))
+            .chain(
+                DEFAULT_LOG_MARKERS
+                    .iter()
+                    .map(|m| (m.as_bytes().to_vec(), LOG)),
+            )
+            .chain([(b"ab".to_vec(), PULSE), (b"b".to_vec(), CONSTRAINT)])
+            .collect();
+        let (plain, screened) = (
+            Patterns::new(markers.clone(), false).unwrap(),
+            Patterns::new(markers.clone(), true).unwrap(),
+        );
+        // Texts of pattern pieces, overlapping and nested, and filler.
+        let mut pieces: Vec<&[u8]> = markers.iter().map(|(p, _)| p.as_slice()).collect();
+        pieces.extend([&b"a"[..], b" ", b"x", b"thin", "思".as_bytes(), b"<"]);
+        let mut state = 0x51_7CC1_B727_220A_u64;
+        for _ in 0..20_000 {
+            let mut text = Vec::new();
+            for _ in 0..(state % 6) {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                let piece = pieces[(state >> 33) as usize % pieces.len()];
+                // Sometimes only part of a piece.
+                let cut = if state & 1 == 0 {
+                    piece.len()
+                } else {
+                    piece.len() / 2
+                };
+                text.extend_from_slice(&piece[..cut]);
+            }
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let accept = |start: usize, _| start % 3 != 1;
+            assert_eq!(
+                screened.find(&text, accept),
+                plain.find(&text, accept),
+                "{:?}",
+                String::from_utf8_lossy(&text)
+            );
         }
     }
 
