@@ -1,5 +1,7 @@
 //! Payload compression: LZ4 blocks, or raw where compressing does not pay.
 
+use std::borrow::Cow;
+
 use super::format::{CODEC_LZ4, CODEC_RAW};
 
 /// Payloads under this many bytes are stored raw: LZ4 saves less than an
@@ -8,14 +10,14 @@ use super::format::{CODEC_LZ4, CODEC_RAW};
 pub const MIN_COMPRESSED_BYTES: usize = 256;
 
 /// The stored form of `raw` and its codec: LZ4 when it saves at least an eighth.
-pub fn encode(raw: &[u8]) -> (Vec<u8>, u8) {
+pub fn encode(raw: &[u8]) -> (Cow<'_, [u8]>, u8) {
     if raw.len() >= MIN_COMPRESSED_BYTES {
         let packed = lz4_flex::block::compress(raw);
         if packed.len() <= raw.len() - raw.len() / 8 {
-            return (packed, CODEC_LZ4);
+            return (Cow::Owned(packed), CODEC_LZ4);
         }
     }
-    (raw.to_vec(), CODEC_RAW)
+    (Cow::Borrowed(raw), CODEC_RAW)
 }
 
 /// The raw payload, or why it cannot be decoded.

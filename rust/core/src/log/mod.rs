@@ -915,7 +915,12 @@ impl MessageLog {
 
     /// Write frames, then index records (the commit), for `nodes` in order.
     fn write_nodes(&mut self, nodes: Vec<(Node, Vec<u8>)>) -> Result<()> {
-        let mut frames = Vec::new();
+        // A stored payload is never longer than the raw one: one allocation.
+        let most = nodes
+            .iter()
+            .map(|(_, raw)| FRAME_PREFIX + raw.len() + 8)
+            .sum();
+        let mut frames = Vec::with_capacity(most);
         let mut records = Vec::with_capacity(nodes.len() * RECORD_LEN);
         let mut offset = self.data_end;
         let mut position = self.position;
