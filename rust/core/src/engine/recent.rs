@@ -47,12 +47,17 @@ pub(crate) fn count_of(
         return count();
     }
     let at = (hash >> 40) as usize % SLOTS;
-    let known = RECENT.with_borrow(|slots| {
-        slots
-            .get(at)
-            .filter(|slot| slot.owner == owner && &slot.bytes[..usize::from(slot.len)] == piece)
-            .map(|slot| usize::from(slot.count))
-    });
+    // `try_with`: a thread being torn down just counts, uncached.
+    let known = RECENT
+        .try_with(|slots| {
+            slots
+                .borrow()
+                .get(at)
+                .filter(|slot| slot.owner == owner && &slot.bytes[..usize::from(slot.len)] == piece)
+                .map(|slot| usize::from(slot.count))
+        })
+        .ok()
+        .flatten();
     if let Some(known) = known {
         return known;
     }
@@ -61,17 +66,18 @@ pub(crate) fn count_of(
     let Ok(n_small) = u8::try_from(n) else {
         return n;
     };
-    RECENT.with_borrow_mut(|slots| {
+    let mut slot = Slot {
+        owner,
+        len: piece.len() as u8,
+        count: n_small,
+        bytes: [0; MAX_PIECE],
+    };
+    slot.bytes[..piece.len()].copy_from_slice(piece);
+    let _ = RECENT.try_with(|slots| {
+        let mut slots = slots.borrow_mut();
         if slots.is_empty() {
             slots.resize(SLOTS, EMPTY);
         }
-        let mut slot = Slot {
-            owner,
-            len: piece.len() as u8,
-            count: n_small,
-            bytes: [0; MAX_PIECE],
-        };
-        slot.bytes[..piece.len()].copy_from_slice(piece);
         slots[at] = slot;
     });
     n
