@@ -135,7 +135,10 @@ impl<'a> Cursor<'a> {
     }
 
     /// The character at `pos` (a char boundary), its class bits and byte length.
-    #[inline]
+    /// Always inlined: left to itself the compiler made it a call per
+    /// character, and counting a chat message took 20% longer (measured).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     fn at(&self, pos: usize) -> Option<(char, u8, usize)> {
         let &byte = self.text.as_bytes().get(pos)?;
         if byte < 0x80 {
