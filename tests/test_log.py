@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -115,22 +116,44 @@ def test_append_overrides_and_node_ids(where):
         assert log.node_id(seq) == f"{1_500_000:x}-{int(row['hash']):08x}"
 
 
-def test_append_takes_tags_from_any_iterable_and_refuses_a_string(where):
+@pytest.mark.parametrize("impl", [MessageLog, reference.log.MessageLog])
+def test_append_checks_its_keywords_alike(where, impl):
     message = {"role": "assistant", "content": "nothing to tag here"}
-    with MessageLog.open(where, create=True) as log:
+    with impl.open(where, create=True) as log:
         for tags in (["log", "pulse"], ("pulse", "log"), {"log", "pulse"}, (t for t in ["log", "pulse"])):
             seq = log.append(message, tags=tags)
             assert log.headers()[seq]["tags"] == 8 | 4
-        with pytest.raises(InvalidTypeError, match="tags must be a list"):
-            log.append(message, tags="log")
+        refused = [
+            {"tags": "log"},
+            {"tags": {"log": 1}},
+            {"tags": b"log"},
+            {"pinned": None},
+            {"pinned": 0},
+            {"pinned": 1},
+            {"weight": "0.5"},
+            {"weight": True},
+            {"priority": [1]},
+            {"timestamp": "now"},
+            {"parent": "0"},
+            {"parent": True},
+            {"parent": 1.0},
+        ]
+        for keywords in refused:
+            with pytest.raises(InvalidTypeError):
+                log.append(message, **keywords)
         with pytest.raises(InvalidInputError, match="unknown tag"):
             log.append(message, tags=["urgent"])
-        assert len(log) == 4, "nothing was written by the refused calls"
+        with pytest.raises(LogIndexError):
+            log.append(message, parent=2**70)
+        seq = log.append(message, weight=1, priority=2, timestamp=3, pinned=True, parent=0)
+        row = log.headers()[seq]
+        assert (row["weight"], row["priority"], row["timestamp"], row["parent"]) == (1.0, 2.0, 3.0, 0)
+        assert len(log) == 5, "nothing was written by the refused calls"
     with pytest.raises(LogClosedError):
         log.append(message)
 
 
-def test_a_subclass_append_is_called(where):
+def test_append_can_be_patched_and_overridden(where):
     class Counting(MessageLog):
         calls = 0
 
@@ -138,11 +161,16 @@ def test_a_subclass_append_is_called(where):
             Counting.calls += 1
             return super().append(message, **options)
 
-    with Counting.open(where, create=True) as log:
+    with Counting.open(where / "sub", create=True) as log:
         assert log.append({"role": "user", "content": "one"}, weight=2.0) == 0
-        assert MessageLog.append(log, {"role": "user", "content": "two"}) == 1
         assert Counting.calls == 1
         assert log.headers()[0]["weight"] == 2.0
+    with MessageLog.open(where / "plain", create=True) as log:
+        with mock.patch.object(MessageLog, "append", return_value=-1):
+            assert log.append({"role": "user", "content": "two"}) == -1
+        with mock.patch.object(log, "append", return_value=-2):
+            assert log.append({"role": "user", "content": "three"}) == -2
+        assert log.append({"role": "user", "content": "four"}) == 0
 
 
 def test_summaries_move_the_pointer_and_shape_the_view(where):

@@ -279,7 +279,7 @@ class _MessageLog:
         *,
         tags: Union[Iterable[str], None] = None,
         weight: Union[float, None] = None,
-        pinned: bool = False,
+        pinned: Union[bool, None] = None,
         priority: Union[float, None] = None,
         parent: Union[int, None] = None,
         timestamp: Union[float, None] = None,

@@ -72,11 +72,6 @@ class MessageLog:
         self._path = os.fspath(path)
         self._map: mmap.mmap | None = None
         self._decoded: OrderedDict[int, Any] = OrderedDict()
-        if type(self).append is MessageLog.append:
-            # Calls go straight to the Rust method, which takes the same
-            # arguments: this class's frame would add 0.3 us, 5% of an append.
-            # A subclass's own append is left in place.
-            self.__dict__["append"] = inner.append
 
     @classmethod
     def open(
@@ -123,6 +118,11 @@ class MessageLog:
 
         Its exact token count and its tags are computed once, here, and kept
         in its header; keywords override what the message itself says."""
+        plain = tags is None and weight is None and priority is None and parent is None and timestamp is None
+        if plain and pinned is False:  # the common call: no keyword parsing in the binding
+            return self._log.append(message)
+        if pinned is None:  # the binding cannot tell None from "not given"
+            raise InvalidTypeError("pinned must be bool, not NoneType")
         return self._log.append(
             message,
             tags=tags,

@@ -1084,7 +1084,7 @@ class MessageLog:
         if not isinstance(pinned, bool):
             raise InvalidTypeError(f"pinned must be bool, not {type(pinned).__name__}")
         if tags is not None:
-            if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
+            if isinstance(tags, (str, bytes, dict)) or not isinstance(tags, Iterable):
                 raise InvalidTypeError("tags: expected a list of tag names")
             facts = self._read_message({**message, "tags": list(tags)})  # the keyword wins
         else:

@@ -10,11 +10,11 @@ use context_core::select::Weights;
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt};
 
-use crate::errors::{CoreError, invalid_input};
+use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
-use crate::text::{sequence, text};
+use crate::text::{sequence, text, type_name};
 
 /// The default keyword lists without a cache: a log tags each message once,
 /// into its header, and caching those would only evict what selection reuses.
@@ -106,6 +106,42 @@ fn tag_mask(tags: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u8>> {
     ))
 }
 
+fn flag(value: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+    value
+        .cast::<PyBool>()
+        .map(PyBoolMethods::is_true)
+        .map_err(|_| invalid_type(format!("{what} must be bool, not {}", type_name(value))))
+}
+
+/// `None`, or an int or float (not a bool) as `f64`.
+fn number(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<f64>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if value.is_instance_of::<PyBool>()
+        || !(value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>())
+    {
+        return Err(invalid_type(format!(
+            "{what}: expected a number, got {}",
+            type_name(value)
+        )));
+    }
+    value.extract().map(Some)
+}
+
+/// A seq: an int (not a bool); one beyond `i64` is no node either way.
+fn seq(value: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(invalid_type(format!(
+            "{what}: a seq must be int, not {}",
+            type_name(value)
+        )));
+    }
+    Ok(value
+        .extract()
+        .unwrap_or(if value.lt(0)? { i64::MIN } else { i64::MAX }))
+}
+
 // pyo3 hands arguments over by value.
 #[allow(clippy::needless_pass_by_value)]
 #[pymethods]
@@ -146,23 +182,22 @@ impl PyMessageLog {
     }
 
     /// Append `message` as a child of `parent` (default: the head); its seq.
-    ///
-    /// Its exact token count and its tags are computed once, here, and kept
-    /// in its header; keywords override what the message itself says.
-    /// `MessageLog.append` is this method, bound.
-    #[pyo3(signature = (message, *, tags = None, weight = None, pinned = false, priority = None, parent = None, timestamp = None))]
+    /// Keywords are checked as the reference checks them: `InvalidTypeError`
+    /// for a `pinned` that is not a bool, a number that is not one, a seq
+    /// that is not an int.
+    #[pyo3(signature = (message, *, tags = None, weight = None, pinned = None, priority = None, parent = None, timestamp = None))]
     #[allow(clippy::too_many_arguments)]
     fn append(
         &self,
         message: &Bound<'_, PyAny>,
         tags: Option<&Bound<'_, PyAny>>,
-        weight: Option<f64>,
-        pinned: bool,
-        priority: Option<f64>,
-        parent: Option<i64>,
-        timestamp: Option<f64>,
+        weight: Option<&Bound<'_, PyAny>>,
+        pinned: Option<&Bound<'_, PyAny>>,
+        priority: Option<&Bound<'_, PyAny>>,
+        parent: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        let parent = match parent {
+        let parent = match parent.map(|p| seq(p, "parent")).transpose()? {
             Some(p) if p < 0 => {
                 return Err(CoreError(context_core::Error::LogIndex {
                     seq: p,
@@ -174,11 +209,11 @@ impl PyMessageLog {
         };
         let options = AppendOptions {
             tags: tag_mask(tags)?,
-            weight,
-            pinned,
-            priority,
+            weight: number(weight, "weight")?,
+            pinned: pinned.map_or(Ok(false), |p| flag(p, "pinned"))?,
+            priority: number(priority, "priority")?,
             parent,
-            timestamp,
+            timestamp: number(timestamp, "timestamp")?,
         };
         Ok(self
             .log()

@@ -915,17 +915,10 @@ impl MessageLog {
 
     /// Write frames, then index records (the commit), for `nodes` in order.
     fn write_nodes(&mut self, nodes: Vec<(Node, Vec<u8>)>) -> Result<()> {
-        // A stored payload is never longer than the raw one: one allocation.
-        let most = nodes
-            .iter()
-            .map(|(_, raw)| FRAME_PREFIX + raw.len() + 8)
-            .sum();
-        let mut frames = Vec::with_capacity(most);
-        let mut records = Vec::with_capacity(nodes.len() * RECORD_LEN);
-        let mut offset = self.data_end;
-        let mut position = self.position;
-        let mut written = Vec::with_capacity(nodes.len());
-        for (mut node, raw) in nodes {
+        // A stored payload is never longer than the raw one: one allocation,
+        // once every node is known to fit.
+        let mut most = 0;
+        for (node, raw) in &nodes {
             if u32::try_from(raw.len()).is_err() {
                 return Err(Error::InvalidValue {
                     path: format!("messages[{}]", node.seq - self.count),
@@ -935,6 +928,14 @@ impl MessageLog {
                     ),
                 });
             }
+            most += FRAME_PREFIX + raw.len() + 8;
+        }
+        let mut frames = Vec::with_capacity(most);
+        let mut records = Vec::with_capacity(nodes.len() * RECORD_LEN);
+        let mut offset = self.data_end;
+        let mut position = self.position;
+        let mut written = Vec::with_capacity(nodes.len());
+        for (mut node, raw) in nodes {
             let (stored, codec) = codec::encode(&raw);
             node.offset = offset;
             node.raw_len = raw.len() as u32;
