@@ -153,6 +153,48 @@ def test_append_checks_its_keywords_alike(where, impl):
         log.append(message)
 
 
+@pytest.mark.parametrize("impl", [MessageLog, reference.log.MessageLog])
+def test_seqs_levels_and_texts_are_checked_alike(where, impl):
+    with impl.open(where, create=True) as log:
+        log.append({"role": "user", "content": "one"})
+        log.append({"role": "user", "content": "two"})
+        bad_types = [
+            lambda: log["0"],
+            lambda: log[True],
+            lambda: log.read(["0"]),
+            lambda: log.read([0.0]),
+            lambda: log.read("0"),
+            lambda: log.rewind("0"),
+            lambda: log.rewind(True),
+            lambda: log.node_id(None),
+            lambda: log.path("0"),
+            lambda: log.path(False),
+            lambda: log.add_summary("s", covers=("0", 0)),
+            lambda: log.add_summary("s", covers=5),
+            lambda: log.add_summary("s", covers=(0, 0), level="2"),
+            lambda: log.add_summary(5, covers=(0, 0)),
+        ]
+        for call in bad_types:
+            with pytest.raises(InvalidTypeError):
+                call()
+        for call in [
+            lambda: log.add_summary("s", covers=(0, 0), level=300),
+            lambda: log.add_summary("s", covers=(-1, 0)),
+        ]:
+            with pytest.raises(InvalidInputError):
+                call()
+        for call in [lambda: log[2**70], lambda: log.rewind(-(2**70))]:
+            with pytest.raises(LogIndexError):
+                call()
+        # numpy's integers are seqs (headers() hands them out).
+        seqs = log.headers()["seq"]
+        assert log[seqs[1]] == {"role": "user", "content": "two"}
+        assert log.read(seqs) == [log[0], log[1]]
+        assert log.path(np.uint32(1)) == [0, 1]
+        assert log.add_summary("s", covers=(np.int64(0), seqs[1])) == 2
+        assert len(log) == 3
+
+
 def test_append_can_be_patched_and_overridden(where):
     class Counting(MessageLog):
         calls = 0

@@ -141,7 +141,10 @@ class MessageLog:
     def add_summary(self, text: str, covers: tuple[int, int], level: int = 2) -> int:
         """A summary node (level 2: a segment, 3: the whole conversation)
         covering seqs ``covers[0]..covers[1]``; raw history resumes after it."""
-        first, last = covers
+        try:
+            first, last = covers
+        except (TypeError, ValueError):
+            raise InvalidTypeError("covers must be a pair (first, last) of seqs") from None
         return self._log.add_summary(text, first, last, level)
 
     def rewind(self, seq: int) -> None:

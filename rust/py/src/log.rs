@@ -129,9 +129,11 @@ fn number(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<f64>>
     value.extract().map(Some)
 }
 
-/// A seq: an int (not a bool); one beyond `i64` is no node either way.
+/// A seq: an int or any integer type (`__index__`: numpy's too), not a
+/// bool; one beyond `i64` is no node either way.
 fn seq(value: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+    let integer = value.is_instance_of::<PyInt>() || value.get_type().hasattr("__index__")?;
+    if value.is_instance_of::<PyBool>() || !integer {
         return Err(invalid_type(format!(
             "{what}: a seq must be int, not {}",
             type_name(value)
@@ -242,7 +244,15 @@ impl PyMessageLog {
     }
 
     /// The JSON payload of each of `seqs` (empty for a branch marker).
-    fn read<'py>(&self, py: Python<'py>, seqs: Vec<i64>) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        seqs: Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let seqs = seqs
+            .iter()
+            .map(|s| seq(s, "seqs"))
+            .collect::<PyResult<Vec<_>>>()?;
         let payloads = self.log().read(&seqs).map_err(CoreError)?;
         Ok(payloads.iter().map(|p| PyBytes::new(py, p)).collect())
     }
@@ -300,19 +310,39 @@ impl PyMessageLog {
         ))
     }
 
-    fn node_id(&self, seq: i64) -> PyResult<String> {
+    fn node_id(&self, seq: &Bound<'_, PyAny>) -> PyResult<String> {
+        let seq = self::seq(seq, "seq")?;
         Ok(self.log().header(seq).map_err(CoreError)?.id())
     }
 
-    #[pyo3(signature = (text, first, last, level = 2))]
-    fn add_summary(&self, text: &str, first: u64, last: u64, level: u8) -> PyResult<u64> {
+    fn add_summary(
+        &self,
+        text: &Bound<'_, PyAny>,
+        first: &Bound<'_, PyAny>,
+        last: &Bound<'_, PyAny>,
+        level: &Bound<'_, PyAny>,
+    ) -> PyResult<u64> {
+        let text = self::text(text, "text")?;
+        let (first, last) = (seq(first, "covers")?, seq(last, "covers")?);
+        if level.is_instance_of::<PyBool>() || !level.is_instance_of::<PyInt>() {
+            return Err(invalid_type(format!(
+                "level must be int, not {}",
+                type_name(level)
+            )));
+        }
+        let Ok(level @ (2 | 3)) = level.extract::<u8>() else {
+            return Err(invalid_input(format!("level must be 2 or 3, not {level}")));
+        };
+        // A negative seq is no node: past every node, the core refuses it.
+        let node = |seq: i64| u64::try_from(seq).unwrap_or(u64::MAX);
         Ok(self
             .log()
-            .add_summary(text, first, last, level, &LOG_TAGGER)
+            .add_summary(&text, node(first), node(last), level, &LOG_TAGGER)
             .map_err(CoreError)?)
     }
 
-    fn rewind(&self, seq: i64) -> PyResult<()> {
+    fn rewind(&self, seq: &Bound<'_, PyAny>) -> PyResult<()> {
+        let seq = self::seq(seq, "seq")?;
         Ok(self.log().rewind(seq).map_err(CoreError)?)
     }
 
@@ -327,7 +357,8 @@ impl PyMessageLog {
     }
 
     #[pyo3(signature = (head = None))]
-    fn path(&self, head: Option<i64>) -> PyResult<Vec<u64>> {
+    fn path(&self, head: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
+        let head = head.map(|h| seq(h, "head")).transpose()?;
         Ok(self.log().path_to(head).map_err(CoreError)?)
     }
 
