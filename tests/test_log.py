@@ -127,7 +127,6 @@ def test_append_checks_its_keywords_alike(where, impl):
             {"tags": "log"},
             {"tags": {"log": 1}},
             {"tags": b"log"},
-            {"pinned": None},
             {"pinned": 0},
             {"pinned": 1},
             {"weight": "0.5"},
@@ -148,7 +147,9 @@ def test_append_checks_its_keywords_alike(where, impl):
         seq = log.append(message, weight=1, priority=2, timestamp=3, pinned=True, parent=0)
         row = log.headers()[seq]
         assert (row["weight"], row["priority"], row["timestamp"], row["parent"]) == (1.0, 2.0, 3.0, 0)
-        assert len(log) == 5, "nothing was written by the refused calls"
+        seq = log.append(message, pinned=None)
+        assert not log.headers()[seq]["flags"] & 1, "None: not given"
+        assert len(log) == 6, "nothing was written by the refused calls"
     with pytest.raises(LogClosedError):
         log.append(message)
 

@@ -64,11 +64,24 @@ class RepairReport:
     problems: list[str]
 
 
-class MessageLog:
-    """A directory holding one conversation tree. Open with :meth:`open`."""
+class MessageLog(_MessageLog):
+    """A directory holding one conversation tree. Open with :meth:`open`.
 
-    def __init__(self, inner: _MessageLog, path: str | os.PathLike[str]) -> None:
-        self._log = inner
+    The Rust log is the base class: ``append``, ``rewind``, ``flush``,
+    ``path``, ``node_id``, ``verify``, ``len()`` and the properties are its own
+    methods, called with no Python frame in between."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        encoding: str | None = None,
+        durability: str = "batch",
+        lock_timeout: float = 0.0,
+    ) -> None:
+        # The base class opened the log in __new__, from the same arguments.
         self._path = os.fspath(path)
         self._map: mmap.mmap | None = None
         self._decoded: OrderedDict[int, Any] = OrderedDict()
@@ -91,7 +104,7 @@ class MessageLog:
         ``readonly=True`` reads alongside a writer in another process.
         ``durability``: ``"always"`` (fsync per append), ``"batch"`` (synced
         within 20 ms) or ``"never"`` (on flush and close)."""
-        inner = _MessageLog(
+        return cls(
             os.fspath(path),
             create=create,
             readonly=readonly,
@@ -99,43 +112,12 @@ class MessageLog:
             durability=durability,
             lock_timeout=lock_timeout,
         )
-        return cls(inner, path)
 
     # -- writing -------------------------------------------------------------
 
-    def append(
-        self,
-        message: dict[str, Any],
-        *,
-        tags: Iterable[str] | None = None,
-        weight: float | None = None,
-        pinned: bool = False,
-        priority: float | None = None,
-        parent: int | None = None,
-        timestamp: float | None = None,
-    ) -> int:
-        """Append ``message`` as a child of ``parent`` (default: the head); its seq.
-
-        Its exact token count and its tags are computed once, here, and kept
-        in its header; keywords override what the message itself says."""
-        plain = tags is None and weight is None and priority is None and parent is None and timestamp is None
-        if plain and pinned is False:  # the common call: no keyword parsing in the binding
-            return self._log.append(message)
-        if pinned is None:  # the binding cannot tell None from "not given"
-            raise InvalidTypeError("pinned must be bool, not NoneType")
-        return self._log.append(
-            message,
-            tags=tags,
-            weight=weight,
-            pinned=pinned,
-            priority=priority,
-            parent=parent,
-            timestamp=timestamp,
-        )
-
     def append_many(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """Append ``messages`` in order (one write for all); their seqs."""
-        first, end = self._log.append_many(list(messages))
+        first, end = self._append_many(list(messages))
         return list(range(first, end))
 
     def add_summary(self, text: str, covers: tuple[int, int], level: int = 2) -> int:
@@ -145,19 +127,11 @@ class MessageLog:
             first, last = covers
         except (TypeError, ValueError):
             raise InvalidTypeError("covers must be a pair (first, last) of seqs") from None
-        return self._log.add_summary(text, first, last, level)
-
-    def rewind(self, seq: int) -> None:
-        """Start a new branch at node ``seq``: the next append is its child."""
-        self._log.rewind(seq)
-
-    def flush(self) -> None:
-        """Make every append so far durable (fsync)."""
-        self._log.flush()
+        return self._add_summary(text, first, last, level)
 
     def close(self) -> None:
         """Flush, write the checkpoint and release the lock; idempotent."""
-        self._log.close()
+        self._close()
         self._map = None
 
     def __enter__(self) -> MessageLog:
@@ -173,16 +147,13 @@ class MessageLog:
 
     # -- reading -------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return len(self._log)
-
     def __getitem__(self, seq: int) -> Any:
         return self.read([seq])[0]
 
     def read(self, seqs: Iterable[int]) -> list[Any]:
         """The nodes' payloads: a message's dict as appended, a summary's
         ``{"summary", "covers", "level"}``, ``None`` for a branch marker."""
-        return [json.loads(p) if p else None for p in self._log.read(list(seqs))]
+        return [json.loads(p) if p else None for p in self._read(list(seqs))]
 
     def __iter__(self) -> Iterator[Any]:
         end = len(self)
@@ -192,7 +163,7 @@ class MessageLog:
     def headers(self) -> np.ndarray:
         """Every node's header: a read-only structured array (:data:`HEADER_DTYPE`)
         viewing the mapped index, no copy."""
-        count = len(self._log)
+        count = len(self)
         needed = _FILE_HEADER + count * HEADER_DTYPE.itemsize
         if self._map is None or len(self._map) < needed:
             with open(os.path.join(self._path, "index"), "rb") as index:
@@ -202,30 +173,12 @@ class MessageLog:
             return np.zeros(0, dtype=HEADER_DTYPE)
         return np.frombuffer(self._map, dtype=HEADER_DTYPE, count=count, offset=_FILE_HEADER)
 
-    def node_id(self, seq: int) -> str:
-        """``timestamp (µs, hex)-payload crc``: a stable id for other systems."""
-        return self._log.node_id(seq)
-
-    @property
-    def head(self) -> int | None:
-        """The active head: the node the next append will be a child of."""
-        return self._log.head
-
-    @property
-    def last_summary_index(self) -> int | None:
-        """The last seq the newest summary on the active path covers."""
-        return self._log.last_summary_index
-
-    def path(self, head: int | None = None) -> list[int]:
-        """Seqs from the root to ``head`` (default: the active head)."""
-        return self._log.path(head)
-
     def context_view(self) -> list[dict[str, Any]]:
         """What the model should see of the active path: system and pinned
         messages the summaries cover, the newest global (level 3) summary, the
         newest three segment (level 2) summaries after it, then the messages
         after the summaries' pointer. Summaries read as system messages."""
-        return self._render(self._log.view(), strip=False)
+        return self._render(self._view(), strip=False)
 
     def window(
         self,
@@ -254,7 +207,7 @@ class MessageLog:
         budget = budget_tokens(max_tokens)
 
         def run(target: int) -> tuple[Selection, int]:
-            kept, (pinned, global_, segments, recent, input_) = self._log.weighted(
+            kept, (pinned, global_, segments, recent, input_) = self._weighted(
                 target, policy.weights, policy.max_anchors, now
             )
             laid_out = self._render(kept, strip=True)
@@ -301,28 +254,11 @@ class MessageLog:
                 cache.popitem(last=False)
         return [cache[seq] for seq in seqs]
 
-    def verify(self) -> None:
-        """Check every record and frame; raises :class:`~context_core.LogCorruptError`
-        naming the file and offset of the first problem."""
-        self._log.verify()
-
     @staticmethod
     def repair(path: str | os.PathLike[str], *, lock_timeout: float = 0.0) -> RepairReport:
         """Rebuild a damaged log from its intact frames (new files, renamed in)."""
-        kept, lost, dropped, problems = _MessageLog.repair(os.fspath(path), lock_timeout)
+        kept, lost, dropped, problems = _MessageLog._repair(os.fspath(path), lock_timeout)
         return RepairReport(kept, lost, dropped, problems)
-
-    @property
-    def encoding(self) -> str:
-        return self._log.encoding
-
-    @property
-    def readonly(self) -> bool:
-        return self._log.readonly
-
-    @property
-    def closed(self) -> bool:
-        return self._log.closed
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self)} nodes"

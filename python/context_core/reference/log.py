@@ -986,7 +986,7 @@ class MessageLog:
         *,
         tags: Iterable[str] | None = None,
         weight: float | None = None,
-        pinned: bool = False,
+        pinned: bool | None = False,
         priority: float | None = None,
         parent: int | None = None,
         timestamp: float | None = None,
@@ -1075,12 +1075,14 @@ class MessageLog:
         *,
         tags: Iterable[str] | None = None,
         weight: float | None = None,
-        pinned: bool = False,
+        pinned: bool | None = False,
         priority: float | None = None,
         timestamp: float | None = None,
     ) -> tuple[Node, bytes]:
         if not isinstance(message, dict):
             raise InvalidTypeError(f"a message must be a dict, not {type(message).__name__}")
+        if pinned is None:  # as not given
+            pinned = False
         if not isinstance(pinned, bool):
             raise InvalidTypeError(f"pinned must be bool, not {type(pinned).__name__}")
         if tags is not None:

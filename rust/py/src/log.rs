@@ -27,7 +27,9 @@ static LOG_TAGGER: LazyLock<Tagger> = LazyLock::new(|| {
 /// Batches of fewer messages are appended on the calling thread.
 const PARALLEL_MIN_MESSAGES: usize = 128;
 
-#[pyclass(frozen, name = "_MessageLog", module = "context_core._core")]
+/// The log, bound; `context_core.MessageLog` subclasses it, so its plain
+/// methods (`append` above all) are called with no Python frame between.
+#[pyclass(frozen, subclass, name = "_MessageLog", module = "context_core._core")]
 pub struct PyMessageLog {
     inner: Mutex<MessageLog>,
 }
@@ -184,9 +186,12 @@ impl PyMessageLog {
     }
 
     /// Append `message` as a child of `parent` (default: the head); its seq.
-    /// Keywords are checked as the reference checks them: `InvalidTypeError`
-    /// for a `pinned` that is not a bool, a number that is not one, a seq
-    /// that is not an int.
+    ///
+    /// Its exact token count and its tags are computed once, here, and kept
+    /// in its header; keywords override what the message itself says.
+    /// `tags` is any iterable of tag names; `InvalidTypeError` for a `pinned`
+    /// that is not a bool or `None`, a number that is not one, a seq that is
+    /// not an int.
     #[pyo3(signature = (message, *, tags = None, weight = None, pinned = None, priority = None, parent = None, timestamp = None))]
     #[allow(clippy::too_many_arguments)]
     fn append(
@@ -224,6 +229,7 @@ impl PyMessageLog {
     }
 
     /// `(first, end)` seqs of the appended messages.
+    #[pyo3(name = "_append_many")]
     fn append_many(&self, messages: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
         let views: Vec<PyJson<'_>> = sequence(messages, "messages")?
             .into_iter()
@@ -244,6 +250,7 @@ impl PyMessageLog {
     }
 
     /// The JSON payload of each of `seqs` (empty for a branch marker).
+    #[pyo3(name = "_read")]
     fn read<'py>(
         &self,
         py: Python<'py>,
@@ -258,6 +265,7 @@ impl PyMessageLog {
     }
 
     /// The context view: `(seq, part)` with part `anchor`, `global`, `segment` or `raw`.
+    #[pyo3(name = "_view")]
     fn view(&self) -> PyResult<Vec<(u64, &'static str)>> {
         let view = self.log().view().map_err(CoreError)?;
         Ok(view
@@ -268,7 +276,7 @@ impl PyMessageLog {
 
     /// The weighted window over the context view from the headers alone:
     /// `(kept (seq, part) pairs, (pinned, global, segments, recent, input) tokens)`.
-    #[pyo3(signature = (budget, weights, max_anchors, now = None))]
+    #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, now = None))]
     #[allow(clippy::type_complexity)]
     fn weighted(
         &self,
@@ -310,11 +318,14 @@ impl PyMessageLog {
         ))
     }
 
+    /// `timestamp (µs, hex)-payload crc`: a stable id for other systems.
     fn node_id(&self, seq: &Bound<'_, PyAny>) -> PyResult<String> {
         let seq = self::seq(seq, "seq")?;
         Ok(self.log().header(seq).map_err(CoreError)?.id())
     }
 
+    /// `add_summary(text, covers, level)` checks `covers` is a pair first.
+    #[pyo3(name = "_add_summary")]
     fn add_summary(
         &self,
         text: &Bound<'_, PyAny>,
@@ -341,57 +352,69 @@ impl PyMessageLog {
             .map_err(CoreError)?)
     }
 
+    /// Start a new branch at node `seq`: the next append is its child.
     fn rewind(&self, seq: &Bound<'_, PyAny>) -> PyResult<()> {
         let seq = self::seq(seq, "seq")?;
         Ok(self.log().rewind(seq).map_err(CoreError)?)
     }
 
+    /// The active head: the node the next append will be a child of.
     #[getter]
     fn head(&self) -> PyResult<Option<u64>> {
         Ok(self.log().head().map_err(CoreError)?)
     }
 
+    /// The last seq the newest summary on the active path covers.
     #[getter]
     fn last_summary_index(&self) -> PyResult<Option<u64>> {
         Ok(self.log().last_summary_index().map_err(CoreError)?)
     }
 
+    /// Seqs from the root to `head` (default: the active head).
     #[pyo3(signature = (head = None))]
     fn path(&self, head: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
         let head = head.map(|h| seq(h, "head")).transpose()?;
         Ok(self.log().path_to(head).map_err(CoreError)?)
     }
 
+    /// The encoding the log counts tokens in.
     #[getter]
     fn encoding(&self) -> &'static str {
         self.log().encoding().name()
     }
 
+    /// Whether this handle only reads (`readonly=True`).
     #[getter]
     fn readonly(&self) -> bool {
         self.log().is_readonly()
     }
 
+    /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
         self.log().is_closed()
     }
 
+    /// Make every append so far durable (fsync).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         Ok(py.detach(|| self.log().flush()).map_err(CoreError)?)
     }
 
+    /// `MessageLog.close` also drops its map of the index.
+    #[pyo3(name = "_close")]
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         Ok(py.detach(|| self.log().close()).map_err(CoreError)?)
     }
 
+    /// Check every record and frame; raises `LogCorruptError` naming the
+    /// file and offset of the first problem.
     fn verify(&self) -> PyResult<()> {
         Ok(self.log().verify().map_err(CoreError)?)
     }
 
     /// `(kept, lost, dropped_bytes, problems)`.
     #[staticmethod]
-    #[pyo3(signature = (path, lock_timeout = 0.0))]
+    #[pyo3(name = "_repair", signature = (path, lock_timeout = 0.0))]
     fn repair(
         py: Python<'_>,
         path: PathBuf,
