@@ -15,6 +15,8 @@ pub mod pretokenize;
 pub mod sanitize;
 pub mod select;
 pub mod tags;
+#[cfg(test)]
+mod testing;
 mod tokenizer;
 
 pub use cache::{

@@ -472,17 +472,7 @@ mod tests {
         );
     }
 
-    /// A tiny deterministic generator, so the differential test needs no crate.
-    struct Lcg(u64);
-    impl Lcg {
-        fn next(&mut self) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            self.0 >> 33
-        }
-    }
+    use crate::testing::Lcg;
 
     /// Characters chosen to hit every branch: each letter category, marks,
     /// digits of several scripts, every kind of space, newlines, apostrophes,
@@ -556,7 +546,7 @@ mod tests {
 
     #[test]
     fn agrees_with_tiktoken_regex_on_random_text() {
-        let mut rng = Lcg(0x5EED);
+        let mut rng = Lcg::new(0x5EED);
         for pattern in [Pattern::O200k, Pattern::Cl100k, Pattern::R50k] {
             let re = fancy_regex::Regex::new(pattern.regex()).unwrap();
             for _ in 0..20_000 {

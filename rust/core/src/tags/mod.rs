@@ -459,6 +459,7 @@ pub fn mask_of<'n>(names: impl IntoIterator<Item = &'n str>) -> Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Lcg;
 
     fn tagger() -> Tagger {
         Tagger::new(&Keywords::default()).unwrap()
@@ -558,25 +559,19 @@ mod tests {
         // Texts of pattern pieces, overlapping and nested, and filler.
         let mut pieces: Vec<&[u8]> = markers.iter().map(|(p, _)| p.as_slice()).collect();
         pieces.extend([&b"a"[..], b" ", b"x", b"thin", "思".as_bytes(), b"<"]);
-        let mut state = 0x51_7CC1_B727_220A_u64;
+        let mut random = Lcg::new(0x51_7CC1_B727_220A);
         for _ in 0..20_000 {
             let mut text = Vec::new();
-            for _ in 0..(state % 6) {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
-                let piece = pieces[(state >> 33) as usize % pieces.len()];
+            for _ in 0..random.below(6) {
+                let piece = pieces[random.below(pieces.len())];
                 // Sometimes only part of a piece.
-                let cut = if state & 1 == 0 {
+                let cut = if random.below(2) == 0 {
                     piece.len()
                 } else {
                     piece.len() / 2
                 };
                 text.extend_from_slice(&piece[..cut]);
             }
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1);
             let accept = |start: usize, _| start % 3 != 1;
             assert_eq!(
                 screened.find(&text, accept),

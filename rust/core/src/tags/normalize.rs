@@ -257,6 +257,7 @@ static SEPARATORS: LazyLock<Ranges> = LazyLock::new(|| {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Lcg;
 
     #[test]
     fn width_case_and_punctuation_fold_away() {
@@ -293,18 +294,9 @@ mod tests {
         let pool: Vec<char> = "aZ9 ,.-_\t\n'!必须保证一\u{9FFF}\u{4DFF}\u{A000}"
             .chars()
             .collect();
-        let mut state = 0x2545_F491_4F6C_DD1D_u64;
+        let mut random = Lcg::new(0x2545_F491_4F6C_DD1D);
         for _ in 0..5_000 {
-            let mut text = String::new();
-            for _ in 0..(state % 80) {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
-                text.push(pool[(state >> 33) as usize % pool.len()]);
-            }
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1);
+            let text = random.text(&pool, 80);
             assert_eq!(forms(&text), spec(&text), "{text:?}");
             assert_eq!(lowered(&text).into_bytes(), spec(&text).lowered, "{text:?}");
         }
@@ -317,18 +309,9 @@ mod tests {
         let pool: Vec<char> = "aZ9 ,.-ΣσΑΒKİÅé\u{301}\u{316}\u{300}ﬁＡｂ必须保证，。한글😀\t\n_"
             .chars()
             .collect();
-        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut random = Lcg::new(0x9E37_79B9_7F4A_7C15);
         for _ in 0..20_000 {
-            let mut text = String::new();
-            for _ in 0..(state % 12) {
-                state = state
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
-                text.push(pool[(state >> 33) as usize % pool.len()]);
-            }
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1);
+            let text = random.text(&pool, 12);
             assert_eq!(forms(&text), spec(&text), "{text:?}");
             assert_eq!(lowered(&text).into_bytes(), spec(&text).lowered, "{text:?}");
             let tagging = forms_for_tagging(&text);
