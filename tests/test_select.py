@@ -20,7 +20,6 @@ from context_core import (
     InvalidTypeError,
     OverBudgetError,
     Tokenizer,
-    UnknownModelError,
     WeightedWindow,
     sanitize,
     shape_history,
@@ -366,40 +365,6 @@ def test_bad_arguments():
 
 
 # -- budgets -------------------------------------------------------------------------------------
-
-
-def test_budget_for_models_and_reserves():
-    budget = Budget.for_model("gpt-4o-2024-08-06")
-    assert budget.window == 128_000
-    assert not budget.estimated
-    assert budget.soft_limit == 89_600
-    assert budget.messages() == 89_600 - 8_000
-    assert budget.history() == 89_600 - 8_000 - 5_000 - 3_000
-    tools = [
-        {
-            "name": "search",
-            "description": "Search the web.",
-            "parameters": {"properties": {"q": {"type": "string"}}},
-        }
-    ]
-    assert budget.messages(system_tokens=1000, tools=tools) == 89_600 - 1000 - TOK.count_tools(tools)
-    assert Budget.for_model("gpt-4.1-mini").window == 1_047_576
-    assert Budget.for_model("my-model", window=10_000).window == 10_000
-    with pytest.raises(UnknownModelError):
-        Budget.for_model("llama-3")
-
-
-def test_estimated_budgets_learn_the_ratio():
-    claude = Budget.for_model("claude-sonnet-4-5")
-    assert claude.estimated
-    assert claude.ratio == pytest.approx(1.2)
-    start = claude.messages()
-    for _ in range(30):
-        claude.observe(counted=10_000, reported=11_000)
-    assert claude.ratio == pytest.approx(1.1, rel=1e-3)
-    assert claude.messages() > start
-    with pytest.raises(InvalidTypeError):
-        claude.observe(1.5, 2)
 
 
 def test_selection_accepts_a_budget():

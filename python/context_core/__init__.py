@@ -38,6 +38,7 @@ from context_core._core import (
 )
 from context_core.budget import Budget
 from context_core.errors import (
+    BudgetWarning,
     ContextCoreError,
     InvalidInputError,
     InvalidTypeError,
@@ -114,6 +115,7 @@ __all__ = [
     "AnthropicChat",
     "Breakdown",
     "Budget",
+    "BudgetWarning",
     "CacheInfo",
     "CallableLLM",
     "Change",

@@ -1,24 +1,29 @@
 """Token budgets: how much of a model's window a request may fill.
 
-DESIGN.md, mechanism 4: a soft budget of 70% of the window; reserves for the
-system prompt with the tool schemas (8K), pinned messages (5K) and the current
-input (3K); the rest is history. Claude's tokenizer is not public, so for
-Anthropic models the counts (OpenAI encodings) are estimates: a safety factor
-covers the difference until :meth:`Budget.observe` has learned the real ratio
-from the usage the API reports.
+A soft budget of 70% of the window, less reserves for the system prompt with
+the tool schemas (8K), pinned messages (5K) and the current input (3K); the
+rest is history. Claude's tokenizer is not public, so for Anthropic models the
+counts (OpenAI encodings) are estimates: a safety factor covers the difference
+until :meth:`Budget.observe` has learned the real ratio from the usage the API
+reports.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+import operator
+import statistics
+import warnings
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from context_core._core import Tokenizer
-from context_core.errors import InvalidInputError, InvalidTypeError, UnknownModelError
+from context_core.errors import BudgetWarning, InvalidInputError, InvalidTypeError, UnknownModelError
 
-__all__ = ["CLAUDE_SAFETY_FACTOR", "MODEL_WINDOWS", "Budget"]
+__all__ = ["CLAUDE_SAFETY_FACTOR", "MODEL_WINDOWS", "RATIO_RANGE", "Budget"]
 
 # Context windows in tokens, matched by the longest prefix of the model name.
 # Sources: the providers' model pages (OpenAI "Models", Anthropic "Models overview").
@@ -54,6 +59,69 @@ CLAUDE_SAFETY_FACTOR = 1.2
 has been observed (Claude tokenizes most text into more tokens)."""
 
 
+RATIO_RANGE = (0.5, 4.0)
+"""The provider tokens per counted token a usage sample may show to be learned.
+
+o200k_base is among the most compact encodings, and Claude's tokenizer counts
+most text into somewhat more tokens (the safety factor guesses 1.2), not into
+half or four times as many. So a sample below half means the reported figure
+left part of the prompt out (Anthropic's ``input_tokens`` without the cached
+tokens: 0.025 for a prompt served mostly from the cache), and one above four
+that the count left out part of what was sent (tool schemas, the system
+prompt, documents, images) or that the prompt was so small the provider's
+fixed overhead is most of it. Neither says anything about the tokenizers."""
+
+_RECENT = 9  # the ratio is the median of this many recent samples...
+_QUORUM = 3  # ...with the safety factor in the places of the first ones missing
+
+
+def _count(value: Any, name: str, *, positive: bool = False) -> int:
+    """``value`` as an int: Python's or numpy's integers, not a bool."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise InvalidTypeError(f"{name} must be int, not {type(value).__name__}")
+    value = operator.index(value)
+    if value < 0 or (positive and value == 0):
+        raise InvalidInputError(f"{name} must be {'positive' if positive else 'non-negative'}, got {value}")
+    return value
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidTypeError(f"{name} must be a number, not {type(value).__name__}")
+    return float(value)
+
+
+def _usage_field(usage: Any, name: str) -> int | None:
+    value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
+    return None if value is None else _count(value, f"usage.{name}")
+
+
+def _reported_tokens(reported: Any) -> int:
+    """The prompt's tokens as the provider counted them, cached ones included."""
+    if isinstance(reported, bool) or hasattr(type(reported), "__index__"):
+        return _count(reported, "reported", positive=True)
+    if not isinstance(reported, Mapping) and not (
+        hasattr(reported, "prompt_tokens") or hasattr(reported, "input_tokens")
+    ):
+        raise InvalidTypeError(
+            f"reported must be int or an API usage (object or dict), not {type(reported).__name__}"
+        )
+    # OpenAI's prompt_tokens (Chat Completions) already holds the cached tokens.
+    tokens = _usage_field(reported, "prompt_tokens")
+    if tokens is None:
+        tokens = _usage_field(reported, "input_tokens")
+        if tokens is None:
+            raise InvalidInputError("reported usage has neither prompt_tokens nor input_tokens")
+        # Anthropic's input_tokens leaves out what was written to and read from
+        # the cache; OpenAI's Responses usage has neither field, its input_tokens
+        # holding the cached tokens as prompt_tokens does.
+        for name in ("cache_creation_input_tokens", "cache_read_input_tokens"):
+            tokens += _usage_field(reported, name) or 0
+    if tokens == 0:
+        raise InvalidInputError("reported usage counts no input tokens")
+    return tokens
+
+
 @dataclass
 class Budget:
     """A model's window split into what a request may use.
@@ -63,7 +131,8 @@ class Budget:
     Both are in the units of the tokenizer counting them; for models whose
     tokenizer is not public they are divided by ``ratio`` (provider tokens per
     counted token), which starts at ``safety_factor`` and is learned by
-    :meth:`observe`.
+    :meth:`observe`. Whatever the ratio, neither exceeds the window, and the
+    ratio stays within :data:`RATIO_RANGE`.
     """
 
     window: int
@@ -74,19 +143,24 @@ class Budget:
     safety_factor: float = 1.0
     estimated: bool = False
     observations: int = field(default=0, init=False)
-    _ratio: float | None = field(default=None, init=False, repr=False)
+    """Usage samples learned from."""
+    rejected: int = field(default=0, init=False)
+    """Usage samples refused as outside :data:`RATIO_RANGE` (each with a :class:`BudgetWarning`)."""
+    _samples: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT), init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("window", "system_reserve", "pinned_reserve", "input_reserve"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidTypeError(f"{name} must be int, not {type(value).__name__}")
-            if value < 0:
-                raise InvalidInputError(f"{name} must be non-negative, got {value}")
+            setattr(self, name, _count(getattr(self, name), name))
+        self.soft_ratio = _number(self.soft_ratio, "soft_ratio")
         if not 0 < self.soft_ratio <= 1:
             raise InvalidInputError(f"soft_ratio must be in (0, 1], got {self.soft_ratio}")
-        if self.safety_factor <= 0:
-            raise InvalidInputError(f"safety_factor must be positive, got {self.safety_factor}")
+        self.safety_factor = _number(self.safety_factor, "safety_factor")
+        low, high = RATIO_RANGE
+        if not low <= self.safety_factor <= high:
+            raise InvalidInputError(
+                f"safety_factor must be in [{low:g}, {high:g}] (provider tokens per counted token), "
+                f"got {self.safety_factor}"
+            )
 
     @classmethod
     def for_model(cls, model: str, *, table: Mapping[str, int] | None = None, **overrides: Any) -> Budget:
@@ -116,8 +190,13 @@ class Budget:
 
     @property
     def ratio(self) -> float:
-        """Provider tokens per counted token: learned, else the safety factor."""
-        return self._ratio if self._ratio is not None else self.safety_factor
+        """Provider tokens per counted token: the median of the last nine samples
+        :meth:`observe` accepted, the safety factor filling in for the first
+        three until they are in (so no one sample moves it on its own)."""
+        if not self._samples:
+            return self.safety_factor
+        samples = [*self._samples, *[self.safety_factor] * (_QUORUM - len(self._samples))]
+        return statistics.median(samples)
 
     def messages(
         self,
@@ -127,16 +206,21 @@ class Budget:
         tokenizer: Tokenizer | None = None,
     ) -> int:
         """Tokens for the message list: the soft limit less the system prompt
-        and tool schemas. Give ``system_tokens`` and/or ``tools`` (counted with
-        ``tokenizer``, default o200k_base) to reserve their real size instead
-        of ``system_reserve``."""
+        and tool schemas, at most the window less them. Give ``system_tokens``
+        and/or ``tools`` (counted with ``tokenizer``, default o200k_base) to
+        reserve their real size instead of ``system_reserve``."""
         if system_tokens is None and tools is None:
-            reserve = self.system_reserve
+            reserve, counted = self.system_reserve, 0  # a share of the window, in the provider's tokens
         else:
-            reserve = system_tokens or 0
+            if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+                raise InvalidTypeError(f"tokenizer must be a Tokenizer, not {type(tokenizer).__name__}")
+            reserve = 0
+            counted = 0 if system_tokens is None else _count(system_tokens, "system_tokens")
             if tools:
-                reserve += (tokenizer or Tokenizer()).count_tools(list(tools))
-        return max(0, math.floor((self.soft_limit - reserve) / self.ratio))
+                counted += (tokenizer or Tokenizer()).count_tools(list(tools))
+        tokens = math.floor((self.soft_limit - reserve) / self.ratio) - counted
+        # A ratio below soft_ratio would stretch the soft limit past the window.
+        return max(0, min(tokens, self.window - reserve - counted))
 
     def history(self, **kwargs: Any) -> int:
         """Tokens for history alone: :meth:`messages` less the pinned and
@@ -145,21 +229,34 @@ class Budget:
             0, self.messages(**kwargs) - math.ceil((self.pinned_reserve + self.input_reserve) / self.ratio)
         )
 
-    def observe(self, counted: int, reported: int) -> float:
-        """Learn from a response: ``counted`` tokens by our count, ``reported``
-        by the provider's usage (``prompt_tokens`` / ``input_tokens``).
-        Returns the new ratio: the mean of the first five samples, then an
-        exponential average that follows drift (weight 0.2)."""
-        for name, value in (("counted", counted), ("reported", reported)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidTypeError(f"{name} must be int, not {type(value).__name__}")
-            if value <= 0:
-                raise InvalidInputError(f"{name} must be positive, got {value}")
-        sample = reported / counted
+    def observe(self, counted: int, reported: int | Mapping[str, Any] | Any) -> float:
+        """Learn from a response: ``counted`` is our count of the whole prompt
+        (system, tools and messages, as sent), ``reported`` the API's ``usage``
+        as its SDK returns it (an object or a dict): Anthropic's
+        ``input_tokens`` plus ``cache_creation_input_tokens`` plus
+        ``cache_read_input_tokens``, OpenAI's ``prompt_tokens`` (or the
+        Responses API's ``input_tokens``), which hold the cached tokens
+        already. An int is taken as that total.
+
+        A sample outside :data:`RATIO_RANGE` is not learned: it is counted in
+        ``rejected`` and a :class:`BudgetWarning` says why. Returns the ratio,
+        which is the median of the recent samples (see :attr:`ratio`)."""
+        counted = _count(counted, "counted", positive=True)
+        tokens = _reported_tokens(reported)
+        sample = tokens / counted
+        low, high = RATIO_RANGE
+        if not low <= sample <= high:
+            self.rejected += 1
+            warnings.warn(
+                BudgetWarning(
+                    f"usage sample rejected: {tokens} reported / {counted} counted = {sample:.3g} "
+                    f"tokens per counted token, outside [{low:g}, {high:g}]; the ratio stays "
+                    f"{self.ratio:.3g}. Give the whole usage (Anthropic's input_tokens leaves out "
+                    "the cached tokens) and count the whole prompt (system, tools, messages)"
+                ),
+                stacklevel=2,
+            )
+            return self.ratio
+        self._samples.append(sample)
         self.observations += 1
-        if self._ratio is None:
-            self._ratio = sample
-        else:
-            weight = max(0.2, 1 / self.observations)  # a mean at first, then an EMA
-            self._ratio += weight * (sample - self._ratio)
-        return self._ratio
+        return self.ratio

@@ -8,6 +8,7 @@ do not know this library, and ``except ContextCoreError`` catches all of ours.
 from __future__ import annotations
 
 __all__ = [
+    "BudgetWarning",
     "ContextCoreError",
     "InvalidInputError",
     "InvalidTypeError",
@@ -81,6 +82,14 @@ class PromptCacheWarning(ContextCoreError, UserWarning):
     the request is still valid, only dearer. It derives from
     :class:`ContextCoreError` too, so ``except ContextCoreError`` also
     catches it where warnings are turned into errors."""
+
+
+class BudgetWarning(ContextCoreError, UserWarning):
+    """A usage sample :meth:`Budget.observe` did not learn from: its ratio of
+    reported to counted tokens is outside the plausible range (most often an
+    Anthropic ``input_tokens`` given without the cached tokens). A warning, not
+    an error: the turn went through and the budget keeps its ratio. Turn it
+    into an error with ``warnings.simplefilter("error", BudgetWarning)``."""
 
 
 class OverBudgetError(InvalidInputError):
