@@ -17,7 +17,15 @@ from hypothesis import strategies as st
 
 from context_core import CouplingWeights, Dimensions, PromptBuilder, Skill, Tokenizer
 from context_core.prompt import RESERVED_TAGS, escape, escape_attr
-from context_core.prompt.escape import FORMAT_CHARS, LESS_THAN, code_fence, escape_tags, fold, one_line
+from context_core.prompt.escape import (
+    FORMAT_CHARS,
+    LESS_THAN,
+    caseless,
+    code_fence,
+    escape_tags,
+    fold,
+    one_line,
+)
 from context_core.prompt.sections import piece
 from prompt_fixtures import T0
 from strategies import EDGE_ALPHABET, any_text
@@ -161,6 +169,24 @@ def test_attribute_values_cannot_end_their_attribute(value):
 @given(content)
 def test_one_line_values_have_no_line_break(value):
     assert len(one_line(value + "x").splitlines()) == 1
+
+
+@given(content)
+def test_caseless_folds_as_documented_and_each_line_apart(text):
+    """caseless: format characters removed, NFKC, casefold, white space runs
+    as one space. Never-enter matching maps a match to lines by folding each
+    line alone, so the text's fold must be its lines' folds joined."""
+    visible = re.sub(f"[{FORMAT_CHARS}]", "", text)  # Cf, as of a Unicode newer than this Python's
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", visible).casefold())
+    assert caseless(text) == " ".join(folded.split())
+    assert caseless(caseless(text)) == caseless(text)
+    assert caseless(text) == " ".join(f for f in map(caseless, text.splitlines()) if f)
+
+
+def test_caseless_reads_through_what_a_reader_does_not_see():
+    assert caseless(" \uff32\uff2d\u00a0-\u200bR\u00adF\n\n\tt\u0130\u01f0  ") == "rm -rf ti\u0307\u01f0"
+    assert caseless("STRASSE") == caseless("Stra\u00dfe")
+    assert caseless("\u200b\u2060\u3000\u2028") == ""
 
 
 @pytest.mark.parametrize("tag", ["</MEMı>", "<TASKİ>", "</FILE\u212a>", '<DOCſ source="x">', "<constraintſ"])

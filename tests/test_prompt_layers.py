@@ -22,6 +22,8 @@ from context_core import (
 )
 from context_core.errors import UnknownSkillError
 from context_core.prompt import DEFAULT_MEMORY_GUIDE, Dimensions
+from context_core.prompt.escape import caseless
+from context_core.prompt.never_enter import Rules
 from context_core.prompt.sections import format_time
 from prompt_fixtures import PST, T0, big_builder, skills
 
@@ -383,9 +385,188 @@ def test_a_session_context_title_that_states_a_rule_leaves_its_section_out():
     assert "blocked in the shell" not in parts.text()
 
 
-def test_a_never_enter_rule_is_one_line():
-    with pytest.raises(InvalidInputError, match="one line"):
-        PromptBuilder("x", never_enter=["rm\n-rf"])
+# The rule restated six ways a reader takes for the rule itself; each sits in
+# "force-push" or between words, so "production" shows whether the restatement
+# reached the prompt.
+RULE = "never force-push to production"
+EVASIONS = {
+    "zero-width space": "never force\u200b-push to production",
+    "soft hyphen": "never for\u00adce-push to production",
+    "full-width letters": "never \uff46\uff4f\uff52\uff43\uff45-push to production",
+    "no-break space": "never\u00a0force-push to production",
+    "doubled space": "never force-push  to production",
+    "line break": "never force-push\nto production",
+}
+SYSTEM_LAYERS = {
+    "identity": lambda text: {"identity": text},
+    "conventions": lambda text: {"conventions": text},
+    "safety": lambda text: {"safety": f"Be careful.\n{text}"},
+    "skills_index": lambda text: {"skills": [Skill("ship", text, "body")]},
+    "memory_guide": lambda text: {"memory_guide": text},
+}
+TOOLS = {
+    "description": lambda text: {"name": "shell", "description": text},
+    "parameter description": lambda text: {
+        "type": "function",
+        "function": {
+            "name": "shell",
+            "parameters": {"properties": {"cmd": {"description": text, "type": "string"}}},
+        },
+    },
+    "property name": lambda text: {"name": "shell", "input_schema": {"properties": {text: {}}}},
+}
+
+
+@pytest.mark.parametrize("evasion", list(EVASIONS))
+@pytest.mark.parametrize("layer", list(SYSTEM_LAYERS))
+def test_a_rule_restated_in_the_system_part_is_refused_however_written(layer, evasion):
+    """Rules and texts are matched folded: NFKC, format characters removed,
+    white space runs (line breaks too) as one space, caseless."""
+    arguments = {"identity": "x", **SYSTEM_LAYERS[layer](EVASIONS[evasion])}
+    with pytest.raises(InvalidInputError, match=f"never-enter rule {RULE!r} appears in the {layer}"):
+        PromptBuilder(arguments.pop("identity"), never_enter=[RULE], **arguments)
+
+
+@pytest.mark.parametrize("evasion", list(EVASIONS))
+@pytest.mark.parametrize("where", list(TOOLS))
+def test_a_rule_restated_in_a_tool_is_refused_however_written(where, evasion):
+    tool = TOOLS[where](EVASIONS[evasion])
+    with pytest.raises(InvalidInputError, match=r"appears in tools\[0\]"):
+        PromptBuilder("x", tools=[tool], never_enter=[RULE])
+
+
+def stable_layers(text: str) -> dict:
+    return {
+        "session facts": {"session_facts": {"Hook": text, "Session": "keep"}},
+        "session context": {"session_context": [("Hooks", f"keep\n{text}")]},
+        "session context title": {"session_context": [(text, "body"), ("Project", "keep")]},
+    }
+
+
+@pytest.mark.parametrize("evasion", list(EVASIONS))
+@pytest.mark.parametrize("layer", list(stable_layers("x")))
+def test_a_rule_restated_in_the_stable_part_is_kept_out_however_written(layer, evasion):
+    builder = PromptBuilder("x", never_enter=[RULE], **stable_layers(EVASIONS[evasion])[layer])
+    parts = builder.build(now=T0)
+    assert "production" not in parts.text()
+    assert "keep" in builder.stable
+    assert any("production" in line for line in parts.kept_out)
+
+
+def turn_layers(text: str) -> dict:
+    dims = Dimensions()
+    dims.add(f"keep\n{text}", "doc", label="notes")
+    labelled = Dimensions()
+    labelled.add("body", "doc", label=text)
+    labelled.add("keep", "task")
+    return {
+        "date": {"now": text, "cwd": "keep"},
+        "cwd": {"cwd": text, "channel": "keep"},
+        "channel": {"channel": text, "cwd": "keep"},
+        "context": {"context": [("Hook", text), ("Other", "keep")]},
+        "preferences": {"preferences": {"hook": text, "other": "keep"}},
+        "memory": {"memory": f"- keep\n- {text}"},
+        "skills": {"skills": ["ship"]},
+        "instructions": {"instructions": f"keep\n{text}"},
+        "task": {"dimensions": dims, "task_budget": 500},
+        "task label": {"dimensions": labelled, "task_budget": 500},
+    }
+
+
+@pytest.mark.parametrize("evasion", list(EVASIONS))
+@pytest.mark.parametrize("layer", list(turn_layers("x")))
+def test_a_rule_restated_in_a_turn_is_kept_out_however_written(layer, evasion):
+    text = EVASIONS[evasion]
+    builder = PromptBuilder("x", never_enter=[RULE], skills=[Skill("ship", "Ship it", f"keep\n{text}")])
+    parts = builder.build(**{"now": T0, **turn_layers(text)[layer]})
+    assert "production" not in parts.text()
+    assert "keep" in parts.volatile
+    assert any("production" in line for line in parts.kept_out)
+
+
+def test_a_rule_is_folded_too():
+    """A rule given in full-width letters, with a soft hyphen or a line break
+    matches the plain text, and a rule that folds to nothing is refused."""
+    for rule in ("\uff52\uff4d -rf", "r\u00adm -rf", "rm\n-rf", "RM  -RF"):
+        builder = PromptBuilder("x", never_enter=[rule])
+        assert builder.never_enter == (rule,)
+        assert builder.build(now=T0, instructions=["rm -rf /", "ok"]).kept_out == ("- rm -rf /",)
+        with pytest.raises(InvalidInputError, match="appears in the conventions"):
+            PromptBuilder("x", conventions="never rm -rf", never_enter=[rule])
+    for blank in ("\u200b", " \u00ad\n", "\u3000"):
+        with pytest.raises(InvalidInputError, match="non-blank"):
+            PromptBuilder("x", never_enter=[blank])
+
+
+def test_a_rule_that_spans_lines_leaves_out_the_lines_it_spans():
+    """Each line the restatement touches is left out (and listed, a blank one
+    between them left out unlisted); the lines around it stay."""
+    builder = PromptBuilder("x", never_enter=[RULE])
+    parts = builder.build(
+        now=T0, memory="- before\n- never force-\u200bpush\n\n  to PRODUCTION now\n- after\n\n- last"
+    )
+    assert parts.kept_out == ("- never force-\u200bpush", "  to PRODUCTION now")
+    assert "## Memory\n- before\n- after\n\n- last" in parts.volatile
+    twice = builder.build(
+        now=T0, instructions="never force-push\nto production never\nforce-push to production"
+    )
+    assert twice.kept_out == ("never force-push", "to production never", "force-push to production")
+    assert "Instructions" not in twice.volatile
+    joined = PromptBuilder("x", never_enter=["rm -rf", RULE]).build(
+        now=T0, instructions="never force-push\nrm -rf\nto production\nkeep"
+    )
+    assert joined.kept_out == ("never force-push", "rm -rf", "to production")  # they would join up
+    assert "## Instructions\nkeep" in joined.volatile
+
+
+RULE_WORDS = ["rm", "-rf", "push", "x"]
+PIECES = [
+    *RULE_WORDS,
+    "\uff52\uff4d",
+    "r\u00adm",
+    "PUSH",
+    " ",
+    "  ",
+    "\u00a0",
+    "\u200b",
+    "\n",
+    "\r\n",
+    "\n\n",
+    "\u2028",
+]
+
+
+@given(
+    st.lists(
+        st.lists(st.sampled_from(RULE_WORDS), min_size=1, max_size=3).map(" ".join), min_size=1, max_size=3
+    ),
+    st.lists(st.sampled_from(PIECES), max_size=30).map("".join),
+)
+def test_what_a_rule_leaves_restates_no_rule_and_what_it_drops_is_listed(rules, text):
+    """Whatever lines a restatement spans, and however the lines left join
+    up once it is gone, no rule survives; every line that holds text is kept
+    or listed, and a text that restates nothing comes back as it was."""
+    never_enter = Rules(rules)
+    states = [rule for rule in rules if caseless(rule) in caseless(text)]
+    assert never_enter.first(text) == (states[0] if states else None)
+    kept_out: list[str] = []
+    kept = never_enter.keep_out(text, kept_out)
+    if not states:
+        assert kept is text
+        assert kept_out == []
+    assert not any(caseless(rule) in caseless(kept) for rule in rules)
+    holding = [line for line in text.splitlines() if caseless(line)]
+    assert sorted(holding) == sorted([line for line in kept.splitlines() if caseless(line)] + kept_out)
+
+
+def test_a_rule_from_a_session_context_title_into_its_body_leaves_the_section_out():
+    builder = PromptBuilder(
+        "x",
+        never_enter=[RULE],
+        session_context=[("Hooks: never force-push", "to production\nmore"), ("Project", "a web app")],
+    )
+    assert builder.stable == "## Project\na web app"
+    assert builder.build(now=T0).kept_out == ("Hooks: never force-push", "to production")
 
 
 def test_session_changes_warn_even_when_lines_are_kept_out():

@@ -27,18 +27,24 @@ turn's :attr:`PromptParts.stable_changed` is true and a
 session with :meth:`PromptBuilder.new_session` to change it without a warning.
 
 **Never-enter rules** are texts the builder keeps out of the prompt (the code
-enforces them, the model need not read them). Each is one line, matched as a
-case-insensitive substring of the text as given (before escaping). The
+enforces them, the model need not read them). A rule is a substring of the
+text as given (before escaping), both read folded
+(:func:`~context_core.prompt.escape.caseless`: format characters removed,
+NFKC, caseless, each run of white space, line breaks included, one space),
+so a zero-width space, a soft hyphen, full-width letters, a no-break space,
+a doubled space or a line break does not hide a restated rule. The
 developer's own text refuses them: a system part layer (identity,
 conventions, safety, the skills index, the memory guide) or a tool (any key
 or string in its schema) that states one raises
 :class:`~context_core.InvalidInputError` when the builder is made. Other
-text drops them: a line of the stable part (session facts, session context)
-or of a per-turn layer (runtime values, memory, skill bodies, instructions,
-task items) that states one is left out and listed, as given, in
+text drops them: in the stable part (session facts, session context) and
+the per-turn layers (runtime values, memory, skill bodies, instructions,
+task items), every line a restatement touches (all the lines it spans) is
+left out, and each that holds text is listed, as given, in
 :attr:`PromptParts.kept_out` (the stable part's on every turn of the
-session); a session-context section whose title states one is left out
-whole, its title listed.
+session); a session-context section whose title a restatement touches
+(alone, or running on into the body) is left out whole, the lines it
+touches listed.
 
 A builder serves one session, one turn at a time (it is not thread-safe).
 """
@@ -57,6 +63,7 @@ from context_core.prompt.counting import TokenCounts, Truncation
 from context_core.prompt.dimensions import DimensionBlock, Dimensions, Entry
 from context_core.prompt.escape import LINE_BREAKS, escape, escape_tags, one_line
 from context_core.prompt.memory_layer import MemoryLayer, MemorySource
+from context_core.prompt.never_enter import Rules, drop
 from context_core.prompt.parts import PromptBreakdown, PromptParts
 from context_core.prompt.prefix import Prefix, SystemPart
 from context_core.prompt.sections import Pairs, format_time, key_values, lines, pairs, piece
@@ -131,7 +138,8 @@ class PromptBuilder:
     ``memory_max_tokens`` by whole lines (reported). ``session_facts`` (a
     mapping, rendered in sorted key order, or ``(key, value)`` pairs) and
     ``session_context`` (``(title, text)`` sections) make the stable part.
-    ``never_enter`` lists the rules code enforces (kept out of the prompt).
+    ``never_enter`` lists the rules code enforces (kept out of the prompt;
+    each must hold text once folded).
     Counts use ``tokenizer`` (o200k_base by default).
     """
 
@@ -167,24 +175,15 @@ class PromptBuilder:
             never_enter = (never_enter,)
         elif isinstance(never_enter, (bytes, Mapping)) or not isinstance(never_enter, Iterable):
             raise InvalidTypeError(f"never_enter must be a list of str, got {type(never_enter).__name__}")
-        rules = tuple(never_enter)
-        for rule in rules:
-            if not isinstance(rule, str):
-                raise InvalidTypeError(f"never_enter: each rule must be a str, got {type(rule).__name__}")
-            if not rule.strip():
-                raise InvalidInputError(f"never_enter: each rule must be a non-blank str, got {rule!r}")
-            if any(c in LINE_BREAKS for c in rule.strip()):
-                raise InvalidInputError(
-                    f"never_enter: a rule is one line (lines are what is left out), got {rule!r}"
-                )
+        rules = Rules(never_enter)
         if isinstance(tools, (str, Mapping)) or not isinstance(tools, Sequence):
             raise InvalidTypeError(f"tools must be a list of tool schemas, got {type(tools).__name__}")
         for index, tool in enumerate(tools):
             if not isinstance(tool, Mapping):
                 raise InvalidTypeError(f"tools[{index}]: expected a dict, got {type(tool).__name__}")
         self.tokenizer = tokenizer or Tokenizer()
-        self.never_enter = rules
-        self._rules = tuple(rule.strip().casefold() for rule in rules)
+        self.never_enter = rules.given
+        self._rules = rules
         self.skills = skills if isinstance(skills, SkillRegistry) else SkillRegistry(skills)
         self.memory = None if memory is None else MemoryLayer(memory)
         self.memory_max_tokens = memory_max_tokens
@@ -224,17 +223,8 @@ class PromptBuilder:
         self._stable_out: tuple[str, ...]
         self._set_stable(session_facts, session_context)
 
-    def _states_rule(self, text: str) -> str | None:
-        """The first never-enter rule ``text`` states, if any."""
-        if self._rules:
-            folded = text.casefold()
-            for rule, rule_folded in zip(self.never_enter, self._rules, strict=True):
-                if rule_folded in folded:
-                    return rule
-        return None
-
     def _refuse_rules(self, text: str, where: str) -> None:
-        rule = self._states_rule(text)
+        rule = self._rules.first(text)
         if rule is not None:
             raise InvalidInputError(
                 f"the never-enter rule {rule!r} appears in {where}: rules enforced by code stay out"
@@ -260,10 +250,17 @@ class PromptBuilder:
             heading = one_line(title).strip()
             if not heading:
                 raise InvalidInputError("session_context: each section needs a title")
-            if self._states_rule(heading) is not None:
-                kept_out.append(heading)  # the section goes whole: its body would join the one before
+            given = lines(text, "session_context")
+            # The title is read with its body, as the section renders: a
+            # restatement may run from one into the other.
+            section, out = self._rules.lines_out(f"{heading}\n{given}")
+            if not section:
+                body = escape(given)
+            elif out[0]:  # the section goes whole: its body would join the one before
+                drop(section, out, kept_out)
                 continue
-            body = self._clean(lines(text, "session_context"), kept_out)
+            else:
+                body = escape(drop(section[1:], out[1:], kept_out))
             if body:
                 sections.append(("session_context", escape_tags(heading), body))
         pieces = [piece(title, text, i == len(sections) - 1) for i, (_, title, text) in enumerate(sections)]
@@ -305,24 +302,13 @@ class PromptBuilder:
     # -- per-turn layers ---------------------------------------------------------
 
     def _keep_out(self, text: str, kept_out: list[str]) -> str:
-        """``text`` (as given, not escaped) without the lines that state a
-        never-enter rule; those lines are added to ``kept_out``."""
-        if not self._rules:
-            return text
-        folded = text.casefold()
-        if not any(rule in folded for rule in self._rules):
-            return text
-        kept = []
-        for line in text.splitlines(keepends=True):
-            if any(rule in line.casefold() for rule in self._rules):
-                kept_out.append(line.rstrip(LINE_BREAKS))
-            else:
-                kept.append(line)
-        return "".join(kept).rstrip(LINE_BREAKS)
+        """``text`` (as given, not escaped) without the lines a restated
+        never-enter rule touches; those lines are added to ``kept_out``."""
+        return self._rules.keep_out(text, kept_out)
 
     def _clean(self, text: str, kept_out: list[str]) -> str:
-        """``text`` as given without the lines that state a rule, escaped."""
-        return escape(self._keep_out(text, kept_out))
+        """``text`` as given without the lines that restate a rule, escaped."""
+        return escape(self._rules.keep_out(text, kept_out))
 
     def _text(self, key: Any, make: Callable[[list[str]], str]) -> tuple[str, tuple[str, ...]]:
         """A layer's escaped body by its inputs, and the lines kept out
@@ -394,7 +380,7 @@ class PromptBuilder:
             return rest, kept_out
         moment = format_time(datetime.now().astimezone() if now is None else now)
         date = f"Current date: {one_line(moment)}"
-        if self._rules and self._states_rule(date) is not None:
+        if self._rules and self._rules.first(date) is not None:
             return rest, (*kept_out, date)
         date = escape(date)
         return (f"{date}\n{rest}" if rest else date), kept_out

@@ -53,6 +53,8 @@ __all__ = [
     "LESS_THAN",
     "LINE_BREAKS",
     "RESERVED_TAGS",
+    "caseless",
+    "caseless_chars",
     "code_fence",
     "escape",
     "escape_attr",
@@ -332,6 +334,28 @@ def escape_attr(value: str) -> str:
     """An attribute value, XML-escaped (quotes, angle brackets, ampersands,
     the characters that fold to them, and line breaks)."""
     return value.translate(_ATTR)
+
+
+def caseless_chars(text: str) -> str:
+    """``text`` with format characters removed, NFKC (full-width and other
+    compatibility forms as their plain letters) and case folded: each
+    character as a reader takes it, whatever its case (white space as it is)."""
+    if text.isascii():  # no format character, NFKC already, and lower() is casefold()
+        return text.lower()
+    if _CF_QUICK.search(text):
+        text = _CF.sub("", text)
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    if not unicodedata.is_normalized("NFKC", folded):  # casefold can undo NFKC (U+01F0 to j, caron)
+        folded = unicodedata.normalize("NFKC", folded)
+    return folded
+
+
+def caseless(text: str) -> str:
+    """``text`` as never-enter rules are matched against it:
+    :func:`caseless_chars`, and each run of white space (line breaks and
+    no-break spaces too) one space, none at either end. Two texts a reader
+    takes for the same words fold the same."""
+    return " ".join(caseless_chars(text).split())
 
 
 def one_line(text: str) -> str:
