@@ -8,6 +8,7 @@ import copy
 import re
 import unicodedata
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,10 +18,13 @@ from context_core import (
     METADATA_KEYS,
     Budget,
     ContextBuilder,
+    ContextCoreError,
+    InvalidInputError,
     InvalidTypeError,
     OverBudgetError,
     Tokenizer,
     WeightedWindow,
+    _selection,
     sanitize,
     shape_history,
 )
@@ -362,6 +366,187 @@ def test_bad_arguments():
         shape_history("not messages", 100)
     with pytest.raises(InvalidTypeError):
         WeightedWindow().select([], 10.5)
+
+
+# The extension-backed policies and their reference twins refuse the same arguments alike.
+IMPLEMENTATIONS = {
+    "extension": (WeightedWindow, ContextBuilder, shape_history),
+    "reference": (reference.WeightedWindow, reference.ContextBuilder, reference.shape_history),
+}
+implementations = pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
+NOT_COUNTS = [
+    (-1, InvalidInputError, "must be a non-negative int, got -1"),
+    (True, InvalidTypeError, "must be int, not bool"),
+    (1.5, InvalidTypeError, "must be int, not float"),
+    ("3", InvalidTypeError, "must be int, not str"),
+    (None, InvalidTypeError, "must be int, not NoneType"),
+]
+NOT_CAPS = [
+    (0, InvalidInputError, "tool_result_cap must be a positive int or None, got 0"),
+    (-5, InvalidInputError, "got -5"),
+    (2000.0, InvalidTypeError, "not float"),
+    (False, InvalidTypeError, "not bool"),
+]
+NOT_PROVIDERS = [
+    ("gemini", InvalidInputError, 'provider must be "openai" or "anthropic", got \'gemini\''),
+    (None, InvalidTypeError, 'provider must be "openai" or "anthropic", not NoneType'),
+]
+
+
+def refused(error: type, match: str):
+    assert issubclass(error, ContextCoreError)
+    assert issubclass(error, ValueError if error is InvalidInputError else TypeError)
+    return pytest.raises(error, match=re.escape(match))
+
+
+@implementations
+@pytest.mark.parametrize(
+    ("name", "value", "error", "match"),
+    [("max_anchors", *case) for case in NOT_COUNTS]
+    + [("tool_result_cap", *case) for case in NOT_CAPS]
+    + [("provider", *case) for case in NOT_PROVIDERS]
+    + [
+        ("decay", -0.5, InvalidInputError, "decay must be in [0, 1], got -0.5"),
+        ("decay", 1.5, InvalidInputError, "decay must be in [0, 1], got 1.5"),
+        ("system", "5", InvalidTypeError, "system must be a number, not str"),
+        ("constraint", True, InvalidTypeError, "constraint must be a number, not bool"),
+        ("evidence", None, InvalidTypeError, "evidence must be a number, not NoneType"),
+        ("pulse", float("inf"), InvalidInputError, "pulse must be finite, got inf"),
+        ("log", float("nan"), InvalidInputError, "log must be finite, got nan"),
+        ("decay", float("nan"), InvalidInputError, "decay must be finite, got nan"),
+    ],
+)
+def test_weighted_window_refuses_bad_arguments(impl, name, value, error, match):
+    window_class = IMPLEMENTATIONS[impl][0]
+    with refused(error, match):
+        window_class(**{name: value})
+
+
+@implementations
+@pytest.mark.parametrize(
+    ("now", "error", "match"),
+    [
+        ("1700000000", InvalidTypeError, "now must be a number (epoch seconds) or None, not str"),
+        (True, InvalidTypeError, "not bool"),
+        (float("nan"), InvalidInputError, "now must be finite, got nan"),
+    ],
+)
+def test_weighted_window_refuses_a_bad_now(impl, now, error, match):
+    window_class = IMPLEMENTATIONS[impl][0]
+    with refused(error, match):
+        window_class().select(chat(3), 5000, now=now)
+
+
+@implementations
+@pytest.mark.parametrize(
+    ("name", "value", "error", "match"),
+    [("budget", *case) for case in NOT_COUNTS[:2]]
+    + [
+        ("budget", -1, InvalidInputError, "max_tokens must be non-negative, got -1"),
+        ("budget", 1.5, InvalidTypeError, "max_tokens must be int or Budget, not float"),
+        ("budget", True, InvalidTypeError, "max_tokens must be int or Budget, not bool"),
+        ("anchoring", "yes", InvalidTypeError, "anchoring must be bool, not str"),
+        ("anchoring", 1, InvalidTypeError, "anchoring must be bool, not int"),
+    ]
+    + [("tool_result_cap", *case) for case in NOT_CAPS]
+    + [("provider", *case) for case in NOT_PROVIDERS],
+)
+def test_context_builder_refuses_bad_arguments(impl, name, value, error, match):
+    builder_class = IMPLEMENTATIONS[impl][1]
+    arguments = {"budget": 5000, name: value}
+    if name == "budget" and error is InvalidInputError:
+        match = "max_tokens must be non-negative, got -1"
+    elif name == "budget":
+        match = f"max_tokens must be int or Budget, not {type(value).__name__}"
+    with refused(error, match):
+        builder_class(**arguments)
+
+
+@implementations
+@pytest.mark.parametrize(
+    ("name", "value", "error", "match"),
+    [(name, *case) for name in ("keep_last", "min_keep") for case in NOT_COUNTS]
+    + [("tool_result_cap", *case) for case in NOT_CAPS]
+    + [("provider", *case) for case in NOT_PROVIDERS],
+)
+def test_shape_history_refuses_bad_arguments(impl, name, value, error, match):
+    shape = IMPLEMENTATIONS[impl][2]
+    with refused(error, match):
+        shape(chat(3), 5000, **{name: value})
+
+
+@implementations
+def test_numpy_integers_are_counts(impl):
+    window_class, builder_class, shape = IMPLEMENTATIONS[impl]
+    messages = chat(12)
+    window = window_class(max_anchors=np.int64(1), tool_result_cap=np.int32(50))
+    assert window.max_anchors == 1
+    assert type(window.max_anchors) is int
+    same(
+        window.select(messages, np.int64(900)),
+        window_class(max_anchors=1, tool_result_cap=50).select(messages, 900),
+    )
+    same(builder_class(np.uint16(900)).build(messages), builder_class(900).build(messages))
+    same(
+        shape(messages, np.int64(900), keep_last=np.int64(4), min_keep=np.uint8(1)),
+        shape(messages, 900, keep_last=4, min_keep=1),
+    )
+    # A numpy float is a number where a weight is one.
+    same(
+        window_class(decay=np.float32(0.5)).select(messages, 900),
+        window_class(decay=0.5).select(messages, 900),
+    )
+
+
+@implementations
+def test_counts_beyond_a_machine_word_are_taken(impl):
+    """More anchors or turns than the history holds are the same as all of them."""
+    window_class, _builder_class, shape = IMPLEMENTATIONS[impl]
+    messages = chat(12)
+    everything = window_class(max_anchors=len(messages)).select(messages, 900)
+    for anchors in (2**63, 2**70):
+        same(window_class(max_anchors=anchors).select(messages, 900), everything)
+    shaped = shape(messages, 900, keep_last=2**70, min_keep=2**70)
+    within = shape(messages, 900, keep_last=len(messages), min_keep=len(messages))
+    assert (shaped.kept, shaped.turns) == (within.kept, within.turns)
+    # Every turn fits, the greeting before the first does not: the search stops at once, at
+    # keep_last, the kernel's answer for any keep_last past the turns.
+    greeted = [messages[0], {"role": "assistant", "content": "Hello! How can I help?"}, *messages[1:]]
+    almost = TOK.count_messages(greeted) - 1
+    assert shape(greeted, almost, keep_last=20).turns == 20
+    assert shape(greeted, almost, keep_last=2**70).turns == 2**70
+    assert shape(greeted, almost, keep_last=2**70).kept == shape(greeted, almost, keep_last=20).kept
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@given(
+    data=st.data(),
+    keep_last=st.integers(0, 40),
+    min_keep=st.integers(0, 40),
+    summary_tokens=st.sampled_from([None, 5, 400]),
+)
+def test_shape_asks_the_kernel_for_at_most_the_turns(provider, data, keep_last, min_keep, summary_tokens):
+    """Given no more than the number of turns, the kernel's answer is the one
+    it gives for any keep_last and min_keep."""
+    messages = data.draw(history(provider))
+    if data.draw(st.booleans()):  # what every N past the turns drops: a greeting before the first
+        start = 1 if messages and messages[0]["role"] == "system" else 0
+        messages.insert(start, {"role": "assistant", "content": data.draw(st.sampled_from(ASSISTANT))})
+    total = TOK.count_messages(messages)
+    budget = data.draw(st.integers(0, total + 5) | st.integers(max(0, total - 300), total))
+    for analysis in (
+        _analyze(messages, TOK, None, 2000, False),
+        reference.Analysis(messages, reference.CachedTokenizer(), None, 2000),
+    ):
+        try:
+            expected = analysis.shape(budget, keep_last, min_keep, summary_tokens)
+        except OverBudgetError as error:
+            with pytest.raises(OverBudgetError, match=f"^{re.escape(str(error))}$"):
+                _selection.shape(analysis, budget, keep_last, min_keep, summary_tokens)
+            continue
+        assert tuple(_selection.shape(analysis, budget, keep_last, min_keep, summary_tokens)) == tuple(
+            expected
+        )
 
 
 # -- budgets -------------------------------------------------------------------------------------

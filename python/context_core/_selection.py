@@ -10,6 +10,10 @@ again with the excess taken off the budget.
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -93,22 +97,99 @@ class Selection:
 
 
 def prepare(messages: Iterable[Mapping[str, Any]], provider: str) -> list:
-    if provider not in PROVIDERS:
-        raise InvalidInputError(f'provider must be "openai" or "anthropic", got {provider!r}')
+    check_provider(provider)
     if isinstance(messages, (str, bytes, Mapping)):
         raise InvalidTypeError("messages must be a list, tuple or other iterable of message dicts")
     return list(messages)
 
 
+# -- the policies' arguments, checked alike for the extension and the reference --------------
+
+
+def count(value: Any, name: str) -> int:
+    """A non-negative int argument: Python's or numpy's integers, not a bool."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise InvalidTypeError(f"{name} must be int, not {type(value).__name__}")
+    value = operator.index(value)
+    if value < 0:
+        raise InvalidInputError(f"{name} must be a non-negative int, got {value}")
+    return value
+
+
+def check_provider(provider: Any) -> str:
+    if not isinstance(provider, str):
+        raise InvalidTypeError(f'provider must be "openai" or "anthropic", not {type(provider).__name__}')
+    if provider not in PROVIDERS:
+        raise InvalidInputError(f'provider must be "openai" or "anthropic", got {provider!r}')
+    return provider
+
+
+def tool_result_cap(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise InvalidTypeError(f"tool_result_cap must be a positive int or None, not {type(value).__name__}")
+    value = operator.index(value)
+    if value < 1:
+        raise InvalidInputError(f"tool_result_cap must be a positive int or None, got {value}")
+    return min(value, sys.maxsize)  # no text is longer; the kernels take a machine-sized count
+
+
+def policy_weights(**weights: Any) -> tuple[float, ...]:
+    """WeightedWindow's weights as floats, in the kernels' order (system,
+    constraint, evidence, pulse, log, decay). NaN would make the order of the
+    units undefined, and a decay outside [0, 1] makes ``decay ** age`` complex
+    or overflow."""
+    for name, value in weights.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise InvalidTypeError(f"{name} must be a number, not {type(value).__name__}")
+        if not math.isfinite(value):
+            raise InvalidInputError(f"{name} must be finite, got {value}")
+    if not 0 <= weights["decay"] <= 1:
+        raise InvalidInputError(f"decay must be in [0, 1], got {weights['decay']}")
+    return tuple(
+        float(weights[name]) for name in ("system", "constraint", "evidence", "pulse", "log", "decay")
+    )
+
+
+def check_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidTypeError(f"{name} must be bool, not {type(value).__name__}")
+    return value
+
+
+def check_now(now: Any) -> float | None:
+    if now is None:
+        return None
+    if isinstance(now, bool) or not isinstance(now, numbers.Real):
+        raise InvalidTypeError(f"now must be a number (epoch seconds) or None, not {type(now).__name__}")
+    if not math.isfinite(now):
+        raise InvalidInputError(f"now must be finite, got {now}")
+    return float(now)
+
+
+def is_budget(max_tokens: Any) -> bool:
+    return hasattr(max_tokens, "messages") and callable(max_tokens.messages)
+
+
 def budget_tokens(max_tokens: Any) -> int:
     """A token budget given as an int or a ``Budget`` (its ``messages()``)."""
-    if hasattr(max_tokens, "messages") and callable(max_tokens.messages):
+    if is_budget(max_tokens):
         return max_tokens.messages()
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+    if isinstance(max_tokens, bool) or not hasattr(type(max_tokens), "__index__"):
         raise InvalidTypeError(f"max_tokens must be int or Budget, not {type(max_tokens).__name__}")
+    max_tokens = operator.index(max_tokens)
     if max_tokens < 0:
         raise InvalidInputError(f"max_tokens must be non-negative, got {max_tokens}")
     return max_tokens
+
+
+def fixed_budget(max_tokens: Any) -> Any:
+    """ContextBuilder's budget, checked when it is made: a ``Budget`` as given
+    (its ``messages()`` is read each turn, as it learns), else the int."""
+    if is_budget(max_tokens):
+        return max_tokens
+    return budget_tokens(max_tokens)
 
 
 def message_text(message: Mapping[str, Any]) -> str:
@@ -297,9 +378,8 @@ def shape_history(
 ) -> Selection:
     messages = prepare(messages, provider)
     budget = budget_tokens(max_tokens)
-    for name, value in (("keep_last", keep_last), ("min_keep", min_keep)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
+    keep_last, min_keep = count(keep_last, "keep_last"), count(min_keep, "min_keep")
+    cap = tool_result_cap(cap)
     analysis = backend.analyze(messages, cap, find_tags=False)  # turns and sizes only
     layout = Layout(backend, messages, analysis, provider)
     first_user = analysis.first_turn
@@ -333,7 +413,7 @@ def shape_history(
         summary_tokens = summary_for([])[1]
 
     def run(target: int) -> tuple[Selection, int]:
-        kept, turns, with_summary = analysis.shape(target, keep_last, min_keep, summary_tokens)
+        kept, turns, with_summary = shape(analysis, target, keep_last, min_keep, summary_tokens)
         items: list[tuple] = []
         sections: dict[str, int] = {}
         for u in kept:
@@ -352,6 +432,29 @@ def shape_history(
     return settle(run, budget)
 
 
+def shape(
+    analysis: Any, budget: int, keep_last: int, min_keep: int, summary_tokens: int | None
+) -> tuple[list[int], int | None, bool]:
+    """``analysis.shape`` for any ``keep_last`` and ``min_keep``, however large.
+
+    The kernel tries every N from ``keep_last`` down (a machine-sized count);
+    for N at or past the number of turns T it keeps the same units, so it is
+    asked for at most T, and a result at T is reported as the N the full
+    search would have stopped at: ``keep_last`` in its first pass (with the
+    summary, or with none given), ``min(min_keep, keep_last)`` in its second.
+    """
+    min_keep = min(min_keep, keep_last)
+    if keep_last <= analysis.unit_count:  # T <= units: a short search, and the kernel's own answer
+        return analysis.shape(budget, keep_last, min_keep, summary_tokens)
+    turns_in = len(analysis.turn_starts)
+    kept, turns, with_summary = analysis.shape(
+        budget, min(keep_last, turns_in), min(min_keep, turns_in), summary_tokens
+    )
+    if turns == turns_in:
+        turns = keep_last if with_summary or summary_tokens is None else min_keep
+    return kept, turns, with_summary
+
+
 def weighted_window(
     backend: Backend,
     messages: Iterable[Mapping[str, Any]],
@@ -364,11 +467,14 @@ def weighted_window(
 ) -> Selection:
     messages = prepare(messages, provider)
     budget = budget_tokens(max_tokens)
+    now = check_now(now)
     analysis = backend.analyze(messages, cap)
     layout = Layout(backend, messages, analysis, provider)
+    # No more anchors than units: the kernel sets aside room for max_anchors of them.
+    anchors = min(count(max_anchors, "max_anchors"), analysis.unit_count)
 
     def run(target: int) -> tuple[Selection, int]:
-        kept = analysis.weighted(target, weights, max_anchors, now)
+        kept = analysis.weighted(target, weights, anchors, now)
         sections: dict[str, int] = {}
         layout.sum_units(kept, sections)
         return layout.finish([("unit", u) for u in kept], budget, sections)

@@ -1,6 +1,6 @@
 """Context selection: what the model sees this turn, within an exact budget.
 
-Three policies over one Rust kernel (DESIGN.md, mechanisms 3-5):
+Three policies over one Rust kernel:
 
 - :func:`shape_history`: the fast path. Everything if it fits; else system +
   first user message + a summary + the last N turns, N lowered 20 -> 3.
@@ -74,14 +74,6 @@ class _Backend:
         return self.tokenizer._count_joined(parts)
 
 
-def _cap(value: int | None) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidTypeError(f"tool_result_cap must be a positive int or None, not {value!r}")
-    return value
-
-
 def tag(text: str) -> list[str]:
     """The tags (``constraint``, ``evidence``, ``pulse``, ``log``) whose default
     keywords occur in ``text``; see :class:`Tagger` to change the lists."""
@@ -118,12 +110,12 @@ def shape_history(
         min_keep,
         summary,
         provider,
-        _cap(tool_result_cap),
+        tool_result_cap,
     )
 
 
 class WeightedWindow:
-    """The weighted sliding window (seed 003's, with exact counts).
+    """The weighted sliding window, on exact counts.
 
     A message weighs ``weight`` if it gives one; else ``system`` for system
     messages, else by its first tag in the order constraint, evidence, pulse,
@@ -134,6 +126,9 @@ class WeightedWindow:
     then the rest, heaviest first, wherever they fit. Output is chronological.
     A kept message whose ``depends_on`` names a dropped message is reported in
     ``Selection.missing_dependencies``.
+
+    The weights are finite numbers, ``decay`` within [0, 1]; ``max_anchors``
+    is a non-negative int (numpy's integers too).
     """
 
     def __init__(
@@ -151,11 +146,13 @@ class WeightedWindow:
         tagger: Tagger | None = None,
         tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
     ) -> None:
-        self.weights = tuple(float(w) for w in (system, constraint, evidence, pulse, log, decay))
-        self.max_anchors = max_anchors
-        self.provider = provider
+        self.weights = _selection.policy_weights(
+            system=system, constraint=constraint, evidence=evidence, pulse=pulse, log=log, decay=decay
+        )
+        self.max_anchors = _selection.count(max_anchors, "max_anchors")
+        self.provider = _selection.check_provider(provider)
         self._backend = _Backend(tokenizer, tagger)
-        self.tool_result_cap = _cap(tool_result_cap)
+        self.tool_result_cap = _selection.tool_result_cap(tool_result_cap)
 
     def select(
         self, messages: Sequence[Message] | MessageLog, max_tokens: int | Budget, *, now: float | None = None
@@ -179,7 +176,7 @@ class WeightedWindow:
 
 
 class ContextBuilder:
-    """Priority assembly (seed 001): pinned -> global summary -> retrieved
+    """Priority assembly: pinned -> global summary -> retrieved
     memories (while the total is within 80% of the budget) -> segment
     summaries (newest first, within 90%) -> recent messages (higher
     ``priority`` first, then constraint-tagged ones, then the newest; within
@@ -202,11 +199,11 @@ class ContextBuilder:
         tagger: Tagger | None = None,
         tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
     ) -> None:
-        self.budget = budget
-        self.anchoring = anchoring
-        self.provider = provider
+        self.budget = _selection.fixed_budget(budget)
+        self.anchoring = _selection.check_flag(anchoring, "anchoring")
+        self.provider = _selection.check_provider(provider)
         self._backend = _Backend(tokenizer, tagger)
-        self.tool_result_cap = _cap(tool_result_cap)
+        self.tool_result_cap = _selection.tool_result_cap(tool_result_cap)
 
     def build(
         self,

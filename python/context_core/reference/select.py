@@ -437,8 +437,12 @@ class WeightedWindow:
         encoding: str = "o200k_base",
         tool_result_cap: int | None = 2000,
     ) -> None:
-        self.weights = (system, constraint, evidence, pulse, log, decay)
-        self.max_anchors, self.provider, self.cap = max_anchors, provider, tool_result_cap
+        self.weights = _selection.policy_weights(
+            system=system, constraint=constraint, evidence=evidence, pulse=pulse, log=log, decay=decay
+        )
+        self.max_anchors = _selection.count(max_anchors, "max_anchors")
+        self.provider = _selection.check_provider(provider)
+        self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _Backend(encoding)
 
     def select(self, messages: Sequence[dict], max_tokens: Any, *, now: float | None = None) -> Selection:
@@ -457,7 +461,10 @@ class ContextBuilder:
         encoding: str = "o200k_base",
         tool_result_cap: int | None = 2000,
     ) -> None:
-        self.budget, self.anchoring, self.provider, self.cap = budget, anchoring, provider, tool_result_cap
+        self.budget = _selection.fixed_budget(budget)
+        self.anchoring = _selection.check_flag(anchoring, "anchoring")
+        self.provider = _selection.check_provider(provider)
+        self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _Backend(encoding)
 
     def build(
