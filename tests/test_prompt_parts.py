@@ -35,6 +35,8 @@ from context_core.prompt import (
     coupling_weights,
     min_cache_tokens,
     split_budget,
+    to_anthropic_tool,
+    to_openai_tool,
 )
 from prompt_fixtures import T0, big_builder, prose, tools
 
@@ -477,6 +479,72 @@ def test_the_prefix_hash_does_not_depend_on_the_process():
     assert outputs == {big_builder().prefix_hash()}
 
 
+# -- schema depth ---------------------------------------------------------------------------
+
+LIMIT = 256  # the Rust core's JSON depth limit, which the prompt package shares
+
+
+def nested_tool(levels: int, form: str = "openai", shape: str = "dict") -> dict:
+    """A tool nested ``levels`` containers deep, its own dict the first."""
+    wrappers = {"openai": 2, "bare": 1, "anthropic": 1}[form]  # the tool's dict (and function)
+    value: object = "x"
+    for _ in range(levels - wrappers):
+        value = {"a": value} if shape == "dict" else [value]
+    if form == "openai":
+        return {"type": "function", "function": {"name": "deep", "parameters": value}}
+    if form == "bare":
+        return {"name": "deep", "parameters": value}
+    return {"name": "deep", "input_schema": value}
+
+
+def depth_paths(tool: dict) -> dict:
+    """Every path that walks a tool schema: the builder (canonical copy,
+    counting, hashing, the never-enter check), parts made by hand, the
+    provider forms, canonical JSON."""
+    return {
+        "PromptBuilder": lambda: PromptBuilder("x", tools=[tool], never_enter=["rm -rf"]),
+        "PromptParts": lambda: PromptParts("x", tools=[tool]),
+        "to_openai_tool": lambda: to_openai_tool(tool),
+        "to_anthropic_tool": lambda: to_anthropic_tool(tool),
+        "canonical_json": lambda: canonical_json(tool),
+    }
+
+
+@pytest.mark.parametrize("path", list(depth_paths({})))
+@pytest.mark.parametrize(("form", "shape"), [("openai", "dict"), ("bare", "list"), ("anthropic", "dict")])
+def test_a_tool_nested_past_the_depth_limit_is_refused(path, form, shape):
+    """Refused before a recursive walk meets it (json raised RecursionError
+    at about 1,000 levels), at 1,000 levels and one level over the limit."""
+    for levels in (1_000, LIMIT + 1):
+        with pytest.raises(InvalidInputError, match=f"nested more than {LIMIT} levels deep") as info:
+            depth_paths(nested_tool(levels, form, shape))[path]()
+        assert isinstance(info.value, ContextCoreError)
+        assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(("form", "shape"), [("openai", "dict"), ("bare", "list"), ("anthropic", "dict")])
+def test_a_tool_at_the_depth_limit_builds_counts_and_renders(form, shape):
+    """At the limit every path takes it: the Anthropic form's schema sits one
+    level deeper in OpenAI's form, and the tools' list adds one, yet neither
+    is refused."""
+    tool = nested_tool(LIMIT, form, shape)
+    parts = PromptBuilder("x", tools=[tool]).build(now=T0)
+    assert parts.breakdown.tools == Tokenizer().count_tools([tool]) > 0
+    assert json.loads(json.dumps(parts.to_openai()["tools"])) == [to_openai_tool(tool)]
+    request = parts.to_anthropic([], model=MODEL, min_cache_tokens=0)
+    assert json.loads(json.dumps(request["tools"])) == [to_anthropic_tool(tool)]
+    assert len(parts.prefix_hash()) == 64
+    assert json.loads(canonical_json(tool)) == tool
+    assert PromptParts("x", tools=[tool]).prefix_hash() == PromptParts("x", tools=[tool]).prefix_hash()
+
+
+def test_a_tool_that_holds_itself_is_refused():
+    tool: dict = {"name": "loop", "parameters": {"type": "object"}}
+    tool["parameters"]["properties"] = {"self": tool}
+    with pytest.raises(InvalidInputError, match=r"tools\[0\]: nested more than 256 levels deep"):
+        PromptBuilder("x", tools=[tool])
+
+
 # -- bad inputs ---------------------------------------------------------------------------------
 
 SMALL = PromptParts("You are terse.", "## Session Facts\nSession: s", "## Context\nnow")
@@ -524,6 +592,7 @@ BAD_INPUTS = {
         InvalidInputError, builder(tools=[{"type": "function", "function": {"description": "d"}}])
     ),
     "tool name an int": (InvalidInputError, lambda: PromptParts("x", tools=[{"name": 5}])),
+    "tool nested 1,000 levels deep": (InvalidInputError, builder(tools=[nested_tool(1_000)])),
     "Skill triggers an int": (InvalidTypeError, lambda: Skill("s", "d", "b", triggers=5)),
     "Skill triggers of ints": (InvalidTypeError, lambda: Skill("s", "d", "b", triggers=[5])),
     "Dimensions.add source a list": (InvalidTypeError, lambda: Dimensions().add("x", ["file"])),

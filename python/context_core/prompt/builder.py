@@ -131,7 +131,8 @@ class PromptBuilder:
     """Builds each turn's :class:`PromptParts` for one session.
 
     ``identity``, ``conventions``, ``safety`` (text, or lists of lines),
-    ``tools`` (schemas in OpenAI's, Anthropic's or the bare function form),
+    ``tools`` (schemas in OpenAI's, Anthropic's or the bare function form, each
+    nested at most :data:`~context_core.prompt.canonical.MAX_DEPTH` levels deep),
     ``skills`` (their index) and the memory guide make the system part.
     ``memory`` (a :class:`~context_core.MemoryFiles` or a memory root's path)
     is read each turn, re-read only when MEMORY.md changed, and cut to

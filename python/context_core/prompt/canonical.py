@@ -20,31 +20,71 @@ from typing import Any
 from context_core.errors import InvalidInputError, InvalidTypeError
 
 __all__ = [
+    "MAX_DEPTH",
     "PrefixHasher",
     "canonical_copy",
     "canonical_json",
+    "check_depth",
     "check_tool",
+    "copy_tools",
     "to_anthropic_tool",
     "to_openai_tool",
 ]
 
+MAX_DEPTH = 256
+"""The deepest nesting of dicts and lists a value may have: the Rust core's
+JSON limit (``MAX_DEPTH`` in ``rust/core/src/json.rs``), the reference's too."""
 
-def canonical_json(value: Any) -> str:
-    """``value`` as canonical JSON: keys sorted at every level, no spaces,
-    UTF-8 text (no ``\\u`` escapes), NaN and infinities refused. Two values
-    that are equal as JSON give the same string, whatever their dicts' order."""
+
+def check_depth(value: Any, where: str = "value") -> None:
+    """:class:`~context_core.InvalidInputError` if ``value`` nests more than
+    :data:`MAX_DEPTH` levels deep (which also stops a reference cycle):
+    ``value`` at depth 0, a container's items one deeper, as the reference counts.
+    Walked without recursion: ``json`` and the SDKs' encoders recurse, and
+    would raise a ``RecursionError`` at about a thousand levels."""
+    if not isinstance(value, (dict, list, tuple)):
+        return
+    stack = [(value, 1)]  # a container, and the depth of its items
+    while stack:  # depth first: a cycle reaches the limit in MAX_DEPTH steps
+        item, depth = stack.pop()
+        if not item:
+            continue
+        if depth > MAX_DEPTH:
+            raise InvalidInputError(f"{where}: nested more than {MAX_DEPTH} levels deep (a reference cycle?)")
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list, tuple)):
+                stack.append((child, depth + 1))
+
+
+def _dumps(value: Any) -> str:
+    """:func:`canonical_json` of a value whose depth is checked already."""
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except TypeError as exc:  # a set, an object, keys of mixed types
         raise InvalidTypeError(f"not a JSON value: {exc}") from None
-    except ValueError as exc:  # NaN, a cycle, an int too long to write out
+    except ValueError as exc:  # NaN, an int too long to write out
         raise InvalidInputError(f"not a JSON value: {exc}") from None
+
+
+def _copy(value: Any) -> Any:
+    """:func:`canonical_copy` of a value whose depth is checked already."""
+    return json.loads(_dumps(value))
+
+
+def canonical_json(value: Any) -> str:
+    """``value`` as canonical JSON: keys sorted at every level, no spaces,
+    UTF-8 text (no ``\\u`` escapes), NaN and infinities refused, and values
+    nested more than :data:`MAX_DEPTH` levels deep. Two values that are equal
+    as JSON give the same string, whatever their dicts' order."""
+    check_depth(value)
+    return _dumps(value)
 
 
 def canonical_copy(value: Any) -> Any:
     """A deep copy of ``value`` whose dicts hold their keys in sorted order
     (tuples become lists), so any JSON encoder writes it canonically."""
-    return json.loads(canonical_json(value))
+    check_depth(value)
+    return _copy(value)
 
 
 def _name(tool: Mapping[str, Any], where: str) -> str:
@@ -67,13 +107,15 @@ def _function_of(tool: Mapping[str, Any], where: str) -> Mapping[str, Any] | Non
 def _check(tool: Any, index: int) -> Mapping[str, Any]:
     if not isinstance(tool, Mapping):
         raise InvalidTypeError(f"tools[{index}]: expected a dict, got {type(tool).__name__}")
+    check_depth(tool, f"tools[{index}]")
     return tool
 
 
 def check_tool(tool: Any, index: int) -> Mapping[str, Any]:
     """``tool`` if it is a schema with a name (``name``, or ``function.name``
     in OpenAI's form): a dict, else :class:`~context_core.InvalidTypeError`;
-    no name, :class:`~context_core.InvalidInputError`."""
+    no name, or nested more than :data:`MAX_DEPTH` levels deep (the tool's
+    own dict the first), :class:`~context_core.InvalidInputError`."""
     tool = _check(tool, index)
     where = f"tools[{index}]"
     function = _function_of(tool, where)
@@ -82,6 +124,14 @@ def check_tool(tool: Any, index: int) -> Mapping[str, Any]:
     else:
         _name(tool, where)
     return tool
+
+
+def copy_tools(tools: Sequence[Any]) -> tuple[dict[str, Any], ...]:
+    """Each tool checked (:func:`check_tool`) and canonically copied, each
+    alone: inside the list, a tool at the depth limit would be over it."""
+    for index, tool in enumerate(tools):
+        check_tool(tool, index)
+    return tuple(_copy(tool) for tool in tools)
 
 
 def to_openai_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
@@ -95,7 +145,7 @@ def to_openai_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     function = _function_of(tool, where)
     if function is not None:
         _name(function, f"{where}.function")
-        return canonical_copy({"type": "function", **tool})
+        return _copy({"type": "function", **tool})
     name = _name(tool, where)
     if "input_schema" in tool:
         function = {"name": name, "parameters": tool["input_schema"]}
@@ -106,7 +156,8 @@ def to_openai_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     if "description" in tool:
         function["description"] = tool["description"]
     function.pop("cache_control", None)
-    return canonical_copy({"type": "function", "function": function})
+    # _copy: an input_schema one level down in OpenAI's form (the tool is checked)
+    return _copy({"type": "function", "function": function})
 
 
 def to_anthropic_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
@@ -120,7 +171,7 @@ def to_anthropic_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]
     if function is not None:
         source, where = function, f"{where}.function"
     elif "input_schema" in tool or tool.get("type", "function") != "function":
-        return canonical_copy(dict(tool))
+        return _copy(dict(tool))
     else:
         source = tool
     out: dict[str, Any] = {
@@ -129,7 +180,7 @@ def to_anthropic_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]
     }
     if "description" in source:
         out["description"] = source["description"]
-    return canonical_copy(out)
+    return _copy(out)
 
 
 def _frame(label: bytes, data: bytes) -> bytes:
@@ -150,7 +201,10 @@ class PrefixHasher:
 
     def __init__(self, tools: Sequence[Any], system: str) -> None:
         self._state = hashlib.sha256(self.DOMAIN)
-        for label, data in ((b"tools", canonical_json(list(tools))), (b"system", system)):
+        # The tools come checked (copy_tools); the list's JSON is written from
+        # each tool's, so one at the depth limit is not over it in the list.
+        tools_json = f"[{','.join(_dumps(tool) for tool in tools)}]"
+        for label, data in ((b"tools", tools_json), (b"system", system)):
             raw = data.encode("utf-8", "surrogatepass")
             self._state.update(_frame(label, raw))
             self._state.update(raw)

@@ -16,8 +16,7 @@ from typing import Any
 from context_core._core import Tokenizer
 from context_core.prompt.canonical import (
     PrefixHasher,
-    canonical_copy,
-    check_tool,
+    copy_tools,
     to_anthropic_tool,
     to_openai_tool,
 )
@@ -50,9 +49,7 @@ class SystemPart:
     ) -> None:
         self.text = text
         self.tokenizer = tokenizer
-        for index, tool in enumerate(tools):
-            check_tool(tool, index)
-        self.tools: tuple[dict[str, Any], ...] = tuple(canonical_copy(list(tools)))
+        self.tools: tuple[dict[str, Any], ...] = copy_tools(tools)
         self.tokens = tokenizer.count(text) if tokens is None else tokens
         self.tools_tokens = tokenizer.count_tools(list(self.tools)) if self.tools else 0
         self.hasher = PrefixHasher(self.tools, text)
