@@ -22,11 +22,13 @@ from context_core.errors import InvalidInputError, InvalidTypeError
 __all__ = [
     "MAX_DEPTH",
     "PrefixHasher",
+    "anthropic_form",
     "canonical_copy",
     "canonical_json",
     "check_depth",
     "check_tool",
     "copy_tools",
+    "openai_form",
     "to_anthropic_tool",
     "to_openai_tool",
 ]
@@ -127,11 +129,11 @@ def check_tool(tool: Any, index: int) -> Mapping[str, Any]:
 
 
 def copy_tools(tools: Sequence[Any]) -> tuple[dict[str, Any], ...]:
-    """Each tool checked (:func:`check_tool`) and canonically copied, each
-    alone: inside the list, a tool at the depth limit would be over it."""
+    """Each tool checked (:func:`check_tool`: its depth alone, as a tool at
+    the limit would be over it inside the list), then all canonically copied."""
     for index, tool in enumerate(tools):
         check_tool(tool, index)
-    return tuple(_copy(tool) for tool in tools)
+    return tuple(_copy(list(tools)))
 
 
 def to_openai_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
@@ -140,7 +142,11 @@ def to_openai_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     function (``name``/``description``/``parameters``) or Anthropic's
     (``name``/``description``/``input_schema``). Anthropic server tools (a
     ``type`` other than ``function`` and no schema) have no OpenAI form."""
-    tool = _check(tool, index)
+    return openai_form(_check(tool, index), index)
+
+
+def openai_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
+    """:func:`to_openai_tool` of a tool already checked (:func:`copy_tools`)."""
     where = f"tools[{index}]"
     function = _function_of(tool, where)
     if function is not None:
@@ -156,7 +162,6 @@ def to_openai_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     if "description" in tool:
         function["description"] = tool["description"]
     function.pop("cache_control", None)
-    # _copy: an input_schema one level down in OpenAI's form (the tool is checked)
     return _copy({"type": "function", "function": function})
 
 
@@ -165,7 +170,11 @@ def to_anthropic_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]
     (``name``/``description``/``input_schema``), from that form, OpenAI's, or
     a bare function. Anthropic forms (server tools too) are kept as they are,
     ``cache_control`` included."""
-    tool = _check(tool, index)
+    return anthropic_form(_check(tool, index), index)
+
+
+def anthropic_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
+    """:func:`to_anthropic_tool` of a tool already checked (:func:`copy_tools`)."""
     where = f"tools[{index}]"
     function = _function_of(tool, where)
     if function is not None:
@@ -201,10 +210,9 @@ class PrefixHasher:
 
     def __init__(self, tools: Sequence[Any], system: str) -> None:
         self._state = hashlib.sha256(self.DOMAIN)
-        # The tools come checked (copy_tools); the list's JSON is written from
-        # each tool's, so one at the depth limit is not over it in the list.
-        tools_json = f"[{','.join(_dumps(tool) for tool in tools)}]"
-        for label, data in ((b"tools", tools_json), (b"system", system)):
+        # not checked again: the tools come checked (copy_tools), and in the list
+        # one at the depth limit would be a level over it
+        for label, data in ((b"tools", _dumps(list(tools))), (b"system", system)):
             raw = data.encode("utf-8", "surrogatepass")
             self._state.update(_frame(label, raw))
             self._state.update(raw)

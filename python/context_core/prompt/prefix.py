@@ -16,9 +16,9 @@ from typing import Any
 from context_core._core import Tokenizer
 from context_core.prompt.canonical import (
     PrefixHasher,
+    anthropic_form,
     copy_tools,
-    to_anthropic_tool,
-    to_openai_tool,
+    openai_form,
 )
 
 __all__ = ["Prefix", "SystemPart"]
@@ -62,14 +62,14 @@ class SystemPart:
     def openai_tools(self) -> list[dict[str, Any]]:
         """The tools in OpenAI's form, keys sorted (built on first use)."""
         if self._openai_tools is None:
-            self._openai_tools = [to_openai_tool(tool, i) for i, tool in enumerate(self.tools)]
+            self._openai_tools = [openai_form(tool, i) for i, tool in enumerate(self.tools)]
         return self._openai_tools
 
     @property
     def anthropic_tools(self) -> list[dict[str, Any]]:
         """The tools in Anthropic's form, keys sorted (built on first use)."""
         if self._anthropic_tools is None:
-            self._anthropic_tools = [to_anthropic_tool(tool, i) for i, tool in enumerate(self.tools)]
+            self._anthropic_tools = [anthropic_form(tool, i) for i, tool in enumerate(self.tools)]
         return self._anthropic_tools
 
     def last_tool_marked(self) -> bool:
