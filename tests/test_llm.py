@@ -306,6 +306,19 @@ def run_async(sdk: str, server: FakeLLMServer, body: Any, **options: Any) -> Any
     return asyncio.run(main())
 
 
+HOW = ["sync", "async", "async over sync"]
+
+
+def ask(how: str, sdk: str, server: FakeLLMServer, client: Any, **options: Any) -> str:
+    """One call: ``complete()`` on the sync client, ``acomplete()`` on an async
+    client, or ``acomplete()`` over the sync client (in a worker thread)."""
+    if how == "sync":
+        return adapter(sdk, client, **options).complete(MESSAGES)
+    if how == "async":
+        return str(run_async(sdk, server, lambda llm: llm.acomplete(MESSAGES), **options))
+    return asyncio.run(adapter(sdk, client, **options).acomplete(MESSAGES))
+
+
 CONVERSATION: list[Any] = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Hi."},
@@ -629,6 +642,29 @@ def test_malformed_or_empty_replies(server: FakeLLMServer, which: str, index: in
         adapter(which, c).complete(MESSAGES)
     assert info.value.status_code is None
     assert len(server.received) == 1  # a bad reply is not retried
+
+
+UNDECODABLE = {
+    "not UTF-8": (
+        b'{"choices": [{"message": {"role": "assistant", "content": "caf\xe9"}}]}',
+        "not valid UTF-8",
+    ),
+    "nested too deep": (b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
+}
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+@pytest.mark.parametrize("bad", sorted(UNDECODABLE))
+def test_undecodable_replies_are_response_errors(
+    sdk: str, server: FakeLLMServer, client: Any, how: str, bad: str
+):
+    body, match = UNDECODABLE[bad]
+    server.script(Reply(body=body))
+    with pytest.raises(LLMResponseError, match=match) as info:
+        ask(how, sdk, server, client)
+    assert isinstance(info.value.__cause__, (UnicodeDecodeError, RecursionError))
+    assert info.value.status_code is None
+    assert len(server.received) == 1  # not retried
 
 
 def test_input_errors_send_nothing(sdk: str, server: FakeLLMServer, client: Any):

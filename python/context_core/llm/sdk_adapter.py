@@ -161,8 +161,9 @@ class SDKChat:
     @contextmanager
     def _sdk_errors(self) -> Iterator[None]:
         """The SDK's errors as ``context_core`` ones: its API errors (and a body
-        that is not JSON) as :class:`~context_core.LLMError` subclasses, a
-        ``TypeError`` (arguments it does not take: ``extra_params``) as
+        that is not JSON, not UTF-8, or nested past the recursion limit) as
+        :class:`~context_core.LLMError` subclasses, a ``TypeError``
+        (arguments it does not take: ``extra_params``) as
         :class:`~context_core.InvalidInputError`."""
         try:
             yield
@@ -171,6 +172,11 @@ class SDKChat:
             if error is None:  # pragma: no cover - both kinds are translated
                 raise
             raise error from exc
+        # The SDKs decode a reply with json.loads on its bytes, and let these through.
+        except UnicodeDecodeError as exc:
+            raise LLMResponseError(f"{self!r}: the reply is not valid UTF-8 ({exc})") from exc
+        except RecursionError as exc:
+            raise LLMResponseError(f"{self!r}: the reply is nested too deep to decode") from exc
         except TypeError as exc:
             raise InvalidInputError(f"{self!r}: the {self.sdk_name} SDK refused the request: {exc}") from exc
 
