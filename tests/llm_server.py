@@ -9,6 +9,8 @@ and headers it got back.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -34,6 +36,17 @@ class Reply:
     delay: float = 0.0
     gate: Union[threading.Event, None] = None
     """If set, the reply waits (up to 30 s) until the test sets it."""
+    trickle: float = 0.0
+    """If set, ``trickle_bytes`` bytes of the reply go out one at a time, this
+    many seconds apart (then the rest at once): a server slow as a whole though
+    never silent for that long. The body trickles, or the status line and
+    headers too with ``trickle_headers``."""
+    trickle_bytes: int = 8
+    trickle_headers: bool = False
+    hung_up: threading.Event = field(default_factory=threading.Event)
+    """Set when the client closed the connection before a trickled reply was sent."""
+    sent: threading.Event = field(default_factory=threading.Event)
+    """Set once the whole reply was sent."""
 
 
 @dataclass
@@ -42,6 +55,8 @@ class Received:
     headers: dict[str, str]
     json: Any
     at: float
+    client_port: int = 0
+    """The client's end of the connection: two requests on one port shared it."""
 
 
 def openai_body(text: Union[str, None], model: str = "fake-model", finish: str = "stop") -> dict[str, Any]:
@@ -78,14 +93,20 @@ def anthropic_body(
 
 class FakeLLMServer:
     """Answers each POST with the next scripted :class:`Reply` (a default
-    success once the script runs out) and records every request received."""
+    success once the script runs out) and records every request received.
 
-    def __init__(self) -> None:
+    Each connection serves one request (HTTP/1.0) unless ``keep_alive``
+    (HTTP/1.1: the client can reuse it, as it would with a real server)."""
+
+    def __init__(self, *, keep_alive: bool = False) -> None:
         self.received: list[Received] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        handler = self._handler_class()
+        if keep_alive:
+            handler.protocol_version = "HTTP/1.1"
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
@@ -140,6 +161,7 @@ class FakeLLMServer:
                             {k.lower(): v for k, v in self.headers.items()},
                             payload,
                             time.monotonic(),
+                            self.client_address[1],
                         )
                     )
                 reply = server._next()
@@ -157,6 +179,9 @@ class FakeLLMServer:
                         body = {"error": {"type": "not_found", "message": f"no route {self.path}"}}
                         reply = Reply(status=404)
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                if reply.trickle:
+                    self._trickle(reply, data)
+                    return
                 try:
                     self.send_response(reply.status)
                     self.send_header("content-type", "application/json")
@@ -165,8 +190,48 @@ class FakeLLMServer:
                         self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
+                    reply.sent.set()
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
                     pass
+
+            def _trickle(self, reply: Reply, data: bytes) -> None:
+                head = "".join(
+                    f"{name}: {value}\r\n"
+                    for name, value in {
+                        "content-type": "application/json",
+                        "content-length": str(len(data)),
+                        **reply.headers,
+                    }.items()
+                )
+                raw = f"{self.protocol_version} {reply.status} {self.responses[reply.status][0]}\r\n"
+                raw = (raw + head + "\r\n").encode("latin-1")
+                start = 0 if reply.trickle_headers else len(raw)
+                raw += data
+                slow = range(start, min(len(raw), start + reply.trickle_bytes))
+                try:
+                    self.wfile.write(raw[:start])
+                    for i in slow:
+                        self.wfile.write(raw[i : i + 1])
+                        if self._client_left(reply.trickle):
+                            reply.hung_up.set()
+                            return
+                        if server._stop.is_set():
+                            return
+                    self.wfile.write(raw[slow.stop :])
+                    reply.sent.set()
+                except OSError:  # the client closed the connection under a write
+                    reply.hung_up.set()
+
+            def _client_left(self, seconds: float) -> bool:
+                """Wait ``seconds``; whether the client closed the connection meanwhile."""
+                sock = self.connection
+                readable, _, _ = select.select([sock], [], [], seconds)
+                if not readable:
+                    return False
+                try:
+                    return sock.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
 
             def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
                 pass

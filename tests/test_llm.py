@@ -683,6 +683,127 @@ def test_input_errors_send_nothing(sdk: str, server: FakeLLMServer, client: Any)
     assert server.received == []
 
 
+# --- wall-clock deadlines ----------------------------------------------------------------------
+
+ONCE = RetryPolicy(attempts=1)
+
+
+def trickled(headers: bool = False, n: int = 8) -> Reply:
+    """A reply sent a byte every 0.2 s: no read waits near the 0.4 s timeouts
+    below, yet the slow bytes alone take ``n`` x 0.2 s."""
+    return Reply(trickle=0.2, trickle_bytes=n, trickle_headers=headers)
+
+
+@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("part", ["body", "headers"])
+def test_a_trickled_reply_times_out_at_the_deadline(
+    sdk: str, server: FakeLLMServer, client: Any, how: str, part: str
+):
+    reply = trickled(headers=part == "headers")
+    server.script(reply)
+    with pytest.raises(LLMTimeoutError, match=r"within 0\.4 s \(timeout\)") as info:
+        ask(how, sdk, server, client, timeout=0.4, retry=ONCE)
+    assert isinstance(info.value, TimeoutError)
+    assert info.value.attempts == 1
+    # The connection was dropped, not left reading the reply in the background.
+    assert reply.hung_up.wait(5)
+    assert not reply.sent.is_set()
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_total_timeout_bounds_the_retries(sdk: str, server: FakeLLMServer, client: Any, how: str):
+    replies = [trickled(), trickled(), trickled()]
+    server.script(*replies)
+    policy = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.01, retry_timeouts=True)
+    # The first try takes its whole 0.4 s timeout; the second gets what is left of the 0.7 s.
+    with pytest.raises(LLMTimeoutError, match=r"within 0\.7 s \(total_timeout\)") as info:
+        ask(how, sdk, server, client, timeout=0.4, total_timeout=0.7, retry=policy)
+    assert info.value.attempts == 2
+    assert len(server.received) == 2
+    assert replies[0].hung_up.wait(5)
+    assert replies[1].hung_up.wait(5)
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_total_timeout_gives_up_on_a_wait_it_cannot_fit(
+    sdk: str, server: FakeLLMServer, client: Any, how: str
+):
+    server.script(Reply(status=503, headers={"retry-after": "5"}, body=error_body("down")))
+    policy = RetryPolicy(attempts=3, max_retry_after=10)
+    with pytest.raises(LLMResponseError, match="503") as info:
+        ask(how, sdk, server, client, total_timeout=2.0, retry=policy)
+    assert info.value.attempts == 1
+    assert info.value.retry_after == 5.0
+    assert len(server.received) == 1
+
+
+def test_total_timeout_leaves_a_quick_call_alone(sdk: str, server: FakeLLMServer, client: Any):
+    server.script(Reply(status=503, body=error_body("down")))
+    llm = adapter(sdk, client, timeout=5.0, total_timeout=5.0)
+    assert llm.total_timeout == 5.0
+    assert llm.complete(MESSAGES) == "Hello from the fake model."
+    assert len(server.received) == 2
+
+
+@pytest.fixture(scope="module")
+def keep_alive_server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(keep_alive=True) as srv:
+        yield srv
+
+
+def test_a_reused_connection_is_cut_at_the_deadline(sdk: str, keep_alive_server: FakeLLMServer):
+    srv = keep_alive_server
+    srv.reset()
+    reply = trickled()
+    srv.script(Reply(), reply)
+    with sync_client(sdk, srv.url) as c:
+        llm = adapter(sdk, c, timeout=0.4, retry=ONCE)
+        assert llm.complete(MESSAGES) == "Hello from the fake model."
+        with pytest.raises(LLMTimeoutError):
+            llm.complete(MESSAGES)
+        assert reply.hung_up.wait(5)
+    first, second = srv.received
+    assert first.client_port == second.client_port  # the connection the first call opened
+
+
+def test_a_connection_the_adapter_did_not_open_still_times_out(sdk: str, keep_alive_server: FakeLLMServer):
+    """The client's own request leaves the idle connection the adapter's
+    request then takes: the caller still gets its error at the deadline."""
+    srv = keep_alive_server
+    srv.reset()
+    reply = trickled(n=4)
+    srv.script(Reply(), reply)
+    with sync_client(sdk, srv.url) as c:
+        if sdk == "openai":
+            c.chat.completions.create(model="m", messages=MESSAGES)
+        else:
+            c.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "Hi."}])
+        with pytest.raises(LLMTimeoutError):
+            adapter(sdk, c, timeout=0.4, retry=ONCE).complete(MESSAGES)
+        # The abandoned request reads on in its thread: let it end before the client closes.
+        reply.sent.wait(5)
+    first, second = srv.received
+    assert first.client_port == second.client_port
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (0, InvalidInputError),
+        (-1.0, InvalidInputError),
+        (float("nan"), InvalidInputError),
+        (float("inf"), InvalidInputError),
+        (True, InvalidTypeError),
+        ("5", InvalidTypeError),
+    ],
+)
+def test_timeouts_are_finite_positive_seconds(sdk: str, client: Any, bad: object, error: type[Exception]):
+    with pytest.raises(error, match="timeout"):
+        adapter(sdk, client, timeout=bad)
+    with pytest.raises(error, match="total_timeout"):
+        adapter(sdk, client, total_timeout=bad)
+
+
 # --- sync/async and cancellation ---------------------------------------------------------------
 
 

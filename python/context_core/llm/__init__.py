@@ -7,8 +7,9 @@ a server already has into one: an ``openai`` or ``anthropic`` SDK client
 (:class:`OpenAIChat`, :class:`AnthropicChat`; both SDKs are optional extras:
 ``pip install context-core[openai]`` / ``[anthropic]``), or any plain function
 ``f(messages) -> str`` (:class:`CallableLLM`). The adapters share one
-:class:`RetryPolicy` (429, 5xx and connection errors, with backoff), a per-try
-timeout, cancellation, and errors that are ``context_core`` exceptions
+:class:`RetryPolicy` (429, 5xx and connection errors, with backoff), wall-clock
+deadlines (the SDK adapters' ``timeout`` per try, ``total_timeout`` per call),
+cancellation, and errors that are ``context_core`` exceptions
 (:class:`~context_core.LLMError` and its subclasses).
 
 Importing this module imports neither SDK.

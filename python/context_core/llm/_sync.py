@@ -40,7 +40,8 @@ async def run_in_thread(complete: Callable[..., T], *args: Any, **kwargs: Any) -
     (:func:`asyncio.to_thread`), so the event loop never blocks. Cancelling
     the awaiting task returns at once and sets ``token`` (a
     :class:`threading.Event`), so the thread stops before its next try or in
-    its backoff wait; a request already sent finishes in the background."""
+    its backoff wait; a request already sent ends in the background (an SDK
+    adapter's at its try's deadline, on a connection the adapter opened)."""
     token = threading.Event()
     try:
         return await asyncio.to_thread(complete, *args, cancel=token, **kwargs)

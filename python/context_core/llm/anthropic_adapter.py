@@ -79,7 +79,7 @@ class AnthropicChat(SDKChat):
     ``temperature`` parameter (recent SDKs dropped the sampling parameters,
     following the API). ``send_temperature=True`` sends it anyway (through
     ``extra_body`` if need be).
-    ``timeout``, ``retry`` and ``extra_params`` as for
+    ``timeout``, ``total_timeout``, ``retry`` and ``extra_params`` as for
     :class:`~context_core.llm.OpenAIChat`.
     """
 
@@ -91,6 +91,7 @@ class AnthropicChat(SDKChat):
         *,
         model: str,
         timeout: float = DEFAULT_TIMEOUT,
+        total_timeout: float | None = None,
         retry: RetryPolicy | None = None,
         async_client: Union[anthropic.AsyncAnthropic, None] = None,
         send_temperature: bool | None = None,
@@ -100,6 +101,7 @@ class AnthropicChat(SDKChat):
             client,
             model=model,
             timeout=timeout,
+            total_timeout=total_timeout,
             retry=retry,
             async_client=async_client,
             extra_params=extra_params,

@@ -34,10 +34,17 @@ class OpenAIChat(SDKChat):
     default). ``extra_params`` are added to every request (``top_p``,
     ``reasoning_effort``, ``seed``...).
 
-    ``timeout`` bounds each try, in seconds (passed to the SDK with
-    ``client.with_options(timeout=..., max_retries=0)``; ``retry`` is then the
-    only retry policy). A reply without text (``content`` null or empty, a
-    refusal) raises :class:`~context_core.LLMResponseError`.
+    ``timeout`` bounds each try, in seconds of wall clock: connecting,
+    sending, and the whole reply, however slowly the server sends it (the
+    SDK's own timeout is per read; its retries are off, ``retry`` is the only
+    retry policy). ``total_timeout`` (default ``None``: no bound but the
+    retry policy's) bounds the whole call, every try and backoff wait: a try
+    gets what is left when that is less than ``timeout``, and a wait that
+    would reach it ends the retries (the last error is raised). Either
+    passing raises :class:`~context_core.LLMTimeoutError` naming it. A reply
+    without text (``content`` null or empty, a refusal), or whose body is not
+    JSON, not UTF-8 or nested too deep to decode, raises
+    :class:`~context_core.LLMResponseError`.
     """
 
     sdk_name = "openai"
@@ -48,6 +55,7 @@ class OpenAIChat(SDKChat):
         *,
         model: str,
         timeout: float = DEFAULT_TIMEOUT,
+        total_timeout: float | None = None,
         retry: RetryPolicy | None = None,
         async_client: Union[openai.AsyncOpenAI, None] = None,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
@@ -62,6 +70,7 @@ class OpenAIChat(SDKChat):
             client,
             model=model,
             timeout=timeout,
+            total_timeout=total_timeout,
             retry=retry,
             async_client=async_client,
             extra_params=extra_params,

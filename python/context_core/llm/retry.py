@@ -56,7 +56,9 @@ class RetryPolicy:
     replaces that wait when it is at most ``max_retry_after`` seconds; a longer
     one ends the retries at once, since retrying sooner than asked is
     pointless. Timeouts are retried only with ``retry_timeouts=True`` (by
-    default a call takes at most about one timeout).
+    default a call takes at most one timeout when the server hangs). An
+    adapter's ``total_timeout`` also ends the retries: a wait that would
+    reach it is not made, and the last error is raised.
     """
 
     attempts: int = 4
@@ -98,11 +100,13 @@ class RetryPolicy:
         return self.backoff(attempt)
 
 
-def _give_up_or_wait(policy: RetryPolicy, error: LLMError, attempt: int) -> float:
+def _give_up_or_wait(policy: RetryPolicy, error: LLMError, attempt: int, deadline: float | None) -> float:
     error.attempts = attempt
     wait = policy.delay(error, attempt)
     if wait is None:
         raise error
+    if deadline is not None and time.monotonic() + wait >= deadline:
+        raise error  # no time left for another try: the last error says more than a timeout would
     logger.info("LLM call failed (%s); try %d of %d in %.2fs", error, attempt + 1, policy.attempts, wait)
     return wait
 
@@ -113,12 +117,19 @@ def _cancelled(attempts: int) -> LLMCancelledError:
     return error
 
 
-def run_with_retry(call: Callable[[], T], policy: RetryPolicy, cancel: CancelToken | None = None) -> T:
+def run_with_retry(
+    call: Callable[[], T],
+    policy: RetryPolicy,
+    cancel: CancelToken | None = None,
+    deadline: float | None = None,
+) -> T:
     """Call ``call()`` until it returns, retrying the :class:`LLMError` s the
     policy allows. ``cancel``, when set, stops before the next try and cuts a
     backoff wait short with :class:`LLMCancelledError` (a request already sent
     runs on until it answers or times out); its ``attempts`` is the number of
-    tries made, 0 if none was."""
+    tries made, 0 if none was. ``deadline`` (a :func:`time.monotonic` time)
+    ends the retries when the wait before the next try would reach it: the
+    last error is raised then (``call`` bounds its own tries by it)."""
     attempt = 0
     while True:
         if cancel is not None and cancel.is_set():
@@ -127,14 +138,16 @@ def run_with_retry(call: Callable[[], T], policy: RetryPolicy, cancel: CancelTok
         try:
             return call()
         except LLMError as error:
-            wait = _give_up_or_wait(policy, error, attempt)
+            wait = _give_up_or_wait(policy, error, attempt, deadline)
         if cancel is None:
             time.sleep(wait)
         elif cancel.wait(wait):
             raise _cancelled(attempt)
 
 
-async def arun_with_retry(call: Callable[[], Awaitable[T]], policy: RetryPolicy) -> T:
+async def arun_with_retry(
+    call: Callable[[], Awaitable[T]], policy: RetryPolicy, deadline: float | None = None
+) -> T:
     """The async twin of :func:`run_with_retry`; cancel it by cancelling its
     task (:class:`asyncio.CancelledError` is never caught, so it ends a request
     in flight or a backoff wait at once)."""
@@ -144,5 +157,5 @@ async def arun_with_retry(call: Callable[[], Awaitable[T]], policy: RetryPolicy)
         try:
             return await call()
         except LLMError as error:
-            wait = _give_up_or_wait(policy, error, attempt)
+            wait = _give_up_or_wait(policy, error, attempt, deadline)
         await asyncio.sleep(wait)

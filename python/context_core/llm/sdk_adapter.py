@@ -1,28 +1,40 @@
 """What the OpenAI and Anthropic adapters share: holding a sync and/or async
-SDK client, the per-call timeout, retries, cancellation and error translation.
-Each subclass only builds the request and reads the reply."""
+SDK client, the wall-clock deadlines (per try and per call), retries,
+cancellation and error translation. Each subclass only builds the request and
+reads the reply."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import json
+import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any, ClassVar
 
 from context_core.errors import InvalidInputError, InvalidTypeError, LLMError, LLMResponseError
+from context_core.llm._deadline import DeadlinePassed, await_within, call_within, trace_connections
 from context_core.llm._sync import run_in_thread
 from context_core.llm.protocol import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, check_options
 from context_core.llm.retry import CancelToken, RetryPolicy, arun_with_retry, run_with_retry
-from context_core.llm.sdk_errors import translate_sdk_error
+from context_core.llm.sdk_errors import timeout_error, translate_sdk_error
 from context_core.types import OpenAIMessage
 
 __all__ = ["DEFAULT_TIMEOUT", "SDKChat", "client_kind"]
 
 DEFAULT_TIMEOUT = 60.0
-"""Seconds one try may take before :class:`~context_core.LLMTimeoutError`."""
+"""Seconds one try may take, by wall clock, before :class:`~context_core.LLMTimeoutError`."""
+
+
+def _check_seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidTypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise InvalidInputError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
 
 
 def client_kind(client: object) -> tuple[str, bool] | None:
@@ -50,18 +62,18 @@ class SDKChat:
         *,
         model: str,
         timeout: float = DEFAULT_TIMEOUT,
+        total_timeout: float | None = None,
         retry: RetryPolicy | None = None,
         async_client: Any = None,
         extra_params: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise InvalidInputError(f"{type(self).__name__} needs model= (a model name), got {model!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise InvalidInputError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise InvalidTypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         self.model = model
-        self.timeout = float(timeout)
+        self.timeout = _check_seconds("timeout", timeout)
+        self.total_timeout = None if total_timeout is None else _check_seconds("total_timeout", total_timeout)
         self.retry = retry if retry is not None else RetryPolicy()
         self.extra_params: dict[str, Any] = dict(extra_params or {})
         self._sync: Any = None
@@ -112,6 +124,7 @@ class SDKChat:
         else:
             if self._sync is not None:
                 raise InvalidInputError(f"{type(self).__name__} got two sync clients")
+            trace_connections(configured)
             self._sync = configured
 
     def __repr__(self) -> str:
@@ -147,8 +160,21 @@ class SDKChat:
         request = self._request(messages, max_tokens, temperature)
         return {**request, **self.extra_params}
 
-    def _translate(self, exc: Exception) -> LLMError | None:
-        return translate_sdk_error(exc, self._sdk, repr(self), self.timeout)
+    def _budget(self, deadline: float | None) -> tuple[float, str]:
+        """Seconds the next try may take, and the setting that says so: the
+        timeout, or what is left of the total timeout when that is shorter."""
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left < self.timeout:
+                if left <= 0:
+                    raise self._timed_out(0.0, "total_timeout")
+                return left, "total_timeout"
+        return self.timeout, "timeout"
+
+    def _timed_out(self, seconds: float, limit: str) -> LLMError:
+        if limit == "total_timeout" and self.total_timeout is not None:
+            seconds = self.total_timeout  # name the setting, not what was left of it
+        return timeout_error(repr(self), seconds, limit)
 
     def _read(self, response: Any) -> str:
         try:
@@ -159,19 +185,24 @@ class SDKChat:
             raise LLMResponseError(f"{self!r}: malformed reply ({type(exc).__name__}: {exc})") from exc
 
     @contextmanager
-    def _sdk_errors(self) -> Iterator[None]:
+    def _sdk_errors(self, seconds: float, limit: str) -> Iterator[None]:
         """The SDK's errors as ``context_core`` ones: its API errors (and a body
         that is not JSON, not UTF-8, or nested past the recursion limit) as
         :class:`~context_core.LLMError` subclasses, a ``TypeError``
         (arguments it does not take: ``extra_params``) as
-        :class:`~context_core.InvalidInputError`."""
+        :class:`~context_core.InvalidInputError`, the try's deadline passing
+        as :class:`~context_core.LLMTimeoutError`."""
         try:
             yield
         except (self._sdk.APIError, json.JSONDecodeError) as exc:
-            error = self._translate(exc)
+            if isinstance(exc, self._sdk.APITimeoutError):
+                raise self._timed_out(seconds, limit) from exc
+            error = translate_sdk_error(exc, self._sdk, repr(self))
             if error is None:  # pragma: no cover - both kinds are translated
                 raise
             raise error from exc
+        except DeadlinePassed:
+            raise self._timed_out(seconds, limit) from None
         # The SDKs decode a reply with json.loads on its bytes, and let these through.
         except UnicodeDecodeError as exc:
             raise LLMResponseError(f"{self!r}: the reply is not valid UTF-8 ({exc})") from exc
@@ -180,15 +211,24 @@ class SDKChat:
         except TypeError as exc:
             raise InvalidInputError(f"{self!r}: the {self.sdk_name} SDK refused the request: {exc}") from exc
 
-    def _try_sync(self, request: dict[str, Any]) -> str:
-        with self._sdk_errors():
-            response = self._endpoint(self._sync)(**request)
+    def _try_sync(self, request: dict[str, Any], deadline: float | None) -> str:
+        seconds, limit = self._budget(deadline)
+        # The SDK's own timeout is per operation; the worker thread and the
+        # clamped reads (see _deadline) bound the try as a whole.
+        sized = {**request, "timeout": seconds}
+        with self._sdk_errors(seconds, limit):
+            response = call_within(lambda: self._endpoint(self._sync)(**sized), seconds)
         return self._read(response)
 
-    async def _try_async(self, request: dict[str, Any]) -> str:
-        with self._sdk_errors():
-            response = await self._endpoint(self._async)(**request)
+    async def _try_async(self, request: dict[str, Any], deadline: float | None) -> str:
+        seconds, limit = self._budget(deadline)
+        sized = {**request, "timeout": seconds}
+        with self._sdk_errors(seconds, limit):
+            response = await await_within(self._endpoint(self._async)(**sized), seconds)
         return self._read(response)
+
+    def _deadline(self) -> float | None:
+        return None if self.total_timeout is None else time.monotonic() + self.total_timeout
 
     def complete(
         self,
@@ -199,13 +239,14 @@ class SDKChat:
         cancel: CancelToken | None = None,
     ) -> str:
         """Send ``messages`` through the sync client, retrying per
-        :attr:`retry`; block until the reply.
+        :attr:`retry`; block until the reply, at most :attr:`timeout` seconds
+        a try and :attr:`total_timeout` in all (by wall clock).
 
         ``cancel`` (e.g. a :class:`threading.Event`), once set, stops the call
         before its next try and cuts a backoff wait short, raising
         :class:`~context_core.LLMCancelledError`; a request already sent runs
-        until it answers or times out (the SDK's blocking call cannot be
-        interrupted). With only an async client this raises
+        until it answers or its try's deadline passes. With only an async
+        client this raises
         :class:`~context_core.LLMError`: the SDK's connection pool belongs to
         one event loop, so it cannot be driven from a fresh one.
         """
@@ -217,7 +258,8 @@ class SDKChat:
             error.attempts = 0  # nothing was sent
             raise error
         request = self._checked_request(messages, max_tokens, temperature)
-        return run_with_retry(lambda: self._try_sync(request), self.retry, cancel)
+        deadline = self._deadline()
+        return run_with_retry(lambda: self._try_sync(request, deadline), self.retry, cancel, deadline)
 
     async def acomplete(
         self,
@@ -227,15 +269,17 @@ class SDKChat:
         temperature: float = DEFAULT_TEMPERATURE,
     ) -> str:
         """Send ``messages`` through the async client, retrying per
-        :attr:`retry`. Cancelling the task ends the request in flight or the
-        backoff wait at once.
+        :attr:`retry`, with the deadlines of :meth:`complete`. Cancelling the
+        task ends the request in flight or the backoff wait at once.
 
         With only a sync client, the call runs in a worker thread
         (:func:`asyncio.to_thread`) so the event loop never blocks; cancelling
         the task then returns at once, and the thread stops before its next
-        try (a request already sent finishes or times out in the background).
+        try (a request already sent ends in the background, at its try's
+        deadline on a connection this adapter opened).
         """
         if self._async is not None:
             request = self._checked_request(messages, max_tokens, temperature)
-            return await arun_with_retry(lambda: self._try_async(request), self.retry)
+            deadline = self._deadline()
+            return await arun_with_retry(lambda: self._try_async(request, deadline), self.retry, deadline)
         return await run_in_thread(self.complete, messages, max_tokens=max_tokens, temperature=temperature)

@@ -23,7 +23,7 @@ from context_core.errors import (
     LLMTimeoutError,
 )
 
-__all__ = ["parse_retry_after", "translate_sdk_error"]
+__all__ = ["parse_retry_after", "timeout_error", "translate_sdk_error"]
 
 
 def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
@@ -57,14 +57,22 @@ def _detail(exc: Exception) -> str:
     return " ".join(str(message).split())[:500]
 
 
+def timeout_error(source: str, seconds: float, limit: str = "timeout") -> LLMTimeoutError:
+    """The error for a try that ran out of time; ``limit`` names the setting
+    that gave it ``seconds`` (``"timeout"`` for a try, ``"total_timeout"``
+    when what was left of the whole call's was shorter)."""
+    return LLMTimeoutError(f"{source}: no answer within {seconds:g} s ({limit})")
+
+
 def translate_sdk_error(
     exc: Exception, sdk: ModuleType, source: str, timeout: float | None = None
 ) -> LLMError | None:
     """The context_core error for an exception the SDK raised, or ``None`` if
     ``exc`` is not one of the SDK's (nor a malformed JSON body)."""
     if isinstance(exc, sdk.APITimeoutError):
-        within = f"within {timeout:g} s" if timeout is not None else "before the timeout"
-        return LLMTimeoutError(f"{source}: no answer {within}")
+        if timeout is None:
+            return LLMTimeoutError(f"{source}: no answer before the timeout")
+        return timeout_error(source, timeout)
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__
         why = f"{type(cause).__name__}: {cause}" if cause is not None else _detail(exc)
