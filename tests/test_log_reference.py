@@ -826,10 +826,11 @@ def test_recovery_cuts_a_record_whose_frame_is_damaged(filled):
 
 def test_a_flipped_index_record(filled):
     flip(filled / "index", 64 + 64 * 2 + 20)
-    with MessageLog.open(filled, readonly=True) as reader:
-        assert len(reader) == 2  # the first invalid slot ends the log
-        with pytest.raises(LogCorruptError, match=rf"index: offset {64 + 64 * 2}:"):
-            reader.verify()
+    # A reader cannot pass the first invalid slot, and must not hide the
+    # intact records after it.
+    with pytest.raises(LogCorruptError, match=rf"index: offset {64 + 64 * 2}: record 2 is damaged") as caught:
+        MessageLog.open(filled, readonly=True)
+    assert (caught.value.file, caught.value.offset) == ("index", 64 + 64 * 2)
     with MessageLog.open(filled) as writer:  # recovery indexes the intact frames again
         assert list(writer) == conversation()
         writer.verify()

@@ -1,5 +1,6 @@
 """Type stubs of the extension module ``context_core._core``."""
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, Union
 
@@ -265,7 +266,7 @@ class _MessageLog:
 
     def __init__(
         self,
-        path: str,
+        path: Union[str, os.PathLike[str]],
         *,
         create: bool = False,
         readonly: bool = False,
@@ -313,4 +314,7 @@ class _MessageLog:
     def _close(self) -> None: ...
     def verify(self) -> None: ...
     @staticmethod
-    def _repair(path: str, lock_timeout: float = 0.0) -> tuple[int, int, int, list[str]]: ...
+    def _repair(
+        path: Union[str, os.PathLike[str]], lock_timeout: float
+    ) -> tuple[int, int, int, list[str]]: ...
+    def _index_fd(self) -> int: ...

@@ -20,6 +20,7 @@ __all__ = [
     "LLMTimeoutError",
     "LogClosedError",
     "LogCorruptError",
+    "LogForkedError",
     "LogIndexError",
     "LogLockedError",
     "LogNotFoundError",
@@ -100,8 +101,17 @@ class OverBudgetError(InvalidInputError):
 class LogCorruptError(ContextCoreError, OSError):
     """A message log's file is damaged (bad magic or version, a checksum that
     does not match, a file shorter than its records say, a file truncated
-    under a reader). The message names the file and the byte offset;
-    ``MessageLog.repair`` salvages every intact record."""
+    under a reader, intact records past a damaged one). The message names
+    the file and the byte offset; ``MessageLog.repair`` salvages every intact
+    record.
+
+    ``file`` (the file's name in the log directory: ``"index"``, ``"data"``,
+    ``"meta"``), ``offset`` (bytes into it) and ``reason`` say the same as
+    fields; they are ``None`` where the error is not about one place."""
+
+    file: str | None = None
+    offset: int | None = None
+    reason: str | None = None
 
 
 class LogLockedError(ContextCoreError, BlockingIOError):
@@ -111,6 +121,17 @@ class LogLockedError(ContextCoreError, BlockingIOError):
 class LogClosedError(ContextCoreError, ValueError):
     """An operation on a message log that was closed (or opened read-only,
     for a write)."""
+
+
+class LogForkedError(LogClosedError):
+    """A write through a message log opened for writing by another process:
+    a handle inherited across ``fork()`` (a forked server worker, a
+    ``multiprocessing`` child). The parent still holds the log; the child
+    may read through the handle, or open the log itself once the parent has
+    closed it. ``opened_by`` and ``process`` are the two process ids."""
+
+    opened_by: int | None = None
+    process: int | None = None
 
 
 class LogNotFoundError(ContextCoreError, FileNotFoundError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,11 @@ class MessageLog(_MessageLog):
         self._path = os.fspath(path)
         self._map: mmap.mmap | None = None
         self._decoded: OrderedDict[int, Any] = OrderedDict()
+        # Guards the decoded cache: threads of one server share a log (the
+        # Rust log has its own lock). A child of a fork makes its own, as the
+        # parent's may have been held by a thread the child does not have.
+        self._lock = threading.Lock()
+        self._lock_pid = os.getpid()
 
     @classmethod
     def open(
@@ -97,7 +103,7 @@ class MessageLog(_MessageLog):
         ``durability``: ``"always"`` (fsync per append), ``"batch"`` (synced
         within 20 ms) or ``"never"`` (on flush and close)."""
         return cls(
-            os.fspath(path),
+            path,
             create=create,
             readonly=readonly,
             encoding=encoding,
@@ -122,9 +128,12 @@ class MessageLog(_MessageLog):
         return self._add_summary(text, first, last, level)
 
     def close(self) -> None:
-        """Flush, write the checkpoint and release the lock; idempotent."""
+        """Flush, write the checkpoint, release the lock and close the files;
+        idempotent. Arrays from :meth:`headers` stay readable (they hold their
+        own map of the index)."""
         self._close()
         self._map = None
+        self._decoded = OrderedDict()
 
     def __enter__(self) -> MessageLog:
         return self
@@ -154,13 +163,25 @@ class MessageLog(_MessageLog):
 
     def headers(self) -> np.ndarray:
         """Every node's header: a read-only structured array (:data:`HEADER_DTYPE`)
-        viewing the mapped index, no copy."""
+        viewing the mapped index, no copy.
+
+        The view reads the file in place, so it holds the log's one promise
+        about its files: only its writer changes them, and it never shrinks
+        one (repair writes new files and renames them in; this view keeps
+        reading the old one). A file truncated from outside while the array
+        lives may fault the process (SIGBUS) when it is read, as with any
+        memory-mapped file; copy it (``headers().copy()``) to keep it past
+        such changes."""
         count = len(self)
         needed = _FILE_HEADER + count * HEADER_DTYPE.itemsize
         if self._map is None or len(self._map) < needed:
-            with open(os.path.join(self._path, "index"), "rb") as index:
-                size = os.fstat(index.fileno()).st_size
-                self._map = mmap.mmap(index.fileno(), size, access=mmap.ACCESS_READ) if size else None
+            # The file the log opened (no link followed), not the path again.
+            fd = self._index_fd()
+            try:
+                size = os.fstat(fd).st_size
+                self._map = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+            finally:
+                os.close(fd)
         if self._map is None:
             return np.zeros(0, dtype=HEADER_DTYPE)
         return np.frombuffer(self._map, dtype=HEADER_DTYPE, count=count, offset=_FILE_HEADER)
@@ -236,20 +257,32 @@ class MessageLog(_MessageLog):
         return out
 
     def _cached(self, seqs: list[int]) -> list[Any]:
-        """Decoded payloads, from the cache where a turn before read them."""
-        cache = self._decoded
-        missing = [seq for seq in seqs if seq not in cache]
-        if missing:
-            for seq, payload in zip(missing, self.read(missing), strict=True):
-                cache[seq] = payload
+        """Decoded payloads, from the cache where a turn before read them.
+        The answer is built before anything is evicted, so a view larger
+        than the cache still comes back whole. (A view holds messages and
+        summaries only, never a ``None`` payload: ``None`` means a miss.)"""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        with self._lock:
+            found = list(map(self._decoded.get, seqs))
+        if None not in found:
+            return found
+        missing = [seq for seq, payload in zip(seqs, found, strict=True) if payload is None]
+        decoded = dict(zip(missing, self.read(missing), strict=True))
+        found = [
+            decoded[seq] if payload is None else payload for seq, payload in zip(seqs, found, strict=True)
+        ]
+        with self._lock:
+            cache = self._decoded
+            cache.update(decoded)
             while len(cache) > DECODED_CACHE:
                 cache.popitem(last=False)
-        return [cache[seq] for seq in seqs]
+        return found
 
     @staticmethod
     def repair(path: str | os.PathLike[str], *, lock_timeout: float = 0.0) -> RepairReport:
         """Rebuild a damaged log from its intact frames (new files, renamed in)."""
-        kept, lost, dropped, problems = _MessageLog._repair(os.fspath(path), lock_timeout)
+        kept, lost, dropped, problems = _MessageLog._repair(path, lock_timeout)
         return RepairReport(kept, lost, dropped, problems)
 
     def __repr__(self) -> str:

@@ -16,6 +16,7 @@ import math
 import operator
 import os
 import secrets
+import stat
 import struct
 import time
 import zlib
@@ -31,6 +32,7 @@ from context_core.errors import (
     InvalidTypeError,
     LogClosedError,
     LogCorruptError,
+    LogForkedError,
     LogIndexError,
     LogLockedError,
     LogNotFoundError,
@@ -83,6 +85,7 @@ MESSAGE, SUMMARY, BRANCH, LOST = 0, 1, 2, 3
 PINNED, CALLS, RESULTS, HAS_TEXT = 1, 2, 4, 8
 CODEC_SHIFT, LEVEL_SHIFT = 4, 6
 RAW, LZ4 = 0, 1
+LZ4_MAX_EXPANSION = 255  # an LZ4 block yields at most 255 bytes per byte it holds
 SUMMARY_PREFIX = {
     3: "Summary of the conversation so far:\n",
     2: "Summary of an earlier part of the conversation:\n",
@@ -107,7 +110,9 @@ def align8(n: int) -> int:
 
 
 def corrupt(path: str, offset: int, what: str) -> LogCorruptError:
-    return LogCorruptError(f"{path}: offset {offset}: {what}")
+    error = LogCorruptError(f"{path}: offset {offset}: {what}")
+    error.file, error.offset, error.reason = os.path.basename(path), offset, what
+    return error
 
 
 @contextlib.contextmanager
@@ -178,8 +183,9 @@ def unpack_node(record: bytes) -> Node | None:
     return Node(*NODE.unpack(body))
 
 
-def node_problem(node: Node, expected_offset: int) -> str | None:
-    """What is wrong with a header whose check matches (a bug, not a torn write)."""
+def node_problem(node: Node, expected_offset: int | None) -> str | None:
+    """What is wrong with a header whose check matches (a bug or a crafted file,
+    not a torn write): refused before a parent link is followed or a length read."""
     if node.parent != NONE and node.parent >= node.seq:
         return f"node {node.seq} has parent {node.parent}, not an earlier node"
     if node.kind > LOST:
@@ -188,10 +194,14 @@ def node_problem(node: Node, expected_offset: int) -> str | None:
         return f"node {node.seq} has unknown codec {node.codec}"
     if node.level not in ((2, 3) if node.kind == SUMMARY else (0,)):
         return f"node {node.seq} has summary level {node.level} for kind {node.kind}"
-    if node.offset != expected_offset:
+    if expected_offset is not None and node.offset != expected_offset:
         return f"node {node.seq} has its frame at {node.offset}, not at {expected_offset}"
+    if node.offset < FILE_HEADER_SIZE or node.offset % 8:
+        return f"node {node.seq} has its frame at {node.offset}"
     if node.codec == RAW and node.stored_len != node.raw_len:
         return f"node {node.seq} is stored raw but its lengths differ"
+    if node.raw_len > LZ4_MAX_EXPANSION * node.stored_len:  # what no LZ4 block decodes to
+        return f"node {node.seq} claims {node.raw_len} bytes from {node.stored_len} stored"
     return None
 
 
@@ -257,8 +267,11 @@ class Checkpoint(NamedTuple):
 def read_checkpoint(path: str, log_id: int) -> Checkpoint | None:
     """The checkpoint in ``meta`` if it is intact (a cache: anything wrong just means no checkpoint)."""
     try:
-        with open(path, "rb") as file:
-            raw = file.read(2 * FILE_HEADER_SIZE)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # never hang on a FIFO
+        try:
+            raw = read_at(fd, 2 * FILE_HEADER_SIZE, 0) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+        finally:
+            os.close(fd)
         parse_file_header(raw, path, META_MAGIC, log_id)
     except (OSError, LogCorruptError):
         return None
@@ -382,7 +395,10 @@ def take_lock(directory: str, timeout: float) -> int:
     """flock(LOCK_EX) on ``<dir>/lock``, polled until ``timeout`` seconds pass."""
     path = os.path.join(directory, "lock")
     with storage(path, "open"):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidInputError(f"{path}: is not a regular file (a log's files are its own)")
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -503,6 +519,10 @@ def check_frame(frame: bytes, node: Node, record: bytes | None) -> tuple[bytes, 
 def read_frame(fd: int, path: str, node: Node, record: bytes) -> bytes:
     """The raw payload of a node, its frame checked against its index record."""
     size, what = FRAME_PREFIX + node.stored_len, f"the frame of node {node.seq}"
+    if problem := node_problem(node, None):
+        raise corrupt(path, node.offset, problem)
+    if node.offset + size > file_size(fd, path):  # never a read sized by a length the file cannot hold
+        raise corrupt(path, node.offset, f"file ends inside {what}")
     with storage(path, "read"):
         frame = read_exact(fd, size, node.offset, path, what)
     raw, where, why = check_frame(frame, node, record)
@@ -565,6 +585,32 @@ def summary_shape_ok(value: dict) -> bool:
     )
 
 
+def intact_frame_in(rest: bytes, base: int) -> tuple[int, int] | None:
+    """(offset, seq) of the first intact frame in ``rest``, the data file's bytes
+    from offset ``base`` (a multiple of 8) on, if any."""
+
+    def read(size: int, offset: int) -> bytes:
+        return rest[offset - base : offset - base + size]
+
+    position = next_frame_magic(rest, 0)
+    while position < len(rest):
+        node, _, _ = frame_at(read, base + position, 0, at_least=True)
+        if node is not None:
+            return base + position, node.seq
+        position = next_frame_magic(rest, position + 8)
+    return None
+
+
+class Tail(NamedTuple):
+    """What follows a log's valid records (``MessageLog._past_the_end``)."""
+
+    kept: int  # records whose frames hold (a writer drops the ones after)
+    cut: bool
+    unindexed: list[tuple[Node, bytes]]  # frames the index missed, with their records
+    torn: bool  # non-zero bytes past all of that
+    stranded: LogCorruptError | None  # an intact record or frame past the damage
+
+
 # -- the log -------------------------------------------------------------------------------
 
 
@@ -607,6 +653,7 @@ class MessageLog:
         self._summary_last: int | None = None
         self._analysis: Analysis | None = None
         self._unsynced, self._last_sync = 0, time.monotonic()
+        self._pid = os.getpid()  # only the process that opened a writer writes through it
         try:
             self._index_fd = open_log_file(self._index_path, readonly)
             self._data_fd = open_log_file(self._data_path, readonly)
@@ -616,7 +663,9 @@ class MessageLog:
                     f"{directory}: the log counts tokens in {self._encoding}, not {encoding}"
                 )
             self._scan_index()
-            if not readonly:
+            if readonly:
+                self._refuse_hidden_damage()
+            else:
                 self._recover()
             self._index_size = file_size(self._index_fd, self._index_path)
             self._data_size = file_size(self._data_fd, self._data_path)
@@ -637,6 +686,9 @@ class MessageLog:
         lock_timeout: float = 0.0,
     ) -> MessageLog:
         directory = log_directory(path)
+        for name, value in (("create", create), ("readonly", readonly)):
+            if not isinstance(value, bool):
+                raise InvalidTypeError(f"{name} must be bool, not {type(value).__name__}")
         if encoding is not None:
             if not isinstance(encoding, str):
                 raise InvalidTypeError(f"encoding must be str or None, not {type(encoding).__name__}")
@@ -723,38 +775,115 @@ class MessageLog:
 
     def _recover(self) -> None:
         """docs/log-format.md, "Recovery": cut records ahead of the data, index the
-        frames behind it, zero the torn tail."""
-        changed = False
-        while self._nodes and not self._frame_holds(len(self._nodes) - 1):
+        frames behind it, zero the torn tail; refuse (changing nothing intact) when
+        intact records or frames lie past the damage."""
+        tail = self._past_the_end(settle=True)
+        if tail.stranded is not None:
+            raise tail.stranded
+        changed = tail.cut or tail.torn or bool(tail.unindexed)
+        if tail.cut:
             forget_checkpoint(self._directory)
-            last_slot = FILE_HEADER_SIZE + len(self._records) - RECORD_SIZE
-            with storage(self._index_path, "write"):
-                write_all(self._index_fd, bytes(RECORD_SIZE), last_slot)
-            self._drop_last()
-            changed = True
-        while True:
-            with storage(self._data_path, "read"):
-                node, frame, _ = frame_at(self._read_data, self._data_end, len(self._nodes))
-            if node is None:
-                break
-            record = frame[8:FRAME_PREFIX]
-            forget_checkpoint(self._directory)
-            with storage(self._index_path, "write"):
-                write_all(self._index_fd, record, FILE_HEADER_SIZE + len(self._records))
+            while len(self._nodes) > tail.kept:
+                self._drop_last()
+        for node, record in tail.unindexed:  # written to the index already
             self._add(node, record)
-            changed = True
         with storage(self._index_path, "zero its torn tail"):
-            changed |= zero_from(self._index_fd, FILE_HEADER_SIZE + len(self._records))
+            zero_from(self._index_fd, FILE_HEADER_SIZE + len(self._records))
         with storage(self._data_path, "zero its torn tail"):
-            changed |= zero_from(self._data_fd, self._data_end)
+            zero_from(self._data_fd, self._data_end)
             if os.fstat(self._data_fd).st_size < self._data_end:  # the last frame lost its padding
                 os.ftruncate(self._data_fd, self._data_end)
                 changed = True
         if changed:
             self._sync()
 
+    def _past_the_end(self, *, settle: bool) -> Tail:
+        """What follows the valid records. ``settle`` (a writer's open) drops the last
+        records whose frames are not intact and writes the records of frames the
+        index missed (neither loses anything intact); readers and ``verify`` change
+        nothing. ``stranded`` is an intact record or frame past all of that."""
+        prefix = len(self._nodes)
+        kept = prefix
+        while settle and kept and not self._frame_holds(kept - 1):
+            kept -= 1
+        position = self._nodes[kept - 1].frame_end if kept else FILE_HEADER_SIZE
+        with storage(self._index_path, "read"):
+            index = read_at(self._index_fd, file_size(self._index_fd, self._index_path), 0)
+
+        def record_at(seq: int) -> bytes:
+            return index[FILE_HEADER_SIZE + seq * RECORD_SIZE : FILE_HEADER_SIZE + (seq + 1) * RECORD_SIZE]
+
+        def valid(seq: int) -> bool:
+            node = unpack_node(record_at(seq))
+            return node is not None and node.seq == seq
+
+        unindexed: list[tuple[Node, bytes]] = []
+        while True:
+            seq = kept + len(unindexed)
+            with storage(self._data_path, "read"):
+                node, frame, _ = frame_at(self._read_data, position, seq)
+            if node is None or (valid(seq) and record_at(seq) != frame[8:FRAME_PREFIX]):
+                break
+            if settle:
+                forget_checkpoint(self._directory)
+                with storage(self._index_path, "write"):
+                    write_all(self._index_fd, frame[8:FRAME_PREFIX], FILE_HEADER_SIZE + seq * RECORD_SIZE)
+            unindexed.append((node, frame[8:FRAME_PREFIX]))
+            position = node.frame_end
+        # Readers stop at the first invalid slot; a writer's open stops past the frames it indexed.
+        visible = kept + len(unindexed) if settle else prefix
+        first = max(prefix, visible)
+        slots = range(first, (len(index) - FILE_HEADER_SIZE) // RECORD_SIZE)
+        stranded_records = [seq for seq in slots if valid(seq)]
+        with storage(self._data_path, "read"):
+            rest = read_at(
+                self._data_fd, max(0, file_size(self._data_fd, self._data_path) - position), position
+            )
+        torn = not all_zero(index[FILE_HEADER_SIZE + first * RECORD_SIZE :]) or not all_zero(rest)
+        stranded = None
+        if stranded_records:
+            later = stranded_records[0]
+            fix = (
+                "opening it for writing indexes them again from their intact frames"
+                if later < kept + len(unindexed)
+                else "nothing intact is cut: run repair to salvage them"
+            )
+            stranded = corrupt(
+                self._index_path,
+                FILE_HEADER_SIZE + prefix * RECORD_SIZE,
+                f"record {prefix} is damaged, yet {len(stranded_records)} later records are intact "
+                f"(the first is record {later}); {fix}",
+            )
+        else:
+            found = intact_frame_in(rest, position)
+            if found is not None:
+                offset, seq = found
+                stranded = corrupt(
+                    self._data_path,
+                    position,
+                    f"no intact frame where the next record's must start, yet the frame of node {seq} "
+                    f"at offset {offset} is intact; nothing intact is cut: run repair to salvage it",
+                )
+        return Tail(kept=kept, cut=kept < prefix, unindexed=unindexed, torn=torn, stranded=stranded)
+
+    def _refuse_hidden_damage(self) -> None:
+        """A reader stops at the first invalid slot, as it must while a writer
+        appends; intact records past it with no writer to blame are damage, not
+        to be hidden. Confirmed under a shared hold of the lock."""
+        if self._past_the_end(settle=False).stranded is None:
+            return
+        with hold_if_no_writer(self._directory) as held:
+            if held:
+                self._scan_index()
+                stranded = self._past_the_end(settle=False).stranded
+                if stranded is not None:
+                    raise stranded
+
     def _read_data(self, size: int, offset: int) -> bytes:
-        return read_at(self._data_fd, size, offset)
+        """Up to ``size`` bytes, never more than the file holds (a crafted length
+        must not size the buffer)."""
+        available = file_size(self._data_fd, self._data_path) - offset
+        return read_at(self._data_fd, max(0, min(size, available)), offset)
 
     def _frame_holds(self, seq: int) -> bool:
         try:
@@ -833,6 +962,13 @@ class MessageLog:
         self._check_open()
         if self._readonly:
             raise LogClosedError(f"{self._directory}: the message log is open read-only")
+        if os.getpid() != self._pid:  # a copy inherited across fork(): the parent still writes
+            error = LogForkedError(
+                f"{self._directory}: opened for writing by process {self._pid}; "
+                f"process {os.getpid()} cannot write through it"
+            )
+            error.opened_by, error.process = self._pid, os.getpid()
+            raise error
         self._refresh()
 
     def _position(self, seq: Any, *, negative: bool = False) -> int:
@@ -967,16 +1103,20 @@ class MessageLog:
                 raise corrupt(self._index_path, where, problem)
             self._value(seq)
             expected_offset = node.frame_end
-        index_end = FILE_HEADER_SIZE + len(self._records)
-        with storage(self._index_path, "read"):
-            stray = first_nonzero(self._index_fd, index_end)
-        if stray is not None:
-            slot = stray - (stray - FILE_HEADER_SIZE) % RECORD_SIZE
-            raise corrupt(self._index_path, slot, "a torn or stray record after the last valid one")
-        with storage(self._data_path, "read"):
-            stray = first_nonzero(self._data_fd, self._data_end)
-        if stray is not None:
-            raise corrupt(self._data_path, stray, "bytes after the last frame")
+        # Past the last record: settled, unless a writer may be appending now.
+        with hold_if_no_writer(self._directory) if self._readonly else contextlib.nullcontext(True) as held:
+            if not held:
+                return
+            tail = self._past_the_end(settle=False)
+            if tail.stranded is not None:
+                raise tail.stranded
+            if tail.torn or tail.unindexed:
+                index_end = FILE_HEADER_SIZE + len(self._records)
+                raise corrupt(
+                    self._index_path,
+                    index_end,
+                    "a torn tail follows the last record (opening the log for writing cuts it)",
+                )
 
     # -- writing -------------------------------------------------------------------------
 
@@ -1206,7 +1346,7 @@ class MessageLog:
         if self._closed:
             return
         try:
-            if not self._readonly:
+            if not self._readonly and os.getpid() == self._pid:  # a forked child leaves the parent's log be
                 self._sync()
                 write_checkpoint(self._directory, self._log_id, self._checkpoint())
         finally:
@@ -1280,8 +1420,15 @@ def repair_locked(directory: str) -> RepairReport:
         records.append(record)
         offset = node.frame_end
     replacement = {"data": b"".join(frames), "index": b"".join(records)}
-    for name, content in replacement.items():
-        write_new_file(os.path.join(directory, name + ".repair"), content, os.O_TRUNC)
+    try:
+        for name, content in replacement.items():
+            write_new_file(os.path.join(directory, name + ".repair"), content, os.O_TRUNC)
+    except BaseException:
+        # Left behind, they would hold the space a full disk lacks and fail the next repair too.
+        for name in replacement:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name + ".repair"))
+        raise
     for name in replacement:  # data first: a crash between the renames leaves two log ids
         with storage(os.path.join(directory, name), "replace"):
             os.replace(os.path.join(directory, name + ".repair"), os.path.join(directory, name))
@@ -1420,12 +1567,40 @@ def log_directory(path: Any) -> str:
 
 
 def open_log_file(path: str, readonly: bool) -> int:
+    """A log file, never through a link, never a FIFO or device in its place
+    (O_NONBLOCK: opening one cannot hang)."""
+    flags = (os.O_RDONLY if readonly else os.O_RDWR) | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        return os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise corrupt(path, 0, "the file is missing (the log has only some of its files)") from None
     except OSError as error:
         raise storage_error(path, "open", error) from error
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidInputError(f"{path}: is not a regular file (a log's files are its own)")
+    os.set_blocking(fd, True)
+    return fd
+
+
+@contextlib.contextmanager
+def hold_if_no_writer(directory: str) -> Iterator[bool]:
+    """A shared hold on the writer lock while no writer has it (yields False while
+    one does): what lies past the last record is then settled, not in flight."""
+    try:
+        fd = os.open(os.path.join(directory, "lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:  # no writer ever opened the log
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def log_exists(directory: str) -> bool:

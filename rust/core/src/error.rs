@@ -49,6 +49,9 @@ pub enum Error {
     LogLocked { path: String },
     /// The message log was closed, or is open read-only for a write.
     LogClosed { reason: &'static str },
+    /// A write through a log handle inherited across `fork()`: only the
+    /// process that opened it may write.
+    LogForked { opened_by: u32, process: u32 },
     /// No message log at the path.
     LogNotFound { path: String },
     /// A sequence number the log does not hold.
@@ -154,6 +157,12 @@ impl fmt::Display for Error {
                  or pass lock_timeout= to wait)"
             ),
             Error::LogClosed { reason } => write!(f, "{reason}"),
+            Error::LogForked { opened_by, process } => write!(
+                f,
+                "this message log was opened for writing by process {opened_by}; process \
+                 {process} (a child of a fork) cannot write through it: open the log anew \
+                 in this process (after the parent closes it), or read it with readonly=True"
+            ),
             Error::LogNotFound { path } => write!(
                 f,
                 "{path}: no message log here (pass create=True to make one)"

@@ -33,6 +33,12 @@ pub trait JsonValue: Sized {
     fn type_name(&self) -> Cow<'_, str>;
     /// The text of a string value.
     fn as_str(&self) -> Option<Cow<'_, str>>;
+    /// [`JsonValue::as_str`] where the text must be the string itself: an
+    /// error if the value had to be changed to be text (a Python `str`
+    /// holding a lone surrogate, which has no UTF-8).
+    fn as_str_exact(&self) -> Result<Option<Cow<'_, str>>> {
+        Ok(self.as_str())
+    }
     /// The JSON literal of a number value (`3`, `1e-05`, `NaN`); an error for
     /// a number that cannot be written out.
     fn number_literal(&self) -> Result<Cow<'_, str>>;
@@ -107,6 +113,7 @@ fn write_compact<J: JsonValue>(
         Kind::Bool(true) => out.push_str("true"),
         Kind::Bool(false) => out.push_str("false"),
         Kind::Number => out.push_str(&value.number_literal()?),
+        Kind::String if exact => write_string(&value.as_str_exact()?.unwrap_or_default(), out),
         Kind::String => write_string(&value.as_str().unwrap_or_default(), out),
         Kind::Array => {
             if exact && !value.is_plain_array() {
@@ -139,7 +146,11 @@ fn write_compact<J: JsonValue>(
                         found: key.type_name().into_owned(),
                     });
                 }
-                let key_text = key_text(&key)?;
+                let key_text = if exact {
+                    key.as_str_exact()?.unwrap_or_default()
+                } else {
+                    key_text(&key)?
+                };
                 write_string(&key_text, out);
                 out.push(':');
                 write_compact(&item, out, depth + 1, exact).map_err(|e| e.within(&key_text))?;
@@ -268,7 +279,8 @@ fn copy<J: JsonValue>(value: &J, text_bytes: &mut usize, depth: usize) -> Option
         Kind::Bool(b) => Json::Bool(b),
         Kind::Number => Json::Number(Cow::Owned(value.number_literal().ok()?.into_owned())),
         Kind::String => {
-            let text = value.as_str()?.into_owned();
+            // Exact: a text Python had to repair is left to the serial path.
+            let text = value.as_str_exact().ok()??.into_owned();
             *text_bytes += text.len();
             Json::String(Cow::Owned(text))
         }

@@ -18,6 +18,7 @@ static OVER_BUDGET: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_CORRUPT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_LOCKED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_CLOSED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static LOG_FORKED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_NOT_FOUND: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_INDEX: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_STORAGE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -33,6 +34,35 @@ fn raise(
         Err(import_error) => PyRuntimeError::new_err(format!(
             "{message} (and {name} could not be imported: {import_error})"
         )),
+    }
+}
+
+/// As [`raise`], with `fields` set on the exception as attributes (what a
+/// caller reads instead of parsing the message).
+fn raise_with(
+    py: Python<'_>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+    message: String,
+    fields: &[(&str, Bound<'_, PyAny>)],
+) -> PyErr {
+    let class = match cell.import(py, "context_core.errors", name) {
+        Ok(class) => class,
+        Err(import_error) => {
+            return PyRuntimeError::new_err(format!(
+                "{message} (and {name} could not be imported: {import_error})"
+            ));
+        }
+    };
+    let made = class.call1((message,)).and_then(|exception| {
+        for (field, value) in fields {
+            exception.setattr(*field, value)?;
+        }
+        Ok(exception)
+    });
+    match made {
+        Ok(exception) => PyErr::from_value(exception),
+        Err(error) => error,
     }
 }
 
@@ -74,9 +104,29 @@ impl From<CoreError> for PyErr {
             Error::OverBudget { .. } => {
                 Python::attach(|py| raise(py, &OVER_BUDGET, "OverBudgetError", message))
             }
-            Error::LogCorrupt { .. } => {
-                Python::attach(|py| raise(py, &LOG_CORRUPT, "LogCorruptError", message))
-            }
+            Error::LogCorrupt {
+                file,
+                offset,
+                reason,
+            } => Python::attach(|py| {
+                let fields = [
+                    ("file", file.into_pyobject(py).map(Bound::into_any)),
+                    ("offset", offset.into_pyobject(py).map(Bound::into_any)),
+                    ("reason", reason.into_pyobject(py).map(Bound::into_any)),
+                ];
+                let fields: Vec<_> = fields
+                    .into_iter()
+                    .filter_map(|(name, value)| Some((name, value.ok()?)))
+                    .collect();
+                raise_with(py, &LOG_CORRUPT, "LogCorruptError", message, &fields)
+            }),
+            Error::LogForked { opened_by, process } => Python::attach(|py| {
+                let fields: Vec<_> = [("opened_by", opened_by), ("process", process)]
+                    .into_iter()
+                    .filter_map(|(name, pid)| Some((name, pid.into_pyobject(py).ok()?.into_any())))
+                    .collect();
+                raise_with(py, &LOG_FORKED, "LogForkedError", message, &fields)
+            }),
             Error::LogLocked { .. } => {
                 Python::attach(|py| raise(py, &LOG_LOCKED, "LogLockedError", message))
             }

@@ -53,6 +53,23 @@ impl JsonValue for PyJson<'_> {
         self.0.cast::<PyString>().ok().map(str_text)
     }
 
+    /// A lone surrogate is refused rather than stored as U+FFFD: a log must
+    /// give back the caller's text, not a repaired copy of it.
+    fn as_str_exact(&self) -> context_core::Result<Option<Cow<'_, str>>> {
+        let Ok(text) = self.0.cast::<PyString>() else {
+            return Ok(None);
+        };
+        match text.to_str() {
+            Ok(text) => Ok(Some(Cow::Borrowed(text))),
+            Err(_) => Err(Error::InvalidValue {
+                path: String::new(),
+                reason: "a string holds a lone surrogate (not valid Unicode), so it cannot be \
+                         stored as it is"
+                    .into(),
+            }),
+        }
+    }
+
     fn is_plain_array(&self) -> bool {
         !self.0.is_instance_of::<PyTuple>()
     }

@@ -10,7 +10,7 @@ use context_core::select::Weights;
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
@@ -146,36 +146,81 @@ fn seq(value: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
         .unwrap_or(if value.lt(0)? { i64::MIN } else { i64::MAX }))
 }
 
+/// The keywords of `MessageLog.open`, read from the dict itself: an explicit
+/// `None` is told from an absent keyword (and refused where it means nothing).
+fn open_options(given: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
+    let mut options = OpenOptions::default();
+    let Some(given) = given else {
+        return Ok(options);
+    };
+    for (key, value) in given.iter() {
+        let key = text(&key, "a keyword")?;
+        match key.as_ref() {
+            "create" => options.create = flag(&value, "create")?,
+            "readonly" => options.readonly = flag(&value, "readonly")?,
+            "encoding" if value.is_none() => options.encoding = None,
+            "encoding" => {
+                options.encoding =
+                    Some(Encoding::from_name(&text(&value, "encoding")?).map_err(CoreError)?);
+            }
+            "durability" => options.durability = durability(&text(&value, "durability")?)?,
+            "lock_timeout" => options.lock_timeout = seconds(&value)?,
+            other => {
+                return Err(invalid_type(format!(
+                    "MessageLog.open() got an unexpected keyword {other:?}"
+                )));
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// A log's directory: a `str` or `os.PathLike` naming one as `str`.
+fn directory(path: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
+    let named = if path.is_instance_of::<PyString>() {
+        path.clone()
+    } else if path.hasattr("__fspath__")? {
+        path.call_method0("__fspath__")?
+    } else {
+        return Err(invalid_type(format!(
+            "path must be str or os.PathLike, not {}",
+            type_name(path)
+        )));
+    };
+    let named = named.cast::<PyString>().map_err(|_| {
+        invalid_type(format!(
+            "path must name a directory as str, not {}",
+            type_name(&named)
+        ))
+    })?;
+    Ok(PathBuf::from(named.to_str()?))
+}
+
+/// `lock_timeout`: seconds >= 0 as an int or float.
+fn seconds(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    let seconds = number(Some(value), "lock_timeout")?
+        .ok_or_else(|| invalid_type("lock_timeout must be a number of seconds, not None"))?;
+    if !(seconds.is_finite() && seconds >= 0.0) {
+        return Err(invalid_input(format!(
+            "lock_timeout must be a number of seconds >= 0, not {seconds}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(seconds.min(1e9)))
+}
+
 // pyo3 hands arguments over by value.
 #[allow(clippy::needless_pass_by_value)]
 #[pymethods]
 impl PyMessageLog {
     #[new]
-    #[pyo3(signature = (path, *, create = false, readonly = false, encoding = None, durability = "batch", lock_timeout = 0.0))]
+    #[pyo3(signature = (path, **options))]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
-        create: bool,
-        readonly: bool,
-        encoding: Option<&str>,
-        durability: &str,
-        lock_timeout: f64,
+        path: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        if !(lock_timeout.is_finite() && lock_timeout >= 0.0) {
-            return Err(invalid_input(format!(
-                "lock_timeout must be a number of seconds >= 0, not {lock_timeout}"
-            )));
-        }
-        let options = OpenOptions {
-            create,
-            readonly,
-            encoding: encoding
-                .map(Encoding::from_name)
-                .transpose()
-                .map_err(CoreError)?,
-            durability: self::durability(durability)?,
-            lock_timeout: Duration::from_secs_f64(lock_timeout.min(1e9)),
-        };
+        let path = directory(path)?;
+        let options = open_options(options)?;
         // Waiting for the lock must not hold up other Python threads.
         let log = py
             .detach(|| MessageLog::open(&path, &options))
@@ -414,13 +459,14 @@ impl PyMessageLog {
 
     /// `(kept, lost, dropped_bytes, problems)`.
     #[staticmethod]
-    #[pyo3(name = "_repair", signature = (path, lock_timeout = 0.0))]
+    #[pyo3(name = "_repair", signature = (path, lock_timeout))]
     fn repair(
         py: Python<'_>,
-        path: PathBuf,
-        lock_timeout: f64,
+        path: &Bound<'_, PyAny>,
+        lock_timeout: &Bound<'_, PyAny>,
     ) -> PyResult<(u64, u64, u64, Vec<String>)> {
-        let timeout = Duration::from_secs_f64(lock_timeout.clamp(0.0, 1e9));
+        let path = directory(path)?;
+        let timeout = seconds(lock_timeout)?;
         let report = py
             .detach(|| MessageLog::repair(&path, timeout))
             .map_err(CoreError)?;
@@ -430,5 +476,24 @@ impl PyMessageLog {
             report.dropped_bytes,
             report.problems,
         ))
+    }
+
+    /// A new descriptor of the index file this log opened (the caller
+    /// closes it): `headers()` maps the same file, never one a link or a
+    /// rename has put at the path since.
+    #[pyo3(name = "_index_fd")]
+    fn index_fd(&self) -> PyResult<i32> {
+        use std::os::fd::IntoRawFd;
+        let mut log = self.log();
+        let path = log.path().join("index").display().to_string();
+        let file = log.index_file().map_err(CoreError)?;
+        let copy = file.try_clone().map_err(|e| {
+            CoreError(context_core::Error::Storage {
+                path,
+                action: "duplicate",
+                message: e.to_string(),
+            })
+        })?;
+        Ok(copy.into_raw_fd())
     }
 }

@@ -17,10 +17,18 @@ pub fn storage(path: &Path, action: &'static str, error: &std::io::Error) -> Err
     }
 }
 
-/// A log file with its path, for error messages.
+/// A log file with its path, for error messages. `close` shuts the file
+/// itself (not only the log's use of it); every call after that is an error.
 pub struct LogFile {
-    pub file: File,
+    file: Option<File>,
     pub path: PathBuf,
+}
+
+/// The flags every log file is opened with: never follow a link somewhere
+/// else (a log's files are its own), and never block in `open(2)` on a FIFO
+/// put in a file's place (it is refused just after, as not a regular file).
+fn open_flags() -> i32 {
+    (rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32
 }
 
 impl LogFile {
@@ -32,8 +40,7 @@ impl LogFile {
             .write(write)
             .create(create && write)
             .mode(0o600)
-            // A log's files are its own: never follow a link somewhere else.
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .custom_flags(open_flags())
             .open(&path)
             .map_err(|e| match e.kind() {
                 ErrorKind::NotFound => Error::LogNotFound {
@@ -41,7 +48,37 @@ impl LogFile {
                 },
                 _ => storage(&path, "open", &e),
             })?;
-        Ok(Self { file, path })
+        let regular = file
+            .metadata()
+            .map_err(|e| storage(&path, "stat", &e))?
+            .file_type()
+            .is_file();
+        if !regular {
+            return Err(Error::InvalidValue {
+                path: path.display().to_string(),
+                reason: "is not a regular file (a log's files are its own)".into(),
+            });
+        }
+        // O_NONBLOCK has no effect on a regular file; cleared all the same,
+        // so the descriptor behaves as any other.
+        rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::empty())
+            .map_err(|e| storage(&path, "open", &e.into()))?;
+        Ok(Self {
+            file: Some(file),
+            path,
+        })
+    }
+
+    /// A stand-in for a file that was closed.
+    pub fn closed(path: PathBuf) -> Self {
+        Self { file: None, path }
+    }
+
+    /// The open file, or why there is none.
+    pub fn handle(&self) -> Result<&File> {
+        self.file.as_ref().ok_or(Error::LogClosed {
+            reason: "the message log is closed",
+        })
     }
 
     pub fn name(&self) -> String {
@@ -51,7 +88,7 @@ impl LogFile {
     }
 
     pub fn len(&self) -> Result<u64> {
-        self.file
+        self.handle()?
             .metadata()
             .map(|m| m.len())
             .map_err(|e| storage(&self.path, "stat", &e))
@@ -60,7 +97,7 @@ impl LogFile {
     /// Exactly `buf.len()` bytes at `offset`, or a corruption error when the
     /// file ends first.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.file.read_exact_at(buf, offset).map_err(|e| {
+        self.handle()?.read_exact_at(buf, offset).map_err(|e| {
             if e.kind() == ErrorKind::UnexpectedEof {
                 Error::LogCorrupt {
                     file: self.name(),
@@ -75,9 +112,10 @@ impl LogFile {
 
     /// Up to `buf.len()` bytes at `offset`: how many there were.
     pub fn read_at_most(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let file = self.handle()?;
         let mut done = 0;
         while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -88,13 +126,13 @@ impl LogFile {
     }
 
     pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.file
+        self.handle()?
             .write_all_at(buf, offset)
             .map_err(|e| storage(&self.path, "write", &e))
     }
 
     pub fn sync(&self) -> Result<()> {
-        self.file
+        self.handle()?
             .sync_data()
             .map_err(|e| storage(&self.path, "sync", &e))
     }
@@ -106,16 +144,16 @@ impl LogFile {
         if len <= current {
             return Ok(());
         }
+        let file = self.handle()?;
         match rustix::fs::fallocate(
-            &self.file,
+            file,
             rustix::fs::FallocateFlags::empty(),
             current,
             len - current,
         ) {
             Ok(()) => Ok(()),
             // A file system without fallocate: extend it (sparse) instead.
-            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => self
-                .file
+            Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => file
                 .set_len(len)
                 .map_err(|e| storage(&self.path, "extend", &e)),
             Err(e) => Err(storage(&self.path, "reserve space in", &e.into())),
@@ -158,11 +196,14 @@ pub fn ensure_dir(dir: &Path, create: bool) -> Result<()> {
 /// Take the writer lock (`flock(LOCK_EX)` on `dir/lock`), retrying until `timeout`.
 pub fn lock_writer(dir: &Path, timeout: Duration) -> Result<File> {
     let lock = LogFile::open(dir, "lock", true, true)?;
-    let deadline = Instant::now() + timeout;
+    let file = lock.handle()?;
+    let deadline = Instant::now().checked_add(timeout);
     loop {
-        match lock.file.try_lock() {
-            Ok(()) => return Ok(lock.file),
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock)
+                if deadline.is_none_or(|d| Instant::now() < d) =>
+            {
                 std::thread::sleep(Duration::from_millis(5));
             }
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -173,6 +214,64 @@ pub fn lock_writer(dir: &Path, timeout: Duration) -> Result<File> {
             Err(std::fs::TryLockError::Error(e)) => return Err(storage(&lock.path, "lock", &e)),
         }
     }
+    Ok(lock.file.expect("just opened"))
+}
+
+/// A shared hold on the writer lock (none to hold if no writer ever made
+/// the lock file): while it lasts, no writer can start.
+pub struct Hold {
+    _lock: Option<File>,
+}
+
+/// A [`Hold`] if no writer has the log (`None` while one does): what lies
+/// past its last record is then settled, not an append in flight. Readers
+/// take it only to confirm damage they found, so a writer's open is not
+/// held up in the ordinary case.
+pub fn hold_if_no_writer(dir: &Path) -> Result<Option<Hold>> {
+    let lock = match LogFile::open(dir, "lock", false, false) {
+        Ok(lock) => lock,
+        Err(Error::LogNotFound { .. }) => return Ok(Some(Hold { _lock: None })),
+        Err(other) => return Err(other),
+    };
+    match lock.handle()?.try_lock_shared() {
+        Ok(()) => Ok(Some(Hold { _lock: lock.file })),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(storage(&lock.path, "lock", &e)),
+    }
+}
+
+/// The stretches of `file` at or after `from` that may hold bytes, as
+/// `(start, end)`, skipping the holes the file system knows of (space
+/// reserved by `fallocate` and never written reads as zeros and is one):
+/// what follows a log's last record is read without reading the reserve.
+pub fn data_regions(file: &LogFile, from: u64) -> Result<Vec<(u64, u64)>> {
+    use rustix::fs::{SeekFrom, seek};
+    let handle = file.handle()?;
+    let len = file.len()?;
+    let mut regions = Vec::new();
+    let mut at = from;
+    while at < len {
+        let start = match seek(handle, SeekFrom::Data(at)) {
+            Ok(start) => start,
+            // Nothing but holes from here on.
+            Err(rustix::io::Errno::NXIO) => break,
+            // A file system without SEEK_DATA: everything may hold bytes.
+            Err(_) => {
+                regions.push((at, len));
+                break;
+            }
+        };
+        let end = match seek(handle, SeekFrom::Hole(start)) {
+            Ok(end) => end.min(len),
+            Err(_) => len,
+        };
+        if end <= start {
+            break;
+        }
+        regions.push((start.max(from), end));
+        at = end;
+    }
+    Ok(regions)
 }
 
 /// Write `bytes` to `dir/name` atomically: a temporary file, synced, renamed
@@ -180,24 +279,33 @@ pub fn lock_writer(dir: &Path, timeout: Duration) -> Result<File> {
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let target = dir.join(name);
-    {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .open(&tmp)
-            .map_err(|e| storage(&tmp, "create", &e))?;
-        file.write_all_at(bytes, 0)
-            .map_err(|e| storage(&tmp, "write", &e))?;
-        if durable {
-            file.sync_all().map_err(|e| storage(&tmp, "sync", &e))?;
-        }
+    let written = write_new(&tmp, bytes, durable)
+        .and_then(|()| std::fs::rename(&tmp, &target).map_err(|e| storage(&target, "replace", &e)));
+    if let Err(error) = written {
+        // A temporary left behind would hold the space a full disk lacks,
+        // and make the next try fail the same way.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(error);
     }
-    std::fs::rename(&tmp, &target).map_err(|e| storage(&target, "replace", &e))?;
     if durable {
         sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+fn write_new(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(open_flags())
+        .open(path)
+        .map_err(|e| storage(path, "create", &e))?;
+    file.write_all_at(bytes, 0)
+        .map_err(|e| storage(path, "write", &e))?;
+    if durable {
+        file.sync_all().map_err(|e| storage(path, "sync", &e))?;
     }
     Ok(())
 }

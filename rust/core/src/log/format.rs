@@ -29,6 +29,8 @@ const LEVEL_SHIFT: u8 = 6;
 
 pub const CODEC_RAW: u8 = 0;
 pub const CODEC_LZ4: u8 = 1;
+/// The most bytes an LZ4 block decodes to per byte it holds.
+pub const LZ4_MAX_EXPANSION: u64 = 255;
 
 pub fn crc(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
@@ -198,7 +200,61 @@ impl Node {
     }
 
     pub fn frame_end(&self) -> u64 {
-        self.offset + self.frame_len()
+        self.offset.saturating_add(self.frame_len())
+    }
+
+    /// What is wrong with a header whose check matches: only a bug or a
+    /// crafted file makes one, and every reader must refuse it before it
+    /// follows a parent link or sizes a buffer by a length. `offset` is
+    /// where the frame must start (the end of the one before), if known.
+    pub fn problem(&self, offset: Option<u64>) -> Option<String> {
+        let seq = self.seq;
+        if self.parent != NONE && self.parent >= seq {
+            return Some(format!(
+                "node {seq} names parent {}, not an earlier node",
+                self.parent
+            ));
+        }
+        if self.kind > KIND_LOST {
+            return Some(format!("node {seq} has unknown kind {}", self.kind));
+        }
+        if self.codec() > CODEC_LZ4 {
+            return Some(format!("node {seq} has unknown codec {}", self.codec()));
+        }
+        let levels: &[u8] = if self.kind == KIND_SUMMARY {
+            &[2, 3]
+        } else {
+            &[0]
+        };
+        if !levels.contains(&self.level()) {
+            return Some(format!(
+                "node {seq} has summary level {} for kind {}",
+                self.level(),
+                self.kind
+            ));
+        }
+        if let Some(expected) = offset.filter(|&o| o != self.offset) {
+            return Some(format!(
+                "node {seq} has its frame at byte {}, not at {expected}",
+                self.offset
+            ));
+        }
+        if self.offset < FILE_HEADER_LEN as u64 || !self.offset.is_multiple_of(8) {
+            return Some(format!("node {seq} has its frame at byte {}", self.offset));
+        }
+        if self.codec() == CODEC_RAW && self.stored_len != self.raw_len {
+            return Some(format!("node {seq} is stored raw but its lengths differ"));
+        }
+        // An LZ4 block yields at most 255 bytes per byte it holds (each
+        // length byte of 255 adds 255): a larger raw_len cannot be true, and
+        // would size the buffer it decodes into.
+        if u64::from(self.raw_len) > u64::from(self.stored_len) * LZ4_MAX_EXPANSION {
+            return Some(format!(
+                "node {seq} claims {} bytes from {} stored",
+                self.raw_len, self.stored_len
+            ));
+        }
+        None
     }
 
     /// `f"{round(timestamp * 1e6):x}-{hash:08x}"`.

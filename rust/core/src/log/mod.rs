@@ -5,9 +5,11 @@
 
 mod codec;
 mod files;
+mod fork;
 mod format;
 mod mapped;
 mod recover;
+mod repair;
 mod sync;
 mod window;
 
@@ -20,7 +22,7 @@ pub use format::{
     CODEC_LZ4, CODEC_RAW, FLAG_CALLS, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, KIND_BRANCH,
     KIND_LOST, KIND_MESSAGE, KIND_SUMMARY, NONE, Node, RECORD_LEN,
 };
-pub use recover::RepairReport;
+pub use repair::RepairReport;
 pub use window::{SEGMENTS_KEPT, ViewPart, Window};
 
 use crate::encoding::Encoding;
@@ -142,6 +144,8 @@ pub struct MessageLog {
     syncer: Option<Syncer>,
     readonly: bool,
     closed: bool,
+    /// The process that opened the log (only it may write).
+    origin: fork::Origin,
     decay_powers: window::DecayPowers,
     /// Leading records that form one chain (see `extend_linear`).
     linear_len: u64,
@@ -212,6 +216,7 @@ impl MessageLog {
             syncer: None,
             readonly: options.readonly,
             closed: false,
+            origin: fork::Origin::here(),
             decay_powers: window::DecayPowers::default(),
             linear_len: 0,
             scratch_keys: Vec::new(),
@@ -262,33 +267,35 @@ impl MessageLog {
         })
     }
 
-    /// Find the committed records (repairing first when writing) and the head.
+    /// Find the committed records (settling a torn tail first when writing)
+    /// and the head.
     fn load(&mut self) -> Result<()> {
         self.index_len = self.index.len()?;
         self.data_len = self.data.len()?;
         self.remap()?;
-        let checkpoint = self.read_checkpoint();
-        let start = checkpoint
-            .filter(|c| c.count <= self.slots() && (c.count == 0 || self.valid(c.count - 1)))
-            .map_or(0, |c| c.count);
+        let checkpoint = self.read_checkpoint().filter(|c| self.checkpoint_fits(c));
+        let start = checkpoint.map_or(0, |c| c.count);
         self.count = start;
-        self.scan_new_records();
-        if !self.readonly {
-            recover::recover(self)?;
-        }
-        self.data_end = if self.count == 0 {
-            FILE_HEADER_LEN as u64
+        self.data_end = self.frame_end_of_last()?;
+        self.scan_new_records()?;
+        if self.readonly {
+            self.look_past_the_end()?;
         } else {
-            self.node(self.count - 1)?.frame_end()
-        };
+            let tail = recover::examine(self, recover::Mode::Settle)?;
+            if let Some(damage) = tail.stranded {
+                return Err(damage);
+            }
+            self.count = tail.count;
+        }
+        self.data_end = self.frame_end_of_last()?;
         let (mut position, replay_from) = match checkpoint {
-            Some(c) if c.count == start && start <= self.count => (
+            Some(c) if c.count <= self.count => (
                 Position {
                     head: c.head,
                     summary: c.summary,
                     summary_last: c.summary_last,
                 },
-                start,
+                c.count,
             ),
             _ => (Position::EMPTY, 0),
         };
@@ -300,6 +307,55 @@ impl MessageLog {
             self.write_checkpoint()?;
         }
         Ok(())
+    }
+
+    /// A reader stops at the first invalid slot, as it must while a writer
+    /// appends; but intact records past it, with no writer to blame, are
+    /// damage it must not hide. Confirmed under a shared hold of the lock, so
+    /// no writer starts meanwhile.
+    fn look_past_the_end(&mut self) -> Result<()> {
+        if recover::examine(self, recover::Mode::Look)?
+            .stranded
+            .is_none()
+        {
+            return Ok(());
+        }
+        let Some(_hold) = files::hold_if_no_writer(&self.dir)? else {
+            return Ok(()); // a writer is appending: what follows is in flight
+        };
+        self.scan_new_records()?;
+        match recover::examine(self, recover::Mode::Look)?.stranded {
+            Some(damage) => Err(damage),
+            None => Ok(()),
+        }
+    }
+
+    /// The end of the last record's frame (the data file's header if none).
+    fn frame_end_of_last(&self) -> Result<u64> {
+        Ok(match self.count {
+            0 => FILE_HEADER_LEN as u64,
+            n => self.node(n - 1)?.frame_end(),
+        })
+    }
+
+    /// Whether a checkpoint can describe these files; a stale or crafted
+    /// one is only a cache miss (every record is replayed).
+    fn checkpoint_fits(&self, c: &Checkpoint) -> bool {
+        let node = |seq: u64| {
+            (seq < c.count && seq < self.slots())
+                .then(|| Node::decode(self.slot_bytes(seq), seq))
+                .flatten()
+        };
+        let Some(last) = c.count.checked_sub(1) else {
+            return c.head == NONE && c.summary == NONE && c.data_end == FILE_HEADER_LEN as u64;
+        };
+        let Some(last) = node(last) else {
+            return false;
+        };
+        let head_fits = node(c.head).is_some_and(|n| n.kind != KIND_BRANCH && n.kind != KIND_LOST);
+        let summary_fits =
+            c.summary == NONE || node(c.summary).is_some_and(|n| n.kind == KIND_SUMMARY);
+        last.frame_end() == c.data_end && head_fits && summary_fits
     }
 
     fn read_checkpoint(&self) -> Option<Checkpoint> {
@@ -347,26 +403,39 @@ impl MessageLog {
         &self.map.bytes()[at..at + RECORD_LEN]
     }
 
-    fn valid(&self, seq: u64) -> bool {
-        seq < self.slots() && Node::decode(self.slot_bytes(seq), seq).is_some()
-    }
-
     /// Extend `count` over records committed since it was last looked at.
-    fn scan_new_records(&mut self) {
+    /// Each is checked whole before it counts: a record whose check matches
+    /// but whose fields cannot be (a parent that is not earlier, a frame
+    /// that does not follow the last one, lengths the format cannot hold) is
+    /// damage, refused before any parent link is followed or buffer sized.
+    fn scan_new_records(&mut self) -> Result<()> {
         let slots = self.slots();
         while self.count < slots {
             // Copied out first: a writer may be filling this slot right now.
-            let mut record = [0u8; RECORD_LEN];
-            record.copy_from_slice(self.slot_bytes(self.count));
-            if Node::decode(&record, self.count).is_none() {
+            let record = self.slot_copy(self.count).expect("a slot inside the map");
+            let Some(node) = Node::decode(&record, self.count) else {
                 break;
+            };
+            if let Some(problem) = node.problem(Some(self.data_end)) {
+                return Err(Error::LogCorrupt {
+                    file: self.index.name(),
+                    offset: (FILE_HEADER_LEN + self.count as usize * RECORD_LEN) as u64,
+                    reason: problem,
+                });
             }
+            self.data_end = node.frame_end();
             self.count += 1;
         }
+        Ok(())
+    }
+
+    /// A copy of index slot `seq`, if the map holds it.
+    fn slot_copy(&self, seq: u64) -> Option<[u8; RECORD_LEN]> {
+        (seq < self.slots()).then(|| self.slot_bytes(seq).try_into().expect("64 bytes"))
     }
 
     fn remap(&mut self) -> Result<()> {
-        self.map = Mapped::map(&self.index.file, self.index_len)
+        self.map = Mapped::map(self.index.handle()?, self.index_len)
             .map_err(|e| files::storage(&self.index.path, "map", &e))?;
         Ok(())
     }
@@ -409,16 +478,14 @@ impl MessageLog {
             self.remap()?;
         }
         let before = self.count;
-        self.scan_new_records();
-        if self.count > before {
-            let mut position = self.position;
-            for seq in before..self.count {
-                position = self.advance(position, &self.node(seq)?)?;
-            }
-            self.position = position;
-            self.data_end = self.node(self.count - 1)?.frame_end();
+        // The records before a damaged one still count, and move the head.
+        let scanned = self.scan_new_records();
+        let mut position = self.position;
+        for seq in before..self.count {
+            position = self.advance(position, &self.node(seq)?)?;
         }
-        Ok(())
+        self.position = position;
+        scanned
     }
 
     /// The position after node `node` was appended.
@@ -450,11 +517,24 @@ impl MessageLog {
                     summary_last: self.summary_covers(&node)?.1,
                 });
             }
-            seq = node.parent;
+            seq = self.parent_of(&node)?;
         }
         Ok(Position {
             head,
             ..Position::EMPTY
+        })
+    }
+
+    /// A node's parent, refused unless it is earlier: every walk toward the
+    /// root then ends, whatever a damaged or crafted record says.
+    fn parent_of(&self, node: &Node) -> Result<u64> {
+        if node.parent == NONE || node.parent < node.seq {
+            return Ok(node.parent);
+        }
+        Err(Error::LogCorrupt {
+            file: self.index.name(),
+            offset: (FILE_HEADER_LEN + node.seq as usize * RECORD_LEN + 8) as u64,
+            reason: format!("node {} names a later parent {}", node.seq, node.parent),
         })
     }
 
@@ -534,15 +614,30 @@ impl MessageLog {
             .collect()
     }
 
-    /// A node's payload, checked against its frame and hash.
+    /// A node's payload, checked against its frame and hash. Nothing is
+    /// sized by the header before the header is checked against the format
+    /// and the frame against the data file's length.
     fn payload_of(&self, node: &Node) -> Result<Vec<u8>> {
-        let mut frame = vec![0u8; FRAME_PREFIX + node.stored_len as usize];
-        self.data.read_exact_at(&mut frame, node.offset)?;
         let corrupt = |offset: u64, reason: &str| Error::LogCorrupt {
             file: self.data.name(),
             offset,
             reason: format!("node {}: {reason}", node.seq),
         };
+        if let Some(problem) = node.problem(None) {
+            return Err(corrupt(node.offset, &problem));
+        }
+        let frame_len = FRAME_PREFIX as u64 + u64::from(node.stored_len);
+        if node.offset.saturating_add(frame_len) > self.data_len {
+            return Err(corrupt(
+                node.offset,
+                &format!(
+                    "a frame of {frame_len} bytes past the end of the file ({} bytes)",
+                    self.data_len
+                ),
+            ));
+        }
+        let mut frame = vec![0u8; frame_len as usize];
+        self.data.read_exact_at(&mut frame, node.offset)?;
         if &frame[..8] != FRAME_MAGIC {
             return Err(corrupt(node.offset, "no frame where the index points"));
         }
@@ -572,6 +667,12 @@ impl MessageLog {
 
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// The index file this log opened (for a second, read-only map of it).
+    pub fn index_file(&mut self) -> Result<&std::fs::File> {
+        self.refresh()?;
+        self.index.handle()
     }
 
     pub fn encoding(&self) -> Encoding {
@@ -634,12 +735,75 @@ impl MessageLog {
         Ok(path)
     }
 
-    /// Every record and frame checked; the first problem as an error.
+    /// The file headers, every record and frame, and what follows the last
+    /// record (nothing, or an append in flight while a writer has the log):
+    /// the first problem as an error.
     pub fn verify(&mut self) -> Result<()> {
         self.refresh()?;
-        for seq in 0..self.count {
+        let log_id = self.log_id;
+        if self.read_file_headers()? != self.encoding() || self.log_id != log_id {
+            self.log_id = log_id;
+            return Err(Error::LogCorrupt {
+                file: self.index.name(),
+                offset: 16,
+                reason: "the file header changed since the log was opened".into(),
+            });
+        }
+        self.verify_records(0)?;
+        // A reader cannot judge the bytes past the end while a writer may be
+        // writing them; without one (or for the writer itself) they are settled.
+        let _hold = if self.readonly {
+            match files::hold_if_no_writer(&self.dir)? {
+                Some(hold) => Some(hold),
+                None => return Ok(()),
+            }
+        } else {
+            None
+        };
+        let checked = self.count;
+        self.refresh()?;
+        self.verify_records(checked)?;
+        let tail = recover::examine(self, recover::Mode::Look)?;
+        if let Some(damage) = tail.stranded {
+            return Err(damage);
+        }
+        if tail.torn || tail.unindexed > 0 {
+            let index_end = (FILE_HEADER_LEN + self.count as usize * RECORD_LEN) as u64;
+            return Err(Error::LogCorrupt {
+                file: self.index.name(),
+                offset: index_end,
+                reason: format!(
+                    "a torn tail follows the last record{} (opening the log for writing cuts it)",
+                    if tail.unindexed > 0 {
+                        format!(
+                            ", with frames of {} records the index lacks",
+                            tail.unindexed
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn verify_records(&self, from: u64) -> Result<()> {
+        let mut expected = match from {
+            0 => FILE_HEADER_LEN as u64,
+            n => self.node(n - 1)?.frame_end(),
+        };
+        for seq in from..self.count {
             let node = self.node(seq)?;
+            if let Some(problem) = node.problem(Some(expected)) {
+                return Err(Error::LogCorrupt {
+                    file: self.index.name(),
+                    offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN) as u64,
+                    reason: problem,
+                });
+            }
             self.payload_of(&node)?;
+            expected = node.frame_end();
         }
         Ok(())
     }
@@ -662,6 +826,15 @@ impl MessageLog {
         if self.readonly {
             return Err(Error::LogClosed {
                 reason: "the message log is open read-only",
+            });
+        }
+        // A writer inherited across fork() shares the parent's lock and
+        // would append from its own idea of the end, over the parent's
+        // records: only the process that opened it writes.
+        if self.forked() {
+            return Err(Error::LogForked {
+                opened_by: self.origin.pid(),
+                process: std::process::id(),
             });
         }
         Ok(())
@@ -999,31 +1172,52 @@ impl MessageLog {
         Ok(())
     }
 
-    /// Flush, write the checkpoint, release the lock. Idempotent.
+    /// Flush, write the checkpoint, release the lock and close the files.
+    /// Idempotent. In a child of a fork the parent's writer is left alone:
+    /// nothing is written and its sync thread (which the child does not
+    /// have) is not waited for.
     pub fn close(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
         }
-        if let Some(syncer) = self.syncer.take() {
-            syncer.stop();
-        }
-        let result = if self.readonly {
+        let forked = self.forked();
+        let syncer = self.syncer.take();
+        let result = if forked {
+            // The thread lives in the parent only: forget its handle.
+            std::mem::forget(syncer);
             Ok(())
         } else {
-            self.data
-                .sync()
-                .and_then(|()| self.index.sync())
-                .and_then(|()| self.write_checkpoint())
+            if let Some(syncer) = syncer {
+                syncer.stop();
+            }
+            if self.readonly {
+                Ok(())
+            } else {
+                self.data
+                    .sync()
+                    .and_then(|()| self.index.sync())
+                    .and_then(|()| self.write_checkpoint())
+            }
         };
         self.closed = true;
         self.map = Mapped::empty();
+        // Closing the child's copies of the descriptors leaves the parent's
+        // lock held: a flock belongs to the open file, which the parent shares.
         self.lock = None;
+        self.index = Arc::new(LogFile::closed(self.index.path.clone()));
+        self.data = Arc::new(LogFile::closed(self.data.path.clone()));
         result
+    }
+
+    /// Whether this handle was opened by another process: a copy inherited
+    /// across `fork()`.
+    fn forked(&self) -> bool {
+        self.origin.is_elsewhere()
     }
 
     /// Rebuild a damaged log from its intact frames (takes the writer lock).
     pub fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport> {
-        recover::repair(dir, lock_timeout)
+        repair::repair(dir, lock_timeout)
     }
 }
 

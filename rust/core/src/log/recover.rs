@@ -1,288 +1,295 @@
-//! After a crash: cut a torn tail, re-index frames the index missed, zero
-//! stray bytes. And `repair`: rebuild a damaged log from its intact frames.
+//! What follows the last committed record: settled when a writer opens,
+//! looked at when a reader opens or a log is verified.
+//!
+//! A crash leaves a torn tail: a frame or record written only in part,
+//! frames the index had not caught up with, records whose frames never
+//! reached the disk. A writer cuts the first, indexes the second and drops
+//! the third; none of it holds an intact acknowledged record. Damage in the
+//! middle of a log is another thing: an intact record or frame past the
+//! first bad one. Nothing intact is ever cut for it. Opening refuses the log
+//! with [`Error::LogCorrupt`] naming the damage, and `repair` salvages every
+//! intact frame.
 
-use std::path::Path;
-use std::time::Duration;
+use std::ops::ControlFlow;
 
+use super::files::{self, LogFile};
 use super::format::{
-    DATA_MAGIC, FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, FileHeader, INDEX_MAGIC, KIND_LOST,
-    NONE, Node, RECORD_LEN, align8, crc,
+    FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, Node, RECORD_LEN, crc, record_is_valid,
 };
-use super::{MessageLog, codec, files};
+use super::{MessageLog, codec};
 use crate::error::{Error, Result};
 
-/// What `repair` kept and what it could not.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RepairReport {
-    /// Records intact and kept.
-    pub kept: u64,
-    /// Records lost (each left as a placeholder node, so later seqs keep their numbers).
-    pub lost: u64,
-    /// Bytes written to the data file (up to its last non-zero byte, rounded
-    /// up to 8) that no intact frame holds.
-    pub dropped_bytes: u64,
-    /// Each problem found, naming the file and offset.
-    pub problems: Vec<String>,
+/// Bytes read at a time while looking past the last record.
+const CHUNK: usize = 1 << 20;
+
+/// Whether opening may change the files.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// A writer's open: cut the torn tail, index the frames the index missed.
+    Settle,
+    /// A reader's open, or `verify`: change nothing.
+    Look,
 }
 
-/// A frame read back whole: its node and stored payload, if intact.
-fn read_frame(
-    data: &files::LogFile,
+/// What follows the committed records.
+pub(super) struct Tail {
+    /// Records kept, with the frames the index missed (written under `Settle`).
+    pub count: u64,
+    /// Frames the index missed (indexed under `Settle`).
+    pub unindexed: u64,
+    /// Non-zero bytes past the records and frames above, in the index and
+    /// in data: a torn tail, zeroed under `Settle`.
+    pub torn: bool,
+    /// Intact records or frames past the damage: the log must be repaired.
+    pub stranded: Option<Error>,
+}
+
+/// A frame read back whole at `offset` (of node `expected_seq`, if given):
+/// its node and stored payload, if intact. No length is trusted before it
+/// is bounded by the file and the format.
+pub(super) fn read_frame(
+    data: &LogFile,
     offset: u64,
     expected_seq: Option<u64>,
-) -> Option<(Node, Vec<u8>)> {
+) -> Result<Option<(Node, Vec<u8>)>> {
     let mut prefix = [0u8; FRAME_PREFIX];
-    if data.read_at_most(&mut prefix, offset).ok()? < FRAME_PREFIX || &prefix[..8] != FRAME_MAGIC {
-        return None;
+    if data.read_at_most(&mut prefix, offset)? < FRAME_PREFIX || &prefix[..8] != FRAME_MAGIC {
+        return Ok(None);
     }
-    let seq = u64::from_le_bytes(prefix[8..16].try_into().ok()?);
+    let seq = u64::from_le_bytes(prefix[8..16].try_into().expect("8 bytes"));
     if expected_seq.is_some_and(|e| e != seq) {
-        return None;
+        return Ok(None);
     }
-    let node = Node::decode(&prefix[8..], seq)?;
-    if node.offset != offset {
-        return None;
+    let Some(node) = Node::decode(&prefix[8..], seq).filter(|n| n.problem(Some(offset)).is_none())
+    else {
+        return Ok(None);
+    };
+    let end = offset + FRAME_PREFIX as u64 + u64::from(node.stored_len);
+    if end > data.len()? {
+        return Ok(None);
     }
     let mut stored = vec![0u8; node.stored_len as usize];
-    if data
-        .read_at_most(&mut stored, offset + FRAME_PREFIX as u64)
-        .ok()?
-        < stored.len()
-    {
-        return None;
-    }
-    let raw = codec::decode(&stored, node.codec(), node.raw_len as usize).ok()?;
-    (crc(&raw) == node.hash).then_some((node, stored))
+    data.read_exact_at(&mut stored, offset + FRAME_PREFIX as u64)?;
+    let intact = codec::decode(&stored, node.codec(), node.raw_len as usize)
+        .is_ok_and(|raw| crc(&raw) == node.hash);
+    Ok(intact.then_some((node, stored)))
 }
 
-/// Bring a log opened for writing back to a consistent state.
-pub(super) fn recover(log: &mut MessageLog) -> Result<()> {
-    let mut changed = false;
-    // Index ahead of data: records whose frames did not make it.
-    while log.count > 0 {
-        let node = log.node(log.count - 1)?;
-        match log.payload_of(&node) {
-            Ok(_) => break,
-            Err(Error::LogCorrupt { .. }) => {
-                log.count -= 1;
-                let at = (FILE_HEADER_LEN + log.count as usize * RECORD_LEN) as u64;
-                log.index.write_all_at(&[0u8; RECORD_LEN], at)?;
-                changed = true;
+/// Look past the committed records (and, under `Settle`, put the tail right
+/// where nothing intact is at stake). The caller applies `count` and
+/// `data_end`; under `Settle` with `stranded` set, nothing was cut.
+pub(super) fn examine(log: &mut MessageLog, mode: Mode) -> Result<Tail> {
+    // The first slot that is not a valid record: where the log ends.
+    let prefix = log.count;
+    let mut count = prefix;
+    if mode == Mode::Settle {
+        // Records whose frames did not reach the disk, from the last back.
+        while count > 0 {
+            let node = log.node(count - 1)?;
+            match log.payload_of(&node) {
+                Ok(_) => break,
+                Err(Error::LogCorrupt { .. }) => count -= 1,
+                Err(other) => return Err(other),
             }
-            Err(other) => return Err(other),
         }
     }
-    let mut data_end = match log.count {
+    let mut data_end = match count {
         0 => FILE_HEADER_LEN as u64,
         n => log.node(n - 1)?.frame_end(),
     };
-    // Index behind data: whole frames after the last record.
-    while let Some((node, _)) = read_frame(&log.data, data_end, Some(log.count)) {
-        let at = FILE_HEADER_LEN as u64 + log.count * RECORD_LEN as u64;
-        log.reserve(at + RECORD_LEN as u64, node.frame_end())?;
-        log.index.write_all_at(&node.encode(), at)?;
-        log.count += 1;
+    // Frames after the last record that the index missed: each intact, of
+    // the next seq, and not contradicted by a valid record in its slot.
+    let mut unindexed = 0;
+    while let Some((node, _)) = read_frame(&log.data, data_end, Some(count))? {
+        if let Some(slot) = log.slot_copy(count)
+            && record_is_valid(&slot, count)
+            && slot != node.encode()
+        {
+            break;
+        }
+        if mode == Mode::Settle {
+            let at = FILE_HEADER_LEN as u64 + count * RECORD_LEN as u64;
+            log.reserve(at + RECORD_LEN as u64, node.frame_end())?;
+            log.index.write_all_at(&node.encode(), at)?;
+        }
+        count += 1;
+        unindexed += 1;
         data_end = node.frame_end();
-        changed = true;
     }
-    // Stray bytes past the ends: zero them, so nothing torn is mistaken for a
-    // record later.
-    changed |= zero_tail(
-        &log.index,
-        FILE_HEADER_LEN as u64 + log.count * RECORD_LEN as u64,
-    )?;
-    changed |= zero_tail(&log.data, data_end)?;
-    log.data_end = data_end;
-    if changed {
+    // A reader cannot pass the first invalid slot, even where the frames
+    // behind it would let a writer index it again.
+    let visible = if mode == Mode::Look { prefix } else { count };
+    let records = survey_index(&log.index, prefix.max(visible))?;
+    let frames = survey_data(&log.data, data_end)?;
+    let stranded = records
+        .first_valid
+        .filter(|&slot| slot >= visible)
+        .map(|slot| stranded_records(log, prefix, slot, records.valid, count))
+        .or_else(|| {
+            frames
+                .first_intact
+                .map(|(at, seq)| stranded_frame(log, data_end, at, seq))
+        });
+    let index_from = FILE_HEADER_LEN as u64 + count * RECORD_LEN as u64;
+    // The records cut above lie between `count` and `prefix`.
+    let cut = count < prefix;
+    let torn = cut || !records.nonzero.is_empty() || !frames.nonzero.is_empty();
+    if mode == Mode::Settle && stranded.is_none() && torn {
+        let cut_end = FILE_HEADER_LEN as u64 + prefix * RECORD_LEN as u64;
+        if cut {
+            zero(&log.index, index_from, cut_end)?;
+        }
+        for &(start, end) in &records.nonzero {
+            zero(&log.index, start.max(index_from), end)?;
+        }
+        for &(start, end) in &frames.nonzero {
+            zero(&log.data, start, end)?;
+        }
+    }
+    if mode == Mode::Settle && (unindexed > 0 || (torn && stranded.is_none())) {
         log.data.sync()?;
         log.index.sync()?;
+    }
+    Ok(Tail {
+        count,
+        unindexed,
+        torn,
+        stranded,
+    })
+}
+
+fn stranded_records(log: &MessageLog, prefix: u64, first: u64, valid: u64, healable: u64) -> Error {
+    let fix = if first < healable {
+        "opening the log for writing indexes them again from their intact frames, \
+         and repair salvages them"
+    } else {
+        "nothing intact is cut: run repair to salvage them"
+    };
+    Error::LogCorrupt {
+        file: log.index.name(),
+        offset: FILE_HEADER_LEN as u64 + prefix * RECORD_LEN as u64,
+        reason: format!(
+            "record {prefix} is damaged, yet {valid} later records are intact \
+             (the first is record {first}); {fix}"
+        ),
+    }
+}
+
+fn stranded_frame(log: &MessageLog, data_end: u64, at: u64, seq: u64) -> Error {
+    Error::LogCorrupt {
+        file: log.data.name(),
+        offset: data_end,
+        reason: format!(
+            "no intact frame where the next record's must start, yet the frame of node {seq} \
+             at byte {at} is intact; nothing intact is cut: run repair to salvage it"
+        ),
+    }
+}
+
+/// What lies in a file from some offset on.
+#[derive(Default)]
+struct Survey {
+    /// Stretches that hold non-zero bytes, a chunk at a time (merged).
+    nonzero: Vec<(u64, u64)>,
+    /// Valid records for their slots (index only): how many, and the first.
+    valid: u64,
+    first_valid: Option<u64>,
+    /// The first intact frame, at `(offset, seq)` (data only).
+    first_intact: Option<(u64, u64)>,
+}
+
+impl Survey {
+    fn saw_nonzero(&mut self, start: u64, end: u64) {
+        match self.nonzero.last_mut() {
+            Some(last) if last.1 >= start => last.1 = last.1.max(end),
+            _ => self.nonzero.push((start, end)),
+        }
+    }
+}
+
+/// Read what `file` holds from `from` (a multiple of `align`) on, skipping
+/// holes, in chunks that start on a multiple of `align`.
+fn for_each_chunk(
+    file: &LogFile,
+    from: u64,
+    align: u64,
+    mut visit: impl FnMut(u64, &[u8]) -> Result<ControlFlow<()>>,
+) -> Result<()> {
+    let mut buf = Vec::new();
+    for (start, end) in files::data_regions(file, from)? {
+        let mut at = from.max(start - (start - from) % align);
+        while at < end {
+            let want = ((end - at) as usize).min(CHUNK);
+            buf.resize(want, 0);
+            let got = file.read_at_most(&mut buf, at)?;
+            if got == 0 {
+                return Ok(());
+            }
+            if visit(at, &buf[..got])?.is_break() {
+                return Ok(());
+            }
+            at += got as u64;
+        }
     }
     Ok(())
 }
 
-/// Zero the non-zero bytes from `from` up to the first empty 4 KiB (or the end).
-fn zero_tail(file: &files::LogFile, from: u64) -> Result<bool> {
-    const CHUNK: usize = 4096;
-    let mut at = from;
-    let mut changed = false;
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        let got = file.read_at_most(&mut buf, at)?;
-        if got == 0 || buf[..got].iter().all(|&b| b == 0) {
-            return Ok(changed);
-        }
-        file.write_all_at(&vec![0u8; got], at)?;
-        changed = true;
-        at += got as u64;
-    }
-}
-
-/// Rebuild the log in `dir` from the intact frames of its data file: new
-/// files are written beside the old ones and renamed in (readers that have
-/// the old ones open keep reading them). A lost record becomes a
-/// placeholder node, so every later record keeps its seq and parent.
-pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport> {
-    let _lock = files::lock_writer(dir, lock_timeout)?;
-    let data = files::LogFile::open(dir, "data", false, false)?;
-    let mut report = RepairReport::default();
-    let mut head = [0u8; FILE_HEADER_LEN];
-    let (encoding, log_id) = {
-        let index = files::LogFile::open(dir, "index", false, false);
-        let got = index
-            .as_ref()
-            .map_or(Ok(0), |i| i.read_at_most(&mut head, 0))?;
-        match FileHeader::decode(&head[..got], INDEX_MAGIC, "index") {
-            Ok(h) => (h.encoding, h.log_id),
-            Err(e) => {
-                report
-                    .problems
-                    .push(format!("{e}; counts assumed to be o200k_base"));
-                ("o200k_base".to_owned(), 0)
+/// The index from slot `first` on: valid records and non-zero bytes.
+fn survey_index(index: &LogFile, first: u64) -> Result<Survey> {
+    let mut survey = Survey::default();
+    let from = FILE_HEADER_LEN as u64 + first * RECORD_LEN as u64;
+    for_each_chunk(index, from, RECORD_LEN as u64, |at, bytes| {
+        for (i, record) in bytes.chunks(RECORD_LEN).enumerate() {
+            if record.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let offset = at + (i * RECORD_LEN) as u64;
+            survey.saw_nonzero(offset, offset + record.len() as u64);
+            let slot = (offset - FILE_HEADER_LEN as u64) / RECORD_LEN as u64;
+            if let Ok(record) = <&[u8; RECORD_LEN]>::try_from(record)
+                && record_is_valid(record, slot)
+            {
+                survey.valid += 1;
+                survey.first_valid.get_or_insert(slot);
             }
         }
-    };
-    let got = data.read_at_most(&mut head, 0)?;
-    if let Err(e) = FileHeader::decode(&head[..got], DATA_MAGIC, "data") {
-        report.problems.push(e.to_string());
-    }
-    // Everything up to the last non-zero byte was written; past it is the
-    // reserved, zero-filled end.
-    let content_end = align8(last_nonzero_end(&data)?).max(FILE_HEADER_LEN as u64);
-    let mut kept: Vec<(Node, Vec<u8>)> = Vec::new();
-    let mut covered = 0;
-    let mut at = FILE_HEADER_LEN as u64;
-    let mut damaged_from: Option<u64> = None;
-    while at < content_end {
-        if let Some((node, stored)) =
-            read_frame(&data, at, None).filter(|(n, _)| n.seq >= kept.len() as u64)
-        {
-            if let Some(from) = damaged_from.take() {
-                report.problems.push(format!(
-                    "data: damaged at byte {from}: {} bytes without an intact frame",
-                    at - from
-                ));
-            }
-            while (kept.len() as u64) < node.seq {
-                kept.push((placeholder(kept.len() as u64), Vec::new()));
-                report.lost += 1;
-            }
-            covered += node.frame_len();
-            at = node.frame_end();
-            kept.push((node, stored));
-        } else {
-            damaged_from.get_or_insert(at);
-            at = next_frame_magic(&data, at + 8, content_end)?.unwrap_or(content_end);
-        }
-    }
-    if let Some(from) = damaged_from {
-        report.problems.push(format!(
-            "data: damaged at byte {from}: {} bytes after the last intact frame",
-            content_end - from
-        ));
-    }
-    report.dropped_bytes = content_end - FILE_HEADER_LEN as u64 - covered;
-    report.kept = kept.len() as u64 - report.lost;
-    write_rebuilt(dir, &kept, &encoding, log_id)?;
-    Ok(report)
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(survey)
 }
 
-/// Bytes read at a time while scanning a data file.
-const SCAN_CHUNK: usize = 1 << 20;
-
-/// The end of the last non-zero byte of `file` (0 if all zero).
-fn last_nonzero_end(file: &files::LogFile) -> Result<u64> {
-    let mut end = file.len()?;
-    let mut buf = vec![0u8; SCAN_CHUNK];
-    while end > 0 {
-        let start = end.saturating_sub(SCAN_CHUNK as u64);
-        let chunk = &mut buf[..(end - start) as usize];
-        let got = file.read_at_most(chunk, start)?;
-        if let Some(last) = chunk[..got].iter().rposition(|&b| b != 0) {
-            return Ok(start + last as u64 + 1);
-        }
-        end = start;
-    }
-    Ok(0)
-}
-
-/// The first 8-aligned offset in `from..end` where a frame's magic starts.
-fn next_frame_magic(file: &files::LogFile, from: u64, end: u64) -> Result<Option<u64>> {
+/// The data file from `from` on: the first intact frame and non-zero bytes.
+fn survey_data(data: &LogFile, from: u64) -> Result<Survey> {
+    let mut survey = Survey::default();
     let finder = memchr::memmem::Finder::new(FRAME_MAGIC);
-    let mut buf = vec![0u8; SCAN_CHUNK];
-    let mut at = align8(from);
+    for_each_chunk(data, from, 8, |at, bytes| {
+        let Some(first) = bytes.iter().position(|&b| b != 0) else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        let last = bytes.iter().rposition(|&b| b != 0).unwrap_or(first);
+        survey.saw_nonzero(at + first as u64, at + last as u64 + 1);
+        // Chunks start on a multiple of 8 and frames do too: a frame's magic
+        // never straddles two chunks.
+        for i in finder.find_iter(bytes).filter(|i| i % 8 == 0) {
+            let offset = at + i as u64;
+            if let Some((node, _)) = read_frame(data, offset, None)? {
+                survey.first_intact = Some((offset, node.seq));
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(survey)
+}
+
+/// Zero `file` over `start..end`.
+fn zero(file: &LogFile, start: u64, end: u64) -> Result<()> {
+    let zeros = vec![0u8; CHUNK.min((end.saturating_sub(start)) as usize)];
+    let mut at = start;
     while at < end {
-        let want = ((end - at) as usize).min(SCAN_CHUNK);
-        let got = file.read_at_most(&mut buf[..want], at)?;
-        if got == 0 {
-            break;
-        }
-        if let Some(found) = finder
-            .find_iter(&buf[..got])
-            .find(|&i| (at + i as u64).is_multiple_of(8))
-        {
-            return Ok(Some(at + found as u64));
-        }
-        // Keep the last bytes: a magic may straddle two chunks.
-        if got < FRAME_MAGIC.len() {
-            break;
-        }
-        at += (got - FRAME_MAGIC.len() + 1) as u64;
-        at = align8(at);
+        let n = ((end - at) as usize).min(zeros.len());
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
     }
-    Ok(None)
-}
-
-/// A node standing in for a record repair could not salvage.
-fn placeholder(seq: u64) -> Node {
-    Node {
-        seq,
-        parent: if seq == 0 { NONE } else { seq - 1 },
-        timestamp: 0.0,
-        offset: 0,
-        stored_len: 0,
-        raw_len: 0,
-        tokens: 0,
-        weight: f32::NAN,
-        priority: 0.0,
-        hash: crc(&[]),
-        role: 4,
-        kind: KIND_LOST,
-        tags: 0,
-        flags: 0,
-    }
-}
-
-fn write_rebuilt(dir: &Path, nodes: &[(Node, Vec<u8>)], encoding: &str, old_id: u64) -> Result<()> {
-    // A new log id: an old index can never be mistaken for the new data.
-    let log_id = xxhash_rust::xxh3::xxh3_64(&old_id.to_le_bytes()) ^ 0x5eed;
-    let header = |magic: &[u8; 8], record_len: u32, encoding: &str| {
-        FileHeader {
-            magic: *magic,
-            record_len,
-            log_id,
-            encoding: encoding.to_owned(),
-        }
-        .encode()
-    };
-    let mut data = header(DATA_MAGIC, 0, "").to_vec();
-    let mut index = header(INDEX_MAGIC, RECORD_LEN as u32, encoding).to_vec();
-    for (node, stored) in nodes {
-        let mut node = *node;
-        node.offset = data.len() as u64;
-        let record = node.encode();
-        data.extend_from_slice(FRAME_MAGIC);
-        data.extend_from_slice(&record);
-        data.extend_from_slice(stored);
-        data.resize(data.len().next_multiple_of(8), 0);
-        index.extend_from_slice(&record);
-    }
-    files::replace_file(dir, "data", &data, true)?;
-    files::replace_file(dir, "index", &index, true)?;
-    // The checkpoint described the old files.
-    match std::fs::remove_file(dir.join("meta")) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(files::storage(&dir.join("meta"), "remove", &e)),
-    }
-    files::sync_dir(dir)
+    Ok(())
 }

@@ -1,0 +1,202 @@
+"""One log shared: by the threads of a server, and across fork() (a forked
+worker inherits its parent's writer). Nothing acknowledged is overwritten,
+nothing raises a bare KeyError, nothing hangs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+import context_core.log
+from context_core import LogClosedError, LogForkedError, LogLockedError, MessageLog, WeightedWindow, reference
+
+LOGS = {"rust": MessageLog, "twin": reference.log.MessageLog}
+impls = pytest.mark.parametrize("impl", LOGS.values(), ids=LOGS.keys())
+
+
+def message(n: int) -> dict:
+    return {"role": "user" if n % 2 else "assistant", "content": f"message {n}: " + "work " * (n % 13)}
+
+
+def in_forked_child(work) -> tuple[str, int]:
+    """Run ``work()`` in a child of fork(); what it returned or raised, and how
+    it ended (a signal number, negated, if it was killed: 14 is the alarm of a hang)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        outcome = "crashed"
+        try:
+            os.close(read_end)
+            signal.alarm(30)
+            try:
+                outcome = repr(work())
+            except BaseException as error:
+                outcome = f"{type(error).__name__}: {error}"
+            os.write(write_end, outcome.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        outcome = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return outcome, (-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+
+
+# -- fork --------------------------------------------------------------------------------
+
+
+@impls
+@pytest.mark.parametrize("durability", ["batch", "never"])
+def test_a_writer_inherited_across_fork_refuses_to_write_in_the_child(tmp_path, impl, durability):
+    where = tmp_path / "log"
+    log = impl.open(where, create=True, durability=durability)
+    log.append_many([message(n) for n in range(10)])
+
+    def child() -> list:
+        said = []
+        for attempt in (
+            lambda: log.append(message(99)),
+            lambda: log.append_many([message(98)]),
+            lambda: log.rewind(3),
+            lambda: log.add_summary("s", (0, 2)),
+        ):
+            try:
+                attempt()
+                said.append("wrote")
+            except LogForkedError as error:
+                pids = (error.opened_by, error.process) == (os.getppid(), os.getpid())
+                said.append("refused" if pids and isinstance(error, LogClosedError) else repr(error))
+        # Reads stay safe, the parent's writes included.
+        said.append(len(log))
+        said.append(log.read([0, 9]) == [message(0), message(9)])
+        said.append(len(log.headers()))
+        log.close()  # must neither hang on the parent's sync thread nor release its lock
+        return said
+
+    outcome, status = in_forked_child(child)
+    assert status == 0, outcome
+    assert outcome == "['refused', 'refused', 'refused', 'refused', 10, True, 10]"
+    # The parent still holds the lock and keeps appending where it was.
+    with pytest.raises(LogLockedError):
+        impl.open(where)
+    seqs = [log.append(message(n)) for n in range(10, 210)]
+    assert seqs == list(range(10, 210))
+    log.close()
+    with impl.open(where) as reopened:
+        reopened.verify()
+        assert list(reopened) == [message(n) for n in range(210)]
+
+
+@impls
+def test_a_child_may_read_while_the_parent_appends(tmp_path, impl):
+    where = tmp_path / "log"
+    with impl.open(where, create=True) as log:
+        log.append_many([message(n) for n in range(5)])
+
+        def child() -> int:
+            with impl.open(where, readonly=True) as reader:
+                return len(reader)
+
+        outcome, status = in_forked_child(child)
+        assert (outcome, status) == ("5", 0)
+        log.append(message(5))
+        assert len(log) == 6
+
+
+def test_a_forked_child_left_to_exit_does_not_hang_or_write(tmp_path):
+    """Garbage collection in the child drops the inherited writer: its close
+    runs there, and must not join a sync thread the child does not have."""
+    where = tmp_path / "log"
+    log = MessageLog.open(where, create=True, durability="batch")
+    log.append(message(0))
+    meta_before = (where / "meta").read_bytes() if (where / "meta").exists() else None
+
+    def child() -> str:
+        nonlocal log
+        del log  # the last reference in the child
+        return "dropped"
+
+    outcome, status = in_forked_child(child)
+    assert (outcome, status) == ("'dropped'", 0)
+    meta_after = (where / "meta").read_bytes() if (where / "meta").exists() else None
+    assert meta_after == meta_before
+    log.append(message(1))
+    log.close()
+    with MessageLog.open(where, readonly=True) as reopened:
+        assert list(reopened) == [message(0), message(1)]
+
+
+# -- the decoded cache, large views and threads ---------------------------------------------------
+
+
+def big(where: Path, count: int) -> list[dict]:
+    messages = [message(n) for n in range(count)]
+    with MessageLog.open(where, create=True, durability="never") as log:
+        log.append_many(messages)
+    return messages
+
+
+def test_a_view_larger_than_the_decoded_cache_comes_back_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(context_core.log, "DECODED_CACHE", 64)
+    where = tmp_path / "log"
+    messages = big(where, 500)
+    with MessageLog.open(where, readonly=True) as log:
+        assert log.context_view() == messages
+        assert log.context_view() == messages  # again, from a cache that could not hold it
+        window = log.window(10**9, WeightedWindow(tool_result_cap=None))
+        assert len(window.messages) == 500
+        assert len(log._decoded) == 64
+
+
+def test_a_view_past_the_default_cache_size(tmp_path):
+    where = tmp_path / "log"
+    messages = big(where, context_core.log.DECODED_CACHE + 500)
+    with MessageLog.open(where, readonly=True) as log:
+        assert log.context_view() == messages
+
+
+def test_threads_sharing_one_log(tmp_path, monkeypatch):
+    """A server's thread pool: windows and views from many threads at once,
+    with a writer among them, over a cache small enough to churn."""
+    monkeypatch.setattr(context_core.log, "DECODED_CACHE", 32)
+    where = tmp_path / "log"
+    big(where, 300)
+    log = MessageLog.open(where)
+    failures: list[BaseException] = []
+    start = threading.Barrier(9)
+
+    def reader(k: int) -> None:
+        try:
+            start.wait()
+            for i in range(40):
+                if (i + k) % 2:
+                    view = log.context_view()
+                    assert view[:300] == [message(n) for n in range(300)]
+                else:
+                    kept = log.window(4_000 + 97 * i, WeightedWindow(tool_result_cap=None)).messages
+                    assert kept
+        except BaseException as error:
+            failures.append(error)
+
+    def writer() -> None:
+        try:
+            start.wait()
+            for n in range(300, 400):
+                assert log.append(message(n)) == n
+        except BaseException as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+    threads.append(threading.Thread(target=writer))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len(log) == 400
+    assert log.context_view() == [message(n) for n in range(400)]
+    log.close()
