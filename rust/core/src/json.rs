@@ -51,8 +51,7 @@ pub trait JsonValue: Sized {
         self.len() == 0
     }
     /// The count and tag cache key of a string value's text:
-    /// [`text_key`](crate::text_key) unless the value knows a cheaper key
-    /// that identifies its text as surely ([`foreign_text_key`](crate::foreign_text_key)).
+    /// [`text_key`](crate::text_key).
     fn text_key(&self) -> Option<u128> {
         self.as_str().map(|text| crate::cache::text_key(&text))
     }

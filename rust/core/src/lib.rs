@@ -20,8 +20,7 @@ mod testing;
 mod tokenizer;
 
 pub use cache::{
-    CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES, foreign_text_key,
-    text_key,
+    CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES, text_key,
 };
 pub use chat::{
     ANTHROPIC_IMAGE_TOKENS, IMAGE_TOKENS, IMAGE_TOKENS_LOW, MessageFields, REPLY_PRIMING,

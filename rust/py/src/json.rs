@@ -74,18 +74,6 @@ impl JsonValue for PyJson<'_> {
         !self.0.is_instance_of::<PyTuple>()
     }
 
-    /// An exact `str` keeps its hash once computed: the key costs nothing
-    /// on every later turn, however long the text. (A subclass may define
-    /// its own `__hash__`, so it is hashed by content.)
-    fn text_key(&self) -> Option<u128> {
-        let Ok(text) = self.0.cast_exact::<PyString>() else {
-            return self.as_str().map(|text| context_core::text_key(&text));
-        };
-        let hash = text.hash().ok()?;
-        let len = text.len().ok()?;
-        Some(context_core::foreign_text_key(hash as u64, len as u64))
-    }
-
     /// Numbers as `json.dumps` writes them: `int.__repr__` and `float.__repr__`
     /// of the value (never a subclass's own methods, so no user code runs),
     /// and `NaN` / `Infinity` / `-Infinity` for the non-finite floats.
