@@ -1,7 +1,7 @@
 //! Reading the input: what the funnel needs to know of each message, as small
 //! records of indices and id hashes (no strings are copied).
 
-use xxhash_rust::xxh3::xxh3_64;
+use rustc_hash::FxHashMap;
 
 use super::patterns::is_blank;
 use super::plan::{BlockRef, CallRef, TEXT_SEPARATOR, legacy_call_id};
@@ -107,12 +107,26 @@ pub(crate) struct Item {
     pub legacy_of: Option<usize>,
 }
 
-/// Ids and names are compared by a 64-bit hash: with the few thousand ids of
-/// one history a collision has a chance of about 1e-12, and records stay small.
-pub(crate) type IdHash = u64;
+/// An id or name, as a number that is equal exactly when the texts are: a
+/// result pairs with its call by the id itself, never by a hash two
+/// different ids could share. Records stay small (4 bytes an id).
+pub(crate) type IdHash = u32;
 
-pub(crate) fn id_hash(id: &str) -> IdHash {
-    xxh3_64(id.as_bytes())
+/// The ids and names of one sanitize run, each distinct text numbered once.
+#[derive(Default)]
+pub(crate) struct Ids {
+    numbers: FxHashMap<Box<str>, IdHash>,
+}
+
+impl Ids {
+    pub(crate) fn key(&mut self, id: &str) -> IdHash {
+        if let Some(&number) = self.numbers.get(id) {
+            return number;
+        }
+        let number = IdHash::try_from(self.numbers.len()).expect("under 2^32 distinct ids");
+        self.numbers.insert(id.into(), number);
+        number
+    }
 }
 
 fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
@@ -146,7 +160,7 @@ fn optional_str<'v, J: JsonValue>(
 
 /// The record of input message `index`, or why it is malformed (paths are
 /// relative to the message).
-pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
+pub(crate) fn read<J: JsonValue>(index: usize, message: &J, ids: &mut Ids) -> Result<Item> {
     if message.kind() != Kind::Object {
         return Err(wrong_type("", "a message dict", message));
     }
@@ -184,7 +198,7 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
                 item.blank_text = is_blank(&content.as_str().unwrap_or_default());
                 Content::Text(index)
             }
-            Kind::Array => Content::Blocks(read_blocks(index, &content)?),
+            Kind::Array => Content::Blocks(read_blocks(index, &content, ids)?),
             _ => {
                 return Err(wrong_type(
                     "content",
@@ -195,17 +209,17 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
         };
     }
     let name = fields.get("name");
-    item.name = optional_str(name.as_ref(), "name")?.map(|n| id_hash(&n));
+    item.name = optional_str(name.as_ref(), "name")?.map(|n| ids.key(&n));
     let refusal = fields.get("refusal");
     // A refusal is checked for its type only: it is not content (the API
     // requires content unless there are tool calls).
     optional_str(refusal.as_ref(), "refusal")?;
     if let Some(calls) = fields.get("tool_calls").filter(|c| c.kind() != Kind::Null) {
-        item.calls = read_calls(index, &calls)?;
+        item.calls = read_calls(index, &calls, ids)?;
         item.empty_tool_calls = item.calls.is_empty();
     }
     let answers = fields.get("tool_call_id");
-    item.answers = optional_str(answers.as_ref(), "tool_call_id")?.map(|id| id_hash(&id));
+    item.answers = optional_str(answers.as_ref(), "tool_call_id")?.map(|id| ids.key(&id));
     if let Some(call) = fields
         .get("function_call")
         .filter(|c| c.kind() != Kind::Null)
@@ -220,7 +234,7 @@ pub(crate) fn read<J: JsonValue>(index: usize, message: &J) -> Result<Item> {
         let name = call.get("name");
         let name = optional_str(name.as_ref(), "function_call.name")?
             .ok_or_else(|| missing("function_call.name"))?;
-        item.function_name = Some(id_hash(&name));
+        item.function_name = Some(ids.key(&name));
         // Never valid as it is: stage 1 converts it or removes it.
         item.has_function_call = true;
     }
@@ -247,8 +261,8 @@ impl<J: JsonValue> Fields<'_, J> {
     }
 }
 
-/// OpenAI `tool_calls`: each call's id, hashed.
-fn read_calls<J: JsonValue>(index: usize, calls: &J) -> Result<Vec<Call>> {
+/// OpenAI `tool_calls`: each call's id, numbered.
+fn read_calls<J: JsonValue>(index: usize, calls: &J, ids: &mut Ids) -> Result<Vec<Call>> {
     if calls.kind() != Kind::Array {
         return Err(wrong_type("tool_calls", "a list of tool calls", calls));
     }
@@ -270,13 +284,13 @@ fn read_calls<J: JsonValue>(index: usize, calls: &J) -> Result<Vec<Call>> {
                 message: index,
                 call: i,
             },
-            id: id_hash(&id),
+            id: ids.key(&id),
         });
     }
     Ok(out)
 }
 
-fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
+fn read_blocks<J: JsonValue>(index: usize, content: &J, ids: &mut Ids) -> Result<Vec<Block>> {
     let mut blocks = Vec::with_capacity(content.len());
     for (j, block) in content.items().enumerate() {
         let at = |field: &str| format!("content[{j}]{field}");
@@ -287,13 +301,13 @@ fn read_blocks<J: JsonValue>(index: usize, content: &J) -> Result<Vec<Block>> {
         let kind = kind
             .as_str()
             .ok_or_else(|| wrong_type(&at(".type"), "str", &kind))?;
-        let id_field = |field: &'static str| -> Result<IdHash> {
+        let mut id_field = |field: &'static str| -> Result<IdHash> {
             let value = block
                 .get(field)
                 .ok_or_else(|| missing(&at(&format!(".{field}"))))?;
             value
                 .as_str()
-                .map(|id| id_hash(&id))
+                .map(|id| ids.key(&id))
                 .ok_or_else(|| wrong_type(&at(&format!(".{field}")), "str", &value))
         };
         let (kind, id) = match kind.as_ref() {

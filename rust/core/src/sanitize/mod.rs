@@ -128,6 +128,7 @@ impl Sanitizer {
             patterns: &self.patterns,
             changes: Vec::new(),
             system: Vec::new(),
+            ids: gather::Ids::default(),
         };
         let items = run.stage1()?;
         let items = run.merge(2, items);

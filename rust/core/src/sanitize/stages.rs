@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::{FxHashMap, FxHashSet as HashSet};
 
-use super::gather::{self, Block, BlockKind, Call, Content, IdHash, Item, Role, id_hash};
+use super::gather::{self, Block, BlockKind, Call, Content, IdHash, Ids, Item, Role};
 use super::patterns::{Junk, Patterns};
 use super::plan::{BlockRef, CallRef, Change, OutContent, legacy_call_id};
 use super::{OnInvalid, Options, Provider};
@@ -18,6 +18,7 @@ pub(crate) struct Run<'m, J> {
     pub patterns: &'m Patterns,
     pub changes: Vec<Change>,
     pub system: Vec<OutContent>,
+    pub ids: Ids,
 }
 
 impl<J: JsonValue> Run<'_, J> {
@@ -42,7 +43,7 @@ impl<J: JsonValue> Run<'_, J> {
         // The latest assistant's legacy call, which a function result may answer.
         let mut open_legacy: Option<(usize, IdHash)> = None;
         for (index, message) in self.messages.iter().enumerate() {
-            let mut item = match gather::read(index, message) {
+            let mut item = match gather::read(index, message, &mut self.ids) {
                 Ok(item) => item,
                 Err(error) => {
                     let error = error.within(&format!("messages[{index}]"));
@@ -147,7 +148,7 @@ impl<J: JsonValue> Run<'_, J> {
                         "legacy function result converted to a tool message".to_owned(),
                     );
                     item.role = Role::Tool;
-                    item.answers = Some(id_hash(&legacy_call_id(assistant)));
+                    item.answers = Some(self.ids.key(&legacy_call_id(assistant)));
                     item.converted_from_function = true;
                     item.legacy_of = Some(assistant);
                     true
@@ -268,7 +269,7 @@ impl<J: JsonValue> Run<'_, J> {
                 );
                 item.calls.push(Call {
                     src: CallRef::Legacy { message: index },
-                    id: id_hash(&legacy_call_id(index)),
+                    id: self.ids.key(&legacy_call_id(index)),
                 });
                 item.legacy_call = true;
             } else {
