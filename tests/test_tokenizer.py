@@ -79,6 +79,19 @@ def test_count_with_limit_on_a_huge_single_piece(encoding):
         assert tok.count(text, limit=limit) == min(full, limit + 1)
 
 
+@pytest.mark.parametrize("tok", [O200K, REF_O200K], ids=["rust", "reference"])
+def test_limits_and_caps_take_any_integer_type_but_bool_or_float(tok):
+    text = "one two three four five six seven"
+    for limit in (np.int64(3), np.uint8(3), np.int32(3)):
+        assert tok.count(text, limit=limit) == 4
+        assert tok.truncate(text, limit) == tok.truncate(text, 3)
+    for bad in (True, 3.0, np.float64(3), "3"):
+        with pytest.raises(InvalidTypeError):
+            tok.count(text, limit=bad)
+    with pytest.raises(InvalidInputError):
+        tok.count(text, limit=np.int64(-1))
+
+
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @given(pieces=st.lists(st.sampled_from(["-" * 130, "a" * 77, "日本" * 30, " " * 40, "x"]), max_size=8))
 def test_count_with_limit_is_exact_on_long_pieces(encoding, pieces):

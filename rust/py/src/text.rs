@@ -42,18 +42,24 @@ pub fn text<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, str>>
 /// `obj` as a non-negative integer, or a clear error naming `what`. Integers
 /// beyond the machine's range saturate: a limit of 2**70 means "no limit".
 pub fn as_count(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
-    if obj.is_instance_of::<PyBool>() || !obj.is_instance_of::<PyInt>() {
-        return Err(invalid_type(format!(
-            "{what} must be int, not {}",
-            type_name(obj)
-        )));
+    let refuse = || invalid_type(format!("{what} must be int, not {}", type_name(obj)));
+    if obj.is_instance_of::<PyBool>() {
+        return Err(refuse());
     }
-    if obj.lt(0)? {
+    // Any integer type (`__index__`: numpy's too), read as an int.
+    let number = if obj.is_instance_of::<PyInt>() {
+        obj.clone()
+    } else if obj.get_type().hasattr("__index__")? {
+        obj.call_method0("__index__").map_err(|_| refuse())?
+    } else {
+        return Err(refuse());
+    };
+    if number.lt(0)? {
         return Err(invalid_input(format!(
-            "{what} must be a non-negative int, got {obj}"
+            "{what} must be a non-negative int, got {number}"
         )));
     }
-    Ok(obj.extract::<usize>().unwrap_or(usize::MAX))
+    Ok(number.extract::<usize>().unwrap_or(usize::MAX))
 }
 
 pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
