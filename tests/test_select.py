@@ -602,3 +602,19 @@ def test_joined_parts_are_counted_from_their_parts():
     assert tokenizer._count_joined(parts) == tokenizer.count("\n\n".join(parts))
     assert tokenizer._count_joined(["…"]) == tokenizer.count("…")
     assert tokenizer._count_joined(["...", "no letter before the join"]) is None
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+def test_a_budget_near_the_top_of_a_machine_word_keeps_everything(impl):
+    """Memories fill to 80% and segments to 90% of the budget: shares of a
+    budget near 2^64 must not wrap around (they once did, dropping them)."""
+    _window_class, builder_class, _shape = IMPLEMENTATIONS[impl]
+    messages = chat(6)
+    # 80 times this is 2^64 + 64: wrapped, the memories' share would be 0.
+    for budget in (2**64 // 80 + 1, 2**64 - 1):
+        result = builder_class(budget).build(
+            messages, memories=["the user prefers tabs"], segment_summaries=["they asked for retries"]
+        )
+        assert result.breakdown.memories > 0
+        assert result.breakdown.segments > 0
+        assert result.breakdown.recent > 0

@@ -124,7 +124,8 @@ pub fn greedy_by_weight(
     unit_weight: impl Fn(&Unit) -> f64,
 ) -> Result<Vec<usize>> {
     let (mut kept, mut cost) = mandatory(units, budget)?;
-    let mut anchors = Vec::with_capacity(max_anchors);
+    // Never more anchors than units, however many were asked for.
+    let mut anchors = Vec::with_capacity(max_anchors.min(units.len()));
     for (u, unit) in units.iter().enumerate() {
         if anchors.len() == max_anchors {
             break;
@@ -300,11 +301,25 @@ pub fn shape(
             summary,
         })
     };
+    // Every n past the number of turns keeps what n = turns keeps: it is
+    // tried once, for the first such n, so a huge keep_last costs nothing.
+    let turns = turn_starts.len();
+    let search = |low: usize, high: usize, with_summary: bool| -> Option<Shape> {
+        if low > high {
+            return None;
+        }
+        if high > turns {
+            if let Some(mut shape) = candidate(turns.max(low), with_summary) {
+                shape.turns = Some(high);
+                return Some(shape);
+            }
+            return (low..turns).rev().find_map(|n| candidate(n, with_summary));
+        }
+        (low..=high).rev().find_map(|n| candidate(n, with_summary))
+    };
     let min_keep = min_keep.min(keep_last);
-    (min_keep..=keep_last)
-        .rev()
-        .find_map(|n| candidate(n, true))
-        .or_else(|| (0..=min_keep).rev().find_map(|n| candidate(n, false)))
+    search(min_keep, keep_last, true)
+        .or_else(|| search(0, min_keep, false))
         .ok_or_else(|| over_budget(&analysis.units, &mandatory, budget))
 }
 
@@ -336,13 +351,14 @@ pub struct Build {
 pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Build> {
     let (mut units, mut cost) = mandatory(&analysis.units, budget)?;
     let fits = |tokens: usize, limit: usize, cost: &mut usize| -> bool {
-        let ok = *cost + tokens <= limit;
+        let ok = cost.saturating_add(tokens) <= limit;
         if ok {
             *cost += tokens;
         }
         ok
     };
-    let share = |percent: usize| budget * percent / 100;
+    // In 128 bits: a budget near the top of usize must not wrap.
+    let share = |percent: u128| (budget as u128 * percent / 100) as usize;
     let mut out = Build::default();
     if let Some(tokens) = extras.anchoring {
         out.anchoring = fits(tokens, budget, &mut cost);
