@@ -19,7 +19,7 @@ import numpy as np
 
 from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, _MessageLog
 from context_core._selection import Breakdown, Selection, budget_tokens, count_sent, settle
-from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError, LogCorruptError
 
 if TYPE_CHECKING:
     from context_core.select import WeightedWindow
@@ -154,7 +154,11 @@ class MessageLog(_MessageLog):
     def read(self, seqs: Iterable[int]) -> list[Any]:
         """The nodes' payloads: a message's dict as appended, a summary's
         ``{"summary", "covers", "level"}``, ``None`` for a branch marker."""
-        return [json.loads(p) if p else None for p in self._read(list(seqs))]
+        payloads = self._read(list(seqs))
+        try:
+            return [json.loads(p) if p else None for p in payloads]
+        except (ValueError, RecursionError) as error:  # only a crafted file: the checksums held
+            raise LogCorruptError(f"data: a payload is not the JSON of a message ({error})") from None
 
     def __iter__(self) -> Iterator[Any]:
         end = len(self)
@@ -246,10 +250,13 @@ class MessageLog(_MessageLog):
         ``strip``, the selection metadata keys taken off (as sent)."""
         payloads = self._cached([seq for seq, _ in nodes])
         out = []
-        for (_, part), payload in zip(nodes, payloads, strict=True):
+        for (seq, part), payload in zip(nodes, payloads, strict=True):
             prefix = _PREFIX.get(part)
             if prefix is not None:
-                out.append({"role": "system", "content": prefix + payload["summary"]})
+                try:
+                    out.append({"role": "system", "content": prefix + payload["summary"]})
+                except (KeyError, TypeError):  # only a crafted file: the checksums held
+                    raise LogCorruptError(f"data: node {seq} is no summary payload") from None
             elif not strip or _METADATA.isdisjoint(payload):
                 out.append(payload)
             else:

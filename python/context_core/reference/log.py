@@ -198,6 +198,8 @@ def node_problem(node: Node, expected_offset: int | None) -> str | None:
         return f"node {node.seq} has its frame at {node.offset}, not at {expected_offset}"
     if node.offset < FILE_HEADER_SIZE or node.offset % 8:
         return f"node {node.seq} has its frame at {node.offset}"
+    if node.seq > (node.offset - FILE_HEADER_SIZE) // FRAME_PREFIX:  # frames of >= 72 bytes from byte 64
+        return f"node {node.seq} cannot have its frame at {node.offset}"
     if node.codec == RAW and node.stored_len != node.raw_len:
         return f"node {node.seq} is stored raw but its lengths differ"
     if node.raw_len > LZ4_MAX_EXPANSION * node.stored_len:  # what no LZ4 block decodes to
@@ -556,8 +558,24 @@ def frame_at(
     frame = read(FRAME_PREFIX + node.stored_len, position)
     if len(frame) < FRAME_PREFIX + node.stored_len:
         return None, b"", "the file ends inside a frame"
-    _, _, why = check_frame(frame, node, None)
+    raw, _, why = check_frame(frame, node, None)
+    if why is None and not payload_fits_kind(node, raw):
+        why = f"the payload of node {node.seq} is not what a node of kind {node.kind} holds"
     return (None, b"", why) if why is not None else (node, frame, None)
+
+
+def payload_fits_kind(node: Node, raw: bytes) -> bool:
+    """What opening reads of a payload is there: nothing for a branch marker or
+    a lost node, a summary's ``covers`` of earlier nodes (so a log rebuilt from
+    intact frames opens)."""
+    try:
+        value = decode_value(raw, node)
+    except (ValueError, RecursionError):
+        return node.kind == MESSAGE  # a message's payload is read on demand
+    if node.kind != SUMMARY:
+        return True
+    first, last = value["covers"]
+    return 0 <= first <= last < node.seq
 
 
 def decode_value(raw: bytes, node: Node) -> Any:
@@ -737,6 +755,10 @@ class MessageLog:
         with storage(self._index_path, "read"):
             raw = read_at(self._index_fd, FILE_HEADER_SIZE, 0)
         log_id, encoding = parse_file_header(raw, self._index_path, INDEX_MAGIC, None)
+        try:
+            _shared_backend(encoding)
+        except InvalidInputError:
+            raise corrupt(self._index_path, 24, f"unknown encoding {encoding!r}") from None
         with storage(self._data_path, "read"):
             raw = read_at(self._data_fd, FILE_HEADER_SIZE, 0)
         parse_file_header(raw, self._data_path, DATA_MAGIC, log_id)
@@ -1015,7 +1037,7 @@ class MessageLog:
         raw = read_frame(self._data_fd, self._data_path, node, self._record(seq))
         try:
             return decode_value(raw, node)
-        except ValueError as error:  # json's errors are ValueErrors too
+        except (ValueError, RecursionError) as error:  # json's errors are ValueErrors too
             raise corrupt(self._data_path, node.offset + FRAME_PREFIX, f"node {seq}: {error}") from None
 
     def headers(self) -> np.ndarray:
@@ -1396,12 +1418,13 @@ def repair_locked(directory: str) -> RepairReport:
     problems: list[str] = []
     log_id, encoding = None, DEFAULT_ENCODING
     try:
-        with storage(index_path, "read"), open(index_path, "rb") as file:
-            log_id, encoding = parse_file_header(file.read(FILE_HEADER_SIZE), index_path, INDEX_MAGIC, None)
-    except (LogStorageError, LogCorruptError) as error:
+        header = read_whole(index_path, FILE_HEADER_SIZE)
+        log_id, encoding = parse_file_header(header, index_path, INDEX_MAGIC, None)
+        _shared_backend(encoding)  # a log that opens names an encoding it can count in
+    except (LogStorageError, LogCorruptError, InvalidInputError) as error:
+        encoding = DEFAULT_ENCODING
         problems.append(f"{index_path}: unreadable header ({error}); counting tokens in {encoding}")
-    with storage(data_path, "read"), open(data_path, "rb") as file:
-        data = file.read()  # the reference reads it whole; the Rust core scans it
+    data = read_whole(data_path)  # the reference reads it whole; the Rust core scans it
     try:
         parse_file_header(data, data_path, DATA_MAGIC, log_id)
     except LogCorruptError as error:
@@ -1487,8 +1510,8 @@ def salvage_frames(data: bytes, data_path: str, problems: list[str]) -> Salvage:
     if damaged is not None:
         start, why = damaged
         problems.append(f"{data_path}: offset {start}: {why}; no intact frame after it")
-    # Bytes written that no intact frame holds.
-    dropped = content_end - FILE_HEADER_SIZE - covered
+    # Bytes written that no intact frame holds (the last frame may end in zeros past the last non-zero byte).
+    dropped = max(content_end, position) - FILE_HEADER_SIZE - covered
     return Salvage(nodes, found, lost, dropped)
 
 
@@ -1524,10 +1547,8 @@ def lost_node(seq: int) -> Node:
 def compare_index(index_path: str, found: dict[int, bytes], count: int, problems: list[str]) -> None:
     """Report where the old index disagrees with the frames salvaged."""
     try:
-        with open(index_path, "rb") as file:
-            file.seek(FILE_HEADER_SIZE)
-            old = file.read()
-    except OSError:
+        old = read_whole(index_path)[FILE_HEADER_SIZE:]
+    except (ContextCoreError, OSError):
         return
     for seq in range(len(old) // RECORD_SIZE):
         record = old[seq * RECORD_SIZE : (seq + 1) * RECORD_SIZE]
@@ -1581,6 +1602,16 @@ def open_log_file(path: str, readonly: bool) -> int:
         raise InvalidInputError(f"{path}: is not a regular file (a log's files are its own)")
     os.set_blocking(fd, True)
     return fd
+
+
+def read_whole(path: str, size: int | None = None) -> bytes:
+    """A log file's bytes (the first ``size`` of them), opened as every log file is."""
+    fd = open_log_file(path, True)
+    try:
+        with storage(path, "read"):
+            return read_at(fd, os.fstat(fd).st_size if size is None else size, 0)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

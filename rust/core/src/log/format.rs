@@ -242,6 +242,15 @@ impl Node {
         if self.offset < FILE_HEADER_LEN as u64 || !self.offset.is_multiple_of(8) {
             return Some(format!("node {seq} has its frame at byte {}", self.offset));
         }
+        // Frames follow one another from byte 64, each at least 72 bytes: a
+        // seq larger than the frames that fit before its own cannot be (and
+        // would have repair stand in a placeholder for each seq skipped).
+        if seq > (self.offset - FILE_HEADER_LEN as u64) / FRAME_PREFIX as u64 {
+            return Some(format!(
+                "node {seq} cannot have its frame at byte {}",
+                self.offset
+            ));
+        }
         if self.codec() == CODEC_RAW && self.stored_len != self.raw_len {
             return Some(format!("node {seq} is stored raw but its lengths differ"));
         }
@@ -272,6 +281,33 @@ impl Node {
 /// Whether `bytes` hold a record for `slot`: its check matches and its seq is the slot.
 pub fn record_is_valid(bytes: &[u8; RECORD_LEN], slot: u64) -> bool {
     u64_at(bytes, 0) == slot && crc(&bytes[0..60]) == u32_at(bytes, 60)
+}
+
+/// `(first, last)` from a summary payload's `"covers":[first,last]`.
+pub fn summary_covers(payload: &[u8]) -> Option<(u64, u64)> {
+    // Inside a JSON string a quote is always escaped, so `"covers":[` can
+    // only be the key itself.
+    let text = std::str::from_utf8(payload).ok()?;
+    let start = text.find("\"covers\":[")? + 10;
+    let end = start + text[start..].find(']')?;
+    let mut parts = text[start..end].split(',').map(|p| p.trim().parse::<u64>());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Ok(first)), Some(Ok(last)), None) => Some((first, last)),
+        _ => None,
+    }
+}
+
+/// Whether an intact frame's payload is what its kind holds: nothing for a
+/// branch marker or a lost node, `covers` of earlier nodes for a summary.
+/// (What opening a log reads of a payload; a message's is read on demand.)
+pub fn payload_fits_kind(node: &Node, raw: &[u8]) -> bool {
+    match node.kind {
+        KIND_BRANCH | KIND_LOST => raw.is_empty(),
+        KIND_SUMMARY => {
+            summary_covers(raw).is_some_and(|(first, last)| first <= last && last < node.seq)
+        }
+        _ => true,
+    }
 }
 
 /// The checkpoint in the meta file.

@@ -541,21 +541,11 @@ impl MessageLog {
     /// `(first, last)` of a summary node, from its payload's `"covers":[a,b]`.
     fn summary_covers(&self, node: &Node) -> Result<(u64, u64)> {
         let payload = self.payload_of(node)?;
-        let corrupt = || Error::LogCorrupt {
+        format::summary_covers(&payload).ok_or_else(|| Error::LogCorrupt {
             file: self.data.name(),
             offset: node.offset,
             reason: "summary payload without \"covers\":[first,last]".into(),
-        };
-        // Inside a JSON string a quote is always escaped, so `"covers":[`
-        // can only be the key itself.
-        let text = std::str::from_utf8(&payload).map_err(|_| corrupt())?;
-        let start = text.find("\"covers\":[").ok_or_else(corrupt)? + 10;
-        let end = start + text[start..].find(']').ok_or_else(corrupt)?;
-        let mut parts = text[start..end].split(',').map(|p| p.trim().parse::<u64>());
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(Ok(first)), Some(Ok(last)), None) => Ok((first, last)),
-            _ => Err(corrupt()),
-        }
+        })
     }
 
     // -- reading ---------------------------------------------------------------

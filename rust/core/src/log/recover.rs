@@ -14,7 +14,8 @@ use std::ops::ControlFlow;
 
 use super::files::{self, LogFile};
 use super::format::{
-    FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, Node, RECORD_LEN, crc, record_is_valid,
+    FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, Node, RECORD_LEN, crc, payload_fits_kind,
+    record_is_valid,
 };
 use super::{MessageLog, codec};
 use crate::error::{Error, Result};
@@ -45,8 +46,10 @@ pub(super) struct Tail {
 }
 
 /// A frame read back whole at `offset` (of node `expected_seq`, if given):
-/// its node and stored payload, if intact. No length is trusted before it
-/// is bounded by the file and the format.
+/// its node and stored payload, if intact: header and payload checked, and
+/// the payload what its kind holds (so a log rebuilt from intact frames
+/// opens). No length is trusted before it is bounded by the file and the
+/// format.
 pub(super) fn read_frame(
     data: &LogFile,
     offset: u64,
@@ -71,7 +74,7 @@ pub(super) fn read_frame(
     let mut stored = vec![0u8; node.stored_len as usize];
     data.read_exact_at(&mut stored, offset + FRAME_PREFIX as u64)?;
     let intact = codec::decode(&stored, node.codec(), node.raw_len as usize)
-        .is_ok_and(|raw| crc(&raw) == node.hash);
+        .is_ok_and(|raw| crc(&raw) == node.hash && payload_fits_kind(&node, &raw));
     Ok(intact.then_some((node, stored)))
 }
 

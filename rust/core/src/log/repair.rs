@@ -9,6 +9,7 @@ use super::format::{
     RECORD_LEN, align8, crc,
 };
 use super::recover::read_frame;
+use crate::encoding::Encoding;
 use crate::error::Result;
 
 /// What `repair` kept and what it could not.
@@ -40,7 +41,15 @@ pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport>
             .as_ref()
             .map_or(Ok(0), |i| i.read_at_most(&mut head, 0))?;
         match FileHeader::decode(&head[..got], INDEX_MAGIC, "index") {
-            Ok(h) => (h.encoding, h.log_id),
+            Ok(h) if Encoding::from_name(&h.encoding).is_ok() => (h.encoding, h.log_id),
+            // A log that opens must name an encoding this library counts in.
+            Ok(h) => {
+                report.problems.push(format!(
+                    "index: damaged at byte 24: unknown encoding {:?}; counts assumed to be o200k_base",
+                    h.encoding
+                ));
+                ("o200k_base".to_owned(), h.log_id)
+            }
             Err(e) => {
                 report
                     .problems
@@ -88,7 +97,8 @@ pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport>
             content_end - from
         ));
     }
-    report.dropped_bytes = content_end - FILE_HEADER_LEN as u64 - covered;
+    // The last frame may end in zero bytes past the last non-zero one.
+    report.dropped_bytes = content_end.max(at) - FILE_HEADER_LEN as u64 - covered;
     report.kept = kept.len() as u64 - report.lost;
     write_rebuilt(dir, &kept, &encoding, log_id)?;
     Ok(report)
