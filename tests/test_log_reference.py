@@ -32,6 +32,7 @@ from context_core.errors import (
     LogStorageError,
 )
 from context_core.reference import MessageLog, RepairReport, Tokenizer
+from context_core.reference import log as reference_log
 from context_core.reference import select as reference_select
 from context_core.reference.log import HEADER_DTYPE, decode_lz4_block
 from context_core.reference.tags import NAMES
@@ -384,23 +385,43 @@ def test_context_view(log_path):
 # -- the lock, read-only use, durability, closing ----------------------------------------------
 
 
-def test_writer_lock(filled):
+class Clock:
+    """The lock's clock, injected: time passes only as the lock sleeps (and
+    the sleeps are real, so another thread can let go meanwhile)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        time.sleep(seconds)
+
+
+def test_writer_lock(filled, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(reference_log, "time", clock)
     writer = MessageLog.open(filled)
     try:
         with pytest.raises(LogLockedError):
             MessageLog.open(filled)
         with pytest.raises(LogLockedError):
             MessageLog.repair(filled)
-        start = time.monotonic()
+        assert clock.now == 0  # lock_timeout=0: no wait
         with pytest.raises(LogLockedError):
             MessageLog.open(filled, lock_timeout=0.15)
-        assert time.monotonic() - start >= 0.15
+        assert clock.now == pytest.approx(0.15)  # waited out the whole timeout, then gave up
         with MessageLog.open(filled, readonly=True) as reader:  # readers take no lock
             assert len(reader) == 5
         threading.Timer(0.1, writer.close).start()
-        start = time.monotonic()
+        clock.now = 0.0
         with MessageLog.open(filled, lock_timeout=5) as second:
-            assert time.monotonic() - start >= 0.05
+            assert 0 < clock.now < 5  # waited, and got the lock when the writer let go
             assert len(second) == 5
     finally:
         writer.close()

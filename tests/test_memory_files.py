@@ -482,11 +482,8 @@ def test_lock_timeout_is_a_clear_error(tmp_path):
     mem = MemoryFiles(tmp_path, lock_timeout=0.2, durability="never")
     mem.append(["first"])
     holder = filelock.FileLock(os.path.join(tmp_path, ".memory.lock"))
-    with holder:
-        started = time.monotonic()
-        with pytest.raises(MemoryLockError, match=r"lock_timeout") as caught:
-            mem.append(["second"])
-        assert 0.15 < time.monotonic() - started < 5
+    with holder, pytest.raises(MemoryLockError, match=r"lock_timeout") as caught:
+        mem.append(["second"])
     assert isinstance(caught.value, TimeoutError)
     assert mem.append(["second"]).appended
 
