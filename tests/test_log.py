@@ -366,11 +366,26 @@ def test_a_wrong_magic_is_refused(where):
         MessageLog.open(where, readonly=True)
 
 
+def test_repair_rebuilds_a_frame_whose_header_copy_is_damaged(where):
+    filled(where).close()
+    ends = frame_ends(where)
+    with open(where / "data", "r+b") as f:
+        f.seek(ends[1] + 30)  # inside frame 2's header copy; its payload is intact
+        f.write(b"\xff\xff")
+    report = MessageLog.repair(where)
+    assert (report.kept, report.lost) == (len(HISTORY), 0)
+    assert "data: damaged at byte" in report.problems[0]
+    assert "rebuilt from its index record" in report.problems[0]
+    with MessageLog.open(where) as log:
+        log.verify()
+        assert list(log) == HISTORY
+
+
 def test_repair_salvages_every_intact_record(where):
     filled(where).close()
     ends = frame_ends(where)
     with open(where / "data", "r+b") as f:
-        f.seek(ends[1] + 30)  # inside frame 2's header copy
+        f.seek(ends[1] + 80)  # inside frame 2's payload
         f.write(b"\xff\xff")
     report = MessageLog.repair(where)
     assert report.kept == len(HISTORY) - 1

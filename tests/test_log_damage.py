@@ -569,3 +569,93 @@ def test_repair_of_a_last_frame_ending_in_zero_bytes(tmp_path, impl):
     put_record(where, 2, tuple(fields))
     report = impl.repair(where)
     assert (report.kept, report.lost, report.dropped_bytes) == (3, 0, 0)
+
+
+# -- what the review found -------------------------------------------------------------------
+
+
+@impls
+def test_a_damaged_header_copy_in_the_last_frame_is_refused_then_rebuilt(tmp_path, impl):
+    """The index record is valid and the payload matches its hash; only the
+    frame's copy of the header is hit. That frame was written: cutting the
+    record would lose an acknowledged message."""
+    where = tmp_path / "log"
+    messages = written(where, impl, 5)
+    offset, _ = frame(records(where)[-1])
+    flip(where / "data", offset + 8 + 20)
+    with pytest.raises(LogCorruptError, match="record 4's frame is damaged, not torn"):
+        impl.open(where)
+    report = impl.repair(where)
+    assert (report.kept, report.lost) == (5, 0)
+    with impl.open(where) as log:
+        log.verify()
+        assert list(log) == messages
+
+
+@impls
+def test_a_huge_lz4_claim_on_a_large_frame_is_refused_not_allocated(tmp_path, impl):
+    """A 2 MB payload may claim up to 255 times as much: the claim is checked
+    against the block before anything that size is allocated."""
+    where = tmp_path / "log"
+    big = {"role": "tool", "content": "word " * 400_000}
+    with impl.open(where, create=True) as log:
+        log.append(message(0))
+        log.append(big)
+    rows = records(where)
+    stored = rows[1][4]
+    fields = list(rows[1])
+    fields[5], fields[13] = 255 * stored, (fields[13] & 0x0F) | 0x10  # raw_len, codec LZ4
+    put_record(where, 1, tuple(fields))
+
+    def read() -> list[str]:
+        outcomes = []
+        for step in (lambda: impl.open(where, readonly=True).read([1]), lambda: impl.open(where)):
+            try:
+                step()
+                outcomes.append("ok")
+            except LogCorruptError:
+                outcomes.append("LogCorruptError")
+        return outcomes
+
+    outcome = in_child(read, memory_headroom=256 << 20)
+    assert outcome == "returned ['LogCorruptError', 'LogCorruptError']", outcome
+
+
+@impls
+def test_a_failed_repair_leaves_the_old_files_in_place(tmp_path, impl):
+    """The new index cannot be written (here a directory stands where its
+    temporary file would go): the new data file must not be renamed in alone,
+    or no log could open the pair."""
+    where = tmp_path / "log"
+    messages = written(where, impl, 6)
+    suffix = ".tmp" if impl is MessageLog else ".repair"
+    os.mkdir(where / f"index{suffix}")
+    before = (where / "data").read_bytes()
+    with pytest.raises(LogStorageError):
+        impl.repair(where)
+    assert (where / "data").read_bytes() == before
+    assert not (where / f"data{suffix}").exists()
+    with impl.open(where, readonly=True) as log:
+        assert list(log) == messages
+
+
+@impls
+def test_a_summary_with_a_lone_surrogate_is_refused(tmp_path, impl):
+    with impl.open(tmp_path / "log", create=True) as log:
+        log.append(message(0))
+        with pytest.raises(InvalidInputError, match="surrogate"):
+            log.add_summary("half a pair: \ud83d", (0, 0))
+        assert len(log) == 1
+
+
+@impls
+def test_a_checkpoint_never_hides_a_damaged_record_from_the_views(tmp_path, impl):
+    """meta vouches for 40 records; record 20 then fails its checksum. A
+    view must not go on without it (its kind byte now reads as a branch)."""
+    where = tmp_path / "log"
+    written(where, impl, 40)
+    assert (where / "meta").exists()
+    flip(where / "index", 64 + 64 * 20 + 57, 0x02)  # kind 0 -> 2
+    with pytest.raises(LogCorruptError) as caught, impl.open(where, readonly=True) as log:
+        log.context_view()
+    assert (caught.value.file, caught.value.offset) == ("index", 64 + 64 * 20)

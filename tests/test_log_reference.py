@@ -412,7 +412,9 @@ def test_writer_lock(filled, monkeypatch):
             MessageLog.open(filled)
         with pytest.raises(LogLockedError):
             MessageLog.repair(filled)
-        assert clock.now == 0  # lock_timeout=0: no wait
+        # lock_timeout=0 waits only the grace a reader's brief check may need.
+        assert clock.now == pytest.approx(2 * reference_log.READER_GRACE_SECONDS)
+        clock.now = 0.0
         with pytest.raises(LogLockedError):
             MessageLog.open(filled, lock_timeout=0.15)
         assert clock.now == pytest.approx(0.15)  # waited out the whole timeout, then gave up
@@ -835,11 +837,28 @@ def test_recovery_of_an_index_behind_the_data(filled, behind):
         log.verify()
 
 
-def test_recovery_cuts_a_record_whose_frame_is_damaged(filled):
-    flip(filled / "data", frame_offsets(filled)[-1] + 80)  # the last payload
+def test_recovery_cuts_a_last_frame_that_was_never_written(filled):
+    """A torn tail: the last frame's sectors never reached the disk (zeros)."""
+    start = frame_offsets(filled)[-1]
+    with open(filled / "data", "r+b") as data:
+        data.seek(start)
+        data.write(bytes(frame_offsets_end(conversation()) - start))
     with MessageLog.open(filled) as log:
         assert list(log) == conversation()[:4]
         log.verify()
+
+
+def test_recovery_refuses_a_last_frame_that_was_written_and_damaged(filled):
+    """A flipped bit in the last payload is damage, not a torn write: nothing is cut."""
+    flip(filled / "data", frame_offsets(filled)[-1] + 80)
+    before = (filled / "index").read_bytes(), (filled / "data").read_bytes()
+    with pytest.raises(LogCorruptError, match="record 4's frame is damaged, not torn") as caught:
+        MessageLog.open(filled)
+    assert (caught.value.file, caught.value.offset) == ("data", frame_offsets(filled)[-1])
+    assert ((filled / "index").read_bytes(), (filled / "data").read_bytes()) == before
+    report = MessageLog.repair(filled)  # the payload is gone, and nothing intact follows it
+    assert (report.kept, report.lost) == (4, 0)
+    assert any(f"offset {frame_offsets_end(conversation()[:4])}" in p for p in report.problems)
 
 
 # -- damage: bit flips and repair ---------------------------------------------------------------------
@@ -872,6 +891,13 @@ def test_a_flipped_frame(filled, where, name):
     report = MessageLog.repair(filled)
     assert isinstance(report, RepairReport)
     damaged_from, damaged_to = frame_offsets_end(conversation()[:2]), frame_offsets_end(conversation()[:3])
+    if name == "header":  # the payload is intact: the frame is rebuilt from its index record
+        assert (report.kept, report.lost, report.dropped_bytes) == (5, 0, 0)
+        assert any("rebuilt from its index record" in p for p in report.problems)
+        with MessageLog.open(filled) as log:
+            assert list(log) == conversation()
+            log.verify()
+        return
     assert (report.kept, report.lost, report.dropped_bytes) == (4, 1, damaged_to - damaged_from)
     assert any(f"data: offset {damaged_from}:" in p for p in report.problems)
     assert any(f"index: offset {64 + 64 * 2}: record 2" in p for p in report.problems)

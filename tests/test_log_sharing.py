@@ -200,3 +200,90 @@ def test_threads_sharing_one_log(tmp_path, monkeypatch):
     assert len(log) == 400
     assert log.context_view() == [message(n) for n in range(400)]
     log.close()
+
+
+@pytest.mark.parametrize("impl", [MessageLog], ids=["rust"])
+def test_a_fork_while_another_thread_is_inside_a_call_cannot_hang_the_child(tmp_path, impl):
+    """A thread in flush() holds the log's lock (fsync, the GIL released) while
+    the main thread forks: in the child that thread does not exist and never
+    lets go. The child's calls must answer or refuse, never wait forever."""
+    where = tmp_path / "log"
+    log = impl.open(where, create=True, durability="never")
+    log.append_many([message(n) for n in range(200)])
+    stop = threading.Event()
+
+    def flusher() -> None:
+        while not stop.is_set():
+            log.flush()
+
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    outcomes = set()
+    try:
+        for n in range(30):
+            log.append({"role": "user", "content": "dirty the page cache " * 200 + str(n)})
+
+            def child() -> str:
+                try:
+                    return f"read {len(log)}"
+                except LogForkedError:
+                    return "refused"
+                finally:
+                    log.close()
+
+            outcome, status = in_forked_child(child)
+            assert status == 0, f"the child hung or crashed: {outcome} ({status})"
+            outcomes.add(outcome.strip("'").split()[0])
+    finally:
+        stop.set()
+        thread.join()
+    assert outcomes <= {"read", "refused"}
+    log.close()
+
+
+@impls
+def test_a_forked_child_does_not_keep_the_parents_lock(tmp_path, impl):
+    """A worker that keeps the inherited writer object alive (and never closes
+    it) must not stop the parent from reopening once the parent closed it."""
+    where = tmp_path / "log"
+    log = impl.open(where, create=True)
+    log.append(message(0))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # hold the object; wait until the parent is done
+        os.close(write_end)
+        os.read(read_end, 1)
+        os._exit(0)
+    os.close(read_end)
+    try:
+        log.close()
+        with impl.open(where) as again:  # refused before: the child's copy held the flock
+            again.append(message(1))
+    finally:
+        os.write(write_end, b"x")
+        os.close(write_end)
+        os.waitpid(pid, 0)
+    with impl.open(where, readonly=True) as reader:
+        assert list(reader) == [message(0), message(1)]
+
+
+@impls
+def test_a_readers_brief_check_does_not_make_a_writer_fail(tmp_path, impl):
+    """A reader that found bytes past the end holds the lock shared while it
+    looks again; a writer opening then (lock_timeout=0) waits out that grace
+    instead of reporting another writer."""
+    import fcntl
+
+    where = tmp_path / "log"
+    with impl.open(where, create=True) as log:
+        log.append(message(0))
+    fd = os.open(where / "lock", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    timer = threading.Timer(0.01, lambda: fcntl.flock(fd, fcntl.LOCK_UN))
+    timer.start()
+    try:
+        with impl.open(where) as writer:
+            assert len(writer) == 1
+    finally:
+        timer.join()
+        os.close(fd)

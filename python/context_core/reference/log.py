@@ -19,6 +19,7 @@ import secrets
 import stat
 import struct
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -98,7 +99,9 @@ DEFAULT_ENCODING = "o200k_base"
 DURABILITIES = ("always", "batch", "never")
 BATCH_APPENDS, BATCH_SECONDS = 64, 0.02
 LOCK_POLL_SECONDS = 0.01
+READER_GRACE_SECONDS = 0.05
 SCAN_CHUNK = 1 << 20
+SECTOR = 512  # a disk writes a sector whole or not at all: a torn frame has a blank one
 
 
 def crc(data: bytes) -> int:
@@ -401,7 +404,9 @@ def take_lock(directory: str, timeout: float) -> int:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise InvalidInputError(f"{path}: is not a regular file (a log's files are its own)")
-    deadline = time.monotonic() + timeout
+    # At least READER_GRACE: a reader checking bytes past the end holds the lock
+    # shared for that long, and is not another writer.
+    deadline = time.monotonic() + max(timeout, READER_GRACE_SECONDS)
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -642,6 +647,17 @@ class RepairReport:
     problems: list[str]  # each naming the file and offset
 
 
+_WRITERS: weakref.WeakSet[MessageLog] = weakref.WeakSet()  # open writers, for the fork hook
+
+
+def _after_fork_in_child() -> None:
+    for log in list(_WRITERS):
+        log._forget_inherited_lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class MessageLog:
     """An append-only tree of messages in a directory (open it with ``MessageLog.open``)."""
 
@@ -672,6 +688,8 @@ class MessageLog:
         self._analysis: Analysis | None = None
         self._unsynced, self._last_sync = 0, time.monotonic()
         self._pid = os.getpid()  # only the process that opened a writer writes through it
+        if lock_fd is not None:
+            _WRITERS.add(self)
         try:
             self._index_fd = open_log_file(self._index_path, readonly)
             self._data_fd = open_log_file(self._data_path, readonly)
@@ -827,6 +845,15 @@ class MessageLog:
         prefix = len(self._nodes)
         kept = prefix
         while settle and kept and not self._frame_holds(kept - 1):
+            node = self._nodes[kept - 1]
+            if not self._never_written(node):  # written once and damaged since: repair's to rebuild
+                raise corrupt(
+                    self._data_path,
+                    node.offset,
+                    f"record {node.seq}'s frame is damaged, not torn (no sector of it is blank); "
+                    "nothing is cut: run repair, which rebuilds it from the index record "
+                    "if its payload is intact",
+                )
             kept -= 1
         position = self._nodes[kept - 1].frame_end if kept else FILE_HEADER_SIZE
         with storage(self._index_path, "read"):
@@ -907,6 +934,22 @@ class MessageLog:
         available = file_size(self._data_fd, self._data_path) - offset
         return read_at(self._data_fd, max(0, min(size, available)), offset)
 
+    def _never_written(self, node: Node) -> bool:
+        """A torn write, not damage: the file ends before the frame does, or one of
+        the frame's 512-byte sectors (at least 8 of its bytes) is all zeros."""
+        end = node.offset + FRAME_PREFIX + node.stored_len
+        if node_problem(node, None) is not None:
+            return False
+        if end > file_size(self._data_fd, self._data_path):
+            return True
+        frame = read_at(self._data_fd, end - node.offset, node.offset)
+        starts = [node.offset, *range((node.offset // SECTOR + 1) * SECTOR, end, SECTOR)]
+        for start, stop in zip(starts, [*starts[1:], end], strict=True):
+            part = frame[start - node.offset : stop - node.offset]
+            if (len(part) >= 8 or len(part) == len(frame)) and all_zero(part):
+                return True
+        return False
+
     def _frame_holds(self, seq: int) -> bool:
         try:
             read_frame(self._data_fd, self._data_path, self._nodes[seq], self._record(seq))
@@ -961,6 +1004,14 @@ class MessageLog:
                 return
 
     # -- checks before each operation ------------------------------------------------
+
+    def _forget_inherited_lock(self) -> None:
+        """In a child of fork(): close this copy of the parent's writer lock, so the
+        parent's close releases it (writes are refused here anyway)."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1125,10 +1176,16 @@ class MessageLog:
                 raise corrupt(self._index_path, where, problem)
             self._value(seq)
             expected_offset = node.frame_end
-        # Past the last record: settled, unless a writer may be appending now.
+        # Past the last record: settled, unless a writer may be appending now (the
+        # lock is asked only when something there needs judging).
+        tail = self._past_the_end(settle=False)
+        suspect = tail.stranded is not None or tail.torn or bool(tail.unindexed)
+        if not suspect:
+            return
         with hold_if_no_writer(self._directory) if self._readonly else contextlib.nullcontext(True) as held:
             if not held:
                 return
+            self._refresh()
             tail = self._past_the_end(settle=False)
             if tail.stranded is not None:
                 raise tail.stranded
@@ -1336,10 +1393,24 @@ class MessageLog:
             self._data_size = grow(self._data_fd, self._data_size, offset, DATA_FIRST_STEP)
         with storage(self._index_path, "reserve space in"):
             self._index_size = grow(self._index_fd, self._index_size, index_end, INDEX_FIRST_STEP)
-        with storage(self._data_path, "write"):
-            write_all(self._data_fd, b"".join(frames), self._data_end)
-        with storage(self._index_path, "write"):
-            write_all(self._index_fd, b"".join(records), index_start)
+        data, index = b"".join(frames), b"".join(records)
+        try:
+            with storage(self._data_path, "write"):
+                write_all(self._data_fd, data, self._data_end)
+            if self._durability == "always":
+                with storage(self._data_path, "sync"):
+                    os.fdatasync(self._data_fd)
+            with storage(self._index_path, "write"):
+                write_all(self._index_fd, index, index_start)
+            if self._durability == "always":
+                with storage(self._index_path, "sync"):
+                    os.fdatasync(self._index_fd)
+        except LogStorageError:
+            # Failed: nothing of it may stay for a later open or repair to take up.
+            with contextlib.suppress(OSError):
+                write_all(self._index_fd, bytes(len(index)), index_start)
+                write_all(self._data_fd, bytes(len(data)), self._data_end)
+            raise
         for node, record in zip(nodes, records, strict=True):
             self._add(node, record)
             self._apply(node)
@@ -1349,7 +1420,7 @@ class MessageLog:
     def _after_write(self, count: int) -> None:
         self._unsynced += count
         due = self._unsynced >= BATCH_APPENDS or time.monotonic() - self._last_sync >= BATCH_SECONDS
-        if self._durability == "always" or (self._durability == "batch" and due):
+        if self._durability == "batch" and due:  # "always" synced in _commit
             self._sync()
 
     def _sync(self) -> None:
@@ -1429,7 +1500,11 @@ def repair_locked(directory: str) -> RepairReport:
         parse_file_header(data, data_path, DATA_MAGIC, log_id)
     except LogCorruptError as error:
         problems.append(str(error))
-    salvage = salvage_frames(data, data_path, problems)
+    try:
+        old_index = read_whole(index_path)
+    except (ContextCoreError, OSError):
+        old_index = b""
+    salvage = salvage_frames(data, data_path, problems, old_index)
     compare_index(index_path, salvage.found, len(salvage.nodes), problems)
     new_id = secrets.randbits(64)
     while new_id == log_id:  # an old index must never pass for one of the new data
@@ -1472,12 +1547,30 @@ class Salvage(NamedTuple):
     dropped_bytes: int
 
 
-def salvage_frames(data: bytes, data_path: str, problems: list[str]) -> Salvage:
+def salvage_frames(data: bytes, data_path: str, problems: list[str], old_index: bytes = b"") -> Salvage:
     """Every intact frame of the data file (whose seq is not below the records so far),
-    each seq skipped between two of them standing in as a lost node."""
+    each seq skipped between two of them standing in as a lost node. A frame whose
+    own header copy (or magic) is damaged is rebuilt from ``old_index``'s record for
+    the seq expected there, when its payload is that record's."""
 
     def read(size: int, offset: int) -> bytes:
         return data[offset : offset + size]
+
+    def from_index(position: int, seq: int) -> tuple[Node | None, bytes]:
+        record = old_index[FILE_HEADER_SIZE + seq * RECORD_SIZE : FILE_HEADER_SIZE + (seq + 1) * RECORD_SIZE]
+        node = unpack_node(record)
+        if node is None or node.seq != seq or node_problem(node, position) is not None:
+            return None, b""
+        if position + FRAME_PREFIX + node.stored_len > len(data):  # the frame must be there, whole
+            return None, b""
+        stored = data[position + FRAME_PREFIX : position + FRAME_PREFIX + node.stored_len]
+        try:
+            raw = decode_payload(stored, node)
+        except ValueError:
+            return None, b""
+        if crc(raw) != node.hash or not payload_fits_kind(node, raw):
+            return None, b""
+        return node, FRAME_MAGIC + record + stored
 
     nodes: list[tuple[Node, bytes]] = []
     found: dict[int, bytes] = {}
@@ -1488,6 +1581,13 @@ def salvage_frames(data: bytes, data_path: str, problems: list[str]) -> Salvage:
     damaged: tuple[int, str] | None = None  # where the damage being skipped began, and why
     while position < content_end:
         node, frame, why = frame_at(read, position, len(nodes), at_least=True)
+        if node is None:
+            node, frame = from_index(position, len(nodes))
+            if node is not None:
+                problems.append(
+                    f"{data_path}: offset {position}: the frame header of node {node.seq} is damaged; "
+                    "rebuilt from its index record"
+                )
         if node is None:
             if damaged is None:
                 damaged = (position, why or "no frame magic")

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
-use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions, ViewPart};
+use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions, Origin, ViewPart};
 use context_core::select::Weights;
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
@@ -14,7 +14,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
-use crate::text::{sequence, text, type_name};
+use crate::text::{as_str, sequence, text, type_name};
 
 /// The default keyword lists without a cache: a log tags each message once,
 /// into its header, and caching those would only evict what selection reuses.
@@ -32,6 +32,9 @@ const PARALLEL_MIN_MESSAGES: usize = 128;
 #[pyclass(frozen, subclass, name = "_MessageLog", module = "context_core._core")]
 pub struct PyMessageLog {
     inner: Mutex<MessageLog>,
+    /// Where the log was opened: a handle inherited across `fork()` must not
+    /// wait for a lock a thread of the parent held at the fork.
+    origin: Origin,
 }
 
 impl PyMessageLog {
@@ -57,7 +60,7 @@ impl PyMessageLog {
         let copies: Vec<&Json<'static>> = copies.iter().collect();
         // The GIL stays held: another thread waiting for the log's lock with
         // the GIL would deadlock us. The worker threads do not need it.
-        let mut log = self.log();
+        let mut log = self.log()?;
         let Ok(batch) = log.prepare_batch(&copies, text_bytes, &LOG_TAGGER) else {
             return Ok(None);
         };
@@ -65,12 +68,30 @@ impl PyMessageLog {
         Ok(Some((range.start, range.end)))
     }
 
-    fn log(&self) -> MutexGuard<'_, MessageLog> {
-        // A panic never crosses into Python, so a poisoned lock only means
-        // another thread's call failed; the log's state is still consistent.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn log(&self) -> PyResult<MutexGuard<'_, MessageLog>> {
+        Ok(self.locked().map_err(CoreError)?)
+    }
+
+    /// The log, locked. A panic never crosses into Python, so a poisoned
+    /// lock only means another thread's call failed; the log's state is
+    /// still consistent.
+    fn locked(&self) -> context_core::Result<MutexGuard<'_, MessageLog>> {
+        if !self.origin.is_elsewhere() {
+            return Ok(self
+                .inner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
+        // A child of a fork: a thread that held the lock at the fork does not
+        // exist here, and never lets go. Refuse rather than hang.
+        match self.inner.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(context_core::Error::LogForked {
+                opened_by: self.origin.pid(),
+                process: std::process::id(),
+            }),
+        }
     }
 }
 
@@ -227,6 +248,7 @@ impl PyMessageLog {
             .map_err(CoreError)?;
         Ok(Self {
             inner: Mutex::new(log),
+            origin: Origin::here(),
         })
     }
 
@@ -253,7 +275,7 @@ impl PyMessageLog {
             Some(p) if p < 0 => {
                 return Err(CoreError(context_core::Error::LogIndex {
                     seq: p,
-                    len: self.log().len().map_err(CoreError)?,
+                    len: self.log()?.len().map_err(CoreError)?,
                 })
                 .into());
             }
@@ -268,7 +290,7 @@ impl PyMessageLog {
             timestamp: number(timestamp, "timestamp")?,
         };
         Ok(self
-            .log()
+            .log()?
             .append(&PyJson(message.clone()), &options, &LOG_TAGGER)
             .map_err(CoreError)?)
     }
@@ -284,14 +306,14 @@ impl PyMessageLog {
             return Ok(range);
         }
         let range = self
-            .log()
+            .log()?
             .append_many(&views, &LOG_TAGGER)
             .map_err(CoreError)?;
         Ok((range.start, range.end))
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        Ok(self.log().len().map_err(CoreError)? as usize)
+        Ok(self.log()?.len().map_err(CoreError)? as usize)
     }
 
     /// The JSON payload of each of `seqs` (empty for a branch marker).
@@ -305,14 +327,14 @@ impl PyMessageLog {
             .iter()
             .map(|s| seq(s, "seqs"))
             .collect::<PyResult<Vec<_>>>()?;
-        let payloads = self.log().read(&seqs).map_err(CoreError)?;
+        let payloads = self.log()?.read(&seqs).map_err(CoreError)?;
         Ok(payloads.iter().map(|p| PyBytes::new(py, p)).collect())
     }
 
     /// The context view: `(seq, part)` with part `anchor`, `global`, `segment` or `raw`.
     #[pyo3(name = "_view")]
     fn view(&self) -> PyResult<Vec<(u64, &'static str)>> {
-        let view = self.log().view().map_err(CoreError)?;
+        let view = self.log()?.view().map_err(CoreError)?;
         Ok(view
             .into_iter()
             .map(|(seq, part)| (seq, part_name(part)))
@@ -343,7 +365,7 @@ impl PyMessageLog {
             decay,
         };
         let window = self
-            .log()
+            .log()?
             .weighted_window(budget, &weights, max_anchors, now)
             .map_err(CoreError)?;
         let kept = window
@@ -366,7 +388,7 @@ impl PyMessageLog {
     /// `timestamp (µs, hex)-payload crc`: a stable id for other systems.
     fn node_id(&self, seq: &Bound<'_, PyAny>) -> PyResult<String> {
         let seq = self::seq(seq, "seq")?;
-        Ok(self.log().header(seq).map_err(CoreError)?.id())
+        Ok(self.log()?.header(seq).map_err(CoreError)?.id())
     }
 
     /// `add_summary(text, covers, level)` checks `covers` is a pair first.
@@ -378,7 +400,11 @@ impl PyMessageLog {
         last: &Bound<'_, PyAny>,
         level: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        let text = self::text(text, "text")?;
+        // Stored as given or not at all: a lone surrogate is refused, as in
+        // messages, not repaired into U+FFFD.
+        let text = as_str(text, "text")?.to_str().map_err(|_| {
+            invalid_input("text: a string holds a lone surrogate (not valid Unicode), so it cannot be stored as it is")
+        })?;
         let (first, last) = (seq(first, "covers")?, seq(last, "covers")?);
         if level.is_instance_of::<PyBool>() || !level.is_instance_of::<PyInt>() {
             return Err(invalid_type(format!(
@@ -392,69 +418,78 @@ impl PyMessageLog {
         // A negative seq is no node: past every node, the core refuses it.
         let node = |seq: i64| u64::try_from(seq).unwrap_or(u64::MAX);
         Ok(self
-            .log()
-            .add_summary(&text, node(first), node(last), level, &LOG_TAGGER)
+            .log()?
+            .add_summary(text, node(first), node(last), level, &LOG_TAGGER)
             .map_err(CoreError)?)
     }
 
     /// Start a new branch at node `seq`: the next append is its child.
     fn rewind(&self, seq: &Bound<'_, PyAny>) -> PyResult<()> {
         let seq = self::seq(seq, "seq")?;
-        Ok(self.log().rewind(seq).map_err(CoreError)?)
+        Ok(self.log()?.rewind(seq).map_err(CoreError)?)
     }
 
     /// The active head: the node the next append will be a child of.
     #[getter]
     fn head(&self) -> PyResult<Option<u64>> {
-        Ok(self.log().head().map_err(CoreError)?)
+        Ok(self.log()?.head().map_err(CoreError)?)
     }
 
     /// The last seq the newest summary on the active path covers.
     #[getter]
     fn last_summary_index(&self) -> PyResult<Option<u64>> {
-        Ok(self.log().last_summary_index().map_err(CoreError)?)
+        Ok(self.log()?.last_summary_index().map_err(CoreError)?)
     }
 
     /// Seqs from the root to `head` (default: the active head).
     #[pyo3(signature = (head = None))]
     fn path(&self, head: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
         let head = head.map(|h| seq(h, "head")).transpose()?;
-        Ok(self.log().path_to(head).map_err(CoreError)?)
+        Ok(self.log()?.path_to(head).map_err(CoreError)?)
     }
 
     /// The encoding the log counts tokens in.
     #[getter]
-    fn encoding(&self) -> &'static str {
-        self.log().encoding().name()
+    fn encoding(&self) -> PyResult<&'static str> {
+        Ok(self.log()?.encoding().name())
     }
 
     /// Whether this handle only reads (`readonly=True`).
     #[getter]
-    fn readonly(&self) -> bool {
-        self.log().is_readonly()
+    fn readonly(&self) -> PyResult<bool> {
+        Ok(self.log()?.is_readonly())
     }
 
     /// Whether `close()` was called.
     #[getter]
-    fn closed(&self) -> bool {
-        self.log().is_closed()
+    fn closed(&self) -> PyResult<bool> {
+        Ok(self.log()?.is_closed())
     }
 
     /// Make every append so far durable (fsync).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        Ok(py.detach(|| self.log().flush()).map_err(CoreError)?)
+        Ok(py.detach(|| self.locked()?.flush()).map_err(CoreError)?)
     }
 
     /// `MessageLog.close` also drops its map of the index.
     #[pyo3(name = "_close")]
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        Ok(py.detach(|| self.log().close()).map_err(CoreError)?)
+        Ok(py
+            .detach(|| match self.locked() {
+                Ok(mut log) => log.close(),
+                // A child of a fork whose log a vanished thread still holds:
+                // this handle writes nothing and keeps no lock here, and it
+                // is dropped (without waiting) with the object.
+                Err(context_core::Error::LogForked { .. }) => Ok(()),
+                Err(other) => Err(other),
+            })
+            .map_err(CoreError)?)
     }
 
     /// Check every record and frame; raises `LogCorruptError` naming the
     /// file and offset of the first problem.
     fn verify(&self) -> PyResult<()> {
-        Ok(self.log().verify().map_err(CoreError)?)
+        Ok(self.log()?.verify().map_err(CoreError)?)
     }
 
     /// `(kept, lost, dropped_bytes, problems)`.
@@ -484,7 +519,7 @@ impl PyMessageLog {
     #[pyo3(name = "_index_fd")]
     fn index_fd(&self) -> PyResult<i32> {
         use std::os::fd::IntoRawFd;
-        let mut log = self.log();
+        let mut log = self.log()?;
         let path = log.path().join("index").display().to_string();
         let file = log.index_file().map_err(CoreError)?;
         let copy = file.try_clone().map_err(|e| {

@@ -193,11 +193,18 @@ pub fn ensure_dir(dir: &Path, create: bool) -> Result<()> {
     }
 }
 
-/// Take the writer lock (`flock(LOCK_EX)` on `dir/lock`), retrying until `timeout`.
+/// How long a writer waits for the lock at the least, whatever its
+/// timeout: a reader that found bytes past the end holds a shared lock for
+/// as long as it takes to look at them again, and must not make a writer's
+/// open fail as if another writer held the log.
+pub const READER_GRACE: Duration = Duration::from_millis(50);
+
+/// Take the writer lock (`flock(LOCK_EX)` on `dir/lock`), retrying until
+/// `timeout` (at least [`READER_GRACE`]).
 pub fn lock_writer(dir: &Path, timeout: Duration) -> Result<File> {
     let lock = LogFile::open(dir, "lock", true, true)?;
     let file = lock.handle()?;
-    let deadline = Instant::now().checked_add(timeout);
+    let deadline = Instant::now().checked_add(timeout.max(READER_GRACE));
     loop {
         match file.try_lock() {
             Ok(()) => break,
@@ -277,15 +284,27 @@ pub fn data_regions(file: &LogFile, from: u64) -> Result<Vec<(u64, u64)>> {
 /// Write `bytes` to `dir/name` atomically: a temporary file, synced, renamed
 /// over the old one, and the directory synced when `durable`.
 pub fn replace_file(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let target = dir.join(name);
-    let written = write_new(&tmp, bytes, durable)
-        .and_then(|()| std::fs::rename(&tmp, &target).map_err(|e| storage(&target, "replace", &e)));
+    replace_files(dir, &[(name, bytes)], durable)
+}
+
+/// [`replace_file`] for several files: every temporary is written (and
+/// synced) before the first rename, so a failure (a full disk) leaves the old
+/// files all in place, and no temporary behind: one left would hold the
+/// space a full disk lacks and fail the next try the same way.
+pub fn replace_files(dir: &Path, files: &[(&str, &[u8])], durable: bool) -> Result<()> {
+    let temporary = |name: &str| dir.join(format!("{name}.tmp"));
+    let written = files
+        .iter()
+        .try_for_each(|&(name, bytes)| write_new(&temporary(name), bytes, durable));
     if let Err(error) = written {
-        // A temporary left behind would hold the space a full disk lacks,
-        // and make the next try fail the same way.
-        let _ = std::fs::remove_file(&tmp);
+        for &(name, _) in files {
+            let _ = std::fs::remove_file(temporary(name));
+        }
         return Err(error);
+    }
+    for &(name, _) in files {
+        let target = dir.join(name);
+        std::fs::rename(temporary(name), &target).map_err(|e| storage(&target, "replace", &e))?;
     }
     if durable {
         sync_dir(dir)?;

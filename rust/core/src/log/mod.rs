@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use fork::Origin;
 pub use format::{
     CODEC_LZ4, CODEC_RAW, FLAG_CALLS, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, KIND_BRANCH,
     KIND_LOST, KIND_MESSAGE, KIND_SUMMARY, NONE, Node, RECORD_LEN,
@@ -115,6 +116,13 @@ impl Position {
     };
 }
 
+/// The writer lock, known to the fork handler while held (fields drop in
+/// order: the slot is cleared before the descriptor closes).
+struct WriterLock {
+    _slot: fork::LockSlot,
+    _file: std::fs::File,
+}
+
 /// Nodes built for a batch, not yet written ([`MessageLog::prepare_batch`]).
 pub struct PreparedBatch {
     first: u64,
@@ -130,7 +138,7 @@ pub struct MessageLog {
     index: Arc<LogFile>,
     data: Arc<LogFile>,
     /// Held for as long as the log is open for writing.
-    lock: Option<std::fs::File>,
+    lock: Option<WriterLock>,
     map: Mapped,
     count: u64,
     data_end: u64,
@@ -149,6 +157,8 @@ pub struct MessageLog {
     decay_powers: window::DecayPowers,
     /// Leading records that form one chain (see `extend_linear`).
     linear_len: u64,
+    /// Leading records checked whole (see `ensure_checked`).
+    checked: u64,
     /// Kept between turns: a million units' keys and starts are 20 MB not
     /// to fault in again.
     scratch_keys: Vec<u128>,
@@ -181,7 +191,11 @@ impl MessageLog {
         let lock = if options.readonly {
             None
         } else {
-            Some(files::lock_writer(dir, options.lock_timeout)?)
+            let file = files::lock_writer(dir, options.lock_timeout)?;
+            Some(WriterLock {
+                _slot: fork::LockSlot::hold(&file),
+                _file: file,
+            })
         };
         let write = !options.readonly;
         let fresh = write && !dir.join("index").exists();
@@ -219,6 +233,7 @@ impl MessageLog {
             origin: fork::Origin::here(),
             decay_powers: window::DecayPowers::default(),
             linear_len: 0,
+            checked: 0,
             scratch_keys: Vec::new(),
             scratch_starts: Vec::new(),
         };
@@ -323,7 +338,10 @@ impl MessageLog {
         let Some(_hold) = files::hold_if_no_writer(&self.dir)? else {
             return Ok(()); // a writer is appending: what follows is in flight
         };
-        self.scan_new_records()?;
+        // What a writer committed (and closed) since: the index may have
+        // grown past the map.
+        let index_len = self.index.len()?;
+        self.catch_up(index_len)?;
         match recover::examine(self, recover::Mode::Look)?.stranded {
             Some(damage) => Err(damage),
             None => Ok(()),
@@ -429,6 +447,32 @@ impl MessageLog {
         Ok(())
     }
 
+    /// Check every record not checked yet, before anything reads the
+    /// headers in place (the views, the window, paths, `records`): once per
+    /// record and handle, not once per turn. Records a checkpoint vouched for
+    /// at open are the ones not checked there: checking a million costs
+    /// ~20 ms, which open does not pay, the first sweep over them does.
+    fn ensure_checked(&mut self) -> Result<()> {
+        let mut expected = match self.checked {
+            0 => FILE_HEADER_LEN as u64,
+            n => self.node(n - 1)?.frame_end(),
+        };
+        while self.checked < self.count {
+            let seq = self.checked;
+            let node = self.node(seq)?;
+            if let Some(problem) = node.problem(Some(expected)) {
+                return Err(Error::LogCorrupt {
+                    file: self.index.name(),
+                    offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN) as u64,
+                    reason: problem,
+                });
+            }
+            expected = node.frame_end();
+            self.checked += 1;
+        }
+        Ok(())
+    }
+
     /// A copy of index slot `seq`, if the map holds it.
     fn slot_copy(&self, seq: u64) -> Option<[u8; RECORD_LEN]> {
         (seq < self.slots()).then(|| self.slot_bytes(seq).try_into().expect("64 bytes"))
@@ -461,6 +505,23 @@ impl MessageLog {
             // The writer reads the data file with pread only: no map to guard.
             return Ok(());
         }
+        let before = self.count;
+        // The records before a damaged one still count, and move the head.
+        let scanned = self.catch_up(index_len);
+        let mut position = self.position;
+        for seq in before..self.count {
+            position = self.advance(position, &self.node(seq)?)?;
+        }
+        self.position = position;
+        scanned
+    }
+
+    /// A reader's view of what the writer committed since it last looked:
+    /// the index mapped as far as it now reaches (`index_len`, just read),
+    /// the new records scanned. A record scanned here may have its frame
+    /// past the data length read here (the writer grew the file since):
+    /// [`MessageLog::payload_of`] reads the length again before it says so.
+    fn catch_up(&mut self, index_len: u64) -> Result<()> {
         let data_len = self.data.len()?;
         if data_len < self.data_end {
             return Err(Error::LogCorrupt {
@@ -472,20 +533,12 @@ impl MessageLog {
                 ),
             });
         }
-        self.data_len = data_len;
         if index_len > self.index_len {
             self.index_len = index_len;
             self.remap()?;
         }
-        let before = self.count;
-        // The records before a damaged one still count, and move the head.
-        let scanned = self.scan_new_records();
-        let mut position = self.position;
-        for seq in before..self.count {
-            position = self.advance(position, &self.node(seq)?)?;
-        }
-        self.position = position;
-        scanned
+        self.data_len = data_len;
+        self.scan_new_records()
     }
 
     /// The position after node `node` was appended.
@@ -617,7 +670,10 @@ impl MessageLog {
             return Err(corrupt(node.offset, &problem));
         }
         let frame_len = FRAME_PREFIX as u64 + u64::from(node.stored_len);
-        if node.offset.saturating_add(frame_len) > self.data_len {
+        // The length last read can be behind a writer's growth: look again
+        // before calling a frame past the end.
+        let frame_end = node.offset.saturating_add(frame_len);
+        if frame_end > self.data_len && frame_end > self.data.len()? {
             return Err(corrupt(
                 node.offset,
                 &format!(
@@ -651,6 +707,7 @@ impl MessageLog {
     /// The committed index records, 64 bytes each, as mapped.
     pub fn records(&mut self) -> Result<&[u8]> {
         self.refresh()?;
+        self.ensure_checked()?;
         let end = FILE_HEADER_LEN + self.count as usize * RECORD_LEN;
         Ok(&self.map.bytes()[FILE_HEADER_LEN..end])
     }
@@ -694,6 +751,7 @@ impl MessageLog {
     /// Seqs from the root to `head` (default: the active head).
     pub fn path_to(&mut self, head: Option<i64>) -> Result<Vec<u64>> {
         self.refresh()?;
+        self.ensure_checked()?;
         let mut seq = match head {
             Some(head) => self.checked_seq(head)?,
             None if self.position.head == NONE => return Ok(Vec::new()),
@@ -740,20 +798,23 @@ impl MessageLog {
             });
         }
         self.verify_records(0)?;
+        let mut tail = recover::examine(self, recover::Mode::Look)?;
+        let suspect = tail.stranded.is_some() || tail.torn || tail.unindexed > 0;
         // A reader cannot judge the bytes past the end while a writer may be
-        // writing them; without one (or for the writer itself) they are settled.
-        let _hold = if self.readonly {
-            match files::hold_if_no_writer(&self.dir)? {
-                Some(hold) => Some(hold),
-                None => return Ok(()),
-            }
+        // writing them: only without one (or for the writer itself) are they
+        // settled. The lock is asked for only when there is something to judge.
+        let _hold = if self.readonly && suspect {
+            let Some(hold) = files::hold_if_no_writer(&self.dir)? else {
+                return Ok(());
+            };
+            let checked = self.count;
+            self.refresh()?;
+            self.verify_records(checked)?;
+            tail = recover::examine(self, recover::Mode::Look)?;
+            Some(hold)
         } else {
             None
         };
-        let checked = self.count;
-        self.refresh()?;
-        self.verify_records(checked)?;
-        let tail = recover::examine(self, recover::Mode::Look)?;
         if let Some(damage) = tail.stranded {
             return Err(damage);
         }
@@ -1116,13 +1177,22 @@ impl MessageLog {
         }
         let index_at = (FILE_HEADER_LEN + self.count as usize * RECORD_LEN) as u64;
         self.reserve(index_at + records.len() as u64, offset)?;
-        self.data.write_all_at(&frames, self.data_end)?;
-        if self.durability == Durability::Always {
-            self.data.sync()?;
-        }
-        self.index.write_all_at(&records, index_at)?;
-        if self.durability == Durability::Always {
-            self.index.sync()?;
+        let always = self.durability == Durability::Always;
+        let committed = self
+            .data
+            .write_all_at(&frames, self.data_end)
+            .and_then(|()| if always { self.data.sync() } else { Ok(()) })
+            .and_then(|()| self.index.write_all_at(&records, index_at))
+            .and_then(|()| if always { self.index.sync() } else { Ok(()) });
+        if let Err(error) = committed {
+            // The append failed, so nothing of it may stay for a later open
+            // to index or repair to salvage: unwrite it (best effort; the
+            // next open's recovery handles what this cannot).
+            let _ = self.index.write_all_at(&vec![0u8; records.len()], index_at);
+            let _ = self
+                .data
+                .write_all_at(&vec![0u8; frames.len()], self.data_end);
+            return Err(error);
         }
         self.count += written.len() as u64;
         self.data_end = offset;
@@ -1173,7 +1243,16 @@ impl MessageLog {
         let forked = self.forked();
         let syncer = self.syncer.take();
         let result = if forked {
-            // The thread lives in the parent only: forget its handle.
+            // The thread lives in the parent only: its handle is forgotten,
+            // and the files it holds are closed in this process by putting
+            // /dev/null in their place.
+            if syncer.is_some() {
+                for file in [&self.index, &self.data] {
+                    if let Ok(handle) = file.handle() {
+                        fork::retire(handle);
+                    }
+                }
+            }
             std::mem::forget(syncer);
             Ok(())
         } else {

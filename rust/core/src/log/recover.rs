@@ -87,11 +87,14 @@ pub(super) fn examine(log: &mut MessageLog, mode: Mode) -> Result<Tail> {
     let mut count = prefix;
     if mode == Mode::Settle {
         // Records whose frames did not reach the disk, from the last back.
+        // Only a frame that was never written is cut: one that was, and is
+        // damaged now, holds what repair may still rebuild.
         while count > 0 {
             let node = log.node(count - 1)?;
             match log.payload_of(&node) {
                 Ok(_) => break,
-                Err(Error::LogCorrupt { .. }) => count -= 1,
+                Err(Error::LogCorrupt { .. }) if never_written(&log.data, &node)? => count -= 1,
+                Err(Error::LogCorrupt { .. }) => return Err(damaged_frame(log, &node)),
                 Err(other) => return Err(other),
             }
         }
@@ -159,6 +162,48 @@ pub(super) fn examine(log: &mut MessageLog, mode: Mode) -> Result<Tail> {
         torn,
         stranded,
     })
+}
+
+/// Whether a record's frame was never written (a torn tail after a crash
+/// or a power loss): the file ends before it does, or some sector of it is
+/// blank (a sector that never reached the disk reads as zeros; a disk
+/// writes a 512-byte sector whole or not at all). Damage to a frame that was
+/// written blanks no sector.
+fn never_written(data: &LogFile, node: &Node) -> Result<bool> {
+    const SECTOR: u64 = 512;
+    if node.problem(None).is_some() {
+        return Ok(false); // malformed: damage, not a torn write
+    }
+    let end = node.offset + FRAME_PREFIX as u64 + u64::from(node.stored_len);
+    if end > data.len()? {
+        return Ok(true);
+    }
+    let mut frame = vec![0u8; (end - node.offset) as usize];
+    data.read_exact_at(&mut frame, node.offset)?;
+    let mut at = node.offset;
+    while at < end {
+        let next = ((at / SECTOR + 1) * SECTOR).min(end);
+        let part = &frame[(at - node.offset) as usize..(next - node.offset) as usize];
+        // A short part can be zero by chance (an LZ4 offset's high byte).
+        if (part.len() >= 8 || part.len() == frame.len()) && part.iter().all(|&b| b == 0) {
+            return Ok(true);
+        }
+        at = next;
+    }
+    Ok(false)
+}
+
+fn damaged_frame(log: &MessageLog, node: &Node) -> Error {
+    Error::LogCorrupt {
+        file: log.data.name(),
+        offset: node.offset,
+        reason: format!(
+            "record {}'s frame is damaged, not torn (it was written: no sector of it is \
+             blank); nothing is cut: run repair, which rebuilds it from the index record \
+             if its payload is intact",
+            node.seq
+        ),
+    }
 }
 
 fn stranded_records(log: &MessageLog, prefix: u64, first: u64, valid: u64, healable: u64) -> Error {

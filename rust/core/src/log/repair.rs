@@ -3,12 +3,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::files;
 use super::format::{
-    DATA_MAGIC, FILE_HEADER_LEN, FRAME_MAGIC, FileHeader, INDEX_MAGIC, KIND_LOST, NONE, Node,
-    RECORD_LEN, align8, crc,
+    DATA_MAGIC, FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX, FileHeader, INDEX_MAGIC, KIND_LOST,
+    NONE, Node, RECORD_LEN, align8, crc, payload_fits_kind,
 };
 use super::recover::read_frame;
+use super::{codec, files};
 use crate::encoding::Encoding;
 use crate::error::Result;
 
@@ -35,8 +35,8 @@ pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport>
     let data = files::LogFile::open(dir, "data", false, false)?;
     let mut report = RepairReport::default();
     let mut head = [0u8; FILE_HEADER_LEN];
+    let index = files::LogFile::open(dir, "index", false, false).ok();
     let (encoding, log_id) = {
-        let index = files::LogFile::open(dir, "index", false, false);
         let got = index
             .as_ref()
             .map_or(Ok(0), |i| i.read_at_most(&mut head, 0))?;
@@ -70,9 +70,18 @@ pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport>
     let mut at = FILE_HEADER_LEN as u64;
     let mut damaged_from: Option<u64> = None;
     while at < content_end {
-        if let Some((node, stored)) =
-            read_frame(&data, at, None)?.filter(|(n, _)| n.seq >= kept.len() as u64)
-        {
+        let mut found = read_frame(&data, at, None)?.filter(|(n, _)| n.seq >= kept.len() as u64);
+        if found.is_none() {
+            found = from_index(index.as_ref(), &data, at, kept.len() as u64)?;
+            if let Some((node, _)) = &found {
+                report.problems.push(format!(
+                    "data: damaged at byte {at}: the frame header of node {} is damaged; \
+                     rebuilt from its index record",
+                    node.seq
+                ));
+            }
+        }
+        if let Some((node, stored)) = found {
             if let Some(from) = damaged_from.take() {
                 report.problems.push(format!(
                     "data: damaged at byte {from}: {} bytes without an intact frame",
@@ -102,6 +111,37 @@ pub(super) fn repair(dir: &Path, lock_timeout: Duration) -> Result<RepairReport>
     report.kept = kept.len() as u64 - report.lost;
     write_rebuilt(dir, &kept, &encoding, log_id)?;
     Ok(report)
+}
+
+/// The frame at `at` rebuilt from the old index's record for `seq` when its
+/// own copy of the header (or its magic) is damaged but its payload is that
+/// record's: same place, well formed, the payload's hash and kind hold.
+fn from_index(
+    index: Option<&files::LogFile>,
+    data: &files::LogFile,
+    at: u64,
+    seq: u64,
+) -> Result<Option<(Node, Vec<u8>)>> {
+    let Some(index) = index else {
+        return Ok(None);
+    };
+    let mut record = [0u8; RECORD_LEN];
+    let slot = (FILE_HEADER_LEN as u64).saturating_add(seq.saturating_mul(RECORD_LEN as u64));
+    if index.read_at_most(&mut record, slot)? < RECORD_LEN {
+        return Ok(None);
+    }
+    let Some(node) = Node::decode(&record, seq).filter(|n| n.problem(Some(at)).is_none()) else {
+        return Ok(None);
+    };
+    let start = at + FRAME_PREFIX as u64;
+    if start + u64::from(node.stored_len) > data.len()? {
+        return Ok(None);
+    }
+    let mut stored = vec![0u8; node.stored_len as usize];
+    data.read_exact_at(&mut stored, start)?;
+    let intact = codec::decode(&stored, node.codec(), node.raw_len as usize)
+        .is_ok_and(|raw| crc(&raw) == node.hash && payload_fits_kind(&node, &raw));
+    Ok(intact.then_some((node, stored)))
 }
 
 /// Bytes read at a time while scanning a data file.
@@ -194,8 +234,10 @@ fn write_rebuilt(dir: &Path, nodes: &[(Node, Vec<u8>)], encoding: &str, old_id: 
         data.resize(data.len().next_multiple_of(8), 0);
         index.extend_from_slice(&record);
     }
-    files::replace_file(dir, "data", &data, true)?;
-    files::replace_file(dir, "index", &index, true)?;
+    // Both written before either is renamed in, data first: a crash
+    // between the renames leaves files with different log ids, which open
+    // refuses and a second repair finishes.
+    files::replace_files(dir, &[("data", &data), ("index", &index)], true)?;
     // The checkpoint described the old files.
     match std::fs::remove_file(dir.join("meta")) {
         Ok(()) => {}

@@ -148,6 +148,7 @@ impl MessageLog {
     /// a linear log (no branches) with no summary on its path.
     fn compact_view(&mut self) -> Result<View> {
         self.refresh()?;
+        self.ensure_checked()?;
         self.extend_linear();
         let linear = self.position.head != NONE
             && self.position.head + 1 == self.count
