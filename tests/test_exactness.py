@@ -94,3 +94,15 @@ def test_a_python_hash_collision_never_shares_a_count():
     assert expected[0] != expected[1]
     assert out[0].strip(" [") == ", ".join(map(str, expected))
     assert out[1].strip(" [,") == ", ".join(map(str, expected))
+
+
+def test_a_reused_address_never_brings_back_another_texts_count():
+    """Long texts' keys are remembered by the string object; a string freed
+    and another made in its place (often at the same address) must be
+    counted as itself. Each text differs in length and tokens."""
+    tok = Tokenizer("o200k_base")
+    for n in range(300):
+        text = f"{n} " + "retry the payment callback " * (20 + n % 17) + "x" * (n % 5)
+        message = {"role": "user", "content": text}
+        assert tok.count_messages([message]) == len(tok.encode(text)) + 7  # framing, reply priming
+        del text, message

@@ -70,6 +70,13 @@ impl JsonValue for PyJson<'_> {
         }
     }
 
+    /// The key of a long string is remembered by the string's identity
+    /// (see `key_memo`): the same history every turn is not hashed again.
+    fn text_key(&self) -> Option<u128> {
+        let string = self.0.cast::<PyString>().ok()?;
+        Some(crate::key_memo::key_of(string, &str_text(string)))
+    }
+
     fn is_plain_array(&self) -> bool {
         !self.0.is_instance_of::<PyTuple>()
     }

@@ -4,6 +4,7 @@
 
 mod errors;
 mod json;
+mod key_memo;
 mod log;
 mod sanitize;
 mod select;
