@@ -138,6 +138,33 @@ def test_headers(benchmark, big_log, impl):
         assert int(rows["tokens"][:100].sum()) > 0
 
 
+def test_headers_copied(benchmark, big_log):
+    """What headers() would cost if it copied instead of viewing the map: the
+    price of an array that no truncation of the file can fault."""
+    path, size = big_log
+    register(benchmark, f"log headers(), {size:,} messages", "copy (cannot fault)")
+    with MessageLog.open(path, readonly=True) as log:
+        rows = benchmark.pedantic(lambda: log.headers().copy(), rounds=10)
+        assert len(rows) >= size
+
+
+def test_index_read_by_pread(benchmark, big_log):
+    """What a sweep that cannot fault would add to each turn: the committed
+    index records copied out with pread (into a buffer kept between turns)
+    instead of read in place through the map."""
+    path, size = big_log
+    register(benchmark, f"log turn, {size:,} messages", "index copied by pread (cannot fault)")
+    with MessageLog.open(path, readonly=True) as log:
+        length = 64 + 64 * len(log)
+    buffer = bytearray(length)
+    fd = os.open(path / "index", os.O_RDONLY)
+    try:
+        got = benchmark.pedantic(lambda: os.preadv(fd, [buffer], 0), rounds=20)
+    finally:
+        os.close(fd)
+    assert got == length
+
+
 @pytest.mark.parametrize("impl", ["ours", "twin"])
 def test_read_random(benchmark, big_log, impl):
     path, size = big_log
