@@ -284,6 +284,11 @@ def test_bad_input_is_refused_cleanly(where):
         with pytest.raises(InvalidInputError):
             log.add_summary("nothing to cover", covers=(0, 0))
         assert len(log) == 0, "nothing was written by the refused calls"
+        log.append({"role": "user", "content": "hello"})
+        with pytest.raises(InvalidTypeError, match="now"):
+            log.window(1000, now="yesterday")
+        with pytest.raises(InvalidInputError, match="now"):
+            log.window(1000, now=float("nan"))
     with pytest.raises(InvalidInputError, match="durability"):
         MessageLog.open(where, durability="sometimes")
     with pytest.raises(InvalidInputError, match="counts tokens in o200k_base"):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, _MessageLog
-from context_core._selection import Breakdown, Selection, budget_tokens, count_sent, settle
+from context_core._selection import Breakdown, Selection, budget_tokens, check_now, count_sent, settle
 from context_core.errors import InvalidInputError, InvalidTypeError, LogCorruptError
 
 if TYPE_CHECKING:
@@ -222,6 +222,7 @@ class MessageLog(_MessageLog):
                 f"the policy's tokenizer is {backend.tokenizer.name}"
             )
         budget = budget_tokens(max_tokens)
+        now = check_now(now)
 
         def run(target: int) -> tuple[Selection, int]:
             kept, (pinned, global_, segments, recent, input_) = self._weighted(
