@@ -970,3 +970,97 @@ def test_importing_context_core_imports_no_sdk():
     code = "import sys, context_core.llm; print(sorted({'openai', 'anthropic'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- found by review: queues, cancels in flight, wrapped deadlines, bad requests -------------
+
+
+def test_a_queued_async_call_over_a_sync_client_keeps_its_total_timeout(
+    sdk: str, server: FakeLLMServer, client: Any
+):
+    """total_timeout counts from the call, not from when a worker thread of
+    the loop's executor is free: a call that waited its turn gets what is
+    left, not a fresh budget (then its reply, 0.1 s later, came in time)."""
+    import concurrent.futures
+
+    server.script(Reply(delay=0.45), Reply(delay=0.1))
+    llm = adapter(sdk, client, total_timeout=0.5)
+
+    async def main() -> list[str]:
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        first = asyncio.create_task(llm.acomplete(MESSAGES))
+        await asyncio.sleep(0)  # the first takes the only worker
+        second = asyncio.create_task(llm.acomplete(MESSAGES))
+        outcomes = []
+        for task in (first, second):
+            try:
+                outcomes.append(await task)
+            except LLMTimeoutError:
+                outcomes.append("timeout")
+        return outcomes
+
+    assert asyncio.run(main())[1] == "timeout"
+
+
+def test_a_cancel_ends_the_wait_for_a_try_in_flight(sdk: str, server: FakeLLMServer, client: Any):
+    """The reply comes after 2 s and the try's timeout is 30 s: only the
+    token can end the wait, and it must, at once."""
+    server.script(Reply(delay=2.0))
+    cancel = threading.Event()
+    watcher = threading.Thread(target=lambda: (server_received(server, 1), cancel.set()))
+    watcher.start()
+    with pytest.raises(LLMCancelledError):
+        adapter(sdk, client, timeout=30.0).complete(MESSAGES, cancel=cancel)
+    watcher.join()
+    assert len(server.received) == 1
+
+
+def server_received(server: FakeLLMServer, n: int) -> None:
+    while len(server.received) < n:
+        time.sleep(0.005)
+
+
+def test_a_deadline_the_sdk_wraps_as_a_connection_error_is_a_timeout(sdk: str, client: Any):
+    """Anthropic's SDK re-raises whatever a request raises, the try's
+    deadline included, as APIConnectionError: it is still a timeout."""
+    llm = adapter(sdk, client, timeout=0.5)
+    module = openai if sdk == "openai" else anthropic
+    wrapped = module.APIConnectionError(request=httpx_request())
+    wrapped.__cause__ = context_core.llm._deadline.DeadlinePassed()
+    with pytest.raises(LLMTimeoutError), llm._sdk_errors(0.5, "timeout"):
+        raise wrapped
+
+
+def httpx_request() -> Any:
+    import httpx
+
+    return httpx.Request("POST", "http://127.0.0.1/v1")
+
+
+def test_a_request_too_deep_or_not_unicode_is_refused_before_sending(
+    sdk: str, server: FakeLLMServer, client: Any
+):
+    deep: list = []
+    for _ in range(5_000):
+        deep = [deep]
+    with pytest.raises(InvalidInputError, match="too deep"):
+        adapter(sdk, client, extra_params={"metadata": {"x": deep}}).complete(MESSAGES)
+    with pytest.raises(InvalidInputError, match="not Unicode"):
+        adapter(sdk, client).complete([{"role": "user", "content": "half a pair \ud83d"}])
+    assert server.received == []
+
+
+def test_a_try_runs_in_the_callers_thread_when_no_thread_can_start(
+    sdk: str, server: FakeLLMServer, client: Any, monkeypatch: pytest.MonkeyPatch
+):
+    """At interpreter shutdown (or a thread limit) Thread.start raises; the try
+    then runs where it was called, its reads still bounded."""
+
+    class NoThread(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    # Only the adapter's threads are refused: the test server needs its own.
+    no_threads = types.SimpleNamespace(Thread=NoThread, Event=threading.Event)
+    monkeypatch.setattr(context_core.llm._deadline, "threading", no_threads)
+    assert adapter(sdk, client).complete(MESSAGES) == "Hello from the fake model."

@@ -31,9 +31,14 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
+from context_core.errors import LLMCancelledError
+
 __all__ = ["DeadlinePassed", "await_within", "call_within", "trace_connections"]
 
 T = TypeVar("T")
+
+# How often a caller waiting for a try looks at its cancel token.
+_CANCEL_POLL = 0.02
 
 _local = threading.local()  # .deadline: the time.monotonic() the try running in this thread must end by
 
@@ -131,10 +136,13 @@ def trace_connections(client: Any) -> None:
     client._prepare_request = _prepare_request
 
 
-def call_within(fn: Callable[[], T], seconds: float) -> T:
+def call_within(fn: Callable[[], T], seconds: float, cancel: Any = None) -> T:
     """``fn()`` run in a worker thread whose reads stop at the deadline
     (``seconds`` from now); raises :class:`DeadlinePassed` once it passes
-    without waiting for the worker, whose late result is dropped."""
+    without waiting for the worker, whose late result is dropped. ``cancel``
+    (a token with ``is_set()``), once set, ends the wait too
+    (:class:`~context_core.LLMCancelledError`): the caller's thread is free
+    at once, the worker ends at its deadline."""
     deadline = time.monotonic() + seconds
     outcome: list[tuple[bool, Any]] = []
     done = threading.Event()
@@ -150,9 +158,15 @@ def call_within(fn: Callable[[], T], seconds: float) -> T:
             _local.deadline = None
             done.set()
 
-    threading.Thread(target=work, name="context_core.llm try", daemon=True).start()
-    if not done.wait(max(0.0, deadline - time.monotonic())):
-        raise DeadlinePassed
+    try:
+        threading.Thread(target=work, name="context_core.llm try", daemon=True).start()
+    except RuntimeError:  # no new thread (at interpreter shutdown, a thread limit): run it here
+        work()
+    while not done.wait(max(0.0, min(_CANCEL_POLL, deadline - time.monotonic()))):
+        if cancel is not None and cancel.is_set():
+            raise LLMCancelledError("LLM call cancelled during a try")
+        if time.monotonic() >= deadline:
+            raise DeadlinePassed
     ok, value = outcome.pop()
     if ok:
         return cast(T, value)

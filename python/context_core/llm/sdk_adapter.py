@@ -157,8 +157,19 @@ class SDKChat:
                 raise InvalidTypeError(f"messages[{i}] must be a dict, got {type(message).__name__}")
             if "role" not in message:
                 raise InvalidInputError(f"messages[{i}] has no 'role'")
-        request = self._request(messages, max_tokens, temperature)
-        return {**request, **self.extra_params}
+        request = {**self._request(messages, max_tokens, temperature), **self.extra_params}
+        # What the SDK would fail to encode is refused here, as bad input, not
+        # later as if the reply were at fault (its RecursionError and Unicode
+        # errors are read as the reply's below).
+        try:
+            json.dumps(request, ensure_ascii=False, default=str).encode()
+        except RecursionError:
+            raise InvalidInputError(f"{self!r}: the request is nested too deep to send") from None
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(f"{self!r}: the request holds text that is not Unicode ({exc})") from None
+        except ValueError as exc:  # a circular reference
+            raise InvalidInputError(f"{self!r}: the request cannot be sent as JSON ({exc})") from None
+        return request
 
     def _budget(self, deadline: float | None) -> tuple[float, str]:
         """Seconds the next try may take, and the setting that says so: the
@@ -195,7 +206,9 @@ class SDKChat:
         try:
             yield
         except (self._sdk.APIError, json.JSONDecodeError) as exc:
-            if isinstance(exc, self._sdk.APITimeoutError):
+            if isinstance(exc, self._sdk.APITimeoutError) or _caused_by(exc, DeadlinePassed):
+                # Anthropic's SDK re-raises any error of a request, the
+                # deadline's included, as a connection error.
                 raise self._timed_out(seconds, limit) from exc
             error = translate_sdk_error(exc, self._sdk, repr(self))
             if error is None:  # pragma: no cover - both kinds are translated
@@ -211,13 +224,13 @@ class SDKChat:
         except TypeError as exc:
             raise InvalidInputError(f"{self!r}: the {self.sdk_name} SDK refused the request: {exc}") from exc
 
-    def _try_sync(self, request: dict[str, Any], deadline: float | None) -> str:
+    def _try_sync(self, request: dict[str, Any], deadline: float | None, cancel: CancelToken | None) -> str:
         seconds, limit = self._budget(deadline)
         # The SDK's own timeout is per operation; the worker thread and the
         # clamped reads (see _deadline) bound the try as a whole.
         sized = {**request, "timeout": seconds}
         with self._sdk_errors(seconds, limit):
-            response = call_within(lambda: self._endpoint(self._sync)(**sized), seconds)
+            response = call_within(lambda: self._endpoint(self._sync)(**sized), seconds, cancel)
         return self._read(response)
 
     async def _try_async(self, request: dict[str, Any], deadline: float | None) -> str:
@@ -257,9 +270,18 @@ class SDKChat:
             )
             error.attempts = 0  # nothing was sent
             raise error
+        return self._complete(messages, max_tokens, temperature, cancel, self._deadline())
+
+    def _complete(
+        self,
+        messages: Sequence[OpenAIMessage],
+        max_tokens: int,
+        temperature: float,
+        cancel: CancelToken | None,
+        deadline: float | None,
+    ) -> str:
         request = self._checked_request(messages, max_tokens, temperature)
-        deadline = self._deadline()
-        return run_with_retry(lambda: self._try_sync(request, deadline), self.retry, cancel, deadline)
+        return run_with_retry(lambda: self._try_sync(request, deadline, cancel), self.retry, cancel, deadline)
 
     async def acomplete(
         self,
@@ -282,4 +304,34 @@ class SDKChat:
             request = self._checked_request(messages, max_tokens, temperature)
             deadline = self._deadline()
             return await arun_with_retry(lambda: self._try_async(request, deadline), self.retry, deadline)
-        return await run_in_thread(self.complete, messages, max_tokens=max_tokens, temperature=temperature)
+        if self._sync is None:  # pragma: no cover - an adapter has one client at least
+            raise LLMError(f"{self!r} has no client")
+        # The deadline runs from this call, not from when a worker thread of
+        # the loop's executor is free to start it; a call still queued there
+        # at the deadline (plus a grace in which a running one reports its
+        # own timeout, with its tries) is given up on.
+        deadline = self._deadline()
+        call = run_in_thread(self._complete, messages, max_tokens, temperature, deadline=deadline)
+        if deadline is None:
+            return await call
+        try:
+            return await await_within(call, max(0.0, deadline - time.monotonic()) + _QUEUE_GRACE)
+        except DeadlinePassed:
+            raise self._timed_out(float(self.total_timeout or 0.0), "total_timeout") from None
+
+
+# How long past total_timeout an async call over a sync client waits for its
+# worker thread to report before giving up on it (see acomplete).
+_QUEUE_GRACE = 0.5
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``kind`` is in ``exc``'s chain of causes and contexts."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
