@@ -198,7 +198,9 @@ def test_messages_never_exceed_the_window():
     for _ in range(3):
         budget.observe(10_000, 5_000)  # 0.5: the low bound, learned
     assert budget.ratio == pytest.approx(0.5)
-    assert budget.messages() == 200_000 - 8_000  # not 132,000 / 0.5 = 264,000
+    # 132,000 / 0.5 = 264,000 of our tokens would fit the window only if the
+    # learned ratio is right: never more of our tokens than the window holds.
+    assert budget.messages() == 200_000 - 8_000
     assert budget.messages(system_tokens=10_000) == 200_000 - 10_000
     assert budget.history() <= budget.messages()
     assert Budget(window=10_000, safety_factor=0.5).messages() == 0  # the reserve is more than the soft limit

@@ -219,7 +219,11 @@ class Budget:
             if tools:
                 counted += (tokenizer or Tokenizer()).count_tools(list(tools))
         tokens = math.floor((self.soft_limit - reserve) / self.ratio) - counted
-        # A ratio below soft_ratio would stretch the soft limit past the window.
+        # Never more of our own tokens than the window holds, whatever ratio
+        # was learned: a ratio under 1 (the provider counting fewer tokens than
+        # we do) rests on samples that may be wrong, and this is the bound that
+        # holds without them. Conservative: at a true ratio of 0.5 it leaves
+        # part of the soft limit unused.
         return max(0, min(tokens, self.window - reserve - counted))
 
     def history(self, **kwargs: Any) -> int:
