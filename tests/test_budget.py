@@ -275,3 +275,8 @@ def test_budget_arguments_are_checked():
         budget.messages(system_tokens=-1)
     with pytest.raises(InvalidTypeError):
         budget.messages(system_tokens="1000")
+
+
+def test_an_int_past_a_floats_range_is_refused_as_input():
+    with pytest.raises(InvalidInputError, match="finite"):
+        Budget(window=100_000, soft_ratio=10**400)

@@ -618,3 +618,12 @@ def test_a_budget_near_the_top_of_a_machine_word_keeps_everything(impl):
         assert result.breakdown.memories > 0
         assert result.breakdown.segments > 0
         assert result.breakdown.recent > 0
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+def test_an_int_past_a_floats_range_is_refused_as_input(impl):
+    window_class, _builder_class, _shape = IMPLEMENTATIONS[impl]
+    with pytest.raises(InvalidInputError, match="finite"):
+        window_class(constraint=10**400)
+    with pytest.raises(InvalidInputError, match="finite"):
+        window_class().select(chat(2), 1000, now=10**400)

@@ -143,7 +143,7 @@ def policy_weights(**weights: Any) -> tuple[float, ...]:
     for name, value in weights.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise InvalidTypeError(f"{name} must be a number, not {type(value).__name__}")
-        if not math.isfinite(value):
+        if not _finite(value):
             raise InvalidInputError(f"{name} must be finite, got {value}")
     if not 0 <= weights["decay"] <= 1:
         raise InvalidInputError(f"decay must be in [0, 1], got {weights['decay']}")
@@ -163,9 +163,17 @@ def check_now(now: Any) -> float | None:
         return None
     if isinstance(now, bool) or not isinstance(now, numbers.Real):
         raise InvalidTypeError(f"now must be a number (epoch seconds) or None, not {type(now).__name__}")
-    if not math.isfinite(now):
+    if not _finite(now):
         raise InvalidInputError(f"now must be finite, got {now}")
     return float(now)
+
+
+def _finite(value: numbers.Real) -> bool:
+    """Finite as a float: an int past a float's range (10**400) is not."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def is_budget(max_tokens: Any) -> bool:

@@ -88,7 +88,11 @@ def _count(value: Any, name: str, *, positive: bool = False) -> int:
 def _number(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidTypeError(f"{name} must be a number, not {type(value).__name__}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past a float's range
+        bits = int(value).bit_length()
+        raise InvalidInputError(f"{name} must be finite, got an int of {bits} bits") from None
 
 
 def _usage_field(usage: Any, name: str) -> int | None:
