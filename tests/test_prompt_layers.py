@@ -588,3 +588,56 @@ def test_the_date_line_names_the_zone_as_the_datetime_does():
     assert format_time("yesterday") == "yesterday"
     with pytest.raises(InvalidTypeError):
         format_time(1705600000)
+
+
+def fixpoint_lines_out(rules: list[str], text: str) -> list[bool]:
+    """The plain reading: search the kept lines' joined folds again and
+    again, marking every line a match touches, until nothing is found."""
+    from bisect import bisect_right
+
+    from context_core.prompt.escape import caseless
+
+    folded = [caseless(rule) for rule in rules]
+    lines = text.splitlines(keepends=True)
+    folds = [caseless(line) for line in lines]
+    out = [False] * len(lines)
+    while True:
+        kept = [i for i in range(len(lines)) if not out[i]]
+        starts, at = [], 0
+        for i in kept:
+            starts.append(at)
+            at += len(folds[i]) + 1 if folds[i] else 0
+        joined = " ".join(folds[i] for i in kept if folds[i])
+        found_any = False
+        for fold in folded:
+            found = joined.find(fold)
+            while found >= 0:
+                for k in range(bisect_right(starts, found) - 1, bisect_right(starts, found + len(fold) - 1)):
+                    out[kept[k]] = True
+                found_any = True
+                found = joined.find(fold, found + 1)
+        if not found_any:
+            return out
+
+
+@given(
+    st.lists(
+        st.lists(st.sampled_from(RULE_WORDS), min_size=1, max_size=3).map(" ".join), min_size=1, max_size=3
+    ),
+    st.lists(st.sampled_from(PIECES), max_size=40).map("".join),
+)
+def test_the_seam_search_marks_what_searching_everything_again_marks(rules, text):
+    """After the first pass only the seams the removed lines open are read
+    again (linear, not quadratic, in a cascade of restatements); it must mark
+    the lines the plain fixpoint marks."""
+    lines, out = Rules(rules).lines_out(text)
+    expected = fixpoint_lines_out(rules, text)
+    assert (out if lines else [False] * len(expected)) == expected
+
+
+def test_a_restatement_reaching_several_lines_past_a_seam_is_found():
+    """Dropping "gone" joins "never" / "force" with "push": the match reaches
+    two lines back from the seam."""
+    lines, out = Rules(["gone", "never force push"]).lines_out("never\nforce\ngone\npush\nkeep")
+    assert [line for line, gone in zip(lines, out, strict=True) if not gone] == ["keep"]
+    assert out == fixpoint_lines_out(["gone", "never force push"], "never\nforce\ngone\npush\nkeep")

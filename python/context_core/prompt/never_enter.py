@@ -75,37 +75,88 @@ class Rules:
         # by spaces: where each line's fold starts in it maps a match to lines.
         folds = [caseless(line) for line in lines]
         out = [False] * len(lines)
-        kept = list(range(len(lines)))
-        while True:
-            starts = []
-            at = 0
-            for i in kept:
-                starts.append(at)
-                at += len(folds[i]) + 1 if folds[i] else 0
-            joined = " ".join(folds[i] for i in kept if folds[i])
-            found_any = False
-            for fold in self.folded:
-                found = joined.find(fold)
-                while found >= 0:
-                    # the lines holding the match's first and last characters (a
-                    # blank line shares the next line's start; bisect takes the later)
-                    first = bisect_right(starts, found) - 1
-                    last = bisect_right(starts, found + len(fold) - 1) - 1
-                    for k in range(first, last + 1):
-                        out[kept[k]] = True
-                    found_any = True
-                    found = joined.find(fold, found + 1)
-            if not found_any:
-                return lines, out
-            # The lines left join up: "do not" and "push" around a line that
-            # goes would restate "do not push", so they are read again.
-            kept = [i for i in kept if not out[i]]
+        removed = self._mark(list(range(len(lines))), folds, out)
+        # The lines left join up: "do not" and "push" around a line that goes
+        # would restate "do not push", so they are read again. A new match
+        # must cross a seam the last pass opened (any other was there before,
+        # and found), so only a window of lines around each seam is searched:
+        # each pass costs what its seams hold, not the whole text again.
+        before = list(range(-1, len(lines) - 1))
+        after = list(range(1, len(lines) + 1))
+        reach = max(len(fold) for fold in self.folded)
+        while removed:
+            seams = set()
+            for i in removed:  # unlink, remembering the neighbours that now meet
+                left, right = before[i], after[i]
+                if left >= 0:
+                    after[left] = right
+                if right < len(lines):
+                    before[right] = left
+                seams.add(left)
+            removed = []
+            for left in sorted(seams):
+                while left >= 0 and out[left]:  # a neighbour removed in this pass too
+                    left = before[left]
+                right = after[left] if left >= 0 else _first(out)
+                window = self._window(left, right, folds, before, after, reach)
+                removed += self._mark(window, folds, out)
+        return lines, out
+
+    def _mark(self, window: list[int], folds: list[str], out: list[bool]) -> list[int]:
+        """Mark the lines of ``window`` (line numbers in order) that a rule's
+        match in their joined folds touches; the newly marked ones."""
+        starts = []
+        at = 0
+        for i in window:
+            starts.append(at)
+            at += len(folds[i]) + 1 if folds[i] else 0
+        joined = " ".join(folds[i] for i in window if folds[i])
+        marked = []
+        for fold in self.folded:
+            found = joined.find(fold)
+            while found >= 0:
+                # the lines holding the match's first and last characters (a
+                # blank line shares the next line's start; bisect takes the later)
+                first = bisect_right(starts, found) - 1
+                last = bisect_right(starts, found + len(fold) - 1) - 1
+                for k in range(first, last + 1):
+                    if not out[window[k]]:
+                        out[window[k]] = True
+                        marked.append(window[k])
+                found = joined.find(fold, found + 1)
+        return marked
+
+    @staticmethod
+    def _window(
+        left: int, right: int, folds: list[str], before: list[int], after: list[int], reach: int
+    ) -> list[int]:
+        """The kept lines around the seam between ``left`` and ``right``
+        (either may be past an end): as many on each side as a match crossing
+        the seam can reach (``reach`` folded characters)."""
+        window: list[int] = []
+        i, held = left, 0
+        while i >= 0 and held < reach:
+            window.append(i)
+            held += len(folds[i]) + 1
+            i = before[i]
+        window.reverse()
+        i, held = right, 0
+        while i < len(folds) and held < reach:
+            window.append(i)
+            held += len(folds[i]) + 1
+            i = after[i]
+        return window
 
     def keep_out(self, text: str, kept_out: list[str]) -> str:
         """``text`` (as given, not escaped) without the lines a restated rule
         touches; those that hold text are added to ``kept_out``."""
         lines, out = self.lines_out(text)
         return drop(lines, out, kept_out) if lines else text
+
+
+def _first(out: list[bool]) -> int:
+    """The first line not left out (past the end if none)."""
+    return next((i for i, gone in enumerate(out) if not gone), len(out))
 
 
 def drop(lines: list[str], out: list[bool], kept_out: list[str]) -> str:
