@@ -5,7 +5,6 @@ nothing raises a bare KeyError, nothing hangs."""
 from __future__ import annotations
 
 import os
-import signal
 import threading
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 import context_core.log
 from context_core import LogClosedError, LogForkedError, LogLockedError, MessageLog, WeightedWindow, reference
+from limits import in_child
 
 LOGS = {"rust": MessageLog, "twin": reference.log.MessageLog}
 impls = pytest.mark.parametrize("impl", LOGS.values(), ids=LOGS.keys())
@@ -20,30 +20,6 @@ impls = pytest.mark.parametrize("impl", LOGS.values(), ids=LOGS.keys())
 
 def message(n: int) -> dict:
     return {"role": "user" if n % 2 else "assistant", "content": f"message {n}: " + "work " * (n % 13)}
-
-
-def in_forked_child(work) -> tuple[str, int]:
-    """Run ``work()`` in a child of fork(); what it returned or raised, and how
-    it ended (a signal number, negated, if it was killed: 14 is the alarm of a hang)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        outcome = "crashed"
-        try:
-            os.close(read_end)
-            signal.alarm(30)
-            try:
-                outcome = repr(work())
-            except BaseException as error:
-                outcome = f"{type(error).__name__}: {error}"
-            os.write(write_end, outcome.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        outcome = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
-    return outcome, (-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
 
 
 # -- fork --------------------------------------------------------------------------------
@@ -77,9 +53,8 @@ def test_a_writer_inherited_across_fork_refuses_to_write_in_the_child(tmp_path, 
         log.close()  # must neither hang on the parent's sync thread nor release its lock
         return said
 
-    outcome, status = in_forked_child(child)
-    assert status == 0, outcome
-    assert outcome == "['refused', 'refused', 'refused', 'refused', 10, True, 10]"
+    outcome = in_child(child, seconds=30)
+    assert outcome == "returned ['refused', 'refused', 'refused', 'refused', 10, True, 10]"
     # The parent still holds the lock and keeps appending where it was.
     with pytest.raises(LogLockedError):
         impl.open(where)
@@ -101,8 +76,7 @@ def test_a_child_may_read_while_the_parent_appends(tmp_path, impl):
             with impl.open(where, readonly=True) as reader:
                 return len(reader)
 
-        outcome, status = in_forked_child(child)
-        assert (outcome, status) == ("5", 0)
+        assert in_child(child, seconds=30) == "returned 5"
         log.append(message(5))
         assert len(log) == 6
 
@@ -120,8 +94,7 @@ def test_a_forked_child_left_to_exit_does_not_hang_or_write(tmp_path):
         del log  # the last reference in the child
         return "dropped"
 
-    outcome, status = in_forked_child(child)
-    assert (outcome, status) == ("'dropped'", 0)
+    assert in_child(child, seconds=30) == "returned 'dropped'"
     meta_after = (where / "meta").read_bytes() if (where / "meta").exists() else None
     assert meta_after == meta_before
     log.append(message(1))
@@ -231,9 +204,9 @@ def test_a_fork_while_another_thread_is_inside_a_call_cannot_hang_the_child(tmp_
                 finally:
                     log.close()
 
-            outcome, status = in_forked_child(child)
-            assert status == 0, f"the child hung or crashed: {outcome} ({status})"
-            outcomes.add(outcome.strip("'").split()[0])
+            outcome = in_child(child, seconds=30)
+            assert outcome.startswith("returned "), f"the child hung or crashed: {outcome}"
+            outcomes.add(outcome.split()[1].strip("'"))
     finally:
         stop.set()
         thread.join()

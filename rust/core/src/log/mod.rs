@@ -291,7 +291,7 @@ impl MessageLog {
         let checkpoint = self.read_checkpoint().filter(|c| self.checkpoint_fits(c));
         let start = checkpoint.map_or(0, |c| c.count);
         self.count = start;
-        self.data_end = self.frame_end_of_last()?;
+        self.data_end = self.frame_end_before(self.count)?;
         self.scan_new_records()?;
         if self.readonly {
             self.look_past_the_end()?;
@@ -302,7 +302,7 @@ impl MessageLog {
             }
             self.count = tail.count;
         }
-        self.data_end = self.frame_end_of_last()?;
+        self.data_end = self.frame_end_before(self.count)?;
         let (mut position, replay_from) = match checkpoint {
             Some(c) if c.count <= self.count => (
                 Position {
@@ -346,14 +346,6 @@ impl MessageLog {
             Some(damage) => Err(damage),
             None => Ok(()),
         }
-    }
-
-    /// The end of the last record's frame (the data file's header if none).
-    fn frame_end_of_last(&self) -> Result<u64> {
-        Ok(match self.count {
-            0 => FILE_HEADER_LEN as u64,
-            n => self.node(n - 1)?.frame_end(),
-        })
     }
 
     /// Whether a checkpoint can describe these files; a stale or crafted
@@ -453,24 +445,33 @@ impl MessageLog {
     /// at open are the ones not checked there: checking a million costs
     /// ~20 ms, which open does not pay, the first sweep over them does.
     fn ensure_checked(&mut self) -> Result<()> {
-        let mut expected = match self.checked {
-            0 => FILE_HEADER_LEN as u64,
-            n => self.node(n - 1)?.frame_end(),
-        };
+        let mut expected = self.frame_end_before(self.checked)?;
         while self.checked < self.count {
-            let seq = self.checked;
-            let node = self.node(seq)?;
-            if let Some(problem) = node.problem(Some(expected)) {
-                return Err(Error::LogCorrupt {
-                    file: self.index.name(),
-                    offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN) as u64,
-                    reason: problem,
-                });
-            }
-            expected = node.frame_end();
+            expected = self.checked_node(self.checked, expected)?.frame_end();
             self.checked += 1;
         }
         Ok(())
+    }
+
+    /// Where the frame of record `seq` must start: the end of the one before.
+    fn frame_end_before(&self, seq: u64) -> Result<u64> {
+        Ok(match seq {
+            0 => FILE_HEADER_LEN as u64,
+            n => self.node(n - 1)?.frame_end(),
+        })
+    }
+
+    /// Record `seq`, valid and well formed, its frame at `expected`.
+    fn checked_node(&self, seq: u64, expected: u64) -> Result<Node> {
+        let node = self.node(seq)?;
+        match node.problem(Some(expected)) {
+            None => Ok(node),
+            Some(problem) => Err(Error::LogCorrupt {
+                file: self.index.name(),
+                offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN) as u64,
+                reason: problem,
+            }),
+        }
     }
 
     /// A copy of index slot `seq`, if the map holds it.
@@ -840,19 +841,9 @@ impl MessageLog {
     }
 
     fn verify_records(&self, from: u64) -> Result<()> {
-        let mut expected = match from {
-            0 => FILE_HEADER_LEN as u64,
-            n => self.node(n - 1)?.frame_end(),
-        };
+        let mut expected = self.frame_end_before(from)?;
         for seq in from..self.count {
-            let node = self.node(seq)?;
-            if let Some(problem) = node.problem(Some(expected)) {
-                return Err(Error::LogCorrupt {
-                    file: self.index.name(),
-                    offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN) as u64,
-                    reason: problem,
-                });
-            }
+            let node = self.checked_node(seq, expected)?;
             self.payload_of(&node)?;
             expected = node.frame_end();
         }

@@ -99,10 +99,7 @@ pub(super) fn examine(log: &mut MessageLog, mode: Mode) -> Result<Tail> {
             }
         }
     }
-    let mut data_end = match count {
-        0 => FILE_HEADER_LEN as u64,
-        n => log.node(n - 1)?.frame_end(),
-    };
+    let mut data_end = log.frame_end_before(count)?;
     // Frames after the last record that the index missed: each intact, of
     // the next seq, and not contradicted by a valid record in its slot.
     let mut unindexed = 0;
