@@ -1,4 +1,4 @@
-"""The message log (mechanism 7): an mmap-backed, crash-safe store of
+"""The message log: an mmap-backed, crash-safe store of
 conversation nodes with indexed headers. ``docs/log-format.md`` specifies
 the files; the Rust core writes, recovers and checks them, this module
 decodes payloads and views the headers with numpy."""

@@ -1,4 +1,4 @@
-"""Prompt layers (DESIGN.md, mechanism 10): a prompt assembled from parts by
+"""Prompt layers: a prompt assembled from parts by
 lifetime so the provider's prompt cache stays hot.
 
 * :class:`PromptBuilder` assembles each turn's :class:`PromptParts` from the
@@ -6,7 +6,7 @@ lifetime so the provider's prompt cache stays hot.
 * :class:`PromptParts` renders to OpenAI Chat Completions messages and to an
   Anthropic Messages request with cache breakpoints after the system part and
   after the stable part; :meth:`PromptParts.prefix_hash` names the cached prefix.
-* :class:`Dimensions` renders seed 003's Memory / Context / Prompt task block,
+* :class:`Dimensions` renders the three-dimension Memory / Context / Prompt task block,
   split by the coupling matrix and fitted by exact token counts.
 """
 

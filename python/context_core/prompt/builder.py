@@ -1,5 +1,5 @@
 """``PromptBuilder``: one agent session's prompt, assembled each turn from
-layers by lifetime (DESIGN.md, mechanism 10; seeds 000, 002, 003).
+layers by lifetime.
 
 =================  ==========================================  =================
 layer              what                                        where
@@ -84,8 +84,7 @@ TITLES = {
     "instructions": "Instructions",
     "task": "Task",
 }
-"""Section titles by layer (seed 000's example: Session Facts, Context,
-Memory, Instructions)."""
+"""Section titles by layer (Session Facts, Context, Memory, Instructions)."""
 
 SKILLS_INTRO = (
     "Skills available on request. Each line is a skill's name and what it is for;"

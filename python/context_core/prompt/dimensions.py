@@ -1,4 +1,4 @@
-"""Seed 003's three dimensions: Memory, Context and Prompt, tagged and kept
+"""The task block's three dimensions: Memory, Context and Prompt, tagged and kept
 apart, each fitted to its share of a token budget.
 
 * **Memory** (``<MEM>key: value</MEM>``): what is settled. A user's
@@ -12,7 +12,7 @@ apart, each fitted to its share of a token budget.
 * **Prompt** (``<TASK>``, ``<OUTPUT_FORMAT>``, ``<CONSTRAINT>``): what to do now.
 
 They render in that order, never mixed. The budget is split by the coupling
-matrix of DESIGN.md (mechanism 10): M:C:P = 0.40:0.35:0.25; M -0.05 for each
+matrix: M:C:P = 0.40:0.35:0.25; M -0.05 for each
 ``<MEM>`` beyond 5 and -0.02 per point of the 0-10 task-complexity score
 (floored at 0.05); C = 0.45 with more than 3 files or any error; P = 0.35 when
 the task says must/forbid; normalised; shares rounded by largest remainder so
@@ -224,7 +224,7 @@ def split_budget(budget: int, weights: CouplingWeights) -> Allocation:
 
 
 def task_complexity(task_tokens: int, files: int, error_lines: int) -> float:
-    """The 0-10 task-complexity score (seed 003: instruction length, files,
+    """The 0-10 task-complexity score (instruction length, files,
     error log lines): up to 4 points for the task's length (one per 50
     tokens), up to 3 for files (one each), up to 3 for error lines (one per
     10), capped at 10 and rounded to 2 decimals."""
@@ -238,7 +238,7 @@ def task_complexity(task_tokens: int, files: int, error_lines: int) -> float:
 def coupling_weights(
     memories: int, files: int, has_error: bool, task_forbids: bool, complexity: float = 0.0
 ) -> CouplingWeights:
-    """The coupling matrix (DESIGN.md, mechanism 10) for a task block with
+    """The coupling matrix for a task block with
     ``memories`` ``<MEM>`` items and ``files`` ``<FILE>`` items."""
     for name, value in (("memories", memories), ("files", files)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

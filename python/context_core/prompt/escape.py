@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 RESERVED_TAGS = ("MEM", "FILE", "ERROR", "DOC", "TASK", "OUTPUT_FORMAT", "CONSTRAINT")
-"""The tags the task block uses (seed 003's three dimensions)."""
+"""The tags the task block uses (the task block's three dimensions)."""
 
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 """Every character :meth:`str.splitlines` splits on."""

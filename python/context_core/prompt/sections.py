@@ -1,4 +1,4 @@
-"""Markdown sections, as seed 000's example renders the context::
+"""Markdown sections, as an agent's context is commonly rendered::
 
     ## Session Facts
     Session: sess_123

@@ -1,5 +1,5 @@
 //! The sanitize funnel: repairs a chat history so the OpenAI Chat Completions
-//! or the Anthropic Messages API accepts it (mechanism 2 of the design).
+//! or the Anthropic Messages API accepts it.
 //!
 //! 1. drop what the target API does not take, junk text and empty messages;
 //! 2. merge consecutive messages of the same role;

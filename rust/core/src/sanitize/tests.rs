@@ -25,7 +25,7 @@ fn openai() -> Sanitizer {
     Sanitizer::with_defaults(Options::new(Provider::OpenAi)).unwrap()
 }
 
-/// Seed 000's example: a placeholder, a legacy tool message, an orphaned call
+/// The classic broken history: a placeholder, a legacy tool message, an orphaned call
 /// and a cancel reply around one good call/result pair.
 #[test]
 fn seed_example_leaves_user_call_result() {

@@ -13,7 +13,7 @@ use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
 use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
 
-/// Weights of the weighted window (DESIGN.md, mechanism 5).
+/// Weights of the weighted window.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Weights {
     pub system: f64,

@@ -1,6 +1,6 @@
 //! The forms of a text that tag keywords are matched against.
 //!
-//! Seed 003's failure: a client rewrote Chinese punctuation and the
+//! The failure to avoid: a client rewrote Chinese punctuation and the
 //! constraint "必须保证事务一致性" stopped matching. So text and keywords are both
 //! brought to one form first: NFKC (full/half width, compatibility
 //! characters), lower case, and punctuation and symbols (Unicode categories P
