@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import validators
+from agent_sessions import turn_in_progress
 from context_core import (
     METADATA_KEYS,
     Budget,
@@ -119,8 +120,9 @@ def check(result, messages: list[dict], budget: int, provider: str) -> None:
     for i, message in enumerate(messages):
         if message.get("role") in ("system", "developer") or message.get("pinned"):
             assert i in result.kept, f"message {i} must be kept"
-    if messages and messages[-1]["role"] == "user" and isinstance(messages[-1]["content"], str):
-        assert len(messages) - 1 in result.kept  # the current input
+    start = turn_in_progress(messages)
+    if start is not None:
+        assert set(range(start, len(messages))) <= set(result.kept), "the turn in progress is kept"
     assert all(key not in m for m in sent for key in METADATA_KEYS)
     again = sanitize(sent, provider)
     assert not again.changed, [(c.action, c.reason) for c in again.changes]
@@ -198,6 +200,28 @@ def test_weighted_window(provider, data, budget):
         lambda: reference.WeightedWindow(provider=provider).select(messages, budget),
     )
     assert messages == before
+    if result is not None:
+        check(result, messages, budget, provider)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@given(
+    data=st.data(),
+    budget=budgets,
+    recent_turns=st.integers(0, 4),
+    tag_decay=st.sampled_from([0.0, 0.5, 0.999, 1.0]),
+    max_anchors=st.integers(0, 6),
+    now=st.sampled_from([None, 1_700_000_000.0, 1_700_003_000.0]),
+)
+def test_weighted_window_with_any_recency_agrees_with_the_reference(
+    provider, data, budget, recent_turns, tag_decay, max_anchors, now
+):
+    messages = data.draw(history(provider))
+    options = {"recent_turns": recent_turns, "tag_decay": tag_decay, "max_anchors": max_anchors}
+    result = both(
+        lambda: WeightedWindow(provider=provider, **options).select(messages, budget, now=now),
+        lambda: reference.WeightedWindow(provider=provider, **options).select(messages, budget, now=now),
+    )
     if result is not None:
         check(result, messages, budget, provider)
 

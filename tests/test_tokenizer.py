@@ -127,6 +127,40 @@ def test_truncate_with_marker_fits_inside_the_cap(text, max_tokens):
         assert 0 < dropped <= O200K.count(text)
 
 
+# Texts built to put a cut next to every kind of character a pre-token run
+# could continue with: letters, digits, marks, contractions, CJK, spaces.
+CUT_ALPHABET = list("ab Z9 0'’sS\n\t.,…-_/") + ["\u0301", "日本", "語", "🎉", "'s", "'T", "  ", "\r\n"]
+cut_texts = st.lists(st.sampled_from(CUT_ALPHABET), min_size=1, max_size=200).map("".join)
+MARKERS = [None, MARKER, "[cut {dropped}]", "abc{dropped}", "7{dropped}", "'s {dropped}", " {dropped}", "\u0301x"]
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@given(text=cut_texts, max_tokens=st.integers(0, 80), marker=st.sampled_from(MARKERS))
+def test_truncate_reusing_the_prefix_tokens_matches_the_reference(encoding, text, max_tokens, marker):
+    """``truncate`` counts the cut from the tokens of the pieces before a
+    stable point plus BPE on the rest; the answer must be the one counting
+    the cut whole gives, for every marker's first character."""
+    ours, theirs = Tokenizer(encoding), reference.Tokenizer(encoding)
+    try:
+        expected = theirs.truncate(text, max_tokens, marker)
+    except InvalidInputError:
+        with pytest.raises(InvalidInputError):
+            ours.truncate(text, max_tokens, marker)
+        return
+    assert ours.truncate(text, max_tokens, marker) == expected
+
+
+def test_truncate_of_a_long_text_keeps_the_contract():
+    """A 50 KB text cut to 2,000 tokens: only the cut's pieces are encoded,
+    the dropped count is the whole text's."""
+    text = ("The refund worker retried order_id=ord_42 after 30s; 重试第3次。\n" * 900)[:50_000]
+    cut = O200K.truncate(text, 2000, MARKER)
+    assert cut == REF_O200K.truncate(text, 2000, MARKER)
+    assert O200K.count(cut) <= 2000
+    dropped = int(cut.rsplit("[truncated ", 1)[1].split(" ")[0])
+    assert O200K.count(cut[: cut.index("…[truncated")]) + dropped == O200K.count(text)
+
+
 def test_truncate_reports_the_dropped_count():
     text = "word " * 1000
     cut = O200K.truncate(text, 50, MARKER)

@@ -236,8 +236,9 @@ class _Analysis:
     def weighted(
         self,
         budget: int,
-        weights: tuple[float, float, float, float, float, float],
+        weights: tuple[float, float, float, float, float, float, float],
         max_anchors: int,
+        recent_turns: int,
         now: Union[float, None],
     ) -> list[int]: ...
     def shape(
@@ -292,8 +293,9 @@ class _MessageLog:
     def _weighted(
         self,
         budget: int,
-        weights: tuple[float, float, float, float, float, float],
+        weights: tuple[float, float, float, float, float, float, float],
         max_anchors: int,
+        recent_turns: int,
         now: Union[float, None] = None,
     ) -> tuple[list[tuple[int, str]], tuple[int, int, int, int, int]]: ...
     def node_id(self, seq: int) -> str: ...

@@ -137,18 +137,20 @@ def tool_result_cap(value: Any) -> int | None:
 
 def policy_weights(**weights: Any) -> tuple[float, ...]:
     """WeightedWindow's weights as floats, in the kernels' order (system,
-    constraint, evidence, pulse, log, decay). NaN would make the order of the
-    units undefined, and a decay outside [0, 1] makes ``decay ** age`` complex
-    or overflow."""
+    constraint, evidence, pulse, log, decay, tag_decay). NaN would make the
+    order of the units undefined, and a decay outside [0, 1] makes
+    ``decay ** age`` complex or overflow."""
     for name, value in weights.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise InvalidTypeError(f"{name} must be a number, not {type(value).__name__}")
         if not _finite(value):
             raise InvalidInputError(f"{name} must be finite, got {value}")
-    if not 0 <= weights["decay"] <= 1:
-        raise InvalidInputError(f"decay must be in [0, 1], got {weights['decay']}")
+    for name in ("decay", "tag_decay"):
+        if not 0 <= weights[name] <= 1:
+            raise InvalidInputError(f"{name} must be in [0, 1], got {weights[name]}")
     return tuple(
-        float(weights[name]) for name in ("system", "constraint", "evidence", "pulse", "log", "decay")
+        float(weights[name])
+        for name in ("system", "constraint", "evidence", "pulse", "log", "decay", "tag_decay")
     )
 
 
@@ -467,8 +469,9 @@ def weighted_window(
     backend: Backend,
     messages: Iterable[Mapping[str, Any]],
     max_tokens: Any,
-    weights: tuple[float, float, float, float, float, float],
+    weights: tuple[float, ...],
     max_anchors: int,
+    recent_turns: int,
     now: float | None,
     provider: str,
     cap: int | None,
@@ -480,9 +483,10 @@ def weighted_window(
     layout = Layout(backend, messages, analysis, provider)
     # No more anchors than units: the kernel sets aside room for max_anchors of them.
     anchors = min(count(max_anchors, "max_anchors"), analysis.unit_count)
+    recent_turns = min(count(recent_turns, "recent_turns"), analysis.unit_count)
 
     def run(target: int) -> tuple[Selection, int]:
-        kept = analysis.weighted(target, weights, anchors, now)
+        kept = analysis.weighted(target, weights, anchors, recent_turns, now)
         sections: dict[str, int] = {}
         layout.sum_units(kept, sections)
         return layout.finish([("unit", u) for u in kept], budget, sections)

@@ -226,7 +226,7 @@ class MessageLog(_MessageLog):
 
         def run(target: int) -> tuple[Selection, int]:
             kept, (pinned, global_, segments, recent, input_) = self._weighted(
-                target, policy.weights, policy.max_anchors, now
+                target, policy.weights, policy.max_anchors, policy.recent_turns, now
             )
             laid_out = self._render(kept, strip=True)
             final, system, changes = backend.sanitize(laid_out, policy.provider)

@@ -200,8 +200,11 @@ class Analysis:
             turn_start = info[i]["role"] == "user" and info[i]["has_text"] and not info[i]["results"]
             units.append([i, end, sum(m["tokens"] for m in members), kind, tags, turn_start])
             i = end
-        if units and units[-1][5] and units[-1][3] == "normal":
-            units[-1][3] = "current"
+        # The turn in progress: the newest unit that starts a turn, and every unit after it.
+        starts = [u for u, unit in enumerate(units) if unit[5]]
+        for unit in units[starts[-1] :] if starts else ():
+            if unit[3] == "normal":
+                unit[3] = "current"
         return [tuple(u) for u in units]
 
     # -- what the layout reads -------------------------------------------------
@@ -269,7 +272,7 @@ class Analysis:
         }
         return OverBudgetError(
             f"what must be kept does not fit: system {sizes['system']} + pinned {sizes['pinned']} + "
-            f"current input {sizes['current']} + reply priming 3 tokens > budget {budget}"
+            f"turn in progress {sizes['current']} + reply priming 3 tokens > budget {budget}"
         )
 
     def weight(self, m: int, weights: tuple, now: float | None) -> float:
@@ -278,6 +281,10 @@ class Analysis:
             return info["weight"]
         if info["role"] == "system":
             return weights[0]
+        if now is not None and info["timestamp"] is not None:
+            age = max(0.0, (now - info["timestamp"]) / 60.0)
+        else:
+            age = float(len(self.info) - 1 - m)
         for tag, weight in (
             (CONSTRAINT, weights[1]),
             (EVIDENCE, weights[2]),
@@ -285,23 +292,42 @@ class Analysis:
             (LOG, weights[4]),
         ):
             if info["tags"] & tag:
-                return weight
-        if now is not None and info["timestamp"] is not None:
-            age = max(0.0, (now - info["timestamp"]) / 60.0)
-        else:
-            age = float(len(self.info) - 1 - m)
+                return weight * weights[6] ** age
         return weights[5] ** age
 
-    def weighted(self, budget: int, weights: tuple, max_anchors: int, now: float | None) -> list[int]:
+    def weighted(
+        self, budget: int, weights: tuple, max_anchors: int, recent_turns: int, now: float | None
+    ) -> list[int]:
         kept, cost = self.mandatory(budget)
         optional = [u for u, unit in enumerate(self.units) if unit[3] == "normal"]
         anchors = [u for u in optional if self.units[u][4] & CONSTRAINT][:max_anchors]
-        rest = [u for u in optional if u not in anchors]
+        starts = self.turn_starts
+        recent_from = (
+            starts[-recent_turns]
+            if 0 < recent_turns <= len(starts)
+            else (starts[0] if starts and recent_turns else len(self.units))
+        )
+        recent = [u for u in reversed(optional) if u >= recent_from and u not in anchors]
+        rest = [u for u in optional if u < recent_from and u not in anchors]
+        for u in anchors:
+            if cost + self.units[u][2] <= budget:
+                cost += self.units[u][2]
+                kept.append(u)
+        # The newest turns go in first, within a quarter of the budget; the rest compete by weight.
+        recent_cost = 0
+        for u in recent:
+            tokens = self.units[u][2]
+            if cost + tokens <= budget and recent_cost + tokens <= budget // 4:
+                cost += tokens
+                recent_cost += tokens
+                kept.append(u)
+            else:
+                rest.append(u)
         heaviest = {
             u: max(self.weight(m, weights, now) for m in range(self.units[u][0], self.units[u][1]))
             for u in rest
         }
-        for u in anchors + sorted(rest, key=lambda u: (-heaviest[u], -u)):
+        for u in sorted(rest, key=lambda u: (-heaviest[u], -u)):
             if cost + self.units[u][2] <= budget:
                 cost += self.units[u][2]
                 kept.append(u)
@@ -432,22 +458,39 @@ class WeightedWindow:
         pulse: float = 1.5,
         log: float = 0.3,
         decay: float = 0.85,
-        max_anchors: int = 3,
+        tag_decay: float = 0.999,
+        max_anchors: int = 5,
+        recent_turns: int = 3,
         provider: str = "openai",
         encoding: str = "o200k_base",
         tool_result_cap: int | None = 2000,
     ) -> None:
         self.weights = _selection.policy_weights(
-            system=system, constraint=constraint, evidence=evidence, pulse=pulse, log=log, decay=decay
+            system=system,
+            constraint=constraint,
+            evidence=evidence,
+            pulse=pulse,
+            log=log,
+            decay=decay,
+            tag_decay=tag_decay,
         )
         self.max_anchors = _selection.count(max_anchors, "max_anchors")
+        self.recent_turns = _selection.count(recent_turns, "recent_turns")
         self.provider = _selection.check_provider(provider)
         self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _Backend(encoding)
 
     def select(self, messages: Sequence[dict], max_tokens: Any, *, now: float | None = None) -> Selection:
         return _selection.weighted_window(
-            self.backend, messages, max_tokens, self.weights, self.max_anchors, now, self.provider, self.cap
+            self.backend,
+            messages,
+            max_tokens,
+            self.weights,
+            self.max_anchors,
+            self.recent_turns,
+            now,
+            self.provider,
+            self.cap,
         )
 
 

@@ -142,8 +142,8 @@ impl fmt::Display for Error {
                 budget,
             } => write!(
                 f,
-                "what must be kept does not fit: system {system} + pinned {pinned} + current input \
-                 {current} + reply priming {} tokens > budget {budget}",
+                "what must be kept does not fit: system {system} + pinned {pinned} + turn in \
+                 progress {current} + reply priming {} tokens > budget {budget}",
                 crate::chat::REPLY_PRIMING
             ),
             Error::LogCorrupt {

@@ -214,11 +214,30 @@ impl Tokenizer {
         max_tokens: usize,
         marker: Option<&str>,
     ) -> Result<Cow<'t, str>> {
-        if self.count_up_to(text, max_tokens) <= max_tokens {
+        self.truncate_counted(text, max_tokens, marker, None)
+    }
+
+    /// [`Tokenizer::truncate`], given `count(text)` if the caller knows it.
+    ///
+    /// The work follows `max_tokens`, not the text: only the pieces up to the
+    /// cut are encoded, the whole text's count comes from the cache, and the
+    /// cut with its marker is counted as the tokens of the pieces before a
+    /// [`stable_cut`] (reused) plus BPE on the few characters after it.
+    ///
+    /// [`stable_cut`]: crate::pretokenize::stable_cut
+    pub fn truncate_counted<'t>(
+        &self,
+        text: &'t str,
+        max_tokens: usize,
+        marker: Option<&str>,
+        total: Option<usize>,
+    ) -> Result<Cow<'t, str>> {
+        let prefix = self.engine.encode_up_to(text, max_tokens);
+        if prefix.whole {
             return Ok(Cow::Borrowed(text));
         }
-        let ids = self.encode(text);
-        let n = ids.len();
+        let ids = &prefix.ids;
+        let n = total.unwrap_or_else(|| self.count_cached(text));
         let marker_for = |kept: usize| -> String {
             marker.map_or_else(String::new, |m| {
                 m.replace(DROPPED_PLACEHOLDER, &(n - kept).to_string())
@@ -230,12 +249,13 @@ impl Tokenizer {
                 .iter()
                 .map(|&id| self.engine.token_bytes(id).map_or(0, <[u8]>::len))
                 .sum();
-            let prefix = &text[..floor_char_boundary(text, byte_len)];
-            let mut candidate = String::with_capacity(prefix.len() + 32);
-            candidate.push_str(prefix);
-            candidate.push_str(&marker_for(kept));
-            let tokens = self.count(&candidate);
+            let cut = floor_char_boundary(text, byte_len);
+            let marker_text = marker_for(kept);
+            let tokens = self.count_cut(text, cut, &marker_text, &prefix.piece_ends);
             if tokens <= max_tokens {
+                let mut candidate = String::with_capacity(cut + marker_text.len());
+                candidate.push_str(&text[..cut]);
+                candidate.push_str(&marker_text);
                 return Ok(Cow::Owned(candidate));
             }
             if kept == 0 {
@@ -246,6 +266,30 @@ impl Tokenizer {
             }
             kept = kept.saturating_sub((tokens - max_tokens).max(1));
         }
+    }
+
+    /// `count(text[..cut] + marker)`, reusing the tokens of `text`'s pieces
+    /// (`piece_ends`, from the start) before a stable point near the cut.
+    fn count_cut(
+        &self,
+        text: &str,
+        cut: usize,
+        marker: &str,
+        piece_ends: &[(usize, usize)],
+    ) -> usize {
+        /// How far back a stable point is looked for: past it, counting the
+        /// whole cut costs little more than the search.
+        const WITHIN: usize = 256;
+        let reuse = crate::pretokenize::stable_cut(text, cut, marker.chars().next(), WITHIN)
+            .and_then(|at| {
+                let i = piece_ends.binary_search_by_key(&at, |&(end, _)| end).ok()?;
+                Some((at, piece_ends[i].1))
+            });
+        let (at, before) = reuse.unwrap_or((0, 0));
+        let mut rest = String::with_capacity(cut - at + marker.len());
+        rest.push_str(&text[at..cut]);
+        rest.push_str(marker);
+        before + self.count(&rest)
     }
 }
 

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::select::{WeightRow, weights_of};
 use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions, Origin, ViewPart};
-use context_core::select::Weights;
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::prelude::*;
@@ -343,30 +343,22 @@ impl PyMessageLog {
 
     /// The weighted window over the context view from the headers alone:
     /// `(kept (seq, part) pairs, (pinned, global, segments, recent, input) tokens)`.
-    #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, now = None))]
+    #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, recent_turns, now = None))]
     #[allow(clippy::type_complexity)]
     fn weighted(
         &self,
         budget: usize,
-        weights: (f64, f64, f64, f64, f64, f64),
+        weights: WeightRow,
         max_anchors: usize,
+        recent_turns: usize,
         now: Option<f64>,
     ) -> PyResult<(
         Vec<(u64, &'static str)>,
         (usize, usize, usize, usize, usize),
     )> {
-        let (system, constraint, evidence, pulse, log, decay) = weights;
-        let weights = Weights {
-            system,
-            constraint,
-            evidence,
-            pulse,
-            log,
-            decay,
-        };
         let window = self
             .log()?
-            .weighted_window(budget, &weights, max_anchors, now)
+            .weighted_window(budget, &weights_of(weights), max_anchors, recent_turns, now)
             .map_err(CoreError)?;
         let kept = window
             .kept

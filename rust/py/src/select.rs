@@ -93,9 +93,25 @@ impl PyTagger {
 }
 
 /// `(message, block, part, text, before, after)` of a capped tool result.
-type TruncationRow = (usize, Option<usize>, Option<usize>, String, usize, usize);
+type TruncationRow<'a> = (usize, Option<usize>, Option<usize>, &'a str, usize, usize);
 /// `(units, global, anchoring, memories, segments)` the builder keeps.
 type BuildRow = (Vec<usize>, bool, bool, Vec<usize>, Vec<usize>);
+
+/// `(system, constraint, evidence, pulse, log, decay, tag_decay)`.
+pub type WeightRow = (f64, f64, f64, f64, f64, f64, f64);
+
+pub fn weights_of(row: WeightRow) -> Weights {
+    let (system, constraint, evidence, pulse, log, decay, tag_decay) = row;
+    Weights {
+        system,
+        constraint,
+        evidence,
+        pulse,
+        log,
+        decay,
+        tag_decay,
+    }
+}
 
 /// A history read for selection.
 #[pyclass(frozen, name = "_Analysis", module = "context_core._core")]
@@ -157,20 +173,11 @@ impl PyAnalysis {
 
     /// `(message, block, part, text, before, after)` per capped tool result.
     #[getter]
-    fn truncations(&self) -> Vec<TruncationRow> {
+    fn truncations(&self) -> Vec<TruncationRow<'_>> {
         self.inner
             .truncations
             .iter()
-            .map(|t| {
-                (
-                    t.message,
-                    t.block,
-                    t.part,
-                    t.text.clone(),
-                    t.before,
-                    t.after,
-                )
-            })
+            .map(|t| (t.message, t.block, t.part, &*t.text, t.before, t.after))
             .collect()
     }
 
@@ -234,23 +241,21 @@ impl PyAnalysis {
     fn weighted(
         &self,
         budget: &Bound<'_, PyAny>,
-        weights: (f64, f64, f64, f64, f64, f64),
+        weights: WeightRow,
         max_anchors: usize,
+        recent_turns: usize,
         now: Option<f64>,
     ) -> PyResult<Vec<usize>> {
-        let weights = Weights {
-            system: weights.0,
-            constraint: weights.1,
-            evidence: weights.2,
-            pulse: weights.3,
-            log: weights.4,
-            decay: weights.5,
-        };
         let budget = as_count(budget, "max_tokens")?;
-        Ok(
-            select::weighted_window(&self.inner, budget, &weights, max_anchors, now)
-                .map_err(CoreError)?,
+        Ok(select::weighted_window(
+            &self.inner,
+            budget,
+            &weights_of(weights),
+            max_anchors,
+            recent_turns,
+            now,
         )
+        .map_err(CoreError)?)
     }
 
     /// `(units, turns, summary)` that ShapeHistory keeps.

@@ -41,6 +41,15 @@ const ROLES: [&str; 6] = [
     "function",
 ];
 
+/// What [`Engine::encode_up_to`] read of a text.
+pub(crate) struct EncodedPrefix {
+    pub(crate) ids: Vec<u32>,
+    /// `(end in bytes, tokens up to there)` after each piece encoded.
+    pub(crate) piece_ends: Vec<(usize, usize)>,
+    /// Whether the whole text was encoded, in at most the limit.
+    pub(crate) whole: bool,
+}
+
 static ENGINES: [OnceLock<Engine>; 4] = [const { OnceLock::new() }; 4];
 
 /// The process-wide engine for `encoding`, loading it on first use.
@@ -134,6 +143,33 @@ impl Engine {
             Kind::Backtrack(bpe) => bpe.count_piece(piece.as_bytes()),
             Kind::Merge(bpe) => bpe.count_piece(piece.as_bytes()),
         }
+    }
+
+    /// The tokens of `text`'s first pieces, piece by piece until more than
+    /// `limit` are held (or the text ends), and after each piece its end in
+    /// bytes with the tokens so far; `whole` if that is all of the text in
+    /// at most `limit` tokens. The work follows `limit`, not the text.
+    pub(crate) fn encode_up_to(&self, text: &str, limit: usize) -> EncodedPrefix {
+        let mut out = EncodedPrefix {
+            ids: Vec::with_capacity(limit.min(text.len()) + 1),
+            piece_ends: Vec::new(),
+            whole: true,
+        };
+        let mut end = 0;
+        for piece in self.pattern.split(text) {
+            if out.ids.len() > limit {
+                out.whole = false;
+                break;
+            }
+            match &self.kind {
+                Kind::Backtrack(bpe) => bpe.encode_piece(piece.as_bytes(), &mut out.ids),
+                Kind::Merge(bpe) => bpe.encode_piece(piece.as_bytes(), &mut out.ids),
+            }
+            end += piece.len();
+            out.piece_ends.push((end, out.ids.len()));
+        }
+        out.whole &= out.ids.len() <= limit;
+        out
     }
 
     pub(crate) fn encode(&self, text: &str) -> Vec<u32> {

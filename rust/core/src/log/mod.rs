@@ -155,6 +155,7 @@ pub struct MessageLog {
     /// The process that opened the log (only it may write).
     origin: fork::Origin,
     decay_powers: window::DecayPowers,
+    tag_decay_powers: window::DecayPowers,
     /// Leading records that form one chain (see `extend_linear`).
     linear_len: u64,
     /// Leading records checked whole (see `ensure_checked`).
@@ -232,6 +233,7 @@ impl MessageLog {
             closed: false,
             origin: fork::Origin::here(),
             decay_powers: window::DecayPowers::default(),
+            tag_decay_powers: window::DecayPowers::default(),
             linear_len: 0,
             checked: 0,
             scratch_keys: Vec::new(),

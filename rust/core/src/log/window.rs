@@ -9,9 +9,10 @@ use super::{KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE};
 use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
 use crate::select::{
-    Role, Unit, UnitFacts, UnitKind, Weights, fill_by_weight, for_each_unit, weight_key,
+    Role, Unit, UnitFacts, UnitKind, Weights, fill_by_weight, for_each_unit, recent_fits,
+    tag_weight, weight_key,
 };
-use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
+use crate::tags::CONSTRAINT;
 
 /// Records ahead of the sweep whose headers are fetched early.
 const PREFETCH_AHEAD: usize = 16;
@@ -218,26 +219,31 @@ impl MessageLog {
         }
     }
 
-    /// The weighted window over the context view, under `budget` tokens.
-    /// Ages come from the nodes' timestamps when `now` is given, else one
-    /// minute a node back from the end (as for messages).
+    /// The weighted window over the context view, under `budget` tokens, as
+    /// [`crate::select::weighted_window`] chooses. Ages come from the nodes'
+    /// timestamps when `now` is given, else one minute a node back from the
+    /// end (as for messages).
     pub fn weighted_window(
         &mut self,
         budget: usize,
         weights: &Weights,
         max_anchors: usize,
+        recent_turns: usize,
         now: Option<f64>,
     ) -> Result<Window> {
         let view = self.compact_view()?;
         if now.is_none() {
             self.decay_powers.prepare(weights.decay, view.len());
+            self.tag_decay_powers.prepare(weights.tag_decay, view.len());
         }
         let mut keys = std::mem::take(&mut self.scratch_keys);
         let mut starts = std::mem::take(&mut self.scratch_starts);
         let powers = &self.decay_powers.powers;
+        let tag_powers = &self.tag_decay_powers.powers;
         let last = view.len().saturating_sub(1);
         // decay^age underflows to exactly 0 past some age: no pow call there.
         let zero_from = first_zero_age(weights.decay);
+        let tag_zero_from = first_zero_age(weights.tag_decay);
         let weigh = |record: Record<'_>, i: usize| -> f64 {
             if let Some(weight) = record.weight() {
                 return weight;
@@ -245,26 +251,20 @@ impl MessageLog {
             if record.role() == Role::System {
                 return weights.system;
             }
-            let tags = record.tags();
-            for (tag, weight) in [
-                (CONSTRAINT, weights.constraint),
-                (EVIDENCE, weights.evidence),
-                (PULSE, weights.pulse),
-                (LOG, weights.log),
-            ] {
-                if tags & tag != 0 {
-                    return weight;
-                }
-            }
+            let tagged = tag_weight(record.tags(), weights);
             let Some(now) = now else {
                 // Whole minutes back from the end: the same pow, from a table.
-                return powers.get(last - i).copied().unwrap_or(0.0);
+                return match tagged {
+                    Some(weight) => weight * tag_powers.get(last - i).copied().unwrap_or(0.0),
+                    None => powers.get(last - i).copied().unwrap_or(0.0),
+                };
             };
             let age = ((now - record.timestamp()) / 60.0).max(0.0);
-            if age >= zero_from {
-                0.0
-            } else {
-                weights.decay.powf(age)
+            match tagged {
+                Some(_) if age >= tag_zero_from => 0.0,
+                Some(weight) => weight * weights.tag_decay.powf(age),
+                None if age >= zero_from => 0.0,
+                None => weights.decay.powf(age),
             }
         };
         // One sweep over the headers, grouped and weighed together; only the
@@ -289,9 +289,17 @@ impl MessageLog {
         starts.clear();
         let mut fixed: Vec<(usize, Unit)> = Vec::new();
         let mut anchors: Vec<(usize, Unit)> = Vec::new();
+        // The newest `recent_turns` turn starts, by unit number.
+        let mut turn_starts = std::collections::VecDeque::with_capacity(recent_turns + 1);
         let mut number = 0;
         for_each_unit(view.len(), facts, |unit| {
             starts.push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
+            if unit.turn_start && recent_turns > 0 {
+                if turn_starts.len() == recent_turns {
+                    turn_starts.pop_front();
+                }
+                turn_starts.push_back(number);
+            }
             match unit.kind {
                 UnitKind::Normal if unit.tags & CONSTRAINT != 0 && anchors.len() < max_anchors => {
                     anchors.push((number, unit));
@@ -301,7 +309,8 @@ impl MessageLog {
             }
             number += 1;
         });
-        let kept = choose(&fixed, &anchors, &mut keys, budget)?;
+        let recent = turn_starts.front().copied().unwrap_or(number);
+        let kept = choose(&fixed, &anchors, recent, &mut keys, budget)?;
         let mut window = Window::default();
         for n in kept {
             let start = starts[n] as usize;
@@ -332,11 +341,14 @@ impl MessageLog {
 }
 
 /// As the weighted window chooses: what must stay (`fixed`, by unit number),
-/// the first constraint units (`anchors`) where they fit, then the rest by
-/// weight wherever it fits. The kept unit numbers, in order.
+/// the first constraint units (`anchors`) where they fit, the units from
+/// `recent` on (newest first), then the rest by weight, each wherever it
+/// fits. `keys` holds the other units' [`weight_key`]s in unit order. The
+/// kept unit numbers, in order.
 fn choose(
     fixed: &[(usize, Unit)],
     anchors: &[(usize, Unit)],
+    recent: usize,
     keys: &mut Vec<u128>,
     budget: usize,
 ) -> Result<Vec<usize>> {
@@ -363,6 +375,27 @@ fn choose(
             kept.push(*n);
         }
     }
+    let unit_of = |key: u128| (key >> 32) as u32 as usize;
+    let split = keys.partition_point(|&key| unit_of(key) < recent);
+    let mut recent_cost = 0;
+    let mut read = keys.len();
+    let mut write = keys.len();
+    // Newest first; what goes in leaves the keys, the rest competes by weight.
+    while read > split {
+        read -= 1;
+        let key = keys[read];
+        // A unit's tokens are held in 32 bits, saturated: too large to fit then.
+        let tokens = key as u32 as usize;
+        if recent_fits(recent_cost, tokens, cost, budget) {
+            cost += tokens;
+            recent_cost += tokens;
+            kept.push(unit_of(key));
+        } else {
+            write -= 1;
+            keys[write] = key;
+        }
+    }
+    keys.drain(split..write);
     fill_by_weight(keys, budget, &mut cost, &mut kept);
     kept.sort_unstable();
     Ok(kept)

@@ -39,6 +39,42 @@ pub fn join_tail(text: &str) -> Option<&str> {
     None
 }
 
+/// Whether a text that goes on with `c` after a letter or digit keeps its
+/// pre-tokens up to that letter or digit: `c` cannot continue the run (a
+/// letter, digit, mark or contraction's apostrophe would), so by the
+/// argument of [`join_tail`] the run ends there whatever follows.
+pub fn ends_run(c: char) -> bool {
+    let class = ClassTable::get_static().class(c);
+    class & (LETTER | NUMBER | UPPERISH | LOWERISH) == 0 && c != '\''
+}
+
+/// The largest `h <= end` (a char boundary of `text`) at which `text[..h]`
+/// ends with a letter or digit and what follows it both in `text` and in
+/// `text[..end] + more` (where `more` starts with `next`, if anything)
+/// [`ends_run`]. The pre-tokens of `text[..h]` are then pre-tokens of both
+/// texts, so the tokens before `h` can be reused and only what comes after
+/// needs BPE. Looks back at most `within` bytes; `None` if no such point is
+/// there.
+pub fn stable_cut(text: &str, end: usize, next: Option<char>, within: usize) -> Option<usize> {
+    let table = ClassTable::get_static();
+    let mut after_in_text = text[end..].chars().next();
+    let mut after_in_cut = next;
+    for (at, c) in text[..end].char_indices().rev() {
+        if end - at > within {
+            return None;
+        }
+        if table.class(c) & (LETTER | NUMBER) != 0
+            && after_in_text.is_none_or(ends_run)
+            && after_in_cut.is_none_or(ends_run)
+        {
+            return Some(at + c.len_utf8());
+        }
+        after_in_text = Some(c);
+        after_in_cut = Some(c);
+    }
+    None
+}
+
 /// Which OpenAI split pattern to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {

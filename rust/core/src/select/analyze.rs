@@ -3,7 +3,7 @@
 //! split: an assistant tool call with all its results, or a single message.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use memchr::memmem;
 use regex::Regex;
@@ -69,7 +69,8 @@ pub struct Truncation {
     pub block: Option<usize>,
     /// The text block inside that `tool_result`'s content list, if it is one.
     pub part: Option<usize>,
-    pub text: String,
+    /// Shared with the cache of capped forms.
+    pub text: Arc<str>,
     pub before: usize,
     pub after: usize,
 }
@@ -80,7 +81,8 @@ pub enum UnitKind {
     System,
     /// Messages marked `pinned`: always kept.
     Pinned,
-    /// The current input (a final user message): always kept.
+    /// The turn in progress: the newest user message that starts a turn and
+    /// every unit after it (the loop the model is in). Always kept.
     Current,
     Normal,
 }
@@ -615,6 +617,40 @@ fn read_tags<J: JsonValue>(tags: Option<&J>) -> Result<Option<u8>> {
     })
 }
 
+/// The capped forms of tool results, computed once per (text, cap,
+/// encoding) and reused every turn after: a history is reread each turn,
+/// and cutting a 50 KB result anew would cost more than the rest of the
+/// turn. Keyed by the text's cache key (see [`crate::text_key`]); bounded
+/// by the bytes held.
+struct CutCache {
+    map: quick_cache::sync::Cache<CutKey, Arc<Cut>, CutWeighter>,
+}
+
+type CutKey = (u128, usize, crate::Encoding);
+
+/// A tool result as capped: its text, and its tokens before and after.
+struct Cut {
+    text: Arc<str>,
+    before: usize,
+    after: usize,
+}
+
+#[derive(Clone)]
+struct CutWeighter;
+
+impl quick_cache::Weighter<CutKey, Arc<Cut>> for CutWeighter {
+    fn weight(&self, _key: &CutKey, cut: &Arc<Cut>) -> u64 {
+        cut.text.len() as u64 + 64
+    }
+}
+
+/// Bytes of capped texts kept: a few thousand results at the default cap.
+const CUT_CACHE_BYTES: u64 = 32 << 20;
+
+static CUTS: LazyLock<CutCache> = LazyLock::new(|| CutCache {
+    map: quick_cache::sync::Cache::with_weighter(4096, CUT_CACHE_BYTES, CutWeighter),
+});
+
 /// The capped form of a tool result text, if it is over the cap.
 fn cap_text(
     tokenizer: &Tokenizer,
@@ -635,17 +671,37 @@ fn cap_text(
     if before <= cap {
         return None;
     }
-    let cut = tokenizer
-        .truncate(text, cap, Some(TRUNCATION_MARKER))
-        .ok()?;
-    let after = tokenizer.count_cached(&cut);
+    let cut_now = || -> Option<Arc<Cut>> {
+        let cut = tokenizer
+            .truncate_counted(text, cap, Some(TRUNCATION_MARKER), Some(before))
+            .ok()?;
+        let after = tokenizer.count(&cut);
+        Some(Arc::new(Cut {
+            text: Arc::from(cut.as_ref()),
+            before,
+            after,
+        }))
+    };
+    let cut = match key.filter(|_| tokenizer.caches()) {
+        Some(key) => {
+            let slot = (key, cap, tokenizer.encoding());
+            if let Some(cut) = CUTS.map.get(&slot) {
+                cut
+            } else {
+                let cut = cut_now()?;
+                CUTS.map.insert(slot, Arc::clone(&cut));
+                cut
+            }
+        }
+        None => cut_now()?,
+    };
     Some(Truncation {
         message: 0,
         block: None,
         part: None,
-        text: cut.into_owned(),
-        before,
-        after,
+        text: Arc::clone(&cut.text),
+        before: cut.before,
+        after: cut.after,
     })
 }
 
@@ -696,9 +752,13 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
 
 /// The units of `count` messages handed to `emit` in order, without keeping
 /// them (a million-message log need not hold a million units).
+///
+/// The turn in progress (the newest unit that starts a turn, and every unit
+/// after it: the tool calls and results of the loop the model is in) is held
+/// back until the end and its normal units are marked [`UnitKind::Current`]:
+/// every policy keeps it, as it keeps system and pinned messages.
 pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit: impl FnMut(Unit)) {
-    // Held back one step: only the last unit can be the current input.
-    let mut pending: Option<Unit> = None;
+    let mut in_progress: Vec<Unit> = Vec::new();
     let mut i = 0;
     while i < count {
         let m = facts(i);
@@ -736,16 +796,21 @@ pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit:
             turn_start: m.role == Role::User && m.has_text && !m.results,
             weight,
         };
-        if let Some(previous) = pending.replace(unit) {
-            emit(previous);
+        if unit.turn_start {
+            // A newer turn begins: the one held back is history now.
+            in_progress.drain(..).for_each(&mut emit);
+        }
+        if unit.turn_start || !in_progress.is_empty() {
+            in_progress.push(unit);
+        } else {
+            emit(unit); // before the first turn: never in progress
         }
         i = end;
     }
-    if let Some(mut last) = pending {
-        // The current input: a final user turn.
-        if last.turn_start && last.kind == UnitKind::Normal {
-            last.kind = UnitKind::Current;
+    for mut unit in in_progress {
+        if unit.kind == UnitKind::Normal {
+            unit.kind = UnitKind::Current;
         }
-        emit(last);
+        emit(unit);
     }
 }

@@ -10,6 +10,7 @@ pub use analyze::{
     UnitKind, analyze, analyze_message, for_each_unit, group_units,
 };
 pub use policies::{
-    Build, Extras, Shape, Weights, build, fill_by_weight, greedy_by_weight, message_weight, shape,
-    weight_key, weighted_window,
+    Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, Weights, build, fill_by_weight,
+    greedy_by_weight, message_weight, recent_fits, recent_from, shape, tag_weight, weight_key,
+    weighted_window,
 };

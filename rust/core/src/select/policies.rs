@@ -13,6 +13,14 @@ use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
 use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
 
+/// How fast tagged messages age, per minute: a half-life of about 11.5
+/// hours (untagged messages at 0.85 halve in about 4 minutes).
+pub const DEFAULT_TAG_DECAY: f64 = 0.999;
+
+/// How many of the newest turns the weighted window keeps before weights
+/// compete (the turn in progress is one of them).
+pub const DEFAULT_RECENT_TURNS: usize = 3;
+
 /// Weights of the weighted window.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Weights {
@@ -23,6 +31,10 @@ pub struct Weights {
     pub log: f64,
     /// Untagged messages weigh `decay ^ (age in minutes)`.
     pub decay: f64,
+    /// Tagged messages weigh their tag's weight times `tag_decay ^ (age in
+    /// minutes)`: far slower than `decay`, so rules stated long ago still
+    /// outweigh chatter, but a session's old requests yield to recent work.
+    pub tag_decay: f64,
 }
 
 impl Default for Weights {
@@ -34,6 +46,7 @@ impl Default for Weights {
             pulse: 1.5,
             log: 0.3,
             decay: 0.85,
+            tag_decay: DEFAULT_TAG_DECAY,
         }
     }
 }
@@ -66,7 +79,8 @@ fn over_budget(units: &[Unit], kept: &[usize], budget: usize) -> Error {
     }
 }
 
-/// The weight of a message: given, else by role and tags, else by age.
+/// The weight of a message: given, else by role, else by its tag's weight
+/// (aged by `tag_decay`), else by age alone (`decay`).
 pub fn message_weight(
     analysis: &Analysis,
     message: usize,
@@ -80,40 +94,79 @@ pub fn message_weight(
     if info.role == Role::System {
         return weights.system;
     }
-    for (tag, weight) in [
-        (CONSTRAINT, weights.constraint),
-        (EVIDENCE, weights.evidence),
-        (PULSE, weights.pulse),
-        (LOG, weights.log),
-    ] {
-        if info.tags & tag != 0 {
-            return weight;
-        }
-    }
     // Age in minutes: from timestamps when both sides have them, else one
     // minute a message back from the end.
     let age = match (now, info.timestamp) {
         (Some(now), Some(at)) => ((now - at) / 60.0).max(0.0),
         _ => (analysis.messages.len() - 1 - message) as f64,
     };
-    weights.decay.powf(age)
+    match tag_weight(info.tags, weights) {
+        Some(weight) => weight * weights.tag_decay.powf(age),
+        None => weights.decay.powf(age),
+    }
 }
 
-/// The weighted window: mandatory units, then up to `max_anchors` constraint
-/// units (the earliest), then the rest by weight (heaviest first, newer first
-/// on ties) wherever they fit. Kept units in chronological order.
+/// The weight of a message's first tag, in the order constraint, evidence,
+/// pulse, log; `None` if it has none.
+pub fn tag_weight(tags: u8, weights: &Weights) -> Option<f64> {
+    [
+        (CONSTRAINT, weights.constraint),
+        (EVIDENCE, weights.evidence),
+        (PULSE, weights.pulse),
+        (LOG, weights.log),
+    ]
+    .into_iter()
+    .find(|&(tag, _)| tags & tag != 0)
+    .map(|(_, weight)| weight)
+}
+
+/// The weighted window: mandatory units (the turn in progress among them),
+/// then up to `max_anchors` constraint units (the earliest), then the units
+/// of the newest `recent_turns` turns (newest first), then the rest by weight
+/// (heaviest first, newer first on ties), each wherever it fits. Kept units
+/// in chronological order.
 pub fn weighted_window(
     analysis: &Analysis,
     budget: usize,
     weights: &Weights,
     max_anchors: usize,
+    recent_turns: usize,
     now: Option<f64>,
 ) -> Result<Vec<usize>> {
-    greedy_by_weight(&analysis.units, budget, max_anchors, |unit| {
+    greedy_by_weight(&analysis.units, budget, max_anchors, recent_turns, |unit| {
         (unit.start..unit.end)
             .map(|m| message_weight(analysis, m, weights, now))
             .fold(f64::NEG_INFINITY, f64::max)
     })
+}
+
+/// The first unit of the newest `turns` turns (`units.len()` for none): the
+/// start of the `turns`-th newest unit that starts a turn, or of the first
+/// one if there are fewer.
+pub fn recent_from(units: &[Unit], turns: usize) -> usize {
+    if turns == 0 {
+        return units.len();
+    }
+    let mut seen = 0;
+    let mut from = units.len();
+    for (u, unit) in units.iter().enumerate().rev() {
+        if unit.turn_start {
+            from = u;
+            seen += 1;
+            if seen == turns {
+                break;
+            }
+        }
+    }
+    from
+}
+
+/// Whether a unit of the newest turns of `tokens` goes in before weights
+/// compete: it fits, and the newest turns (beyond what must be kept) stay
+/// within a quarter of the budget, so the rules stated long ago keep room
+/// at a small budget. What does not go in here competes by weight after.
+pub fn recent_fits(recent_cost: usize, tokens: usize, cost: usize, budget: usize) -> bool {
+    cost + tokens <= budget && (recent_cost + tokens) <= budget / 4
 }
 
 /// [`weighted_window`] over any units, weighed by `unit_weight`.
@@ -121,6 +174,7 @@ pub fn greedy_by_weight(
     units: &[Unit],
     budget: usize,
     max_anchors: usize,
+    recent_turns: usize,
     unit_weight: impl Fn(&Unit) -> f64,
 ) -> Result<Vec<usize>> {
     let (mut kept, mut cost) = mandatory(units, budget)?;
@@ -138,10 +192,29 @@ pub fn greedy_by_weight(
             }
         }
     }
+    let recent = recent_from(units, recent_turns);
+    let mut recent_taken = vec![false; units.len() - recent];
+    let mut recent_cost = 0;
+    for u in (recent..units.len()).rev() {
+        let unit = &units[u];
+        if unit.kind == UnitKind::Normal
+            && !anchors.contains(&u)
+            && recent_fits(recent_cost, unit.tokens, cost, budget)
+        {
+            cost += unit.tokens;
+            recent_cost += unit.tokens;
+            recent_taken[u - recent] = true;
+            kept.push(u);
+        }
+    }
     let left = budget - cost;
     let mut rest: Vec<u128> = Vec::with_capacity(units.len());
     for (u, unit) in units.iter().enumerate() {
-        if unit.kind == UnitKind::Normal && unit.tokens <= left && !anchors.contains(&u) {
+        if unit.kind == UnitKind::Normal
+            && unit.tokens <= left
+            && !anchors.contains(&u)
+            && !(u >= recent && recent_taken[u - recent])
+        {
             rest.push(weight_key(unit_weight(unit), u, unit.tokens));
         }
     }
