@@ -45,15 +45,23 @@ def check_turn(name: str, select, history: list[dict], provider: str, budget: in
     try:
         chosen = select(repaired, now)
     except OverBudgetError as error:
-        sizes = [int(n) for n in re.findall(r"(?:system|pinned|progress) (\d+)", str(error))]
-        assert sum(sizes) + 3 > budget, (name, str(error))
+        message = str(error)
+    else:
+        message = None
+    if message is not None:
+        sizes = [int(n) for n in re.findall(r"(?:system|pinned|progress) (\d+)", message)]
+        assert sum(sizes) + 3 > budget, (name, message)
         tokens = _analyze(repaired, TOK, None, CAP, False).tokens
         in_progress = sum(tokens[start:]) if start is not None else 0
-        assert sizes[2] == in_progress, (name, str(error))
+        assert sizes[2] == in_progress, (name, message)
         return False
     if start is not None:
         assert set(range(start, len(repaired))) <= set(chosen.kept), (name, len(history))
     assert chosen.breakdown.total <= budget
+    sent = TOK.count_messages(chosen.messages)
+    if chosen.system:
+        sent += TOK.count_message({"role": "system", "content": chosen.system})
+    assert chosen.breakdown.total == sent, name
     if provider == "anthropic":
         assert validators.anthropic(chosen.messages, chosen.system) == [], name
     else:

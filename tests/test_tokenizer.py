@@ -129,9 +129,18 @@ def test_truncate_with_marker_fits_inside_the_cap(text, max_tokens):
 
 # Texts built to put a cut next to every kind of character a pre-token run
 # could continue with: letters, digits, marks, contractions, CJK, spaces.
-CUT_ALPHABET = list("ab Z9 0'’sS\n\t.,…-_/") + ["\u0301", "日本", "語", "🎉", "'s", "'T", "  ", "\r\n"]
+CUT_ALPHABET = [*"ab Z9 0'’sS\n\t.,…-_/", "\u0301", "日本", "語", "🎉", "'s", "'T", "  ", "\r\n"]
 cut_texts = st.lists(st.sampled_from(CUT_ALPHABET), min_size=1, max_size=200).map("".join)
-MARKERS = [None, MARKER, "[cut {dropped}]", "abc{dropped}", "7{dropped}", "'s {dropped}", " {dropped}", "\u0301x"]
+MARKERS = [
+    None,
+    MARKER,
+    "[cut {dropped}]",
+    "abc{dropped}",
+    "7{dropped}",
+    "'s {dropped}",
+    " {dropped}",
+    "\u0301x",
+]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

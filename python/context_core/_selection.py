@@ -221,39 +221,11 @@ class Layout:
         self.messages = messages
         self.analysis = analysis
         self.provider = provider
-        # Only what is kept is read from the analysis, so a turn's Python
-        # work follows the size of the output, not of the history.
         self.truncations = analysis.truncations
-        self.cuts: dict[int, list[tuple]] = {}
-        for message, block, part, text, _before, _after in self.truncations:
-            self.cuts.setdefault(message, []).append((block, part, text))
 
     def extra(self, text: str) -> tuple[dict, int]:
         message = {"role": "system", "content": text}
         return message, self.backend.count_message(message)
-
-    def output(self, index: int) -> dict:
-        """Input message ``index`` as sent: tool results capped, metadata removed."""
-        message = self.messages[index]
-        cuts = self.cuts.get(index)
-        if not cuts and _METADATA.isdisjoint(message):
-            return message
-        out = {k: v for k, v in message.items() if k not in METADATA_KEYS}
-        for block, part, text in cuts or ():
-            if block is None:
-                out["content"] = text
-                continue
-            content = list(out["content"])
-            result = dict(content[block])
-            if part is None:
-                result["content"] = text
-            else:
-                parts = list(result["content"])
-                parts[part] = {**parts[part], "text": text}
-                result["content"] = parts
-            content[block] = result
-            out["content"] = content
-        return out
 
     def finish(
         self,
@@ -265,16 +237,26 @@ class Layout:
         """Expand ``("unit", u)`` / ``("extra", message)`` items into the output;
         sanitize and count it. Returns the selection and the tokens over budget."""
         units = [item[1] for item in items if item[0] == "unit"]
-        spans = iter(self.analysis.spans(units))
+        spans = self.analysis.spans(units)
+        # The kept messages as sent (the analysis makes them, and keeps
+        # them from one turn to the next), with their exact counts.
+        sent = self.analysis.outputs(units)
+        tokens = self.analysis.tokens
         laid_out: list[dict] = []
+        known: list[int | None] = []
+        at = 0
+        next_span = iter(spans)
         for item in items:
             if item[0] == "unit":
-                start, end, _tokens, _kind = next(spans)
-                laid_out.extend(self.output(m) for m in range(start, end))
+                start, end, _tokens, _kind = next(next_span)
+                laid_out += sent[at : at + end - start]
+                known += tokens[start:end]
+                at += end - start
             else:
                 laid_out.append(item[1])
+                known.append(None)
         final, system, changes = self.backend.sanitize(laid_out, self.provider)
-        total = count_sent(self.backend, laid_out, final)
+        total = count_sent(self.backend, laid_out, final, known)
         if system:
             total += self.backend.count_message({"role": "system", "content": system})
         kept, dropped = self.analysis.expand(units)
@@ -304,17 +286,24 @@ class Layout:
 
     def sum_units(self, units: Sequence[int], sections: dict[str, int], override: str | None = None) -> None:
         """Add the tokens of ``units`` to their sections (``override``: all to one)."""
-        for _start, _end, tokens, kind in self.analysis.spans(list(units)):
-            name = override or SECTION_OF_KIND.get(kind, "recent")
-            sections[name] = sections.get(name, 0) + tokens
+        sums = self.analysis.kind_tokens(list(units))
+        for kind, tokens in zip(("system", "pinned", "current", "normal"), sums, strict=True):
+            if tokens:
+                name = override or SECTION_OF_KIND.get(kind, "recent")
+                sections[name] = sections.get(name, 0) + tokens
 
 
 #: How sanitize joins the texts of neighbours it merges.
 TEXT_SEPARATOR = "\n\n"
 
 
-def count_sent(backend: Backend, laid_out: list[dict], final: list[dict]) -> int:
+def count_sent(
+    backend: Backend, laid_out: list[dict], final: list[dict], known: Sequence[int | None] = ()
+) -> int:
     """Exact tokens of ``final``, sanitize's output for ``laid_out``.
+
+    ``known[j]``, where given, is the exact count of ``laid_out[j]`` (the
+    analysis counted it): a message sanitize left as it was costs nothing.
 
     A merged message is a new string every turn (the newest input joins the
     text before it), so counting it whole costs BPE on all of it. Instead
@@ -323,12 +312,23 @@ def count_sent(backend: Backend, laid_out: list[dict], final: list[dict]) -> int
     on the pre-tokenizer's own character tables), counted again with the join;
     a merge of any other shape is counted whole.
     """
+    same = len(final) == len(laid_out) == len(known) and all(map(operator.is_, final, laid_out))
+    if same:
+        # Sanitize changed nothing: the counts are known (the priming once).
+        if None not in known:
+            return sum(known) + backend.count_messages([])
+        unknown = [m for m, tokens in zip(laid_out, known, strict=True) if tokens is None]
+        return sum(t for t in known if t is not None) + backend.count_messages(unknown)
     unchanged: list[dict] = []  # counted in one call (its reply priming included once)
     total = 0
     j = 0
     for message in final:
         if j < len(laid_out) and message is laid_out[j]:
-            unchanged.append(message)
+            tokens = known[j] if j < len(known) else None
+            if tokens is None:
+                unchanged.append(message)
+            else:
+                total += tokens
             j += 1
             continue
         parts = _merged_parts(laid_out, j, message)

@@ -10,12 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from context_core import _selection
-from context_core._core import TRUNCATION_MARKER
+from context_core._core import METADATA_KEYS, TRUNCATION_MARKER
 from context_core._selection import Selection
 from context_core.errors import InvalidInputError, InvalidTypeError, OverBudgetError
 from context_core.reference import sanitize as reference_sanitize
 from context_core.reference.tags import CONSTRAINT, EVIDENCE, LOG, NAMES, PULSE, WHITE_SPACE, Tagger
 from context_core.reference.tokenizer import Tokenizer
+
+METADATA = frozenset(METADATA_KEYS)
 
 REPLY_PRIMING = 3
 TEXT_TYPES = ("text", "input_text", "output_text")
@@ -59,6 +61,7 @@ class Analysis:
         self, messages: list, tokenizer: CachedTokenizer, tagger: Tagger | None, cap: int | None
     ) -> None:
         self.tokenizer, self.tagger, self.cap = tokenizer, tagger, cap
+        self.messages = messages
         self.truncations: list[tuple] = []
         self.info = []
         for index, message in enumerate(messages):
@@ -248,6 +251,42 @@ class Analysis:
             for dependency in self.ids[index][1]
             if dependency in position and position[dependency] not in kept_set
         ]
+
+    def kind_tokens(self, units: list[int]) -> tuple[int, int, int, int]:
+        sums = dict.fromkeys(("system", "pinned", "current", "normal"), 0)
+        for _start, _end, tokens, kind in self.spans(units):
+            sums[kind] += tokens
+        return sums["system"], sums["pinned"], sums["current"], sums["normal"]
+
+    def outputs(self, units: list[int]) -> list[dict]:
+        """The messages of ``units`` as sent: tool results capped, metadata removed."""
+        cuts: dict[int, list[tuple]] = {}
+        for message, block, part, text, _before, _after in self.truncations:
+            cuts.setdefault(message, []).append((block, part, text))
+        return [
+            self.output(m, cuts.get(m, [])) for start, end, *_ in self.spans(units) for m in range(start, end)
+        ]
+
+    def output(self, index: int, cuts: list[tuple]) -> dict:
+        message = self.messages[index]
+        if not cuts and METADATA.isdisjoint(message):
+            return message
+        out = {k: v for k, v in message.items() if k not in METADATA}
+        for block, part, text in cuts:
+            if block is None:
+                out["content"] = text
+                continue
+            content = list(out["content"])
+            result = dict(content[block])
+            if part is None:
+                result["content"] = text
+            else:
+                parts = list(result["content"])
+                parts[part] = {**parts[part], "text": text}
+                result["content"] = parts
+            content[block] = result
+            out["content"] = content
+        return out
 
     def constraint_starts(self) -> list[int]:
         return [

@@ -42,6 +42,16 @@ pub trait JsonValue: Sized {
     /// The JSON literal of a number value (`3`, `1e-05`, `NaN`); an error for
     /// a number that cannot be written out.
     fn number_literal(&self) -> Result<Cow<'_, str>>;
+    /// A number value as the nearest `f64` to its literal (an error where
+    /// [`JsonValue::number_literal`] is one, or the literal is no number).
+    fn as_f64(&self) -> Result<f64> {
+        let literal = self.number_literal()?;
+        literal.parse::<f64>().map_err(|_| Error::WrongType {
+            path: String::new(),
+            expected: "a finite number",
+            found: literal.into_owned(),
+        })
+    }
     /// The value of `key` in an object.
     fn get(&self, key: &'static str) -> Option<Self>;
     /// Number of elements of an array or entries of an object.

@@ -81,6 +81,28 @@ impl JsonValue for PyJson<'_> {
         !self.0.is_instance_of::<PyTuple>()
     }
 
+    /// A float's own value, and a machine-sized int's, without writing the
+    /// literal out (a timestamp per message, every turn, was mostly `repr`).
+    fn as_f64(&self) -> context_core::Result<f64> {
+        if let Ok(float) = self.0.cast::<PyFloat>() {
+            return Ok(float.value());
+        }
+        if self.0.is_instance_of::<PyInt>()
+            && !self.0.is_instance_of::<PyBool>()
+            && let Ok(small) = self.0.extract::<i64>()
+        {
+            #[allow(clippy::cast_precision_loss)]
+            // rounds to nearest, as parsing the literal does
+            return Ok(small as f64);
+        }
+        let literal = self.number_literal()?;
+        literal.parse::<f64>().map_err(|_| Error::WrongType {
+            path: String::new(),
+            expected: "a finite number",
+            found: literal.into_owned(),
+        })
+    }
+
     /// Numbers as `json.dumps` writes them: `int.__repr__` and `float.__repr__`
     /// of the value (never a subclass's own methods, so no user code runs),
     /// and `NaN` / `Infinity` / `-Infinity` for the non-finite floats.

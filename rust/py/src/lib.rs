@@ -7,6 +7,7 @@ mod json;
 mod key_memo;
 mod log;
 mod sanitize;
+mod seen;
 mod select;
 mod text;
 mod tokenizer;

@@ -3,14 +3,16 @@
 
 use std::sync::LazyLock;
 
-use context_core::select::{self, Analysis, Extras, UnitKind, Weights};
+use context_core::select::{self, Analysis, Extras, Truncation, UnitKind, Weights};
 use context_core::tags::{self, Keywords, Tagger};
 use pyo3::prelude::*;
 
 use crate::errors::{CoreError, invalid_input};
 use crate::json::PyJson;
+use crate::seen;
 use crate::text::{as_count, sequence, text};
 use crate::tokenizer::PyTokenizer;
+use pyo3::types::{PyDict, PyList, PyString};
 
 /// The tagger with the default keyword lists.
 pub static DEFAULT_TAGGER: LazyLock<Tagger> =
@@ -20,7 +22,12 @@ pub static DEFAULT_TAGGER: LazyLock<Tagger> =
 #[pyclass(frozen, name = "Tagger", module = "context_core")]
 pub struct PyTagger {
     inner: Option<Tagger>,
+    /// Distinct per tagger made (0: the default keywords), so what was
+    /// read under one is never taken for another's.
+    number: u64,
 }
+
+static TAGGERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl PyTagger {
     fn get(&self) -> &Tagger {
@@ -60,7 +67,10 @@ impl PyTagger {
             log_markers,
         ];
         if given.iter().all(|g| g.is_none_or(PyAnyMethods::is_none)) {
-            return Ok(Self { inner: None });
+            return Ok(Self {
+                inner: None,
+                number: 0,
+            });
         }
         let keywords = Keywords {
             constraint: keyword_list(
@@ -82,6 +92,7 @@ impl PyTagger {
         };
         Ok(Self {
             inner: Some(Tagger::new(&keywords).map_err(CoreError)?),
+            number: TAGGERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -93,7 +104,14 @@ impl PyTagger {
 }
 
 /// `(message, block, part, text, before, after)` of a capped tool result.
-type TruncationRow<'a> = (usize, Option<usize>, Option<usize>, &'a str, usize, usize);
+type TruncationRow = (
+    usize,
+    Option<usize>,
+    Option<usize>,
+    Py<PyString>,
+    usize,
+    usize,
+);
 /// `(units, global, anchoring, memories, segments)` the builder keeps.
 type BuildRow = (Vec<usize>, bool, bool, Vec<usize>, Vec<usize>);
 
@@ -117,6 +135,39 @@ pub fn weights_of(row: WeightRow) -> Weights {
 #[pyclass(frozen, name = "_Analysis", module = "context_core._core")]
 pub struct PyAnalysis {
     inner: Analysis,
+    /// The messages read, as given.
+    messages: Vec<Py<PyAny>>,
+    /// The capped texts, beside `inner.truncations`.
+    cut_texts: Vec<Py<PyString>>,
+    /// Each message's laid-out form, where one was made before and holds.
+    laid_out: Vec<Option<Py<PyAny>>>,
+}
+
+impl PyAnalysis {
+    /// Unit `u`, or an error naming it.
+    fn unit(&self, u: usize) -> PyResult<&context_core::select::Unit> {
+        self.inner
+            .units
+            .get(u)
+            .ok_or_else(|| invalid_input(format!("no unit {u}")))
+    }
+
+    /// `(block, part, text)` of each capped tool result of message `m`.
+    fn cuts_of(
+        &self,
+        py: Python<'_>,
+        m: usize,
+    ) -> Vec<(Option<usize>, Option<usize>, Py<PyString>)> {
+        let all = &self.inner.truncations;
+        let from = all.partition_point(|t| t.message < m);
+        let py_texts = &self.cut_texts[from..];
+        all[from..]
+            .iter()
+            .zip(py_texts)
+            .take_while(|(t, _)| t.message == m)
+            .map(|(t, text)| (t.block, t.part, text.clone_ref(py)))
+            .collect()
+    }
 }
 
 fn kind_name(kind: UnitKind) -> &'static str {
@@ -173,12 +224,54 @@ impl PyAnalysis {
 
     /// `(message, block, part, text, before, after)` per capped tool result.
     #[getter]
-    fn truncations(&self) -> Vec<TruncationRow<'_>> {
+    fn truncations(&self, py: Python<'_>) -> Vec<TruncationRow> {
         self.inner
             .truncations
             .iter()
-            .map(|t| (t.message, t.block, t.part, &*t.text, t.before, t.after))
+            .zip(&self.cut_texts)
+            .map(|(t, text)| {
+                (
+                    t.message,
+                    t.block,
+                    t.part,
+                    text.clone_ref(py),
+                    t.before,
+                    t.after,
+                )
+            })
             .collect()
+    }
+
+    /// The messages of `units` as sent, in order: metadata keys taken off
+    /// and tool results capped (copies, made once and kept, see `seen`);
+    /// the caller's own objects where nothing is to change.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
+    fn outputs(&self, py: Python<'_>, units: Vec<usize>) -> PyResult<Vec<Py<PyAny>>> {
+        let mut out = Vec::new();
+        let mut shape = Vec::new();
+        for u in units {
+            let unit = self.unit(u)?;
+            for m in unit.start..unit.end {
+                let message = self.messages[m].bind(py);
+                let cuts = self.cuts_of(py, m);
+                if !self.inner.messages[m].has_metadata && cuts.is_empty() {
+                    out.push(message.clone().unbind());
+                    continue;
+                }
+                if let Some(output) = &self.laid_out[m] {
+                    out.push(output.clone_ref(py));
+                    continue;
+                }
+                let mut chars = 0;
+                let known = seen::shape_of(message, &mut shape, &mut chars);
+                let output = lay_out(py, message, &cuts)?;
+                if known {
+                    seen::remember_output(message, &shape, &output);
+                }
+                out.push(output.unbind());
+            }
+        }
+        Ok(out)
     }
 
     /// Tokens of every message together.
@@ -210,14 +303,27 @@ impl PyAnalysis {
         units
             .into_iter()
             .map(|u| {
-                let unit = self
-                    .inner
-                    .units
-                    .get(u)
-                    .ok_or_else(|| invalid_input(format!("no unit {u}")))?;
+                let unit = self.unit(u)?;
                 Ok((unit.start, unit.end, unit.tokens, kind_name(unit.kind)))
             })
             .collect()
+    }
+
+    /// Tokens of `units` by kind: `(system, pinned, current, normal)`.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
+    fn kind_tokens(&self, units: Vec<usize>) -> PyResult<(usize, usize, usize, usize)> {
+        let mut sums = [0usize; 4];
+        for u in units {
+            let unit = self.unit(u)?;
+            let slot = match unit.kind {
+                UnitKind::System => 0,
+                UnitKind::Pinned => 1,
+                UnitKind::Current => 2,
+                UnitKind::Normal => 3,
+            };
+            sums[slot] += unit.tokens;
+        }
+        Ok((sums[0], sums[1], sums[2], sums[3]))
     }
 
     /// `(kept messages, dropped messages)` when `units` are kept.
@@ -300,23 +406,134 @@ impl PyAnalysis {
 }
 
 /// Read `messages` for selection: exact counts, tool results capped at `cap`
-/// tokens, tags (given, and found unless `find_tags` is false) and units.
+/// tokens, tags (given, and found unless `find_tags` is false) and units. A
+/// message read before and unchanged since is not read again (see `seen`).
 #[pyfunction]
 #[pyo3(signature = (messages, tokenizer, tagger = None, cap = None, find_tags = true))]
 pub fn _analyze(
+    py: Python<'_>,
     messages: &Bound<'_, PyAny>,
     tokenizer: &Bound<'_, PyTokenizer>,
     tagger: Option<&Bound<'_, PyTagger>>,
     cap: Option<usize>,
     find_tags: bool,
 ) -> PyResult<PyAnalysis> {
-    let views: Vec<PyJson<'_>> = sequence(messages, "messages")?
-        .into_iter()
-        .map(PyJson)
-        .collect();
+    let items = sequence(messages, "messages")?;
     let tagger = tagger.map(Bound::get);
+    let context = seen::Context {
+        encoding: tokenizer.get().inner().encoding(),
+        cap,
+        tagger: find_tags.then(|| tagger.map_or(0, |t| t.number)),
+    };
     let tagger = tagger.map_or(&*DEFAULT_TAGGER, PyTagger::get);
     let tagger = find_tags.then_some(tagger);
-    let inner = select::analyze(&views, tokenizer.get().inner(), tagger, cap).map_err(CoreError)?;
-    Ok(PyAnalysis { inner })
+    let tokenizer = tokenizer.get().inner();
+    let mut infos = Vec::with_capacity(items.len());
+    let mut truncations = Vec::new();
+    let mut cut_texts = Vec::new();
+    let mut laid_out = Vec::with_capacity(items.len());
+    let mut shape = Vec::new();
+    let mut scratch = Vec::new();
+    for (index, message) in items.iter().enumerate() {
+        let mut chars = 0;
+        let known = seen::shape_of(message, &mut shape, &mut chars);
+        let recalled = if known {
+            seen::recall(py, message, &shape, context, &mut scratch)
+        } else {
+            None
+        };
+        let (info, cuts, output) = if let Some(found) = recalled {
+            (found.info, found.cuts, found.output)
+        } else {
+            let (info, read) =
+                select::read_message(&PyJson(message.clone()), tokenizer, tagger, cap)
+                    .map_err(|e| CoreError(e.within(&format!("messages[{index}]"))))?;
+            let cuts: Vec<seen::Cut> = read
+                .into_iter()
+                .map(|truncation| seen::Cut {
+                    text: PyString::new(py, &truncation.text).unbind(),
+                    truncation,
+                })
+                .collect();
+            if known {
+                let shape = std::mem::take(&mut shape);
+                seen::remember(py, message, shape, chars, context, &info, &cuts);
+            }
+            (info, cuts, None)
+        };
+        laid_out.push(output);
+        for cut in cuts {
+            truncations.push(Truncation {
+                message: index,
+                ..cut.truncation
+            });
+            cut_texts.push(cut.text);
+        }
+        infos.push(info);
+    }
+    Ok(PyAnalysis {
+        inner: select::assemble(infos, truncations),
+        messages: items.into_iter().map(Bound::unbind).collect(),
+        cut_texts,
+        laid_out,
+    })
+}
+
+/// `message` as sent: a plain dict without the metadata keys, with each of
+/// `cuts` (`(block, part, text)`) in place of the tool result it caps.
+fn lay_out<'py>(
+    py: Python<'py>,
+    message: &Bound<'py, PyAny>,
+    cuts: &[(Option<usize>, Option<usize>, Py<PyString>)],
+) -> PyResult<Bound<'py, PyAny>> {
+    let source = message.cast::<PyDict>()?;
+    let out = PyDict::new(py);
+    for (key, value) in source.iter() {
+        let metadata = key
+            .cast::<PyString>()
+            .ok()
+            .and_then(|k| k.to_str().ok())
+            .is_some_and(|k| select::METADATA_KEYS.contains(&k));
+        if !metadata {
+            out.set_item(key, value)?;
+        }
+    }
+    for (block, part, text) in cuts {
+        let Some(block) = block else {
+            out.set_item("content", text)?;
+            continue;
+        };
+        let content = PyList::new(
+            py,
+            out.get_item("content")?
+                .ok_or_else(no_content)?
+                .try_iter()?
+                .collect::<PyResult<Vec<_>>>()?,
+        )?;
+        let result = content.get_item(*block)?.cast::<PyDict>()?.copy()?;
+        match part {
+            None => result.set_item("content", text)?,
+            Some(part) => {
+                let parts = PyList::new(
+                    py,
+                    result
+                        .get_item("content")?
+                        .ok_or_else(no_content)?
+                        .try_iter()?
+                        .collect::<PyResult<Vec<_>>>()?,
+                )?;
+                let piece = parts.get_item(*part)?.cast::<PyDict>()?.copy()?;
+                piece.set_item("text", text)?;
+                parts.set_item(*part, piece)?;
+                result.set_item("content", parts)?;
+            }
+        }
+        content.set_item(*block, result)?;
+        out.set_item("content", content)?;
+    }
+    Ok(out.into_any())
+}
+
+fn no_content() -> PyErr {
+    invalid_input("a capped tool result has no content")
 }

@@ -59,6 +59,8 @@ pub struct MessageInfo {
     pub results: bool,
     /// Holds any text of its own (not only tool results).
     pub has_text: bool,
+    /// Has any of [`METADATA_KEYS`] (even set to `None`): not sent as it is.
+    pub has_metadata: bool,
 }
 
 /// A tool result cut to the cap.
@@ -242,12 +244,32 @@ pub fn analyze<J: JsonValue>(
             .map_err(|e| e.within(&format!("messages[{index}]")))?;
         infos.push(info);
     }
-    let units = units(&infos);
-    Ok(Analysis {
-        messages: infos,
+    Ok(assemble(infos, truncations))
+}
+
+/// What [`analyze`] reads of one message, on its own: its facts and its
+/// capped tool results (`message` 0 in each). A caller that has read a
+/// message before may keep this and hand it to [`assemble`] again.
+pub fn read_message<J: JsonValue>(
+    message: &J,
+    tokenizer: &Tokenizer,
+    tagger: Option<&Tagger>,
+    cap: Option<usize>,
+) -> Result<(MessageInfo, Vec<Truncation>)> {
+    let mut truncations = Vec::new();
+    let info = read(0, message, tokenizer, tagger, cap, &mut truncations)?;
+    Ok((info, truncations))
+}
+
+/// The analysis of messages read one by one (their truncations carrying
+/// their message numbers, in order): the units grouped over them.
+pub fn assemble(messages: Vec<MessageInfo>, truncations: Vec<Truncation>) -> Analysis {
+    let units = units(&messages);
+    Analysis {
+        messages,
         units,
         truncations,
-    })
+    }
 }
 
 /// What selection reads of one message (tool results uncapped): the facts
@@ -271,7 +293,7 @@ fn read<J: JsonValue>(
     if message.kind() != Kind::Object {
         return Err(wrong_type("", "a message dict", message));
     }
-    let (chat, fields) = read_fields(message);
+    let (chat, fields, has_metadata) = read_fields(message);
     let role = match chat.role.as_ref().and_then(JsonValue::as_str).as_deref() {
         Some("system" | "developer") => Role::System,
         Some("user") => Role::User,
@@ -331,6 +353,7 @@ fn read<J: JsonValue>(
         calls: facts.calls,
         results: facts.results,
         has_text: facts.has_text,
+        has_metadata,
     })
 }
 
@@ -493,8 +516,9 @@ struct Fields<J> {
     depends_on: Option<J>,
 }
 
-/// A message's counted fields and its metadata, in one pass over its keys.
-fn read_fields<J: JsonValue>(message: &J) -> (MessageFields<J>, Fields<J>) {
+/// A message's counted fields and its metadata, in one pass over its keys,
+/// and whether any metadata key is there at all.
+fn read_fields<J: JsonValue>(message: &J) -> (MessageFields<J>, Fields<J>, bool) {
     let [
         role,
         name,
@@ -524,6 +548,17 @@ fn read_fields<J: JsonValue>(message: &J) -> (MessageFields<J>, Fields<J>) {
         "id",
         "depends_on",
     ]);
+    let has_metadata = [
+        &pinned,
+        &priority,
+        &weight,
+        &tags,
+        &timestamp,
+        &id,
+        &depends_on,
+    ]
+    .iter()
+    .any(|v| v.is_some());
     let present = |v: Option<J>| v.filter(|v| v.kind() != Kind::Null);
     let chat = MessageFields::from([role, name, content, refusal, tool_calls, function_call]);
     let metadata = Fields {
@@ -535,18 +570,18 @@ fn read_fields<J: JsonValue>(message: &J) -> (MessageFields<J>, Fields<J>) {
         id: present(id),
         depends_on: present(depends_on),
     };
-    (chat, metadata)
+    (chat, metadata, has_metadata)
 }
 
 fn read_metadata<J: JsonValue>(fields: &Fields<J>) -> Result<Metadata> {
     let number = |key: &'static str, value: Option<&J>| -> Result<Option<f64>> {
         match value {
             None => Ok(None),
-            Some(v) if v.kind() == Kind::Number => v
-                .number_literal()?
-                .parse::<f64>()
-                .map(Some)
-                .map_err(|_| wrong_type(key, "a finite number", v)),
+            Some(v) if v.kind() == Kind::Number => match v.as_f64() {
+                Ok(number) => Ok(Some(number)),
+                Err(Error::WrongType { .. }) => Err(wrong_type(key, "a finite number", v)),
+                Err(other) => Err(other),
+            },
             Some(v) => Err(wrong_type(key, "a number", v)),
         }
     };

@@ -7,7 +7,7 @@ mod policies;
 
 pub use analyze::{
     Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitFacts,
-    UnitKind, analyze, analyze_message, for_each_unit, group_units,
+    UnitKind, analyze, analyze_message, assemble, for_each_unit, group_units, read_message,
 };
 pub use policies::{
     Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, Weights, build, fill_by_weight,
