@@ -8,7 +8,13 @@ every implementation's answer is asserted either way).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# The replay benchmarks share the tests' generator of agent sessions.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from support import REPORTS, TARGETS
 

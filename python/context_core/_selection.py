@@ -237,23 +237,23 @@ class Layout:
         """Expand ``("unit", u)`` / ``("extra", message)`` items into the output;
         sanitize and count it. Returns the selection and the tokens over budget."""
         units = [item[1] for item in items if item[0] == "unit"]
-        spans = self.analysis.spans(units)
         # The kept messages as sent (the analysis makes them, and keeps
-        # them from one turn to the next), with their exact counts.
-        sent = self.analysis.outputs(units)
-        tokens = self.analysis.tokens
+        # them from one turn to the next) with their exact counts, asked
+        # for a run of units at a time.
         laid_out: list[dict] = []
         known: list[int | None] = []
-        at = 0
-        next_span = iter(spans)
-        for item in items:
-            if item[0] == "unit":
-                start, end, _tokens, _kind = next(next_span)
-                laid_out += sent[at : at + end - start]
-                known += tokens[start:end]
-                at += end - start
-            else:
-                laid_out.append(item[1])
+        run: list[int] = []
+        for kind, value in (*items, ("end", None)):
+            if kind == "unit":
+                run.append(value)
+                continue
+            if run:
+                messages, tokens = self.analysis.outputs(run)
+                laid_out += messages
+                known += tokens
+                run = []
+            if kind == "extra":
+                laid_out.append(value)
                 known.append(None)
         final, system, changes = self.backend.sanitize(laid_out, self.provider)
         total = count_sent(self.backend, laid_out, final, known)

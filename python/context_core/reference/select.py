@@ -258,14 +258,14 @@ class Analysis:
             sums[kind] += tokens
         return sums["system"], sums["pinned"], sums["current"], sums["normal"]
 
-    def outputs(self, units: list[int]) -> list[dict]:
-        """The messages of ``units`` as sent: tool results capped, metadata removed."""
+    def outputs(self, units: list[int]) -> tuple[list[dict], list[int]]:
+        """The messages of ``units`` as sent (tool results capped, metadata
+        removed), and their tokens."""
         cuts: dict[int, list[tuple]] = {}
         for message, block, part, text, _before, _after in self.truncations:
             cuts.setdefault(message, []).append((block, part, text))
-        return [
-            self.output(m, cuts.get(m, [])) for start, end, *_ in self.spans(units) for m in range(start, end)
-        ]
+        indices = [m for start, end, *_ in self.spans(units) for m in range(start, end)]
+        return [self.output(m, cuts.get(m, [])) for m in indices], [self.tokens[m] for m in indices]
 
     def output(self, index: int, cuts: list[tuple]) -> dict:
         message = self.messages[index]

@@ -214,15 +214,17 @@ impl Tokenizer {
         max_tokens: usize,
         marker: Option<&str>,
     ) -> Result<Cow<'t, str>> {
-        self.truncate_counted(text, max_tokens, marker, None)
+        self.truncate_counted(text, max_tokens, marker, || self.count_cached(text))
     }
 
-    /// [`Tokenizer::truncate`], given `count(text)` if the caller knows it.
+    /// [`Tokenizer::truncate`], with `total` giving `count(text)` when it is
+    /// needed (only for a text that does not fit), as the caller knows it.
     ///
     /// The work follows `max_tokens`, not the text: only the pieces up to the
-    /// cut are encoded, the whole text's count comes from the cache, and the
-    /// cut with its marker is counted as the tokens of the pieces before a
-    /// [`stable_cut`] (reused) plus BPE on the few characters after it.
+    /// cut are counted (and the one the cut falls in encoded), the whole
+    /// text's count comes from the cache, and the cut with its marker is
+    /// counted as the tokens of the pieces before a [`stable_cut`] (reused)
+    /// plus BPE on the few characters after it.
     ///
     /// [`stable_cut`]: crate::pretokenize::stable_cut
     pub fn truncate_counted<'t>(
@@ -230,14 +232,13 @@ impl Tokenizer {
         text: &'t str,
         max_tokens: usize,
         marker: Option<&str>,
-        total: Option<usize>,
+        total: impl FnOnce() -> usize,
     ) -> Result<Cow<'t, str>> {
-        let prefix = self.engine.encode_up_to(text, max_tokens);
+        let prefix = self.engine.count_pieces_up_to(text, max_tokens);
         if prefix.whole {
             return Ok(Cow::Borrowed(text));
         }
-        let ids = &prefix.ids;
-        let n = total.unwrap_or_else(|| self.count_cached(text));
+        let n = total();
         let marker_for = |kept: usize| -> String {
             marker.map_or_else(String::new, |m| {
                 m.replace(DROPPED_PLACEHOLDER, &(n - kept).to_string())
@@ -245,11 +246,7 @@ impl Tokenizer {
         };
         let mut kept = max_tokens.saturating_sub(self.count(&marker_for(max_tokens)));
         loop {
-            let byte_len: usize = ids[..kept]
-                .iter()
-                .map(|&id| self.engine.token_bytes(id).map_or(0, <[u8]>::len))
-                .sum();
-            let cut = floor_char_boundary(text, byte_len);
+            let cut = floor_char_boundary(text, self.engine.prefix_bytes(text, &prefix, kept));
             let marker_text = marker_for(kept);
             let tokens = self.count_cut(text, cut, &marker_text, &prefix.piece_ends);
             if tokens <= max_tokens {

@@ -244,14 +244,17 @@ impl PyAnalysis {
 
     /// The messages of `units` as sent, in order: metadata keys taken off
     /// and tool results capped (copies, made once and kept, see `seen`);
-    /// the caller's own objects where nothing is to change.
+    /// the caller's own objects where nothing is to change. With each
+    /// message's exact tokens.
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
-    fn outputs(&self, py: Python<'_>, units: Vec<usize>) -> PyResult<Vec<Py<PyAny>>> {
+    fn outputs(&self, py: Python<'_>, units: Vec<usize>) -> PyResult<(Vec<Py<PyAny>>, Vec<usize>)> {
         let mut out = Vec::new();
+        let mut tokens = Vec::new();
         let mut shape = Vec::new();
         for u in units {
             let unit = self.unit(u)?;
             for m in unit.start..unit.end {
+                tokens.push(self.inner.messages[m].tokens);
                 let message = self.messages[m].bind(py);
                 let cuts = self.cuts_of(py, m);
                 if !self.inner.messages[m].has_metadata && cuts.is_empty() {
@@ -271,7 +274,7 @@ impl PyAnalysis {
                 out.push(output.unbind());
             }
         }
-        Ok(out)
+        Ok((out, tokens))
     }
 
     /// Tokens of every message together.

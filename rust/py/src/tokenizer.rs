@@ -210,8 +210,16 @@ impl PyTokenizer {
         };
         let body = str_text(string);
         let tokenizer = self.inner;
+        // The whole text's count, if a cut needs it, through the cache under
+        // the key remembered for this string object.
+        let key = (body.len() > max_tokens && body.len() >= context_core::MIN_CACHED_BYTES)
+            .then(|| crate::key_memo::key_of(string, &body));
+        let total = |text: &str| match key {
+            Some(key) => tokenizer.count_keyed(text, key),
+            None => tokenizer.count_cached(text),
+        };
         let cut = maybe_detach(py, body.len(), || {
-            tokenizer.truncate(&body, max_tokens, marker.as_deref())
+            tokenizer.truncate_counted(&body, max_tokens, marker.as_deref(), || total(&body))
         })
         .map_err(CoreError)?;
         Ok(match cut {

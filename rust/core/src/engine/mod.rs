@@ -41,12 +41,11 @@ const ROLES: [&str; 6] = [
     "function",
 ];
 
-/// What [`Engine::encode_up_to`] read of a text.
-pub(crate) struct EncodedPrefix {
-    pub(crate) ids: Vec<u32>,
-    /// `(end in bytes, tokens up to there)` after each piece encoded.
+/// What [`Engine::count_pieces_up_to`] read of a text.
+pub(crate) struct CountedPrefix {
+    /// `(end in bytes, tokens up to there)` after each piece counted.
     pub(crate) piece_ends: Vec<(usize, usize)>,
-    /// Whether the whole text was encoded, in at most the limit.
+    /// Whether the whole text was counted, in at most the limit.
     pub(crate) whole: bool,
 }
 
@@ -145,31 +144,55 @@ impl Engine {
         }
     }
 
-    /// The tokens of `text`'s first pieces, piece by piece until more than
-    /// `limit` are held (or the text ends), and after each piece its end in
-    /// bytes with the tokens so far; `whole` if that is all of the text in
-    /// at most `limit` tokens. The work follows `limit`, not the text.
-    pub(crate) fn encode_up_to(&self, text: &str, limit: usize) -> EncodedPrefix {
-        let mut out = EncodedPrefix {
-            ids: Vec::with_capacity(limit.min(text.len()) + 1),
+    /// `text`'s first pieces, counted one by one until more than `limit`
+    /// tokens are held (or the text ends): after each piece its end in bytes
+    /// and the tokens so far; `whole` if that is all of the text in at most
+    /// `limit` tokens. Counting (not encoding) keeps the per-piece cache's
+    /// speed; [`Engine::prefix_bytes`] encodes only the piece a cut falls in.
+    pub(crate) fn count_pieces_up_to(&self, text: &str, limit: usize) -> CountedPrefix {
+        let mut out = CountedPrefix {
             piece_ends: Vec::new(),
             whole: true,
         };
-        let mut end = 0;
+        let (mut end, mut tokens) = (0, 0);
         for piece in self.pattern.split(text) {
-            if out.ids.len() > limit {
+            if tokens > limit {
                 out.whole = false;
                 break;
             }
-            match &self.kind {
-                Kind::Backtrack(bpe) => bpe.encode_piece(piece.as_bytes(), &mut out.ids),
-                Kind::Merge(bpe) => bpe.encode_piece(piece.as_bytes(), &mut out.ids),
-            }
             end += piece.len();
-            out.piece_ends.push((end, out.ids.len()));
+            tokens += self.count_piece(piece);
+            out.piece_ends.push((end, tokens));
         }
-        out.whole &= out.ids.len() <= limit;
+        out.whole &= tokens <= limit;
         out
+    }
+
+    /// The bytes of `text` that the first `kept` of its tokens cover, from
+    /// the counted pieces (`prefix` must hold more than `kept` tokens).
+    pub(crate) fn prefix_bytes(&self, text: &str, prefix: &CountedPrefix, kept: usize) -> usize {
+        // The piece the cut falls in: the first whose end is past `kept` tokens.
+        let i = prefix
+            .piece_ends
+            .partition_point(|&(_, tokens)| tokens <= kept);
+        let (start, before) = if i == 0 {
+            (0, 0)
+        } else {
+            prefix.piece_ends[i - 1]
+        };
+        let Some(&(end, _)) = prefix.piece_ends.get(i) else {
+            return start;
+        };
+        let mut ids = Vec::new();
+        match &self.kind {
+            Kind::Backtrack(bpe) => bpe.encode_piece(&text.as_bytes()[start..end], &mut ids),
+            Kind::Merge(bpe) => bpe.encode_piece(&text.as_bytes()[start..end], &mut ids),
+        }
+        start
+            + ids[..kept - before]
+                .iter()
+                .map(|&id| self.token_bytes(id).map_or(0, <[u8]>::len))
+                .sum::<usize>()
     }
 
     pub(crate) fn encode(&self, text: &str) -> Vec<u32> {

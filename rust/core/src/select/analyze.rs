@@ -708,7 +708,7 @@ fn cap_text(
     }
     let cut_now = || -> Option<Arc<Cut>> {
         let cut = tokenizer
-            .truncate_counted(text, cap, Some(TRUNCATION_MARKER), Some(before))
+            .truncate_counted(text, cap, Some(TRUNCATION_MARKER), || before)
             .ok()?;
         let after = tokenizer.count(&cut);
         Some(Arc::new(Cut {
