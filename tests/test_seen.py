@@ -149,3 +149,97 @@ def test_messages_of_other_types_are_read_every_time():
     after = WeightedWindow().select(messages, 1000).breakdown.total
     assert after > before
     assert after == WeightedWindow().select(copy.deepcopy(messages), 1000).breakdown.total
+
+
+def test_a_value_replaced_in_place_is_never_taken_for_the_old_one():
+    """A value the caller replaces is freed and a new object may take its
+    address: the memo holds every object it walked, so it cannot."""
+    tok = Tokenizer()
+    policy = WeightedWindow()
+    message = {"role": "user", "content": "".join(["hello "] * 7), "timestamp": 1_700_000_000.0}
+    for turn in range(200):
+        policy.select([message], 10**4, now=1_700_000_100.0)
+        del message["content"]
+        message["content"] = "".join(["zq"] * (10 + turn % 7)) + "x7" * (11 + turn % 5)
+        del message["timestamp"]
+        message["timestamp"] = 1_700_000_000.0 + turn
+        chosen = policy.select([message], 10**4, now=1_700_000_100.0)
+        assert chosen.breakdown.total == tok.count_messages(chosen.messages)
+        assert chosen.messages[0]["content"] == message["content"]
+
+
+def test_a_laid_out_copy_is_kept_only_for_the_cap_it_was_made_under():
+    """User code between one policy's analysis and its layout (here a
+    summary callable) runs another policy with another cap."""
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "old answer " * 300},
+        {"role": "user", "content": "run it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "run", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": LONG},
+    ]
+    wide = WeightedWindow(tool_result_cap=100)
+
+    def summary(middle):
+        wide.select(messages, 10**6)
+        return "earlier"
+
+    shape_history(messages, 200, keep_last=1, min_keep=1, summary=summary, tool_result_cap=50)
+    chosen = wide.select(messages, 10**6)
+    tok = Tokenizer()
+    assert chosen.breakdown.total == tok.count_messages(chosen.messages)
+    assert [t.after for t in chosen.truncated] == [tok.count(chosen.messages[-1]["content"])]
+    assert 90 <= chosen.truncated[0].after <= 100
+
+
+MEMORY_CHILD = """
+import json, resource, sys
+from context_core import WeightedWindow
+window = WeightedWindow(tool_result_cap=None)
+rows = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"ok {i % 10}"} for i in range(1000)]
+raw = json.dumps(rows)
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+window.select(json.loads(raw), 10**6)
+start = peak()
+for _ in range(400):  # a server that parses each request's history afresh
+    window.select(json.loads(raw), 10**6)
+print(peak() - start)
+"""
+
+
+def test_messages_parsed_afresh_each_turn_do_not_grow_memory_without_bound():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", MEMORY_CHILD], capture_output=True, text=True, check=True)
+    grown = int(out.stdout.strip())
+    # 400,000 messages seen once each; the memo keeps about 64 MB of them.
+    assert grown < 160 << 20, grown
+
+
+DEL_CHILD = """
+from context_core import Tokenizer
+tok = Tokenizer()
+class Text(str):
+    def __del__(self):
+        tok.truncate("w" * 2000 + "z", 10)  # back into the key memo, on this thread
+text = Text("a " * 500_000)
+tok.truncate(text, 10)  # its key remembered beside a reference
+del text  # only the memo holds it now
+for i in range(80):  # 80 MB more: it is evicted, and freed
+    tok.truncate(("b%d " % i) * 300_000, 10)
+print("done")
+"""
+
+
+def test_a_str_subclass_freed_by_an_eviction_can_call_back_in():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", DEL_CHILD], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "done", out.stderr

@@ -629,6 +629,34 @@ def test_joined_parts_are_counted_from_their_parts():
 
 
 @pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+def test_a_cap_smaller_than_the_marker_is_refused_alike(impl):
+    window = IMPLEMENTATIONS[impl][0]
+    messages = [
+        {"role": "user", "content": "run"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": LONG},
+        {"role": "user", "content": "and?"},
+    ]
+    with pytest.raises(InvalidInputError, match=r"messages\[2\].*truncation marker alone"):
+        window(tool_result_cap=5).select(messages, 10**6)
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+def test_shape_history_names_the_first_user_message_it_keeps(impl):
+    shape = IMPLEMENTATIONS[impl][2]
+    messages = [
+        {"role": "user", "content": "a first request that is rather long " * 20},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "now this"},
+    ]
+    with pytest.raises(OverBudgetError) as error:
+        shape(messages, 100, keep_last=1, min_keep=1)
+    named = [int(n) for n in re.findall(r"(?:system|pinned|progress) (\d+)", str(error.value))]
+    assert sum(named) + 3 > 100
+    assert named[1] == TOK.count_message(messages[0])
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
 def test_a_budget_near_the_top_of_a_machine_word_keeps_everything(impl):
     """Memories fill to 80% and segments to 90% of the budget: shares of a
     budget near 2^64 must not wrap around (they once did, dropping them)."""

@@ -304,11 +304,15 @@ class Analysis:
             raise self.over_budget(kept, budget)
         return kept, cost
 
+    def sizes(self, kept: list[int]) -> dict[str, int]:
+        kinds = ("system", "pinned", "current")
+        return {k: sum(self.units[u][2] for u in kept if self.units[u][3] == k) for k in kinds}
+
     def over_budget(self, kept: list[int], budget: int) -> OverBudgetError:
-        sizes = {
-            k: sum(self.units[u][2] for u in kept if self.units[u][3] == k)
-            for k in ("system", "pinned", "current")
-        }
+        return self.budget_error(self.sizes(kept), budget)
+
+    @staticmethod
+    def budget_error(sizes: dict[str, int], budget: int) -> OverBudgetError:
         return OverBudgetError(
             f"what must be kept does not fit: system {sizes['system']} + pinned {sizes['pinned']} + "
             f"turn in progress {sizes['current']} + reply priming 3 tokens > budget {budget}"
@@ -395,7 +399,13 @@ class Analysis:
         for n in range(min_keep, -1, -1):
             if found := candidate(n, False):
                 return found
-        raise self.over_budget(mandatory, budget)
+        # The first user message is kept as pinned ones are: named with them.
+        error = self.over_budget(mandatory, budget)
+        if first_user is not None and first_user not in mandatory:
+            sizes = self.sizes(mandatory)
+            sizes["pinned"] += self.units[first_user][2]
+            error = self.budget_error(sizes, budget)
+        raise error
 
     def build(
         self,

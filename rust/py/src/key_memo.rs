@@ -41,26 +41,34 @@ pub fn key_of(string: &Bound<'_, PyString>, text: &str) -> u128 {
         return context_core::text_key(text);
     }
     let address = string.as_ptr() as usize;
-    // Every caller holds the GIL (a `Bound` proves it), so no thread is
-    // inside here when the process forks: the lock cannot be inherited held.
-    let mut memo = MEMO
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(&(_, key, _)) = memo.keys.get(&address) {
-        return key;
-    }
-    let key = context_core::text_key(text);
-    memo.keys
-        .insert(address, (string.clone().unbind(), key, text.len()));
-    memo.order.push_back(address);
-    memo.bytes += text.len();
-    while memo.bytes > MEMO_BYTES {
-        let Some(oldest) = memo.order.pop_front() else {
-            break;
-        };
-        if let Some((_, _, len)) = memo.keys.remove(&oldest) {
-            memo.bytes -= len;
+    // Every caller holds the GIL (a `Bound` proves it), and no Python code
+    // runs under the lock (evicted strings are dropped after it: freeing a
+    // `str` subclass can run its `__del__`), so the lock is never held
+    // across a fork or by a thread that waits for the GIL.
+    let mut gone = Vec::new();
+    {
+        let mut memo = MEMO
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(&(_, key, _)) = memo.keys.get(&address) {
+            return key;
         }
+        let key = context_core::text_key(text);
+        memo.keys
+            .insert(address, (string.clone().unbind(), key, text.len()));
+        memo.order.push_back(address);
+        memo.bytes += text.len();
+        while memo.bytes > MEMO_BYTES {
+            let Some(oldest) = memo.order.pop_front() else {
+                break;
+            };
+            if let Some(old) = memo.keys.remove(&oldest) {
+                memo.bytes -= old.2;
+                gone.push(old);
+            }
+        }
+        drop(memo);
+        drop(gone);
+        key
     }
-    key
 }

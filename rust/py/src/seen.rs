@@ -4,11 +4,12 @@
 //! and one new message or three. Reading a message for selection (its
 //! counts, tags, metadata, capped tool results) costs about a microsecond;
 //! checking that a message read before is unchanged costs a walk over its
-//! containers. So each message's facts are kept beside a strong reference to
-//! it and its *shape*: the address and length of every dict, list and tuple
-//! in it and the address of every key and value they hold. The reference
-//! keeps every one of those objects alive, so no address can be reused while
-//! the entry lives, and strings, numbers, booleans and `None` cannot change:
+//! containers. So each message's facts are kept beside its *shape*: the
+//! address and length of every dict, list and tuple in it and the address
+//! of every key and value they hold, and a strong reference to every one of
+//! those objects. Holding them all matters: a value the caller replaces is
+//! not freed while the entry lives, so no new object can take its address
+//! and pass for it. Strings, numbers, booleans and `None` cannot change, so
 //! the same shape means the same message, exactly. Anything else inside a
 //! message (a subclass, a custom object) could change unseen, so such a
 //! message is read afresh every time.
@@ -18,7 +19,9 @@
 //! and every cache keyed by identity after it hits as well.
 //!
 //! The references keep messages alive that the caller may have dropped: the
-//! memo holds at most [`MEMO_BYTES`] of their text, oldest evicted first.
+//! memo holds at most about [`MEMO_BYTES`] (text at a byte a character, and
+//! the entries themselves), evicted in the order they came unless used
+//! since (the CLOCK policy: a message read every turn stays).
 //! Every caller holds the GIL and no Python code runs while the lock is held,
 //! so the lock is never held across a fork or by a thread waiting for the GIL.
 //!
@@ -36,8 +39,12 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-/// The most text (in characters) the memo keeps alive.
+/// About the most the memo keeps alive.
 const MEMO_BYTES: usize = 64 << 20;
+/// What an entry costs beside its text: per shape slot (the slot and a
+/// reference), and for the entry itself.
+const SLOT_BYTES: usize = 16;
+const ENTRY_BYTES: usize = 256;
 /// Nesting deeper than this is read afresh (no message of an API is that deep).
 const MAX_DEPTH: usize = 24;
 
@@ -66,25 +73,169 @@ impl Cut {
     }
 }
 
-struct Seen {
-    /// Held, never read: while it lives its address and those in `shape`
-    /// belong to these objects.
-    #[allow(dead_code)]
-    message: Py<PyAny>,
-    shape: Vec<usize>,
+/// The shape of a value (see the module docs) and what it is made of, built
+/// by [`Shape::of`]; reused between values to keep its buffers.
+#[derive(Default)]
+pub struct Shape {
+    pub slots: Vec<usize>,
+    /// Every key, value and item walked (borrowed: valid while the value is
+    /// unchanged and the GIL held).
+    objects: Vec<*mut ffi::PyObject>,
     chars: usize,
+}
+
+impl Shape {
+    /// Walk `value`; `false` if it holds anything whose change the shape
+    /// would not show.
+    pub fn of(&mut self, value: &Bound<'_, PyAny>) -> bool {
+        self.slots.clear();
+        self.objects.clear();
+        self.chars = 0;
+        // SAFETY: the GIL is held (a `Bound` proves it) and the walk calls no
+        // Python code, so every borrowed reference it reads stays valid.
+        unsafe { self.walk(value.as_ptr(), 0) }
+    }
+
+    /// Strong references to `value` and everything walked in it.
+    pub fn hold(&self, value: &Bound<'_, PyAny>) -> Vec<Py<PyAny>> {
+        let py = value.py();
+        let mut held = Vec::with_capacity(self.objects.len() + 1);
+        held.push(value.clone().unbind());
+        for &object in &self.objects {
+            // SAFETY: borrowed from `value`'s containers just now, with the
+            // GIL held and no Python code run since.
+            held.push(unsafe { Bound::from_borrowed_ptr(py, object) }.unbind());
+        }
+        held
+    }
+
+    fn cost(&self) -> usize {
+        self.chars + SLOT_BYTES * self.slots.len() + ENTRY_BYTES
+    }
+
+    /// The walk on the C API: borrowed references only, a few nanoseconds
+    /// a slot (the safe iterators count references on every item).
+    unsafe fn walk(&mut self, value: *mut ffi::PyObject, depth: usize) -> bool {
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        unsafe {
+            let kind = ffi::Py_TYPE(value);
+            if kind == &raw mut ffi::PyDict_Type {
+                self.slots.push(ffi::PyDict_Size(value) as usize);
+                let mut position: ffi::Py_ssize_t = 0;
+                let mut key = std::ptr::null_mut();
+                let mut item = std::ptr::null_mut();
+                while ffi::PyDict_Next(value, &raw mut position, &raw mut key, &raw mut item) != 0 {
+                    if ffi::Py_TYPE(key) != &raw mut ffi::PyUnicode_Type {
+                        return false;
+                    }
+                    self.slots.push(key as usize);
+                    self.slots.push(item as usize);
+                    self.objects.push(key);
+                    self.objects.push(item);
+                    self.chars += ffi::PyUnicode_GetLength(key).max(0) as usize;
+                    if !self.walk(item, depth + 1) {
+                        return false;
+                    }
+                }
+                return true;
+            }
+            let list = kind == &raw mut ffi::PyList_Type;
+            if list || kind == &raw mut ffi::PyTuple_Type {
+                let len = if list {
+                    ffi::PyList_Size(value)
+                } else {
+                    ffi::PyTuple_Size(value)
+                };
+                self.slots.push(len as usize);
+                for i in 0..len {
+                    let item = if list {
+                        ffi::PyList_GetItem(value, i)
+                    } else {
+                        ffi::PyTuple_GetItem(value, i)
+                    };
+                    if item.is_null() {
+                        return false;
+                    }
+                    self.slots.push(item as usize);
+                    self.objects.push(item);
+                    if !self.walk(item, depth + 1) {
+                        return false;
+                    }
+                }
+                return true;
+            }
+            if kind == &raw mut ffi::PyUnicode_Type {
+                self.chars += ffi::PyUnicode_GetLength(value).max(0) as usize;
+                return true;
+            }
+            value == ffi::Py_None()
+                || kind == &raw mut ffi::PyLong_Type
+                || kind == &raw mut ffi::PyFloat_Type
+                || kind == &raw mut ffi::PyBool_Type
+        }
+    }
+}
+
+struct Seen {
+    /// Never read: while these live, the addresses in `shape` are theirs.
+    #[allow(dead_code)]
+    held: Vec<Py<PyAny>>,
+    shape: Vec<usize>,
+    cost: usize,
     context: Context,
     info: MessageInfo,
     cuts: Vec<Cut>,
-    /// The laid-out message and its shape, once asked for.
-    output: Option<(Py<PyAny>, Vec<usize>)>,
+    output: Option<Output>,
+    /// Recalled since the eviction hand last passed it.
+    used: bool,
+}
+
+/// A laid-out message, its shape, and what its shape is made of.
+struct Output {
+    message: Py<PyAny>,
+    shape: Vec<usize>,
+    #[allow(dead_code)]
+    held: Vec<Py<PyAny>>,
+    cost: usize,
 }
 
 #[derive(Default)]
 struct Memo {
     entries: HashMap<usize, Seen>,
     order: VecDeque<usize>,
-    chars: usize,
+    cost: usize,
+}
+
+impl Memo {
+    /// Evict until within the bound, into `gone` (dropped after the lock).
+    fn settle(&mut self, gone: &mut Vec<Seen>) {
+        // Each entry gets one second chance a pass: at most two passes.
+        let mut budget = 2 * self.order.len() + 1;
+        while self.cost > MEMO_BYTES && budget > 0 {
+            budget -= 1;
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            let Some(seen) = self.entries.get_mut(&oldest) else {
+                continue;
+            };
+            if seen.used {
+                seen.used = false;
+                self.order.push_back(oldest);
+                continue;
+            }
+            if let Some(old) = self.entries.remove(&oldest) {
+                self.cost -= entry_cost(&old);
+                gone.push(old);
+            }
+        }
+    }
+}
+
+fn entry_cost(seen: &Seen) -> usize {
+    seen.cost + seen.output.as_ref().map_or(0, |output| output.cost)
 }
 
 static MEMO: LazyLock<Mutex<Memo>> = LazyLock::new(Mutex::default);
@@ -94,99 +245,25 @@ fn memo() -> MutexGuard<'static, Memo> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The shape of `value` into `out` (cleared first), and the characters of
-/// its strings; `false` if it holds anything whose change the shape would
-/// not show.
-pub fn shape_of(value: &Bound<'_, PyAny>, out: &mut Vec<usize>, chars: &mut usize) -> bool {
-    out.clear();
-    *chars = 0;
-    // SAFETY: the GIL is held (a `Bound` proves it) and the walk calls no
-    // Python code, so every borrowed reference it reads stays valid.
-    unsafe { walk(value.as_ptr(), out, chars, 0) }
-}
-
-/// The walk of [`shape_of`] on the C API: borrowed references only, a few
-/// nanoseconds a slot (the safe iterators count references on every item).
-unsafe fn walk(
-    value: *mut ffi::PyObject,
-    out: &mut Vec<usize>,
-    chars: &mut usize,
-    depth: usize,
-) -> bool {
-    if depth > MAX_DEPTH {
-        return false;
-    }
-    unsafe {
-        let kind = ffi::Py_TYPE(value);
-        if kind == &raw mut ffi::PyDict_Type {
-            out.push(ffi::PyDict_Size(value) as usize);
-            let mut position: ffi::Py_ssize_t = 0;
-            let mut key = std::ptr::null_mut();
-            let mut item = std::ptr::null_mut();
-            while ffi::PyDict_Next(value, &raw mut position, &raw mut key, &raw mut item) != 0 {
-                if ffi::Py_TYPE(key) != &raw mut ffi::PyUnicode_Type {
-                    return false;
-                }
-                out.push(key as usize);
-                out.push(item as usize);
-                if !walk(item, out, chars, depth + 1) {
-                    return false;
-                }
-            }
-            return true;
-        }
-        let list = kind == &raw mut ffi::PyList_Type;
-        if list || kind == &raw mut ffi::PyTuple_Type {
-            let len = if list {
-                ffi::PyList_Size(value)
-            } else {
-                ffi::PyTuple_Size(value)
-            };
-            out.push(len as usize);
-            for i in 0..len {
-                let item = if list {
-                    ffi::PyList_GetItem(value, i)
-                } else {
-                    ffi::PyTuple_GetItem(value, i)
-                };
-                out.push(item as usize);
-                if item.is_null() || !walk(item, out, chars, depth + 1) {
-                    return false;
-                }
-            }
-            return true;
-        }
-        if kind == &raw mut ffi::PyUnicode_Type {
-            *chars += ffi::PyUnicode_GetLength(value).max(0) as usize;
-            return true;
-        }
-        value == ffi::Py_None()
-            || kind == &raw mut ffi::PyLong_Type
-            || kind == &raw mut ffi::PyFloat_Type
-            || kind == &raw mut ffi::PyBool_Type
-    }
-}
-
 /// The facts of `message` as read before under `context`, if its shape is
 /// still `shape`.
 pub fn recall(
     py: Python<'_>,
     message: &Bound<'_, PyAny>,
-    shape: &[usize],
+    shape: &Shape,
     context: Context,
-    scratch: &mut Vec<usize>,
+    scratch: &mut Shape,
 ) -> Option<Recalled> {
-    let memo = memo();
-    let seen = memo.entries.get(&(message.as_ptr() as usize))?;
-    if seen.context != context || seen.shape != shape {
+    let mut memo = memo();
+    let seen = memo.entries.get_mut(&(message.as_ptr() as usize))?;
+    if seen.context != context || seen.shape != shape.slots {
         return None;
     }
+    seen.used = true;
     // The caller may have changed what an earlier turn handed out.
-    let output = seen.output.as_ref().and_then(|(output, expected)| {
-        let mut chars = 0;
-        let output = output.bind(py);
-        (shape_of(output, scratch, &mut chars) && scratch == expected)
-            .then(|| output.clone().unbind())
+    let output = seen.output.as_ref().and_then(|output| {
+        let laid_out = output.message.bind(py);
+        (scratch.of(laid_out) && scratch.slots == output.shape).then(|| laid_out.clone().unbind())
     });
     Some(Recalled {
         info: seen.info.clone(),
@@ -203,70 +280,81 @@ pub struct Recalled {
     pub output: Option<Py<PyAny>>,
 }
 
-/// Remember what was read of `message` (of `shape`, holding `chars`
-/// characters of text) under `context`.
+/// Remember what was read of `message` (of `shape`, just walked) under `context`.
 pub fn remember(
     py: Python<'_>,
     message: &Bound<'_, PyAny>,
-    shape: Vec<usize>,
-    chars: usize,
+    shape: &Shape,
     context: Context,
     info: &MessageInfo,
     cuts: &[Cut],
 ) {
-    if chars > MEMO_BYTES / 8 {
+    let cost = shape.cost();
+    if cost > MEMO_BYTES / 8 {
         return; // one message would crowd out the rest
     }
     let address = message.as_ptr() as usize;
     let seen = Seen {
-        message: message.clone().unbind(),
-        shape,
-        chars,
+        held: shape.hold(message),
+        shape: shape.slots.clone(),
+        cost,
         context,
         info: info.clone(),
         cuts: cuts.iter().map(|cut| cut.clone_ref(py)).collect(),
         output: None,
+        used: false,
     };
-    // What leaves the memo is dropped after the lock is released.
+    // What leaves the memo is dropped after the lock is released: dropping
+    // a reference can free an object, and freeing can run Python code.
     let mut gone = Vec::new();
     {
         let mut memo = memo();
         if let Some(old) = memo.entries.insert(address, seen) {
-            // Still queued under its address: only the size changes.
-            memo.chars = memo.chars - old.chars + chars;
+            // Still queued under its address.
+            memo.cost -= entry_cost(&old);
             gone.push(old);
         } else {
             memo.order.push_back(address);
-            memo.chars += chars;
         }
-        while memo.chars > MEMO_BYTES {
-            let Some(oldest) = memo.order.pop_front() else {
-                break;
-            };
-            if let Some(old) = memo.entries.remove(&oldest) {
-                memo.chars -= old.chars;
-                gone.push(old);
-            }
-        }
+        memo.cost += cost;
+        memo.settle(&mut gone);
     }
     drop(gone);
 }
 
-/// Keep `output` as the laid-out form of `message` (of `shape`).
-pub fn remember_output(message: &Bound<'_, PyAny>, shape: &[usize], output: &Bound<'_, PyAny>) {
-    let mut output_shape = Vec::new();
-    let mut chars = 0;
-    if !shape_of(output, &mut output_shape, &mut chars) {
+/// Keep `output` as the laid-out form of `message`, if the entry for it is
+/// the one read under `context` with shape `shape`.
+pub fn remember_output(
+    message: &Bound<'_, PyAny>,
+    shape: &Shape,
+    context: Context,
+    output: &Bound<'_, PyAny>,
+) {
+    let mut walked = Shape::default();
+    if !walked.of(output) {
         return;
     }
-    let old = {
-        let mut memo = memo();
-        match memo.entries.get_mut(&(message.as_ptr() as usize)) {
-            Some(seen) if seen.shape == shape => {
-                seen.output.replace((output.clone().unbind(), output_shape))
-            }
-            _ => None,
-        }
+    let kept = Output {
+        message: output.clone().unbind(),
+        shape: walked.slots.clone(),
+        held: walked.hold(output),
+        cost: walked.cost(),
     };
-    drop(old); // after the lock
+    let cost = kept.cost;
+    let mut gone = Vec::new();
+    let mut kept = Some(kept);
+    let mut old = None;
+    {
+        let mut memo = memo();
+        if let Some(seen) = memo.entries.get_mut(&(message.as_ptr() as usize))
+            && seen.context == context
+            && seen.shape == shape.slots
+        {
+            old = seen.output.replace(kept.take().expect("not taken yet"));
+            memo.cost = memo.cost + cost - old.as_ref().map_or(0, |o| o.cost);
+            memo.settle(&mut gone);
+        }
+    }
+    // After the lock: dropping references can free objects.
+    drop((kept, old, gone));
 }

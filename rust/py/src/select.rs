@@ -141,6 +141,8 @@ pub struct PyAnalysis {
     cut_texts: Vec<Py<PyString>>,
     /// Each message's laid-out form, where one was made before and holds.
     laid_out: Vec<Option<Py<PyAny>>>,
+    /// What the messages were read under.
+    context: seen::Context,
 }
 
 impl PyAnalysis {
@@ -250,7 +252,7 @@ impl PyAnalysis {
     fn outputs(&self, py: Python<'_>, units: Vec<usize>) -> PyResult<(Vec<Py<PyAny>>, Vec<usize>)> {
         let mut out = Vec::new();
         let mut tokens = Vec::new();
-        let mut shape = Vec::new();
+        let mut shape = seen::Shape::default();
         for u in units {
             let unit = self.unit(u)?;
             for m in unit.start..unit.end {
@@ -265,11 +267,10 @@ impl PyAnalysis {
                     out.push(output.clone_ref(py));
                     continue;
                 }
-                let mut chars = 0;
-                let known = seen::shape_of(message, &mut shape, &mut chars);
+                let known = shape.of(message);
                 let output = lay_out(py, message, &cuts)?;
                 if known {
-                    seen::remember_output(message, &shape, &output);
+                    seen::remember_output(message, &shape, self.context, &output);
                 }
                 out.push(output.unbind());
             }
@@ -435,11 +436,10 @@ pub fn _analyze(
     let mut truncations = Vec::new();
     let mut cut_texts = Vec::new();
     let mut laid_out = Vec::with_capacity(items.len());
-    let mut shape = Vec::new();
-    let mut scratch = Vec::new();
+    let mut shape = seen::Shape::default();
+    let mut scratch = seen::Shape::default();
     for (index, message) in items.iter().enumerate() {
-        let mut chars = 0;
-        let known = seen::shape_of(message, &mut shape, &mut chars);
+        let known = shape.of(message);
         let recalled = if known {
             seen::recall(py, message, &shape, context, &mut scratch)
         } else {
@@ -459,8 +459,7 @@ pub fn _analyze(
                 })
                 .collect();
             if known {
-                let shape = std::mem::take(&mut shape);
-                seen::remember(py, message, shape, chars, context, &info, &cuts);
+                seen::remember(py, message, &shape, context, &info, &cuts);
             }
             (info, cuts, None)
         };
@@ -479,6 +478,7 @@ pub fn _analyze(
         messages: items.into_iter().map(Bound::unbind).collect(),
         cut_texts,
         laid_out,
+        context,
     })
 }
 

@@ -328,6 +328,7 @@ fn read<J: JsonValue>(
         tokens,
         found_tags: 0,
         depends_on: meta.depends_on,
+        error: None,
     };
     let reader = ContentReader {
         index,
@@ -338,6 +339,9 @@ fn read<J: JsonValue>(
     };
     if let Some(content) = chat.content.as_ref().filter(|c| c.kind() != Kind::Null) {
         reader.read(content, content_key, &mut facts, truncations);
+    }
+    if let Some(error) = facts.error.take() {
+        return Err(error);
     }
     let tags = given_tags.unwrap_or(facts.found_tags | if facts.thinking { EVIDENCE } else { 0 });
     Ok(MessageInfo {
@@ -367,6 +371,8 @@ struct ContentFacts {
     tokens: usize,
     found_tags: u8,
     depends_on: Vec<String>,
+    /// A tool result that could not be capped (the marker alone is over the cap).
+    error: Option<Error>,
 }
 
 /// Reads one message's content: caps tool results, finds tags and inline
@@ -391,7 +397,7 @@ impl ContentReader<'_> {
         if let Some(s) = content.as_str() {
             facts.has_text = !s.trim().is_empty();
             if self.role == Role::Tool
-                && let Some(t) = cap_text(self.tokenizer, &s, content_key, self.cap)
+                && let Some(t) = cap_text(self.tokenizer, &s, content_key, self.cap, facts)
             {
                 facts.tokens = facts.tokens + t.after - t.before;
                 truncations.push(Truncation {
@@ -446,7 +452,7 @@ impl ContentReader<'_> {
             if let Some(tagger) = self.tagger {
                 facts.found_tags |= tagger.tag_wanted(&text, key, tags::LOG);
             }
-            if let Some(t) = cap_text(self.tokenizer, &text, key, self.cap) {
+            if let Some(t) = cap_text(self.tokenizer, &text, key, self.cap, facts) {
                 facts.tokens = facts.tokens + t.after - t.before;
                 truncations.push(Truncation {
                     message: self.index,
@@ -686,12 +692,14 @@ static CUTS: LazyLock<CutCache> = LazyLock::new(|| CutCache {
     map: quick_cache::sync::Cache::with_weighter(4096, CUT_CACHE_BYTES, CutWeighter),
 });
 
-/// The capped form of a tool result text, if it is over the cap.
+/// The capped form of a tool result text, if it is over the cap; a cap too
+/// small for the marker is noted in `facts` (the message is refused).
 fn cap_text(
     tokenizer: &Tokenizer,
     text: &str,
     key: Option<u128>,
     cap: Option<usize>,
+    facts: &mut ContentFacts,
 ) -> Option<Truncation> {
     let cap = cap?;
     // A token is at least one byte, so a short text is under the cap; a
@@ -706,10 +714,18 @@ fn cap_text(
     if before <= cap {
         return None;
     }
-    let cut_now = || -> Option<Arc<Cut>> {
-        let cut = tokenizer
-            .truncate_counted(text, cap, Some(TRUNCATION_MARKER), || before)
-            .ok()?;
+    let mut cut_now = || -> Option<Arc<Cut>> {
+        let cut = match tokenizer.truncate_counted(text, cap, Some(TRUNCATION_MARKER), || before) {
+            Ok(cut) => cut,
+            Err(error) => {
+                // Named with the message it is in (as a path error is).
+                facts.error.get_or_insert(Error::InvalidValue {
+                    path: String::new(),
+                    reason: error.to_string(),
+                });
+                return None;
+            }
+        };
         let after = tokenizer.count(&cut);
         Some(Arc::new(Cut {
             text: Arc::from(cut.as_ref()),

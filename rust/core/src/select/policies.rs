@@ -393,7 +393,16 @@ pub fn shape(
     let min_keep = min_keep.min(keep_last);
     search(min_keep, keep_last, true)
         .or_else(|| search(0, min_keep, false))
-        .ok_or_else(|| over_budget(&analysis.units, &mandatory, budget))
+        .ok_or_else(|| {
+            // The first user message is kept as pinned ones are: named with them.
+            let mut error = over_budget(&analysis.units, &mandatory, budget);
+            if let (Error::OverBudget { pinned, .. }, Some(first)) = (&mut error, first_user)
+                && !mandatory.contains(&first)
+            {
+                *pinned += analysis.units[first].tokens;
+            }
+            error
+        })
 }
 
 /// Extras of the priority builder, by their exact token costs.
