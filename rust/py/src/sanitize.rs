@@ -10,6 +10,7 @@ use context_core::sanitize::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
+use crate::clean_runs::CleanRuns;
 use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
 use crate::text::{as_count, sequence, text};
@@ -84,6 +85,9 @@ impl PySanitizeResult {
 #[pyclass(frozen, name = "Sanitizer", module = "context_core")]
 pub struct PySanitizer {
     inner: Sanitizer,
+    /// Histories found clean lately: the next turn's is checked from its
+    /// last turn on (see `clean_runs`).
+    clean: CleanRuns,
 }
 
 #[pymethods]
@@ -152,6 +156,7 @@ impl PySanitizer {
         let patterns = Patterns::new(&placeholders, &errors, max_chars).map_err(CoreError)?;
         Ok(Self {
             inner: Sanitizer::new(options, patterns).map_err(CoreError)?,
+            clean: CleanRuns::default(),
         })
     }
 
@@ -167,8 +172,26 @@ impl PySanitizer {
     /// Repair `messages` for this provider; the input is never mutated.
     fn sanitize(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<PySanitizeResult> {
         let items = sequence(messages, "messages")?;
+        if let Some(extension) = self.clean.extension(&items) {
+            let tail: Vec<PyJson<'_>> = items[extension.from..]
+                .iter()
+                .cloned()
+                .map(PyJson)
+                .collect();
+            // An error in the tail: the whole funnel says it, with the right index.
+            if let Ok(plan) = self.inner.sanitize(&tail)
+                && self.clean.finish(&items, extension, &plan)
+            {
+                return Ok(PySanitizeResult {
+                    messages: PyList::new(py, &items)?.unbind(),
+                    system: py.None(),
+                    changes: Vec::new(),
+                });
+            }
+        }
         let views: Vec<PyJson<'_>> = items.iter().cloned().map(PyJson).collect();
         let plan = self.inner.sanitize(&views).map_err(CoreError)?;
+        self.clean.remember(&items, &plan);
         build_result(py, &items, plan)
     }
 

@@ -11,10 +11,12 @@
 //! and no copy, and a repaired one reuses every object it keeps.
 
 mod gather;
+mod joints;
 mod patterns;
 mod plan;
 mod stages;
 
+pub use joints::{Joint, joint};
 pub use patterns::{
     DEFAULT_ERROR_PATTERNS, DEFAULT_MAX_PATTERN_CHARS, DEFAULT_PLACEHOLDER_PATTERNS, Patterns,
 };

@@ -1,0 +1,144 @@
+"""A history found clean is checked from its last turn on when it grows
+(rust/py/src/clean_runs.rs, rust/core/src/sanitize/joints.rs): the answer
+must be the whole funnel's, for any growth, any damage in what is added,
+ids that reach back, and messages changed in place since."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_core import Sanitizer
+from test_sanitize import anthropic_history, anthropic_junk, openai_history, openai_junk, tool_call
+
+HISTORIES = {"openai": openai_history, "anthropic": anthropic_history}
+JUNK = {"openai": openai_junk, "anthropic": anthropic_junk}
+
+
+def answer(result) -> tuple:
+    """A result as data, with which output messages are the input's own objects."""
+    return result.messages, result.system, list(result.changes)
+
+
+def identities(result, history) -> list:
+    ids = {id(m): i for i, m in enumerate(history)}
+    return [ids.get(id(m)) for m in result.messages]
+
+
+def reaching_back(draw, provider: str, history: list[dict]) -> list[dict]:
+    """Messages that use the tool-call ids already in ``history``."""
+    known = [c["id"] for m in history for c in m.get("tool_calls") or []]
+    known += [
+        b["id"]
+        for m in history
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    ]
+    if not known:
+        return []
+    call_id = draw(st.sampled_from(known))
+    if provider == "openai":
+        return draw(
+            st.sampled_from(
+                [
+                    [{"role": "tool", "tool_call_id": call_id, "content": "late"}],
+                    [
+                        {"role": "user", "content": "again"},
+                        {"role": "assistant", "content": None, "tool_calls": [tool_call(call_id)]},
+                        {"role": "tool", "tool_call_id": call_id, "content": "reused"},
+                    ],
+                ]
+            )
+        )
+    return draw(
+        st.sampled_from(
+            [
+                [
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "late"}],
+                    }
+                ],
+                [
+                    {"role": "user", "content": "again"},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": call_id, "name": "f", "input": {}}],
+                    },
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "x"}],
+                    },
+                ],
+            ]
+        )
+    )
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_grown_history_gets_the_whole_funnels_answer(provider, data):
+    funnel = Sanitizer(provider)
+    history = list(funnel.sanitize(data.draw(HISTORIES[provider]())).messages)  # clean
+    for _ in range(data.draw(st.integers(1, 4))):
+        funnel.sanitize(history)  # kept, if clean
+        kind = data.draw(st.sampled_from(["turn", "junk", "back", "same"]))
+        if kind == "turn":
+            added = data.draw(HISTORIES[provider]())
+        elif kind == "junk":
+            added = [copy.deepcopy(JUNK[provider](data.draw))]
+        elif kind == "back":
+            added = reaching_back(data.draw, provider, history)
+        else:
+            added = []
+        grown = history + added
+        ours = funnel.sanitize(grown)
+        whole = Sanitizer(provider).sanitize(grown)
+        assert answer(ours) == answer(whole)
+        assert identities(ours, grown) == identities(whole, grown)
+        history = list(whole.messages) if data.draw(st.booleans()) else grown
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_message_changed_in_place_is_judged_again(provider, data):
+    funnel = Sanitizer(provider)
+    history = list(funnel.sanitize(data.draw(HISTORIES[provider]())).messages)
+    if not history:
+        return
+    funnel.sanitize(history)
+    message = history[data.draw(st.integers(0, len(history) - 1))]
+    change = data.draw(st.sampled_from(["blank", "role", "calls", "nested"]))
+    if change == "blank":
+        message["content"] = ""
+    elif change == "role":
+        message["role"] = "assistant" if message["role"] == "user" else "user"
+    elif change == "calls":
+        message["tool_calls"] = [tool_call("fresh")]
+    elif isinstance(message.get("content"), list) and message["content"]:
+        message["content"].append(copy.deepcopy(message["content"][0]))
+    else:
+        message["content"] = [{"type": "text", "text": "   "}]
+    grown = [*history, {"role": "user", "content": "next"}]
+    assert answer(funnel.sanitize(grown)) == answer(Sanitizer(provider).sanitize(grown))
+
+
+def test_a_growing_agent_session_is_clean_every_turn_and_keeps_the_callers_objects():
+    from agent_sessions import generate
+
+    session = generate(300, "openai", seed=4)
+    funnel = Sanitizer("openai")
+    history = list(Sanitizer("openai").sanitize(session.messages[: session.calls[-3]]).messages)
+    # Where a server asks the model: before each assistant message.
+    ends = [i for i in range(len(history) // 2, len(history)) if history[i]["role"] == "assistant"]
+    assert len(ends) > 20
+    for end in ends:
+        result = funnel.sanitize(history[:end])
+        assert not result.changed
+        assert all(a is b for a, b in zip(result.messages, history[:end], strict=True))
