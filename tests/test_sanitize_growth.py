@@ -1,7 +1,8 @@
-"""A history found clean is checked from its last turn on when it grows
-(rust/py/src/clean_runs.rs, rust/core/src/sanitize/joints.rs): the answer
-must be the whole funnel's, for any growth, any damage in what is added,
-ids that reach back, and messages changed in place since."""
+"""A history the funnel answered is run from its last turn on when it grows
+(rust/py/src/answered.rs, rust/core/src/sanitize/joints.rs): the answer
+must be the whole funnel's (messages, which are the caller's objects, the
+lifted system text, every change in order), for any history, damaged or
+not, any growth, ids that reach back, and messages changed in place since."""
 
 from __future__ import annotations
 
@@ -84,7 +85,9 @@ def reaching_back(draw, provider: str, history: list[dict]) -> list[dict]:
 @given(data=st.data())
 def test_a_grown_history_gets_the_whole_funnels_answer(provider, data):
     funnel = Sanitizer(provider)
-    history = list(funnel.sanitize(data.draw(HISTORIES[provider]())).messages)  # clean
+    history = data.draw(HISTORIES[provider]())  # damaged, often
+    if data.draw(st.booleans()):
+        history = list(Sanitizer(provider).sanitize(history).messages)  # clean
     for _ in range(data.draw(st.integers(1, 4))):
         funnel.sanitize(history)  # kept, if clean
         kind = data.draw(st.sampled_from(["turn", "junk", "back", "same"]))
@@ -101,6 +104,7 @@ def test_a_grown_history_gets_the_whole_funnels_answer(provider, data):
         whole = Sanitizer(provider).sanitize(grown)
         assert answer(ours) == answer(whole)
         assert identities(ours, grown) == identities(whole, grown)
+        assert answer(funnel.sanitize(grown)) == answer(whole)  # asked again
         history = list(whole.messages) if data.draw(st.booleans()) else grown
 
 
@@ -109,10 +113,16 @@ def test_a_grown_history_gets_the_whole_funnels_answer(provider, data):
 @given(data=st.data())
 def test_a_message_changed_in_place_is_judged_again(provider, data):
     funnel = Sanitizer(provider)
-    history = list(funnel.sanitize(data.draw(HISTORIES[provider]())).messages)
+    history = data.draw(HISTORIES[provider]())
+    if data.draw(st.booleans()):
+        history = list(Sanitizer(provider).sanitize(history).messages)
     if not history:
         return
-    funnel.sanitize(history)
+    first = funnel.sanitize(history)
+    if data.draw(st.booleans()) and first.messages:  # or change a repaired copy handed out
+        handed = first.messages[data.draw(st.integers(0, len(first.messages) - 1))]
+        if handed is not history[0] and all(handed is not m for m in history):
+            handed["content"] = "changed by the caller"
     message = history[data.draw(st.integers(0, len(history) - 1))]
     change = data.draw(st.sampled_from(["blank", "role", "calls", "nested"]))
     if change == "blank":
@@ -142,3 +152,16 @@ def test_a_growing_agent_session_is_clean_every_turn_and_keeps_the_callers_objec
         result = funnel.sanitize(history[:end])
         assert not result.changed
         assert all(a is b for a, b in zip(result.messages, history[:end], strict=True))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_damaged_agent_session_gets_the_whole_funnels_answer_every_turn(provider):
+    """The generated sessions carry defects (a reused id, empty results, a
+    call whose result never came): every turn's answer is the whole funnel's."""
+    from agent_sessions import generate
+
+    session = generate(400, provider, seed=6)
+    funnel = Sanitizer(provider)
+    for end in session.calls:
+        history = session.messages[:end]
+        assert answer(funnel.sanitize(history)) == answer(Sanitizer(provider).sanitize(history))

@@ -2,7 +2,7 @@
 //! calls the pyo3-free core in `rust/core`. The public, typed face is the
 //! `context_core` package.
 
-mod clean_runs;
+mod answered;
 mod errors;
 mod json;
 mod key_memo;

@@ -10,7 +10,7 @@ use context_core::sanitize::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
-use crate::clean_runs::CleanRuns;
+use crate::answered::Answered;
 use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
 use crate::text::{as_count, sequence, text};
@@ -20,12 +20,24 @@ use crate::text::{as_count, sequence, text};
 #[derive(PartialEq)]
 pub struct PyChange {
     /// 1 (drop), 2 (merge), 3 (orphans) or 4 (merge again, provider rules).
-    stage: u8,
+    pub(crate) stage: u8,
     /// The input message concerned; `None` for an inserted message.
-    index: Option<usize>,
+    pub(crate) index: Option<usize>,
     /// A short code such as `"drop_placeholder"` or `"merge"`.
-    action: &'static str,
+    pub(crate) action: &'static str,
     reason: String,
+}
+
+impl PyChange {
+    /// The same change, its message `by` further on.
+    pub(crate) fn shifted(&self, by: usize) -> Self {
+        Self {
+            stage: self.stage,
+            index: self.index.map(|i| i + by),
+            action: self.action,
+            reason: self.reason.clone(),
+        }
+    }
 }
 
 #[pymethods]
@@ -56,12 +68,12 @@ impl From<Change> for PyChange {
 #[pyclass(frozen, name = "SanitizeResult", module = "context_core", get_all)]
 pub struct PySanitizeResult {
     /// The repaired messages (unchanged ones are the caller's own objects).
-    messages: Py<PyList>,
+    pub(crate) messages: Py<PyList>,
     /// Anthropic: the text lifted out of system messages (a str, or a list of
     /// text blocks when any had blocks); `None` when there was none.
-    system: Py<PyAny>,
+    pub(crate) system: Py<PyAny>,
     /// Every change, in the order the stages made them.
-    changes: Vec<Py<PyChange>>,
+    pub(crate) changes: Vec<Py<PyChange>>,
 }
 
 #[pymethods]
@@ -85,9 +97,9 @@ impl PySanitizeResult {
 #[pyclass(frozen, name = "Sanitizer", module = "context_core")]
 pub struct PySanitizer {
     inner: Sanitizer,
-    /// Histories found clean lately: the next turn's is checked from its
-    /// last turn on (see `clean_runs`).
-    clean: CleanRuns,
+    /// Histories answered lately: the next turn's runs from its last turn
+    /// on (see `answered`).
+    answered: Answered,
 }
 
 #[pymethods]
@@ -156,7 +168,7 @@ impl PySanitizer {
         let patterns = Patterns::new(&placeholders, &errors, max_chars).map_err(CoreError)?;
         Ok(Self {
             inner: Sanitizer::new(options, patterns).map_err(CoreError)?,
-            clean: CleanRuns::default(),
+            answered: Answered::default(),
         })
     }
 
@@ -172,27 +184,22 @@ impl PySanitizer {
     /// Repair `messages` for this provider; the input is never mutated.
     fn sanitize(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<PySanitizeResult> {
         let items = sequence(messages, "messages")?;
-        if let Some(extension) = self.clean.extension(&items) {
-            let tail: Vec<PyJson<'_>> = items[extension.from..]
-                .iter()
-                .cloned()
-                .map(PyJson)
-                .collect();
+        if let Some(extension) = self.answered.extension(py, &items) {
+            let tail = &items[extension.from..];
+            let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
             // An error in the tail: the whole funnel says it, with the right index.
-            if let Ok(plan) = self.inner.sanitize(&tail)
-                && self.clean.finish(&items, extension, &plan)
-            {
-                return Ok(PySanitizeResult {
-                    messages: PyList::new(py, &items)?.unbind(),
-                    system: py.None(),
-                    changes: Vec::new(),
-                });
+            if let Ok(plan) = self.inner.sanitize(&views) {
+                let tail_answer = build_result(py, tail, plan)?;
+                if let Some(answer) = self.answered.finish(py, &items, extension, &tail_answer)? {
+                    return Ok(answer);
+                }
             }
         }
         let views: Vec<PyJson<'_>> = items.iter().cloned().map(PyJson).collect();
         let plan = self.inner.sanitize(&views).map_err(CoreError)?;
-        self.clean.remember(&items, &plan);
-        build_result(py, &items, plan)
+        let answer = build_result(py, &items, plan)?;
+        self.answered.remember(py, &items, &answer);
+        Ok(answer)
     }
 
     fn __call__(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<PySanitizeResult> {

@@ -1,27 +1,29 @@
-//! Where a clean history can be extended without running the funnel over
-//! all of it again.
+//! Where a history the funnel has answered can be extended without running
+//! the funnel over all of it again.
 //!
-//! Take a history `P` the funnel left unchanged, and `P + S` with new
-//! messages `S`. Let `c` be the index of the last message of `P` that starts
-//! a turn (a user message with text of its own and no tool results). Then
-//! `P + S` comes back unchanged exactly when `P[c..] + S` does, provided no
-//! tool-call id of `P[c..] + S` also occurs in `P[..c]` and `P[c..] + S`
-//! holds no system or developer message:
+//! Take a history `P` and the funnel's answer for it, and `P + S` with new
+//! messages `S`. Let `c > 0` be a message of `P` that starts a turn (a user
+//! message with text of its own and no tool results: the binding takes the
+//! last). If every change of the answer for `P` concerns a message before
+//! `c` (or is the inserted first user message), no tool-call id of
+//! `P[c..] + S` occurs in `P[..c]`, and `P[c..] + S` holds no system or
+//! developer message, then the answer for `P + S` is the answer for `P` up
+//! to `P[c]`, then the answer for `P[c..] + S` alone (its messages renumbered
+//! from `c`):
 //!
-//! - stage 1 judges each message alone, so `P[..c]` passes again;
-//! - no merge crosses `c`: `P[c - 1]` and `P[c]` were neighbours in a clean
-//!   `P`, so their roles differ (or stage 2 would have merged them);
-//! - no pairing crosses `c`: in a clean `P` every result directly follows
-//!   its call (the next message, for Anthropic), and `P[c]` holds none, so
-//!   every call before `c` is answered before `c`; the ids after `c` are
-//!   distinct from those before, so nothing after `c` can claim or
-//!   duplicate them;
-//! - the first-message rule is met on both sides (`P[0]`, and the user
-//!   message `P[c]`), and with no system message after `c` nothing there is
-//!   lifted out.
+//! - stage 1 judges each message alone: the same for both;
+//! - no merge reaches across `c`: `P[c]` was not merged into what came
+//!   before it (that would be a change at `c`), and merging looks only at
+//!   the two neighbours, which are the same;
+//! - no pairing reaches across `c`: results are paired with calls by their
+//!   ids (duplicates, orphans and moves too), and no id is on both sides;
+//! - the first-message rule holds for the tail (`P[c]` is a user message),
+//!   and with no system message after `c` nothing there is lifted out.
 //!
-//! The binding keeps the clean histories it has seen and checks each of
-//! these conditions; anything else is answered by the whole funnel.
+//! The stages report their changes in order, stage by stage, so the
+//! answer's changes are, per stage, those before `c` then the tail's, and
+//! the inserted first user message last. The binding checks each
+//! condition; anything else is answered by the whole funnel.
 
 use crate::json::{JsonValue, Kind};
 

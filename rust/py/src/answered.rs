@@ -1,0 +1,336 @@
+//! Histories a `Sanitizer` answered lately, so the next turn's history (the
+//! same messages and a few new ones) is run through the funnel from its
+//! last turn on, not from the start; the argument is in
+//! `context_core::sanitize::joints`.
+//!
+//! Each run holds its messages and the answer given (every object of both
+//! held, with their shapes, see `seen`): a message changed in place, at any
+//! depth, or a repaired copy the caller changed since, no longer matches and
+//! the whole funnel runs. A server with many conversations on one
+//! `Sanitizer` keeps [`RUNS`] of them; runs longer than [`MAX_RUN`]
+//! messages are not kept (their shapes would cost more memory than the
+//! funnel costs time).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+
+use context_core::sanitize::{Joint, joint};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::json::PyJson;
+use crate::sanitize::{PyChange, PySanitizeResult};
+use crate::seen::Shape;
+
+/// Histories kept per funnel.
+const RUNS: usize = 8;
+/// The longest history kept.
+const MAX_RUN: usize = 100_000;
+
+/// Shapes end to end, and every object they name held.
+#[derive(Default)]
+struct Shapes {
+    slots: Vec<usize>,
+    ends: Vec<usize>,
+    /// Never read: while these live, the addresses in `slots` are theirs.
+    #[allow(dead_code)]
+    held: Vec<Py<PyAny>>,
+}
+
+impl Shapes {
+    fn push(&mut self, value: &Bound<'_, PyAny>, scratch: &mut Shape) -> bool {
+        if !scratch.of(value) {
+            return false;
+        }
+        self.slots.extend_from_slice(&scratch.slots);
+        self.ends.push(self.slots.len());
+        self.held.extend(scratch.hold(value));
+        true
+    }
+
+    fn get(&self, i: usize) -> &[usize] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.slots[start..self.ends[i]]
+    }
+}
+
+/// A history and the funnel's answer for it.
+struct Run {
+    messages: Vec<Py<PyAny>>,
+    shapes: Shapes,
+    /// Each tool-call id, and the first message holding it.
+    ids: HashMap<String, usize>,
+    /// The last message that starts a turn.
+    last_turn_start: Option<usize>,
+    /// The answer: its messages, the repaired copies among them (by
+    /// position, with their shapes), the lifted system text and the changes.
+    outputs: Vec<Py<PyAny>>,
+    built: Vec<usize>,
+    built_shapes: Shapes,
+    system: Py<PyAny>,
+    changes: Vec<Py<PyChange>>,
+}
+
+impl Run {
+    fn push_message(
+        &mut self,
+        message: &Bound<'_, PyAny>,
+        joint: &Joint,
+        scratch: &mut Shape,
+    ) -> bool {
+        if !self.shapes.push(message, scratch) {
+            return false;
+        }
+        let index = self.messages.len();
+        self.messages.push(message.clone().unbind());
+        for id in &joint.ids {
+            self.ids.entry(id.clone()).or_insert(index);
+        }
+        if joint.turn_start {
+            self.last_turn_start = Some(index);
+        }
+        true
+    }
+
+    /// Record `outputs` (the answer's messages) and which are copies.
+    fn set_outputs(
+        &mut self,
+        py: Python<'_>,
+        outputs: Vec<Py<PyAny>>,
+        scratch: &mut Shape,
+    ) -> bool {
+        let inputs: HashSet<usize> = self.messages.iter().map(|m| m.as_ptr() as usize).collect();
+        self.built.clear();
+        self.built_shapes = Shapes::default();
+        for (position, output) in outputs.iter().enumerate() {
+            if !inputs.contains(&(output.as_ptr() as usize)) {
+                if !self.built_shapes.push(output.bind(py), scratch) {
+                    return false;
+                }
+                self.built.push(position);
+            }
+        }
+        self.outputs = outputs;
+        true
+    }
+}
+
+/// The histories one funnel answered lately.
+#[derive(Default)]
+pub struct Answered {
+    runs: Mutex<VecDeque<Run>>,
+}
+
+/// A kept answer that a history extends, and where to run the funnel from.
+pub struct Extension {
+    run: Run,
+    /// The last turn start of the kept history: the tail runs from here.
+    pub from: usize,
+    /// Where the answer for `messages[from]` stands in the kept answer.
+    position: usize,
+    joints: Vec<Joint>,
+}
+
+impl Answered {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Run>> {
+        self.runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A kept answer for a history that `items` begins with, everything
+    /// unchanged, if the conditions of the argument hold for `items`.
+    pub fn extension(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> Option<Extension> {
+        let run = {
+            let mut runs = self.lock();
+            let found = runs.iter().position(|run| {
+                !run.messages.is_empty()
+                    && run.messages.len() <= items.len()
+                    && run
+                        .messages
+                        .iter()
+                        .zip(items)
+                        .all(|(kept, item)| kept.as_ptr() == item.as_ptr())
+            })?;
+            runs.remove(found)?
+        };
+        // Dropped (not kept again) if anything in it changed since.
+        let mut scratch = Shape::default();
+        for (i, item) in items[..run.messages.len()].iter().enumerate() {
+            if !scratch.of(item) || scratch.slots != run.shapes.get(i) {
+                return None;
+            }
+        }
+        for (i, &position) in run.built.iter().enumerate() {
+            if !scratch.of(run.outputs[position].bind(py))
+                || scratch.slots != run.built_shapes.get(i)
+            {
+                return None;
+            }
+        }
+        // A history the conditions do not hold for now is kept for later.
+        if let Some((from, position, joints)) = Self::conditions(&run, items) {
+            Some(Extension {
+                run,
+                from,
+                position,
+                joints,
+            })
+        } else {
+            self.keep(run);
+            None
+        }
+    }
+
+    /// The argument's conditions on the kept answer and on the tail.
+    /// Where the tail starts, where its first message stands in the kept
+    /// answer, and the tail's joints.
+    fn conditions(run: &Run, items: &[Bound<'_, PyAny>]) -> Option<(usize, usize, Vec<Joint>)> {
+        let from = run.last_turn_start.filter(|&c| c > 0)?;
+        // Every change of the kept answer is before the tail (an inserted
+        // first user message stands before everything).
+        let before = run.changes.iter().all(|change| {
+            let change = change.get();
+            match change.index {
+                Some(index) => index < from,
+                None => change.action == "insert_user",
+            }
+        });
+        let start = items[from].as_ptr();
+        let position = run
+            .outputs
+            .iter()
+            .rposition(|output| output.as_ptr() == start);
+        let position = position.filter(|_| before)?;
+        let mut joints = Vec::with_capacity(items.len() - from);
+        for item in &items[from..] {
+            let joint = joint(&PyJson(item.clone()))?;
+            let reaches_back = joint
+                .ids
+                .iter()
+                .any(|id| run.ids.get(id).is_some_and(|&at| at < from));
+            if joint.system || reaches_back {
+                return None;
+            }
+            joints.push(joint);
+        }
+        Some((from, position, joints))
+    }
+
+    /// The answer for `items`, from the kept one and the funnel's answer
+    /// `tail` for `items[from..]`; kept in turn. `None` if the tail lifted
+    /// a system text out (the whole funnel answers then).
+    pub fn finish(
+        &self,
+        py: Python<'_>,
+        items: &[Bound<'_, PyAny>],
+        extension: Extension,
+        tail: &PySanitizeResult,
+    ) -> PyResult<Option<PySanitizeResult>> {
+        let Extension {
+            mut run,
+            from,
+            position,
+            joints,
+        } = extension;
+        if !tail.system.is_none(py) {
+            return Ok(None);
+        }
+        let tail_messages = tail.messages.bind(py);
+        let mut outputs: Vec<Py<PyAny>> = run.outputs[..position]
+            .iter()
+            .map(|o| o.clone_ref(py))
+            .collect();
+        outputs.extend(tail_messages.iter().map(Bound::unbind));
+        let changes = merge_changes(py, &run.changes, &tail.changes, from)?;
+        let answer = PySanitizeResult {
+            messages: PyList::new(py, &outputs)?.unbind(),
+            system: run.system.clone_ref(py),
+            changes: changes.iter().map(|c| c.clone_ref(py)).collect(),
+        };
+        let mut scratch = Shape::default();
+        let mut keepable = true;
+        for i in run.messages.len()..items.len() {
+            keepable = keepable && run.push_message(&items[i], &joints[i - from], &mut scratch);
+        }
+        keepable = keepable && run.set_outputs(py, outputs, &mut scratch);
+        if keepable {
+            run.changes = changes;
+            self.keep(run);
+        }
+        Ok(Some(answer))
+    }
+
+    /// After a whole run: keep the answer for `items`.
+    pub fn remember(&self, py: Python<'_>, items: &[Bound<'_, PyAny>], answer: &PySanitizeResult) {
+        if items.is_empty() || items.len() > MAX_RUN {
+            return;
+        }
+        let mut run = Run {
+            messages: Vec::with_capacity(items.len()),
+            shapes: Shapes::default(),
+            ids: HashMap::new(),
+            last_turn_start: None,
+            outputs: Vec::new(),
+            built: Vec::new(),
+            built_shapes: Shapes::default(),
+            system: answer.system.clone_ref(py),
+            changes: answer.changes.iter().map(|c| c.clone_ref(py)).collect(),
+        };
+        let mut scratch = Shape::default();
+        for item in items {
+            let Some(joint) = joint(&PyJson(item.clone())) else {
+                return;
+            };
+            if !run.push_message(item, &joint, &mut scratch) {
+                return;
+            }
+        }
+        let outputs = answer.messages.bind(py).iter().map(Bound::unbind).collect();
+        if run.set_outputs(py, outputs, &mut scratch) {
+            self.keep(run);
+        }
+    }
+
+    fn keep(&self, run: Run) {
+        let dropped = {
+            let mut runs = self.lock();
+            runs.push_front(run);
+            (runs.len() > RUNS).then(|| runs.pop_back())
+        };
+        drop(dropped); // after the lock: dropping references may free objects
+    }
+}
+
+/// The changes of the whole history in the funnel's order: stage by stage,
+/// the kept answer's before the tail's (theirs renumbered from `from`), and
+/// an inserted first user message last, as the funnel reports it.
+fn merge_changes(
+    py: Python<'_>,
+    kept: &[Py<PyChange>],
+    tail: &[Py<PyChange>],
+    from: usize,
+) -> PyResult<Vec<Py<PyChange>>> {
+    let shifted: Vec<Py<PyChange>> = tail
+        .iter()
+        .map(|change| Py::new(py, change.get().shifted(from)))
+        .collect::<PyResult<_>>()?;
+    let is_insert = |c: &Py<PyChange>| c.get().index.is_none();
+    let mut out = Vec::with_capacity(kept.len() + shifted.len());
+    for stage in 1..=4 {
+        for list in [kept, &shifted[..]] {
+            out.extend(
+                list.iter()
+                    .filter(|c| c.get().stage == stage && !is_insert(c))
+                    .map(|c| c.clone_ref(py)),
+            );
+        }
+    }
+    out.extend(
+        kept.iter()
+            .chain(&shifted)
+            .filter(|c| is_insert(c))
+            .map(|c| c.clone_ref(py)),
+    );
+    Ok(out)
+}
