@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from retention import POLICIES, TOK, retention, session
+from retention import POLICIES, TOK, continuity, retention, session
 from support import REPORTS
 
 SESSIONS = [session(seed) for seed in range(30)]
@@ -31,15 +31,27 @@ def table() -> dict[int, dict[str, float]]:
         f"constraint retention: {len(SESSIONS)} sessions, {markers} constraints, "
         f"{min(sizes)}-{max(sizes)} messages (mean {tokens:,.0f} tokens)"
     )
-    REPORTS.append("| policy | " + " | ".join(f"{b // 1000}K" for b in BUDGETS) + " |")
-    REPORTS.append("|---|" + "---:|" * len(BUDGETS))
+    kept = {
+        budget: {name: continuity(SESSIONS, policy, budget) for name, policy in POLICIES.items()}
+        for budget in BUDGETS
+    }
+    header = " | ".join(f"{b // 1000}K" for b in BUDGETS)
+    REPORTS.append(f"| policy | {header} | task continuity {header.replace(' | ', ' / ')} |")
+    REPORTS.append("|---|" + "---:|" * (len(BUDGETS) + 1))
     for name in POLICIES:
-        REPORTS.append(f"| {name} | " + " | ".join(f"{scores[b][name] * 100:.1f}%" for b in BUDGETS) + " |")
+        shares = " | ".join(f"{scores[b][name] * 100:.1f}%" for b in BUDGETS)
+        whole = " / ".join(f"{kept[b][name] * 100:.0f}%" for b in BUDGETS)
+        REPORTS.append(f"| {name} | {shares} | {whole} |")
+    scores["continuity"] = kept
     return scores
 
 
 def test_retention(table):
     scores = table[8_000]
+    # From 8K on the weighted window keeps the newest tool result and the last
+    # three turns in view in every session (below, its rules come first).
+    for budget in BUDGETS[2:]:
+        assert table["continuity"][budget]["WeightedWindow"] == 1.0
     assert scores["messages[-20:]"] <= 0.40
     assert scores["WeightedWindow"] >= 0.95
     assert scores["ContextBuilder (anchoring)"] >= 0.95

@@ -264,6 +264,23 @@ POLICIES: dict[str, Callable[[list[dict], int], str]] = {
 }
 
 
+def continuity(sessions: list[Session], policy: Callable[[list[dict], int], str], budget: int) -> float:
+    """The share of sessions whose newest tool result and last three turns
+    (from the third newest user message on) are all in view, each found by
+    the start of its text (a capped result keeps its start)."""
+    whole = 0
+    for s in sessions:
+        sent = policy(s.messages, budget)
+        starts = [i for i, m in enumerate(s.messages) if m["role"] == "user"]
+        wanted = list(range(starts[-3], len(s.messages)))
+        tools = [i for i, m in enumerate(s.messages) if m["role"] == "tool"]
+        if tools:
+            wanted.append(tools[-1])
+        texts = [s.messages[i]["content"] for i in wanted if isinstance(s.messages[i]["content"], str)]
+        whole += all(text[:60] in sent for text in texts if text.strip())
+    return whole / len(sessions)
+
+
 def retention(sessions: list[Session], policy: Callable[[list[dict], int], str], budget: int) -> float:
     """The share of all planted constraints the policy keeps in view."""
     kept = total = 0

@@ -87,6 +87,7 @@ def test_a_message_changed_in_place_is_read_again(provider, data, budget):
         if message.get("role") == "tool" or isinstance(message.get("content"), list):
             continue
         message.setdefault("timestamp", 1_700_000_000.0)  # a metadata key: laid-out copies are made
+    select_all(messages, provider, budget)  # first sight: the list is noted
     select_all(messages, provider, budget)  # remembered
     data.draw(mutation(messages))
     assert select_all(messages, provider, budget) == select_all(copy.deepcopy(messages), provider, budget)
@@ -104,6 +105,7 @@ def test_a_laid_out_copy_changed_by_the_caller_is_made_again():
         {"role": "user", "content": "and now?", "timestamp": 3.0},
     ]
     policy = WeightedWindow(tool_result_cap=50)
+    policy.select(messages, 10_000)  # first sight: remembered from the next turn on
     first = policy.select(messages, 10_000)
     again = policy.select(messages, 10_000)
     assert [a is b for a, b in zip(first.messages, again.messages, strict=True)] == [True] * 4

@@ -132,9 +132,9 @@ class WeightedWindow:
     fit or ``OverBudgetError`` names the sizes; up to ``max_anchors``
     constraint units (the earliest); the units of the newest
     ``recent_turns`` turns (the one in progress counts), newest first, within
-    a quarter of the budget; then the rest, heaviest first. Output is chronological. A kept message whose
-    ``depends_on`` names a dropped message is reported in
-    ``Selection.missing_dependencies``.
+    half the budget; then the rest, heaviest first. Output is chronological.
+    A kept message whose ``depends_on`` names a dropped message is reported
+    in ``Selection.missing_dependencies``.
 
     Tagged messages age about 160 times slower than untagged ones (0.999 a
     minute halves in 11.5 hours, 0.85 in 4 minutes): a rule said an hour

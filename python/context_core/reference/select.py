@@ -356,11 +356,11 @@ class Analysis:
             if cost + self.units[u][2] <= budget:
                 cost += self.units[u][2]
                 kept.append(u)
-        # The newest turns go in first, within a quarter of the budget; the rest compete by weight.
+        # The newest turns go in first, within half the budget; the rest compete by weight.
         recent_cost = 0
         for u in recent:
             tokens = self.units[u][2]
-            if cost + tokens <= budget and recent_cost + tokens <= budget // 4:
+            if cost + tokens <= budget and recent_cost + tokens <= budget // 2:
                 cost += tokens
                 recent_cost += tokens
                 kept.append(u)

@@ -119,7 +119,13 @@ impl Run {
 #[derive(Default)]
 pub struct Answered {
     runs: Mutex<VecDeque<Run>>,
+    /// The first message's address of the last histories asked about (no
+    /// reference held: a match only says remembering may pay).
+    firsts: Mutex<VecDeque<usize>>,
 }
+
+/// How many first messages [`Answered::seen_before`] looks back on.
+const FIRSTS: usize = 16;
 
 /// A kept answer that a history extends, and where to run the funnel from.
 pub struct Extension {
@@ -261,9 +267,30 @@ impl Answered {
         Ok(Some(answer))
     }
 
-    /// After a whole run: keep the answer for `items`.
+    /// Whether a history beginning with the same message object was asked
+    /// about lately: a server that keeps its history objects hands the same
+    /// first message every turn; one that parses each request afresh never
+    /// does, and remembering its histories would only cost.
+    pub fn seen_before(&self, items: &[Bound<'_, PyAny>]) -> bool {
+        let Some(first) = items.first().map(|m| m.as_ptr() as usize) else {
+            return false;
+        };
+        let mut firsts = self
+            .firsts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = firsts.contains(&first);
+        if !seen {
+            firsts.push_front(first);
+            firsts.truncate(FIRSTS);
+        }
+        seen
+    }
+
+    /// After a whole run: keep the answer for `items`, if it could be
+    /// extended (every change before the last turn start).
     pub fn remember(&self, py: Python<'_>, items: &[Bound<'_, PyAny>], answer: &PySanitizeResult) {
-        if items.is_empty() || items.len() > MAX_RUN {
+        if items.is_empty() || items.len() > MAX_RUN || !extendable(items, answer) {
             return;
         }
         let mut run = Run {
@@ -300,6 +327,23 @@ impl Answered {
         };
         drop(dropped); // after the lock: dropping references may free objects
     }
+}
+
+/// Whether the answer's changes are all before the last message that
+/// starts a turn (found from the end): else no extension could use it.
+fn extendable(items: &[Bound<'_, PyAny>], answer: &PySanitizeResult) -> bool {
+    let last = items
+        .iter()
+        .rposition(|item| joint(&PyJson(item.clone())).is_some_and(|j| j.turn_start));
+    let Some(last) = last.filter(|&c| c > 0) else {
+        return false;
+    };
+    answer.changes.iter().all(|change| {
+        let change = change.get();
+        change
+            .index
+            .map_or(change.action == "insert_user", |index| index < last)
+    })
 }
 
 /// The changes of the whole history in the funnel's order: stage by stage,

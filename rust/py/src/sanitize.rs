@@ -198,7 +198,9 @@ impl PySanitizer {
         let views: Vec<PyJson<'_>> = items.iter().cloned().map(PyJson).collect();
         let plan = self.inner.sanitize(&views).map_err(CoreError)?;
         let answer = build_result(py, &items, plan)?;
-        self.answered.remember(py, &items, &answer);
+        if self.answered.seen_before(&items) {
+            self.answered.remember(py, &items, &answer);
+        }
         Ok(answer)
     }
 

@@ -280,6 +280,31 @@ pub struct Recalled {
     pub output: Option<Py<PyAny>>,
 }
 
+/// The first message's address of the last histories read (no reference
+/// held: a match only says remembering may pay).
+static FIRSTS: LazyLock<Mutex<VecDeque<usize>>> = LazyLock::new(Mutex::default);
+
+/// Whether a history beginning with the same message object was read
+/// lately: a server that keeps its history objects hands the same first
+/// message every turn, and its messages are worth remembering; one that
+/// parses each request afresh never does, and remembering would only cost.
+pub fn seen_before(first: Option<&Bound<'_, PyAny>>) -> bool {
+    /// How many histories are looked back on.
+    const FIRST_MESSAGES: usize = 64;
+    let Some(first) = first.map(|m| m.as_ptr() as usize) else {
+        return false;
+    };
+    let mut firsts = FIRSTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if firsts.contains(&first) {
+        return true;
+    }
+    firsts.push_front(first);
+    firsts.truncate(FIRST_MESSAGES);
+    false
+}
+
 /// Remember what was read of `message` (of `shape`, just walked) under `context`.
 pub fn remember(
     py: Python<'_>,

@@ -436,6 +436,7 @@ pub fn _analyze(
     let mut truncations = Vec::new();
     let mut cut_texts = Vec::new();
     let mut laid_out = Vec::with_capacity(items.len());
+    let worth_remembering = seen::seen_before(items.first());
     let mut shape = seen::Shape::default();
     let mut scratch = seen::Shape::default();
     for (index, message) in items.iter().enumerate() {
@@ -458,7 +459,7 @@ pub fn _analyze(
                     truncation,
                 })
                 .collect();
-            if known {
+            if known && worth_remembering {
                 seen::remember(py, message, &shape, context, &info, &cuts);
             }
             (info, cuts, None)

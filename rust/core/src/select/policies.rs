@@ -163,10 +163,10 @@ pub fn recent_from(units: &[Unit], turns: usize) -> usize {
 
 /// Whether a unit of the newest turns of `tokens` goes in before weights
 /// compete: it fits, and the newest turns (beyond what must be kept) stay
-/// within a quarter of the budget, so the rules stated long ago keep room
+/// within half the budget, so the rules stated long ago keep room
 /// at a small budget. What does not go in here competes by weight after.
 pub fn recent_fits(recent_cost: usize, tokens: usize, cost: usize, budget: usize) -> bool {
-    cost + tokens <= budget && (recent_cost + tokens) <= budget / 4
+    cost + tokens <= budget && (recent_cost + tokens) <= budget / 2
 }
 
 /// [`weighted_window`] over any units, weighed by `unit_weight`.
