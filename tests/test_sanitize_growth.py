@@ -167,3 +167,90 @@ def test_a_damaged_agent_session_gets_the_whole_funnels_answer_every_turn(provid
     for end in session.calls:
         history = session.messages[:end]
         assert answer(funnel.sanitize(history)) == answer(Sanitizer(provider).sanitize(history))
+
+
+def grown_twice(funnel: Sanitizer, history: list[dict], added: list[dict]):
+    """``history`` answered (noted, then kept), then grown by ``added``."""
+    funnel.sanitize(history)
+    first = funnel.sanitize(history)
+    return first, funnel.sanitize(history + added)
+
+
+def test_a_refused_message_in_the_tail_is_named_by_its_place_in_the_whole():
+    options = {"on_invalid": "drop"}
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "next"},
+    ]
+    added = [{"role": "user", "content": 5}, {"role": "assistant", "content": "ok"}]
+    _, grown = grown_twice(Sanitizer("openai", **options), history, added)
+    assert answer(grown) == answer(Sanitizer("openai", **options).sanitize(history + added))
+
+
+def test_a_tail_whose_first_message_is_dropped_is_answered_whole():
+    options = {"placeholder_patterns": [r"hello\nworld"]}
+    history = [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "hello"},
+    ]
+    added = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "z", "content": "r"},
+                {"type": "text", "text": "world"},
+            ],
+        },
+        {"role": "assistant", "content": "reply"},
+    ]
+    _, grown = grown_twice(Sanitizer("anthropic", **options), history, added)
+    assert answer(grown) == answer(Sanitizer("anthropic", **options).sanitize(history + added))
+
+
+def test_a_lifted_system_list_changed_by_the_caller_is_not_handed_out_again():
+    history = [
+        {"role": "system", "content": [{"type": "text", "text": "rules"}]},
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "more"},
+    ]
+    funnel = Sanitizer("anthropic")
+    funnel.sanitize(history)
+    first = funnel.sanitize(history)
+    first.system[0]["cache_control"] = {"type": "ephemeral"}
+    first.system.append({"type": "text", "text": "added by the caller"})
+    added = [{"role": "assistant", "content": "sure"}, {"role": "user", "content": "and?"}]
+    assert answer(funnel.sanitize(history + added)) == answer(
+        Sanitizer("anthropic").sanitize(history + added)
+    )
+
+
+def test_one_conversation_keeps_one_answer():
+    """A conversation whose tail keeps reaching back (a reused id) must not
+    fill the funnel's slots with its own prefixes."""
+    import sys
+
+    funnel = Sanitizer("openai")
+    first = {"role": "user", "content": "start"}
+    history = [
+        first,
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    other = [{"role": "user", "content": "another conversation"}, {"role": "assistant", "content": "yes"}]
+    funnel.sanitize(other)
+    funnel.sanitize(other)
+    counts = []
+    for turn in range(12):
+        history = [
+            *history,
+            {"role": "user", "content": f"turn {turn}"},
+            {"role": "tool", "tool_call_id": "c1", "content": "late"},
+        ]
+        funnel.sanitize(history)
+        funnel.sanitize(history)
+        counts.append(sys.getrefcount(first))
+    assert counts[-1] <= counts[2] + 2, counts  # not one more kept prefix a turn

@@ -128,8 +128,8 @@ fn exercise(log: &mut MessageLog) {
     let _ = log.head();
     let _ = log.last_summary_index();
     for budget in [0, 500, usize::MAX / 4] {
-        let _ = log.weighted_window(budget, &Weights::default(), 3, None);
-        let _ = log.weighted_window(budget, &Weights::default(), 3, Some(1.7e9));
+        let _ = log.weighted_window(budget, &Weights::default(), 3, 3, None);
+        let _ = log.weighted_window(budget, &Weights::default(), 5, 0, Some(1.7e9));
     }
     let _ = log.records();
     let _ = log.verify();

@@ -95,7 +95,7 @@ class BudgetWarning(ContextCoreError, UserWarning):
 
 class OverBudgetError(InvalidInputError):
     """What every selection policy must keep (system and pinned messages, the
-    current input) does not fit in the budget; the message names the sizes."""
+    turn in progress) does not fit in the budget; the message names the sizes."""
 
 
 class LogCorruptError(ContextCoreError, OSError):

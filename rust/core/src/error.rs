@@ -29,7 +29,7 @@ pub enum Error {
     MissingField { path: String },
     /// Containers nested deeper than [`crate::MAX_DEPTH`] (a reference cycle, usually).
     TooDeep { path: String },
-    /// What every policy must keep (system, pinned, current input) is over the budget.
+    /// What every policy must keep (system, pinned, the turn in progress) is over the budget.
     OverBudget {
         system: usize,
         pinned: usize,

@@ -26,6 +26,8 @@ use crate::seen::Shape;
 const RUNS: usize = 8;
 /// The longest history kept.
 const MAX_RUN: usize = 100_000;
+/// The most messages kept in all.
+const MAX_KEPT: usize = 200_000;
 
 /// Shapes end to end, and every object they name held.
 #[derive(Default)]
@@ -127,6 +129,17 @@ pub struct Answered {
 /// How many first messages [`Answered::seen_before`] looks back on.
 const FIRSTS: usize = 16;
 
+/// What [`Answered::extension`] found.
+pub enum Lookup {
+    /// A kept answer to extend.
+    Extend(Box<Extension>),
+    /// A kept answer the history begins with, which the conditions do not
+    /// allow extending from its last turn start (given) for now.
+    Blocked(Option<usize>),
+    /// None that the history begins with unchanged.
+    None,
+}
+
 /// A kept answer that a history extends, and where to run the funnel from.
 pub struct Extension {
     run: Run,
@@ -146,7 +159,7 @@ impl Answered {
 
     /// A kept answer for a history that `items` begins with, everything
     /// unchanged, if the conditions of the argument hold for `items`.
-    pub fn extension(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> Option<Extension> {
+    pub fn extension(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> Lookup {
         let run = {
             let mut runs = self.lock();
             let found = runs.iter().position(|run| {
@@ -157,38 +170,41 @@ impl Answered {
                         .iter()
                         .zip(items)
                         .all(|(kept, item)| kept.as_ptr() == item.as_ptr())
-            })?;
-            runs.remove(found)?
+            });
+            let Some(run) = found.and_then(|found| runs.remove(found)) else {
+                return Lookup::None;
+            };
+            run
         };
-        // Dropped (not kept again) if anything in it changed since.
+        // The cheap conditions first (the kept facts and the tail alone): a
+        // history they do not hold for now is kept for later.
+        let Some((from, position, joints)) = Self::conditions(&run, items) else {
+            let blocked_at = run.last_turn_start;
+            self.keep(run);
+            return Lookup::Blocked(blocked_at);
+        };
+        // Then the walk: dropped (not kept again) if anything in it changed since.
         let mut scratch = Shape::default();
         for (i, item) in items[..run.messages.len()].iter().enumerate() {
             if !scratch.of(item) || scratch.slots != run.shapes.get(i) {
-                return None;
+                return Lookup::None;
             }
         }
         for (i, &position) in run.built.iter().enumerate() {
             if !scratch.of(run.outputs[position].bind(py))
                 || scratch.slots != run.built_shapes.get(i)
             {
-                return None;
+                return Lookup::None;
             }
         }
-        // A history the conditions do not hold for now is kept for later.
-        if let Some((from, position, joints)) = Self::conditions(&run, items) {
-            Some(Extension {
-                run,
-                from,
-                position,
-                joints,
-            })
-        } else {
-            self.keep(run);
-            None
-        }
+        Lookup::Extend(Box::new(Extension {
+            run,
+            from,
+            position,
+            joints,
+        }))
     }
 
-    /// The argument's conditions on the kept answer and on the tail.
     /// Where the tail starts, where its first message stands in the kept
     /// answer, and the tail's joints.
     fn conditions(run: &Run, items: &[Bound<'_, PyAny>]) -> Option<(usize, usize, Vec<Joint>)> {
@@ -239,7 +255,14 @@ impl Answered {
             position,
             joints,
         } = extension;
-        if !tail.system.is_none(py) {
+        // The argument needs the tail's first message (a user message) kept as
+        // it is; and a refused message's reason names its index in the text.
+        let unsafe_change = tail.changes.iter().any(|change| {
+            let change = change.get();
+            change.index.is_none_or(|i| i == 0) || change.action == "drop_invalid"
+        });
+        if unsafe_change || !tail.system.is_none(py) {
+            self.keep(run);
             return Ok(None);
         }
         let tail_messages = tail.messages.bind(py);
@@ -279,18 +302,34 @@ impl Answered {
             .firsts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let seen = firsts.contains(&first);
-        if !seen {
-            firsts.push_front(first);
-            firsts.truncate(FIRSTS);
+        let seen = firsts.iter().position(|&f| f == first);
+        if let Some(at) = seen {
+            firsts.remove(at);
         }
-        seen
+        firsts.push_front(first);
+        firsts.truncate(FIRSTS);
+        seen.is_some()
     }
 
     /// After a whole run: keep the answer for `items`, if it could be
-    /// extended (every change before the last turn start).
-    pub fn remember(&self, py: Python<'_>, items: &[Bound<'_, PyAny>], answer: &PySanitizeResult) {
-        if items.is_empty() || items.len() > MAX_RUN || !extendable(items, answer) {
+    /// extended (every change before the last turn start) from a later turn
+    /// start than `blocked_at` (where a kept one could not be).
+    pub fn remember(
+        &self,
+        py: Python<'_>,
+        items: &[Bound<'_, PyAny>],
+        answer: &PySanitizeResult,
+        blocked_at: Option<usize>,
+    ) {
+        // A lifted system list (blocks) is the caller's to change: not kept.
+        let system = answer.system.bind(py);
+        let fixed_system =
+            system.is_none() || system.is_exact_instance_of::<pyo3::types::PyString>();
+        if items.is_empty()
+            || items.len() > MAX_RUN
+            || !fixed_system
+            || !extendable(items, answer, blocked_at)
+        {
             return;
         }
         let mut run = Run {
@@ -319,23 +358,51 @@ impl Answered {
         }
     }
 
+    /// Keep `run` first; drop the kept runs it extends (a conversation holds
+    /// one), and the oldest past [`RUNS`] or [`MAX_KEPT`] messages in all.
     fn keep(&self, run: Run) {
-        let dropped = {
+        let mut dropped = Vec::new();
+        {
             let mut runs = self.lock();
+            let mut i = 0;
+            while i < runs.len() {
+                let older = &runs[i];
+                let extended = older.messages.len() <= run.messages.len()
+                    && older
+                        .messages
+                        .iter()
+                        .zip(&run.messages)
+                        .all(|(a, b)| a.as_ptr() == b.as_ptr());
+                if extended {
+                    dropped.extend(runs.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
             runs.push_front(run);
-            (runs.len() > RUNS).then(|| runs.pop_back())
-        };
+            let mut total: usize = runs.iter().map(|r| r.messages.len()).sum();
+            while runs.len() > RUNS || (total > MAX_KEPT && runs.len() > 1) {
+                let Some(oldest) = runs.pop_back() else { break };
+                total -= oldest.messages.len();
+                dropped.push(oldest);
+            }
+        }
         drop(dropped); // after the lock: dropping references may free objects
     }
 }
 
 /// Whether the answer's changes are all before the last message that
-/// starts a turn (found from the end): else no extension could use it.
-fn extendable(items: &[Bound<'_, PyAny>], answer: &PySanitizeResult) -> bool {
+/// starts a turn (found from the end), and that is past `blocked_at`: else
+/// no extension could use it.
+fn extendable(
+    items: &[Bound<'_, PyAny>],
+    answer: &PySanitizeResult,
+    blocked_at: Option<usize>,
+) -> bool {
     let last = items
         .iter()
         .rposition(|item| joint(&PyJson(item.clone())).is_some_and(|j| j.turn_start));
-    let Some(last) = last.filter(|&c| c > 0) else {
+    let Some(last) = last.filter(|&c| c > 0 && blocked_at.is_none_or(|b| c > b)) else {
         return false;
     };
     answer.changes.iter().all(|change| {

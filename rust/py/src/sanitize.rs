@@ -10,7 +10,7 @@ use context_core::sanitize::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
-use crate::answered::Answered;
+use crate::answered::{Answered, Lookup};
 use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
 use crate::text::{as_count, sequence, text};
@@ -184,22 +184,29 @@ impl PySanitizer {
     /// Repair `messages` for this provider; the input is never mutated.
     fn sanitize(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<PySanitizeResult> {
         let items = sequence(messages, "messages")?;
-        if let Some(extension) = self.answered.extension(py, &items) {
-            let tail = &items[extension.from..];
-            let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
-            // An error in the tail: the whole funnel says it, with the right index.
-            if let Ok(plan) = self.inner.sanitize(&views) {
-                let tail_answer = build_result(py, tail, plan)?;
-                if let Some(answer) = self.answered.finish(py, &items, extension, &tail_answer)? {
-                    return Ok(answer);
+        let blocked_at = match self.answered.extension(py, &items) {
+            Lookup::Extend(extension) => {
+                let tail = &items[extension.from..];
+                let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
+                // An error in the tail: the whole funnel says it, with the right index.
+                if let Ok(plan) = self.inner.sanitize(&views) {
+                    let tail_answer = build_result(py, tail, plan)?;
+                    if let Some(answer) =
+                        self.answered.finish(py, &items, *extension, &tail_answer)?
+                    {
+                        return Ok(answer);
+                    }
                 }
+                None
             }
-        }
+            Lookup::Blocked(at) => at,
+            Lookup::None => None,
+        };
         let views: Vec<PyJson<'_>> = items.iter().cloned().map(PyJson).collect();
         let plan = self.inner.sanitize(&views).map_err(CoreError)?;
         let answer = build_result(py, &items, plan)?;
         if self.answered.seen_before(&items) {
-            self.answered.remember(py, &items, &answer);
+            self.answered.remember(py, &items, &answer, blocked_at);
         }
         Ok(answer)
     }

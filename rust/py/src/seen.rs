@@ -297,12 +297,13 @@ pub fn seen_before(first: Option<&Bound<'_, PyAny>>) -> bool {
     let mut firsts = FIRSTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if firsts.contains(&first) {
-        return true;
+    let seen = firsts.iter().position(|&f| f == first);
+    if let Some(at) = seen {
+        firsts.remove(at);
     }
     firsts.push_front(first);
     firsts.truncate(FIRST_MESSAGES);
-    false
+    seen.is_some()
 }
 
 /// Remember what was read of `message` (of `shape`, just walked) under `context`.
