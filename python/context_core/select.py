@@ -21,16 +21,16 @@ accepts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from context_core import _selection
-from context_core._core import Tagger, Tokenizer, _analyze
+from context_core._core import Sanitizer, Tagger, Tokenizer, _analyze
 from context_core._selection import Breakdown, Selection, Truncated
 from context_core.budget import Budget
 from context_core.errors import InvalidTypeError
 from context_core.log import MessageLog
-from context_core.sanitize import sanitize
 from context_core.types import Message
 
 __all__ = [
@@ -62,7 +62,7 @@ class _Backend:
         return _analyze(messages, self.tokenizer, self.tagger, cap, find_tags)
 
     def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]:
-        result = sanitize(messages, provider)
+        result = _laid_out_sanitizer(provider).sanitize(messages)
         return result.messages, result.system, result.changes
 
     def count_message(self, message: Mapping[str, Any]) -> int:
@@ -75,6 +75,14 @@ class _Backend:
         """Tokens of ``"\\n\\n".join(parts)`` from the parts' cached counts;
         ``None``: count the joined text whole."""
         return self.tokenizer._count_joined(parts)
+
+
+@functools.cache
+def _laid_out_sanitizer(provider: str) -> Sanitizer:
+    """The funnel for what the policies lay out: its own, so the answers it
+    keeps (windows that move each turn) do not crowd out the callers' own
+    histories in the shared ``sanitize`` funnels."""
+    return Sanitizer(provider)
 
 
 def tag(text: str) -> list[str]:

@@ -123,7 +123,7 @@ pub struct Answered {
     runs: Mutex<VecDeque<Run>>,
     /// The first message's address of the last histories asked about (no
     /// reference held: a match only says remembering may pay).
-    firsts: Mutex<VecDeque<usize>>,
+    firsts: Mutex<VecDeque<(usize, bool)>>,
 }
 
 /// How many first messages [`Answered::seen_before`] looks back on.
@@ -172,6 +172,16 @@ impl Answered {
                         .all(|(kept, item)| kept.as_ptr() == item.as_ptr())
             });
             let Some(run) = found.and_then(|found| runs.remove(found)) else {
+                // A kept history with the same first message that this one
+                // does not extend: a window that moves, not a growing history.
+                let first = items.first().map(Bound::as_ptr);
+                if runs
+                    .iter()
+                    .any(|run| run.messages.first().map(Py::as_ptr) == first)
+                {
+                    drop(runs);
+                    self.note(items, false);
+                }
                 return Lookup::None;
             };
             run
@@ -294,7 +304,17 @@ impl Answered {
     /// about lately: a server that keeps its history objects hands the same
     /// first message every turn; one that parses each request afresh never
     /// does, and remembering its histories would only cost.
+    ///
+    /// And whether remembering paid off for it: histories beginning with
+    /// that message that did not extend what was kept (a sliding window,
+    /// not a growing history) are not remembered again.
     pub fn seen_before(&self, items: &[Bound<'_, PyAny>]) -> bool {
+        self.note(items, true)
+    }
+
+    /// Note `items`' first message at the front, marked `useful` only if it
+    /// was already (a first sight is not); whether it was seen and useful.
+    fn note(&self, items: &[Bound<'_, PyAny>], useful: bool) -> bool {
         let Some(first) = items.first().map(|m| m.as_ptr() as usize) else {
             return false;
         };
@@ -302,13 +322,13 @@ impl Answered {
             .firsts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let seen = firsts.iter().position(|&f| f == first);
-        if let Some(at) = seen {
-            firsts.remove(at);
-        }
-        firsts.push_front(first);
+        let seen = firsts.iter().position(|&(f, _)| f == first);
+        let before = seen
+            .and_then(|at| firsts.remove(at))
+            .map(|(_, useful)| useful);
+        firsts.push_front((first, useful && before.unwrap_or(true)));
         firsts.truncate(FIRSTS);
-        seen.is_some()
+        before.unwrap_or(false) && useful
     }
 
     /// After a whole run: keep the answer for `items`, if it could be
