@@ -113,7 +113,14 @@ fuzz_target!(|input: &[u8]| {
         };
         for budget in [0, 64, 4_096, usize::MAX / 4] {
             let _ = weighted_window(&analysis, budget, &Weights::default(), 3, 3, Some(1.7e9));
-            let _ = weighted_window(&analysis, budget, &Weights::default(), usize::MAX, usize::MAX, None);
+            let _ = weighted_window(
+                &analysis,
+                budget,
+                &Weights::default(),
+                usize::MAX,
+                usize::MAX,
+                None,
+            );
             let _ = shape(&analysis, budget, 20, 3, Some(10));
             let _ = shape(&analysis, budget, usize::MAX, usize::MAX, None);
             let extras = Extras {
