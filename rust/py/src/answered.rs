@@ -20,7 +20,7 @@ use pyo3::types::PyList;
 
 use crate::json::PyJson;
 use crate::sanitize::{PyChange, PySanitizeResult};
-use crate::seen::Shape;
+use crate::seen::{RecentFirsts, Shape};
 
 /// Histories kept per funnel.
 const RUNS: usize = 8;
@@ -118,16 +118,20 @@ impl Run {
 }
 
 /// The histories one funnel answered lately.
-#[derive(Default)]
 pub struct Answered {
     runs: Mutex<VecDeque<Run>>,
-    /// The first message's address of the last histories asked about (no
-    /// reference held: a match only says remembering may pay).
-    firsts: Mutex<VecDeque<(usize, bool)>>,
+    /// The histories asked about lately (see [`RecentFirsts`]).
+    firsts: RecentFirsts,
 }
 
-/// How many first messages [`Answered::seen_before`] looks back on.
-const FIRSTS: usize = 16;
+impl Default for Answered {
+    fn default() -> Self {
+        Self {
+            runs: Mutex::default(),
+            firsts: RecentFirsts::new(16),
+        }
+    }
+}
 
 /// What [`Answered::extension`] found.
 pub enum Lookup {
@@ -180,7 +184,7 @@ impl Answered {
                     .any(|run| run.messages.first().map(Py::as_ptr) == first)
                 {
                     drop(runs);
-                    self.note(items, false);
+                    self.firsts.useless(items.first());
                 }
                 return Lookup::None;
             };
@@ -300,35 +304,9 @@ impl Answered {
         Ok(Some(answer))
     }
 
-    /// Whether a history beginning with the same message object was asked
-    /// about lately: a server that keeps its history objects hands the same
-    /// first message every turn; one that parses each request afresh never
-    /// does, and remembering its histories would only cost.
-    ///
-    /// And whether remembering paid off for it: histories beginning with
-    /// that message that did not extend what was kept (a sliding window,
-    /// not a growing history) are not remembered again.
+    /// Whether remembering the answer for `items` may pay (see [`RecentFirsts`]).
     pub fn seen_before(&self, items: &[Bound<'_, PyAny>]) -> bool {
-        self.note(items, true)
-    }
-
-    /// Note `items`' first message at the front, marked `useful` only if it
-    /// was already (a first sight is not); whether it was seen and useful.
-    fn note(&self, items: &[Bound<'_, PyAny>], useful: bool) -> bool {
-        let Some(first) = items.first().map(|m| m.as_ptr() as usize) else {
-            return false;
-        };
-        let mut firsts = self
-            .firsts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let seen = firsts.iter().position(|&(f, _)| f == first);
-        let before = seen
-            .and_then(|at| firsts.remove(at))
-            .map(|(_, useful)| useful);
-        firsts.push_front((first, useful && before.unwrap_or(true)));
-        firsts.truncate(FIRSTS);
-        before.unwrap_or(false) && useful
+        self.firsts.seen_before(items.first())
     }
 
     /// After a whole run: keep the answer for `items`, if it could be

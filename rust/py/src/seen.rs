@@ -280,31 +280,60 @@ pub struct Recalled {
     pub output: Option<Py<PyAny>>,
 }
 
-/// The first message's address of the last histories read (no reference
-/// held: a match only says remembering may pay).
-static FIRSTS: LazyLock<Mutex<VecDeque<usize>>> = LazyLock::new(Mutex::default);
-
-/// Whether a history beginning with the same message object was read
-/// lately: a server that keeps its history objects hands the same first
-/// message every turn, and its messages are worth remembering; one that
-/// parses each request afresh never does, and remembering would only cost.
-pub fn seen_before(first: Option<&Bound<'_, PyAny>>) -> bool {
-    /// How many histories are looked back on.
-    const FIRST_MESSAGES: usize = 64;
-    let Some(first) = first.map(|m| m.as_ptr() as usize) else {
-        return false;
-    };
-    let mut firsts = FIRSTS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let seen = firsts.iter().position(|&f| f == first);
-    if let Some(at) = seen {
-        firsts.remove(at);
-    }
-    firsts.push_front(first);
-    firsts.truncate(FIRST_MESSAGES);
-    seen.is_some()
+/// The first messages of the last histories asked about, by address (no
+/// reference held: a match only says remembering may pay), each marked
+/// whether remembering paid off for histories beginning with it.
+///
+/// A server that keeps its history objects hands the same first message
+/// every turn, and its messages are worth remembering; one that parses each
+/// request afresh never does, and remembering would only cost.
+pub struct RecentFirsts {
+    firsts: Mutex<VecDeque<(usize, bool)>>,
+    keep: usize,
 }
+
+impl RecentFirsts {
+    pub const fn new(keep: usize) -> Self {
+        Self {
+            firsts: Mutex::new(VecDeque::new()),
+            keep,
+        }
+    }
+
+    /// Whether a history beginning with `first` was asked about lately, and
+    /// remembering has not been found useless for it.
+    pub fn seen_before(&self, first: Option<&Bound<'_, PyAny>>) -> bool {
+        self.note(first, true)
+    }
+
+    /// Histories beginning with `first` did not reuse what was kept (a
+    /// window that moves): do not remember them again.
+    pub fn useless(&self, first: Option<&Bound<'_, PyAny>>) {
+        self.note(first, false);
+    }
+
+    /// Note `first` at the front, marked `useful` only if it was already (a
+    /// first sight is not); whether it was seen and useful.
+    fn note(&self, first: Option<&Bound<'_, PyAny>>, useful: bool) -> bool {
+        let Some(first) = first.map(|m| m.as_ptr() as usize) else {
+            return false;
+        };
+        let mut firsts = self
+            .firsts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = firsts.iter().position(|&(f, _)| f == first);
+        let before = seen
+            .and_then(|at| firsts.remove(at))
+            .map(|(_, useful)| useful);
+        firsts.push_front((first, useful && before.unwrap_or(true)));
+        firsts.truncate(self.keep);
+        before.unwrap_or(false) && useful
+    }
+}
+
+/// The histories selection read lately.
+pub static READ_FIRSTS: RecentFirsts = RecentFirsts::new(64);
 
 /// Remember what was read of `message` (of `shape`, just walked) under `context`.
 pub fn remember(

@@ -436,7 +436,7 @@ pub fn _analyze(
     let mut truncations = Vec::new();
     let mut cut_texts = Vec::new();
     let mut laid_out = Vec::with_capacity(items.len());
-    let worth_remembering = seen::seen_before(items.first());
+    let worth_remembering = seen::READ_FIRSTS.seen_before(items.first());
     let mut shape = seen::Shape::default();
     let mut scratch = seen::Shape::default();
     for (index, message) in items.iter().enumerate() {
