@@ -254,3 +254,85 @@ def test_one_conversation_keeps_one_answer():
         funnel.sanitize(history)
         counts.append(sys.getrefcount(first))
     assert counts[-1] <= counts[2] + 2, counts  # not one more kept prefix a turn
+
+
+def tool_round(provider: str, call_id: str, result: str) -> list[dict]:
+    """One round of the agent loop: a call and its result."""
+    if provider == "openai":
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [tool_call(call_id)]},
+            {"role": "tool", "tool_call_id": call_id, "content": result},
+        ]
+    return [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": result}]},
+    ]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_turn_in_progress_with_repairs_grows_with_the_whole_funnels_answer(provider, data):
+    """Round after round of one turn, with repairs in the turn itself (an
+    empty result, a call the user spoke over, so the user's words merge
+    into the turn's start, junk): every step's answer is the whole funnel's,
+    and what comes before the turn is handed out as the same objects."""
+    funnel = Sanitizer(provider)
+    history = [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "part one"},
+        {"role": "assistant", "content": "part two"},  # merged: a copy before the turn
+        {"role": "user", "content": "the turn in progress"},
+    ]
+    before = None
+    clean_so_far = True
+    for step in range(data.draw(st.integers(2, 7))):
+        kind = data.draw(st.sampled_from(["round", "empty", "spoke over", "junk", "text"]))
+        if kind == "round":
+            added = tool_round(provider, f"c{step}", f"result {step}")
+        elif kind == "empty":
+            added = tool_round(provider, f"c{step}", "")
+        elif kind == "spoke over":
+            added = [tool_round(provider, f"c{step}", "")[0], {"role": "user", "content": f"wait {step}"}]
+        elif kind == "junk":
+            added = [copy.deepcopy(JUNK[provider](data.draw))]
+        else:
+            added = [{"role": "assistant", "content": f"thinking aloud {step}"}]
+        history = history + added
+        funnel.sanitize(history)
+        ours = funnel.sanitize(history)
+        whole = Sanitizer(provider).sanitize(history)
+        assert answer(ours) == answer(whole)
+        assert identities(ours, history) == identities(whole, history)
+        copy_before_the_turn = ours.messages[1]
+        assert all(copy_before_the_turn is not h for h in history)
+        # Junk (a legacy function call, say) is judged by the whole funnel every time.
+        clean_so_far = clean_so_far and kind != "junk"
+        if before is not None and clean_so_far:
+            assert copy_before_the_turn is before, "the same object, turn after turn"
+        before = copy_before_the_turn
+
+
+def test_a_history_that_stopped_extending_is_kept_again_when_it_grows():
+    """A history that once did not extend what was kept (a moving window
+    with the same first message) is remembered again after a short wait:
+    its repaired copies are the same objects turn after turn once more."""
+    funnel = Sanitizer("openai")
+    history = [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "part one"},
+        {"role": "assistant", "content": "part two"},  # merged: a copy
+        {"role": "user", "content": "next"},
+    ]
+    funnel.sanitize(history)
+    funnel.sanitize(history)
+    for turn in range(6):  # the window moves: the same first message, a different rest
+        funnel.sanitize([history[0], {"role": "assistant", "content": f"other {turn}"}])
+    stable = []
+    for turn in range(12):
+        history = [*history, {"role": "assistant", "content": f"a{turn}"}, {"role": "user", "content": f"u{turn}"}]
+        first = funnel.sanitize(history)
+        again = funnel.sanitize(history)
+        assert answer(first) == answer(Sanitizer("openai").sanitize(history))
+        stable.append(first.messages[1] is again.messages[1])
+    assert stable[-4:] == [True] * 4, stable

@@ -1,7 +1,10 @@
 //! Histories a `Sanitizer` answered lately, so the next turn's history (the
-//! same messages and a few new ones) is run through the funnel from its
-//! last turn on, not from the start; the argument is in
-//! `context_core::sanitize::joints`.
+//! same messages and a few new ones) is run through the funnel from a turn
+//! start where the kept answer splits (the last one before any repair of
+//! the turn in progress), not from the start; the argument is in
+//! `context_core::sanitize::joints`. The answer for the part before the
+//! split is handed out again as the same objects, repaired copies too, so
+//! the caches after the funnel, keyed by identity, hit turn after turn.
 //!
 //! Each run holds its messages and the answer given (every object of both
 //! held, with their shapes, see `seen`): a message changed in place, at any
@@ -20,7 +23,7 @@ use pyo3::types::PyList;
 
 use crate::json::PyJson;
 use crate::sanitize::{PyChange, PySanitizeResult};
-use crate::seen::{RecentFirsts, Shape};
+use crate::seen::{self, RecentFirsts, Shape, Shapes, matches};
 
 /// Histories kept per funnel.
 const RUNS: usize = 8;
@@ -28,32 +31,19 @@ const RUNS: usize = 8;
 const MAX_RUN: usize = 100_000;
 /// The most messages kept in all.
 const MAX_KEPT: usize = 200_000;
+/// Turn starts tried, from the last, for a split of a whole answer whose
+/// turn in progress was repaired (each try runs the funnel from there).
+const TRIED_SPLITS: usize = 3;
 
-/// Shapes end to end, and every object they name held.
-#[derive(Default)]
-struct Shapes {
-    slots: Vec<usize>,
-    ends: Vec<usize>,
-    /// Never read: while these live, the addresses in `slots` are theirs.
-    #[allow(dead_code)]
-    held: Vec<Py<PyAny>>,
-}
-
-impl Shapes {
-    fn push(&mut self, value: &Bound<'_, PyAny>, scratch: &mut Shape) -> bool {
-        if !scratch.of(value) {
-            return false;
-        }
-        self.slots.extend_from_slice(&scratch.slots);
-        self.ends.push(self.slots.len());
-        self.held.extend(scratch.hold(value));
-        true
-    }
-
-    fn get(&self, i: usize) -> &[usize] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.slots[start..self.ends[i]]
-    }
+/// A turn start `at` where the answer splits: the answer's messages before
+/// `position` and its changes before `at` are the funnel's answer for the
+/// messages before `at`. A tail runs from here; its answer may change
+/// `messages[at]` itself (a later message merged into it), so `position`
+/// is kept rather than looked up.
+#[derive(Clone, Copy)]
+struct Split {
+    at: usize,
+    position: usize,
 }
 
 /// A history and the funnel's answer for it.
@@ -64,6 +54,8 @@ struct Run {
     ids: HashMap<String, usize>,
     /// The last message that starts a turn.
     last_turn_start: Option<usize>,
+    /// Where the answer is known to split: see [`Split`].
+    split: Option<Split>,
     /// The answer: its messages, the repaired copies among them (by
     /// position, with their shapes), the lifted system text and the changes.
     outputs: Vec<Py<PyAny>>,
@@ -94,6 +86,14 @@ impl Run {
         true
     }
 
+    /// The split at turn start `at`, which every change is before: its
+    /// message is in the answer as it is.
+    fn split_at(&self, at: usize) -> Option<Split> {
+        let start = self.messages[at].as_ptr();
+        let position = self.outputs.iter().rposition(|o| o.as_ptr() == start)?;
+        Some(Split { at, position })
+    }
+
     /// Record `outputs` (the answer's messages) and which are copies.
     fn set_outputs(
         &mut self,
@@ -101,18 +101,50 @@ impl Run {
         outputs: Vec<Py<PyAny>>,
         scratch: &mut Shape,
     ) -> bool {
-        let inputs: HashSet<usize> = self.messages.iter().map(|m| m.as_ptr() as usize).collect();
         self.built.clear();
         self.built_shapes = Shapes::default();
-        for (position, output) in outputs.iter().enumerate() {
+        self.outputs = Vec::new();
+        self.add_outputs(py, outputs, 0, scratch)
+    }
+
+    /// Keep the answer's messages before `position` (and which of them are
+    /// copies); add `tail` after them, its copies being those that are not
+    /// among the run's messages from `from` on.
+    fn set_tail_outputs(
+        &mut self,
+        py: Python<'_>,
+        position: usize,
+        tail: Vec<Py<PyAny>>,
+        from: usize,
+        scratch: &mut Shape,
+    ) -> bool {
+        let kept = self.built.partition_point(|&p| p < position);
+        self.built.truncate(kept);
+        drop(self.built_shapes.truncate(kept));
+        self.outputs.truncate(position);
+        self.add_outputs(py, tail, from, scratch)
+    }
+
+    fn add_outputs(
+        &mut self,
+        py: Python<'_>,
+        outputs: Vec<Py<PyAny>>,
+        inputs_from: usize,
+        scratch: &mut Shape,
+    ) -> bool {
+        let inputs: HashSet<usize> = self.messages[inputs_from..]
+            .iter()
+            .map(|m| m.as_ptr() as usize)
+            .collect();
+        for output in outputs {
             if !inputs.contains(&(output.as_ptr() as usize)) {
                 if !self.built_shapes.push(output.bind(py), scratch) {
                     return false;
                 }
-                self.built.push(position);
+                self.built.push(self.outputs.len());
             }
+            self.outputs.push(output);
         }
-        self.outputs = outputs;
         true
     }
 }
@@ -169,23 +201,22 @@ impl Answered {
             let found = runs.iter().position(|run| {
                 !run.messages.is_empty()
                     && run.messages.len() <= items.len()
-                    && run
-                        .messages
-                        .iter()
-                        .zip(items)
-                        .all(|(kept, item)| kept.as_ptr() == item.as_ptr())
+                    && seen::shared_start(&run.messages, items) == run.messages.len()
             });
             let Some(run) = found.and_then(|found| runs.remove(found)) else {
                 // A kept history with the same first message that this one
-                // does not extend: a window that moves, not a growing history.
+                // does not extend: a window that moves, or a turn whose
+                // repair made new copies. It will not be extended now.
                 let first = items.first().map(Bound::as_ptr);
-                if runs
-                    .iter()
-                    .any(|run| run.messages.first().map(Py::as_ptr) == first)
-                {
-                    drop(runs);
+                let (stale, live): (VecDeque<Run>, VecDeque<Run>) = std::mem::take(&mut *runs)
+                    .into_iter()
+                    .partition(|run| run.messages.first().map(Py::as_ptr) == first);
+                *runs = live;
+                drop(runs);
+                if !stale.is_empty() {
                     self.firsts.useless(items.first());
                 }
+                drop(stale); // after the lock: dropping references may free objects
                 return Lookup::None;
             };
             run
@@ -193,24 +224,22 @@ impl Answered {
         // The cheap conditions first (the kept facts and the tail alone): a
         // history they do not hold for now is kept for later.
         let Some((from, position, joints)) = Self::conditions(&run, items) else {
-            let blocked_at = run.last_turn_start;
+            let blocked_at = run.split.map(|split| split.at);
             self.keep(run);
             return Lookup::Blocked(blocked_at);
         };
         // Then the walk: dropped (not kept again) if anything in it changed since.
-        let mut scratch = Shape::default();
         for (i, item) in items[..run.messages.len()].iter().enumerate() {
-            if !scratch.of(item) || scratch.slots != run.shapes.get(i) {
+            if !matches(item, run.shapes.get(i)) {
                 return Lookup::None;
             }
         }
         for (i, &position) in run.built.iter().enumerate() {
-            if !scratch.of(run.outputs[position].bind(py))
-                || scratch.slots != run.built_shapes.get(i)
-            {
+            if !matches(run.outputs[position].bind(py), run.built_shapes.get(i)) {
                 return Lookup::None;
             }
         }
+        self.firsts.useful(items.first());
         Lookup::Extend(Box::new(Extension {
             run,
             from,
@@ -222,22 +251,7 @@ impl Answered {
     /// Where the tail starts, where its first message stands in the kept
     /// answer, and the tail's joints.
     fn conditions(run: &Run, items: &[Bound<'_, PyAny>]) -> Option<(usize, usize, Vec<Joint>)> {
-        let from = run.last_turn_start.filter(|&c| c > 0)?;
-        // Every change of the kept answer is before the tail (an inserted
-        // first user message stands before everything).
-        let before = run.changes.iter().all(|change| {
-            let change = change.get();
-            match change.index {
-                Some(index) => index < from,
-                None => change.action == "insert_user",
-            }
-        });
-        let start = items[from].as_ptr();
-        let position = run
-            .outputs
-            .iter()
-            .rposition(|output| output.as_ptr() == start);
-        let position = position.filter(|_| before)?;
+        let Split { at: from, position } = run.split.filter(|split| split.at > 0)?;
         let mut joints = Vec::with_capacity(items.len() - from);
         for item in &items[from..] {
             let joint = joint(&PyJson(item.clone()))?;
@@ -279,15 +293,19 @@ impl Answered {
             self.keep(run);
             return Ok(None);
         }
-        let tail_messages = tail.messages.bind(py);
-        let mut outputs: Vec<Py<PyAny>> = run.outputs[..position]
+        let tail_messages: Vec<Py<PyAny>> =
+            tail.messages.bind(py).iter().map(Bound::unbind).collect();
+        let messages = PyList::new(py, run.outputs[..position].iter().chain(&tail_messages))?;
+        // The kept changes from `from` on were the last tail's: this tail's replace them.
+        let before: Vec<Py<PyChange>> = run
+            .changes
             .iter()
-            .map(|o| o.clone_ref(py))
+            .filter(|change| change.get().index.is_none_or(|i| i < from))
+            .map(|change| change.clone_ref(py))
             .collect();
-        outputs.extend(tail_messages.iter().map(Bound::unbind));
-        let changes = merge_changes(py, &run.changes, &tail.changes, from)?;
+        let changes = merge_changes(py, &before, &tail.changes, from)?;
         let answer = PySanitizeResult {
-            messages: PyList::new(py, &outputs)?.unbind(),
+            messages: messages.unbind(),
             system: run.system.clone_ref(py),
             changes: changes.iter().map(|c| c.clone_ref(py)).collect(),
         };
@@ -296,8 +314,18 @@ impl Answered {
         for i in run.messages.len()..items.len() {
             keepable = keepable && run.push_message(&items[i], &joints[i - from], &mut scratch);
         }
-        keepable = keepable && run.set_outputs(py, outputs, &mut scratch);
+        keepable =
+            keepable && run.set_tail_outputs(py, position, tail_messages, from, &mut scratch);
         if keepable {
+            // The answer splits at `from` (built so), and at any later turn
+            // start with every change before it (its message is then in the
+            // answer as it is): the latest such is taken.
+            let last_change = changes.iter().filter_map(|c| c.get().index).max();
+            let later = run
+                .last_turn_start
+                .filter(|&c| c > from && last_change.is_none_or(|m| m < c))
+                .and_then(|c| run.split_at(c));
+            run.split = later.or(Some(Split { at: from, position }));
             run.changes = changes;
             self.keep(run);
         }
@@ -309,25 +337,31 @@ impl Answered {
         self.firsts.seen_before(items.first())
     }
 
-    /// After a whole run: keep the answer for `items`, if it could be
-    /// extended (every change before the last turn start) from a later turn
-    /// start than `blocked_at` (where a kept one could not be).
+    /// After a whole run: keep the answer for `items`, split at its last
+    /// turn start if that is later than `blocked_at` (where a kept one could
+    /// not be extended). `tail_answer(c)` is the funnel's answer for
+    /// `items[c..]` alone, asked for when the turn in progress was repaired.
     pub fn remember(
         &self,
         py: Python<'_>,
         items: &[Bound<'_, PyAny>],
         answer: &PySanitizeResult,
         blocked_at: Option<usize>,
+        tail_answer: impl Fn(usize) -> Option<PySanitizeResult>,
     ) {
         // A lifted system list (blocks) is the caller's to change: not kept.
         let system = answer.system.bind(py);
         let fixed_system =
             system.is_none() || system.is_exact_instance_of::<pyo3::types::PyString>();
-        if items.is_empty()
-            || items.len() > MAX_RUN
-            || !fixed_system
-            || !extendable(items, answer, blocked_at)
-        {
+        if items.is_empty() || items.len() > MAX_RUN || !fixed_system {
+            return;
+        }
+        let after_block = |c: &usize| *c > 0 && blocked_at.is_none_or(|b| *c > b);
+        // No turn start past the block: nothing kept could be extended.
+        let last = items
+            .iter()
+            .rposition(|item| joint(&PyJson(item.clone())).is_some_and(|j| j.turn_start));
+        if !last.is_some_and(|c| after_block(&c)) {
             return;
         }
         let mut run = Run {
@@ -335,6 +369,7 @@ impl Answered {
             shapes: Shapes::default(),
             ids: HashMap::new(),
             last_turn_start: None,
+            split: None,
             outputs: Vec::new(),
             built: Vec::new(),
             built_shapes: Shapes::default(),
@@ -342,16 +377,43 @@ impl Answered {
             changes: answer.changes.iter().map(|c| c.clone_ref(py)).collect(),
         };
         let mut scratch = Shape::default();
-        for item in items {
+        let mut turn_starts = Vec::new();
+        for (i, item) in items.iter().enumerate() {
             let Some(joint) = joint(&PyJson(item.clone())) else {
                 return;
             };
+            if joint.turn_start && after_block(&i) {
+                turn_starts.push(i);
+            }
             if !run.push_message(item, &joint, &mut scratch) {
                 return;
             }
         }
+        let Some(&last) = turn_starts.last() else {
+            return;
+        };
         let outputs = answer.messages.bind(py).iter().map(Bound::unbind).collect();
-        if run.set_outputs(py, outputs, &mut scratch) {
+        if !run.set_outputs(py, outputs, &mut scratch) {
+            return;
+        }
+        let all_before = answer.changes.iter().all(|change| {
+            let change = change.get();
+            change
+                .index
+                .map_or(change.action == "insert_user", |index| index < last)
+        });
+        run.split = if all_before {
+            run.split_at(last)
+        } else {
+            // The turn in progress was repaired: the split is at the last
+            // turn start with nothing reported at it, among the last few.
+            turn_starts
+                .iter()
+                .rev()
+                .take(TRIED_SPLITS)
+                .find_map(|&at| split_with_tail(py, &run, at, &tail_answer))
+        };
+        if run.split.is_some() {
             self.keep(run);
         }
     }
@@ -365,12 +427,7 @@ impl Answered {
             let mut i = 0;
             while i < runs.len() {
                 let older = &runs[i];
-                let extended = older.messages.len() <= run.messages.len()
-                    && older
-                        .messages
-                        .iter()
-                        .zip(&run.messages)
-                        .all(|(a, b)| a.as_ptr() == b.as_ptr());
+                let extended = seen::begins(&run.messages, &older.messages);
                 if extended {
                     dropped.extend(runs.remove(i));
                 } else {
@@ -389,26 +446,49 @@ impl Answered {
     }
 }
 
-/// Whether the answer's changes are all before the last message that
-/// starts a turn (found from the end), and that is past `blocked_at`: else
-/// no extension could use it.
-fn extendable(
-    items: &[Bound<'_, PyAny>],
-    answer: &PySanitizeResult,
-    blocked_at: Option<usize>,
-) -> bool {
-    let last = items
+/// Where `run`'s answer splits at turn start `at` when the turn in progress
+/// was repaired: the argument holds if nothing is reported at `at` itself
+/// (it was not merged into what came before) and the tail's ids and roles
+/// allow it, checked at each extension. The tail's own answer (`tail_answer`)
+/// says where its part begins, and must be the kept answer's end: the same
+/// messages and, renumbered, the same changes.
+fn split_with_tail(
+    py: Python<'_>,
+    run: &Run,
+    at: usize,
+    tail_answer: &impl Fn(usize) -> Option<PySanitizeResult>,
+) -> Option<Split> {
+    let changes = || run.changes.iter().map(Py::get);
+    // An inserted first user message stands before everything: the part
+    // before `at` has it.
+    if changes().any(|change| change.index.is_none() && change.action != "insert_user") {
+        return None;
+    }
+    let kept_tail: Vec<&PyChange> = changes()
+        .filter(|change| change.index.is_some_and(|i| i >= at))
+        .collect();
+    if kept_tail
         .iter()
-        .rposition(|item| joint(&PyJson(item.clone())).is_some_and(|j| j.turn_start));
-    let Some(last) = last.filter(|&c| c > 0 && blocked_at.is_none_or(|b| c > b)) else {
-        return false;
-    };
-    answer.changes.iter().all(|change| {
-        let change = change.get();
-        change
-            .index
-            .map_or(change.action == "insert_user", |index| index < last)
-    })
+        .any(|change| change.index == Some(at) || change.action == "drop_invalid")
+    {
+        return None;
+    }
+    let tail = tail_answer(at)?;
+    if !tail.system.is_none(py) {
+        return None;
+    }
+    let tail_messages = tail.messages.bind(py);
+    let position = run.outputs.len().checked_sub(tail_messages.len())?;
+    let same_messages = run.outputs[position..]
+        .iter()
+        .zip(tail_messages.iter())
+        .all(|(kept, new)| kept.bind(py).eq(&new).unwrap_or(false));
+    let same_changes = kept_tail.len() == tail.changes.len()
+        && kept_tail
+            .iter()
+            .zip(&tail.changes)
+            .all(|(kept, new)| **kept == new.get().shifted(at));
+    (same_messages && same_changes).then_some(Split { at, position })
 }
 
 /// The changes of the whole history in the funnel's order: stage by stage,

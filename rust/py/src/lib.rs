@@ -7,6 +7,7 @@ mod errors;
 mod json;
 mod key_memo;
 mod log;
+mod read_runs;
 mod sanitize;
 mod seen;
 mod select;

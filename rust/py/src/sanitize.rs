@@ -206,7 +206,14 @@ impl PySanitizer {
         let plan = self.inner.sanitize(&views).map_err(CoreError)?;
         let answer = build_result(py, &items, plan)?;
         if self.answered.seen_before(&items) {
-            self.answered.remember(py, &items, &answer, blocked_at);
+            let tail_answer = |from: usize| {
+                let tail = &items[from..];
+                let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
+                let plan = self.inner.sanitize(&views).ok()?;
+                build_result(py, tail, plan).ok()
+            };
+            self.answered
+                .remember(py, &items, &answer, blocked_at, tail_answer);
         }
         Ok(answer)
     }

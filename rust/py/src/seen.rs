@@ -30,14 +30,15 @@
 //! cost as much as reading it.
 #![allow(unsafe_code)]
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::collections::VecDeque;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use context_core::Encoding;
 use context_core::select::{MessageInfo, Truncation};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
+use rustc_hash::FxHashMap;
 
 /// About the most the memo keeps alive.
 const MEMO_BYTES: usize = 64 << 20;
@@ -65,7 +66,7 @@ pub struct Cut {
 }
 
 impl Cut {
-    fn clone_ref(&self, py: Python<'_>) -> Self {
+    pub fn clone_ref(&self, py: Python<'_>) -> Self {
         Self {
             truncation: self.truncation.clone(),
             text: self.text.clone_ref(py),
@@ -109,71 +110,287 @@ impl Shape {
         held
     }
 
-    fn cost(&self) -> usize {
+    pub fn cost(&self) -> usize {
         self.chars + SLOT_BYTES * self.slots.len() + ENTRY_BYTES
     }
 
     /// The walk on the C API: borrowed references only, a few nanoseconds
     /// a slot (the safe iterators count references on every item).
     unsafe fn walk(&mut self, value: *mut ffi::PyObject, depth: usize) -> bool {
+        unsafe {
+            let Some(tag) = tag_of(value) else {
+                return false;
+            };
+            self.slots.push(tag);
+            self.walk_tagged(value, tag, depth)
+        }
+    }
+
+    /// The walk of `value`, of kind `tag`, after its own slot.
+    unsafe fn walk_tagged(&mut self, value: *mut ffi::PyObject, tag: usize, depth: usize) -> bool {
         if depth > MAX_DEPTH {
             return false;
         }
         unsafe {
-            let kind = ffi::Py_TYPE(value);
-            if kind == &raw mut ffi::PyDict_Type {
-                self.slots.push(ffi::PyDict_Size(value) as usize);
+            match tag {
+                DICT => {
+                    self.slots.push(ffi::PyDict_Size(value) as usize);
+                    let mut position: ffi::Py_ssize_t = 0;
+                    let mut key = std::ptr::null_mut();
+                    let mut item = std::ptr::null_mut();
+                    while ffi::PyDict_Next(value, &raw mut position, &raw mut key, &raw mut item)
+                        != 0
+                    {
+                        if ffi::Py_TYPE(key) != &raw mut ffi::PyUnicode_Type {
+                            return false;
+                        }
+                        self.slots.push(key as usize);
+                        self.objects.push(key);
+                        self.chars += ffi::PyUnicode_GetLength(key).max(0) as usize;
+                        if !self.item(item, depth) {
+                            return false;
+                        }
+                    }
+                    true
+                }
+                LIST | TUPLE => {
+                    let len = sequence_len(value, tag);
+                    self.slots.push(len as usize);
+                    for i in 0..len {
+                        let item = sequence_item(value, tag, i);
+                        if item.is_null() || !self.item(item, depth) {
+                            return false;
+                        }
+                    }
+                    true
+                }
+                _ => {
+                    if ffi::Py_TYPE(value) == &raw mut ffi::PyUnicode_Type {
+                        self.chars += ffi::PyUnicode_GetLength(value).max(0) as usize;
+                    }
+                    true
+                }
+            }
+        }
+    }
+
+    /// One held item: its address with its kind in the low bits, then its own walk.
+    unsafe fn item(&mut self, item: *mut ffi::PyObject, depth: usize) -> bool {
+        unsafe {
+            let Some(tag) = tag_of(item) else {
+                return false;
+            };
+            self.slots.push(item as usize | tag);
+            self.objects.push(item);
+            self.walk_tagged(item, tag, depth + 1)
+        }
+    }
+}
+
+/// Shapes end to end, and every object they name held.
+#[derive(Default)]
+pub struct Shapes {
+    slots: Vec<usize>,
+    ends: Vec<usize>,
+    /// Never read: while these live, the addresses in `slots` are theirs.
+    #[allow(dead_code)]
+    held: Vec<Py<PyAny>>,
+    held_ends: Vec<usize>,
+}
+
+impl Shapes {
+    /// Walk `value` and add its shape; `false` (and nothing added) if it
+    /// holds anything a shape would not show.
+    pub fn push(&mut self, value: &Bound<'_, PyAny>, scratch: &mut Shape) -> bool {
+        if !scratch.of(value) {
+            return false;
+        }
+        self.push_walked(value, scratch);
+        true
+    }
+
+    /// Add the shape of `value`, just walked into `walked`.
+    pub fn push_walked(&mut self, value: &Bound<'_, PyAny>, walked: &Shape) {
+        self.slots.extend_from_slice(&walked.slots);
+        self.ends.push(self.slots.len());
+        self.held.extend(walked.hold(value));
+        self.held_ends.push(self.held.len());
+    }
+
+    /// The shape of the `i`-th value pushed.
+    pub fn get(&self, i: usize) -> &[usize] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.slots[start..self.ends[i]]
+    }
+
+    /// Keep the first `n` shapes; the references let go are returned, to be
+    /// dropped where freeing objects is safe.
+    pub fn truncate(&mut self, n: usize) -> Vec<Py<PyAny>> {
+        if n >= self.ends.len() {
+            return Vec::new();
+        }
+        self.ends.truncate(n);
+        self.held_ends.truncate(n);
+        self.slots.truncate(self.ends.last().copied().unwrap_or(0));
+        self.held
+            .split_off(self.held_ends.last().copied().unwrap_or(0))
+    }
+}
+
+/// A Python object's address, owned or borrowed.
+pub trait Address {
+    fn address(&self) -> *mut ffi::PyObject;
+}
+
+impl Address for Py<PyAny> {
+    fn address(&self) -> *mut ffi::PyObject {
+        self.as_ptr()
+    }
+}
+
+impl Address for Bound<'_, PyAny> {
+    fn address(&self) -> *mut ffi::PyObject {
+        self.as_ptr()
+    }
+}
+
+/// How many messages `a` and `b` share from their start, by identity.
+pub fn shared_start(a: &[Py<PyAny>], b: &[impl Address]) -> usize {
+    a.iter()
+        .zip(b)
+        .take_while(|(x, y)| x.as_ptr() == y.address())
+        .count()
+}
+
+/// Whether history `older` is where `newer` begins, by identity.
+pub fn begins(newer: &[Py<PyAny>], older: &[Py<PyAny>]) -> bool {
+    older.len() <= newer.len() && shared_start(older, newer) == older.len()
+}
+
+/// The kinds a slot names in its low bits (objects are aligned to at least
+/// 8 bytes, so an address never uses them).
+const LEAF: usize = 0;
+const DICT: usize = 1;
+const LIST: usize = 2;
+const TUPLE: usize = 3;
+const TAG_BITS: usize = 3;
+
+/// The kind of `value`, or `None` for anything whose change a shape would
+/// not show (a subclass, a custom object).
+unsafe fn tag_of(value: *mut ffi::PyObject) -> Option<usize> {
+    unsafe {
+        let kind = ffi::Py_TYPE(value);
+        if kind == &raw mut ffi::PyDict_Type {
+            Some(DICT)
+        } else if kind == &raw mut ffi::PyList_Type {
+            Some(LIST)
+        } else if kind == &raw mut ffi::PyTuple_Type {
+            Some(TUPLE)
+        } else if value == ffi::Py_None()
+            || kind == &raw mut ffi::PyUnicode_Type
+            || kind == &raw mut ffi::PyLong_Type
+            || kind == &raw mut ffi::PyFloat_Type
+            || kind == &raw mut ffi::PyBool_Type
+        {
+            Some(LEAF)
+        } else {
+            None
+        }
+    }
+}
+
+unsafe fn sequence_len(value: *mut ffi::PyObject, tag: usize) -> ffi::Py_ssize_t {
+    unsafe {
+        if tag == LIST {
+            ffi::PyList_Size(value)
+        } else {
+            ffi::PyTuple_Size(value)
+        }
+    }
+}
+
+unsafe fn sequence_item(
+    value: *mut ffi::PyObject,
+    tag: usize,
+    i: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    unsafe {
+        if tag == LIST {
+            ffi::PyList_GetItem(value, i)
+        } else {
+            ffi::PyTuple_GetItem(value, i)
+        }
+    }
+}
+
+/// Whether `value` still has the shape `slots` (made by [`Shape::of`] while
+/// every object it names was held since, so each address is still that
+/// object). Only the containers are read: a held string, number or `None`
+/// at the same address is the same immutable value, so a message whose
+/// containers hold the same addresses is the same message. Reading no
+/// leaf keeps the check to a few cache lines a message.
+pub fn matches(value: &Bound<'_, PyAny>, slots: &[usize]) -> bool {
+    let mut at = 0;
+    let Some(&tag) = slots.first() else {
+        return false;
+    };
+    at += 1;
+    // SAFETY: the GIL is held (a `Bound` proves it), no Python code runs,
+    // and every address in `slots` is of an object held since it was walked.
+    unsafe { matches_tagged(value.as_ptr(), tag, slots, &mut at) && at == slots.len() }
+}
+
+unsafe fn matches_tagged(
+    value: *mut ffi::PyObject,
+    tag: usize,
+    slots: &[usize],
+    at: &mut usize,
+) -> bool {
+    let next = |at: &mut usize| {
+        let slot = slots.get(*at).copied();
+        *at += 1;
+        slot
+    };
+    unsafe {
+        match tag {
+            DICT => {
+                // The entries are counted, not asked for: one call fewer a dict.
+                let Some(len) = next(at) else { return false };
+                let mut entries = 0;
                 let mut position: ffi::Py_ssize_t = 0;
                 let mut key = std::ptr::null_mut();
                 let mut item = std::ptr::null_mut();
                 while ffi::PyDict_Next(value, &raw mut position, &raw mut key, &raw mut item) != 0 {
-                    if ffi::Py_TYPE(key) != &raw mut ffi::PyUnicode_Type {
+                    entries += 1;
+                    if entries > len || next(at) != Some(key as usize) {
                         return false;
                     }
-                    self.slots.push(key as usize);
-                    self.slots.push(item as usize);
-                    self.objects.push(key);
-                    self.objects.push(item);
-                    self.chars += ffi::PyUnicode_GetLength(key).max(0) as usize;
-                    if !self.walk(item, depth + 1) {
+                    let Some(slot) = next(at) else { return false };
+                    if slot & !TAG_BITS != item as usize
+                        || !matches_tagged(item, slot & TAG_BITS, slots, at)
+                    {
                         return false;
                     }
                 }
-                return true;
+                entries == len
             }
-            let list = kind == &raw mut ffi::PyList_Type;
-            if list || kind == &raw mut ffi::PyTuple_Type {
-                let len = if list {
-                    ffi::PyList_Size(value)
-                } else {
-                    ffi::PyTuple_Size(value)
-                };
-                self.slots.push(len as usize);
+            LIST | TUPLE => {
+                let len = sequence_len(value, tag);
+                if next(at) != Some(len as usize) {
+                    return false;
+                }
                 for i in 0..len {
-                    let item = if list {
-                        ffi::PyList_GetItem(value, i)
-                    } else {
-                        ffi::PyTuple_GetItem(value, i)
-                    };
-                    if item.is_null() {
-                        return false;
-                    }
-                    self.slots.push(item as usize);
-                    self.objects.push(item);
-                    if !self.walk(item, depth + 1) {
+                    let item = sequence_item(value, tag, i);
+                    let Some(slot) = next(at) else { return false };
+                    if slot & !TAG_BITS != item as usize
+                        || !matches_tagged(item, slot & TAG_BITS, slots, at)
+                    {
                         return false;
                     }
                 }
-                return true;
+                true
             }
-            if kind == &raw mut ffi::PyUnicode_Type {
-                self.chars += ffi::PyUnicode_GetLength(value).max(0) as usize;
-                return true;
-            }
-            value == ffi::Py_None()
-                || kind == &raw mut ffi::PyLong_Type
-                || kind == &raw mut ffi::PyFloat_Type
-                || kind == &raw mut ffi::PyBool_Type
+            _ => true,
         }
     }
 }
@@ -187,13 +404,14 @@ struct Seen {
     context: Context,
     info: MessageInfo,
     cuts: Vec<Cut>,
-    output: Option<Output>,
+    output: Option<LaidOut>,
     /// Recalled since the eviction hand last passed it.
     used: bool,
 }
 
-/// A laid-out message, its shape, and what its shape is made of.
-struct Output {
+/// A laid-out message, its shape, and what its shape is made of; shared
+/// by the memos that hand it out.
+pub struct Stored {
     message: Py<PyAny>,
     shape: Vec<usize>,
     #[allow(dead_code)]
@@ -201,9 +419,38 @@ struct Output {
     cost: usize,
 }
 
+/// A laid-out form handed out before (see [`Stored::get`]).
+pub type LaidOut = Arc<Stored>;
+
+impl Stored {
+    /// `output` walked and held; `None` if a shape would not show its changes.
+    pub fn of(output: &Bound<'_, PyAny>) -> Option<LaidOut> {
+        let mut walked = Shape::default();
+        walked.of(output).then(|| {
+            Arc::new(Self {
+                message: output.clone().unbind(),
+                shape: walked.slots.clone(),
+                held: walked.hold(output),
+                cost: walked.cost(),
+            })
+        })
+    }
+
+    /// The form, if the caller has not changed it since (checked only for
+    /// what is sent, not for every message read).
+    pub fn get(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let message = self.message.bind(py);
+        matches(message, &self.shape).then(|| message.clone().unbind())
+    }
+
+    pub fn cost(&self) -> usize {
+        self.cost
+    }
+}
+
 #[derive(Default)]
 struct Memo {
-    entries: HashMap<usize, Seen>,
+    entries: FxHashMap<usize, Seen>,
     order: VecDeque<usize>,
     cost: usize,
 }
@@ -245,52 +492,66 @@ fn memo() -> MutexGuard<'static, Memo> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The facts of `message` as read before under `context`, if its shape is
-/// still `shape`.
-pub fn recall(
+/// The facts of each of `messages` read before under `context`, where it is
+/// unchanged since (one lock for the history, and no walk of a message
+/// that is not in the memo).
+pub fn recall_all(
     py: Python<'_>,
-    message: &Bound<'_, PyAny>,
-    shape: &Shape,
+    messages: &[Bound<'_, PyAny>],
     context: Context,
-    scratch: &mut Shape,
-) -> Option<Recalled> {
+) -> Vec<Option<Recalled>> {
     let mut memo = memo();
-    let seen = memo.entries.get_mut(&(message.as_ptr() as usize))?;
-    if seen.context != context || seen.shape != shape.slots {
-        return None;
-    }
-    seen.used = true;
-    // The caller may have changed what an earlier turn handed out.
-    let output = seen.output.as_ref().and_then(|output| {
-        let laid_out = output.message.bind(py);
-        (scratch.of(laid_out) && scratch.slots == output.shape).then(|| laid_out.clone().unbind())
-    });
-    Some(Recalled {
-        info: seen.info.clone(),
-        cuts: seen.cuts.iter().map(|cut| cut.clone_ref(py)).collect(),
-        output,
-    })
+    messages
+        .iter()
+        .map(|message| {
+            let seen = memo.entries.get_mut(&(message.as_ptr() as usize))?;
+            if seen.context != context || !matches(message, &seen.shape) {
+                return None;
+            }
+            seen.used = true;
+            Some(Recalled {
+                info: seen.info.clone(),
+                cuts: seen.cuts.iter().map(|cut| cut.clone_ref(py)).collect(),
+                output: seen.output.clone(),
+            })
+        })
+        .collect()
 }
 
-/// What [`recall`] found of a message.
+/// What [`recall_all`] found of a message.
 pub struct Recalled {
     pub info: MessageInfo,
     pub cuts: Vec<Cut>,
-    /// Its laid-out form, if one was made and is unchanged.
-    pub output: Option<Py<PyAny>>,
+    /// Its laid-out form, if one was made: see [`Stored::get`].
+    pub output: Option<LaidOut>,
 }
 
 /// The first messages of the last histories asked about, by address (no
-/// reference held: a match only says remembering may pay), each marked
-/// whether remembering paid off for histories beginning with it.
+/// reference held: a match only says remembering may pay), each with how
+/// often remembering did not pay off for histories beginning with it.
 ///
 /// A server that keeps its history objects hands the same first message
 /// every turn, and its messages are worth remembering; one that parses each
-/// request afresh never does, and remembering would only cost.
+/// request afresh never does, and remembering would only cost. A history
+/// whose kept form was not reused (a window that moves, or one turn whose
+/// repair rebuilt its copies) is remembered again only after a wait that
+/// doubles with each miss, up to [`MAX_WAIT`] sights; a reuse ends the wait.
 pub struct RecentFirsts {
-    firsts: Mutex<VecDeque<(usize, bool)>>,
+    firsts: Mutex<VecDeque<First>>,
     keep: usize,
 }
+
+#[derive(Clone, Copy)]
+struct First {
+    address: usize,
+    /// Kept forms not reused, since the last that was (at most 6).
+    misses: u32,
+    /// Sights left before remembering again.
+    wait: u32,
+}
+
+/// The longest wait between tries, in sights.
+const MAX_WAIT: u32 = 64;
 
 impl RecentFirsts {
     pub const fn new(keep: usize) -> Self {
@@ -300,35 +561,64 @@ impl RecentFirsts {
         }
     }
 
-    /// Whether a history beginning with `first` was asked about lately, and
-    /// remembering has not been found useless for it.
+    /// Whether a history beginning with `first` was asked about lately and
+    /// is not waiting after a miss: remembering it may pay.
     pub fn seen_before(&self, first: Option<&Bound<'_, PyAny>>) -> bool {
-        self.note(first, true)
+        self.note(first, |entry, seen| {
+            if !seen {
+                return false;
+            }
+            if entry.wait > 0 {
+                entry.wait -= 1;
+                return false;
+            }
+            true
+        })
     }
 
-    /// Histories beginning with `first` did not reuse what was kept (a
-    /// window that moves): do not remember them again.
+    /// What was kept for histories beginning with `first` was not reused.
     pub fn useless(&self, first: Option<&Bound<'_, PyAny>>) {
-        self.note(first, false);
+        self.note(first, |entry, _| {
+            entry.misses = (entry.misses + 1).min(6);
+            entry.wait = (1 << entry.misses).min(MAX_WAIT);
+            false
+        });
     }
 
-    /// Note `first` at the front, marked `useful` only if it was already (a
-    /// first sight is not); whether it was seen and useful.
-    fn note(&self, first: Option<&Bound<'_, PyAny>>, useful: bool) -> bool {
-        let Some(first) = first.map(|m| m.as_ptr() as usize) else {
+    /// What was kept for histories beginning with `first` was reused.
+    pub fn useful(&self, first: Option<&Bound<'_, PyAny>>) {
+        self.note(first, |entry, _| {
+            entry.misses = 0;
+            entry.wait = 0;
+            true
+        });
+    }
+
+    /// Move `first`'s entry (made if new) to the front and apply `update`
+    /// to it (told whether it was there).
+    fn note(
+        &self,
+        first: Option<&Bound<'_, PyAny>>,
+        update: impl FnOnce(&mut First, bool) -> bool,
+    ) -> bool {
+        let Some(address) = first.map(|m| m.as_ptr() as usize) else {
             return false;
         };
         let mut firsts = self
             .firsts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let seen = firsts.iter().position(|&(f, _)| f == first);
-        let before = seen
-            .and_then(|at| firsts.remove(at))
-            .map(|(_, useful)| useful);
-        firsts.push_front((first, useful && before.unwrap_or(true)));
+        let found = firsts.iter().position(|f| f.address == address);
+        let seen = found.is_some();
+        let mut entry = found.and_then(|at| firsts.remove(at)).unwrap_or(First {
+            address,
+            misses: 0,
+            wait: 0,
+        });
+        let answer = update(&mut entry, seen);
+        firsts.push_front(entry);
         firsts.truncate(self.keep);
-        before.unwrap_or(false) && useful
+        answer
     }
 }
 
@@ -378,23 +668,9 @@ pub fn remember(
 }
 
 /// Keep `output` as the laid-out form of `message`, if the entry for it is
-/// the one read under `context` with shape `shape`.
-pub fn remember_output(
-    message: &Bound<'_, PyAny>,
-    shape: &Shape,
-    context: Context,
-    output: &Bound<'_, PyAny>,
-) {
-    let mut walked = Shape::default();
-    if !walked.of(output) {
-        return;
-    }
-    let kept = Output {
-        message: output.clone().unbind(),
-        shape: walked.slots.clone(),
-        held: walked.hold(output),
-        cost: walked.cost(),
-    };
+/// the one read under `context` and the message is unchanged since.
+pub fn remember_output(message: &Bound<'_, PyAny>, context: Context, output: &LaidOut) {
+    let kept = Arc::clone(output);
     let cost = kept.cost;
     let mut gone = Vec::new();
     let mut kept = Some(kept);
@@ -403,7 +679,7 @@ pub fn remember_output(
         let mut memo = memo();
         if let Some(seen) = memo.entries.get_mut(&(message.as_ptr() as usize))
             && seen.context == context
-            && seen.shape == shape.slots
+            && matches(message, &seen.shape)
         {
             old = seen.output.replace(kept.take().expect("not taken yet"));
             memo.cost = memo.cost + cost - old.as_ref().map_or(0, |o| o.cost);

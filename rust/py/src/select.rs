@@ -3,12 +3,13 @@
 
 use std::sync::LazyLock;
 
-use context_core::select::{self, Analysis, Extras, Truncation, UnitKind, Weights};
+use context_core::select::{self, Analysis, Extras, MessageInfo, Truncation, UnitKind, Weights};
 use context_core::tags::{self, Keywords, Tagger};
 use pyo3::prelude::*;
 
 use crate::errors::{CoreError, invalid_input};
 use crate::json::PyJson;
+use crate::read_runs;
 use crate::seen;
 use crate::text::{as_count, sequence, text};
 use crate::tokenizer::PyTokenizer;
@@ -139,8 +140,8 @@ pub struct PyAnalysis {
     messages: Vec<Py<PyAny>>,
     /// The capped texts, beside `inner.truncations`.
     cut_texts: Vec<Py<PyString>>,
-    /// Each message's laid-out form, where one was made before and holds.
-    laid_out: Vec<Option<Py<PyAny>>>,
+    /// Each message's laid-out form, where one was made before.
+    laid_out: Vec<Option<seen::LaidOut>>,
     /// What the messages were read under.
     context: seen::Context,
 }
@@ -252,7 +253,6 @@ impl PyAnalysis {
     fn outputs(&self, py: Python<'_>, units: Vec<usize>) -> PyResult<(Vec<Py<PyAny>>, Vec<usize>)> {
         let mut out = Vec::new();
         let mut tokens = Vec::new();
-        let mut shape = seen::Shape::default();
         for u in units {
             let unit = self.unit(u)?;
             for m in unit.start..unit.end {
@@ -263,14 +263,14 @@ impl PyAnalysis {
                     out.push(message.clone().unbind());
                     continue;
                 }
-                if let Some(output) = &self.laid_out[m] {
-                    out.push(output.clone_ref(py));
+                if let Some(output) = self.laid_out[m].as_ref().and_then(|o| o.get(py)) {
+                    out.push(output);
                     continue;
                 }
-                let known = shape.of(message);
                 let output = lay_out(py, message, &cuts)?;
-                if known {
-                    seen::remember_output(message, &shape, self.context, &output);
+                if let Some(stored) = seen::Stored::of(&output) {
+                    seen::remember_output(message, self.context, &stored);
+                    read_runs::remember_output(message, m, self.context, &stored);
                 }
                 out.push(output.unbind());
             }
@@ -432,48 +432,57 @@ pub fn _analyze(
     let tagger = tagger.map_or(&*DEFAULT_TAGGER, PyTagger::get);
     let tagger = find_tags.then_some(tagger);
     let tokenizer = tokenizer.get().inner();
-    let mut infos = Vec::with_capacity(items.len());
-    let mut truncations = Vec::new();
-    let mut cut_texts = Vec::new();
-    let mut laid_out = Vec::with_capacity(items.len());
     let worth_remembering = seen::READ_FIRSTS.seen_before(items.first());
+    // The start a kept run shares, then the rest: recalled by message, or read.
+    let mut run = read_runs::take(&items, context)
+        .or_else(|| worth_remembering.then(|| read_runs::Run::new(context)));
+    let reused = run.as_ref().map_or(0, read_runs::Run::len);
+    let mut read = Read::with_capacity(items.len());
+    if let Some(run) = &run {
+        run.read_into(py, &mut read);
+    }
+    let recalled = seen::recall_all(py, &items[reused..], context);
     let mut shape = seen::Shape::default();
-    let mut scratch = seen::Shape::default();
-    for (index, message) in items.iter().enumerate() {
-        let known = shape.of(message);
-        let recalled = if known {
-            seen::recall(py, message, &shape, context, &mut scratch)
-        } else {
-            None
-        };
+    // The run grows while each message can be shaped, and stops at the first that cannot.
+    let mut growing = run.is_some();
+    for ((index, message), recalled) in items.iter().enumerate().skip(reused).zip(recalled) {
+        let new = recalled.is_none();
         let (info, cuts, output) = if let Some(found) = recalled {
             (found.info, found.cuts, found.output)
         } else {
-            let (info, read) =
+            let (info, truncations) =
                 select::read_message(&PyJson(message.clone()), tokenizer, tagger, cap)
                     .map_err(|e| CoreError(e.within(&format!("messages[{index}]"))))?;
-            let cuts: Vec<seen::Cut> = read
+            let cuts: Vec<seen::Cut> = truncations
                 .into_iter()
                 .map(|truncation| seen::Cut {
                     text: PyString::new(py, &truncation.text).unbind(),
                     truncation,
                 })
                 .collect();
-            if known && worth_remembering {
-                seen::remember(py, message, &shape, context, &info, &cuts);
-            }
             (info, cuts, None)
         };
-        laid_out.push(output);
-        for cut in cuts {
-            truncations.push(Truncation {
-                message: index,
-                ..cut.truncation
-            });
-            cut_texts.push(cut.text);
+        if growing || (worth_remembering && new) {
+            let walked = shape.of(message);
+            if worth_remembering && new && walked {
+                seen::remember(py, message, &shape, context, &info, &cuts);
+            }
+            growing = growing && walked;
+            if let (true, Some(run)) = (growing, run.as_mut()) {
+                run.push(py, message, &shape, &info, &cuts, output.as_ref());
+            }
         }
-        infos.push(info);
+        read.push(py, info, &cuts, output);
     }
+    if let Some(run) = run {
+        read_runs::keep(run);
+    }
+    let Read {
+        infos,
+        truncations,
+        cut_texts,
+        laid_out,
+    } = read;
     Ok(PyAnalysis {
         inner: select::assemble(infos, truncations),
         messages: items.into_iter().map(Bound::unbind).collect(),
@@ -481,6 +490,45 @@ pub fn _analyze(
         laid_out,
         context,
     })
+}
+
+/// What `_analyze` read of each message, gathered as it goes.
+pub struct Read {
+    pub infos: Vec<MessageInfo>,
+    pub truncations: Vec<Truncation>,
+    pub cut_texts: Vec<Py<PyString>>,
+    pub laid_out: Vec<Option<seen::LaidOut>>,
+}
+
+impl Read {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            infos: Vec::with_capacity(n),
+            truncations: Vec::new(),
+            cut_texts: Vec::new(),
+            laid_out: Vec::with_capacity(n),
+        }
+    }
+
+    /// Add the next message's facts, its capped tool results and laid-out form.
+    pub fn push(
+        &mut self,
+        py: Python<'_>,
+        info: MessageInfo,
+        cuts: &[seen::Cut],
+        output: Option<seen::LaidOut>,
+    ) {
+        let index = self.infos.len();
+        for cut in cuts {
+            self.truncations.push(Truncation {
+                message: index,
+                ..cut.truncation.clone()
+            });
+            self.cut_texts.push(cut.text.clone_ref(py));
+        }
+        self.infos.push(info);
+        self.laid_out.push(output);
+    }
 }
 
 /// `message` as sent: a plain dict without the metadata keys, with each of

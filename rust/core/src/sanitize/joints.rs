@@ -22,8 +22,17 @@
 //!
 //! The stages report their changes in order, stage by stage, so the
 //! answer's changes are, per stage, those before `c` then the tail's, and
-//! the inserted first user message last. The binding checks each
-//! condition; anything else is answered by the whole funnel.
+//! the inserted first user message last.
+//!
+//! Once the answer is known to split at `c` this way, it splits at `c` for
+//! every later extension whose tail meets the same conditions (no id of the
+//! tail before `c`, no system message in it), whatever the tail's own
+//! changes: the part before `c` and its neighbours are the same messages,
+//! and the tail is judged alone. The tail's answer may even change `P[c]`
+//! (a later user message merged into it); only a change reported at `c`
+//! itself, or a refusal (whose reason names an index), is left to the whole
+//! funnel. The binding checks each condition; anything else is answered by
+//! the whole funnel.
 
 use crate::json::{JsonValue, Kind};
 
