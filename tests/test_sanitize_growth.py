@@ -7,6 +7,7 @@ not, any growth, ids that reach back, and messages changed in place since."""
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -330,9 +331,40 @@ def test_a_history_that_stopped_extending_is_kept_again_when_it_grows():
         funnel.sanitize([history[0], {"role": "assistant", "content": f"other {turn}"}])
     stable = []
     for turn in range(12):
-        history = [*history, {"role": "assistant", "content": f"a{turn}"}, {"role": "user", "content": f"u{turn}"}]
+        history = [
+            *history,
+            {"role": "assistant", "content": f"a{turn}"},
+            {"role": "user", "content": f"u{turn}"},
+        ]
         first = funnel.sanitize(history)
         again = funnel.sanitize(history)
         assert answer(first) == answer(Sanitizer("openai").sanitize(history))
         stable.append(first.messages[1] is again.messages[1])
     assert stable[-4:] == [True] * 4, stable
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_turn_answered_whole_hands_out_the_same_copies(provider):
+    """A turn in progress that reuses an id from before it cannot be
+    extended, so each call is answered by the whole funnel; its repaired
+    copies, equal each time, are still handed out as the same objects."""
+    funnel = Sanitizer(provider)
+    history = [
+        {"role": "user", "content": "start"},
+        *tool_round(provider, "c1", "first result"),
+        {"role": "assistant", "content": "part one"},
+        {"role": "assistant", "content": "part two"},  # merged: a copy
+        {"role": "user", "content": "again"},
+        *tool_round(provider, "c1", "the same id again"),  # reaches back: repaired, whole
+    ]
+    answers = []
+    for step in range(4):
+        history = history + tool_round(provider, f"n{step}", f"round {step}")
+        answers.append(funnel.sanitize(history))
+        whole = Sanitizer(provider).sanitize(history)
+        assert answer(answers[-1]) == answer(whole)
+    copies = [[i for i, m in enumerate(a.messages) if all(m is not h for h in history)] for a in answers]
+    assert copies[0], "the history has repaired copies"
+    for earlier, later in itertools.pairwise(answers):
+        shared = [i for i in copies[0] if i < len(earlier.messages)]
+        assert all(earlier.messages[i] is later.messages[i] for i in shared)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX
+from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, Truncated
 from context_core.errors import InvalidInputError, InvalidTypeError
 
 MEMORY_PREFIX = "Relevant memory: "
@@ -64,15 +64,6 @@ class Breakdown:
 
     def __str__(self) -> str:
         return self.log_line()
-
-
-@dataclass(frozen=True)
-class Truncated:
-    """A tool result cut to the cap before selection."""
-
-    index: int
-    before: int
-    after: int
 
 
 @dataclass
@@ -221,7 +212,6 @@ class Layout:
         self.messages = messages
         self.analysis = analysis
         self.provider = provider
-        self.truncations = analysis.truncations
 
     def extra(self, text: str) -> tuple[dict, int]:
         message = {"role": "system", "content": text}
@@ -229,38 +219,22 @@ class Layout:
 
     def finish(
         self,
-        items: Sequence[tuple],
+        items: Sequence[int | dict],
         budget: int,
         sections: Mapping[str, int],
         turns: int | None = None,
     ) -> tuple[Selection, int]:
-        """Expand ``("unit", u)`` / ``("extra", message)`` items into the output;
-        sanitize and count it. Returns the selection and the tokens over budget."""
-        units = [item[1] for item in items if item[0] == "unit"]
-        # The kept messages as sent (the analysis makes them, and keeps
-        # them from one turn to the next) with their exact counts, asked
-        # for a run of units at a time.
-        laid_out: list[dict] = []
-        known: list[int | None] = []
-        run: list[int] = []
-        for kind, value in (*items, ("end", None)):
-            if kind == "unit":
-                run.append(value)
-                continue
-            if run:
-                messages, tokens = self.analysis.outputs(run)
-                laid_out += messages
-                known += tokens
-                run = []
-            if kind == "extra":
-                laid_out.append(value)
-                known.append(None)
+        """Lay out ``items`` (a unit's number, or an extra message) into the
+        output; sanitize and count it. Returns the selection and the tokens
+        over budget."""
+        # The kept messages as sent (the analysis makes them, and keeps them
+        # from one turn to the next) with their exact counts.
+        laid_out, known, units = self.analysis.lay_out(items)
         final, system, changes = self.backend.sanitize(laid_out, self.provider)
         total = count_sent(self.backend, laid_out, final, known)
         if system:
             total += self.backend.count_message({"role": "system", "content": system})
-        kept, dropped = self.analysis.expand(units)
-        kept_set = set(kept) if self.truncations else set()
+        kept, dropped, missing, truncated = self.analysis.kept(units)
         breakdown = Breakdown(
             pinned=sections.get("pinned", 0),
             global_=sections.get("global", 0),
@@ -277,8 +251,8 @@ class Layout:
             breakdown=breakdown,
             kept=kept,
             dropped=dropped,
-            truncated=[Truncated(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set],
-            missing_dependencies=self.analysis.missing_dependencies(kept),
+            truncated=truncated,
+            missing_dependencies=missing,
             turns=turns,
             changes=changes,
         )
@@ -424,14 +398,14 @@ def shape_history(
 
     def run(target: int) -> tuple[Selection, int]:
         kept, turns, with_summary = shape(analysis, target, keep_last, min_keep, summary_tokens)
-        items: list[tuple] = []
+        items: list[int | dict] = []
         sections: dict[str, int] = {}
         for u in kept:
-            items.append(("unit", u))
+            items.append(u)
             if turns is not None and u == first_user and with_summary:
-                items.append(("extra", summary_message))
+                items.append(summary_message)
         if with_summary and first_user not in kept:
-            items.insert(0, ("extra", summary_message))
+            items.insert(0, summary_message)
         if with_summary:
             sections["global"] = summary_tokens or 0
         first = [u for u in kept if u == first_user and turns is not None]
@@ -489,7 +463,7 @@ def weighted_window(
         kept = analysis.weighted(target, weights, anchors, recent_turns, now)
         sections: dict[str, int] = {}
         layout.sum_units(kept, sections)
-        return layout.finish([("unit", u) for u in kept], budget, sections)
+        return layout.finish(kept, budget, sections)
 
     return settle(run, budget)
 
@@ -532,32 +506,28 @@ def build_context(
             anchor_extra = layout.extra(ANCHOR_PREFIX + "\n".join(f"- {c}" for c in constraints))
 
     def run(target: int) -> tuple[Selection, int]:
-        kept, with_global, with_anchor, kept_memories, kept_segments = analysis.build(
+        fixed, recent, current, with_global, with_anchor, kept_memories, kept_segments = analysis.build(
             target,
             global_extra[1] if global_extra else None,
             [m[1] for m in memory_extras],
             [s[1] for s in segment_extras],
             anchor_extra[1] if anchor_extra else None,
         )
-        kinds = [span[3] for span in analysis.spans(kept)]
-        fixed = [u for u, kind in zip(kept, kinds, strict=True) if kind in ("system", "pinned")]
-        recent = [u for u, kind in zip(kept, kinds, strict=True) if kind == "normal"]
-        current = [u for u, kind in zip(kept, kinds, strict=True) if kind == "current"]
-        items: list[tuple] = [("unit", u) for u in fixed]
+        items: list[int | dict] = list(fixed)
         sections: dict[str, int] = {}
         layout.sum_units(fixed + recent + current, sections)
         if with_global:
-            items.append(("extra", global_extra[0]))
+            items.append(global_extra[0])
             sections["global"] = global_extra[1]
-        items += [("extra", memory_extras[i][0]) for i in kept_memories]
+        items += [memory_extras[i][0] for i in kept_memories]
         sections["memories"] = sum(memory_extras[i][1] for i in kept_memories)
-        items += [("extra", segment_extras[i][0]) for i in kept_segments]
+        items += [segment_extras[i][0] for i in kept_segments]
         sections["segments"] = sum(segment_extras[i][1] for i in kept_segments)
-        items += [("unit", u) for u in recent]
+        items += recent
         if with_anchor:
-            items.append(("extra", anchor_extra[0]))
+            items.append(anchor_extra[0])
             sections["pinned"] = sections.get("pinned", 0) + anchor_extra[1]
-        items += [("unit", u) for u in current]
+        items += current
         return layout.finish(items, budget, sections)
 
     return settle(run, budget)

@@ -11,7 +11,7 @@ from typing import Any
 
 from context_core import _selection
 from context_core._core import METADATA_KEYS, TRUNCATION_MARKER
-from context_core._selection import Selection
+from context_core._selection import Selection, Truncated
 from context_core.errors import InvalidInputError, InvalidTypeError, OverBudgetError
 from context_core.reference import sanitize as reference_sanitize
 from context_core.reference.tags import CONSTRAINT, EVIDENCE, LOG, NAMES, PULSE, WHITE_SPACE, Tagger
@@ -267,6 +267,32 @@ class Analysis:
         indices = [m for start, end, *_ in self.spans(units) for m in range(start, end)]
         return [self.output(m, cuts.get(m, [])) for m in indices], [self.tokens[m] for m in indices]
 
+    def lay_out(self, items: list) -> tuple[list[dict], list[int | None], list[int]]:
+        """A plan laid out: each item a unit's number (its messages, as
+        :meth:`outputs` gives them) or an extra message (as it is); with each
+        message's tokens (``None`` for an extra) and the units."""
+        out: list[dict] = []
+        tokens: list[int | None] = []
+        units: list[int] = []
+        for item in items:
+            if type(item) is int:
+                messages, counts = self.outputs([item])
+                out += messages
+                tokens += counts
+                units.append(item)
+            else:
+                out.append(item)
+                tokens.append(None)
+        return out, tokens, units
+
+    def kept(self, units: list[int]) -> tuple[list[int], list[int], list[tuple[int, str]], list[Truncated]]:
+        """Kept and dropped messages, missing dependencies and the kept tool
+        results cut to the cap, when ``units`` are kept."""
+        kept, dropped = self.expand(units)
+        kept_set = set(kept)
+        truncated = [Truncated(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set]
+        return kept, dropped, self.missing_dependencies(kept), truncated
+
     def output(self, index: int, cuts: list[tuple]) -> dict:
         message = self.messages[index]
         if not cuts and METADATA.isdisjoint(message):
@@ -441,7 +467,12 @@ class Analysis:
         for u in sorted(optional, key=lambda u: (-priority(u), -constraint(u), -u)):
             if fits(self.units[u][2], budget):
                 units.append(u)
-        return sorted(units), with_global, with_anchor, kept_memories, kept_segments
+        kept = sorted(units)
+        kinds = [self.units[u][3] for u in kept]
+        fixed = [u for u, kind in zip(kept, kinds, strict=True) if kind in ("system", "pinned")]
+        recent = [u for u, kind in zip(kept, kinds, strict=True) if kind == "normal"]
+        current = [u for u, kind in zip(kept, kinds, strict=True) if kind == "current"]
+        return fixed, recent, current, with_global, with_anchor, kept_memories, kept_segments
 
 
 class _Backend:

@@ -149,9 +149,20 @@ impl Run {
     }
 }
 
+/// The repaired copies of a whole answer, by position, with their shapes,
+/// and the address of that history's first message.
+#[derive(Default)]
+struct LastCopies {
+    first: usize,
+    copies: Vec<(usize, Py<PyAny>)>,
+    shapes: Shapes,
+}
+
 /// The histories one funnel answered lately.
 pub struct Answered {
     runs: Mutex<VecDeque<Run>>,
+    /// The copies of the last whole answer (see [`Answered::reuse_copies`]).
+    last_copies: Mutex<LastCopies>,
     /// The histories asked about lately (see [`RecentFirsts`]).
     firsts: RecentFirsts,
 }
@@ -160,6 +171,7 @@ impl Default for Answered {
     fn default() -> Self {
         Self {
             runs: Mutex::default(),
+            last_copies: Mutex::default(),
             firsts: RecentFirsts::new(16),
         }
     }
@@ -330,6 +342,83 @@ impl Answered {
             self.keep(run);
         }
         Ok(Some(answer))
+    }
+
+    /// `answer`, the whole funnel's for `items`, with each repaired copy
+    /// that equals the copy a kept answer handed out at the same place (and
+    /// the caller has not changed since) replaced by that copy: a turn the
+    /// whole funnel answers still hands out the same objects, and the
+    /// caches after it still hit.
+    pub fn reuse_copies(
+        &self,
+        py: Python<'_>,
+        items: &[Bound<'_, PyAny>],
+        answer: PySanitizeResult,
+    ) -> PySanitizeResult {
+        let mut earlier: Vec<(usize, Py<PyAny>)> = {
+            let runs = self.lock();
+            let run = runs
+                .iter()
+                .filter(|run| seen::shared_start(&run.messages, items) > 0)
+                .max_by_key(|run| seen::shared_start(&run.messages, items));
+            run.map(|run| {
+                run.built
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, &position)| {
+                        matches(run.outputs[position].bind(py), run.built_shapes.get(i))
+                    })
+                    .map(|(_, &position)| (position, run.outputs[position].clone_ref(py)))
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        // And the copies of the last whole answer, which may not have been
+        // kept (a turn that cannot be extended is answered whole each time).
+        let last = std::mem::take(&mut *self.last_copies());
+        let first = items.first().map_or(0, |m| m.as_ptr() as usize);
+        let same_history = last.first == first;
+        earlier.extend(
+            last.copies
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| {
+                    same_history && matches(last.copies[i].1.bind(py), last.shapes.get(i))
+                })
+                .map(|(_, (position, copy))| (*position, copy.clone_ref(py))),
+        );
+        let inputs: HashSet<usize> = items.iter().map(|m| m.as_ptr() as usize).collect();
+        let messages = answer.messages.bind(py);
+        for (position, old) in earlier {
+            let Ok(new) = messages.get_item(position) else {
+                continue;
+            };
+            let copy = !inputs.contains(&(new.as_ptr() as usize));
+            if copy && !new.is(&old) && new.eq(&old).unwrap_or(false) {
+                let _ = messages.set_item(position, old);
+            }
+        }
+        let mut copies = LastCopies {
+            first,
+            ..LastCopies::default()
+        };
+        let mut scratch = Shape::default();
+        for (position, message) in messages.iter().enumerate() {
+            if !inputs.contains(&(message.as_ptr() as usize))
+                && copies.shapes.push(&message, &mut scratch)
+            {
+                copies.copies.push((position, message.unbind()));
+            }
+        }
+        *self.last_copies() = copies;
+        drop(last); // after the lock: dropping references may free objects
+        answer
+    }
+
+    fn last_copies(&self) -> std::sync::MutexGuard<'_, LastCopies> {
+        self.last_copies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether remembering the answer for `items` may pay (see [`RecentFirsts`]).

@@ -204,7 +204,9 @@ impl PySanitizer {
         };
         let views: Vec<PyJson<'_>> = items.iter().cloned().map(PyJson).collect();
         let plan = self.inner.sanitize(&views).map_err(CoreError)?;
-        let answer = build_result(py, &items, plan)?;
+        let answer = self
+            .answered
+            .reuse_copies(py, &items, build_result(py, &items, plan)?);
         if self.answered.seen_before(&items) {
             let tail_answer = |from: usize| {
                 let tail = &items[from..];

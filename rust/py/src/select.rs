@@ -13,7 +13,7 @@ use crate::read_runs;
 use crate::seen;
 use crate::text::{as_count, sequence, text};
 use crate::tokenizer::PyTokenizer;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyInt, PyList, PyString};
 
 /// The tagger with the default keyword lists.
 pub static DEFAULT_TAGGER: LazyLock<Tagger> =
@@ -113,8 +113,55 @@ type TruncationRow = (
     usize,
     usize,
 );
-/// `(units, global, anchoring, memories, segments)` the builder keeps.
-type BuildRow = (Vec<usize>, bool, bool, Vec<usize>, Vec<usize>);
+/// `(messages, tokens, units)` of a plan laid out.
+type LaidOutRow = (Vec<Py<PyAny>>, Vec<Option<usize>>, Vec<usize>);
+/// `(kept, dropped, missing dependencies, truncated)`.
+type KeptRow = (
+    Vec<usize>,
+    Vec<usize>,
+    Vec<(usize, String)>,
+    Vec<PyTruncated>,
+);
+
+/// A tool result cut to the cap before selection: message `index`, and its
+/// tokens before and after.
+#[pyclass(frozen, eq, hash, get_all, name = "Truncated", module = "context_core")]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PyTruncated {
+    index: usize,
+    before: usize,
+    after: usize,
+}
+
+#[pymethods]
+impl PyTruncated {
+    #[new]
+    fn new(index: usize, before: usize, after: usize) -> Self {
+        Self {
+            index,
+            before,
+            after,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Truncated(index={}, before={}, after={})",
+            self.index, self.before, self.after
+        )
+    }
+}
+
+/// `(fixed, recent, current, global, anchoring, memories, segments)` the builder keeps.
+type BuildRow = (
+    Vec<usize>,
+    Vec<usize>,
+    Vec<usize>,
+    bool,
+    bool,
+    Vec<usize>,
+    Vec<usize>,
+);
 
 /// `(system, constraint, evidence, pulse, log, decay, tag_decay)`.
 pub type WeightRow = (f64, f64, f64, f64, f64, f64, f64);
@@ -153,6 +200,45 @@ impl PyAnalysis {
             .units
             .get(u)
             .ok_or_else(|| invalid_input(format!("no unit {u}")))
+    }
+
+    /// Lay out the messages of unit `u` into `out`, telling `tokens` each
+    /// one's exact count.
+    fn push_unit(
+        &self,
+        py: Python<'_>,
+        u: usize,
+        out: &mut Vec<Py<PyAny>>,
+        tokens: &mut impl FnMut(usize),
+    ) -> PyResult<()> {
+        let unit = self.unit(u)?;
+        for m in unit.start..unit.end {
+            tokens(self.inner.messages[m].tokens);
+            let message = self.messages[m].bind(py);
+            let info = &self.inner.messages[m];
+            let has_cuts = self.has_cuts(m);
+            if !info.has_metadata && !has_cuts {
+                out.push(message.clone().unbind());
+                continue;
+            }
+            if let Some(output) = self.laid_out[m].as_ref().and_then(|o| o.get(py)) {
+                out.push(output);
+                continue;
+            }
+            let output = lay_out(py, message, &self.cuts_of(py, m))?;
+            if let Some(stored) = seen::Stored::of(&output) {
+                seen::remember_output(message, self.context, &stored);
+                read_runs::remember_output(message, m, self.context, &stored);
+            }
+            out.push(output.unbind());
+        }
+        Ok(())
+    }
+
+    fn has_cuts(&self, m: usize) -> bool {
+        let all = &self.inner.truncations;
+        all.get(all.partition_point(|t| t.message < m))
+            .is_some_and(|t| t.message == m)
     }
 
     /// `(block, part, text)` of each capped tool result of message `m`.
@@ -254,28 +340,57 @@ impl PyAnalysis {
         let mut out = Vec::new();
         let mut tokens = Vec::new();
         for u in units {
-            let unit = self.unit(u)?;
-            for m in unit.start..unit.end {
-                tokens.push(self.inner.messages[m].tokens);
-                let message = self.messages[m].bind(py);
-                let cuts = self.cuts_of(py, m);
-                if !self.inner.messages[m].has_metadata && cuts.is_empty() {
-                    out.push(message.clone().unbind());
-                    continue;
-                }
-                if let Some(output) = self.laid_out[m].as_ref().and_then(|o| o.get(py)) {
-                    out.push(output);
-                    continue;
-                }
-                let output = lay_out(py, message, &cuts)?;
-                if let Some(stored) = seen::Stored::of(&output) {
-                    seen::remember_output(message, self.context, &stored);
-                    read_runs::remember_output(message, m, self.context, &stored);
-                }
-                out.push(output.unbind());
-            }
+            self.push_unit(py, u, &mut out, &mut |t| tokens.push(t))?;
         }
         Ok((out, tokens))
+    }
+
+    /// What a plan lays out, in order: each item a unit (an int: its
+    /// messages as [`Self::outputs`] gives them) or an extra message (a
+    /// dict, as it is). Returns the messages, each one's exact tokens
+    /// (`None` for an extra: the caller counts it) and the units.
+    fn lay_out(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<LaidOutRow> {
+        let items = sequence(items, "items")?;
+        let mut out = Vec::with_capacity(items.len());
+        let mut tokens = Vec::with_capacity(items.len());
+        let mut units = Vec::with_capacity(items.len());
+        for item in &items {
+            if item.is_exact_instance_of::<PyInt>() {
+                let u = item.extract::<usize>()?;
+                units.push(u);
+                self.push_unit(py, u, &mut out, &mut |t| tokens.push(Some(t)))?;
+            } else {
+                out.push(item.clone().unbind());
+                tokens.push(None);
+            }
+        }
+        Ok((out, tokens, units))
+    }
+
+    /// `(kept messages, dropped messages, missing dependencies, truncated)`
+    /// when `units` are kept: each message's index, `(message, id)` where a
+    /// kept message depends on a dropped one, and the kept tool results
+    /// cut to the cap.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
+    fn kept(&self, units: Vec<usize>) -> KeptRow {
+        let (kept, dropped) = self.inner.expand(&units);
+        let missing = self.inner.missing_dependencies(&kept);
+        let mut is_kept = vec![false; self.inner.messages.len()];
+        for &m in &kept {
+            is_kept[m] = true;
+        }
+        let truncated = self
+            .inner
+            .truncations
+            .iter()
+            .filter(|t| is_kept[t.message])
+            .map(|t| PyTruncated {
+                index: t.message,
+                before: t.before,
+                after: t.after,
+            })
+            .collect();
+        (kept, dropped, missing, truncated)
     }
 
     /// Tokens of every message together.
@@ -382,7 +497,10 @@ impl PyAnalysis {
         Ok((shape.units, shape.turns, shape.summary))
     }
 
-    /// `(units, global, anchoring, memories, segments)` the builder keeps.
+    /// What the builder keeps: `(fixed, recent, current, global,
+    /// anchoring, memories, segments)`, its units split by where they go
+    /// (system and pinned; the rest of the history; the turn in progress),
+    /// each in order.
     fn build(
         &self,
         budget: &Bound<'_, PyAny>,
@@ -399,8 +517,18 @@ impl PyAnalysis {
             anchoring,
         };
         let built = select::build(&self.inner, budget, &extras).map_err(CoreError)?;
+        let (mut fixed, mut recent, mut current) = (Vec::new(), Vec::new(), Vec::new());
+        for u in built.units {
+            match self.unit(u)?.kind {
+                UnitKind::System | UnitKind::Pinned => fixed.push(u),
+                UnitKind::Normal => recent.push(u),
+                UnitKind::Current => current.push(u),
+            }
+        }
         Ok((
-            built.units,
+            fixed,
+            recent,
+            current,
             built.global,
             built.anchoring,
             built.memories,
