@@ -368,3 +368,33 @@ def test_a_turn_answered_whole_hands_out_the_same_copies(provider):
     for earlier, later in itertools.pairwise(answers):
         shared = [i for i in copies[0] if i < len(earlier.messages)]
         assert all(earlier.messages[i] is later.messages[i] for i in shared)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("result_first", [False, True])
+def test_a_turn_reusing_an_id_from_long_ago_gets_the_whole_funnels_answer(provider, result_first):
+    """A call in the turn in progress reuses an id kept long before (the
+    run after the split is told of the calls before it), or a result
+    reaches back before any call of the turn (answered whole): either way,
+    every step is the whole funnel's answer."""
+    funnel = Sanitizer(provider)
+    history = [{"role": "user", "content": "start"}, *tool_round(provider, "old", "first")]
+    for turn in range(3):
+        history += [{"role": "assistant", "content": f"done {turn}"}, {"role": "user", "content": f"u{turn}"}]
+        history += tool_round(provider, f"t{turn}", "ok")
+    history += [
+        {"role": "assistant", "content": "so far"},
+        {"role": "user", "content": "the turn in progress"},
+    ]
+    reused = tool_round(provider, "old", "the same id again")
+    steps = [reused[1:], reused[:1]] if result_first else [reused]
+    steps += [tool_round(provider, f"n{k}", f"round {k}") for k in range(3)]
+    for added in steps:
+        history = history + added
+        funnel.sanitize(history)
+        ours = funnel.sanitize(history)
+        whole = Sanitizer(provider).sanitize(history)
+        assert answer(ours) == answer(whole)
+        assert identities(ours, history) == identities(whole, history)
+    if not result_first:
+        assert any(c.action == "drop_duplicate_call" for c in whole.changes), "the id is reused"

@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
-use context_core::sanitize::{Joint, joint};
+use context_core::sanitize::{Joint, called_ids, joint};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -46,6 +46,9 @@ struct Split {
     position: usize,
 }
 
+/// `(from, position, joints, ids reused from before the split)`.
+type Conditions = (usize, usize, Vec<Joint>, Vec<String>);
+
 /// A history and the funnel's answer for it.
 struct Run {
     messages: Vec<Py<PyAny>>,
@@ -63,9 +66,36 @@ struct Run {
     built_shapes: Shapes,
     system: Py<PyAny>,
     changes: Vec<Py<PyChange>>,
+    /// The ids of the calls the answer keeps before a split's position
+    /// (that position with them), found when a tail first reuses one.
+    calls_before: Option<(usize, HashSet<String>)>,
 }
 
 impl Run {
+    /// Of `ids`, those the answer keeps a call for before `position`.
+    fn kept_calls(&mut self, py: Python<'_>, position: usize, ids: &[String]) -> Vec<String> {
+        if self
+            .calls_before
+            .as_ref()
+            .is_none_or(|(at, _)| *at != position)
+        {
+            let calls = self.outputs[..position]
+                .iter()
+                .flat_map(|output| called_ids(&PyJson(output.bind(py).clone())))
+                .collect();
+            self.calls_before = Some((position, calls));
+        }
+        let (_, calls) = self.calls_before.as_ref().expect("just set");
+        let mut kept: Vec<String> = ids
+            .iter()
+            .filter(|id| calls.contains(*id))
+            .cloned()
+            .collect();
+        kept.sort_unstable();
+        kept.dedup();
+        kept
+    }
+
     fn push_message(
         &mut self,
         message: &Bound<'_, PyAny>,
@@ -196,6 +226,9 @@ pub struct Extension {
     /// Where the answer for `messages[from]` stands in the kept answer.
     position: usize,
     joints: Vec<Joint>,
+    /// Calls kept before `from` whose ids the tail uses again: the tail
+    /// runs with them as made (`Sanitizer::sanitize_after`).
+    pub called: Vec<String>,
 }
 
 impl Answered {
@@ -235,7 +268,7 @@ impl Answered {
         };
         // The cheap conditions first (the kept facts and the tail alone): a
         // history they do not hold for now is kept for later.
-        let Some((from, position, joints)) = Self::conditions(&run, items) else {
+        let Some((from, position, joints, reused)) = Self::conditions(&run, items) else {
             let blocked_at = run.split.map(|split| split.at);
             self.keep(run);
             return Lookup::Blocked(blocked_at);
@@ -252,31 +285,32 @@ impl Answered {
             }
         }
         self.firsts.useful(items.first());
+        let mut run = run;
+        let called = if reused.is_empty() {
+            Vec::new()
+        } else {
+            run.kept_calls(py, position, &reused)
+        };
         Lookup::Extend(Box::new(Extension {
             run,
             from,
             position,
             joints,
+            called,
         }))
     }
 
     /// Where the tail starts, where its first message stands in the kept
-    /// answer, and the tail's joints.
-    fn conditions(run: &Run, items: &[Bound<'_, PyAny>]) -> Option<(usize, usize, Vec<Joint>)> {
+    /// answer, the tail's joints, and the ids it uses again from before the
+    /// split (each at or after the tail's first assistant message).
+    fn conditions(run: &Run, items: &[Bound<'_, PyAny>]) -> Option<Conditions> {
         let Split { at: from, position } = run.split.filter(|split| split.at > 0)?;
-        let mut joints = Vec::with_capacity(items.len() - from);
-        for item in &items[from..] {
-            let joint = joint(&PyJson(item.clone()))?;
-            let reaches_back = joint
-                .ids
-                .iter()
-                .any(|id| run.ids.get(id).is_some_and(|&at| at < from));
-            if joint.system || reaches_back {
-                return None;
-            }
-            joints.push(joint);
-        }
-        Some((from, position, joints))
+        let joints = items[from..]
+            .iter()
+            .map(|item| joint(&PyJson(item.clone())).filter(|joint| !joint.system))
+            .collect::<Option<Vec<Joint>>>()?;
+        let reused = reused_ids(&run.ids, from, &joints)?;
+        Some((from, position, joints, reused))
     }
 
     /// The answer for `items`, from the kept one and the funnel's answer
@@ -294,6 +328,7 @@ impl Answered {
             from,
             position,
             joints,
+            called: _,
         } = extension;
         // The argument needs the tail's first message (a user message) kept as
         // it is; and a refused message's reason names its index in the text.
@@ -436,7 +471,7 @@ impl Answered {
         items: &[Bound<'_, PyAny>],
         answer: &PySanitizeResult,
         blocked_at: Option<usize>,
-        tail_answer: impl Fn(usize) -> Option<PySanitizeResult>,
+        tail_answer: impl Fn(usize, &[String]) -> Option<PySanitizeResult>,
     ) {
         // A lifted system list (blocks) is the caller's to change: not kept.
         let system = answer.system.bind(py);
@@ -464,6 +499,7 @@ impl Answered {
             built_shapes: Shapes::default(),
             system: answer.system.clone_ref(py),
             changes: answer.changes.iter().map(|c| c.clone_ref(py)).collect(),
+            calls_before: None,
         };
         let mut scratch = Shape::default();
         let mut turn_starts = Vec::new();
@@ -535,6 +571,27 @@ impl Answered {
     }
 }
 
+/// The ids that messages from `at` (their `joints`) use again from before
+/// `at` (`ids`: each id's first message); `None` if one comes before the
+/// first assistant message there, where a result could still belong to a
+/// call before `at`.
+fn reused_ids(ids: &HashMap<String, usize>, at: usize, joints: &[Joint]) -> Option<Vec<String>> {
+    let mut reused = Vec::new();
+    let mut past_assistant = false;
+    for joint in joints {
+        past_assistant |= joint.assistant;
+        for id in &joint.ids {
+            if ids.get(id).is_some_and(|&first| first < at) {
+                if !past_assistant {
+                    return None;
+                }
+                reused.push(id.clone());
+            }
+        }
+    }
+    Some(reused)
+}
+
 /// Where `run`'s answer splits at turn start `at` when the turn in progress
 /// was repaired: the argument holds if nothing is reported at `at` itself
 /// (it was not merged into what came before) and the tail's ids and roles
@@ -545,7 +602,7 @@ fn split_with_tail(
     py: Python<'_>,
     run: &Run,
     at: usize,
-    tail_answer: &impl Fn(usize) -> Option<PySanitizeResult>,
+    tail_answer: &impl Fn(usize, &[String]) -> Option<PySanitizeResult>,
 ) -> Option<Split> {
     let changes = || run.changes.iter().map(Py::get);
     // An inserted first user message stands before everything: the part
@@ -562,7 +619,25 @@ fn split_with_tail(
     {
         return None;
     }
-    let tail = tail_answer(at)?;
+    // A call reusing an id from before `at`: the tail runs with the calls
+    // the answer keeps of those ids as made (if one was kept after `at`
+    // instead, the answers differ below and there is no split).
+    let joints = run.messages[at..]
+        .iter()
+        .map(|message| joint(&PyJson(message.bind(py).clone())).filter(|joint| !joint.system))
+        .collect::<Option<Vec<Joint>>>()?;
+    let reused = reused_ids(&run.ids, at, &joints)?;
+    let called: Vec<String> = if reused.is_empty() {
+        Vec::new()
+    } else {
+        let kept: HashSet<String> = run
+            .outputs
+            .iter()
+            .flat_map(|output| called_ids(&PyJson(output.bind(py).clone())))
+            .collect();
+        reused.into_iter().filter(|id| kept.contains(id)).collect()
+    };
+    let tail = tail_answer(at, &called)?;
     if !tail.system.is_none(py) {
         return None;
     }

@@ -189,7 +189,7 @@ impl PySanitizer {
                 let tail = &items[extension.from..];
                 let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
                 // An error in the tail: the whole funnel says it, with the right index.
-                if let Ok(plan) = self.inner.sanitize(&views) {
+                if let Ok(plan) = self.inner.sanitize_after(&views, &extension.called) {
                     let tail_answer = build_result(py, tail, plan)?;
                     if let Some(answer) =
                         self.answered.finish(py, &items, *extension, &tail_answer)?
@@ -208,10 +208,10 @@ impl PySanitizer {
             .answered
             .reuse_copies(py, &items, build_result(py, &items, plan)?);
         if self.answered.seen_before(&items) {
-            let tail_answer = |from: usize| {
+            let tail_answer = |from: usize, called: &[String]| {
                 let tail = &items[from..];
                 let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
-                let plan = self.inner.sanitize(&views).ok()?;
+                let plan = self.inner.sanitize_after(&views, called).ok()?;
                 build_result(py, tail, plan).ok()
             };
             self.answered

@@ -31,10 +31,58 @@
 //! and the tail is judged alone. The tail's answer may even change `P[c]`
 //! (a later user message merged into it); only a change reported at `c`
 //! itself, or a refusal (whose reason names an index), is left to the whole
-//! funnel. The binding checks each condition; anything else is answered by
-//! the whole funnel.
+//! funnel.
+//!
+//! One id may reach back: a tool call that reuses an id the part before `c`
+//! used. Pairing carries one thing across messages, the ids of the calls
+//! kept so far (a later call with one is a duplicate); results pair only
+//! within their own call's reach (OpenAI: up to the next assistant
+//! message; Anthropic: the next user message). So if every message of the
+//! tail holding such an id comes at or after the tail's first assistant
+//! message (no result of it can belong to a call before `c`), the tail run
+//! with the calls kept before `c` given as already made
+//! ([`Sanitizer::sanitize_after`](super::Sanitizer::sanitize_after))
+//! answers as the whole funnel does. The binding checks each condition;
+//! anything else is answered by the whole funnel.
 
 use crate::json::{JsonValue, Kind};
+
+/// The ids of the tool calls `message` makes (OpenAI `tool_calls`,
+/// Anthropic `tool_use` blocks); empty for anything else.
+pub fn called_ids<J: JsonValue>(message: &J) -> Vec<String> {
+    let mut ids = Vec::new();
+    if message.kind() != Kind::Object {
+        return ids;
+    }
+    if let Some(calls) = message
+        .get("tool_calls")
+        .filter(|c| c.kind() == Kind::Array)
+    {
+        for call in calls.items() {
+            if let Some(id) = call
+                .get("id")
+                .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
+            {
+                ids.push(id);
+            }
+        }
+    }
+    if let Some(content) = message.get("content").filter(|c| c.kind() == Kind::Array) {
+        for block in content.items() {
+            let tool_use = block
+                .get("type")
+                .is_some_and(|kind| kind.as_str().is_some_and(|k| k == "tool_use"));
+            if let Some(id) = block
+                .get("id")
+                .filter(|_| tool_use)
+                .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
+            {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
 
 /// What extending a clean history needs to know of one message.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -45,6 +93,8 @@ pub struct Joint {
     pub system: bool,
     /// A user message with text of its own and no tool results.
     pub turn_start: bool,
+    /// An assistant message.
+    pub assistant: bool,
 }
 
 /// The joint facts of `message`; `None` for anything the whole funnel must
@@ -64,6 +114,7 @@ pub fn joint<J: JsonValue>(message: &J) -> Option<Joint> {
     }
     let mut joint = Joint {
         system: matches!(role.as_ref(), "system" | "developer"),
+        assistant: role == "assistant",
         ..Joint::default()
     };
     if let Some(calls) = message.get("tool_calls").filter(|c| c.kind() != Kind::Null) {

@@ -16,7 +16,7 @@ mod patterns;
 mod plan;
 mod stages;
 
-pub use joints::{Joint, joint};
+pub use joints::{Joint, called_ids, joint};
 pub use patterns::{
     DEFAULT_ERROR_PATTERNS, DEFAULT_MAX_PATTERN_CHARS, DEFAULT_PLACEHOLDER_PATTERNS, Patterns,
 };
@@ -124,13 +124,23 @@ impl Sanitizer {
 
     /// Repair `messages`; the plan says what to send and what changed.
     pub fn sanitize<J: JsonValue>(&self, messages: &[J]) -> Result<Plan> {
+        self.sanitize_after(messages, &[])
+    }
+
+    /// Repair `messages`, the rest of a history whose earlier part kept the
+    /// tool calls `called` (their ids): a call here reusing one of them is
+    /// a duplicate, as in the whole history (see `joints`).
+    pub fn sanitize_after<J: JsonValue>(&self, messages: &[J], called: &[String]) -> Result<Plan> {
+        let mut ids = gather::Ids::default();
+        let called_before = called.iter().map(|id| ids.key(id)).collect();
         let mut run = Run {
             messages,
             options: &self.options,
             patterns: &self.patterns,
             changes: Vec::new(),
             system: Vec::new(),
-            ids: gather::Ids::default(),
+            ids,
+            called_before,
         };
         let items = run.stage1()?;
         let items = run.merge(2, items);

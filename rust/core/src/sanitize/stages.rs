@@ -19,6 +19,9 @@ pub(crate) struct Run<'m, J> {
     pub changes: Vec<Change>,
     pub system: Vec<OutContent>,
     pub ids: Ids,
+    /// Tool-call ids kept before these messages (a history's earlier part,
+    /// answered already): a call reusing one is a duplicate.
+    pub called_before: Vec<IdHash>,
 }
 
 impl<J: JsonValue> Run<'_, J> {
@@ -328,7 +331,7 @@ impl<J: JsonValue> Run<'_, J> {
     }
 
     fn pair_openai(&mut self, items: Vec<Item>) -> Vec<Item> {
-        let mut seen: HashSet<IdHash> = HashSet::default();
+        let mut seen: HashSet<IdHash> = self.called_before.iter().copied().collect();
         let mut out = Vec::with_capacity(items.len());
         let mut slots: Vec<Option<Item>> = items.into_iter().map(Some).collect();
         let mut i = 0;
@@ -444,7 +447,7 @@ impl<J: JsonValue> Run<'_, J> {
     }
 
     fn pair_anthropic(&mut self, items: Vec<Item>) -> Vec<Item> {
-        let mut seen: HashSet<IdHash> = HashSet::default();
+        let mut seen: HashSet<IdHash> = self.called_before.iter().copied().collect();
         let mut out = Vec::with_capacity(items.len());
         let mut items = items.into_iter().peekable();
         while let Some(mut item) = items.next() {

@@ -146,3 +146,55 @@ fn malformed_messages_raise_or_drop() {
     assert_eq!(plan.messages, vec![OutMessage::Original(0)]);
     assert_eq!(plan.changes[0].action, "drop_invalid");
 }
+
+/// A tail run told which calls the earlier part kept drops a call reusing
+/// one of their ids, as the whole funnel does, and its result with it.
+#[test]
+fn a_tail_after_kept_calls_drops_their_reused_ids() {
+    let call = |id: &'static str| {
+        obj(vec![
+            ("role", s("assistant")),
+            ("content", Json::Null),
+            (
+                "tool_calls",
+                blocks(vec![obj(vec![
+                    ("id", s(id)),
+                    ("type", s("function")),
+                    (
+                        "function",
+                        obj(vec![("name", s("f")), ("arguments", s("{}"))]),
+                    ),
+                ])]),
+            ),
+        ])
+    };
+    let result = |id: &'static str| {
+        obj(vec![
+            ("role", s("tool")),
+            ("tool_call_id", s(id)),
+            ("content", s("done")),
+        ])
+    };
+    let tail = [msg("user", s("again")), call("c1"), result("c1")];
+    let tail_refs: Vec<&Json> = tail.iter().collect();
+    let alone = openai().sanitize(&tail_refs).unwrap();
+    assert!(alone.changes.is_empty());
+    let after = openai()
+        .sanitize_after(&tail_refs, &["c1".to_owned()])
+        .unwrap();
+    let actions: Vec<&str> = after.changes.iter().map(|c| c.action).collect();
+    assert!(actions.contains(&"drop_duplicate_call"), "{actions:?}");
+    assert!(actions.contains(&"drop_result"), "{actions:?}");
+    let mut whole = vec![msg("user", s("start")), call("c1"), result("c1")];
+    whole.extend(tail.iter().cloned());
+    let whole_refs: Vec<&Json> = whole.iter().collect();
+    let whole = openai().sanitize(&whole_refs).unwrap();
+    let shifted: Vec<(Option<usize>, &str)> = whole
+        .changes
+        .iter()
+        .map(|c| (c.index.map(|i| i - 3), c.action))
+        .collect();
+    let tail_changes: Vec<(Option<usize>, &str)> =
+        after.changes.iter().map(|c| (c.index, c.action)).collect();
+    assert_eq!(shifted, tail_changes);
+}
