@@ -257,6 +257,17 @@ def test_one_conversation_keeps_one_answer():
     assert counts[-1] <= counts[2] + 2, counts  # not one more kept prefix a turn
 
 
+def asked_twice_is_whole(funnel: Sanitizer, history: list[dict], provider: str):
+    """``funnel``'s answer for ``history`` (asked twice: noted, then kept),
+    checked against a fresh funnel's."""
+    funnel.sanitize(history)
+    ours = funnel.sanitize(history)
+    whole = Sanitizer(provider).sanitize(history)
+    assert answer(ours) == answer(whole)
+    assert identities(ours, history) == identities(whole, history)
+    return ours
+
+
 def tool_round(provider: str, call_id: str, result: str) -> list[dict]:
     """One round of the agent loop: a call and its result."""
     if provider == "openai":
@@ -300,11 +311,7 @@ def test_a_turn_in_progress_with_repairs_grows_with_the_whole_funnels_answer(pro
         else:
             added = [{"role": "assistant", "content": f"thinking aloud {step}"}]
         history = history + added
-        funnel.sanitize(history)
-        ours = funnel.sanitize(history)
-        whole = Sanitizer(provider).sanitize(history)
-        assert answer(ours) == answer(whole)
-        assert identities(ours, history) == identities(whole, history)
+        ours = asked_twice_is_whole(funnel, history, provider)
         copy_before_the_turn = ours.messages[1]
         assert all(copy_before_the_turn is not h for h in history)
         # Junk (a legacy function call, say) is judged by the whole funnel every time.
@@ -391,10 +398,6 @@ def test_a_turn_reusing_an_id_from_long_ago_gets_the_whole_funnels_answer(provid
     steps += [tool_round(provider, f"n{k}", f"round {k}") for k in range(3)]
     for added in steps:
         history = history + added
-        funnel.sanitize(history)
-        ours = funnel.sanitize(history)
-        whole = Sanitizer(provider).sanitize(history)
-        assert answer(ours) == answer(whole)
-        assert identities(ours, history) == identities(whole, history)
+        ours = asked_twice_is_whole(funnel, history, provider)
     if not result_first:
-        assert any(c.action == "drop_duplicate_call" for c in whole.changes), "the id is reused"
+        assert any(c.action == "drop_duplicate_call" for c in ours.changes), "the id is reused"
