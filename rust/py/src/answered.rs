@@ -72,6 +72,24 @@ struct Run {
 }
 
 impl Run {
+    /// How much of the run a history must begin with to extend it: up to
+    /// its split, or all of it without one.
+    fn kept_part(&self) -> usize {
+        self.split.map_or(self.messages.len(), |split| split.at)
+    }
+
+    /// Keep the first `n` messages (their ids stay noted: an id noted too
+    /// early only makes a later tail look as if it reached back, which is
+    /// answered more carefully, never wrongly); the references let go.
+    fn truncate(&mut self, n: usize) -> Vec<Py<PyAny>> {
+        let mut gone = self.shapes.truncate(n);
+        if n < self.messages.len() {
+            gone.extend(self.messages.split_off(n));
+        }
+        self.last_turn_start = self.last_turn_start.filter(|&c| c < n);
+        gone
+    }
+
     /// Of `ids`, those the answer keeps a call for before `position`.
     fn kept_calls(&mut self, py: Python<'_>, position: usize, ids: &[String]) -> Vec<String> {
         if self
@@ -243,10 +261,13 @@ impl Answered {
     pub fn extension(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> Lookup {
         let run = {
             let mut runs = self.lock();
+            // The kept part must begin `items`: up to the split (the tail
+            // after it is run again anyway), or all of it without one.
             let found = runs.iter().position(|run| {
-                !run.messages.is_empty()
-                    && run.messages.len() <= items.len()
-                    && seen::shared_start(&run.messages, items) == run.messages.len()
+                let kept = run.kept_part();
+                kept > 0
+                    && kept <= items.len()
+                    && seen::shared_start(&run.messages[..kept], items) == kept
             });
             let Some(run) = found.and_then(|found| runs.remove(found)) else {
                 // A kept history with the same first message that this one
@@ -273,14 +294,20 @@ impl Answered {
             self.keep(run);
             return Lookup::Blocked(blocked_at);
         };
-        // Then the walk: dropped (not kept again) if anything in it changed since.
-        for (i, item) in items[..run.messages.len()].iter().enumerate() {
+        // Then the walk of what is reused: dropped (not kept again) if
+        // anything in it changed since.
+        for (i, item) in items[..from].iter().enumerate() {
             if !matches(item, run.shapes.get(i)) {
                 return Lookup::None;
             }
         }
-        for (i, &position) in run.built.iter().enumerate() {
-            if !matches(run.outputs[position].bind(py), run.built_shapes.get(i)) {
+        for (i, &at) in run
+            .built
+            .iter()
+            .enumerate()
+            .take_while(|&(_, &at)| at < position)
+        {
+            if !matches(run.outputs[at].bind(py), run.built_shapes.get(i)) {
                 return Lookup::None;
             }
         }
@@ -356,11 +383,14 @@ impl Answered {
             system: run.system.clone_ref(py),
             changes: changes.iter().map(|c| c.clone_ref(py)).collect(),
         };
+        // The run's tail is this call's: the messages from `from` on, walked again.
+        let gone = run.truncate(from);
         let mut scratch = Shape::default();
         let mut keepable = true;
-        for i in run.messages.len()..items.len() {
+        for i in from..items.len() {
             keepable = keepable && run.push_message(&items[i], &joints[i - from], &mut scratch);
         }
+        drop(gone);
         keepable =
             keepable && run.set_tail_outputs(py, position, tail_messages, from, &mut scratch);
         if keepable {
