@@ -352,9 +352,10 @@ def test_a_history_that_stopped_extending_is_kept_again_when_it_grows():
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_a_turn_answered_whole_hands_out_the_same_copies(provider):
-    """A turn in progress that reuses an id from before it cannot be
-    extended, so each call is answered by the whole funnel; its repaired
-    copies, equal each time, are still handed out as the same objects."""
+    """A turn in progress holding a result for a call from before it (before
+    any call of its own) cannot be extended, so each call is answered by
+    the whole funnel; its repaired copies, equal each time, are still
+    handed out as the same objects."""
     funnel = Sanitizer(provider)
     history = [
         {"role": "user", "content": "start"},
@@ -362,7 +363,7 @@ def test_a_turn_answered_whole_hands_out_the_same_copies(provider):
         {"role": "assistant", "content": "part one"},
         {"role": "assistant", "content": "part two"},  # merged: a copy
         {"role": "user", "content": "again"},
-        *tool_round(provider, "c1", "the same id again"),  # reaches back: repaired, whole
+        tool_round(provider, "c1", "a late result")[1],  # reaches back: repaired, whole
     ]
     answers = []
     for step in range(4):
@@ -372,7 +373,8 @@ def test_a_turn_answered_whole_hands_out_the_same_copies(provider):
         assert answer(answers[-1]) == answer(whole)
     copies = [[i for i, m in enumerate(a.messages) if all(m is not h for h in history)] for a in answers]
     assert copies[0], "the history has repaired copies"
-    for earlier, later in itertools.pairwise(answers):
+    # From the second sight of the history on (the first is only noted).
+    for earlier, later in itertools.pairwise(answers[1:]):
         shared = [i for i in copies[0] if i < len(earlier.messages)]
         assert all(earlier.messages[i] is later.messages[i] for i in shared)
 

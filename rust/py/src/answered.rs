@@ -73,9 +73,12 @@ struct Run {
 
 impl Run {
     /// How much of the run a history must begin with to extend it: up to
-    /// its split, or all of it without one.
+    /// and with the message at its split (the argument needs it as it was),
+    /// or all of it without one.
     fn kept_part(&self) -> usize {
-        self.split.map_or(self.messages.len(), |split| split.at)
+        self.split
+            .map_or(self.messages.len(), |split| split.at + 1)
+            .min(self.messages.len())
     }
 
     /// Keep the first `n` messages (their ids stay noted: an id noted too
@@ -261,8 +264,8 @@ impl Answered {
     pub fn extension(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> Lookup {
         let run = {
             let mut runs = self.lock();
-            // The kept part must begin `items`: up to the split (the tail
-            // after it is run again anyway), or all of it without one.
+            // The kept part must begin `items`: up to the split's message
+            // (the tail after it is run again anyway), or all of it.
             let found = runs.iter().position(|run| {
                 let kept = run.kept_part();
                 kept > 0
@@ -296,7 +299,7 @@ impl Answered {
         };
         // Then the walk of what is reused: dropped (not kept again) if
         // anything in it changed since.
-        for (i, item) in items[..from].iter().enumerate() {
+        for (i, item) in items[..run.kept_part()].iter().enumerate() {
             if !matches(item, run.shapes.get(i)) {
                 return Lookup::None;
             }
@@ -420,6 +423,11 @@ impl Answered {
         items: &[Bound<'_, PyAny>],
         answer: PySanitizeResult,
     ) -> PySanitizeResult {
+        // A history not seen lately (one parsed afresh each turn) has no
+        // copies handed out before: nothing to look up or note.
+        if !self.firsts.noted(items.first()) {
+            return answer;
+        }
         let mut earlier: Vec<(usize, Py<PyAny>)> = {
             let runs = self.lock();
             let run = runs

@@ -576,6 +576,19 @@ impl RecentFirsts {
         })
     }
 
+    /// Whether a history beginning with `first` was asked about lately
+    /// (nothing changes).
+    pub fn noted(&self, first: Option<&Bound<'_, PyAny>>) -> bool {
+        let Some(address) = first.map(|m| m.as_ptr() as usize) else {
+            return false;
+        };
+        self.firsts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|f| f.address == address)
+    }
+
     /// What was kept for histories beginning with `first` was not reused.
     pub fn useless(&self, first: Option<&Bound<'_, PyAny>>) {
         self.note(first, |entry, _| {
