@@ -403,3 +403,96 @@ def test_a_turn_reusing_an_id_from_long_ago_gets_the_whole_funnels_answer(provid
         ours = asked_twice_is_whole(funnel, history, provider)
     if not result_first:
         assert any(c.action == "drop_duplicate_call" for c in ours.changes), "the id is reused"
+
+
+def _call(call_id: str, content=None) -> dict:
+    return {"role": "assistant", "content": content, "tool_calls": [tool_call(call_id)]}
+
+
+def _result(call_id: str) -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": "r"}
+
+
+def _user(text):
+    return {"role": "user", "content": text}
+
+
+def _assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+def _kept(funnel: Sanitizer, history: list[dict]) -> None:
+    funnel.sanitize(history)  # noted
+    funnel.sanitize(history)  # kept
+
+
+def _is_whole(funnel: Sanitizer, history: list[dict], provider: str = "openai") -> None:
+    ours = funnel.sanitize(history)
+    whole = Sanitizer(provider).sanitize(history)
+    assert answer(ours) == answer(whole)
+    assert identities(ours, history) == identities(whole, history)
+
+
+def test_a_branch_that_moves_an_id_earlier_is_judged_with_it():
+    """A history that branches off a kept one within its tail: ids first
+    seen in the replaced tail are forgotten, so a later reuse is seen."""
+    u0, a1, u2 = _user("hi"), _assistant("ok"), _user("q")
+    funnel = Sanitizer("openai")
+    _kept(funnel, [u0, a1, u2, _call("A"), _result("A"), _call("Y"), _result("Y"), _assistant("fin")])
+    branch = [u0, a1, u2, _call("Y"), _result("Y"), _assistant("done"), _user("new"), _assistant("x")]
+    _is_whole(funnel, branch)
+    _is_whole(funnel, [*branch[:7], _call("Y"), _result("Y"), _assistant("r2")])
+    funnel = Sanitizer("openai")
+    _kept(funnel, [u0, a1, u2, _call("A"), _result("A"), _call("W"), _result("W"), _assistant("fin")])
+    pending = [u0, a1, u2, _call("W"), _assistant("done"), _user("new"), _assistant("x")]
+    _is_whole(funnel, pending)
+    _is_whole(funnel, [*pending[:6], _result("W"), _assistant("r2")])
+
+
+def test_only_an_assistants_own_calls_count_as_made():
+    """OpenAI pairs ``tool_calls`` only: a ``tool_use`` block in a user
+    message before the split is no call, so reusing its id is no duplicate."""
+    first = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "tool_use", "id": "X", "name": "f", "input": {}},
+        ],
+    }
+    history = [first, _assistant("ok"), _user("q"), _assistant("a")]
+    funnel = Sanitizer("openai")
+    _kept(funnel, history)
+    _is_whole(funnel, [*history, _user("again"), _call("X"), _result("X"), _assistant("done")])
+
+
+def test_a_dropped_first_assistant_does_not_bound_an_earlier_calls_reach():
+    """An empty assistant message is dropped before pairing: a result after
+    it still belongs to the call before the split, and moves up to it."""
+    u0, a1, u2 = _user("hi"), _call("Z", "calling"), _user("q")
+    funnel = Sanitizer("openai")
+    _kept(funnel, [u0, a1, u2, _assistant("ans")])
+    _is_whole(funnel, [u0, a1, u2, _assistant(""), _result("Z"), _assistant("done")])
+
+
+def test_a_copy_handed_back_is_the_callers_own_and_copies_match_by_type():
+    """A repaired copy passed back as a message is the caller's object, not
+    also the answer's copy; and a copy is reused only if equal down to its
+    types (``1`` is not ``True``)."""
+    u0, a1, u2, a3 = (
+        _user("hi"),
+        {"role": "assistant", "content": "x", "tool_calls": []},
+        _user("q"),
+        _assistant("y"),
+    )
+    funnel = Sanitizer("openai")
+    history = [u0, a1, u2, a3]
+    _kept(funnel, history)
+    handed = funnel.sanitize(history).messages[1]
+    _is_whole(funnel, [*history, _user("z"), handed])
+    funnel = Sanitizer("openai")
+    flagged = {"role": "assistant", "content": "x", "tool_calls": [], "n": 1}
+    late = _result("gone")
+    _kept(funnel, [u0, flagged, u2, late])
+    flagged["n"] = True  # changed in place: the whole funnel answers again
+    ours = funnel.sanitize([u0, flagged, u2, late])
+    assert ours.messages[1]["n"] is True

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use context_core::sanitize::{Joint, called_ids, joint};
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::json::PyJson;
 use crate::sanitize::{PyChange, PySanitizeResult};
@@ -46,8 +46,9 @@ struct Split {
     position: usize,
 }
 
-/// `(from, position, joints, ids reused from before the split)`.
-type Conditions = (usize, usize, Vec<Joint>, Vec<String>);
+/// `(from, position, joints, ids reused from before the split, the tail's
+/// first assistant message when there are any)`.
+type Conditions = (usize, usize, Vec<Joint>, Vec<String>, Option<usize>);
 
 /// A history and the funnel's answer for it.
 struct Run {
@@ -55,6 +56,9 @@ struct Run {
     shapes: Shapes,
     /// Each tool-call id, and the first message holding it.
     ids: HashMap<String, usize>,
+    /// The ids in the order they were first noted, with that message: a
+    /// truncated run forgets the ones its new tail must note again.
+    first_ids: Vec<(usize, String)>,
     /// The last message that starts a turn.
     last_turn_start: Option<usize>,
     /// Where the answer is known to split: see [`Split`].
@@ -81,10 +85,13 @@ impl Run {
             .min(self.messages.len())
     }
 
-    /// Keep the first `n` messages (their ids stay noted: an id noted too
-    /// early only makes a later tail look as if it reached back, which is
-    /// answered more carefully, never wrongly); the references let go.
+    /// Keep the first `n` messages, and the ids first noted in them; the
+    /// references let go.
     fn truncate(&mut self, n: usize) -> Vec<Py<PyAny>> {
+        while self.first_ids.last().is_some_and(|(at, _)| *at >= n) {
+            let (_, id) = self.first_ids.pop().expect("checked");
+            self.ids.remove(&id);
+        }
         let mut gone = self.shapes.truncate(n);
         if n < self.messages.len() {
             gone.extend(self.messages.split_off(n));
@@ -94,7 +101,13 @@ impl Run {
     }
 
     /// Of `ids`, those the answer keeps a call for before `position`.
-    fn kept_calls(&mut self, py: Python<'_>, position: usize, ids: &[String]) -> Vec<String> {
+    fn kept_calls(
+        &mut self,
+        py: Python<'_>,
+        position: usize,
+        ids: &[String],
+        anthropic: bool,
+    ) -> Vec<String> {
         if self
             .calls_before
             .as_ref()
@@ -102,7 +115,7 @@ impl Run {
         {
             let calls = self.outputs[..position]
                 .iter()
-                .flat_map(|output| called_ids(&PyJson(output.bind(py).clone())))
+                .flat_map(|output| called_ids(&PyJson(output.bind(py).clone()), anthropic))
                 .collect();
             self.calls_before = Some((position, calls));
         }
@@ -129,7 +142,10 @@ impl Run {
         let index = self.messages.len();
         self.messages.push(message.clone().unbind());
         for id in &joint.ids {
-            self.ids.entry(id.clone()).or_insert(index);
+            if !self.ids.contains_key(id) {
+                self.ids.insert(id.clone(), index);
+                self.first_ids.push((index, id.clone()));
+            }
         }
         if joint.turn_start {
             self.last_turn_start = Some(index);
@@ -211,6 +227,8 @@ struct LastCopies {
 
 /// The histories one funnel answered lately.
 pub struct Answered {
+    /// The funnel's provider: which messages' calls pairing counts.
+    anthropic: bool,
     runs: Mutex<VecDeque<Run>>,
     /// The copies of the last whole answer (see [`Answered::reuse_copies`]).
     last_copies: Mutex<LastCopies>,
@@ -218,9 +236,10 @@ pub struct Answered {
     firsts: RecentFirsts,
 }
 
-impl Default for Answered {
-    fn default() -> Self {
+impl Answered {
+    pub fn new(anthropic: bool) -> Self {
         Self {
+            anthropic,
             runs: Mutex::default(),
             last_copies: Mutex::default(),
             firsts: RecentFirsts::new(16),
@@ -250,6 +269,9 @@ pub struct Extension {
     /// Calls kept before `from` whose ids the tail uses again: the tail
     /// runs with them as made (`Sanitizer::sanitize_after`).
     pub called: Vec<String>,
+    /// With reused ids, the tail's first assistant message: it must stay
+    /// (one dropped by the first stage would let a result reach back).
+    boundary: Option<usize>,
 }
 
 impl Answered {
@@ -292,7 +314,7 @@ impl Answered {
         };
         // The cheap conditions first (the kept facts and the tail alone): a
         // history they do not hold for now is kept for later.
-        let Some((from, position, joints, reused)) = Self::conditions(&run, items) else {
+        let Some((from, position, joints, reused, boundary)) = Self::conditions(&run, items) else {
             let blocked_at = run.split.map(|split| split.at);
             self.keep(run);
             return Lookup::Blocked(blocked_at);
@@ -314,12 +336,27 @@ impl Answered {
                 return Lookup::None;
             }
         }
+        // A copy handed out before, passed back as a message: the whole
+        // funnel must judge it as the caller's own.
+        if !run.built.is_empty() {
+            let copies: HashSet<usize> = run
+                .built
+                .iter()
+                .map(|&at| run.outputs[at].as_ptr() as usize)
+                .collect();
+            if items[from..]
+                .iter()
+                .any(|item| copies.contains(&(item.as_ptr() as usize)))
+            {
+                return Lookup::None;
+            }
+        }
         self.firsts.useful(items.first());
         let mut run = run;
         let called = if reused.is_empty() {
             Vec::new()
         } else {
-            run.kept_calls(py, position, &reused)
+            run.kept_calls(py, position, &reused, self.anthropic)
         };
         Lookup::Extend(Box::new(Extension {
             run,
@@ -327,6 +364,7 @@ impl Answered {
             position,
             joints,
             called,
+            boundary,
         }))
     }
 
@@ -340,7 +378,10 @@ impl Answered {
             .map(|item| joint(&PyJson(item.clone())).filter(|joint| !joint.system))
             .collect::<Option<Vec<Joint>>>()?;
         let reused = reused_ids(&run.ids, from, &joints)?;
-        Some((from, position, joints, reused))
+        let boundary = (!reused.is_empty())
+            .then(|| joints.iter().position(|joint| joint.assistant))
+            .flatten();
+        Some((from, position, joints, reused, boundary))
     }
 
     /// The answer for `items`, from the kept one and the funnel's answer
@@ -359,12 +400,15 @@ impl Answered {
             position,
             joints,
             called: _,
+            boundary,
         } = extension;
         // The argument needs the tail's first message (a user message) kept as
         // it is; and a refused message's reason names its index in the text.
         let unsafe_change = tail.changes.iter().any(|change| {
             let change = change.get();
-            change.index.is_none_or(|i| i == 0) || change.action == "drop_invalid"
+            change.index.is_none_or(|i| i == 0)
+                || change.action == "drop_invalid"
+                || (change.stage == 1 && boundary.is_some() && change.index == boundary)
         });
         if unsafe_change || !tail.system.is_none(py) {
             self.keep(run);
@@ -467,7 +511,8 @@ impl Answered {
                 continue;
             };
             let copy = !inputs.contains(&(new.as_ptr() as usize));
-            if copy && !new.is(&old) && new.eq(&old).unwrap_or(false) {
+            let handed_back = inputs.contains(&(old.as_ptr() as usize));
+            if copy && !handed_back && !new.is(&old) && same_value(&new, old.bind(py)) {
                 let _ = messages.set_item(position, old);
             }
         }
@@ -530,6 +575,7 @@ impl Answered {
             messages: Vec::with_capacity(items.len()),
             shapes: Shapes::default(),
             ids: HashMap::new(),
+            first_ids: Vec::new(),
             last_turn_start: None,
             split: None,
             outputs: Vec::new(),
@@ -574,7 +620,7 @@ impl Answered {
                 .iter()
                 .rev()
                 .take(TRIED_SPLITS)
-                .find_map(|&at| split_with_tail(py, &run, at, &tail_answer))
+                .find_map(|&at| split_with_tail(py, &run, at, self.anthropic, &tail_answer))
         };
         if run.split.is_some() {
             self.keep(run);
@@ -609,6 +655,30 @@ impl Answered {
     }
 }
 
+/// Whether `a` and `b` are the same value down to their types and key
+/// order (Python's `==` has `1 == True == 1.0`, which JSON tells apart).
+fn same_value(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> bool {
+    if a.is(b) {
+        return true;
+    }
+    if !a.get_type().is(b.get_type()) {
+        return false;
+    }
+    if let (Ok(x), Ok(y)) = (a.cast::<PyDict>(), b.cast::<PyDict>()) {
+        return x.len() == y.len()
+            && x.iter()
+                .zip(y.iter())
+                .all(|((k1, v1), (k2, v2))| same_value(&k1, &k2) && same_value(&v1, &v2));
+    }
+    if let (Ok(x), Ok(y)) = (a.cast::<PyList>(), b.cast::<PyList>()) {
+        return x.len() == y.len() && x.iter().zip(y.iter()).all(|(p, q)| same_value(&p, &q));
+    }
+    if let (Ok(x), Ok(y)) = (a.cast::<PyTuple>(), b.cast::<PyTuple>()) {
+        return x.len() == y.len() && x.iter().zip(y.iter()).all(|(p, q)| same_value(&p, &q));
+    }
+    a.eq(b).unwrap_or(false)
+}
+
 /// The ids that messages from `at` (their `joints`) use again from before
 /// `at` (`ids`: each id's first message); `None` if one comes before the
 /// first assistant message there, where a result could still belong to a
@@ -640,6 +710,7 @@ fn split_with_tail(
     py: Python<'_>,
     run: &Run,
     at: usize,
+    anthropic: bool,
     tail_answer: &impl Fn(usize, &[String]) -> Option<PySanitizeResult>,
 ) -> Option<Split> {
     let changes = || run.changes.iter().map(Py::get);
@@ -671,7 +742,7 @@ fn split_with_tail(
         let kept: HashSet<String> = run
             .outputs
             .iter()
-            .flat_map(|output| called_ids(&PyJson(output.bind(py).clone())))
+            .flat_map(|output| called_ids(&PyJson(output.bind(py).clone()), anthropic))
             .collect();
         reused.into_iter().filter(|id| kept.contains(id)).collect()
     };

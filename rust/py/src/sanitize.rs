@@ -168,7 +168,7 @@ impl PySanitizer {
         let patterns = Patterns::new(&placeholders, &errors, max_chars).map_err(CoreError)?;
         Ok(Self {
             inner: Sanitizer::new(options, patterns).map_err(CoreError)?,
-            answered: Answered::default(),
+            answered: Answered::new(provider == Provider::Anthropic),
         })
     }
 

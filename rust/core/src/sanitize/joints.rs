@@ -47,36 +47,37 @@
 
 use crate::json::{JsonValue, Kind};
 
-/// The ids of the tool calls `message` makes (OpenAI `tool_calls`,
-/// Anthropic `tool_use` blocks); empty for anything else.
-pub fn called_ids<J: JsonValue>(message: &J) -> Vec<String> {
+/// The ids of the tool calls an assistant `message` makes, as pairing
+/// counts them: OpenAI `tool_calls`, or (`anthropic`) `tool_use` blocks.
+pub fn called_ids<J: JsonValue>(message: &J, anthropic: bool) -> Vec<String> {
     let mut ids = Vec::new();
-    if message.kind() != Kind::Object {
+    let assistant = message.kind() == Kind::Object
+        && message
+            .get("role")
+            .is_some_and(|role| role.as_str().is_some_and(|r| r == "assistant"));
+    if !assistant {
         return ids;
     }
-    if let Some(calls) = message
-        .get("tool_calls")
-        .filter(|c| c.kind() == Kind::Array)
-    {
-        for call in calls.items() {
-            if let Some(id) = call
-                .get("id")
-                .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
-            {
-                ids.push(id);
-            }
+    let id_of = |value: &J| {
+        value
+            .get("id")
+            .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
+    };
+    if !anthropic {
+        if let Some(calls) = message
+            .get("tool_calls")
+            .filter(|c| c.kind() == Kind::Array)
+        {
+            ids.extend(calls.items().filter_map(|call| id_of(&call)));
         }
+        return ids;
     }
     if let Some(content) = message.get("content").filter(|c| c.kind() == Kind::Array) {
         for block in content.items() {
             let tool_use = block
                 .get("type")
                 .is_some_and(|kind| kind.as_str().is_some_and(|k| k == "tool_use"));
-            if let Some(id) = block
-                .get("id")
-                .filter(|_| tool_use)
-                .and_then(|id| id.as_str().map(std::borrow::Cow::into_owned))
-            {
+            if let Some(id) = Some(&block).filter(|_| tool_use).and_then(id_of) {
                 ids.push(id);
             }
         }
