@@ -477,7 +477,7 @@ def test_a_dropped_first_assistant_does_not_bound_an_earlier_calls_reach():
 def test_a_copy_handed_back_is_the_callers_own_and_copies_match_by_type():
     """A repaired copy passed back as a message is the caller's object, not
     also the answer's copy; and a copy is reused only if equal down to its
-    types (``1`` is not ``True``)."""
+    types (``1`` is not ``True``, ``0.0`` is not ``-0.0``)."""
     u0, a1, u2, a3 = (
         _user("hi"),
         {"role": "assistant", "content": "x", "tool_calls": []},
@@ -496,3 +496,7 @@ def test_a_copy_handed_back_is_the_callers_own_and_copies_match_by_type():
     flagged["n"] = True  # changed in place: the whole funnel answers again
     ours = funnel.sanitize([u0, flagged, u2, late])
     assert ours.messages[1]["n"] is True
+    flagged["n"] = 0.0
+    funnel.sanitize([u0, flagged, u2, late])
+    flagged["n"] = -0.0
+    assert str(funnel.sanitize([u0, flagged, u2, late]).messages[1]["n"]) == "-0.0"

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use context_core::sanitize::{Joint, called_ids, joint};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyFloat, PyList, PyTuple};
 
 use crate::json::PyJson;
 use crate::sanitize::{PyChange, PySanitizeResult};
@@ -655,8 +655,9 @@ impl Answered {
     }
 }
 
-/// Whether `a` and `b` are the same value down to their types and key
-/// order (Python's `==` has `1 == True == 1.0`, which JSON tells apart).
+/// Whether `a` and `b` are the same value down to their types, key order
+/// and floats' signs (Python's `==` has `1 == True == 1.0` and
+/// `0.0 == -0.0`, which JSON tells apart).
 fn same_value(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> bool {
     if a.is(b) {
         return true;
@@ -675,6 +676,10 @@ fn same_value(a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>) -> bool {
     }
     if let (Ok(x), Ok(y)) = (a.cast::<PyTuple>(), b.cast::<PyTuple>()) {
         return x.len() == y.len() && x.iter().zip(y.iter()).all(|(p, q)| same_value(&p, &q));
+    }
+    if let (Ok(x), Ok(y)) = (a.cast::<PyFloat>(), b.cast::<PyFloat>()) {
+        // By bits: `0.0 == -0.0`, and JSON tells them apart.
+        return x.value().to_bits() == y.value().to_bits();
     }
     a.eq(b).unwrap_or(false)
 }
