@@ -182,6 +182,13 @@ def test_analysis_agrees_with_reference(provider, data, cap, find_tags):
     assert (kept, dropped) == theirs.expand(units)
     assert sorted(kept + dropped) == list(range(len(messages)))
     assert ours.missing_dependencies(kept) == theirs.missing_dependencies(kept)
+    assert ours.kept(sorted(units)) == theirs.kept(sorted(units))
+    extra = {"role": "system", "content": "an extra"}
+    items = [*sorted(units), extra] if ours.unit_count else [extra]
+    laid_out, known, laid_units = ours.lay_out(items)
+    assert (laid_out, known, laid_units) == theirs.lay_out(items)
+    assert laid_out[-1] is extra
+    assert known[-1] is None
     # Tool output is never a constraint or a task, whatever it says.
     for index, message in enumerate(messages):
         if message["role"] == "tool" or (

@@ -331,23 +331,10 @@ impl PyAnalysis {
             .collect()
     }
 
-    /// The messages of `units` as sent, in order: metadata keys taken off
-    /// and tool results capped (copies, made once and kept, see `seen`);
-    /// the caller's own objects where nothing is to change. With each
-    /// message's exact tokens.
-    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
-    fn outputs(&self, py: Python<'_>, units: Vec<usize>) -> PyResult<(Vec<Py<PyAny>>, Vec<usize>)> {
-        let mut out = Vec::new();
-        let mut tokens = Vec::new();
-        for u in units {
-            self.push_unit(py, u, &mut out, &mut |t| tokens.push(t))?;
-        }
-        Ok((out, tokens))
-    }
-
     /// What a plan lays out, in order: each item a unit (an int: its
-    /// messages as [`Self::outputs`] gives them) or an extra message (a
-    /// dict, as it is). Returns the messages, each one's exact tokens
+    /// messages as sent, metadata keys taken off and tool results capped,
+    /// copies made once and kept, see `seen`; the caller's own objects
+    /// where nothing is to change) or an extra message (a dict, as it is). Returns the messages, each one's exact tokens
     /// (`None` for an extra: the caller counts it) and the units.
     fn lay_out(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<LaidOutRow> {
         let items = sequence(items, "items")?;
