@@ -245,3 +245,61 @@ def test_a_str_subclass_freed_by_an_eviction_can_call_back_in():
 
     out = subprocess.run([sys.executable, "-c", DEL_CHILD], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "done", out.stderr
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), budget=st.integers(200, 4000))
+def test_a_handed_out_message_changed_in_place_is_not_taken_as_it_was(provider, data, budget):
+    """A laid-out copy shares the caller's values, and its own keys are
+    checked alone; the policies' funnel takes the copies as checked. A change
+    at any depth of what was handed out (the copy's own keys, or a value it
+    shares with the caller's message) shows in the next turn."""
+    messages = data.draw(history(provider))
+    if not messages:
+        return
+    for message in messages[::2]:
+        message.setdefault("timestamp", 1_700_000_000.0)  # laid-out copies are made
+    policy = WeightedWindow(provider=provider, tool_result_cap=50)
+    try:
+        policy.select(messages, budget)  # first sight
+        handed_out = policy.select(messages, budget).messages
+    except Exception:
+        return
+    if not handed_out:
+        return
+    data.draw(mutation(handed_out))
+    assert select_all(messages, provider, budget) == select_all(copy.deepcopy(messages), provider, budget)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_summary_that_changes_the_history_in_place_is_allowed_for(provider):
+    """User code between a policy's analysis and its layout (a summary
+    callable) may change the messages; the turns after it, the change undone,
+    are answered as a fresh run answers them."""
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "the first request"}], "timestamp": 1.0},
+        {"role": "assistant", "content": "working on it " * 200, "timestamp": 2.0},
+        {"role": "user", "content": [{"type": "text", "text": "the second request"}], "timestamp": 3.0},
+        {"role": "assistant", "content": "done " * 200, "timestamp": 4.0},
+        {"role": "user", "content": [{"type": "text", "text": "and now?"}], "timestamp": 5.0},
+    ]
+    block = messages[2]["content"][0]
+
+    def summary(middle):
+        block["text"] = ""  # an empty message: the funnel drops it
+        return "earlier work"
+
+    plain = {"provider": provider, "tool_result_cap": None}
+    for _ in range(3):
+        shape_history(messages, 10**6, **plain)  # remembered, the copies vouched for
+    changed = shape_history(messages, 300, keep_last=1, min_keep=1, summary=summary, **plain)
+    assert changed.breakdown.total == Tokenizer().count_messages(changed.messages) + (
+        Tokenizer().count_message({"role": "system", "content": changed.system}) if changed.system else 0
+    )
+    whole = shape_history(messages, 10**6, **plain)  # the empty block is read as it is now
+    assert whole.messages == shape_history(copy.deepcopy(messages), 10**6, **plain).messages
+    block["text"] = "the second request"  # undone
+    again = shape_history(messages, 10**6, **plain)
+    assert again.messages == shape_history(copy.deepcopy(messages), 10**6, **plain).messages
+    assert [m["content"] for m in again.messages][2] == [{"type": "text", "text": "the second request"}]

@@ -245,6 +245,9 @@ class _Analysis:
     def lay_out(
         self, items: Sequence[Union[int, dict[str, Any]]]
     ) -> tuple[list[dict[str, Any]], list[Union[int, None]], list[int]]: ...
+    def lay_out_sanitized(
+        self, items: Sequence[Union[int, dict[str, Any]]], sanitizer: Sanitizer
+    ) -> tuple[tuple[list[dict[str, Any]], list[Union[int, None]], list[int]], SanitizeResult]: ...
     def kept(
         self, units: list[int]
     ) -> tuple[list[int], list[int], list[tuple[int, str]], list[Truncated]]: ...

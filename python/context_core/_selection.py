@@ -32,6 +32,11 @@ PROVIDERS = ("openai", "anthropic")
 class Backend(Protocol):
     def analyze(self, messages: list[dict], cap: int | None, find_tags: bool = True) -> Any: ...
     def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]: ...
+    def lay_out(self, analysis: Any, items: list, provider: str) -> tuple[list, list, list, list, Any, list]:
+        """The analysis's ``lay_out(items)`` and the funnel's answer for it:
+        ``(laid_out, known, units, final, system, changes)``."""
+        ...
+
     def count_message(self, message: Mapping[str, Any]) -> int: ...
     def count_messages(self, messages: list[dict]) -> int: ...
     def count_joined(self, parts: list[str]) -> int | None: ...
@@ -212,6 +217,10 @@ class Layout:
         self.messages = messages
         self.analysis = analysis
         self.provider = provider
+        # Whether the funnel may take the laid-out copies as the analysis
+        # found them: not once the caller's own code (a summary callable)
+        # has run since, which could have changed the messages in place.
+        self.vouch = True
 
     def extra(self, text: str) -> tuple[dict, int]:
         message = {"role": "system", "content": text}
@@ -229,8 +238,13 @@ class Layout:
         over budget."""
         # The kept messages as sent (the analysis makes them, and keeps them
         # from one turn to the next) with their exact counts.
-        laid_out, known, units = self.analysis.lay_out(items)
-        final, system, changes = self.backend.sanitize(laid_out, self.provider)
+        if self.vouch:
+            laid_out, known, units, final, system, changes = self.backend.lay_out(
+                self.analysis, items, self.provider
+            )
+        else:
+            laid_out, known, units = self.analysis.lay_out(items)
+            final, system, changes = self.backend.sanitize(laid_out, self.provider)
         total = count_sent(self.backend, laid_out, final, known)
         if system:
             total += self.backend.count_message({"role": "system", "content": system})
@@ -384,6 +398,7 @@ def shape_history(
                     for start, end, _tokens, _kind in analysis.spans(list(range((first_user or 0) + 1, tail)))
                     for m in range(start, end)
                 ]
+                layout.vouch = False  # the caller's code ran after the analysis
                 text = summary(middle)
             else:
                 text = summary

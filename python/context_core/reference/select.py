@@ -487,6 +487,12 @@ class _Backend:
         result = reference_sanitize.sanitize(messages, provider)
         return result.messages, result.system, result.changes
 
+    def lay_out(
+        self, analysis: Analysis, items: list, provider: str
+    ) -> tuple[list, list, list, list, Any, list]:
+        laid_out, known, units = analysis.lay_out(items)
+        return (laid_out, known, units, *self.sanitize(laid_out, provider))
+
     def count_message(self, message: Mapping[str, Any]) -> int:
         return self.tokenizer.count_message(message)
 

@@ -135,8 +135,11 @@ impl Run {
         message: &Bound<'_, PyAny>,
         joint: &Joint,
         scratch: &mut Shape,
+        verified: bool,
     ) -> bool {
-        if !self.shapes.push(message, scratch) {
+        if verified {
+            self.shapes.push_verified(message);
+        } else if !self.shapes.push(message, scratch) {
             return false;
         }
         let index = self.messages.len();
@@ -247,6 +250,21 @@ impl Answered {
     }
 }
 
+/// Which messages of a history the caller vouches for: each is one it
+/// checked, in this same call, to be exactly as when it was made, and it
+/// was so whenever vouched for before. Such a message is kept without its
+/// shape (no walk) and taken as unchanged when vouched for again; asked
+/// about without that, it never matches. Selection vouches for the copies
+/// it lays out (its own objects, checked against what they were made from).
+#[derive(Clone, Copy, Default)]
+pub struct Verified<'a>(pub &'a [bool]);
+
+impl Verified<'_> {
+    fn at(self, i: usize) -> bool {
+        self.0.get(i).copied().unwrap_or(false)
+    }
+}
+
 /// What [`Answered::extension`] found.
 pub enum Lookup {
     /// A kept answer to extend.
@@ -283,7 +301,13 @@ impl Answered {
 
     /// A kept answer for a history that `items` begins with, everything
     /// unchanged, if the conditions of the argument hold for `items`.
-    pub fn extension(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> Lookup {
+    /// `verified[i]`: see [`Verified`].
+    pub fn extension(
+        &self,
+        py: Python<'_>,
+        items: &[Bound<'_, PyAny>],
+        verified: Verified<'_>,
+    ) -> Lookup {
         let run = {
             let mut runs = self.lock();
             // The kept part must begin `items`: up to the split's message
@@ -322,7 +346,8 @@ impl Answered {
         // Then the walk of what is reused: dropped (not kept again) if
         // anything in it changed since.
         for (i, item) in items[..run.kept_part()].iter().enumerate() {
-            if !matches(item, run.shapes.get(i)) {
+            let vouched = verified.at(i) && run.shapes.verified(i);
+            if !vouched && !matches(item, run.shapes.get(i)) {
                 return Lookup::None;
             }
         }
@@ -393,6 +418,7 @@ impl Answered {
         items: &[Bound<'_, PyAny>],
         extension: Extension,
         tail: &PySanitizeResult,
+        verified: Verified<'_>,
     ) -> PyResult<Option<PySanitizeResult>> {
         let Extension {
             mut run,
@@ -435,7 +461,8 @@ impl Answered {
         let mut scratch = Shape::default();
         let mut keepable = true;
         for i in from..items.len() {
-            keepable = keepable && run.push_message(&items[i], &joints[i - from], &mut scratch);
+            keepable = keepable
+                && run.push_message(&items[i], &joints[i - from], &mut scratch, verified.at(i));
         }
         drop(gone);
         keepable =
@@ -555,6 +582,7 @@ impl Answered {
         answer: &PySanitizeResult,
         blocked_at: Option<usize>,
         tail_answer: impl Fn(usize, &[String]) -> Option<PySanitizeResult>,
+        verified: Verified<'_>,
     ) {
         // A lifted system list (blocks) is the caller's to change: not kept.
         let system = answer.system.bind(py);
@@ -594,7 +622,7 @@ impl Answered {
             if joint.turn_start && after_block(&i) {
                 turn_starts.push(i);
             }
-            if !run.push_message(item, &joint, &mut scratch) {
+            if !run.push_message(item, &joint, &mut scratch, verified.at(i)) {
                 return;
             }
         }

@@ -10,7 +10,7 @@ use context_core::sanitize::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
-use crate::answered::{Answered, Lookup};
+use crate::answered::{Answered, Lookup, Verified};
 use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
 use crate::text::{as_count, sequence, text};
@@ -184,7 +184,28 @@ impl PySanitizer {
     /// Repair `messages` for this provider; the input is never mutated.
     fn sanitize(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<PySanitizeResult> {
         let items = sequence(messages, "messages")?;
-        let blocked_at = match self.answered.extension(py, &items) {
+        self.sanitize_items(py, &items, Verified::default())
+    }
+
+    fn __call__(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<PySanitizeResult> {
+        self.sanitize(py, messages)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Sanitizer({:?})", self.provider())
+    }
+}
+
+impl PySanitizer {
+    /// The funnel's answer for `items`, those `verified` vouched for (see
+    /// [`Verified`]).
+    pub(crate) fn sanitize_items(
+        &self,
+        py: Python<'_>,
+        items: &[Bound<'_, PyAny>],
+        verified: Verified<'_>,
+    ) -> PyResult<PySanitizeResult> {
+        let blocked_at = match self.answered.extension(py, items, verified) {
             Lookup::Extend(extension) => {
                 let tail = &items[extension.from..];
                 let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
@@ -192,7 +213,8 @@ impl PySanitizer {
                 if let Ok(plan) = self.inner.sanitize_after(&views, &extension.called) {
                     let tail_answer = build_result(py, tail, plan)?;
                     if let Some(answer) =
-                        self.answered.finish(py, &items, *extension, &tail_answer)?
+                        self.answered
+                            .finish(py, items, *extension, &tail_answer, verified)?
                     {
                         return Ok(answer);
                     }
@@ -206,8 +228,8 @@ impl PySanitizer {
         let plan = self.inner.sanitize(&views).map_err(CoreError)?;
         let answer = self
             .answered
-            .reuse_copies(py, &items, build_result(py, &items, plan)?);
-        if self.answered.seen_before(&items) {
+            .reuse_copies(py, items, build_result(py, items, plan)?);
+        if self.answered.seen_before(items) {
             let tail_answer = |from: usize, called: &[String]| {
                 let tail = &items[from..];
                 let views: Vec<PyJson<'_>> = tail.iter().cloned().map(PyJson).collect();
@@ -215,17 +237,9 @@ impl PySanitizer {
                 build_result(py, tail, plan).ok()
             };
             self.answered
-                .remember(py, &items, &answer, blocked_at, tail_answer);
+                .remember(py, items, &answer, blocked_at, tail_answer, verified);
         }
         Ok(answer)
-    }
-
-    fn __call__(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<PySanitizeResult> {
-        self.sanitize(py, messages)
-    }
-
-    fn __repr__(&self) -> String {
-        format!("Sanitizer({:?})", self.provider())
     }
 }
 

@@ -37,7 +37,7 @@ use context_core::Encoding;
 use context_core::select::{MessageInfo, Truncation};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyDict, PyString};
 use rustc_hash::FxHashMap;
 
 /// About the most the memo keeps alive.
@@ -217,6 +217,20 @@ impl Shapes {
         self.held_ends.push(self.held.len());
     }
 
+    /// Add `value` as checked by the caller, now and whenever it is asked
+    /// about again (see [`Shapes::verified`]); no walk.
+    pub fn push_verified(&mut self, value: &Bound<'_, PyAny>) {
+        self.slots.push(VERIFIED);
+        self.ends.push(self.slots.len());
+        self.held.push(value.clone().unbind());
+        self.held_ends.push(self.held.len());
+    }
+
+    /// Whether the `i`-th value was pushed by [`Shapes::push_verified`].
+    pub fn verified(&self, i: usize) -> bool {
+        self.get(i) == [VERIFIED]
+    }
+
     /// The shape of the `i`-th value pushed.
     pub fn get(&self, i: usize) -> &[usize] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
@@ -273,7 +287,13 @@ const LEAF: usize = 0;
 const DICT: usize = 1;
 const LIST: usize = 2;
 const TUPLE: usize = 3;
-const TAG_BITS: usize = 3;
+/// A container checked by its address only: another shape covers what is
+/// in it (see [`Stored::sharing`]).
+const SHARED: usize = 4;
+/// The whole shape of a value checked by its caller (see
+/// [`Shapes::push_verified`]): [`matches`] never holds for it.
+const VERIFIED: usize = 5;
+const TAG_BITS: usize = 7;
 
 /// The kind of `value`, or `None` for anything whose change a shape would
 /// not show (a subclass, a custom object).
@@ -331,7 +351,7 @@ unsafe fn sequence_item(
 /// leaf keeps the check to a few cache lines a message.
 pub fn matches(value: &Bound<'_, PyAny>, slots: &[usize]) -> bool {
     let mut at = 0;
-    let Some(&tag) = slots.first() else {
+    let Some(&tag) = slots.first().filter(|&&tag| tag != VERIFIED) else {
         return false;
     };
     at += 1;
@@ -441,6 +461,44 @@ impl Stored {
     pub fn get(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         let message = self.message.bind(py);
         matches(message, &self.shape).then(|| message.clone().unbind())
+    }
+
+    /// `output`, a copy of a message's top level, held; the values it
+    /// shares with the message are checked by their addresses only.
+    ///
+    /// Sound where [`Stored::get`] is asked only after the message itself
+    /// was found unchanged since the copy was made (as `seen` and
+    /// `read_runs` do: a form is kept beside the shape of the message it
+    /// was made from): the same values are then the same containers holding
+    /// the same things, and checking them again would walk the message twice.
+    /// `None` if a value is of a kind whose change a shape would not show.
+    pub fn sharing(output: &Bound<'_, PyDict>) -> Option<LaidOut> {
+        let mut shape = Vec::with_capacity(2 + 2 * output.len());
+        let mut held = Vec::with_capacity(1 + 2 * output.len());
+        shape.push(DICT);
+        shape.push(output.len());
+        held.push(output.clone().into_any().unbind());
+        let mut chars = 0;
+        for (key, value) in output.iter() {
+            // SAFETY: the GIL is held and the objects are alive (bound).
+            let tag = match unsafe { tag_of(value.as_ptr()) }? {
+                LEAF => LEAF,
+                _ => SHARED,
+            };
+            if let Ok(text) = key.cast::<PyString>() {
+                chars += text.len().unwrap_or(0);
+            }
+            shape.push(key.as_ptr() as usize);
+            shape.push(value.as_ptr() as usize | tag);
+            held.push(key.unbind());
+            held.push(value.unbind());
+        }
+        Some(Arc::new(Self {
+            message: output.clone().into_any().unbind(),
+            cost: chars + SLOT_BYTES * shape.len() + ENTRY_BYTES,
+            shape,
+            held,
+        }))
     }
 
     pub fn cost(&self) -> usize {

@@ -7,9 +7,11 @@ use context_core::select::{self, Analysis, Extras, MessageInfo, Truncation, Unit
 use context_core::tags::{self, Keywords, Tagger};
 use pyo3::prelude::*;
 
+use crate::answered::Verified;
 use crate::errors::{CoreError, invalid_input};
 use crate::json::PyJson;
 use crate::read_runs;
+use crate::sanitize::{PySanitizeResult, PySanitizer};
 use crate::seen;
 use crate::text::{as_count, sequence, text};
 use crate::tokenizer::PyTokenizer;
@@ -202,13 +204,40 @@ impl PyAnalysis {
             .ok_or_else(|| invalid_input(format!("no unit {u}")))
     }
 
+    /// The laid-out messages of `items` (see `lay_out`), and which of them
+    /// are copies this call checked or made (see [`Verified`]).
+    fn lay_out_vouched(
+        &self,
+        py: Python<'_>,
+        items: &Bound<'_, PyAny>,
+    ) -> PyResult<(LaidOutRow, Vec<bool>)> {
+        let items = sequence(items, "items")?;
+        let mut out = Vec::with_capacity(items.len());
+        let mut tokens = Vec::with_capacity(items.len());
+        let mut units = Vec::with_capacity(items.len());
+        let mut vouched = Vec::with_capacity(items.len());
+        for item in &items {
+            if item.is_exact_instance_of::<PyInt>() {
+                let u = item.extract::<usize>()?;
+                units.push(u);
+                self.push_unit(py, u, &mut out, &mut vouched, &mut |t| tokens.push(Some(t)))?;
+            } else {
+                out.push(item.clone().unbind());
+                vouched.push(false);
+                tokens.push(None);
+            }
+        }
+        Ok(((out, tokens, units), vouched))
+    }
+
     /// Lay out the messages of unit `u` into `out`, telling `tokens` each
-    /// one's exact count.
+    /// one's exact count, and `vouched` whether it is a copy checked or made now.
     fn push_unit(
         &self,
         py: Python<'_>,
         u: usize,
         out: &mut Vec<Py<PyAny>>,
+        vouched: &mut Vec<bool>,
         tokens: &mut impl FnMut(usize),
     ) -> PyResult<()> {
         let unit = self.unit(u)?;
@@ -219,14 +248,22 @@ impl PyAnalysis {
             let has_cuts = self.has_cuts(m);
             if !info.has_metadata && !has_cuts {
                 out.push(message.clone().unbind());
+                vouched.push(false);
                 continue;
             }
+            vouched.push(true);
             if let Some(output) = self.laid_out[m].as_ref().and_then(|o| o.get(py)) {
                 out.push(output);
                 continue;
             }
             let output = lay_out(py, message, &self.cuts_of(py, m))?;
-            if let Some(stored) = seen::Stored::of(&output) {
+            // A copy without cuts holds only the message's own values.
+            let stored = if has_cuts {
+                seen::Stored::of(&output)
+            } else {
+                seen::Stored::sharing(output.cast::<PyDict>()?)
+            };
+            if let Some(stored) = stored {
                 seen::remember_output(message, self.context, &stored);
                 read_runs::remember_output(message, m, self.context, &stored);
             }
@@ -337,21 +374,23 @@ impl PyAnalysis {
     /// where nothing is to change) or an extra message (a dict, as it is). Returns the messages, each one's exact tokens
     /// (`None` for an extra: the caller counts it) and the units.
     fn lay_out(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<LaidOutRow> {
-        let items = sequence(items, "items")?;
-        let mut out = Vec::with_capacity(items.len());
-        let mut tokens = Vec::with_capacity(items.len());
-        let mut units = Vec::with_capacity(items.len());
-        for item in &items {
-            if item.is_exact_instance_of::<PyInt>() {
-                let u = item.extract::<usize>()?;
-                units.push(u);
-                self.push_unit(py, u, &mut out, &mut |t| tokens.push(Some(t)))?;
-            } else {
-                out.push(item.clone().unbind());
-                tokens.push(None);
-            }
-        }
-        Ok((out, tokens, units))
+        let (row, _) = self.lay_out_vouched(py, items)?;
+        Ok(row)
+    }
+
+    /// [`lay_out`](Self::lay_out), and `sanitizer`'s answer for the messages
+    /// laid out, in the same call: the copies it checked (or made) just now
+    /// are vouched for, so the funnel does not walk them again.
+    fn lay_out_sanitized(
+        &self,
+        py: Python<'_>,
+        items: &Bound<'_, PyAny>,
+        sanitizer: &PySanitizer,
+    ) -> PyResult<(LaidOutRow, PySanitizeResult)> {
+        let ((out, tokens, units), vouched) = self.lay_out_vouched(py, items)?;
+        let messages: Vec<Bound<'_, PyAny>> = out.iter().map(|m| m.bind(py).clone()).collect();
+        let answer = sanitizer.sanitize_items(py, &messages, Verified(&vouched))?;
+        Ok(((out, tokens, units), answer))
     }
 
     /// `(kept messages, dropped messages, missing dependencies, truncated)`
