@@ -413,19 +413,24 @@ def shape_history(
 
     def run(target: int) -> tuple[Selection, int]:
         kept, turns, with_summary = shape(analysis, target, keep_last, min_keep, summary_tokens)
-        items: list[int | dict] = []
+        # No loop over the units in Python: a window that holds everything
+        # would pay it per kept message. A unit is kept at most once.
+        items: list[int | dict] = list(kept)
         sections: dict[str, int] = {}
-        for u in kept:
-            items.append(u)
-            if turns is not None and u == first_user and with_summary:
-                items.append(summary_message)
-        if with_summary and first_user not in kept:
-            items.insert(0, summary_message)
+        first_kept = first_user is not None and first_user in kept
         if with_summary:
+            if not first_kept:
+                items.insert(0, summary_message)
+            elif turns is not None:
+                items.insert(kept.index(first_user) + 1, summary_message)
             sections["global"] = summary_tokens or 0
-        first = [u for u in kept if u == first_user and turns is not None]
-        layout.sum_units([u for u in kept if u not in first], sections)
-        layout.sum_units(first, sections, override="pinned")
+        if turns is not None and first_kept:
+            others = list(kept)
+            others.remove(first_user)
+            layout.sum_units(others, sections)
+            layout.sum_units([first_user], sections, override="pinned")
+        else:
+            layout.sum_units(kept, sections)
         return layout.finish(items, budget, sections, turns)
 
     return settle(run, budget)
