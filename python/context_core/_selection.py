@@ -32,9 +32,14 @@ PROVIDERS = ("openai", "anthropic")
 class Backend(Protocol):
     def analyze(self, messages: list[dict], cap: int | None, find_tags: bool = True) -> Any: ...
     def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]: ...
-    def lay_out(self, analysis: Any, items: list, provider: str) -> tuple[list, list, list, list, Any, list]:
+    def lay_out(
+        self, analysis: Any, items: list, provider: str
+    ) -> tuple[list, list, list, list, Any, list, int | None]:
         """The analysis's ``lay_out(items)`` and the funnel's answer for it:
-        ``(laid_out, known, units, final, system, changes)``."""
+        ``(laid_out, known, units, final, system, changes, tokens)``. ``tokens``:
+        those of ``final`` without the reply priming, when the funnel kept
+        every laid-out message as it is and each count is known (``known``
+        is then ``[]``); else ``None``."""
         ...
 
     def count_message(self, message: Mapping[str, Any]) -> int: ...
@@ -238,14 +243,18 @@ class Layout:
         over budget."""
         # The kept messages as sent (the analysis makes them, and keeps them
         # from one turn to the next) with their exact counts.
+        tokens = None
         if self.vouch:
-            laid_out, known, units, final, system, changes = self.backend.lay_out(
+            laid_out, known, units, final, system, changes, tokens = self.backend.lay_out(
                 self.analysis, items, self.provider
             )
         else:
             laid_out, known, units = self.analysis.lay_out(items)
             final, system, changes = self.backend.sanitize(laid_out, self.provider)
-        total = count_sent(self.backend, laid_out, final, known)
+        if tokens is None:
+            total = count_sent(self.backend, laid_out, final, known)
+        else:
+            total = tokens + self.backend.count_messages([])  # the reply priming
         if system:
             total += self.backend.count_message({"role": "system", "content": system})
         kept, dropped, missing, truncated = self.analysis.kept(units)

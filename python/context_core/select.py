@@ -65,10 +65,13 @@ class _Backend:
         result = _laid_out_sanitizer(provider).sanitize(messages)
         return result.messages, result.system, result.changes
 
-    def lay_out(self, analysis: Any, items: list, provider: str) -> tuple[list, list, list, list, Any, list]:
+    def lay_out(
+        self, analysis: Any, items: list, provider: str
+    ) -> tuple[list, list, list, list, Any, list, int | None]:
         # In one call: the funnel takes the copies it was just handed as checked.
-        (laid_out, known, units), result = analysis.lay_out_sanitized(items, _laid_out_sanitizer(provider))
-        return laid_out, known, units, result.messages, result.system, result.changes
+        funnel = _laid_out_sanitizer(provider)
+        (laid_out, known, units), result, tokens = analysis.lay_out_sanitized(items, funnel)
+        return laid_out, known, units, result.messages, result.system, result.changes, tokens
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         return self.tokenizer.count_message(message)

@@ -5,6 +5,7 @@ written from README.md ("Context selection"), behind the same layout code
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -489,9 +490,13 @@ class _Backend:
 
     def lay_out(
         self, analysis: Analysis, items: list, provider: str
-    ) -> tuple[list, list, list, list, Any, list]:
+    ) -> tuple[list, list, list, list, Any, list, int | None]:
         laid_out, known, units = analysis.lay_out(items)
-        return (laid_out, known, units, *self.sanitize(laid_out, provider))
+        final, system, changes = self.sanitize(laid_out, provider)
+        unchanged = len(final) == len(laid_out) and all(map(operator.is_, final, laid_out))
+        if unchanged and None not in known:
+            return laid_out, [], units, final, system, changes, sum(known)
+        return laid_out, known, units, final, system, changes, None
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         return self.tokenizer.count_message(message)

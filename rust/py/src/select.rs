@@ -380,17 +380,27 @@ impl PyAnalysis {
 
     /// [`lay_out`](Self::lay_out), and `sanitizer`'s answer for the messages
     /// laid out, in the same call: the copies it checked (or made) just now
-    /// are vouched for, so the funnel does not walk them again.
+    /// are vouched for, so the funnel does not walk them again. The last
+    /// item is the tokens of the answer's messages (without the reply
+    /// priming) when the funnel kept every message as it is and each count
+    /// is known, the known counts then left out (`[]`); else `None`.
     fn lay_out_sanitized(
         &self,
         py: Python<'_>,
         items: &Bound<'_, PyAny>,
         sanitizer: &PySanitizer,
-    ) -> PyResult<(LaidOutRow, PySanitizeResult)> {
+    ) -> PyResult<(LaidOutRow, PySanitizeResult, Option<usize>)> {
         let ((out, tokens, units), vouched) = self.lay_out_vouched(py, items)?;
         let messages: Vec<Bound<'_, PyAny>> = out.iter().map(|m| m.bind(py).clone()).collect();
         let answer = sanitizer.sanitize_items(py, &messages, Verified(&vouched))?;
-        Ok(((out, tokens, units), answer))
+        let sent = answer.messages.bind(py);
+        let unchanged =
+            sent.len() == out.len() && sent.iter().zip(&out).all(|(m, o)| m.as_ptr() == o.as_ptr());
+        let total = unchanged
+            .then(|| tokens.iter().copied().sum::<Option<usize>>())
+            .flatten();
+        let tokens = if total.is_some() { Vec::new() } else { tokens };
+        Ok(((out, tokens, units), answer, total))
     }
 
     /// `(kept messages, dropped messages, missing dependencies, truncated)`
