@@ -303,3 +303,95 @@ def test_a_summary_that_changes_the_history_in_place_is_allowed_for(provider):
     again = shape_history(messages, 10**6, **plain)
     assert again.messages == shape_history(copy.deepcopy(messages), 10**6, **plain).messages
     assert [m["content"] for m in again.messages][2] == [{"type": "text", "text": "the second request"}]
+
+
+class Meddling(str):
+    """A text whose ``+`` changes a message: the caller's code, run late."""
+
+    target: dict | None = None
+
+    def __radd__(self, other):
+        if self.target is not None:
+            self.target["content"][0]["text"] = "An error occurred. Please try again."
+        return str.__add__(other, str(self))
+
+
+class MeddlingNote(dict):
+    """A message whose ``get`` changes another message."""
+
+    target: dict | None = None
+
+    def get(self, key, default=None):
+        if self.target is not None:
+            self.target["content"][0]["text"] = "An error occurred. Please try again."
+        return ""  # no text to anchor: the window the funnel saw before is kept
+
+
+def small_history() -> list[dict]:
+    return [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Hello there, how can I help?"}],
+            "timestamp": 1.0,
+        },
+        {"role": "user", "content": "tell me a joke"},
+        {"role": "assistant", "content": "why did the chicken"},
+        {"role": "user", "content": "go on"},
+    ]
+
+
+def answer(selection) -> tuple:
+    changes = [(c.stage, c.index, c.action) for c in selection.changes]
+    return selection.messages, selection.system, selection.kept, selection.breakdown, changes
+
+
+def test_texts_of_a_str_subclass_run_none_of_their_code():
+    """A memory, summary or segment text that is a str subclass is taken as
+    its characters: its methods never run, so none can change a message
+    after the analysis (the laid-out copies are vouched for then)."""
+    messages = small_history()
+    texts = {}
+    for name in ("memory", "summary", "segment"):
+        texts[name] = Meddling(f"{name} " * 3000)
+    builder = ContextBuilder(2000)
+
+    def build(history, texts):
+        return builder.build(
+            history,
+            memories=[texts["memory"]],
+            global_summary=texts["summary"],
+            segment_summaries=[texts["segment"]],
+        )
+
+    for _ in range(3):
+        build(messages, texts)
+    for text in texts.values():
+        text.target = messages[2]
+    chosen = build(messages, texts)
+    assert messages[2]["content"][0]["text"] == "Hello there, how can I help?"
+    assert answer(chosen) == answer(ContextBuilder(2000).build(copy.deepcopy(messages)))
+    summary = Meddling("earlier work")
+    summary.target = messages[2]
+    shape_history(messages, 60, keep_last=1, min_keep=1, summary=summary)
+    assert messages[2]["content"][0]["text"] == "Hello there, how can I help?"
+
+
+def test_a_message_of_a_dict_subclass_turns_vouching_off():
+    """Reading a message that is not plain values can run the caller's code
+    (here the anchoring reads a dict subclass's ``get``), which may change
+    another message after the analysis: the funnel then checks every copy."""
+    builder = ContextBuilder(10**5, anchoring=True, tool_result_cap=None)
+    messages = small_history()
+    for _ in range(3):
+        builder.build(messages)
+    note = MeddlingNote(role="user", content="You must never use tabs.")
+    note.target = messages[2]
+    grown = [*messages, note, {"role": "assistant", "content": "noted"}]
+    grown.append({"role": "user", "content": "and now?"})
+    fresh = copy.deepcopy(grown)
+    assert fresh[6].target is fresh[2]
+    chosen = builder.build(grown)
+    assert messages[2]["content"][0]["text"].startswith("An error")  # the caller's code did run
+    assert answer(chosen) == answer(ContextBuilder(10**5, anchoring=True, tool_result_cap=None).build(fresh))

@@ -203,6 +203,12 @@ def fixed_budget(max_tokens: Any) -> Any:
     return budget_tokens(max_tokens)
 
 
+def exact_text(text: str) -> str:
+    """``text`` as an exact ``str``: a subclass could run the caller's code
+    when joined (``__radd__``) after the analysis, and change a message."""
+    return text if type(text) is str else str.__str__(text)
+
+
 def message_text(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
@@ -223,9 +229,11 @@ class Layout:
         self.analysis = analysis
         self.provider = provider
         # Whether the funnel may take the laid-out copies as the analysis
-        # found them: not once the caller's own code (a summary callable)
-        # has run since, which could have changed the messages in place.
-        self.vouch = True
+        # found them: only if none of the caller's code can have run since
+        # (which could have changed the messages in place). Reading a message
+        # of plain values runs none; a summary callable turns this off, and
+        # the caller's texts are made exact strings before the analysis.
+        self.vouch = analysis.plain
 
     def extra(self, text: str) -> tuple[dict, int]:
         message = {"role": "system", "content": text}
@@ -413,7 +421,7 @@ def shape_history(
                 text = summary
             if not isinstance(text, str):
                 raise InvalidTypeError(f"summary must be str or return str, not {type(text).__name__}")
-            summary_message = {"role": "system", "content": SUMMARY_PREFIX + text}
+            summary_message = {"role": "system", "content": SUMMARY_PREFIX + exact_text(text)}
         return summary_message, backend.count_message(summary_message)
 
     summary_tokens = None
@@ -482,11 +490,12 @@ def weighted_window(
     messages = prepare(messages, provider)
     budget = budget_tokens(max_tokens)
     now = check_now(now)
+    max_anchors, recent_turns = count(max_anchors, "max_anchors"), count(recent_turns, "recent_turns")
     analysis = backend.analyze(messages, cap)
     layout = Layout(backend, messages, analysis, provider)
     # No more anchors than units: the kernel sets aside room for max_anchors of them.
-    anchors = min(count(max_anchors, "max_anchors"), analysis.unit_count)
-    recent_turns = min(count(recent_turns, "recent_turns"), analysis.unit_count)
+    anchors = min(max_anchors, analysis.unit_count)
+    recent_turns = min(recent_turns, analysis.unit_count)
 
     def run(target: int) -> tuple[Selection, int]:
         kept = analysis.weighted(target, weights, anchors, recent_turns, now)
@@ -516,11 +525,19 @@ def build_context(
             {"role": "user", "content": current_input} if isinstance(current_input, str) else current_input
         )
     budget = budget_tokens(max_tokens)
+    texts_of: dict[str, list[str]] = {}
     for name, texts in (("segment_summaries", segment_summaries), ("memories", memories)):
-        if isinstance(texts, (str, bytes)) or any(not isinstance(t, str) for t in texts):
+        if isinstance(texts, (str, bytes)):
             raise InvalidTypeError(f"{name} must be a sequence of str")
+        texts_of[name] = list(texts)  # iterated once, before the analysis
+        if any(not isinstance(t, str) for t in texts_of[name]):
+            raise InvalidTypeError(f"{name} must be a sequence of str")
+    segment_summaries = [exact_text(t) for t in texts_of["segment_summaries"]]
+    memories = [exact_text(t) for t in texts_of["memories"]]
     if global_summary is not None and not isinstance(global_summary, str):
         raise InvalidTypeError("global_summary must be str or None")
+    if global_summary is not None:
+        global_summary = exact_text(global_summary)
     analysis = backend.analyze(messages, cap)
     layout = Layout(backend, messages, analysis, provider)
     global_extra = layout.extra(SUMMARY_PREFIX + global_summary) if global_summary is not None else None

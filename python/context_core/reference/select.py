@@ -63,6 +63,9 @@ class Analysis:
     ) -> None:
         self.tokenizer, self.tagger, self.cap = tokenizer, tagger, cap
         self.messages = messages
+        # The twin keeps no memo to vouch for: whether the messages are plain
+        # values only does not change what it answers.
+        self.plain = False
         self.truncations: list[tuple] = []
         self.info = []
         for index, message in enumerate(messages):

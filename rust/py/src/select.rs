@@ -193,6 +193,8 @@ pub struct PyAnalysis {
     laid_out: Vec<Option<seen::LaidOut>>,
     /// What the messages were read under.
     context: seen::Context,
+    /// Every message is known to hold plain values only (see `plain`).
+    plain: bool,
 }
 
 impl PyAnalysis {
@@ -435,6 +437,14 @@ impl PyAnalysis {
         self.inner.total_tokens()
     }
 
+    /// Whether every message is known to hold only dicts, lists, tuples,
+    /// strings, numbers, booleans and `None` (no subclass): reading one
+    /// then runs none of the caller's code.
+    #[getter]
+    fn plain(&self) -> bool {
+        self.plain
+    }
+
     /// Number of units.
     #[getter]
     fn unit_count(&self) -> usize {
@@ -609,6 +619,9 @@ pub fn _analyze(
     let mut shape = seen::Shape::default();
     // The run grows while each message can be shaped, and stops at the first that cannot.
     let mut growing = run.is_some();
+    // Whether every message is known to be made of plain values only (taken
+    // from the run, recalled, or walked): reading it runs no caller code.
+    let mut plain = true;
     for ((index, message), recalled) in items.iter().enumerate().skip(reused).zip(recalled) {
         let new = recalled.is_none();
         let (info, cuts, output) = if let Some(found) = recalled {
@@ -628,6 +641,7 @@ pub fn _analyze(
         };
         if growing || (worth_remembering && new) {
             let walked = shape.of(message);
+            plain = plain && (walked || !new);
             if worth_remembering && new && walked {
                 seen::remember(py, message, &shape, context, &info, &cuts);
             }
@@ -635,6 +649,8 @@ pub fn _analyze(
             if let (true, Some(run)) = (growing, run.as_mut()) {
                 run.push(py, message, &shape, &info, &cuts, output.as_ref());
             }
+        } else {
+            plain = plain && !new;
         }
         read.push(py, info, &cuts, output);
     }
@@ -653,6 +669,7 @@ pub fn _analyze(
         cut_texts,
         laid_out,
         context,
+        plain,
     })
 }
 
