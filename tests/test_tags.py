@@ -67,6 +67,7 @@ def test_custom_lists_replace_the_defaults():
     assert tagger.tag("must") == []
     assert tagger.tag("[DEBUG] x=1") == ["log"]
     assert tagger.tag("curl http://x") == []
+    assert tagger.tag(text="Das ist verboten") == ["constraint"]  # the stub's parameter name
     with pytest.raises(InvalidInputError, match="no letters or digits"):
         Tagger(constraint_keywords=["!!"])
     with pytest.raises(InvalidTypeError):

@@ -100,9 +100,10 @@ impl PyTagger {
     }
 
     /// The tags whose keywords occur in `text`.
-    fn tag(&self, text_value: &Bound<'_, PyAny>) -> PyResult<Vec<&'static str>> {
-        let text_value = text(text_value, "text")?;
-        Ok(tags::names(self.get().tag(&text_value)))
+    /// (The parameter is named as the stub names it: `tag(text=...)` works.)
+    fn tag(&self, text: &Bound<'_, PyAny>) -> PyResult<Vec<&'static str>> {
+        let value = crate::text::text(text, "text")?;
+        Ok(tags::names(self.get().tag(&value)))
     }
 }
 
