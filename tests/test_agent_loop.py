@@ -156,6 +156,11 @@ def test_a_turn_in_progress_over_the_budget_is_named(impl, provider):
         named = int(re.search(r"turn in progress (\d+)", str(error.value)).group(1))
         assert abs(named - in_progress) <= 4, name  # the unit's own counts (framing as counted)
         assert f"budget {budget}" in str(error.value)
+        # The same sizes as fields, adding up to more than the budget.
+        sizes = error.value
+        assert (sizes.turn_in_progress, sizes.budget, sizes.priming) == (named, budget, 3), name
+        assert sizes.system + sizes.pinned + sizes.turn_in_progress + sizes.priming > sizes.budget
+        assert f"system {sizes.system} + pinned {sizes.pinned} " in str(error.value)
 
 
 def test_the_newest_turns_survive_a_long_session_of_short_requests():

@@ -148,11 +148,15 @@ def both(run_ours, run_reference):
     try:
         ours = run_ours()
     except OverBudgetError as error:
-        with pytest.raises(OverBudgetError, match=f"^{re.escape(str(error))}$"):
-            run_reference()
-        return None
-    same(ours, run_reference())
-    return ours
+        raised = error
+    else:
+        same(ours, run_reference())
+        return ours
+    with pytest.raises(OverBudgetError, match=f"^{re.escape(str(raised))}$") as twin:
+        run_reference()
+    fields = ("system", "pinned", "turn_in_progress", "priming", "budget")
+    assert [getattr(twin.value, f) for f in fields] == [getattr(raised, f) for f in fields]
+    return None
 
 
 budgets = st.integers(20, 3000)

@@ -95,7 +95,17 @@ class BudgetWarning(ContextCoreError, UserWarning):
 
 class OverBudgetError(InvalidInputError):
     """What every selection policy must keep (system and pinned messages, the
-    turn in progress) does not fit in the budget; the message names the sizes."""
+    turn in progress) does not fit in the budget; the message names the sizes.
+
+    The same sizes as fields, in tokens: ``system``, ``pinned``,
+    ``turn_in_progress``, ``priming`` (the reply priming every request
+    carries) and ``budget``; ``None`` where an error was made without them."""
+
+    system: int | None = None
+    pinned: int | None = None
+    turn_in_progress: int | None = None
+    priming: int | None = None
+    budget: int | None = None
 
 
 class LogCorruptError(ContextCoreError, OSError):

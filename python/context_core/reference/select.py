@@ -343,10 +343,13 @@ class Analysis:
 
     @staticmethod
     def budget_error(sizes: dict[str, int], budget: int) -> OverBudgetError:
-        return OverBudgetError(
+        error = OverBudgetError(
             f"what must be kept does not fit: system {sizes['system']} + pinned {sizes['pinned']} + "
             f"turn in progress {sizes['current']} + reply priming 3 tokens > budget {budget}"
         )
+        error.system, error.pinned = sizes["system"], sizes["pinned"]
+        error.turn_in_progress, error.priming, error.budget = sizes["current"], 3, budget
+        return error
 
     def weight(self, m: int, weights: tuple, now: float | None) -> float:
         info = self.info[m]

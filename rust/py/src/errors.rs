@@ -101,9 +101,25 @@ impl From<CoreError> for PyErr {
             | Error::MissingField { .. }
             | Error::TooDeep { .. }
             | Error::InvalidValue { .. } => invalid_input(message),
-            Error::OverBudget { .. } => {
-                Python::attach(|py| raise(py, &OVER_BUDGET, "OverBudgetError", message))
-            }
+            Error::OverBudget {
+                system,
+                pinned,
+                current,
+                budget,
+            } => Python::attach(|py| {
+                let sizes = [
+                    ("system", system),
+                    ("pinned", pinned),
+                    ("turn_in_progress", current),
+                    ("priming", context_core::REPLY_PRIMING),
+                    ("budget", budget),
+                ];
+                let fields: Vec<_> = sizes
+                    .into_iter()
+                    .filter_map(|(name, n)| Some((name, n.into_pyobject(py).ok()?.into_any())))
+                    .collect();
+                raise_with(py, &OVER_BUDGET, "OverBudgetError", message, &fields)
+            }),
             Error::LogCorrupt {
                 file,
                 offset,
