@@ -579,3 +579,47 @@ def test_a_file_truncated_under_a_reader_is_an_error_not_a_crash(where):
     with pytest.raises(LogCorruptError, match="data: damaged at byte 100: truncated under this reader"):
         reader.read([0])
     reader.close()
+
+
+@pytest.mark.parametrize("impl", ["extension", "reference"])
+def test_os_errors_keep_their_class_and_fields(impl, where):
+    """A log's OS-level failure is a LogStorageError and also the built-in
+    class of the OS error, with ``errno``, ``strerror`` and ``filename``;
+    the message is still ours."""
+    import errno
+
+    from context_core import errors
+    from context_core.reference import MessageLog as ReferenceLog
+
+    log_class = MessageLog if impl == "extension" else ReferenceLog
+    with pytest.raises(LogNotFoundError) as missing:
+        log_class.open(where)
+    assert isinstance(missing.value, FileNotFoundError)
+    assert (missing.value.errno, missing.value.filename) == (errno.ENOENT, str(where))
+    assert str(missing.value).startswith(f"{where}: no message log")
+    inside_a_file = "/dev/null/log"  # ENOTDIR on every Unix, root or not
+    with pytest.raises(errors.LogStorageError) as failed:
+        log_class.open(inside_a_file, create=True)
+    error = failed.value
+    assert isinstance(error, NotADirectoryError)
+    assert type(error).__name__ == "LogStorageError"
+    assert (error.errno, error.strerror) == (errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    assert error.filename.startswith("/dev/null")
+    assert str(error).startswith("/dev/null")
+    assert "could not" in str(error)
+
+
+def test_a_storage_error_takes_the_class_python_gives_its_errno():
+    import errno
+
+    from context_core.errors import LogStorageError, storage_error
+
+    denied = storage_error("data: could not write: Permission denied", errno.EACCES, "/x/data")
+    assert isinstance(denied, PermissionError)
+    assert isinstance(denied, LogStorageError)
+    assert str(denied) == "data: could not write: Permission denied"
+    assert type(storage_error("m", errno.EACCES, "f")) is type(denied)  # one class per built-in
+    full = storage_error("data: could not write: No space left", errno.ENOSPC, "/x/data")
+    assert type(full) is LogStorageError
+    assert full.errno == errno.ENOSPC
+    assert type(storage_error("m", None, None)) is LogStorageError

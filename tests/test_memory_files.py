@@ -297,14 +297,20 @@ def test_os_errors_are_context_core_errors(tmp_path, monkeypatch):
         MemoryFiles(tmp_path / "file" / "mem")
     with monkeypatch.context() as patch:
         patch.setattr(os, "makedirs", failing(os.makedirs, errno.EACCES))
-        with pytest.raises(MemoryStorageError, match="Permission denied"):
+        with pytest.raises(MemoryStorageError, match="Permission denied") as denied:
             MemoryFiles(tmp_path / "new")
+    # Also the OS error's own class, with its fields.
+    assert isinstance(denied.value, PermissionError)
+    assert denied.value.errno == errno.EACCES
+    assert type(denied.value).__name__ == "MemoryStorageError"
     mem = MemoryFiles(tmp_path / "mem", durability="never", min_fragments=0, gc_interval=0)
     mem.append(["x"])
     with monkeypatch.context() as patch:
         patch.setattr(os, "utime", failing(os.utime, errno.EROFS))
-        with pytest.raises(MemoryStorageError, match=r"\.memory_gc: Read-only file system"):
+        with pytest.raises(MemoryStorageError, match=r"\.memory_gc: Read-only file system") as read_only:
             mem.consolidate(force=True)
+    assert read_only.value.errno == errno.EROFS
+    assert read_only.value.filename.endswith(".memory_gc")
     gc_fd = lambda fd, *args: isinstance(fd, int) and fd_name(fd) == ".memory_gc"  # noqa: E731
     with monkeypatch.context() as patch:
         patch.setattr(os, "fstat", failing(os.fstat, errno.EIO, gc_fd))
@@ -313,8 +319,11 @@ def test_os_errors_are_context_core_errors(tmp_path, monkeypatch):
     (tmp_path / "mem" / "auto-2025-01-01-aaaa.md").write_text("")  # an empty orphan: removed
     with monkeypatch.context() as patch:
         patch.setattr(os, "unlink", failing(os.unlink, errno.EPERM))
-        with pytest.raises(MemoryStorageError, match=r"auto-2025-01-01-aaaa\.md: Operation not permitted"):
+        refused = r"auto-2025-01-01-aaaa\.md: Operation not permitted"
+        with pytest.raises(MemoryStorageError, match=refused) as info:
             mem.facts()
+    assert isinstance(info.value, PermissionError)
+    assert info.value.errno == errno.EPERM
     assert mem.facts() == [Fact("x")]
 
 

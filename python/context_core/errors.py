@@ -7,6 +7,9 @@ do not know this library, and ``except ContextCoreError`` catches all of ours.
 
 from __future__ import annotations
 
+import os
+from typing import Any, TypeVar
+
 __all__ = [
     "BudgetWarning",
     "ContextCoreError",
@@ -145,7 +148,11 @@ class LogForkedError(LogClosedError):
 
 
 class LogNotFoundError(ContextCoreError, FileNotFoundError):
-    """No message log at the path (and ``create`` was not asked for)."""
+    """No message log at the path (and ``create`` was not asked for).
+    ``filename`` is that path and ``errno`` is ``errno.ENOENT``."""
+
+    def __str__(self) -> str:  # OSError would rebuild the text from its fields
+        return str(self.args[0]) if self.args else ""
 
 
 class LogIndexError(ContextCoreError, IndexError):
@@ -154,7 +161,39 @@ class LogIndexError(ContextCoreError, IndexError):
 
 class LogStorageError(ContextCoreError, OSError):
     """Reading or writing a message log's files failed (a full disk,
-    permissions...); the message names the file and the OS error."""
+    permissions...); the message names the file and the OS error.
+
+    The error is also of the OS error's own class, so ``except
+    PermissionError`` (or ``IsADirectoryError``...) still matches:
+    :func:`storage_error` makes it. ``errno`` and ``strerror`` are the OS's
+    (``None`` where it gave none) and ``filename`` is the file's path."""
+
+    def __str__(self) -> str:  # OSError would rebuild the text from its fields
+        return str(self.args[0]) if self.args else ""
+
+
+def storage_error(message: str, errno: int | None, filename: str | None) -> LogStorageError:
+    """A :class:`LogStorageError` saying ``message``, also of the built-in
+    class Python gives ``errno`` (``PermissionError`` for ``EACCES``...),
+    with ``errno``, ``strerror`` and ``filename`` set."""
+    return _with_os_class(LogStorageError, message, errno, filename)
+
+
+def _with_os_class(base: type[_E], message: str, errno: int | None, filename: str | None) -> _E:
+    builtin = type(OSError(errno, "")) if errno is not None else OSError
+    cls: type[_E] = base
+    if builtin is not OSError:
+        if (base, builtin) not in _OS_CLASSES:
+            # Named as the class it extends: ``type(error).__name__`` stays the base's.
+            made = type(base.__name__, (base, builtin), {"__module__": __name__})
+            made.__qualname__ = f"{base.__name__}[{builtin.__name__}]"
+            _OS_CLASSES[base, builtin] = made
+        cls = _OS_CLASSES[base, builtin]
+    error = cls(message)
+    error.errno = errno
+    error.strerror = os.strerror(errno) if errno is not None else None
+    error.filename = filename
+    return error
 
 
 class LLMError(ContextCoreError, RuntimeError):
@@ -240,4 +279,25 @@ class MemoryFormatError(InvalidInputError):
 class MemoryStorageError(ContextCoreError, OSError):
     """Reading or writing a memory file failed (a full disk, permissions...);
     the message names the file and the OS error. A failed append leaves the
-    file as it was."""
+    file as it was.
+
+    As :class:`LogStorageError`, it is also of the OS error's own class
+    (``except PermissionError`` matches), with ``errno``, ``strerror`` and
+    ``filename`` (``None`` where no OS error was behind it)."""
+
+    def __str__(self) -> str:  # OSError would rebuild the text from its fields
+        return str(self.args[0]) if self.args else ""
+
+
+def memory_storage_error(
+    message: str, error: OSError | None = None, filename: Any = None
+) -> MemoryStorageError:
+    """A :class:`MemoryStorageError` saying ``message``, of the class and
+    with the fields of the OS error ``error`` (if any)."""
+    errno = error.errno if error is not None else None
+    return _with_os_class(MemoryStorageError, message, errno, None if filename is None else str(filename))
+
+
+_E = TypeVar("_E", bound=OSError)
+#: The class for each (error class, built-in OS error class), made once.
+_OS_CLASSES: dict[tuple[type, type], Any] = {}

@@ -32,6 +32,7 @@ from context_core.errors import (
     MemoryLockError,
     MemoryPathError,
     MemoryStorageError,
+    memory_storage_error,
 )
 from context_core.memory.consolidate import consolidate_items
 from context_core.memory.extract import conversation_text, extract_facts
@@ -605,7 +606,7 @@ def _lock_error(path: str, error: OSError) -> MemoryPathError | MemoryStorageErr
     if error.errno in (errno.ELOOP, errno.EISDIR):
         what = "a symlink" if error.errno == errno.ELOOP else "a directory"
         return MemoryPathError(f"{path} is {what}; refused")
-    return MemoryStorageError(f"{path}: cannot lock: {error.strerror or error}")
+    return memory_storage_error(f"{path}: cannot lock: {error.strerror or error}", error, path)
 
 
 def _message_list(messages: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

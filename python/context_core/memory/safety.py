@@ -27,7 +27,7 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from context_core.errors import MemoryPathError, MemoryStorageError
+from context_core.errors import MemoryPathError, memory_storage_error
 from context_core.memory.facts import FRAGMENT_NAME
 
 __all__ = [
@@ -95,7 +95,7 @@ def ensure_root(path: str, *, create: bool) -> str:
     except OSError as error:
         if error.errno in (errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG):
             raise MemoryPathError(f"memory root {root}: {error.strerror or error}") from error
-        raise MemoryStorageError(f"memory root {root}: {error.strerror or error}") from error
+        raise memory_storage_error(f"memory root {root}: {error.strerror or error}", error, root) from error
     if not stat.S_ISDIR(info.st_mode):
         raise MemoryPathError(f"memory root {root} is not a directory")
     return root
@@ -107,7 +107,7 @@ def open_root(root: str) -> Iterator[int]:
     try:
         fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     except OSError as error:
-        raise MemoryStorageError(f"cannot open memory root {root}: {error}") from error
+        raise memory_storage_error(f"cannot open memory root {root}: {error}", error, root) from error
     try:
         yield fd
     finally:
@@ -137,14 +137,15 @@ def open_file(root: str, dir_fd: int, name: str, flags: int, *, create: bool = F
             fd = os.open(name, flags, dir_fd=dir_fd)
     except FileNotFoundError:
         if create:
-            raise MemoryStorageError(f"cannot create {os.path.join(root, name)}") from None
+            raise memory_storage_error(f"cannot create {os.path.join(root, name)}") from None
         return None
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.EMLINK):
             raise _refuse(root, name, "is a symlink") from None
         if error.errno == errno.EISDIR:
             raise _refuse(root, name, "is a directory") from None
-        raise MemoryStorageError(f"cannot open {os.path.join(root, name)}: {error}") from error
+        path = os.path.join(root, name)
+        raise memory_storage_error(f"cannot open {path}: {error}", error, path) from error
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -158,7 +159,8 @@ def open_file(root: str, dir_fd: int, name: str, flags: int, *, create: bool = F
     except BaseException as error:
         os.close(fd)
         if isinstance(error, OSError) and not isinstance(error, MemoryPathError):
-            raise MemoryStorageError(f"{os.path.join(root, name)}: {error.strerror or error}") from error
+            path = os.path.join(root, name)
+            raise memory_storage_error(f"{path}: {error.strerror or error}", error, path) from error
         raise
     return fd
 
@@ -171,7 +173,8 @@ def read_file(root: str, dir_fd: int, name: str) -> bytes | None:
     try:
         return read_rest(fd)
     except OSError as error:
-        raise MemoryStorageError(f"cannot read {os.path.join(root, name)}: {error}") from error
+        path = os.path.join(root, name)
+        raise memory_storage_error(f"cannot read {path}: {error}", error, path) from error
     finally:
         os.close(fd)
 

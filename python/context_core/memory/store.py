@@ -58,7 +58,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 
-from context_core.errors import MemoryPathError, MemoryStorageError
+from context_core.errors import MemoryPathError, MemoryStorageError, memory_storage_error
 from context_core.memory.facts import FRAGMENT_NAME, Fact, Item, Pointer, parse_line
 from context_core.memory.layout import Plan, plan
 from context_core.memory.safety import (
@@ -145,7 +145,8 @@ def read_lockless(root: str, dir_fd: int) -> bytes:
             if os.fstat(fd).st_size == len(data):
                 return data + b"\n"
         except OSError as error:
-            raise MemoryStorageError(f"cannot read {os.path.join(root, MEMORY_NAME)}: {error}") from error
+            path = os.path.join(root, MEMORY_NAME)
+            raise memory_storage_error(f"cannot read {path}: {error}", error, path) from error
         finally:
             os.close(fd)
     return data[: data.rfind(b"\n") + 1]
@@ -171,7 +172,7 @@ class Store:
         return os.path.join(self.root, name)
 
     def storage_error(self, name: str, error: OSError) -> MemoryStorageError:
-        return MemoryStorageError(f"{self.path(name)}: {error.strerror or error}")
+        return memory_storage_error(f"{self.path(name)}: {error.strerror or error}", error, self.path(name))
 
     # -- reading --------------------------------------------------------------------
 

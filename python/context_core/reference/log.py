@@ -39,6 +39,7 @@ from context_core.errors import (
     LogNotFoundError,
     LogStorageError,
 )
+from context_core.errors import storage_error as make_storage_error
 from context_core.reference.select import Analysis, _shared_backend
 from context_core.reference.tokenizer import MAX_DEPTH
 
@@ -130,10 +131,14 @@ def storage(path: str, action: str) -> Iterator[None]:
         raise storage_error(path, action, error) from error
 
 
+def not_found(directory: Any) -> LogNotFoundError:
+    error = LogNotFoundError(f"{directory}: no message log")
+    error.errno, error.filename = errno.ENOENT, str(directory)
+    return error
+
+
 def storage_error(path: str, action: str, error: OSError) -> LogStorageError:
-    failure = LogStorageError(f"{path}: could not {action}: {error.strerror or error}")
-    failure.errno = error.errno
-    return failure
+    return make_storage_error(f"{path}: could not {action}: {error.strerror or error}", error.errno, path)
 
 
 # -- node headers -------------------------------------------------------------------
@@ -739,7 +744,7 @@ class MessageLog:
         if not lock_timeout >= 0:
             raise InvalidInputError("lock_timeout must be a number of seconds >= 0")
         if not log_exists(directory) and (readonly or not create):
-            raise LogNotFoundError(f"{directory}: no message log")
+            raise not_found(directory)
         if not readonly:
             with storage(directory, "create the directory"):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -1476,7 +1481,7 @@ class MessageLog:
         directory = log_directory(path)
         data_path = os.path.join(directory, "data")
         if not os.path.exists(data_path):
-            raise LogNotFoundError(f"{directory}: no message log")
+            raise not_found(directory)
         lock_fd = take_lock(directory, number(lock_timeout, "lock_timeout"))
         try:
             return repair_locked(directory)

@@ -61,6 +61,8 @@ pub enum Error {
         path: String,
         action: &'static str,
         message: String,
+        /// The OS's error number, where the OS gave one.
+        errno: Option<i32>,
     },
 }
 
@@ -174,6 +176,7 @@ impl fmt::Display for Error {
                 path,
                 action,
                 message,
+                ..
             } => write!(f, "{path}: could not {action}: {message}"),
             Error::TooDeep { path } => write!(
                 f,

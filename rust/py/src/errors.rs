@@ -21,7 +21,10 @@ static LOG_CLOSED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_FORKED: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_NOT_FOUND: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static LOG_INDEX: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-static LOG_STORAGE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static STORAGE_ERROR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// "No such file or directory" (the same number on every Unix).
+const ENOENT: i32 = 2;
 
 fn raise(
     py: Python<'_>,
@@ -63,6 +66,20 @@ fn raise_with(
     match made {
         Ok(exception) => PyErr::from_value(exception),
         Err(error) => error,
+    }
+}
+
+/// A `LogStorageError` of the OS error's own class (a `PermissionError`
+/// too when the OS said so), made by `errors.storage_error`.
+fn storage_error(py: Python<'_>, message: &str, errno: Option<i32>, path: String) -> PyErr {
+    let made = STORAGE_ERROR
+        .import(py, "context_core.errors", "storage_error")
+        .and_then(|make| make.call1((message, errno, path)));
+    match made {
+        Ok(exception) => PyErr::from_value(exception),
+        Err(import_error) => PyRuntimeError::new_err(format!(
+            "{message} (and LogStorageError could not be made: {import_error})"
+        )),
     }
 }
 
@@ -149,14 +166,21 @@ impl From<CoreError> for PyErr {
             Error::LogClosed { .. } => {
                 Python::attach(|py| raise(py, &LOG_CLOSED, "LogClosedError", message))
             }
-            Error::LogNotFound { .. } => {
-                Python::attach(|py| raise(py, &LOG_NOT_FOUND, "LogNotFoundError", message))
-            }
+            Error::LogNotFound { path } => Python::attach(|py| {
+                let fields: Vec<_> = [
+                    ("filename", path.into_pyobject(py).map(Bound::into_any)),
+                    ("errno", ENOENT.into_pyobject(py).map(Bound::into_any)),
+                ]
+                .into_iter()
+                .filter_map(|(name, value)| Some((name, value.ok()?)))
+                .collect();
+                raise_with(py, &LOG_NOT_FOUND, "LogNotFoundError", message, &fields)
+            }),
             Error::LogIndex { .. } => {
                 Python::attach(|py| raise(py, &LOG_INDEX, "LogIndexError", message))
             }
-            Error::Storage { .. } => {
-                Python::attach(|py| raise(py, &LOG_STORAGE, "LogStorageError", message))
+            Error::Storage { path, errno, .. } => {
+                Python::attach(|py| storage_error(py, &message, errno, path))
             }
         }
     }

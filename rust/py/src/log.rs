@@ -515,11 +515,11 @@ impl PyMessageLog {
         let path = log.path().join("index").display().to_string();
         let file = log.index_file().map_err(CoreError)?;
         let copy = file.try_clone().map_err(|e| {
-            CoreError(context_core::Error::Storage {
-                path,
-                action: "duplicate",
-                message: e.to_string(),
-            })
+            CoreError(context_core::log::storage(
+                std::path::Path::new(&path),
+                "duplicate",
+                &e,
+            ))
         })?;
         Ok(copy.into_raw_fd())
     }

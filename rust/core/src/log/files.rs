@@ -14,6 +14,7 @@ pub fn storage(path: &Path, action: &'static str, error: &std::io::Error) -> Err
         path: path.display().to_string(),
         action,
         message: error.to_string(),
+        errno: error.raw_os_error(),
     }
 }
 
