@@ -1,9 +1,10 @@
-"""Resident memory of a process that holds one encoding, and the time its first
-count takes (loading the vocabulary): ours against tiktoken, each measured in a
-fresh interpreter."""
+"""Resident memory of a process that holds one encoding, and the time from
+``import`` to the first count (loading the vocabulary): ours against tiktoken,
+each measured in a fresh interpreter."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ import pytest
 
 from context_core import _core
 from context_core.reference.encodings import tiktoken_file
-from support import register
+from support import REPORTS, register
 
 RSS = "int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])"
 
@@ -68,3 +69,35 @@ def test_resident_memory_of_one_encoding(benchmark, tmp_path, encoding):
         f"import to first count ours {ours_load * 1e3:.0f} ms, tiktoken {their_load * 1e3:.0f} ms"
     )
     assert ours <= theirs, f"ours {ours} KB > tiktoken {theirs} KB"
+
+
+#: Fresh interpreters per side for the import row, the sides alternating.
+IMPORT_ROUNDS = 7
+
+
+def test_import_to_first_count(benchmark, tmp_path):
+    """``import context_core`` and one count against ``import tiktoken`` and
+    one encode of the same vocabulary (read from a local file, as tiktoken's
+    cache serves it), timed inside fresh interpreters taking turns; the
+    median of each side, with the range."""
+    encoding = "o200k_base"
+    vocabulary = tmp_path / f"{encoding}.tiktoken"
+    vocabulary.write_bytes(tiktoken_file(_core._mergeable_ranks(encoding)))
+    times: dict[str, list[float]] = {"ours": [], "tiktoken": []}
+
+    def run():
+        for _ in range(IMPORT_ROUNDS if not benchmark.disabled else 1):
+            times["ours"].append(rss_kb_and_load_seconds(OURS.format(encoding=encoding))[1])
+            tiktoken_code = TIKTOKEN.format(encoding=encoding, path=vocabulary)
+            times["tiktoken"].append(rss_kb_and_load_seconds(tiktoken_code)[1])
+
+    register(benchmark, "import to first count, o200k_base", "ours")
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    ours, theirs = (statistics.median(times[side]) for side in ("ours", "tiktoken"))
+    benchmark.extra_info.update(ours_ms=round(ours * 1e3, 1), tiktoken_ms=round(theirs * 1e3, 1))
+    spread = {side: f"{min(v) * 1e3:.0f}-{max(v) * 1e3:.0f}" for side, v in times.items()}
+    REPORTS.append(
+        f"import to first count, {encoding}: ours {ours * 1e3:.0f} ms ({spread['ours']}), tiktoken"
+        f" {theirs * 1e3:.0f} ms ({spread['tiktoken']}): {ours / theirs:.2f}x of tiktoken's time;"
+        f" medians of {len(times['ours'])} fresh interpreters each, taking turns"
+    )

@@ -9,6 +9,9 @@ repairs a history so the OpenAI or Anthropic API accepts it.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from context_core._core import (
     ANTHROPIC_IMAGE_TOKENS,
     DEFAULT_ERROR_PATTERNS,
@@ -66,19 +69,6 @@ from context_core.errors import (
     UnknownModelError,
     UnknownSkillError,
 )
-from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, RetryPolicy, as_llm
-from context_core.log import HEADER_DTYPE, MessageLog, RepairReport
-from context_core.memory import Fact, MemoryFiles
-from context_core.prompt import (
-    CouplingWeights,
-    DimensionBlock,
-    Dimensions,
-    PromptBreakdown,
-    PromptBuilder,
-    PromptParts,
-    Skill,
-    SkillRegistry,
-)
 from context_core.sanitize import sanitize
 from context_core.select import (
     Breakdown,
@@ -90,7 +80,65 @@ from context_core.select import (
     tag,
 )
 
+if TYPE_CHECKING:
+    from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, RetryPolicy, as_llm
+    from context_core.log import HEADER_DTYPE, MessageLog, RepairReport
+    from context_core.memory import Fact, MemoryFiles
+    from context_core.prompt import (
+        CouplingWeights,
+        DimensionBlock,
+        Dimensions,
+        PromptBreakdown,
+        PromptBuilder,
+        PromptParts,
+        Skill,
+        SkillRegistry,
+    )
+
 __version__ = "0.1.0"
+
+#: Names loaded on first use, by the module that holds each: the model
+#: clients (asyncio, the SDK adapters), the log (numpy), memory files
+#: (filelock) and prompt layers cost more to import than counting needs.
+_LAZY = {
+    **dict.fromkeys(("LLM", "AnthropicChat", "CallableLLM", "OpenAIChat", "RetryPolicy", "as_llm"), "llm"),
+    **dict.fromkeys(("HEADER_DTYPE", "MessageLog", "RepairReport"), "log"),
+    **dict.fromkeys(("Fact", "MemoryFiles"), "memory"),
+    **dict.fromkeys(
+        (
+            "CouplingWeights",
+            "DimensionBlock",
+            "Dimensions",
+            "PromptBreakdown",
+            "PromptBuilder",
+            "PromptParts",
+            "Skill",
+            "SkillRegistry",
+        ),
+        "prompt",
+    ),
+}
+
+
+#: Submodules not imported by the package itself, loaded when named
+#: (``context_core.llm.retry`` works after a bare ``import context_core``).
+_SUBMODULES = frozenset({"cli", "llm", "log", "memory", "prompt", "reference"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"context_core.{name}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'context_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"context_core.{module}"), name)
+    globals()[name] = value  # the next lookup is a plain one
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "ANTHROPIC_IMAGE_TOKENS",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import statistics
 import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -200,6 +199,8 @@ class Budget:
         if not self._samples:
             return self.safety_factor
         samples = [*self._samples, *[self.safety_factor] * (_QUORUM - len(self._samples))]
+        import statistics  # on first use: it imports random, fractions and decimal
+
         return statistics.median(samples)
 
     def messages(
