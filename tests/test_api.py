@@ -65,3 +65,28 @@ def test_exceptions_subclass_the_matching_builtins():
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), errors.ContextCoreError)
     assert str(errors.UnknownModelError("plain message")) == "plain message"
+
+
+def test_counting_imports_none_of_the_heavier_layers():
+    """A process that imports the package and counts never loads the model
+    clients, the log, memory files or prompt layers, nor what they import;
+    naming one loads it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, context_core\n"
+        "assert context_core.Tokenizer().count('x') == 1\n"
+        "heavy = ['numpy', 'asyncio', 'filelock', 'statistics', 'context_core.llm', 'context_core.log',\n"
+        "         'context_core.memory', 'context_core.prompt']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "context_core.MessageLog, context_core.llm.retry, context_core.Fact\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = out.stdout.splitlines()
+    assert before == "[]"
+    assert "'context_core.log'" in after
+    assert "'context_core.llm'" in after
+    assert "'context_core.memory'" in after
+    assert "'numpy'" in after
