@@ -90,3 +90,23 @@ def test_counting_imports_none_of_the_heavier_layers():
     assert "'context_core.llm'" in after
     assert "'context_core.memory'" in after
     assert "'numpy'" in after
+
+
+def test_the_reference_imports_without_tiktoken():
+    """The twin ships in the package: it imports where tiktoken (a test
+    dependency) is missing, and says what to install when asked to count."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "sys.modules['tiktoken'] = None  # as if it were not installed\n"
+        "import context_core.reference\n"
+        "from context_core.reference import log, sanitize, select\n"
+        "try:\n"
+        "    context_core.reference.Tokenizer().count('x')\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'context-core[test]'" in out.stdout

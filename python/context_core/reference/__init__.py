@@ -3,7 +3,8 @@
 Written independently, as plain idiomatic Python over OpenAI's ``tiktoken``
 package, from the documented behaviour (README.md) rather than from the Rust
 code: it is the oracle of the differential tests and the baseline of the
-benchmarks. It needs the ``test`` extra (``pip install 'context-core[test]'``).
+benchmarks. It imports without tiktoken; counting with it needs the ``test`` extra
+(``pip install 'context-core[test]'``).
 """
 
 from __future__ import annotations

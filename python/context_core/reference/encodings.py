@@ -12,10 +12,13 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-
-import tiktoken
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from context_core import _core
+
+if TYPE_CHECKING:
+    import tiktoken
 
 # From tiktoken_ext/openai_public.py: the patterns and the pinned file hashes.
 _R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -76,6 +79,19 @@ def tiktoken_file(ranks: dict[bytes, int]) -> bytes:
     return "".join(lines).encode()
 
 
+def tiktoken_module(name: str = "tiktoken") -> Any:
+    """``tiktoken`` (or one of its modules), imported when the twin first
+    needs it: the twin ships in the package and imports without it, but
+    counting with it needs the test extra."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        raise ImportError(
+            "context_core.reference counts with OpenAI's tiktoken, a test dependency: "
+            "pip install 'context-core[test]'"
+        ) from error
+
+
 @functools.cache
 def get_encoding(name: str) -> tiktoken.Encoding:
     """The tiktoken encoding ``name``, built from the extension's vocabulary."""
@@ -89,4 +105,7 @@ def get_encoding(name: str) -> tiktoken.Encoding:
         raise RuntimeError(
             f"{name}: embedded vocabulary hashes to {digest}, OpenAI's file to {expected_sha256}"
         )
-    return tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special_tokens)
+    encoding: tiktoken.Encoding = tiktoken_module().Encoding(
+        name, pat_str=pattern, mergeable_ranks=ranks, special_tokens=special_tokens
+    )
+    return encoding

@@ -8,8 +8,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import tiktoken
-import tiktoken.model
 
 from context_core.errors import (
     InvalidInputError,
@@ -17,7 +15,7 @@ from context_core.errors import (
     UnknownEncodingError,
     UnknownModelError,
 )
-from context_core.reference.encodings import get_encoding
+from context_core.reference.encodings import get_encoding, tiktoken_module
 
 # README.md, "Chat accounting".
 TOKENS_PER_MESSAGE = 3
@@ -41,7 +39,7 @@ def encoding_name_for_model(model: str) -> str:
     if not isinstance(model, str):
         raise InvalidTypeError(f"model must be str, not {type(model).__name__}")
     try:
-        name = tiktoken.model.encoding_name_for_model(model)
+        name = tiktoken_module("tiktoken.model").encoding_name_for_model(model)
     except KeyError:
         for prefix, name in _EXTRA_PREFIXES.items():
             if model.startswith(prefix):
