@@ -110,3 +110,35 @@ def test_the_reference_imports_without_tiktoken():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'context-core[test]'" in out.stdout
+
+
+TYPED_CALLER = """
+from context_core import Tagger, Tokenizer, shape_history
+from context_core.types import AnthropicMessage, Message, OpenAIMessage
+
+pinned: OpenAIMessage = {"role": "user", "content": "keep me", "pinned": True, "priority": 2}
+pinned["timestamp"] = 1.5
+tagged: AnthropicMessage = {"role": "user", "content": "must retry", "tags": ["constraint"], "id": "m1"}
+follow: OpenAIMessage = {"role": "assistant", "content": "ok", "depends_on": ["m1"], "weight": 0.5}
+history: list[Message] = [pinned, tagged, follow]
+total: int = shape_history(history, 1000).breakdown.total + Tokenizer().count_message(pinned)
+tags: list[str] = Tagger().tag(text="never drop the order_id")
+"""
+
+
+def test_a_typed_caller_type_checks(tmp_path):
+    """The metadata keys the README tells callers to write are in the
+    message types, and the stubs name parameters as the runtime does:
+    ``mypy --strict`` passes on such a caller, and the code runs."""
+    import subprocess
+    import sys
+
+    caller = tmp_path / "caller.py"
+    caller.write_text(TYPED_CALLER)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), str(caller)],
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    subprocess.run([sys.executable, str(caller)], check=True)

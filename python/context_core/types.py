@@ -41,11 +41,24 @@ class ContentPart(TypedDict, total=False):
     image_url: dict[str, Any]
 
 
+class _Metadata(TypedDict, total=False):
+    """The keys selection reads and takes off before a message is sent (see
+    the README's metadata table)."""
+
+    pinned: bool
+    priority: float
+    weight: float
+    tags: list[str]
+    timestamp: float
+    id: str
+    depends_on: Union[str, list[str]]
+
+
 class _OpenAIRole(TypedDict):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
 
 
-class OpenAIMessage(_OpenAIRole, total=False):
+class OpenAIMessage(_OpenAIRole, _Metadata, total=False):
     content: Union[str, list[ContentPart], None]
     name: str
     tool_calls: list[ToolCall]
@@ -72,9 +85,13 @@ class AnthropicBlock(TypedDict, total=False):
     source: dict[str, Any]
 
 
-class AnthropicMessage(TypedDict):
+class _AnthropicRequired(TypedDict):
     role: Literal["user", "assistant"]
     content: Union[str, list[AnthropicBlock]]
+
+
+class AnthropicMessage(_AnthropicRequired, _Metadata, total=False):
+    pass
 
 
 Message = Union[OpenAIMessage, AnthropicMessage]
