@@ -623,3 +623,33 @@ def test_a_storage_error_takes_the_class_python_gives_its_errno():
     assert type(full) is LogStorageError
     assert full.errno == errno.ENOSPC
     assert type(storage_error("m", None, None)) is LogStorageError
+
+
+def test_storage_errors_pickle_and_copy_with_their_class_and_fields():
+    """An error raised in a worker process reaches the parent whole."""
+    import copy
+    import errno
+    import pickle
+
+    from context_core.errors import LogStorageError, memory_storage_error, storage_error
+
+    made = [
+        storage_error("index: could not map: Permission denied", errno.EACCES, "/x/index"),
+        storage_error("data: could not write: No space left", errno.ENOSPC, "/x/data"),
+        memory_storage_error("MEMORY.md: Operation not permitted", PermissionError(errno.EPERM, "no"), "/m"),
+    ]
+    try:
+        MessageLog.open("/tmp/no-log-here-at-all")
+    except LogNotFoundError as error:
+        made.append(error)
+    for error in made:
+        for again in (pickle.loads(pickle.dumps(error)), copy.copy(error), copy.deepcopy(error)):
+            assert type(again) is type(error)
+            assert (str(again), again.errno, again.strerror, again.filename) == (
+                str(error),
+                error.errno,
+                error.strerror,
+                error.filename,
+            )
+    assert isinstance(pickle.loads(pickle.dumps(made[0])), PermissionError)
+    assert type(storage_error("m", errno.EAGAIN, "f")) is LogStorageError  # never a BlockingIOError

@@ -1009,3 +1009,25 @@ def test_an_interrupted_consolidation_is_undone_or_finished(tmp_path):
 
 def test_reply_parser_is_the_public_one():
     assert parse_reply("- [fact] x") == [parse_line("- [fact] x")]
+
+
+def test_a_failed_write_names_the_file_it_failed_on(tmp_path, monkeypatch):
+    """A write that fails inside a step that wraps errors keeps the error
+    that names the file written (a new fragment, say), with its errno."""
+    import context_core.memory.store as store
+
+    mem = MemoryFiles(tmp_path, durability="never", max_lines=3, min_fragments=0, gc_interval=0)
+    mem.append(["a", "b", "c"])
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(store, "write_all", full)
+    with pytest.raises(MemoryStorageError) as info:
+        mem.append(["d", "e", "f", "g"])
+    error = info.value
+    assert error.errno == errno.ENOSPC
+    assert error.filename is not None
+    assert os.path.basename(error.filename) != "MEMORY.md", error  # the new fragment it was writing
+    assert os.path.basename(error.filename) in str(error)
+    assert str(error).count("No space left on device") == 1

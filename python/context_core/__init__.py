@@ -9,8 +9,8 @@ repairs a history so the OpenAI or Anthropic API accepts it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from context_core._core import (
     ANTHROPIC_IMAGE_TOKENS,
@@ -80,7 +80,7 @@ from context_core.select import (
     tag,
 )
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, RetryPolicy, as_llm
     from context_core.log import HEADER_DTYPE, MessageLog, RepairReport
     from context_core.memory import Fact, MemoryFiles
@@ -125,19 +125,20 @@ _LAZY = {
 _SUBMODULES = frozenset({"cli", "llm", "log", "memory", "prompt", "reference"})
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"context_core.{name}")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'context_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"context_core.{module}"), name)
-    globals()[name] = value  # the next lookup is a plain one
-    return value
+if not _typing.TYPE_CHECKING:  # a type checker sees the imports above, and typos stay errors
 
+    def __getattr__(name: str) -> _typing.Any:
+        if name in _SUBMODULES:
+            return _importlib.import_module(f"context_core.{name}")
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'context_core' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(f"context_core.{module}"), name)
+        globals()[name] = value  # the next lookup is a plain one
+        return value
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY, *_SUBMODULES})
 
 
 __all__ = [

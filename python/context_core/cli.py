@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, MemoryFiles, Tokenizer, sanitize
+from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, Tokenizer, sanitize
 
 
 @dataclass
@@ -157,6 +157,8 @@ def add_memory_parser(commands: Any) -> None:
 
 
 def run_memory(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> None:
+    from context_core.memory import MemoryFiles  # here: counting never loads it
+
     files = MemoryFiles(
         args.dir, max_lines=args.max_lines, lock_timeout=args.lock_timeout, create=args.action == "append"
     )

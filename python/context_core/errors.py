@@ -45,6 +45,19 @@ class ContextCoreError(Exception):
     """Base class of every error context_core raises on purpose."""
 
 
+class _OSFields(OSError):
+    """Pickled and copied with its class, ``errno`` and ``filename`` (an
+    OSError keeps only its arguments, and the classes made above are not
+    names pickle can look up)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        base = next(c for c in type(self).__mro__ if c.__qualname__ == c.__name__)
+        return (_with_os_class, (base, str(self), self.errno, self.filename))
+
+    def __str__(self) -> str:  # OSError would rebuild the text from its fields
+        return str(self.args[0]) if self.args else ""
+
+
 class InvalidInputError(ContextCoreError, ValueError):
     """A value the call cannot use: a malformed message, an unknown token id,
     a negative count, a truncation marker longer than the cap."""
@@ -147,19 +160,17 @@ class LogForkedError(LogClosedError):
     process: int | None = None
 
 
-class LogNotFoundError(ContextCoreError, FileNotFoundError):
+class LogNotFoundError(ContextCoreError, _OSFields, FileNotFoundError):
     """No message log at the path (and ``create`` was not asked for).
-    ``filename`` is that path and ``errno`` is ``errno.ENOENT``."""
-
-    def __str__(self) -> str:  # OSError would rebuild the text from its fields
-        return str(self.args[0]) if self.args else ""
+    ``filename`` is that path, ``errno`` is ``errno.ENOENT`` and ``strerror``
+    its text."""
 
 
 class LogIndexError(ContextCoreError, IndexError):
     """A node sequence number the message log does not hold."""
 
 
-class LogStorageError(ContextCoreError, OSError):
+class LogStorageError(ContextCoreError, _OSFields):
     """Reading or writing a message log's files failed (a full disk,
     permissions...); the message names the file and the OS error.
 
@@ -167,9 +178,6 @@ class LogStorageError(ContextCoreError, OSError):
     PermissionError`` (or ``IsADirectoryError``...) still matches:
     :func:`storage_error` makes it. ``errno`` and ``strerror`` are the OS's
     (``None`` where it gave none) and ``filename`` is the file's path."""
-
-    def __str__(self) -> str:  # OSError would rebuild the text from its fields
-        return str(self.args[0]) if self.args else ""
 
 
 def storage_error(message: str, errno: int | None, filename: str | None) -> LogStorageError:
@@ -180,14 +188,18 @@ def storage_error(message: str, errno: int | None, filename: str | None) -> LogS
 
 
 def _with_os_class(base: type[_E], message: str, errno: int | None, filename: str | None) -> _E:
+    if not isinstance(errno, int):
+        errno = None
     builtin = type(OSError(errno, "")) if errno is not None else OSError
     cls: type[_E] = base
-    if builtin is not OSError:
+    # BlockingIOError is left out: ``except BlockingIOError`` means a held lock
+    # (LogLockedError, MemoryLockError), not a failed read or write.
+    if builtin is not OSError and builtin is not BlockingIOError and not issubclass(base, builtin):
         if (base, builtin) not in _OS_CLASSES:
             # Named as the class it extends: ``type(error).__name__`` stays the base's.
             made = type(base.__name__, (base, builtin), {"__module__": __name__})
             made.__qualname__ = f"{base.__name__}[{builtin.__name__}]"
-            _OS_CLASSES[base, builtin] = made
+            cls = _OS_CLASSES.setdefault((base, builtin), made)  # one class, whichever thread made it
         cls = _OS_CLASSES[base, builtin]
     error = cls(message)
     error.errno = errno
@@ -276,7 +288,7 @@ class MemoryFormatError(InvalidInputError):
         self.text = text
 
 
-class MemoryStorageError(ContextCoreError, OSError):
+class MemoryStorageError(ContextCoreError, _OSFields):
     """Reading or writing a memory file failed (a full disk, permissions...);
     the message names the file and the OS error. A failed append leaves the
     file as it was.
@@ -284,9 +296,6 @@ class MemoryStorageError(ContextCoreError, OSError):
     As :class:`LogStorageError`, it is also of the OS error's own class
     (``except PermissionError`` matches), with ``errno``, ``strerror`` and
     ``filename`` (``None`` where no OS error was behind it)."""
-
-    def __str__(self) -> str:  # OSError would rebuild the text from its fields
-        return str(self.args[0]) if self.args else ""
 
 
 def memory_storage_error(

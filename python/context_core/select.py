@@ -22,12 +22,11 @@ accepts.
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from context_core import _selection
-from context_core._core import Sanitizer, Tagger, Tokenizer, _analyze
+from context_core._core import Sanitizer, Tagger, Tokenizer, _analyze, _MessageLog
 from context_core._selection import Breakdown, Selection, Truncated
 from context_core.budget import Budget
 from context_core.errors import InvalidTypeError
@@ -204,9 +203,7 @@ class WeightedWindow:
 
         ``messages`` may be a :class:`~context_core.MessageLog`: the window is
         then chosen from its headers (see :meth:`MessageLog.window`)."""
-        # A MessageLog exists only once its module is loaded: no import here.
-        log_module = sys.modules.get("context_core.log")
-        if log_module is not None and isinstance(messages, log_module.MessageLog):
+        if isinstance(messages, _MessageLog):  # the log's base class: no import of the log here
             return messages.window(max_tokens, self, now=now)
         return _selection.weighted_window(
             self._backend,

@@ -135,9 +135,10 @@ def open_file(root: str, dir_fd: int, name: str, flags: int, *, create: bool = F
                 fd = os.open(name, flags, dir_fd=dir_fd)
         else:
             fd = os.open(name, flags, dir_fd=dir_fd)
-    except FileNotFoundError:
+    except FileNotFoundError as error:
         if create:
-            raise memory_storage_error(f"cannot create {os.path.join(root, name)}") from None
+            path = os.path.join(root, name)
+            raise memory_storage_error(f"cannot create {path}", error, path) from None
         return None
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.EMLINK):

@@ -172,6 +172,8 @@ class Store:
         return os.path.join(self.root, name)
 
     def storage_error(self, name: str, error: OSError) -> MemoryStorageError:
+        if isinstance(error, MemoryStorageError):
+            return error  # already names its own file (a temporary one, say)
         return memory_storage_error(f"{self.path(name)}: {error.strerror or error}", error, self.path(name))
 
     # -- reading --------------------------------------------------------------------

@@ -134,6 +134,7 @@ def storage(path: str, action: str) -> Iterator[None]:
 def not_found(directory: Any) -> LogNotFoundError:
     error = LogNotFoundError(f"{directory}: no message log")
     error.errno, error.filename = errno.ENOENT, str(directory)
+    error.strerror = os.strerror(errno.ENOENT)
     return error
 
 

@@ -170,6 +170,12 @@ impl From<CoreError> for PyErr {
                 let fields: Vec<_> = [
                     ("filename", path.into_pyobject(py).map(Bound::into_any)),
                     ("errno", ENOENT.into_pyobject(py).map(Bound::into_any)),
+                    (
+                        "strerror",
+                        "No such file or directory"
+                            .into_pyobject(py)
+                            .map(Bound::into_any),
+                    ),
                 ]
                 .into_iter()
                 .filter_map(|(name, value)| Some((name, value.ok()?)))
