@@ -149,3 +149,15 @@ def test_a_typed_caller_type_checks(tmp_path):
     errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
     assert [line.split(":")[0:2] for line in errors] == [[str(typo), "1"], [str(typo), "3"]], checked.stdout
     subprocess.run([sys.executable, str(caller)], check=True)
+
+
+def test_message_log_shows_its_options_in_its_signature():
+    """``MessageLog(path, ...)`` and ``MessageLog.open`` name the same
+    keywords with the same defaults (the Rust base class reads them)."""
+    import inspect
+
+    made = inspect.signature(context_core.MessageLog).parameters
+    opened = inspect.signature(context_core.MessageLog.open).parameters
+    names = ["path", "create", "readonly", "encoding", "durability", "lock_timeout"]
+    assert list(made) == list(opened) == names
+    assert [p.default for p in made.values()] == [p.default for p in opened.values()]

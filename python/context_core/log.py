@@ -72,9 +72,19 @@ class MessageLog(_MessageLog):
     ``path``, ``node_id``, ``verify``, ``len()`` and the properties are its own
     methods, called with no Python frame in between."""
 
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        encoding: str | None = None,
+        durability: str = "batch",
+        lock_timeout: float = 0.0,
+    ) -> None:
         # The Rust base class opened the log in __new__, from these same
-        # arguments (the keywords of :meth:`open`) and checked them there.
+        # arguments (the keywords of :meth:`open`, with the same defaults)
+        # and checked them there; they are named here for the signature.
         self._path = os.fspath(path)
         self._map: mmap.mmap | None = None
         self._decoded: OrderedDict[int, Any] = OrderedDict()
