@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};
-use crate::json::{JsonValue, Kind, MAX_DEPTH, key_text};
+use crate::json::{JsonValue, Kind, MAX_DEPTH, key_text, wrong_type};
 use crate::tokenizer::Tokenizer;
 
 /// Framing of every message (`<|start|>{role}<|message|>…<|end|>`).
@@ -445,14 +445,6 @@ fn strip_final_dot(text: &str) -> &str {
 fn missing(path: &str) -> Error {
     Error::MissingField {
         path: path.to_owned(),
-    }
-}
-
-fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
-    Error::WrongType {
-        path: path.to_owned(),
-        expected,
-        found: found.type_name().into_owned(),
     }
 }
 

@@ -27,6 +27,16 @@ pub enum Kind {
 }
 
 /// Read access to a JSON-shaped value.
+/// The error for a value of the wrong type at `path` (the one place every
+/// reader of messages and schemas makes it).
+pub(crate) fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
+    Error::WrongType {
+        path: path.to_owned(),
+        expected,
+        found: found.type_name().into_owned(),
+    }
+}
+
 pub trait JsonValue: Sized {
     fn kind(&self) -> Kind;
     /// The value's type name, for error messages (e.g. `int`, `set`).

@@ -6,7 +6,7 @@ use rustc_hash::FxHashMap;
 use super::patterns::is_blank;
 use super::plan::{BlockRef, CallRef, TEXT_SEPARATOR, legacy_call_id};
 use crate::error::{Error, Result};
-use crate::json::{JsonValue, Kind};
+use crate::json::{JsonValue, Kind, wrong_type};
 
 /// The roles the funnel knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,14 +126,6 @@ impl Ids {
         let number = IdHash::try_from(self.numbers.len()).expect("under 2^32 distinct ids");
         self.numbers.insert(id.into(), number);
         number
-    }
-}
-
-fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
-    Error::WrongType {
-        path: path.to_owned(),
-        expected,
-        found: found.type_name().into_owned(),
     }
 }
 

@@ -11,7 +11,7 @@ use regex::Regex;
 use crate::cache::MIN_CACHED_BYTES;
 use crate::chat::MessageFields;
 use crate::error::{Error, Result};
-use crate::json::{JsonValue, Kind};
+use crate::json::{JsonValue, Kind, wrong_type};
 use crate::tags::{self, EVIDENCE, Tagger};
 use crate::tokenizer::Tokenizer;
 
@@ -199,14 +199,6 @@ impl Analysis {
             .filter(|u| self.messages[u.start].tags & tags::CONSTRAINT != 0)
             .map(|u| u.start)
             .collect()
-    }
-}
-
-fn wrong_type<J: JsonValue>(path: &str, expected: &'static str, found: &J) -> Error {
-    Error::WrongType {
-        path: path.to_owned(),
-        expected,
-        found: found.type_name().into_owned(),
     }
 }
 
