@@ -1,6 +1,7 @@
 //! The bytes of a message log, as `docs/log-format.md` specifies them.
 
 use crate::error::{Error, Result};
+use crate::select::Role;
 
 pub const FORMAT_VERSION: u32 = 1;
 pub const FILE_HEADER_LEN: usize = 64;
@@ -26,6 +27,28 @@ pub const FLAG_RESULTS: u8 = 1 << 2;
 pub const FLAG_HAS_TEXT: u8 = 1 << 3;
 const CODEC_SHIFT: u8 = 4;
 const LEVEL_SHIFT: u8 = 6;
+
+/// A message's role as its header stores it, one byte.
+pub fn role_byte(role: Role) -> u8 {
+    match role {
+        Role::System => 0,
+        Role::User => 1,
+        Role::Assistant => 2,
+        Role::Tool => 3,
+        Role::Other => 4,
+    }
+}
+
+/// The role a header's byte names ([`role_byte`] read back; any other byte is `Other`).
+pub fn role_of_byte(byte: u8) -> Role {
+    match byte {
+        0 => Role::System,
+        1 => Role::User,
+        2 => Role::Assistant,
+        3 => Role::Tool,
+        _ => Role::Other,
+    }
+}
 
 pub const CODEC_RAW: u8 = 0;
 pub const CODEC_LZ4: u8 = 1;

@@ -30,7 +30,7 @@ pub use window::{SEGMENTS_KEPT, ViewPart, Window};
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};
 use crate::json::{Json, JsonValue};
-use crate::select::{Role, analyze_message};
+use crate::select::analyze_message;
 use crate::tags::Tagger;
 use crate::tokenizer::Tokenizer;
 use files::{LogFile, grown_len};
@@ -171,16 +171,6 @@ fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn role_code(role: Role) -> u8 {
-    match role {
-        Role::System => 0,
-        Role::User => 1,
-        Role::Assistant => 2,
-        Role::Tool => 3,
-        Role::Other => 4,
-    }
 }
 
 fn finite_f32(value: Option<f64>, default: f32) -> f32 {
@@ -1026,7 +1016,7 @@ impl MessageLog {
             weight: finite_f32(options.weight.or(info.weight), f32::NAN),
             priority: finite_f32(options.priority.or(Some(info.priority)), 0.0),
             hash: 0,
-            role: role_code(info.role),
+            role: format::role_byte(info.role),
             kind: KIND_MESSAGE,
             tags: options.tags.unwrap_or(info.tags),
             flags,
@@ -1087,7 +1077,7 @@ impl MessageLog {
             weight: f32::NAN,
             priority: 0.0,
             hash: 0,
-            role: role_code(info.role),
+            role: format::role_byte(info.role),
             kind: KIND_SUMMARY,
             tags: info.tags,
             flags: Node::with_codec_and_level(

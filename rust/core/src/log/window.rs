@@ -94,13 +94,7 @@ impl Record<'_> {
         (!weight.is_nan()).then_some(f64::from(weight))
     }
     fn role(&self) -> Role {
-        match self.0[56] {
-            0 => Role::System,
-            1 => Role::User,
-            2 => Role::Assistant,
-            3 => Role::Tool,
-            _ => Role::Other,
-        }
+        super::format::role_of_byte(self.0[56])
     }
     fn kind(&self) -> u8 {
         self.0[57]
