@@ -51,7 +51,7 @@ class _OSFields(OSError):
     names pickle can look up)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        base = next(c for c in type(self).__mro__ if c.__qualname__ == c.__name__)
+        base = type(self).__dict__.get("_os_base", type(self))
         return (_with_os_class, (base, str(self), self.errno, self.filename))
 
     def __str__(self) -> str:  # OSError would rebuild the text from its fields
@@ -187,6 +187,11 @@ def storage_error(message: str, errno: int | None, filename: str | None) -> LogS
     return _with_os_class(LogStorageError, message, errno, filename)
 
 
+_E = TypeVar("_E", bound=OSError)
+#: The class for each (error class, built-in OS error class), made once.
+_OS_CLASSES: dict[tuple[type, type], Any] = {}
+
+
 def _with_os_class(base: type[_E], message: str, errno: int | None, filename: str | None) -> _E:
     if not isinstance(errno, int):
         errno = None
@@ -195,12 +200,12 @@ def _with_os_class(base: type[_E], message: str, errno: int | None, filename: st
     # BlockingIOError is left out: ``except BlockingIOError`` means a held lock
     # (LogLockedError, MemoryLockError), not a failed read or write.
     if builtin is not OSError and builtin is not BlockingIOError and not issubclass(base, builtin):
-        if (base, builtin) not in _OS_CLASSES:
+        cls = _OS_CLASSES.get((base, builtin))
+        if cls is None:
             # Named as the class it extends: ``type(error).__name__`` stays the base's.
-            made = type(base.__name__, (base, builtin), {"__module__": __name__})
+            made = type(base.__name__, (base, builtin), {"__module__": __name__, "_os_base": base})
             made.__qualname__ = f"{base.__name__}[{builtin.__name__}]"
             cls = _OS_CLASSES.setdefault((base, builtin), made)  # one class, whichever thread made it
-        cls = _OS_CLASSES[base, builtin]
     error = cls(message)
     error.errno = errno
     error.strerror = os.strerror(errno) if errno is not None else None
@@ -305,8 +310,3 @@ def memory_storage_error(
     with the fields of the OS error ``error`` (if any)."""
     errno = error.errno if error is not None else None
     return _with_os_class(MemoryStorageError, message, errno, None if filename is None else str(filename))
-
-
-_E = TypeVar("_E", bound=OSError)
-#: The class for each (error class, built-in OS error class), made once.
-_OS_CLASSES: dict[tuple[type, type], Any] = {}
