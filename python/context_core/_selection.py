@@ -209,6 +209,17 @@ def exact_text(text: str) -> str:
     return text if type(text) is str else str.__str__(text)
 
 
+def exact_texts(texts: Any, name: str) -> list[str]:
+    """A sequence of str argument, iterated once (before the analysis) into
+    exact strings (see :func:`exact_text`)."""
+    if isinstance(texts, (str, bytes)):
+        raise InvalidTypeError(f"{name} must be a sequence of str")
+    items = list(texts)
+    if any(not isinstance(t, str) for t in items):
+        raise InvalidTypeError(f"{name} must be a sequence of str")
+    return [exact_text(t) for t in items]
+
+
 def message_text(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
@@ -525,15 +536,8 @@ def build_context(
             {"role": "user", "content": current_input} if isinstance(current_input, str) else current_input
         )
     budget = budget_tokens(max_tokens)
-    texts_of: dict[str, list[str]] = {}
-    for name, texts in (("segment_summaries", segment_summaries), ("memories", memories)):
-        if isinstance(texts, (str, bytes)):
-            raise InvalidTypeError(f"{name} must be a sequence of str")
-        texts_of[name] = list(texts)  # iterated once, before the analysis
-        if any(not isinstance(t, str) for t in texts_of[name]):
-            raise InvalidTypeError(f"{name} must be a sequence of str")
-    segment_summaries = [exact_text(t) for t in texts_of["segment_summaries"]]
-    memories = [exact_text(t) for t in texts_of["memories"]]
+    segment_summaries = exact_texts(segment_summaries, "segment_summaries")
+    memories = exact_texts(memories, "memories")
     if global_summary is not None and not isinstance(global_summary, str):
         raise InvalidTypeError("global_summary must be str or None")
     if global_summary is not None:
