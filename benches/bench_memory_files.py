@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from context_core import Fact, MemoryFiles
-from context_core.memory import consolidate_items
+from context_core import MemoryFiles
+from context_core.memory import Fact, consolidate_items
 from support import register
 
 _serial = itertools.count()

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from context_core import Dimensions, MemoryFiles, PromptBuilder, Skill, Tokenizer
+from context_core import MemoryFiles, PromptBuilder, Tokenizer
+from context_core.prompt import Dimensions, Skill
 from support import REPORTS, register
 
 # The prompt tests' deterministic prose, one definition for both.

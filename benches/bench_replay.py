@@ -34,7 +34,7 @@ from support import REPORTS, register
 
 WHOLE = 10**9
 BUDGETS = [2_000, 8_000, 32_000, 128_000, WHOLE]
-POLICIES = ["shape_history", "WeightedWindow", "ContextBuilder"]
+POLICIES = ["shape_history", "WeightedWindow", "PriorityAssembly"]
 #: Rounds of the ratio replays (see ``test_cap_and_budget_ratios``).
 RATIO_ROUNDS = 5
 TOK = Tokenizer()
@@ -57,10 +57,10 @@ def turn_of(module, fix, policy: str, provider: str, budget: int, cap: int | Non
         def choose(history, now):
             return window.select(history, budget, now=now)
     else:
-        builder = module.ContextBuilder(budget, provider=provider, tool_result_cap=cap)
+        builder = module.PriorityAssembly(provider=provider, tool_result_cap=cap)
 
         def choose(history, now):
-            return builder.build(history)
+            return builder.select(history, budget)
 
     def turn(history, now):
         repaired = fix(history, provider)

@@ -54,9 +54,9 @@ def test_retention(table):
         assert table["continuity"][budget]["WeightedWindow"] == 1.0
     assert scores["messages[-20:]"] <= 0.40
     assert scores["WeightedWindow"] >= 0.95
-    assert scores["ContextBuilder (anchoring)"] >= 0.95
+    assert scores["PriorityAssembly (anchoring)"] >= 0.95
     # At every budget ours keep at least what the naive windows keep.
     for budget in BUDGETS:
-        for ours in ("WeightedWindow", "ContextBuilder (anchoring)"):
+        for ours in ("WeightedWindow", "PriorityAssembly (anchoring)"):
             for naive in ("messages[-20:]", "truncate from the front", "shape_history"):
                 assert table[budget][ours] >= table[budget][naive], (budget, ours, naive)

@@ -23,11 +23,11 @@ IMPLS = {"ours": context_core, "reference": reference}
 def policies(provider: str, module) -> dict:
     """A callable per policy, built once so the instances keep their caches."""
     window = module.WeightedWindow(provider=provider)
-    builder = module.ContextBuilder(BUDGET, provider=provider)
+    builder = module.PriorityAssembly(provider=provider)
     return {
         "shape_history": lambda messages: module.shape_history(messages, BUDGET, provider=provider),
         "WeightedWindow": lambda messages: window.select(messages, BUDGET),
-        "ContextBuilder": lambda messages: builder.build(messages),
+        "PriorityAssembly": lambda messages: builder.select(messages, BUDGET),
     }
 
 
@@ -37,7 +37,7 @@ def signature(selection) -> tuple:
 
 @pytest.mark.parametrize("impl", ["ours", "reference"])
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("policy", ["shape_history", "WeightedWindow", "ContextBuilder"])
+@pytest.mark.parametrize("policy", ["shape_history", "WeightedWindow", "PriorityAssembly"])
 def test_policy(benchmark, policy, provider, impl):
     history = session(SIZE, provider)
     run = policies(provider, IMPLS[impl])[policy]
@@ -50,7 +50,7 @@ def test_policy(benchmark, policy, provider, impl):
 
 
 @pytest.mark.parametrize("size", [1_000, 10_000, 100_000])
-@pytest.mark.parametrize("policy", ["shape_history", "WeightedWindow", "ContextBuilder"])
+@pytest.mark.parametrize("policy", ["shape_history", "WeightedWindow", "PriorityAssembly"])
 def test_policy_growth(benchmark, policy, size):
     history = session(size, "openai")
     run = policies("openai", context_core)[policy]
@@ -139,7 +139,7 @@ def test_against_langchain_trim(benchmark, tiktoken_encoding, counter, impl):
 
 @pytest.mark.parametrize("impl", ["ours", "reference"])
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-@pytest.mark.parametrize("policy", ["shape_history", "WeightedWindow", "ContextBuilder"])
+@pytest.mark.parametrize("policy", ["shape_history", "WeightedWindow", "PriorityAssembly"])
 def test_whole_turn(benchmark, policy, provider, impl):
     """What a server does each turn: repair the history, choose the context,
     log the breakdown. The target is an absolute one: 1 ms at 1,000 messages."""

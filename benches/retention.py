@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from context_core import ContextBuilder, Tokenizer, WeightedWindow, shape_history
+from context_core import PriorityAssembly, Tokenizer, WeightedWindow, shape_history
 
 TOK = Tokenizer()
 
@@ -251,7 +251,7 @@ def weighted(messages: list[dict], budget: int) -> str:
 
 
 def builder(messages: list[dict], budget: int) -> str:
-    result = ContextBuilder(budget, anchoring=True).build(messages)
+    result = PriorityAssembly(anchoring=True).select(messages, budget)
     return _sent_text(result.messages, result.system)
 
 
@@ -260,7 +260,7 @@ POLICIES: dict[str, Callable[[list[dict], int], str]] = {
     "truncate from the front": truncate_front,
     "shape_history": shape,
     "WeightedWindow": weighted,
-    "ContextBuilder (anchoring)": builder,
+    "PriorityAssembly (anchoring)": builder,
 }
 
 

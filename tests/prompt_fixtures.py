@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta, timezone
 
-from context_core import PromptBuilder, Skill
+from context_core import PromptBuilder
+from context_core.prompt import Skill
 
 PST = timezone(timedelta(hours=-8), "PST")
 T0 = datetime(2024, 1, 18, 10, 30, tzinfo=PST)

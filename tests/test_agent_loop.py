@@ -10,9 +10,9 @@ import pytest
 
 from agent_sessions import turn_in_progress
 from context_core import (
-    ContextBuilder,
     MessageLog,
     OverBudgetError,
+    PriorityAssembly,
     Tokenizer,
     WeightedWindow,
     shape_history,
@@ -88,15 +88,15 @@ def policies(provider: str, budget: int, module=None) -> dict:
         return {
             "shape_history": lambda h, now: shape_history(h, budget, provider=provider),
             "WeightedWindow": lambda h, now: WeightedWindow(provider=provider).select(h, budget, now=now),
-            "ContextBuilder": lambda h, now: ContextBuilder(budget, provider=provider).build(h),
-            "ContextBuilder (anchoring)": lambda h, now: ContextBuilder(
-                budget, provider=provider, anchoring=True
-            ).build(h),
+            "PriorityAssembly": lambda h, now: PriorityAssembly(provider=provider).select(h, budget),
+            "PriorityAssembly (anchoring)": lambda h, now: PriorityAssembly(
+                provider=provider, anchoring=True
+            ).select(h, budget),
         }
     return {
         "shape_history": lambda h, now: module.shape_history(h, budget, provider=provider),
         "WeightedWindow": lambda h, now: module.WeightedWindow(provider=provider).select(h, budget, now=now),
-        "ContextBuilder": lambda h, now: module.ContextBuilder(budget, provider=provider).build(h),
+        "PriorityAssembly": lambda h, now: module.PriorityAssembly(provider=provider).select(h, budget),
     }
 
 
@@ -134,7 +134,7 @@ def test_the_log_window_keeps_the_turn_in_progress(tmp_path):
             log.append_many(messages[written : result + 1])
             written = result + 1
             now = START + 120 * turn + 45
-            chosen = log.window(8000, policy, now=now)
+            chosen = policy.select(log, 8000, now=now)
             assert set(range(result - 2, result + 1)) <= set(chosen.kept), turn
             expected = policy.select(messages[:written], 8000, now=now)
             assert chosen.kept == expected.kept
@@ -182,7 +182,7 @@ def test_the_newest_turns_survive_a_long_session_of_short_requests():
     # The first five rules are anchored; every other old request is weighed
     # down by its age, so the rest of the window is a recent stretch.
     anchors = [1, 5, 9, 13, 17]
-    assert chosen.kept[:6] == [0, *anchors]
+    assert chosen.kept[:6] == (0, *anchors)
     assert min(chosen.kept[6:]) > len(messages) - 2_500
 
 

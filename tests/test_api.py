@@ -82,7 +82,7 @@ def test_counting_imports_none_of_the_heavier_layers():
         "from context_core.cli import main\n"
         "main(['count', context_core.__file__])  # the CLI's main job too\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
-        "context_core.MessageLog, context_core.llm.retry, context_core.Fact\n"
+        "context_core.MessageLog, context_core.llm.retry, context_core.MemoryFiles\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -115,7 +115,8 @@ def test_the_reference_imports_without_tiktoken():
 
 
 TYPED_CALLER = """
-from context_core import Tagger, Tokenizer, shape_history
+from context_core import Tokenizer, shape_history
+from context_core.select import Tagger
 from context_core.types import AnthropicMessage, Message, OpenAIMessage
 
 pinned: OpenAIMessage = {"role": "user", "content": "keep me", "pinned": True, "priority": 2}

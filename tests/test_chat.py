@@ -264,10 +264,13 @@ def test_block_rules():
     assert cost({"type": "text", "text": "hi there"}) == tok.count("hi there")
     assert (
         cost({"type": "image_url", "image_url": {"url": "x", "detail": "low"}})
-        == context_core.IMAGE_TOKENS_LOW
+        == context_core.tokens.IMAGE_TOKENS_LOW
     )
-    assert cost({"type": "image_url", "image_url": {"url": "x"}}) == context_core.IMAGE_TOKENS
-    assert cost({"type": "image", "source": {"data": "A" * 10_000}}) == context_core.ANTHROPIC_IMAGE_TOKENS
+    assert cost({"type": "image_url", "image_url": {"url": "x"}}) == context_core.tokens.IMAGE_TOKENS
+    assert (
+        cost({"type": "image", "source": {"data": "A" * 10_000}})
+        == context_core.tokens.ANTHROPIC_IMAGE_TOKENS
+    )
     use = {"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "ünï", "n": 3, "x": 1e-05}}
     assert cost(use) == 3 + tok.count("search") + tok.count('{"q":"ünï","n":3,"x":1e-05}')
     result = {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "found it"}]}

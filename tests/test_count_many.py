@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_core import PARALLEL_MIN_BYTES, Tokenizer, reference
+from context_core import Tokenizer, reference
+from context_core.tokens import PARALLEL_MIN_BYTES
 from strategies import texts
 
 

@@ -35,9 +35,9 @@ from context_core import (
     LLMResponseError,
     LLMTimeoutError,
     OpenAIChat,
-    RetryPolicy,
     as_llm,
 )
+from context_core.llm import RetryPolicy
 from context_core.llm.sdk_errors import parse_retry_after
 from llm_server import FakeLLMServer, Reply, anthropic_body, openai_body
 

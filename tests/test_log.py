@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import context_core
 from context_core import (
-    HEADER_DTYPE,
     InvalidInputError,
     InvalidTypeError,
     LogClosedError,
@@ -24,8 +23,10 @@ from context_core import (
     LogLockedError,
     LogNotFoundError,
     MessageLog,
+    WeightedWindow,
     reference,
 )
+from context_core.log import HEADER_DTYPE
 from test_select import history
 
 HISTORY = [
@@ -79,7 +80,8 @@ def test_headers_hold_the_counts_and_tags_selection_would_find(where):
         assert list(rows["parent"]) == [2**64 - 1, 0, 1, 2, 3, 4]
         assert [int(t) for t in rows["tokens"]] == [oracle.count_messages([m]) - 3 for m in HISTORY]
         assert list(rows["role"]) == [0, 1, 2, 3, 2, 1]
-        tags = [context_core.tag(m["content"]) if isinstance(m["content"], str) else None for m in HISTORY]
+        tag = context_core.select.tag
+        tags = [tag(m["content"]) if isinstance(m["content"], str) else None for m in HISTORY]
         assert "constraint" in tags[0]
         assert "constraint" in tags[1]
         assert list(rows["tags"][:2] & 1) == [1, 1], "constraints are tagged"
@@ -286,9 +288,9 @@ def test_bad_input_is_refused_cleanly(where):
         assert len(log) == 0, "nothing was written by the refused calls"
         log.append({"role": "user", "content": "hello"})
         with pytest.raises(InvalidTypeError, match="now"):
-            log.window(1000, now="yesterday")
+            WeightedWindow().select(log, 1000, now="yesterday")
         with pytest.raises(InvalidInputError, match="now"):
-            log.window(1000, now=float("nan"))
+            WeightedWindow().select(log, 1000, now=float("nan"))
     with pytest.raises(InvalidInputError, match="durability"):
         MessageLog.open(where, durability="sometimes")
     with pytest.raises(InvalidInputError, match="counts tokens in o200k_base"):
@@ -520,7 +522,7 @@ def test_summaries_are_kept_and_counted_as_sent(where):
         selection = context_core.WeightedWindow().select(log, 200)
         sent = selection.messages
         # Sanitize merges the summary into the system message before it.
-        assert context_core.SEGMENT_PREFIX in sent[0]["content"]
+        assert context_core.select.SEGMENT_PREFIX in sent[0]["content"]
         assert selection.breakdown.segments > 0
         assert selection.breakdown.total == context_core.Tokenizer().count_messages(sent) <= 200
         assert sent[-1]["content"].endswith("what next?"), "the current input is kept"

@@ -120,7 +120,7 @@ def test_a_view_larger_than_the_decoded_cache_comes_back_whole(tmp_path, monkeyp
     with MessageLog.open(where, readonly=True) as log:
         assert log.context_view() == messages
         assert log.context_view() == messages  # again, from a cache that could not hold it
-        window = log.window(10**9, WeightedWindow(tool_result_cap=None))
+        window = WeightedWindow(tool_result_cap=None).select(log, 10**9)
         assert len(window.messages) == 500
         assert len(log._decoded) == 64
 
@@ -150,7 +150,7 @@ def test_threads_sharing_one_log(tmp_path, monkeypatch):
                     view = log.context_view()
                     assert view[:300] == [message(n) for n in range(300)]
                 else:
-                    kept = log.window(4_000 + 97 * i, WeightedWindow(tool_result_cap=None)).messages
+                    kept = WeightedWindow(tool_result_cap=None).select(log, 4_000 + 97 * i).messages
                     assert kept
         except BaseException as error:
             failures.append(error)

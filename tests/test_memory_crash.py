@@ -18,8 +18,8 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-from context_core import Fact, MemoryFiles
-from context_core.memory import Pointer, RawLine
+from context_core import MemoryFiles
+from context_core.memory import Fact, Pointer, RawLine
 from context_core.memory.facts import parse_line
 
 PROCESSES, APPENDS = 8, 500

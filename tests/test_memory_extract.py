@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from context_core import Fact, InvalidTypeError
-from context_core.memory import extract_facts
+from context_core import InvalidTypeError
+from context_core.memory import Fact, extract_facts
 from context_core.memory.extract import MAX_FACT_CHARS, conversation_text
 
 

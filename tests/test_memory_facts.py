@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_core import Fact, InvalidInputError, InvalidTypeError, MemoryFormatError
+from context_core import InvalidInputError, InvalidTypeError, MemoryFormatError
 from context_core.memory import (
+    Fact,
     Pointer,
     RawLine,
     consolidate_facts,

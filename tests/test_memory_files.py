@@ -20,7 +20,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from context_core import (
-    Fact,
     InvalidInputError,
     MemoryFiles,
     MemoryFormatError,
@@ -29,7 +28,7 @@ from context_core import (
     MemoryPathError,
     MemoryStorageError,
 )
-from context_core.memory import parse_reply
+from context_core.memory import Fact, parse_reply
 from context_core.memory.facts import parse_line
 from context_core.memory.layout import plan, reserve
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import tiktoken.model
 
-from context_core import MODELS, UnknownModelError, encoding_name_for_model, reference
+from context_core import UnknownModelError, reference
+from context_core.tokens import MODELS, encoding_name_for_model
 
 
 def tiktoken_names() -> list[str]:

@@ -11,8 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import strategies  # noqa: F401  (the hypothesis profile)
-from context_core import CouplingWeights, Dimensions, InvalidInputError, PromptBuilder, Tokenizer
-from context_core.prompt import Allocation, Entry, coupling_weights, split_budget, task_complexity
+from context_core import InvalidInputError, PromptBuilder, Tokenizer
+from context_core.prompt import (
+    Allocation,
+    CouplingWeights,
+    Dimensions,
+    Entry,
+    coupling_weights,
+    split_budget,
+    task_complexity,
+)
 from prompt_fixtures import T0, prose
 
 # -- the coupling matrix --------------------------------------------------------------------------

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_core import CouplingWeights, Dimensions, PromptBuilder, Skill, Tokenizer
-from context_core.prompt import RESERVED_TAGS, escape, escape_attr
+from context_core import PromptBuilder, Tokenizer
+from context_core.prompt import RESERVED_TAGS, CouplingWeights, Dimensions, Skill, escape, escape_attr
 from context_core.prompt.escape import (
     FORMAT_CHARS,
     LESS_THAN,

@@ -16,12 +16,10 @@ from context_core import (
     MemoryFiles,
     PromptBuilder,
     PromptCacheWarning,
-    Skill,
-    SkillRegistry,
     Tokenizer,
 )
 from context_core.errors import UnknownSkillError
-from context_core.prompt import DEFAULT_MEMORY_GUIDE, Dimensions
+from context_core.prompt import DEFAULT_MEMORY_GUIDE, Dimensions, Skill, SkillRegistry
 from context_core.prompt.escape import caseless
 from context_core.prompt.never_enter import Rules
 from context_core.prompt.sections import format_time

@@ -19,18 +19,18 @@ from hypothesis import strategies as st
 import strategies  # noqa: F401  (the hypothesis profile)
 from context_core import (
     ContextCoreError,
-    Dimensions,
     InvalidInputError,
     InvalidTypeError,
     PromptBuilder,
     PromptCacheWarning,
-    PromptParts,
-    Skill,
     Tokenizer,
 )
 from context_core.prompt import (
     ANTHROPIC_MIN_CACHE_TOKENS,
+    Dimensions,
     Entry,
+    PromptParts,
+    Skill,
     canonical_json,
     coupling_weights,
     min_cache_tokens,

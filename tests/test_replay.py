@@ -12,9 +12,9 @@ import pytest
 import validators
 from agent_sessions import generate, turn_in_progress
 from context_core import (
-    ContextBuilder,
     MessageLog,
     OverBudgetError,
+    PriorityAssembly,
     Tokenizer,
     WeightedWindow,
     sanitize,
@@ -31,8 +31,8 @@ def policies(provider: str, budget: int) -> dict:
     return {
         "shape_history": lambda h, now: shape_history(h, budget, provider=provider, summary="Earlier work."),
         "WeightedWindow": lambda h, now: WeightedWindow(provider=provider).select(h, budget, now=now),
-        "ContextBuilder": lambda h, now: ContextBuilder(budget, provider=provider, anchoring=True).build(
-            h, memories=["The refund worker retries on a queue."]
+        "PriorityAssembly": lambda h, now: PriorityAssembly(provider=provider, anchoring=True).select(
+            h, budget, memories=["The refund worker retries on a queue."]
         ),
     }
 
@@ -121,9 +121,9 @@ def test_the_log_window_replays_as_the_messages_do(tmp_path):
                 expected = policy.select(history, 64_000, now=now)
             except OverBudgetError as error:
                 with pytest.raises(OverBudgetError, match=re.escape(str(error))):
-                    log.window(64_000, policy, now=now)
+                    policy.select(log, 64_000, now=now)
                 continue
-            chosen = log.window(64_000, policy, now=now)
+            chosen = policy.select(log, 64_000, now=now)
             assert chosen.kept == expected.kept
             assert chosen.messages == expected.messages
             start = turn_in_progress(history)

@@ -11,15 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import validators
-from context_core import (
-    DEFAULT_ERROR_PATTERNS,
-    Change,
-    InvalidInputError,
-    InvalidTypeError,
-    Sanitizer,
-    sanitize,
-)
+from context_core import InvalidInputError, InvalidTypeError, Sanitizer, sanitize
 from context_core.reference import sanitize as reference
+from context_core.sanitize import DEFAULT_ERROR_PATTERNS, Change
 from strategies import edge_text
 
 SEED_000 = [

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_core import ContextBuilder, Tagger, Tokenizer, WeightedWindow, shape_history
+from context_core import PriorityAssembly, Tokenizer, WeightedWindow, shape_history
+from context_core.select import Tagger
 from test_select import history
 
 LONG = "a long tool output line 12345 with words 必须\n" * 300
@@ -23,7 +24,7 @@ def select_all(messages: list[dict], provider: str, budget: int) -> list:
     for run in (
         lambda: WeightedWindow(provider=provider, tool_result_cap=50).select(messages, budget),
         lambda: shape_history(messages, budget, provider=provider, tool_result_cap=50),
-        lambda: ContextBuilder(budget, provider=provider, tool_result_cap=50).build(messages),
+        lambda: PriorityAssembly(provider=provider, tool_result_cap=50).select(messages, budget),
     ):
         try:
             chosen = run()
@@ -194,8 +195,8 @@ def test_a_laid_out_copy_is_kept_only_for_the_cap_it_was_made_under():
     chosen = wide.select(messages, 10**6)
     tok = Tokenizer()
     assert chosen.breakdown.total == tok.count_messages(chosen.messages)
-    assert [t.after for t in chosen.truncated] == [tok.count(chosen.messages[-1]["content"])]
-    assert 90 <= chosen.truncated[0].after <= 100
+    assert [t.kept for t in chosen.truncated] == [tok.count(chosen.messages[-1]["content"])]
+    assert 90 <= chosen.truncated[0].kept <= 100
 
 
 MEMORY_CHILD = """
@@ -355,11 +356,12 @@ def test_texts_of_a_str_subclass_run_none_of_their_code():
     texts = {}
     for name in ("memory", "summary", "segment"):
         texts[name] = Meddling(f"{name} " * 3000)
-    builder = ContextBuilder(2000)
+    builder = PriorityAssembly()
 
     def build(history, texts):
-        return builder.build(
+        return builder.select(
             history,
+            2000,
             memories=[texts["memory"]],
             global_summary=texts["summary"],
             segment_summaries=[texts["segment"]],
@@ -371,7 +373,7 @@ def test_texts_of_a_str_subclass_run_none_of_their_code():
         text.target = messages[2]
     chosen = build(messages, texts)
     assert messages[2]["content"][0]["text"] == "Hello there, how can I help?"
-    assert answer(chosen) == answer(ContextBuilder(2000).build(copy.deepcopy(messages)))
+    assert answer(chosen) == answer(PriorityAssembly().select(copy.deepcopy(messages), 2000))
     summary = Meddling("earlier work")
     summary.target = messages[2]
     shape_history(messages, 60, keep_last=1, min_keep=1, summary=summary)
@@ -382,16 +384,18 @@ def test_a_message_of_a_dict_subclass_turns_vouching_off():
     """Reading a message that is not plain values can run the caller's code
     (here the anchoring reads a dict subclass's ``get``), which may change
     another message after the analysis: the funnel then checks every copy."""
-    builder = ContextBuilder(10**5, anchoring=True, tool_result_cap=None)
+    builder = PriorityAssembly(anchoring=True, tool_result_cap=None)
     messages = small_history()
     for _ in range(3):
-        builder.build(messages)
+        builder.select(messages, 10**5)
     note = MeddlingNote(role="user", content="You must never use tabs.")
     note.target = messages[2]
     grown = [*messages, note, {"role": "assistant", "content": "noted"}]
     grown.append({"role": "user", "content": "and now?"})
     fresh = copy.deepcopy(grown)
     assert fresh[6].target is fresh[2]
-    chosen = builder.build(grown)
+    chosen = builder.select(grown, 10**5)
     assert messages[2]["content"][0]["text"].startswith("An error")  # the caller's code did run
-    assert answer(chosen) == answer(ContextBuilder(10**5, anchoring=True, tool_result_cap=None).build(fresh))
+    assert answer(chosen) == answer(
+        PriorityAssembly(anchoring=True, tool_result_cap=None).select(fresh, 10**5)
+    )

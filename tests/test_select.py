@@ -16,13 +16,12 @@ from hypothesis import strategies as st
 import validators
 from agent_sessions import turn_in_progress
 from context_core import (
-    METADATA_KEYS,
     Budget,
-    ContextBuilder,
     ContextCoreError,
     InvalidInputError,
     InvalidTypeError,
     OverBudgetError,
+    PriorityAssembly,
     Tokenizer,
     WeightedWindow,
     _selection,
@@ -32,6 +31,7 @@ from context_core import (
 from context_core._core import _analyze
 from context_core.reference import select as reference
 from context_core.reference.tags import LOG as LOG_TAG
+from context_core.select import METADATA_KEYS
 
 TOK = Tokenizer()
 
@@ -285,9 +285,9 @@ def test_context_builder(provider, data, budget, anchoring):
         ),
     }
     result = both(
-        lambda: ContextBuilder(budget, anchoring=anchoring, provider=provider).build(messages, **extras),
-        lambda: reference.ContextBuilder(budget, anchoring=anchoring, provider=provider).build(
-            messages, **extras
+        lambda: PriorityAssembly(anchoring=anchoring, provider=provider).select(messages, budget, **extras),
+        lambda: reference.PriorityAssembly(anchoring=anchoring, provider=provider).select(
+            messages, budget, **extras
         ),
     )
     if result is not None:
@@ -317,7 +317,7 @@ def test_shape_history_fast_path_and_turns():
     shaped = shape_history(messages, 1200, summary="Earlier: setup work.")
     assert shaped.turns is not None
     assert 3 <= shaped.turns <= 20
-    assert shaped.kept[:2] == [0, 1]  # system and first user message
+    assert shaped.kept[:2] == (0, 1)  # system and first user message
     assert any(
         m["content"].startswith("Summary of the conversation so far")
         for m in shaped.messages
@@ -346,7 +346,7 @@ def test_weighted_window_reports_missing_dependencies():
     ]
     result = WeightedWindow().select(messages, 60)
     assert 0 in result.dropped
-    assert result.missing_dependencies == [(1, "task")]
+    assert result.missing_dependencies == ((1, "task"),)
 
 
 def test_tool_results_are_capped_and_reported():
@@ -359,17 +359,18 @@ def test_tool_results_are_capped_and_reported():
     result = WeightedWindow(tool_result_cap=100).select(messages, 5000)
     (cut,) = result.truncated
     assert cut.index == 2
-    assert cut.before > 100 >= cut.after
+    assert cut.tokens > 100 >= cut.kept
     assert "[truncated" in result.messages[2]["content"]
     assert messages[2]["content"] == LONG * 5  # the input is untouched
-    assert WeightedWindow(tool_result_cap=None).select(messages, 50_000).truncated == []
+    assert WeightedWindow(tool_result_cap=None).select(messages, 50_000).truncated == ()
 
 
 def test_builder_sections_and_shares():
     messages = chat(40)
     memories = [f"memory {i}: " + "fact " * 30 for i in range(20)]
-    result = ContextBuilder(2000, anchoring=True).build(
+    result = PriorityAssembly(anchoring=True).select(
         messages,
+        2000,
         global_summary="Migration project.",
         memories=memories,
         segment_summaries=["seg one", "seg two"],
@@ -377,7 +378,7 @@ def test_builder_sections_and_shares():
     b = result.breakdown
     assert b.total <= 2000
     assert b.memories > 0
-    assert b.pinned + b.global_ + b.memories <= 0.8 * 2000 + 50  # memories stop at 80%
+    assert b.pinned + b.global_summary + b.memories <= 0.8 * 2000 + 50  # memories stop at 80%
     assert b.log_line().startswith("pinned=")
     assert b.log_line().endswith("/2000")
     constraints = [
@@ -391,7 +392,7 @@ def test_pinned_over_budget_is_a_clear_error():
     with pytest.raises(OverBudgetError, match=r"pinned \d+ .* > budget 100"):
         WeightedWindow().select(messages, 100)
     with pytest.raises(OverBudgetError):
-        ContextBuilder(100).build(messages)
+        PriorityAssembly().select(messages, 100)
 
 
 def test_bad_arguments():
@@ -405,8 +406,8 @@ def test_bad_arguments():
 
 # The extension-backed policies and their reference twins refuse the same arguments alike.
 IMPLEMENTATIONS = {
-    "extension": (WeightedWindow, ContextBuilder, shape_history),
-    "reference": (reference.WeightedWindow, reference.ContextBuilder, reference.shape_history),
+    "extension": (WeightedWindow, PriorityAssembly, shape_history),
+    "reference": (reference.WeightedWindow, reference.PriorityAssembly, reference.shape_history),
 }
 implementations = pytest.mark.parametrize("impl", list(IMPLEMENTATIONS))
 NOT_COUNTS = [
@@ -477,24 +478,26 @@ def test_weighted_window_refuses_a_bad_now(impl, now, error, match):
     ("name", "value", "error", "match"),
     [("budget", *case) for case in NOT_COUNTS[:2]]
     + [
-        ("budget", -1, InvalidInputError, "max_tokens must be non-negative, got -1"),
-        ("budget", 1.5, InvalidTypeError, "max_tokens must be int or Budget, not float"),
-        ("budget", True, InvalidTypeError, "max_tokens must be int or Budget, not bool"),
+        ("budget", -1, InvalidInputError, "budget must be non-negative, got -1"),
+        ("budget", 1.5, InvalidTypeError, "budget must be int or Budget, not float"),
+        ("budget", True, InvalidTypeError, "budget must be int or Budget, not bool"),
         ("anchoring", "yes", InvalidTypeError, "anchoring must be bool, not str"),
         ("anchoring", 1, InvalidTypeError, "anchoring must be bool, not int"),
     ]
     + [("tool_result_cap", *case) for case in NOT_CAPS]
     + [("provider", *case) for case in NOT_PROVIDERS],
 )
-def test_context_builder_refuses_bad_arguments(impl, name, value, error, match):
+def test_priority_assembly_refuses_bad_arguments(impl, name, value, error, match):
     builder_class = IMPLEMENTATIONS[impl][1]
-    arguments = {"budget": 5000, name: value}
     if name == "budget" and error is InvalidInputError:
-        match = "max_tokens must be non-negative, got -1"
+        match = "budget must be non-negative, got -1"
     elif name == "budget":
-        match = f"max_tokens must be int or Budget, not {type(value).__name__}"
+        match = f"budget must be int or Budget, not {type(value).__name__}"
     with refused(error, match):
-        builder_class(**arguments)
+        if name == "budget":
+            builder_class().select(chat(3), value)
+        else:
+            builder_class(**{name: value})
 
 
 @implementations
@@ -521,7 +524,7 @@ def test_numpy_integers_are_counts(impl):
         window.select(messages, np.int64(900)),
         window_class(max_anchors=1, tool_result_cap=50).select(messages, 900),
     )
-    same(builder_class(np.uint16(900)).build(messages), builder_class(900).build(messages))
+    same(builder_class().select(messages, np.uint16(900)), builder_class().select(messages, 900))
     same(
         shape(messages, np.int64(900), keep_last=np.int64(4), min_keep=np.uint8(1)),
         shape(messages, 900, keep_last=4, min_keep=1),
@@ -675,8 +678,8 @@ def test_a_budget_near_the_top_of_a_machine_word_keeps_everything(impl):
     messages = chat(6)
     # 80 times this is 2^64 + 64: wrapped, the memories' share would be 0.
     for budget in (2**64 // 80 + 1, 2**64 - 1):
-        result = builder_class(budget).build(
-            messages, memories=["the user prefers tabs"], segment_summaries=["they asked for retries"]
+        result = builder_class().select(
+            messages, budget, memories=["the user prefers tabs"], segment_summaries=["they asked for retries"]
         )
         assert result.breakdown.memories > 0
         assert result.breakdown.segments > 0

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_core import InvalidInputError, InvalidTypeError, Tagger, tag
+from context_core import InvalidInputError, InvalidTypeError
 from context_core.reference import tags as reference
+from context_core.select import Tagger, tag
 
 SEED_003 = "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性"
 

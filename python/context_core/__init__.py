@@ -12,33 +12,7 @@ from __future__ import annotations
 import importlib as _importlib
 import typing as _typing
 
-from context_core._core import (
-    ANTHROPIC_IMAGE_TOKENS,
-    DEFAULT_ERROR_PATTERNS,
-    DEFAULT_FIRST_USER_TEXT,
-    DEFAULT_MAX_PATTERN_CHARS,
-    DEFAULT_PLACEHOLDER_PATTERNS,
-    ENCODINGS,
-    IMAGE_TOKENS,
-    IMAGE_TOKENS_LOW,
-    METADATA_KEYS,
-    MIN_CACHED_BYTES,
-    MODELS,
-    PARALLEL_MIN_BYTES,
-    REPLY_PRIMING,
-    SEGMENT_PREFIX,
-    SUMMARY_PREFIX,
-    TOKENS_PER_MESSAGE,
-    TOKENS_PER_NAME,
-    TOKENS_PER_TOOL_CALL,
-    CacheInfo,
-    Change,
-    Sanitizer,
-    SanitizeResult,
-    Tagger,
-    Tokenizer,
-    encoding_name_for_model,
-)
+from context_core._core import Sanitizer, Tokenizer
 from context_core.budget import Budget
 from context_core.errors import (
     BudgetWarning,
@@ -71,29 +45,19 @@ from context_core.errors import (
 )
 from context_core.sanitize import sanitize
 from context_core.select import (
-    Breakdown,
-    ContextBuilder,
+    Policy,
+    PriorityAssembly,
     Selection,
-    Truncated,
+    ShapeHistory,
     WeightedWindow,
     shape_history,
-    tag,
 )
 
 if _typing.TYPE_CHECKING:
-    from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, RetryPolicy, as_llm
-    from context_core.log import HEADER_DTYPE, MessageLog, RepairReport
-    from context_core.memory import Fact, MemoryFiles
-    from context_core.prompt import (
-        CouplingWeights,
-        DimensionBlock,
-        Dimensions,
-        PromptBreakdown,
-        PromptBuilder,
-        PromptParts,
-        Skill,
-        SkillRegistry,
-    )
+    from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, as_llm
+    from context_core.log import MessageLog
+    from context_core.memory import MemoryFiles
+    from context_core.prompt import PromptBuilder
 
 __version__ = "0.1.0"
 
@@ -101,28 +65,16 @@ __version__ = "0.1.0"
 #: clients (asyncio, the SDK adapters), the log (numpy), memory files
 #: (filelock) and prompt layers cost more to import than counting needs.
 _LAZY = {
-    **dict.fromkeys(("LLM", "AnthropicChat", "CallableLLM", "OpenAIChat", "RetryPolicy", "as_llm"), "llm"),
-    **dict.fromkeys(("HEADER_DTYPE", "MessageLog", "RepairReport"), "log"),
-    **dict.fromkeys(("Fact", "MemoryFiles"), "memory"),
-    **dict.fromkeys(
-        (
-            "CouplingWeights",
-            "DimensionBlock",
-            "Dimensions",
-            "PromptBreakdown",
-            "PromptBuilder",
-            "PromptParts",
-            "Skill",
-            "SkillRegistry",
-        ),
-        "prompt",
-    ),
+    **dict.fromkeys(("LLM", "AnthropicChat", "CallableLLM", "OpenAIChat", "as_llm"), "llm"),
+    "MessageLog": "log",
+    "MemoryFiles": "memory",
+    "PromptBuilder": "prompt",
 }
 
 
 #: Submodules not imported by the package itself, loaded when named
 #: (``context_core.llm.retry`` works after a bare ``import context_core``).
-_SUBMODULES = frozenset({"cli", "llm", "log", "memory", "prompt", "reference"})
+_SUBMODULES = frozenset({"cli", "llm", "log", "memory", "prompt", "reference", "tokens"})
 
 
 if not _typing.TYPE_CHECKING:  # a type checker sees the imports above, and typos stay errors
@@ -141,40 +93,19 @@ if not _typing.TYPE_CHECKING:  # a type checker sees the imports above, and typo
         return sorted({*globals(), *_LAZY, *_SUBMODULES})
 
 
+#: What callers use: the counter, the repair, the budget, the policies and
+#: what they return, the log, memory files, prompt layers, the model
+#: clients and every exception (so ``except context_core.X`` works for all).
+#: Constants, result parts and configuration types live in the submodules:
+#: ``tokens``, ``sanitize``, ``select``, ``log``, ``memory``, ``prompt``,
+#: ``llm``, ``errors`` and ``types``.
 __all__ = [
-    "ANTHROPIC_IMAGE_TOKENS",
-    "DEFAULT_ERROR_PATTERNS",
-    "DEFAULT_FIRST_USER_TEXT",
-    "DEFAULT_MAX_PATTERN_CHARS",
-    "DEFAULT_PLACEHOLDER_PATTERNS",
-    "ENCODINGS",
-    "HEADER_DTYPE",
-    "IMAGE_TOKENS",
-    "IMAGE_TOKENS_LOW",
     "LLM",
-    "METADATA_KEYS",
-    "MIN_CACHED_BYTES",
-    "MODELS",
-    "PARALLEL_MIN_BYTES",
-    "REPLY_PRIMING",
-    "SEGMENT_PREFIX",
-    "SUMMARY_PREFIX",
-    "TOKENS_PER_MESSAGE",
-    "TOKENS_PER_NAME",
-    "TOKENS_PER_TOOL_CALL",
     "AnthropicChat",
-    "Breakdown",
     "Budget",
     "BudgetWarning",
-    "CacheInfo",
     "CallableLLM",
-    "Change",
-    "ContextBuilder",
     "ContextCoreError",
-    "CouplingWeights",
-    "DimensionBlock",
-    "Dimensions",
-    "Fact",
     "InvalidInputError",
     "InvalidTypeError",
     "LLMCancelledError",
@@ -199,28 +130,20 @@ __all__ = [
     "MessageLog",
     "OpenAIChat",
     "OverBudgetError",
-    "PromptBreakdown",
+    "Policy",
+    "PriorityAssembly",
     "PromptBuilder",
     "PromptCacheWarning",
-    "PromptParts",
-    "RepairReport",
-    "RetryPolicy",
-    "SanitizeResult",
     "Sanitizer",
     "Selection",
-    "Skill",
-    "SkillRegistry",
-    "Tagger",
+    "ShapeHistory",
     "Tokenizer",
-    "Truncated",
     "UnknownEncodingError",
     "UnknownModelError",
     "UnknownSkillError",
     "WeightedWindow",
     "__version__",
     "as_llm",
-    "encoding_name_for_model",
     "sanitize",
     "shape_history",
-    "tag",
 ]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, Truncated
+from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, Change, ToolResultCut
 from context_core.errors import InvalidInputError, InvalidTypeError
 
 MEMORY_PREFIX = "Relevant memory: "
@@ -47,8 +47,8 @@ class Backend(Protocol):
     def count_joined(self, parts: list[str]) -> int | None: ...
 
 
-@dataclass(frozen=True)
-class Breakdown:
+@dataclass(frozen=True, slots=True)
+class SelectionBreakdown:
     """Tokens per section, and the exact total of what is sent against the budget.
 
     Sections add up each kept message's own count; ``total`` counts the final
@@ -57,17 +57,20 @@ class Breakdown:
     """
 
     pinned: int
-    global_: int
+    """System and pinned messages (and the first user message ShapeHistory keeps)."""
+    global_summary: int
     memories: int
     segments: int
+    """Segment summaries."""
     recent: int
     input: int
+    """The turn in progress."""
     total: int
     budget: int
 
     def log_line(self) -> str:
         return (
-            f"pinned={self.pinned} global={self.global_} memories={self.memories} "
+            f"pinned={self.pinned} global_summary={self.global_summary} memories={self.memories} "
             f"segments={self.segments} recent={self.recent} input={self.input} "
             f"total={self.total}/{self.budget}"
         )
@@ -76,25 +79,41 @@ class Breakdown:
         return self.log_line()
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Selection:
-    """What a selection policy chose."""
+    """What a selection policy chose: frozen, its parts tuples."""
 
-    messages: list[dict]
-    """The messages to send: chronological, sanitized, metadata keys removed."""
-    system: str | list | None
+    messages: list[dict[str, Any]]
+    """The messages to send: chronological, sanitized, metadata keys removed.
+    A list, as the SDKs take it; chosen from a log, its messages are shared
+    with later turns, so treat them as read-only."""
+    system: str | list[dict[str, Any]] | None
     """Anthropic: the system text lifted out of system messages (and extras)."""
-    breakdown: Breakdown
-    kept: list[int]
-    """Indices of the input messages that were kept."""
-    dropped: list[int]
-    truncated: list[Truncated] = field(default_factory=list)
-    missing_dependencies: list[tuple[int, str]] = field(default_factory=list)
-    """``(index, id)``: a kept message depends on message ``id``, which was dropped."""
+    breakdown: SelectionBreakdown
+    kept: tuple[int, ...]
+    """The keys of the kept input messages, each once, in order:
+    ``source[key]`` is the message. For a list, its indices; for a
+    :class:`~context_core.log.MessageLog`, the seqs of the kept nodes."""
+    truncated: tuple[ToolResultCut, ...] = ()
+    """Kept tool results cut to the policy's ``tool_result_cap``."""
+    missing_dependencies: tuple[tuple[int, str], ...] = ()
+    """``(key, id)``: a kept message depends on message ``id``, which was dropped."""
     turns: int | None = None
     """ShapeHistory: the number of last turns kept (``None``: everything fit)."""
-    changes: list = field(default_factory=list)
+    changes: tuple[Change, ...] = ()
     """What sanitize changed in the laid-out messages (indices into that list)."""
+    _dropped: tuple[int, ...] | Callable[[], tuple[int, ...]] = field(default=(), repr=False, compare=False)
+
+    @property
+    def dropped(self) -> tuple[int, ...]:
+        """The keys of the input messages left out, in order. For a log: the
+        seqs of its context view left out, listed on first read (that walks
+        the view, which a turn need not)."""
+        dropped = self._dropped
+        if callable(dropped):
+            dropped = dropped()
+            object.__setattr__(self, "_dropped", dropped)
+        return dropped
 
 
 def prepare(messages: Iterable[Mapping[str, Any]], provider: str) -> list:
@@ -188,19 +207,11 @@ def budget_tokens(max_tokens: Any) -> int:
     if is_budget(max_tokens):
         return max_tokens.messages()
     if isinstance(max_tokens, bool) or not hasattr(type(max_tokens), "__index__"):
-        raise InvalidTypeError(f"max_tokens must be int or Budget, not {type(max_tokens).__name__}")
+        raise InvalidTypeError(f"budget must be int or Budget, not {type(max_tokens).__name__}")
     max_tokens = operator.index(max_tokens)
     if max_tokens < 0:
-        raise InvalidInputError(f"max_tokens must be non-negative, got {max_tokens}")
+        raise InvalidInputError(f"budget must be non-negative, got {max_tokens}")
     return max_tokens
-
-
-def fixed_budget(max_tokens: Any) -> Any:
-    """ContextBuilder's budget, checked when it is made: a ``Budget`` as given
-    (its ``messages()`` is read each turn, as it learns), else the int."""
-    if is_budget(max_tokens):
-        return max_tokens
-    return budget_tokens(max_tokens)
 
 
 def exact_text(text: str) -> str:
@@ -277,9 +288,9 @@ class Layout:
         if system:
             total += self.backend.count_message({"role": "system", "content": system})
         kept, dropped, missing, truncated = self.analysis.kept(units)
-        breakdown = Breakdown(
+        breakdown = SelectionBreakdown(
             pinned=sections.get("pinned", 0),
-            global_=sections.get("global", 0),
+            global_summary=sections.get("global", 0),
             memories=sections.get("memories", 0),
             segments=sections.get("segments", 0),
             recent=sections.get("recent", 0),
@@ -291,12 +302,12 @@ class Layout:
             messages=final,
             system=system,
             breakdown=breakdown,
-            kept=kept,
-            dropped=dropped,
-            truncated=truncated,
-            missing_dependencies=missing,
+            kept=tuple(kept),
+            truncated=tuple(truncated),
+            missing_dependencies=tuple(missing),
             turns=turns,
-            changes=changes,
+            changes=tuple(changes),
+            _dropped=tuple(dropped),
         )
         return selection, total - budget
 

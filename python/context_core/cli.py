@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from context_core import ENCODINGS, REPLY_PRIMING, ContextCoreError, Tokenizer, sanitize
+from context_core import ContextCoreError, Tokenizer, sanitize
+from context_core.tokens import ENCODINGS, REPLY_PRIMING
 
 
 @dataclass

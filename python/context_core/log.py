@@ -13,16 +13,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, _MessageLog
-from context_core._selection import Breakdown, Selection, budget_tokens, check_now, count_sent, settle
-from context_core.errors import InvalidInputError, InvalidTypeError, LogCorruptError
-
-if TYPE_CHECKING:
-    from context_core.select import WeightedWindow
+from context_core.errors import InvalidTypeError, LogCorruptError
 
 __all__ = ["HEADER_DTYPE", "MessageLog", "RepairReport"]
 
@@ -206,55 +202,6 @@ class MessageLog(_MessageLog):
         newest three segment (level 2) summaries after it, then the messages
         after the summaries' pointer. Summaries read as system messages."""
         return self._render(self._view(), strip=False)
-
-    def window(
-        self,
-        max_tokens: Any,
-        policy: WeightedWindow | None = None,
-        *,
-        now: float | None = None,
-    ) -> Selection:
-        """The weighted window over :meth:`context_view`'s nodes, chosen from
-        the headers alone (exact counts and tags stored at append); only the
-        kept nodes are decoded. ``policy`` gives the weights, anchors and
-        provider (default ``WeightedWindow()``). ``Selection.kept`` holds
-        seqs; ``dropped`` is left empty (it would be the whole history).
-        The messages are shared with later turns: treat them as read-only."""
-        from context_core.select import WeightedWindow  # select imports this module
-
-        policy = WeightedWindow() if policy is None else policy
-        if not isinstance(policy, WeightedWindow):
-            raise InvalidTypeError(f"policy must be a WeightedWindow, not {type(policy).__name__}")
-        backend = policy._backend
-        if backend.tokenizer.name != self.encoding:
-            raise InvalidInputError(
-                f"this log counts tokens in {self.encoding}; "
-                f"the policy's tokenizer is {backend.tokenizer.name}"
-            )
-        budget = budget_tokens(max_tokens)
-        now = check_now(now)
-
-        def run(target: int) -> tuple[Selection, int]:
-            kept, (pinned, global_, segments, recent, input_) = self._weighted(
-                target, policy.weights, policy.max_anchors, policy.recent_turns, now
-            )
-            laid_out = self._render(kept, strip=True)
-            final, system, changes = backend.sanitize(laid_out, policy.provider)
-            total = count_sent(backend, laid_out, final)
-            if system:
-                total += backend.count_message({"role": "system", "content": system})
-            breakdown = Breakdown(pinned, global_, 0, segments, recent, input_, total, budget)
-            selection = Selection(
-                messages=final,
-                system=system,
-                breakdown=breakdown,
-                kept=[seq for seq, _ in kept],
-                dropped=[],
-                changes=changes,
-            )
-            return selection, total - budget
-
-        return settle(run, budget)
 
     def _render(self, nodes: list[tuple[int, str]], *, strip: bool) -> list[dict[str, Any]]:
         """Nodes of the view as messages: summaries as system messages; with

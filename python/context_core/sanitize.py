@@ -11,10 +11,27 @@ import functools
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from context_core._core import Sanitizer, SanitizeResult
+from context_core._core import (
+    DEFAULT_ERROR_PATTERNS,
+    DEFAULT_FIRST_USER_TEXT,
+    DEFAULT_MAX_PATTERN_CHARS,
+    DEFAULT_PLACEHOLDER_PATTERNS,
+    Change,
+    Sanitizer,
+    SanitizeResult,
+)
 from context_core.types import Message
 
-__all__ = ["sanitize"]
+__all__ = [
+    "DEFAULT_ERROR_PATTERNS",
+    "DEFAULT_FIRST_USER_TEXT",
+    "DEFAULT_MAX_PATTERN_CHARS",
+    "DEFAULT_PLACEHOLDER_PATTERNS",
+    "Change",
+    "SanitizeResult",
+    "Sanitizer",
+    "sanitize",
+]
 
 
 @functools.lru_cache(maxsize=32, typed=True)  # typed: True is not 1 here

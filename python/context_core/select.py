@@ -1,45 +1,68 @@
 """Context selection: what the model sees this turn, within an exact budget.
 
-Three policies over one Rust kernel:
+Three policies over one Rust kernel, each a :class:`Policy`:
+``policy.select(messages_or_log, budget, *, now=None) -> Selection``.
 
-- :func:`shape_history`: the fast path. Everything if it fits; else system +
+- :class:`ShapeHistory`: the fast path. Everything if it fits; else system +
   first user message + a summary + the last N turns, N lowered 20 -> 3.
 - :class:`WeightedWindow`: weights by tag (system 5, constraint 3, evidence 2,
   pulse 1.5, log 0.3, aged by 0.999 ** minutes; else 0.85 ** minutes), up to
   five constraint anchors first, then the newest three turns, then greedy by
   weight, output in chronological order.
-- :class:`ContextBuilder`: priority assembly: pinned, global summary, memories
-  (to 80%), segment summaries (newest first, to 90%), recent messages (newest
-  first, to 100%), the turn in progress.
+- :class:`PriorityAssembly`: pinned, global summary, memories (to 80%),
+  segment summaries (newest first, to 90%), recent messages (newest first,
+  to 100%), the turn in progress.
 
 All work on units (a tool call with all its results is one), never exceed the
 budget by the exact count of what is returned, never drop system or pinned
 messages or the turn in progress (the newest user message and everything
 after it: the tool loop the model is in), and return a history ``sanitize``
 accepts.
+
+A :class:`~context_core.log.MessageLog` is one more input: the weighted
+window chooses from its headers and decodes only what it keeps; the other
+two read its :meth:`~context_core.log.MessageLog.context_view`. This module
+drives the log, never the other way round.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from context_core import _selection
-from context_core._core import Sanitizer, Tagger, Tokenizer, _analyze, _MessageLog
-from context_core._selection import Breakdown, Selection, Truncated
+from context_core._core import (
+    METADATA_KEYS,
+    SEGMENT_PREFIX,
+    SUMMARY_PREFIX,
+    Sanitizer,
+    Tagger,
+    Tokenizer,
+    ToolResultCut,
+    _analyze,
+    _MessageLog,
+)
+from context_core._selection import Selection, SelectionBreakdown
 from context_core.budget import Budget
-from context_core.errors import InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.types import Message
 
 if TYPE_CHECKING:
     from context_core.log import MessageLog
 
 __all__ = [
-    "Breakdown",
-    "ContextBuilder",
+    "METADATA_KEYS",
+    "SEGMENT_PREFIX",
+    "SUMMARY_PREFIX",
+    "Policy",
+    "PriorityAssembly",
     "Selection",
-    "Truncated",
+    "SelectionBreakdown",
+    "ShapeHistory",
+    "Tagger",
+    "ToolResultCut",
     "WeightedWindow",
     "shape_history",
     "tag",
@@ -47,6 +70,19 @@ __all__ = [
 
 Provider = Literal["openai", "anthropic"]
 DEFAULT_TOOL_RESULT_CAP = 2000
+#: What a policy chooses from: messages, or a log's context view.
+Source: TypeAlias = "Sequence[Message] | MessageLog"
+#: A summary text, or a callable given the messages that may be dropped.
+Summary: TypeAlias = "str | Callable[[list[dict[str, Any]]], str] | None"
+
+
+class Policy(Protocol):
+    """What every selection policy is: the three here are interchangeable."""
+
+    def select(self, messages: Source, budget: int | Budget, *, now: float | None = None) -> Selection:
+        """Choose from ``messages`` (or a log) within ``budget`` tokens;
+        ``now`` (epoch seconds) dates the messages for policies that age them."""
+        ...
 
 
 class _Backend:
@@ -104,35 +140,74 @@ def tag(text: str) -> list[str]:
 _DEFAULT_TAGGER = Tagger()
 
 
+class ShapeHistory:
+    """Everything if it fits in the budget; else [system] + [first user
+    message] + [summary] + [last N turns], N lowered from ``keep_last`` to
+    ``min_keep`` until it fits, then without the summary down to the last turn.
+
+    ``summary`` is a text, or a callable given the messages that may be dropped
+    (called at most once a selection, only when something must go), or ``None``.
+    ``Selection.turns`` says which N was used (``None``: everything fit).
+    """
+
+    def __init__(
+        self,
+        *,
+        keep_last: int = 20,
+        min_keep: int = 3,
+        summary: Summary = None,
+        provider: Provider = "openai",
+        tokenizer: Tokenizer | None = None,
+        tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
+    ) -> None:
+        self.keep_last = _selection.count(keep_last, "keep_last")
+        self.min_keep = _selection.count(min_keep, "min_keep")
+        if summary is not None and not isinstance(summary, str) and not callable(summary):
+            raise InvalidTypeError(f"summary must be str, a callable or None, not {type(summary).__name__}")
+        self.summary = summary
+        self.provider = _selection.check_provider(provider)
+        self._backend = _Backend(tokenizer, None)
+        self.tool_result_cap = _selection.tool_result_cap(tool_result_cap)
+
+    def select(self, messages: Source, budget: int | Budget, *, now: float | None = None) -> Selection:
+        """Choose from ``messages`` (or a log's context view) within
+        ``budget``; ``now`` is accepted for the protocol (nothing here ages)."""
+        _selection.check_now(now)
+        if isinstance(messages, _MessageLog):
+            return _from_view(messages, lambda view: self.select(view, budget))
+        return _selection.shape_history(
+            self._backend,
+            messages,
+            budget,
+            self.keep_last,
+            self.min_keep,
+            self.summary,
+            self.provider,
+            self.tool_result_cap,
+        )
+
+
 def shape_history(
-    messages: Sequence[Message],
-    max_tokens: int | Budget,
+    messages: Source,
+    budget: int | Budget,
     keep_last: int = 20,
     min_keep: int = 3,
-    summary: str | Callable[[list[dict]], str] | None = None,
+    summary: Summary = None,
     *,
     provider: Provider = "openai",
     tokenizer: Tokenizer | None = None,
     tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
 ) -> Selection:
-    """Everything if it fits in ``max_tokens``; else [system] + [first user
-    message] + [summary] + [last N turns], N lowered from ``keep_last`` to
-    ``min_keep`` until it fits, then without the summary down to the last turn.
-
-    ``summary`` is a text, or a callable given the messages that may be dropped
-    (called at most once, only when something must go), or ``None``.
-    ``Selection.turns`` says which N was used (``None``: everything fit).
-    """
-    return _selection.shape_history(
-        _Backend(tokenizer, None),
-        messages,
-        max_tokens,
-        keep_last,
-        min_keep,
-        summary,
-        provider,
-        tool_result_cap,
+    """``ShapeHistory(...).select(messages, budget)`` in one call."""
+    policy = ShapeHistory(
+        keep_last=keep_last,
+        min_keep=min_keep,
+        summary=summary,
+        provider=provider,
+        tokenizer=tokenizer,
+        tool_result_cap=tool_result_cap,
     )
+    return policy.select(messages, budget)
 
 
 class WeightedWindow:
@@ -196,19 +271,19 @@ class WeightedWindow:
         self._backend = _Backend(tokenizer, tagger)
         self.tool_result_cap = _selection.tool_result_cap(tool_result_cap)
 
-    def select(
-        self, messages: Sequence[Message] | MessageLog, max_tokens: int | Budget, *, now: float | None = None
-    ) -> Selection:
-        """Choose from ``messages`` within ``max_tokens`` (``now``: epoch seconds for ages).
+    def select(self, messages: Source, budget: int | Budget, *, now: float | None = None) -> Selection:
+        """Choose from ``messages`` within ``budget`` (``now``: epoch seconds for ages).
 
-        ``messages`` may be a :class:`~context_core.MessageLog`: the window is
-        then chosen from its headers (see :meth:`MessageLog.window`)."""
+        From a :class:`~context_core.log.MessageLog`, the window over its
+        context view is chosen from the headers alone (the exact counts and
+        tags stored at append; the log must count in this policy's
+        encoding), and only the kept nodes are decoded."""
         if isinstance(messages, _MessageLog):  # the log's base class: no import of the log here
-            return messages.window(max_tokens, self, now=now)
+            return _log_window(messages, self, budget, now)
         return _selection.weighted_window(
             self._backend,
             messages,
-            max_tokens,
+            budget,
             self.weights,
             self.max_anchors,
             self.recent_turns,
@@ -218,7 +293,7 @@ class WeightedWindow:
         )
 
 
-class ContextBuilder:
+class PriorityAssembly:
     """Priority assembly: pinned and the turn in progress (the newest user
     message and every unit after it; these must fit, or ``OverBudgetError``
     names the sizes) -> global summary -> retrieved memories (while the
@@ -235,7 +310,6 @@ class ContextBuilder:
 
     def __init__(
         self,
-        budget: int | Budget,
         *,
         anchoring: bool = False,
         provider: Provider = "openai",
@@ -243,32 +317,105 @@ class ContextBuilder:
         tagger: Tagger | None = None,
         tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
     ) -> None:
-        self.budget = _selection.fixed_budget(budget)
         self.anchoring = _selection.check_flag(anchoring, "anchoring")
         self.provider = _selection.check_provider(provider)
         self._backend = _Backend(tokenizer, tagger)
         self.tool_result_cap = _selection.tool_result_cap(tool_result_cap)
 
-    def build(
+    def select(
         self,
-        history: Sequence[Message],
+        messages: Source,
+        budget: int | Budget,
         *,
+        now: float | None = None,
         current_input: str | Message | None = None,
         global_summary: str | None = None,
         segment_summaries: Sequence[str] = (),
         memories: Sequence[str] = (),
     ) -> Selection:
-        """Assemble the context for ``history`` (plus ``current_input``, if the
-        history does not end with it)."""
+        """Assemble the context for ``messages`` (or a log's context view),
+        plus ``current_input`` if the history does not end with it (a log
+        holds its input: append it first); ``now`` is accepted for the
+        protocol (nothing here ages)."""
+        _selection.check_now(now)
+        if isinstance(messages, _MessageLog):
+            if current_input is not None:
+                raise InvalidInputError("a log holds the turn's input: append it, and pass no current_input")
+            return _from_view(
+                messages,
+                lambda view: self.select(
+                    view,
+                    budget,
+                    global_summary=global_summary,
+                    segment_summaries=segment_summaries,
+                    memories=memories,
+                ),
+            )
         return _selection.build_context(
             self._backend,
-            history,
-            self.budget,
+            messages,
+            budget,
             current_input=current_input,
             global_summary=global_summary,
-            segment_summaries=list(segment_summaries),
-            memories=list(memories),
+            segment_summaries=segment_summaries,
+            memories=memories,
             anchoring=self.anchoring,
             provider=self.provider,
             cap=self.tool_result_cap,
         )
+
+
+def _from_view(log: MessageLog, choose: Callable[[list[dict[str, Any]]], Selection]) -> Selection:
+    """A policy's choice over a log's context view, keyed by seqs: each
+    position in the view is replaced by its node's seq."""
+    nodes = log._view()
+    selection = choose(log._render(nodes, strip=False))
+    seqs = [seq for seq, _ in nodes]
+    return dataclasses.replace(
+        selection,
+        kept=tuple(seqs[m] for m in selection.kept),
+        truncated=tuple(ToolResultCut(seqs[t.index], t.tokens, t.kept) for t in selection.truncated),
+        missing_dependencies=tuple((seqs[m], ref) for m, ref in selection.missing_dependencies),
+        _dropped=tuple(seqs[m] for m in selection.dropped),
+    )
+
+
+def _log_window(
+    log: MessageLog, policy: WeightedWindow, budget: int | Budget, now: float | None
+) -> Selection:
+    """The weighted window over a log's context view, from its headers alone."""
+    backend = policy._backend
+    if backend.tokenizer.name != log.encoding:
+        raise InvalidInputError(
+            f"this log counts tokens in {log.encoding}; the policy's tokenizer is {backend.tokenizer.name}"
+        )
+    tokens = _selection.budget_tokens(budget)
+    now = _selection.check_now(now)
+
+    def run(target: int) -> tuple[Selection, int]:
+        kept, (pinned, global_summary, segments, recent, input_) = log._weighted(
+            target, policy.weights, policy.max_anchors, policy.recent_turns, now
+        )
+        laid_out = log._render(kept, strip=True)
+        final, system, changes = backend.sanitize(laid_out, policy.provider)
+        total = _selection.count_sent(backend, laid_out, final)
+        if system:
+            total += backend.count_message({"role": "system", "content": system})
+        breakdown = SelectionBreakdown(pinned, global_summary, 0, segments, recent, input_, total, tokens)
+        kept_seqs = tuple(seq for seq, _ in kept)
+
+        def dropped() -> tuple[int, ...]:
+            chosen = set(kept_seqs)
+            return tuple(seq for seq, _ in log._view() if seq not in chosen)
+
+        selection = Selection(
+            messages=final,
+            system=system,
+            breakdown=breakdown,
+            kept=kept_seqs,
+            changes=tuple(changes),
+            _dropped=dropped,
+        )
+        return selection, total - tokens
+
+    return _selection.settle(run, tokens)

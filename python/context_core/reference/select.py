@@ -12,7 +12,7 @@ from typing import Any
 
 from context_core import _selection
 from context_core._core import METADATA_KEYS, TRUNCATION_MARKER
-from context_core._selection import Selection, Truncated
+from context_core._selection import Selection, ToolResultCut
 from context_core.errors import InvalidInputError, InvalidTypeError, OverBudgetError
 from context_core.reference import sanitize as reference_sanitize
 from context_core.reference.tags import CONSTRAINT, EVIDENCE, LOG, NAMES, PULSE, WHITE_SPACE, Tagger
@@ -289,12 +289,14 @@ class Analysis:
                 tokens.append(None)
         return out, tokens, units
 
-    def kept(self, units: list[int]) -> tuple[list[int], list[int], list[tuple[int, str]], list[Truncated]]:
+    def kept(
+        self, units: list[int]
+    ) -> tuple[list[int], list[int], list[tuple[int, str]], list[ToolResultCut]]:
         """Kept and dropped messages, missing dependencies and the kept tool
         results cut to the cap, when ``units`` are kept."""
         kept, dropped = self.expand(units)
         kept_set = set(kept)
-        truncated = [Truncated(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set]
+        truncated = [ToolResultCut(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set]
         return kept, dropped, self.missing_dependencies(kept), truncated
 
     def output(self, index: int, cuts: list[tuple]) -> dict:
@@ -522,9 +524,43 @@ def _shared_backend(encoding: str) -> _Backend:
     return _Backend(encoding)
 
 
+class ShapeHistory:
+    def __init__(
+        self,
+        *,
+        keep_last: int = 20,
+        min_keep: int = 3,
+        summary: str | Callable[[list[dict]], str] | None = None,
+        provider: str = "openai",
+        encoding: str = "o200k_base",
+        tool_result_cap: int | None = 2000,
+    ) -> None:
+        self.keep_last = _selection.count(keep_last, "keep_last")
+        self.min_keep = _selection.count(min_keep, "min_keep")
+        if summary is not None and not isinstance(summary, str) and not callable(summary):
+            raise InvalidTypeError(f"summary must be str, a callable or None, not {type(summary).__name__}")
+        self.summary = summary
+        self.provider = _selection.check_provider(provider)
+        self.cap = _selection.tool_result_cap(tool_result_cap)
+        self.backend = _shared_backend(encoding)
+
+    def select(self, messages: Sequence[dict], budget: Any, *, now: float | None = None) -> Selection:
+        _selection.check_now(now)
+        return _selection.shape_history(
+            self.backend,
+            messages,
+            budget,
+            self.keep_last,
+            self.min_keep,
+            self.summary,
+            self.provider,
+            self.cap,
+        )
+
+
 def shape_history(
     messages: Sequence[dict],
-    max_tokens: Any,
+    budget: Any,
     keep_last: int = 20,
     min_keep: int = 3,
     summary: str | Callable[[list[dict]], str] | None = None,
@@ -533,16 +569,15 @@ def shape_history(
     encoding: str = "o200k_base",
     tool_result_cap: int | None = 2000,
 ) -> Selection:
-    return _selection.shape_history(
-        _shared_backend(encoding),
-        messages,
-        max_tokens,
-        keep_last,
-        min_keep,
-        summary,
-        provider,
-        tool_result_cap,
+    policy = ShapeHistory(
+        keep_last=keep_last,
+        min_keep=min_keep,
+        summary=summary,
+        provider=provider,
+        encoding=encoding,
+        tool_result_cap=tool_result_cap,
     )
+    return policy.select(messages, budget)
 
 
 class WeightedWindow:
@@ -577,11 +612,11 @@ class WeightedWindow:
         self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _Backend(encoding)
 
-    def select(self, messages: Sequence[dict], max_tokens: Any, *, now: float | None = None) -> Selection:
+    def select(self, messages: Sequence[dict], budget: Any, *, now: float | None = None) -> Selection:
         return _selection.weighted_window(
             self.backend,
             messages,
-            max_tokens,
+            budget,
             self.weights,
             self.max_anchors,
             self.recent_turns,
@@ -591,39 +626,40 @@ class WeightedWindow:
         )
 
 
-class ContextBuilder:
+class PriorityAssembly:
     def __init__(
         self,
-        budget: Any,
         *,
         anchoring: bool = False,
         provider: str = "openai",
         encoding: str = "o200k_base",
         tool_result_cap: int | None = 2000,
     ) -> None:
-        self.budget = _selection.fixed_budget(budget)
         self.anchoring = _selection.check_flag(anchoring, "anchoring")
         self.provider = _selection.check_provider(provider)
         self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _Backend(encoding)
 
-    def build(
+    def select(
         self,
-        history: Sequence[dict],
+        messages: Sequence[dict],
+        budget: Any,
         *,
+        now: float | None = None,
         current_input: Any = None,
         global_summary: str | None = None,
         segment_summaries: Sequence[str] = (),
         memories: Sequence[str] = (),
     ) -> Selection:
+        _selection.check_now(now)
         return _selection.build_context(
             self.backend,
-            history,
-            self.budget,
+            messages,
+            budget,
             current_input=current_input,
             global_summary=global_summary,
-            segment_summaries=list(segment_summaries),
-            memories=list(memories),
+            segment_summaries=segment_summaries,
+            memories=memories,
             anchoring=self.anchoring,
             provider=self.provider,
             cap=self.cap,

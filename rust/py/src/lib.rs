@@ -28,7 +28,7 @@ mod _core {
     use super::sanitize::{PyChange, PySanitizeResult, PySanitizer};
 
     #[pymodule_export]
-    use super::select::{_analyze, PyAnalysis, PyTagger, PyTruncated};
+    use super::select::{_analyze, PyAnalysis, PyTagger, PyToolResultCut};
 
     use pyo3::prelude::*;
 

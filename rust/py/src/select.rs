@@ -123,34 +123,41 @@ type KeptRow = (
     Vec<usize>,
     Vec<usize>,
     Vec<(usize, String)>,
-    Vec<PyTruncated>,
+    Vec<PyToolResultCut>,
 );
 
 /// A tool result cut to the cap before selection: message `index`, and its
-/// tokens before and after.
-#[pyclass(frozen, eq, hash, get_all, name = "Truncated", module = "context_core")]
+/// tokens before the cut (`tokens`) and after it (`kept`).
+#[pyclass(
+    frozen,
+    eq,
+    hash,
+    get_all,
+    name = "ToolResultCut",
+    module = "context_core.select"
+)]
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct PyTruncated {
+pub struct PyToolResultCut {
     index: usize,
-    before: usize,
-    after: usize,
+    tokens: usize,
+    kept: usize,
 }
 
 #[pymethods]
-impl PyTruncated {
+impl PyToolResultCut {
     #[new]
-    fn new(index: usize, before: usize, after: usize) -> Self {
+    fn new(index: usize, tokens: usize, kept: usize) -> Self {
         Self {
             index,
-            before,
-            after,
+            tokens,
+            kept,
         }
     }
 
     fn __repr__(&self) -> String {
         format!(
-            "Truncated(index={}, before={}, after={})",
-            self.index, self.before, self.after
+            "ToolResultCut(index={}, tokens={}, kept={})",
+            self.index, self.tokens, self.kept
         )
     }
 }
@@ -423,10 +430,10 @@ impl PyAnalysis {
             .truncations
             .iter()
             .filter(|t| is_kept[t.message])
-            .map(|t| PyTruncated {
+            .map(|t| PyToolResultCut {
                 index: t.message,
-                before: t.before,
-                after: t.after,
+                tokens: t.before,
+                kept: t.after,
             })
             .collect();
         (kept, dropped, missing, truncated)

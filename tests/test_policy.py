@@ -1,0 +1,170 @@
+"""One policy shape: ``policy.select(messages_or_log, budget, *, now=None)``
+for all three, a frozen ``Selection`` whose keys index the input (a list's
+indices, a log's seqs), and a log that is one more input to a policy."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from agent_sessions import generate, turn_in_progress
+from context_core import (
+    Budget,
+    InvalidInputError,
+    MessageLog,
+    Policy,
+    PriorityAssembly,
+    Selection,
+    ShapeHistory,
+    Tokenizer,
+    WeightedWindow,
+    shape_history,
+)
+from context_core.reference import select as reference
+from context_core.select import SelectionBreakdown, ToolResultCut
+
+
+def short_turn_session() -> list[dict]:
+    """An agent session cut where the turn in progress is small, so every
+    budget here can hold it and something must still be dropped."""
+    session = generate(400, "openai", seed=3)
+    tokens = Tokenizer()
+    for end in reversed(session.calls):
+        start = turn_in_progress(session.messages[:end])
+        if end > 120 and tokens.count_messages(session.messages[start:end]) < 1_500:
+            return session.messages[:end]
+    raise AssertionError("no short turn")
+
+
+MESSAGES = short_turn_session()
+NOW = 1_700_000_000.0 + 60 * 400
+
+
+def every_policy() -> dict[str, Policy]:
+    """One of each; the log's headers hold whole tool results, so no cap."""
+    return {
+        "ShapeHistory": ShapeHistory(summary="Earlier: the refund worker was fixed.", tool_result_cap=None),
+        "WeightedWindow": WeightedWindow(tool_result_cap=None),
+        "PriorityAssembly": PriorityAssembly(anchoring=True, tool_result_cap=None),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(every_policy()))
+@pytest.mark.parametrize("budget", [3_000, 12_000, 10**9])
+def test_every_policy_takes_the_same_call(name, budget):
+    """The three are interchangeable: the same call, the same kind of answer,
+    whose keys index the messages it chose from."""
+    policy = every_policy()[name]
+    messages = MESSAGES
+    chosen = policy.select(messages, budget, now=NOW)
+    assert chosen.dropped or budget == 10**9
+    assert isinstance(chosen, Selection)
+    assert isinstance(chosen.breakdown, SelectionBreakdown)
+    assert chosen.breakdown.total <= budget
+    assert list(chosen.kept) == sorted(set(chosen.kept))
+    assert set(chosen.kept).isdisjoint(chosen.dropped)
+    assert sorted(chosen.kept + chosen.dropped) == list(range(len(messages)))
+    assert all(isinstance(cut, ToolResultCut) and cut.index in chosen.kept for cut in chosen.truncated)
+    # A Budget is a budget too: its messages() share of the window.
+    window = Budget(window=200_000)
+    assert (
+        policy.select(messages, window, now=NOW).kept
+        == policy.select(messages, window.messages(), now=NOW).kept
+    )
+
+
+def test_a_selection_is_frozen():
+    chosen = WeightedWindow().select(MESSAGES, 4_000, now=NOW)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        chosen.kept = ()  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        chosen.breakdown.total = 0  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        chosen.kept.append(1)  # type: ignore[attr-defined]
+    assert isinstance(chosen.dropped, tuple)
+    assert isinstance(chosen.changes, tuple)
+
+
+def test_shape_history_is_the_policy_in_one_call():
+    messages = MESSAGES
+    for budget in (2_000, 6_000, 10**9):
+        one = shape_history(messages, budget, keep_last=8, min_keep=2, summary="s")
+        other = ShapeHistory(keep_last=8, min_keep=2, summary="s").select(messages, budget)
+        assert one == other
+        assert one.dropped == other.dropped
+
+
+@pytest.mark.parametrize("name", sorted(every_policy()))
+@pytest.mark.parametrize("budget", [3_000, 12_000, 10**9])
+def test_a_log_is_one_more_input(tmp_path, name, budget):
+    """From a log, a policy chooses what it chooses from the log's context
+    view, and names the kept and dropped messages by their seqs."""
+    policy = every_policy()[name]
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        seqs = log.append_many(MESSAGES[:40])
+        summary = log.add_summary("The user fixed the retry cap.", covers=(seqs[1], seqs[20]))
+        log.append_many(MESSAGES[40:])
+        view = log.context_view()
+        nodes = [seq for seq, _ in log._view()]
+        assert summary in nodes
+        from_view = policy.select(view, budget, now=NOW)
+        from_log = policy.select(log, budget, now=NOW)
+        assert from_log.messages == from_view.messages
+        # (The log knows a summary node from a system message; the sections may differ.)
+        assert from_log.breakdown.total == from_view.breakdown.total
+        assert from_log.kept == tuple(nodes[i] for i in from_view.kept)
+        assert from_log.dropped == tuple(nodes[i] for i in from_view.dropped)
+        for seq in from_log.kept:
+            assert seq in nodes
+        assert set(from_log.kept).isdisjoint(from_log.dropped)
+
+
+def test_the_log_window_lists_what_it_dropped_only_when_asked(tmp_path):
+    """The weighted window over a log reads headers, never the whole view;
+    its dropped seqs are listed on first read, and then kept."""
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append_many(MESSAGES)
+        chosen = WeightedWindow(tool_result_cap=None).select(log, 3_000, now=NOW)
+        first = chosen.dropped
+        assert first
+        assert first is chosen.dropped
+        assert sorted(first + chosen.kept) == list(range(len(MESSAGES)))
+
+
+def test_a_log_holds_its_input(tmp_path):
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append_many(MESSAGES[:10])
+        with pytest.raises(InvalidInputError, match="append it"):
+            PriorityAssembly().select(log, 8_000, current_input="next")
+
+
+def test_a_log_in_another_encoding_is_refused(tmp_path):
+    with MessageLog.open(tmp_path / "log", create=True, encoding="cl100k_base", durability="never") as log:
+        log.append({"role": "user", "content": "hello"})
+        with pytest.raises(InvalidInputError, match="cl100k_base"):
+            WeightedWindow().select(log, 8_000)
+
+
+@pytest.mark.parametrize("name", ["ShapeHistory", "WeightedWindow", "PriorityAssembly"])
+def test_the_reference_twins_take_the_same_call(name):
+    ours = every_policy()[name]
+    twin = {
+        "ShapeHistory": reference.ShapeHistory(
+            summary="Earlier: the refund worker was fixed.", tool_result_cap=None
+        ),
+        "WeightedWindow": reference.WeightedWindow(tool_result_cap=None),
+        "PriorityAssembly": reference.PriorityAssembly(anchoring=True, tool_result_cap=None),
+    }[name]
+    for budget in (3_000, 12_000):
+        one, other = ours.select(MESSAGES, budget, now=NOW), twin.select(MESSAGES, budget, now=NOW)
+        assert (one.messages, one.kept, one.dropped, one.breakdown) == (
+            other.messages,
+            other.kept,
+            other.dropped,
+            other.breakdown,
+        )
+        fields = ("stage", "index", "action", "reason")
+        assert [tuple(getattr(c, f) for f in fields) for c in one.changes] == [
+            tuple(getattr(c, f) for f in fields) for c in other.changes
+        ]
