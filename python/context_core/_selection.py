@@ -16,7 +16,7 @@ import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, Change, ToolResultCut
 from context_core.errors import InvalidInputError, InvalidTypeError
@@ -27,14 +27,24 @@ CONSTRAINT = 1
 _METADATA = frozenset(METADATA_KEYS)
 SECTION_OF_KIND = {"system": "pinned", "pinned": "pinned", "current": "input"}
 PROVIDERS = ("openai", "anthropic")
+Provider = Literal["openai", "anthropic"]
+
+Msg = dict[str, Any]
+#: What a layout holds: a unit's number, or an extra message (a summary, a memory).
+Item = int | Msg
+#: WeightedWindow's weights in the kernels' order.
+Weights = tuple[float, float, float, float, float, float, float]
+#: The laid-out messages, their known counts and the units they came from.
+LaidOut = tuple[list[Msg], list[int | None], list[int]]
+System = str | list[Msg] | None
 
 
 class Backend(Protocol):
-    def analyze(self, messages: list[dict], cap: int | None, find_tags: bool = True) -> Any: ...
-    def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]: ...
+    def analyze(self, messages: list[Msg], cap: int | None, find_tags: bool = True) -> Any: ...
+    def sanitize(self, messages: list[Msg], provider: str) -> tuple[list[Msg], System, list[Any]]: ...
     def lay_out(
-        self, analysis: Any, items: list, provider: str
-    ) -> tuple[list, list, list, list, Any, list, int | None]:
+        self, analysis: Any, items: Sequence[Item], provider: str
+    ) -> tuple[list[Msg], list[int | None], list[int], list[Msg], System, list[Any], int | None]:
         """The analysis's ``lay_out(items)`` and the funnel's answer for it:
         ``(laid_out, known, units, final, system, changes, tokens)``. ``tokens``:
         those of ``final`` without the reply priming, when the funnel kept
@@ -43,7 +53,7 @@ class Backend(Protocol):
         ...
 
     def count_message(self, message: Mapping[str, Any]) -> int: ...
-    def count_messages(self, messages: list[dict]) -> int: ...
+    def count_messages(self, messages: list[Msg]) -> int: ...
     def count_joined(self, parts: list[str]) -> int | None: ...
 
 
@@ -116,11 +126,11 @@ class Selection:
         return dropped
 
 
-def prepare(messages: Iterable[Mapping[str, Any]], provider: str) -> list:
+def prepare(messages: Iterable[Mapping[str, Any]], provider: str) -> list[Msg]:
     check_provider(provider)
     if isinstance(messages, (str, bytes, Mapping)):
         raise InvalidTypeError("messages must be a list, tuple or other iterable of message dicts")
-    return list(messages)
+    return list(messages)  # type: ignore[arg-type]  # read as mappings; dicts in the types
 
 
 # -- the policies' arguments, checked alike for the extension and the reference --------------
@@ -130,18 +140,18 @@ def count(value: Any, name: str) -> int:
     """A non-negative int argument: Python's or numpy's integers, not a bool."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise InvalidTypeError(f"{name} must be int, not {type(value).__name__}")
-    value = operator.index(value)
-    if value < 0:
-        raise InvalidInputError(f"{name} must be a non-negative int, got {value}")
-    return value
+    number = operator.index(value)
+    if number < 0:
+        raise InvalidInputError(f"{name} must be a non-negative int, got {number}")
+    return number
 
 
-def check_provider(provider: Any) -> str:
+def check_provider(provider: Any) -> Provider:
     if not isinstance(provider, str):
         raise InvalidTypeError(f'provider must be "openai" or "anthropic", not {type(provider).__name__}')
     if provider not in PROVIDERS:
         raise InvalidInputError(f'provider must be "openai" or "anthropic", got {provider!r}')
-    return provider
+    return "openai" if provider == "openai" else "anthropic"  # an exact str, as the kernels take
 
 
 def tool_result_cap(value: Any) -> int | None:
@@ -149,13 +159,13 @@ def tool_result_cap(value: Any) -> int | None:
         return None
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise InvalidTypeError(f"tool_result_cap must be a positive int or None, not {type(value).__name__}")
-    value = operator.index(value)
-    if value < 1:
-        raise InvalidInputError(f"tool_result_cap must be a positive int or None, got {value}")
-    return min(value, sys.maxsize)  # no text is longer; the kernels take a machine-sized count
+    number = operator.index(value)
+    if number < 1:
+        raise InvalidInputError(f"tool_result_cap must be a positive int or None, got {number}")
+    return min(number, sys.maxsize)  # no text is longer; the kernels take a machine-sized count
 
 
-def policy_weights(**weights: Any) -> tuple[float, ...]:
+def policy_weights(**weights: Any) -> Weights:
     """WeightedWindow's weights as floats, in the kernels' order (system,
     constraint, evidence, pulse, log, decay, tag_decay). NaN would make the
     order of the units undefined, and a decay outside [0, 1] makes
@@ -168,10 +178,11 @@ def policy_weights(**weights: Any) -> tuple[float, ...]:
     for name in ("decay", "tag_decay"):
         if not 0 <= weights[name] <= 1:
             raise InvalidInputError(f"{name} must be in [0, 1], got {weights[name]}")
-    return tuple(
+    system, constraint, evidence, pulse, log, decay, tag_decay = (
         float(weights[name])
         for name in ("system", "constraint", "evidence", "pulse", "log", "decay", "tag_decay")
     )
+    return system, constraint, evidence, pulse, log, decay, tag_decay
 
 
 def check_flag(value: Any, name: str) -> bool:
@@ -205,13 +216,13 @@ def is_budget(max_tokens: Any) -> bool:
 def budget_tokens(max_tokens: Any) -> int:
     """A token budget given as an int or a ``Budget`` (its ``messages()``)."""
     if is_budget(max_tokens):
-        return max_tokens.messages()
+        return budget_tokens(max_tokens.messages())  # checked as an int too
     if isinstance(max_tokens, bool) or not hasattr(type(max_tokens), "__index__"):
         raise InvalidTypeError(f"budget must be int or Budget, not {type(max_tokens).__name__}")
-    max_tokens = operator.index(max_tokens)
-    if max_tokens < 0:
-        raise InvalidInputError(f"budget must be non-negative, got {max_tokens}")
-    return max_tokens
+    tokens = operator.index(max_tokens)
+    if tokens < 0:
+        raise InvalidInputError(f"budget must be non-negative, got {tokens}")
+    return tokens
 
 
 def exact_text(text: str) -> str:
@@ -245,7 +256,7 @@ def message_text(message: Mapping[str, Any]) -> str:
 class Layout:
     """Builds the output of one selection from the analysis and a plan."""
 
-    def __init__(self, backend: Backend, messages: list, analysis: Any, provider: str) -> None:
+    def __init__(self, backend: Backend, messages: list[Msg], analysis: Any, provider: str) -> None:
         self.backend = backend
         self.messages = messages
         self.analysis = analysis
@@ -255,15 +266,15 @@ class Layout:
         # (which could have changed the messages in place). Reading a message
         # of plain values runs none; a summary callable turns this off, and
         # the caller's texts are made exact strings before the analysis.
-        self.vouch = analysis.plain
+        self.vouch: bool = analysis.plain
 
-    def extra(self, text: str) -> tuple[dict, int]:
-        message = {"role": "system", "content": text}
+    def extra(self, text: str) -> tuple[Msg, int]:
+        message: Msg = {"role": "system", "content": text}
         return message, self.backend.count_message(message)
 
     def finish(
         self,
-        items: Sequence[int | dict],
+        items: Sequence[Item],
         budget: int,
         sections: Mapping[str, int],
         turns: int | None = None,
@@ -273,7 +284,8 @@ class Layout:
         over budget."""
         # The kept messages as sent (the analysis makes them, and keeps them
         # from one turn to the next) with their exact counts.
-        tokens = None
+        tokens: int | None = None
+        known: list[int | None]
         if self.vouch:
             laid_out, known, units, final, system, changes, tokens = self.backend.lay_out(
                 self.analysis, items, self.provider
@@ -325,7 +337,7 @@ TEXT_SEPARATOR = "\n\n"
 
 
 def count_sent(
-    backend: Backend, laid_out: list[dict], final: list[dict], known: Sequence[int | None] = ()
+    backend: Backend, laid_out: list[Msg], final: list[Msg], known: Sequence[int | None] = ()
 ) -> int:
     """Exact tokens of ``final``, sanitize's output for ``laid_out``.
 
@@ -343,10 +355,10 @@ def count_sent(
     if same:
         # Sanitize changed nothing: the counts are known (the priming once).
         if None not in known:
-            return sum(known) + backend.count_messages([])
+            return sum(t for t in known if t is not None) + backend.count_messages([])
         unknown = [m for m, tokens in zip(laid_out, known, strict=True) if tokens is None]
         return sum(t for t in known if t is not None) + backend.count_messages(unknown)
-    unchanged: list[dict] = []  # counted in one call (its reply priming included once)
+    unchanged: list[Msg] = []  # counted in one call (its reply priming included once)
     total = 0
     j = 0
     for message in final:
@@ -366,7 +378,7 @@ def count_sent(
     return total + backend.count_messages(unchanged)
 
 
-def _merged_parts(laid_out: list[dict], j: int, message: Mapping[str, Any]) -> list[str] | None:
+def _merged_parts(laid_out: list[Msg], j: int, message: Mapping[str, Any]) -> list[str] | None:
     """The texts of the laid-out messages from ``j`` that ``message`` joins, if it is exactly that."""
     content = message.get("content")
     if not isinstance(content, str) or not isinstance(message.get("role"), str):
@@ -409,7 +421,7 @@ def shape_history(
     max_tokens: Any,
     keep_last: int,
     min_keep: int,
-    summary: str | Callable[[list[dict]], str] | None,
+    summary: str | Callable[[list[Msg]], str] | None,
     provider: str,
     cap: int | None,
 ) -> Selection:
@@ -420,49 +432,46 @@ def shape_history(
     analysis = backend.analyze(messages, cap, find_tags=False)  # turns and sizes only
     layout = Layout(backend, messages, analysis, provider)
     first_user = analysis.first_turn
-    summary_message: dict | None = None
 
-    def summary_for(shape_units: list[int]) -> tuple[dict, int] | None:
-        nonlocal summary_message
-        if summary is None:
-            return None
-        if summary_message is None:
-            if callable(summary):
-                # Called once, with everything that could be dropped: between the
-                # first user message and the last ``min_keep`` turns.
-                starts = analysis.turn_starts
-                tail = starts[len(starts) - min_keep] if 0 < min_keep <= len(starts) else analysis.unit_count
-                middle = [
-                    messages[m]
-                    for start, end, _tokens, _kind in analysis.spans(list(range((first_user or 0) + 1, tail)))
-                    for m in range(start, end)
-                ]
-                layout.vouch = False  # the caller's code ran after the analysis
-                text = summary(middle)
-            else:
-                text = summary
-            if not isinstance(text, str):
-                raise InvalidTypeError(f"summary must be str or return str, not {type(text).__name__}")
-            summary_message = {"role": "system", "content": SUMMARY_PREFIX + exact_text(text)}
-        return summary_message, backend.count_message(summary_message)
+    def summary_message(summary: str | Callable[[list[Msg]], str]) -> Msg:
+        if callable(summary):
+            # Called once, with everything that could be dropped: between the
+            # first user message and the last ``min_keep`` turns.
+            starts = analysis.turn_starts
+            tail = starts[len(starts) - min_keep] if 0 < min_keep <= len(starts) else analysis.unit_count
+            middle = [
+                messages[m]
+                for start, end, _tokens, _kind in analysis.spans(list(range((first_user or 0) + 1, tail)))
+                for m in range(start, end)
+            ]
+            layout.vouch = False  # the caller's code ran after the analysis
+            text: object = summary(middle)
+        else:
+            text = summary
+        if not isinstance(text, str):
+            raise InvalidTypeError(f"summary must be str or return str, not {type(text).__name__}")
+        return {"role": "system", "content": SUMMARY_PREFIX + exact_text(text)}
 
-    summary_tokens = None
+    # Made only when something must go (a callable is called at most once).
+    extra: tuple[Msg, int] | None = None
     if summary is not None and analysis.total_tokens + 3 > budget:
-        summary_tokens = summary_for([])[1]
+        message = summary_message(summary)
+        extra = message, backend.count_message(message)
+    summary_tokens = None if extra is None else extra[1]
 
     def run(target: int) -> tuple[Selection, int]:
         kept, turns, with_summary = shape(analysis, target, keep_last, min_keep, summary_tokens)
         # No loop over the units in Python: a window that holds everything
         # would pay it per kept message. A unit is kept at most once.
-        items: list[int | dict] = list(kept)
+        items: list[Item] = list(kept)
         sections: dict[str, int] = {}
         first_kept = first_user is not None and first_user in kept
-        if with_summary:
+        if with_summary and extra is not None:  # the kernel keeps a summary only when given one
             if not first_kept:
-                items.insert(0, summary_message)
+                items.insert(0, extra[0])
             elif turns is not None:
-                items.insert(kept.index(first_user) + 1, summary_message)
-            sections["global"] = summary_tokens or 0
+                items.insert(kept.index(first_user) + 1, extra[0])
+            sections["global"] = extra[1]
         if turns is not None and first_kept:
             others = list(kept)
             others.remove(first_user)
@@ -487,8 +496,12 @@ def shape(
     summary, or with none given), ``min(min_keep, keep_last)`` in its second.
     """
     min_keep = min(min_keep, keep_last)
+    kept: list[int]
+    turns: int | None
+    with_summary: bool
     if keep_last <= analysis.unit_count:  # T <= units: a short search, and the kernel's own answer
-        return analysis.shape(budget, keep_last, min_keep, summary_tokens)
+        kept, turns, with_summary = analysis.shape(budget, keep_last, min_keep, summary_tokens)
+        return kept, turns, with_summary
     turns_in = len(analysis.turn_starts)
     kept, turns, with_summary = analysis.shape(
         budget, min(keep_last, turns_in), min(min_keep, turns_in), summary_tokens
@@ -542,10 +555,10 @@ def build_context(
     cap: int | None,
 ) -> Selection:
     messages = prepare(history, provider)
-    if current_input is not None:
-        messages.append(
-            {"role": "user", "content": current_input} if isinstance(current_input, str) else current_input
-        )
+    if isinstance(current_input, str):
+        messages.append({"role": "user", "content": current_input})
+    elif current_input is not None:
+        messages.append(current_input)  # type: ignore[arg-type]  # read as a mapping, like the history
     budget = budget_tokens(max_tokens)
     segment_summaries = exact_texts(segment_summaries, "segment_summaries")
     memories = exact_texts(memories, "memories")
@@ -574,10 +587,10 @@ def build_context(
             [s[1] for s in segment_extras],
             anchor_extra[1] if anchor_extra else None,
         )
-        items: list[int | dict] = list(fixed)
+        items: list[Item] = list(fixed)
         sections: dict[str, int] = {}
         layout.sum_units(fixed + recent + current, sections)
-        if with_global:
+        if with_global and global_extra is not None:  # kept only when given
             items.append(global_extra[0])
             sections["global"] = global_extra[1]
         items += [memory_extras[i][0] for i in kept_memories]
@@ -585,7 +598,7 @@ def build_context(
         items += [segment_extras[i][0] for i in kept_segments]
         sections["segments"] = sum(segment_extras[i][1] for i in kept_segments)
         items += recent
-        if with_anchor:
+        if with_anchor and anchor_extra is not None:  # kept only when given
             items.append(anchor_extra[0])
             sections["pinned"] = sections.get("pinned", 0) + anchor_extra[1]
         items += current

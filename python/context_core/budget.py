@@ -17,10 +17,11 @@ import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from context_core._core import Tokenizer
 from context_core.errors import BudgetWarning, InvalidInputError, InvalidTypeError, UnknownModelError
+from context_core.types import Tool
 
 __all__ = ["CLAUDE_SAFETY_FACTOR", "MODEL_WINDOWS", "RATIO_RANGE", "Budget"]
 
@@ -78,19 +79,20 @@ def _count(value: Any, name: str, *, positive: bool = False) -> int:
     """``value`` as an int: Python's or numpy's integers, not a bool."""
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise InvalidTypeError(f"{name} must be int, not {type(value).__name__}")
-    value = operator.index(value)
-    if value < 0 or (positive and value == 0):
-        raise InvalidInputError(f"{name} must be {'positive' if positive else 'non-negative'}, got {value}")
-    return value
+    number = operator.index(value)
+    if number < 0 or (positive and number == 0):
+        raise InvalidInputError(f"{name} must be {'positive' if positive else 'non-negative'}, got {number}")
+    return number
 
 
 def _number(value: Any, name: str) -> float:
+    given = value  # as given: numbers.Real's stubs do not say int() takes it
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidTypeError(f"{name} must be a number, not {type(value).__name__}")
     try:
         return float(value)
     except OverflowError:  # an int past a float's range
-        bits = int(value).bit_length()
+        bits = int(given).bit_length()
         raise InvalidInputError(f"{name} must be finite, got an int of {bits} bits") from None
 
 
@@ -222,7 +224,7 @@ class Budget:
             reserve = 0
             counted = 0 if system_tokens is None else _count(system_tokens, "system_tokens")
             if tools:
-                counted += (tokenizer or Tokenizer()).count_tools(list(tools))
+                counted += (tokenizer or Tokenizer()).count_tools(cast("list[Tool]", list(tools)))
         tokens = math.floor((self.soft_limit - reserve) / self.ratio) - counted
         # Never more of our own tokens than the window holds, whatever ratio
         # was learned: a ratio under 1 (the provider counting fewer tokens than

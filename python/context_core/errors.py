@@ -200,8 +200,10 @@ def _with_os_class(base: type[_E], message: str, errno: int | None, filename: st
     # BlockingIOError is left out: ``except BlockingIOError`` means a held lock
     # (LogLockedError, MemoryLockError), not a failed read or write.
     if builtin is not OSError and builtin is not BlockingIOError and not issubclass(base, builtin):
-        cls = _OS_CLASSES.get((base, builtin))
-        if cls is None:
+        known: type[_E] | None = _OS_CLASSES.get((base, builtin))
+        if known is not None:
+            cls = known
+        else:
             # Named as the class it extends: ``type(error).__name__`` stays the base's.
             made = type(base.__name__, (base, builtin), {"__module__": __name__, "_os_base": base})
             made.__qualname__ = f"{base.__name__}[{builtin.__name__}]"

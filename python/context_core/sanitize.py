@@ -36,11 +36,11 @@ __all__ = [
 
 @functools.lru_cache(maxsize=32, typed=True)  # typed: True is not 1 here
 def _sanitizer(
-    provider: str,
+    provider: Literal["openai", "anthropic"],
     convert_function: bool,
-    on_invalid: str,
-    placeholder_patterns: tuple[str, ...] | None,
-    error_patterns: tuple[str, ...] | None,
+    on_invalid: Literal["raise", "drop"],
+    placeholder_patterns: Sequence[str] | None,
+    error_patterns: Sequence[str] | None,
     max_pattern_chars: int | None,
     first_user_text: str | None,
 ) -> Sanitizer:
@@ -55,7 +55,7 @@ def _sanitizer(
     )
 
 
-def _frozen(patterns: Iterable[str] | None) -> tuple[str, ...] | None:
+def _frozen(patterns: Iterable[str] | None) -> Sequence[str] | None:
     if patterns is None or isinstance(patterns, str):
         return patterns  # a str is refused by Sanitizer with a clear error
     return tuple(patterns)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 from context_core import _selection
 from context_core._core import (
@@ -44,12 +44,13 @@ from context_core._core import (
     _analyze,
     _MessageLog,
 )
-from context_core._selection import Selection, SelectionBreakdown
+from context_core._selection import Item, Msg, Provider, Selection, SelectionBreakdown, System
 from context_core.budget import Budget
 from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.types import Message
 
 if TYPE_CHECKING:
+    from context_core._core import _Analysis
     from context_core.log import MessageLog
 
 __all__ = [
@@ -68,7 +69,6 @@ __all__ = [
     "tag",
 ]
 
-Provider = Literal["openai", "anthropic"]
 DEFAULT_TOOL_RESULT_CAP = 2000
 #: What a policy chooses from: messages, or a log's context view.
 Source: TypeAlias = "Sequence[Message] | MessageLog"
@@ -96,26 +96,30 @@ class _Backend:
         self.tokenizer = tokenizer or Tokenizer()
         self.tagger = tagger
 
-    def analyze(self, messages: list, cap: int | None, find_tags: bool = True) -> Any:
-        return _analyze(messages, self.tokenizer, self.tagger, cap, find_tags)
+    # The policies hand on the caller's messages as they are (read as
+    # mappings), so the extension's message types are asserted, not checked.
 
-    def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]:
-        result = _laid_out_sanitizer(provider).sanitize(messages)
-        return result.messages, result.system, result.changes
+    def analyze(self, messages: list[Msg], cap: int | None, find_tags: bool = True) -> _Analysis:
+        return _analyze(cast("list[Message]", messages), self.tokenizer, self.tagger, cap, find_tags)
+
+    def sanitize(self, messages: list[Msg], provider: str) -> tuple[list[Msg], System, list[Any]]:
+        result = _laid_out_sanitizer(provider).sanitize(cast("list[Message]", messages))
+        return cast("list[Msg]", result.messages), result.system, list(result.changes)
 
     def lay_out(
-        self, analysis: Any, items: list, provider: str
-    ) -> tuple[list, list, list, list, Any, list, int | None]:
+        self, analysis: _Analysis, items: Sequence[Item], provider: str
+    ) -> tuple[list[Msg], list[int | None], list[int], list[Msg], System, list[Any], int | None]:
         # In one call: the funnel takes the copies it was just handed as checked.
         funnel = _laid_out_sanitizer(provider)
         (laid_out, known, units), result, tokens = analysis.lay_out_sanitized(items, funnel)
-        return laid_out, known, units, result.messages, result.system, result.changes, tokens
+        final = cast("list[Msg]", result.messages)
+        return laid_out, known, units, final, result.system, list(result.changes), tokens
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        return self.tokenizer.count_message(message)
+        return self.tokenizer.count_message(cast("Message", message))
 
-    def count_messages(self, messages: list[dict]) -> int:
-        return self.tokenizer.count_messages(messages)
+    def count_messages(self, messages: list[Msg]) -> int:
+        return self.tokenizer.count_messages(cast("list[Message]", messages))
 
     def count_joined(self, parts: list[str]) -> int | None:
         """Tokens of ``"\\n\\n".join(parts)`` from the parts' cached counts;
@@ -124,7 +128,7 @@ class _Backend:
 
 
 @functools.cache
-def _laid_out_sanitizer(provider: str) -> Sanitizer:
+def _laid_out_sanitizer(provider: Provider) -> Sanitizer:
     """The funnel for what the policies lay out: its own, so the answers it
     keeps (windows that move each turn) do not crowd out the callers' own
     histories in the shared ``sanitize`` funnels."""
@@ -365,11 +369,11 @@ class PriorityAssembly:
         )
 
 
-def _from_view(log: MessageLog, choose: Callable[[list[dict[str, Any]]], Selection]) -> Selection:
+def _from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) -> Selection:
     """A policy's choice over a log's context view, keyed by seqs: each
     position in the view is replaced by its node's seq."""
     nodes = log._view()
-    selection = choose(log._render(nodes, strip=False))
+    selection = choose(cast("list[Message]", log._render(nodes, strip=False)))
     seqs = [seq for seq, _ in nodes]
     return dataclasses.replace(
         selection,

@@ -53,7 +53,7 @@ class DeadlinePassed(Exception):
 
 def _left(timeout: float | None) -> float | None:
     """``timeout`` cut to what is left of this thread's deadline, if it has one."""
-    deadline = getattr(_local, "deadline", None)
+    deadline: float | None = getattr(_local, "deadline", None)
     if deadline is None:
         return timeout
     left = deadline - time.monotonic()

@@ -45,12 +45,16 @@ def consolidate_items(items: Iterable[Item]) -> list[Item]:
             slots.append(item)
             continue
         signature, identity = item.signature, item.identity
-        found = {by_signature.get(signature), by_identity.get(identity) if identity else None} - {None}
+        found = {
+            s
+            for s in (by_signature.get(signature), by_identity.get(identity) if identity else None)
+            if s is not None
+        }
         if not found:
             slot = len(slots)
             slots.append(item)
         else:
-            slot = min(s for s in found if s is not None)
+            slot = min(found)
             for old_slot in found:
                 old = slots[old_slot]
                 assert isinstance(old, Fact)
@@ -62,12 +66,12 @@ def consolidate_items(items: Iterable[Item]) -> list[Item]:
         if identity is not None:
             by_identity[identity] = slot
     kept: list[Item] = []
-    for item in slots:
-        if item is None:
+    for slotted in slots:
+        if slotted is None:
             continue
-        if _blank(item) and (not kept or _blank(kept[-1])):
+        if _blank(slotted) and (not kept or _blank(kept[-1])):
             continue  # no blank line first, none twice
-        kept.append(item)
+        kept.append(slotted)
     while kept and _blank(kept[-1]):
         kept.pop()
     return kept

@@ -17,10 +17,10 @@ import asyncio
 import errno
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import filelock
 
@@ -52,6 +52,8 @@ from context_core.memory.safety import LOCK_NAME, MEMORY_NAME, ensure_root, open
 from context_core.memory.store import Cached, Store, encode, read_lockless
 
 __all__ = ["AppendResult", "ConsolidateResult", "MemoryFiles"]
+
+_T = TypeVar("_T")
 
 DEFAULT_MAX_LINES = 150
 DEFAULT_MAX_LINE_BYTES = 4096
@@ -597,7 +599,7 @@ class MemoryFiles:
             self._locked_call, self._finish, begun, reply, "forced" if force else "due"
         )
 
-    def _locked_call(self, fn: Any, *args: Any) -> Any:
+    def _locked_call(self, fn: Callable[..., _T], *args: Any) -> _T:
         with self._locked() as store:
             return fn(store, *args)
 

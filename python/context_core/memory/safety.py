@@ -182,7 +182,7 @@ def read_file(root: str, dir_fd: int, name: str) -> bytes | None:
 
 def read_rest(fd: int) -> bytes:
     """Everything from ``fd``'s position to the end of its file."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 20)
         if not chunk:

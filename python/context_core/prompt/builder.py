@@ -212,8 +212,8 @@ class PromptBuilder:
         ]
         system_counts = self._counts.pieces(system_pieces)
         self._system = SystemPart("".join(system_pieces), tools, self.tokenizer, sum(system_counts))
-        for index, tool in enumerate(self._system.tools):
-            for text in _strings(tool):
+        for index, schema in enumerate(self._system.tools):
+            for text in _strings(schema):
                 self._refuse_rules(text, f"tools[{index}]")
         self._system_layers = {"tools": self._system.tools_tokens} if self._system.tools else {}
         self._system_layers.update(zip((layer for layer, _ in sections), system_counts, strict=True))

@@ -73,6 +73,12 @@ def _copy(value: Any) -> Any:
     return json.loads(_dumps(value))
 
 
+def _copy_object(value: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`_copy` of a JSON object, which comes back an object."""
+    copied: dict[str, Any] = _copy(value)
+    return copied
+
+
 def canonical_json(value: Any) -> str:
     """``value`` as canonical JSON: keys sorted at every level, no spaces,
     UTF-8 text (no ``\\u`` escapes), NaN and infinities refused, and values
@@ -118,14 +124,14 @@ def check_tool(tool: Any, index: int) -> Mapping[str, Any]:
     in OpenAI's form): a dict, else :class:`~context_core.InvalidTypeError`;
     no name, or nested more than :data:`MAX_DEPTH` levels deep (the tool's
     own dict the first), :class:`~context_core.InvalidInputError`."""
-    tool = _check(tool, index)
+    checked = _check(tool, index)
     where = f"tools[{index}]"
-    function = _function_of(tool, where)
+    function = _function_of(checked, where)
     if function is not None:
         _name(function, f"{where}.function")
     else:
-        _name(tool, where)
-    return tool
+        _name(checked, where)
+    return checked
 
 
 def copy_tools(tools: Sequence[Any]) -> tuple[dict[str, Any], ...]:
@@ -151,7 +157,7 @@ def openai_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     function = _function_of(tool, where)
     if function is not None:
         _name(function, f"{where}.function")
-        return _copy({"type": "function", **tool})
+        return _copy_object({"type": "function", **tool})
     name = _name(tool, where)
     if "input_schema" in tool:
         function = {"name": name, "parameters": tool["input_schema"]}
@@ -162,7 +168,7 @@ def openai_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     if "description" in tool:
         function["description"] = tool["description"]
     function.pop("cache_control", None)
-    return _copy({"type": "function", "function": function})
+    return _copy_object({"type": "function", "function": function})
 
 
 def to_anthropic_tool(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
@@ -180,7 +186,7 @@ def anthropic_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     if function is not None:
         source, where = function, f"{where}.function"
     elif "input_schema" in tool or tool.get("type", "function") != "function":
-        return _copy(dict(tool))
+        return _copy_object(dict(tool))
     else:
         source = tool
     out: dict[str, Any] = {
@@ -189,7 +195,7 @@ def anthropic_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     }
     if "description" in source:
         out["description"] = source["description"]
-    return _copy(out)
+    return _copy_object(out)
 
 
 def _frame(label: bytes, data: bytes) -> bytes:

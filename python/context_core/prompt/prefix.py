@@ -11,7 +11,7 @@ turn would cost more than the rest of the turn).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from context_core._core import Tokenizer
 from context_core.prompt.canonical import (
@@ -20,6 +20,7 @@ from context_core.prompt.canonical import (
     copy_tools,
     openai_form,
 )
+from context_core.types import Tool
 
 __all__ = ["Prefix", "SystemPart"]
 
@@ -51,7 +52,7 @@ class SystemPart:
         self.tokenizer = tokenizer
         self.tools: tuple[dict[str, Any], ...] = copy_tools(tools)
         self.tokens = tokenizer.count(text) if tokens is None else tokens
-        self.tools_tokens = tokenizer.count_tools(list(self.tools)) if self.tools else 0
+        self.tools_tokens = tokenizer.count_tools(cast("list[Tool]", list(self.tools))) if self.tools else 0
         self.hasher = PrefixHasher(self.tools, text)
         self._openai_tools: list[dict[str, Any]] | None = None
         self._anthropic_tools: list[dict[str, Any]] | None = None

@@ -178,8 +178,8 @@ class SkillRegistry:
                             found.update(owners)
         if self._substrings:
             compact = _WORD_SPLIT.sub("", normal)
-            for phrase, owners in self._substrings.items():
-                if phrase in compact:
+            for text, owners in self._substrings.items():
+                if text in compact:
                     found.update(owners)
         result = [self._skills[name] for name in sorted(found)]
         self._last = (task, result)

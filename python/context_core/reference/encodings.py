@@ -20,6 +20,8 @@ from context_core import _core
 if TYPE_CHECKING:
     import tiktoken
 
+    from context_core._core import EncodingName
+
 # From tiktoken_ext/openai_public.py: the patterns and the pinned file hashes.
 _R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 _CL100K_PATTERN = (
@@ -38,7 +40,8 @@ _O200K_PATTERN = "|".join(
     ]
 )
 
-_SPECS = {
+# Keyed by the extension's encoding names, so a name found here is one ``_mergeable_ranks`` takes.
+_SPECS: dict[EncodingName, tuple[str, dict[str, int], str]] = {
     "o200k_base": (
         _O200K_PATTERN,
         {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},

@@ -40,7 +40,7 @@ from context_core.errors import (
     LogStorageError,
 )
 from context_core.errors import storage_error as make_storage_error
-from context_core.reference.select import Analysis, _shared_backend
+from context_core.reference.select import Analysis, MessageInfo, _shared_backend
 from context_core.reference.tokenizer import MAX_DEPTH
 
 __all__ = ["HEADER_DTYPE", "MessageLog", "RepairReport", "decode_lz4_block"]
@@ -219,7 +219,8 @@ def node_problem(node: Node, expected_offset: int | None) -> str | None:
 def f32(value: float, what: str) -> float:
     """The value as the header stores it (refusing a finite value f32 cannot hold)."""
     try:
-        return F32.unpack(F32.pack(value))[0]
+        stored: float = F32.unpack(F32.pack(value))[0]
+        return stored
     except OverflowError:
         raise InvalidInputError(f"{what}: {value} is out of the f32 range") from None
 
@@ -264,7 +265,8 @@ def parse_file_header(raw: bytes, path: str, magic: bytes, log_id: int | None) -
 class Checkpoint(NamedTuple):
     """The body of ``meta``; NONE stands for "no seq"."""
 
-    count: int
+    # The field shadows tuple.count, which typing cannot express for a NamedTuple field.
+    count: int  # type: ignore[assignment]
     head: int
     summary: int
     summary_last: int
@@ -585,7 +587,9 @@ def payload_fits_kind(node: Node, raw: bytes) -> bool:
         return node.kind == MESSAGE  # a message's payload is read on demand
     if node.kind != SUMMARY:
         return True
-    first, last = value["covers"]
+    first: int
+    last: int
+    first, last = value["covers"]  # two ints: decode_value checked the summary's shape
     return 0 <= first <= last < node.seq
 
 
@@ -603,7 +607,7 @@ def decode_value(raw: bytes, node: Node) -> Any:
     return value
 
 
-def summary_shape_ok(value: dict) -> bool:
+def summary_shape_ok(value: dict[str, Any]) -> bool:
     covers = value.get("covers")
     return (
         isinstance(value.get("summary"), str)
@@ -773,18 +777,31 @@ class MessageLog:
         if not getattr(self, "_closed", True):
             self._release()
 
+    @property
+    def _open_index_fd(self) -> int:
+        """The index file's descriptor: open from ``__init__`` on until ``_release``,
+        and read only in between (every operation runs ``_check_open`` first)."""
+        assert self._index_fd is not None, "the index file is open"
+        return self._index_fd
+
+    @property
+    def _open_data_fd(self) -> int:
+        """The data file's descriptor (open as long as the index file's)."""
+        assert self._data_fd is not None, "the data file is open"
+        return self._data_fd
+
     # -- opening ---------------------------------------------------------------------
 
     def _read_file_headers(self) -> tuple[int, str]:
         with storage(self._index_path, "read"):
-            raw = read_at(self._index_fd, FILE_HEADER_SIZE, 0)
+            raw = read_at(self._open_index_fd, FILE_HEADER_SIZE, 0)
         log_id, encoding = parse_file_header(raw, self._index_path, INDEX_MAGIC, None)
         try:
             _shared_backend(encoding)
         except InvalidInputError:
             raise corrupt(self._index_path, 24, f"unknown encoding {encoding!r}") from None
         with storage(self._data_path, "read"):
-            raw = read_at(self._data_fd, FILE_HEADER_SIZE, 0)
+            raw = read_at(self._open_data_fd, FILE_HEADER_SIZE, 0)
         parse_file_header(raw, self._data_path, DATA_MAGIC, log_id)
         return log_id, encoding
 
@@ -795,7 +812,7 @@ class MessageLog:
         while True:
             position = FILE_HEADER_SIZE + len(self._records)
             with storage(self._index_path, "read"):
-                chunk = read_at(self._index_fd, size, position)
+                chunk = read_at(self._open_index_fd, size, position)
             for start in range(0, len(chunk) - RECORD_SIZE + 1, RECORD_SIZE):
                 record = chunk[start : start + RECORD_SIZE]
                 node = unpack_node(record)
@@ -834,11 +851,11 @@ class MessageLog:
         for node, record in tail.unindexed:  # written to the index already
             self._add(node, record)
         with storage(self._index_path, "zero its torn tail"):
-            zero_from(self._index_fd, FILE_HEADER_SIZE + len(self._records))
+            zero_from(self._open_index_fd, FILE_HEADER_SIZE + len(self._records))
         with storage(self._data_path, "zero its torn tail"):
-            zero_from(self._data_fd, self._data_end)
-            if os.fstat(self._data_fd).st_size < self._data_end:  # the last frame lost its padding
-                os.ftruncate(self._data_fd, self._data_end)
+            zero_from(self._open_data_fd, self._data_end)
+            if os.fstat(self._open_data_fd).st_size < self._data_end:  # the last frame lost its padding
+                os.ftruncate(self._open_data_fd, self._data_end)
                 changed = True
         if changed:
             self._sync()
@@ -851,19 +868,19 @@ class MessageLog:
         prefix = len(self._nodes)
         kept = prefix
         while settle and kept and not self._frame_holds(kept - 1):
-            node = self._nodes[kept - 1]
-            if not self._never_written(node):  # written once and damaged since: repair's to rebuild
+            last = self._nodes[kept - 1]
+            if not self._never_written(last):  # written once and damaged since: repair's to rebuild
                 raise corrupt(
                     self._data_path,
-                    node.offset,
-                    f"record {node.seq}'s frame is damaged, not torn (no sector of it is blank); "
+                    last.offset,
+                    f"record {last.seq}'s frame is damaged, not torn (no sector of it is blank); "
                     "nothing is cut: run repair, which rebuilds it from the index record "
                     "if its payload is intact",
                 )
             kept -= 1
         position = self._nodes[kept - 1].frame_end if kept else FILE_HEADER_SIZE
         with storage(self._index_path, "read"):
-            index = read_at(self._index_fd, file_size(self._index_fd, self._index_path), 0)
+            index = read_at(self._open_index_fd, file_size(self._open_index_fd, self._index_path), 0)
 
         def record_at(seq: int) -> bytes:
             return index[FILE_HEADER_SIZE + seq * RECORD_SIZE : FILE_HEADER_SIZE + (seq + 1) * RECORD_SIZE]
@@ -882,7 +899,9 @@ class MessageLog:
             if settle:
                 forget_checkpoint(self._directory)
                 with storage(self._index_path, "write"):
-                    write_all(self._index_fd, frame[8:FRAME_PREFIX], FILE_HEADER_SIZE + seq * RECORD_SIZE)
+                    write_all(
+                        self._open_index_fd, frame[8:FRAME_PREFIX], FILE_HEADER_SIZE + seq * RECORD_SIZE
+                    )
             unindexed.append((node, frame[8:FRAME_PREFIX]))
             position = node.frame_end
         # Readers stop at the first invalid slot; a writer's open stops past the frames it indexed.
@@ -892,7 +911,9 @@ class MessageLog:
         stranded_records = [seq for seq in slots if valid(seq)]
         with storage(self._data_path, "read"):
             rest = read_at(
-                self._data_fd, max(0, file_size(self._data_fd, self._data_path) - position), position
+                self._open_data_fd,
+                max(0, file_size(self._open_data_fd, self._data_path) - position),
+                position,
             )
         torn = not all_zero(index[FILE_HEADER_SIZE + first * RECORD_SIZE :]) or not all_zero(rest)
         stranded = None
@@ -937,8 +958,8 @@ class MessageLog:
     def _read_data(self, size: int, offset: int) -> bytes:
         """Up to ``size`` bytes, never more than the file holds (a crafted length
         must not size the buffer)."""
-        available = file_size(self._data_fd, self._data_path) - offset
-        return read_at(self._data_fd, max(0, min(size, available)), offset)
+        available = file_size(self._open_data_fd, self._data_path) - offset
+        return read_at(self._open_data_fd, max(0, min(size, available)), offset)
 
     def _never_written(self, node: Node) -> bool:
         """A torn write, not damage: the file ends before the frame does, or one of
@@ -946,9 +967,9 @@ class MessageLog:
         end = node.offset + FRAME_PREFIX + node.stored_len
         if node_problem(node, None) is not None:
             return False
-        if end > file_size(self._data_fd, self._data_path):
+        if end > file_size(self._open_data_fd, self._data_path):
             return True
-        frame = read_at(self._data_fd, end - node.offset, node.offset)
+        frame = read_at(self._open_data_fd, end - node.offset, node.offset)
         starts = [node.offset, *range((node.offset // SECTOR + 1) * SECTOR, end, SECTOR)]
         for start, stop in zip(starts, [*starts[1:], end], strict=True):
             part = frame[start - node.offset : stop - node.offset]
@@ -958,7 +979,7 @@ class MessageLog:
 
     def _frame_holds(self, seq: int) -> bool:
         try:
-            read_frame(self._data_fd, self._data_path, self._nodes[seq], self._record(seq))
+            read_frame(self._open_data_fd, self._data_path, self._nodes[seq], self._record(seq))
         except LogCorruptError:
             return False
         return True
@@ -1027,11 +1048,11 @@ class MessageLog:
         """Refuse files truncated under us; a reader takes in the writer's new records."""
         self._check_open()
         index_end = FILE_HEADER_SIZE + len(self._records)
-        if (size := file_size(self._index_fd, self._index_path)) < index_end:
+        if (size := file_size(self._open_index_fd, self._index_path)) < index_end:
             raise corrupt(self._index_path, size, f"file truncated (its records run to {index_end})")
         last = self._nodes[-1] if self._nodes else None
         data_end = last.offset + FRAME_PREFIX + last.stored_len if last else FILE_HEADER_SIZE
-        if (size := file_size(self._data_fd, self._data_path)) < data_end:
+        if (size := file_size(self._open_data_fd, self._data_path)) < data_end:
             raise corrupt(self._data_path, size, f"file truncated (its frames run to {data_end})")
         if self._readonly:
             for node in self._scan_index():
@@ -1091,7 +1112,7 @@ class MessageLog:
 
     def _value(self, seq: int) -> Any:
         node = self._nodes[seq]
-        raw = read_frame(self._data_fd, self._data_path, node, self._record(seq))
+        raw = read_frame(self._open_data_fd, self._data_path, node, self._record(seq))
         try:
             return decode_value(raw, node)
         except (ValueError, RecursionError) as error:  # json's errors are ValueErrors too
@@ -1144,7 +1165,7 @@ class MessageLog:
             head = node.parent_seq
         return seqs[::-1]
 
-    def context_view(self) -> list[dict]:
+    def context_view(self) -> list[dict[str, Any]]:
         self._refresh()
         path = [self._nodes[seq] for seq in self._path(self._head)]
         pointer = -1 if self._summary_last is None else self._summary_last
@@ -1162,7 +1183,7 @@ class MessageLog:
         view += [self._value(node.seq) for node in path if node.kind == MESSAGE and node.seq > pointer]
         return view
 
-    def _rendered_summary(self, seq: int) -> dict:
+    def _rendered_summary(self, seq: int) -> dict[str, str]:
         summary = self._value(seq)
         return render_summary(summary["summary"], summary["level"])
 
@@ -1172,7 +1193,7 @@ class MessageLog:
         self._refresh()
         self._read_file_headers()
         with storage(self._index_path, "read"):
-            on_disk = read_at(self._index_fd, len(self._records), FILE_HEADER_SIZE)
+            on_disk = read_at(self._open_index_fd, len(self._records), FILE_HEADER_SIZE)
         expected_offset = FILE_HEADER_SIZE
         for seq, node in enumerate(self._nodes):
             where = FILE_HEADER_SIZE + seq * RECORD_SIZE
@@ -1207,7 +1228,7 @@ class MessageLog:
 
     def append(
         self,
-        message: dict,
+        message: dict[str, Any],
         *,
         tags: Iterable[str] | None = None,
         weight: float | None = None,
@@ -1235,7 +1256,7 @@ class MessageLog:
         )
         return self._commit([draft])[0]
 
-    def append_many(self, messages: Iterable[dict]) -> list[int]:
+    def append_many(self, messages: Iterable[dict[str, Any]]) -> list[int]:
         self._check_writable()
         if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
             raise InvalidTypeError(f"messages must be an iterable of dicts, not {type(messages).__name__}")
@@ -1286,7 +1307,7 @@ class MessageLog:
         marker = self._node(len(self._nodes), target, BRANCH, b"", timestamp=time.time())
         self._commit([(marker, b"")])
 
-    def _read_message(self, message: dict) -> dict:
+    def _read_message(self, message: dict[str, Any]) -> MessageInfo:
         """The facts selection reads from one message (reference.select, no tool-result cap)."""
         if self._analysis is None:
             self._analysis = _shared_backend(self._encoding).analyze([], cap=None)
@@ -1396,26 +1417,26 @@ class MessageLog:
         index_start = FILE_HEADER_SIZE + len(self._records)
         index_end = index_start + RECORD_SIZE * len(records)
         with storage(self._data_path, "reserve space in"):
-            self._data_size = grow(self._data_fd, self._data_size, offset, DATA_FIRST_STEP)
+            self._data_size = grow(self._open_data_fd, self._data_size, offset, DATA_FIRST_STEP)
         with storage(self._index_path, "reserve space in"):
-            self._index_size = grow(self._index_fd, self._index_size, index_end, INDEX_FIRST_STEP)
+            self._index_size = grow(self._open_index_fd, self._index_size, index_end, INDEX_FIRST_STEP)
         data, index = b"".join(frames), b"".join(records)
         try:
             with storage(self._data_path, "write"):
-                write_all(self._data_fd, data, self._data_end)
+                write_all(self._open_data_fd, data, self._data_end)
             if self._durability == "always":
                 with storage(self._data_path, "sync"):
-                    os.fdatasync(self._data_fd)
+                    os.fdatasync(self._open_data_fd)
             with storage(self._index_path, "write"):
-                write_all(self._index_fd, index, index_start)
+                write_all(self._open_index_fd, index, index_start)
             if self._durability == "always":
                 with storage(self._index_path, "sync"):
-                    os.fdatasync(self._index_fd)
+                    os.fdatasync(self._open_index_fd)
         except LogStorageError:
             # Failed: nothing of it may stay for a later open or repair to take up.
             with contextlib.suppress(OSError):
-                write_all(self._index_fd, bytes(len(index)), index_start)
-                write_all(self._data_fd, bytes(len(data)), self._data_end)
+                write_all(self._open_index_fd, bytes(len(index)), index_start)
+                write_all(self._open_data_fd, bytes(len(data)), self._data_end)
             raise
         for node, record in zip(nodes, records, strict=True):
             self._add(node, record)
@@ -1431,9 +1452,9 @@ class MessageLog:
 
     def _sync(self) -> None:
         with storage(self._data_path, "sync"):
-            os.fdatasync(self._data_fd)
+            os.fdatasync(self._open_data_fd)
         with storage(self._index_path, "sync"):
-            os.fdatasync(self._index_fd)
+            os.fdatasync(self._open_index_fd)
         self._unsynced, self._last_sync = 0, time.monotonic()
 
     def flush(self) -> None:
@@ -1680,7 +1701,7 @@ def summary_covers(covers: Any) -> tuple[int, int]:
     return operator.index(first), operator.index(last)
 
 
-def render_summary(text: str, level: int) -> dict:
+def render_summary(text: str, level: int) -> dict[str, str]:
     return {"role": "system", "content": SUMMARY_PREFIX[level] + text}
 
 

@@ -41,8 +41,8 @@ class Change:
 
 @dataclass
 class Result:
-    messages: list[dict]
-    system: str | list | None
+    messages: list[dict[str, Any]]
+    system: str | list[Any] | None
     changes: list[Change]
 
     @property
@@ -110,10 +110,10 @@ class Sanitizer:
         if is_blank(self.first_user_text) or self.classify(self.first_user_text) is not None:
             raise InvalidInputError("first_user_text: blank or junk text, which sanitize itself drops")
 
-    def __call__(self, messages: Iterable[dict]) -> Result:
+    def __call__(self, messages: Iterable[dict[str, Any]]) -> Result:
         return self.sanitize(messages)
 
-    def sanitize(self, messages: Iterable[dict]) -> Result:
+    def sanitize(self, messages: Iterable[dict[str, Any]]) -> Result:
         if isinstance(messages, (str, bytes, dict)):
             raise InvalidTypeError("messages must be a list, tuple or other iterable")
         self.messages = list(messages)
@@ -136,7 +136,7 @@ class Sanitizer:
 
     def stage1(self) -> list[Item]:
         items: list[Item] = []
-        open_legacy: tuple[int, str] | None = None
+        open_legacy: tuple[int, str | None] | None = None
         for index, message in enumerate(self.messages):
             try:
                 item = self.read(index, message)
@@ -330,7 +330,8 @@ class Sanitizer:
 
     def text_of_part(self, part: Part) -> str:
         content = self.messages[part.message]["content"]
-        return content if part.block is None else content[part.block]["text"]
+        text: str = content if part.block is None else content[part.block]["text"]
+        return text
 
     def is_junk_text(self, text: str) -> bool:
         return self.classify(text) is not None
@@ -434,8 +435,8 @@ class Sanitizer:
             assistant, segment = items[i], list(range(i + 1, end))
             results: dict[str, deque[int]] = defaultdict(deque)  # tool results by the id they answer
             for k in segment:
-                if items[k].role == "tool" and items[k].answers is not None:
-                    results[items[k].answers].append(k)
+                if items[k].role == "tool" and (answers := items[k].answers) is not None:
+                    results[answers].append(k)
             first_other = next((k for k in segment if items[k].role != "tool"), end)
             claimed: list[int] = []
             kept = []
@@ -526,6 +527,7 @@ class Sanitizer:
                         )
                         item.content_changed = stripped = True
                     elif part.id in available:
+                        assert part.id is not None  # read_block gives every tool_use block its id
                         seen.add(part.id)
                         claimed.add(part.id)
                         kept.append(part)
@@ -583,7 +585,7 @@ class Sanitizer:
 
     # -- output --------------------------------------------------------------------
 
-    def build(self, item: Item) -> dict:
+    def build(self, item: Item) -> dict[str, Any]:
         base = self.messages[item.origin]
         converted = item.legacy_of is not None
         if not (item.content_changed or item.calls_changed or converted):
@@ -619,18 +621,20 @@ class Sanitizer:
             return {"type": "text", "text": content}
         return content[part.block]
 
-    def call(self, call: tuple[int, int | None, str]) -> dict:
+    def call(self, call: tuple[int, int | None, str]) -> dict[str, Any]:
         message, index, call_id = call
         if index is None:
             return {"id": call_id, "type": "function", "function": self.messages[message]["function_call"]}
-        return self.messages[message]["tool_calls"][index]
+        tool_call: dict[str, Any] = self.messages[message]["tool_calls"][index]
+        return tool_call
 
-    def build_system(self) -> str | list | None:
+    def build_system(self) -> str | list[Any] | None:
         if not self.system:
             return None
-        if all(item.texts is not None for item in self.system):
-            return SEPARATOR.join(self.messages[m]["content"] for item in self.system for m in item.texts)
-        blocks: list = []
+        strings = [item.texts for item in self.system if item.texts is not None]
+        if len(strings) == len(self.system):  # every one has string contents
+            return SEPARATOR.join(self.messages[m]["content"] for texts in strings for m in texts)
+        blocks: list[Any] = []
         for item in self.system:
             blocks.extend(self.part(p) for p in self.as_parts(item))
         return blocks
@@ -656,5 +660,5 @@ def _optional_str(value: Any, path: str) -> str | None:
     return None if value is None else _str(value, path)
 
 
-def sanitize(messages: Iterable[dict], provider: str = "openai", **options: Any) -> Result:
+def sanitize(messages: Iterable[dict[str, Any]], provider: str = "openai", **options: Any) -> Result:
     return Sanitizer(provider, **options).sanitize(messages)

@@ -8,11 +8,11 @@ import functools
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from context_core import _selection
-from context_core._core import METADATA_KEYS, TRUNCATION_MARKER
-from context_core._selection import Selection, ToolResultCut
+from context_core._core import METADATA_KEYS, TRUNCATION_MARKER, ToolResultCut
+from context_core._selection import Selection
 from context_core.errors import InvalidInputError, InvalidTypeError, OverBudgetError
 from context_core.reference import sanitize as reference_sanitize
 from context_core.reference.tags import CONSTRAINT, EVIDENCE, LOG, NAMES, PULSE, WHITE_SPACE, Tagger
@@ -28,6 +28,30 @@ ALLOWED = {  # found tags count where they mean something
     "user": CONSTRAINT | PULSE | LOG,
     "assistant": EVIDENCE | LOG,
 }
+
+#: A unit: (first message, end, tokens, kind, tags, starts a turn), as the extension's.
+Unit = tuple[int, int, int, str, int, bool]
+#: A tool result cut to the cap: (message, block, part, text, tokens before, after).
+Truncation = tuple[int, int | None, int | None, str, int, int]
+#: Where a cut text goes in its message: (block, part, text).
+Cut = tuple[int | None, int | None, str]
+
+
+class MessageInfo(TypedDict):
+    """What selection reads from one message (``Analysis.read``)."""
+
+    role: str
+    tokens: int
+    tags: int
+    pinned: bool
+    priority: float
+    weight: float | None
+    timestamp: float | None
+    id: str | None
+    depends_on: list[str]
+    calls: bool
+    results: bool
+    has_text: bool
 
 
 class CachedTokenizer(Tokenizer):
@@ -59,15 +83,19 @@ class Analysis:
     """A history read for selection (the extension's ``_Analysis``)."""
 
     def __init__(
-        self, messages: list, tokenizer: CachedTokenizer, tagger: Tagger | None, cap: int | None
+        self,
+        messages: list[dict[str, Any]],
+        tokenizer: CachedTokenizer,
+        tagger: Tagger | None,
+        cap: int | None,
     ) -> None:
         self.tokenizer, self.tagger, self.cap = tokenizer, tagger, cap
         self.messages = messages
         # The twin keeps no memo to vouch for: whether the messages are plain
         # values only does not change what it answers.
         self.plain = False
-        self.truncations: list[tuple] = []
-        self.info = []
+        self.truncations: list[Truncation] = []
+        self.info: list[MessageInfo] = []
         for index, message in enumerate(messages):
             try:
                 self.info.append(self.read(index, message))
@@ -84,11 +112,13 @@ class Analysis:
         cut = self.tokenizer.truncate(text, self.cap, TRUNCATION_MARKER)
         return cut, self.tokenizer.count(text), self.tokenizer.count(cut)
 
-    def read(self, index: int, message: Any) -> dict:
+    def read(self, index: int, message: Any) -> MessageInfo:
         if not isinstance(message, Mapping):
             raise InvalidTypeError(f"expected a message dict, got {type(message).__name__}")
-        tokens = self.tokenizer.count_message(message)
-        role = {"developer": "system", "function": "tool"}.get(message.get("role"), message.get("role"))
+        # cast: count_message itself refuses a mapping that is not a dict (as the extension does).
+        tokens = self.tokenizer.count_message(cast("dict[str, Any]", message))
+        given_role: Any = message.get("role")
+        role = {"developer": "system", "function": "tool"}.get(given_role, given_role)
         if role not in ("system", "user", "assistant", "tool"):
             role = "other"
         calls = isinstance(message.get("tool_calls"), (list, tuple)) and len(message["tool_calls"]) > 0
@@ -133,15 +163,17 @@ class Analysis:
                                     self.truncations.append((index, j, k, *cut))
                                     tokens += cut[2] - cut[1]
         given = message.get("tags")
-        if given is None and self.tagger is None:
-            tags = EVIDENCE if thinking else 0
-        elif given is None:
-            tags = (
-                (self.tagger.mask(text) & ALLOWED.get(role, LOG))
-                # Tool output can only be a log; each text is tagged on its own.
-                | (LOG if any(self.tagger.mask(t) & LOG for t in result_texts) else 0)
-                | (EVIDENCE if thinking else 0)
-            )
+        if given is None:
+            if self.tagger is None:
+                tags = EVIDENCE if thinking else 0
+            else:
+                tagger = self.tagger
+                tags = (
+                    (tagger.mask(text) & ALLOWED.get(role, LOG))
+                    # Tool output can only be a log; each text is tagged on its own.
+                    | (LOG if any(tagger.mask(t) & LOG for t in result_texts) else 0)
+                    | (EVIDENCE if thinking else 0)
+                )
         elif isinstance(given, (list, tuple)):
             tags = 0
             for name in given:
@@ -159,6 +191,7 @@ class Analysis:
         if message_id is not None and not isinstance(message_id, str):
             raise InvalidTypeError("id: expected str")
         depends = message.get("depends_on")
+        depends_on: list[str]
         if depends is None:
             depends_on = []
         elif isinstance(depends, str):
@@ -184,9 +217,10 @@ class Analysis:
             "has_text": has_text,
         }
 
-    def group(self) -> list[tuple]:
+    def group(self) -> list[Unit]:
         """Units: an assistant message with tool calls takes the results after it."""
-        info, units, i = self.info, [], 0
+        info, i = self.info, 0
+        units: list[Unit] = []
         while i < len(info):
             end = i + 1
             if info[i]["role"] == "assistant" and info[i]["calls"]:
@@ -205,14 +239,15 @@ class Analysis:
             for m in members:
                 tags |= m["tags"]
             turn_start = info[i]["role"] == "user" and info[i]["has_text"] and not info[i]["results"]
-            units.append([i, end, sum(m["tokens"] for m in members), kind, tags, turn_start])
+            units.append((i, end, sum(m["tokens"] for m in members), kind, tags, turn_start))
             i = end
         # The turn in progress: the newest unit that starts a turn, and every unit after it.
         starts = [u for u, unit in enumerate(units) if unit[5]]
-        for unit in units[starts[-1] :] if starts else ():
-            if unit[3] == "normal":
-                unit[3] = "current"
-        return [tuple(u) for u in units]
+        for u in range(starts[-1], len(units)) if starts else ():
+            start, end, tokens, kind, tags, turn_start = units[u]
+            if kind == "normal":
+                units[u] = (start, end, tokens, "current", tags, turn_start)
+        return units
 
     # -- what the layout reads -------------------------------------------------
 
@@ -262,20 +297,20 @@ class Analysis:
             sums[kind] += tokens
         return sums["system"], sums["pinned"], sums["current"], sums["normal"]
 
-    def outputs(self, units: list[int]) -> tuple[list[dict], list[int]]:
+    def outputs(self, units: list[int]) -> tuple[list[dict[str, Any]], list[int]]:
         """The messages of ``units`` as sent (tool results capped, metadata
         removed), and their tokens."""
-        cuts: dict[int, list[tuple]] = {}
+        cuts: dict[int, list[Cut]] = {}
         for message, block, part, text, _before, _after in self.truncations:
             cuts.setdefault(message, []).append((block, part, text))
         indices = [m for start, end, *_ in self.spans(units) for m in range(start, end)]
         return [self.output(m, cuts.get(m, [])) for m in indices], [self.tokens[m] for m in indices]
 
-    def lay_out(self, items: list) -> tuple[list[dict], list[int | None], list[int]]:
+    def lay_out(self, items: Sequence[Any]) -> tuple[list[dict[str, Any]], list[int | None], list[int]]:
         """A plan laid out: each item a unit's number (its messages, as
         :meth:`outputs` gives them) or an extra message (as it is); with each
         message's tokens (``None`` for an extra) and the units."""
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         tokens: list[int | None] = []
         units: list[int] = []
         for item in items:
@@ -299,7 +334,7 @@ class Analysis:
         truncated = [ToolResultCut(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set]
         return kept, dropped, self.missing_dependencies(kept), truncated
 
-    def output(self, index: int, cuts: list[tuple]) -> dict:
+    def output(self, index: int, cuts: list[Cut]) -> dict[str, Any]:
         message = self.messages[index]
         if not cuts and METADATA.isdisjoint(message):
             return message
@@ -353,7 +388,7 @@ class Analysis:
         error.turn_in_progress, error.priming, error.budget = sizes["current"], 3, budget
         return error
 
-    def weight(self, m: int, weights: tuple, now: float | None) -> float:
+    def weight(self, m: int, weights: tuple[float, ...], now: float | None) -> float:
         info = self.info[m]
         if info["weight"] is not None:
             return info["weight"]
@@ -370,11 +405,13 @@ class Analysis:
             (LOG, weights[4]),
         ):
             if info["tags"] & tag:
-                return weight * weights[6] ** age
-        return weights[5] ** age
+                tagged: float = weight * weights[6] ** age  # float ** float is typed Any
+                return tagged
+        decayed: float = weights[5] ** age
+        return decayed
 
     def weighted(
-        self, budget: int, weights: tuple, max_anchors: int, recent_turns: int, now: float | None
+        self, budget: int, weights: tuple[float, ...], max_anchors: int, recent_turns: int, now: float | None
     ) -> list[int]:
         kept, cost = self.mandatory(budget)
         optional = [u for u, unit in enumerate(self.units) if unit[3] == "normal"]
@@ -411,20 +448,24 @@ class Analysis:
                 kept.append(u)
         return sorted(kept)
 
-    def shape(self, budget: int, keep_last: int, min_keep: int, summary_tokens: int | None) -> tuple:
+    def shape(
+        self, budget: int, keep_last: int, min_keep: int, summary_tokens: int | None
+    ) -> tuple[list[int], int | None, bool]:
         if REPLY_PRIMING + sum(u[2] for u in self.units) <= budget:
             return list(range(len(self.units))), None, False
         mandatory, _ = self.mandatory(budget)
         starts = [u for u, unit in enumerate(self.units) if unit[5]]
         first_user = starts[0] if starts else None
 
-        def candidate(n: int, with_summary: bool) -> tuple | None:
+        def candidate(n: int, with_summary: bool) -> tuple[list[int], int, bool] | None:
             start = len(self.units) if n == 0 or not starts else starts[max(0, len(starts) - n)]
             units = set(mandatory) | set(range(start, len(self.units)))
             if first_user is not None:
                 units.add(first_user)
-            summary = with_summary and len(units) < len(self.units) and summary_tokens is not None
-            cost = REPLY_PRIMING + sum(self.units[u][2] for u in units) + (summary_tokens if summary else 0)
+            summary, summary_cost = False, 0
+            if with_summary and len(units) < len(self.units) and summary_tokens is not None:
+                summary, summary_cost = True, summary_tokens
+            cost = REPLY_PRIMING + sum(self.units[u][2] for u in units) + summary_cost
             return (sorted(units), n, summary) if cost <= budget else None
 
         min_keep = min(min_keep, keep_last)
@@ -449,7 +490,7 @@ class Analysis:
         memories: list[int],
         segments: list[int],
         anchoring: int | None,
-    ) -> tuple:
+    ) -> tuple[list[int], list[int], list[int], bool, bool, list[int], list[int]]:
         units, cost = self.mandatory(budget)
 
         def fits(tokens: int, limit: int) -> bool:
@@ -489,27 +530,39 @@ class _Backend:
         self.tokenizer = CachedTokenizer(encoding)
         self.tagger = tagger or Tagger()
 
-    def analyze(self, messages: list, cap: int | None, find_tags: bool = True) -> Analysis:
+    def analyze(self, messages: list[dict[str, Any]], cap: int | None, find_tags: bool = True) -> Analysis:
         return Analysis(messages, self.tokenizer, self.tagger if find_tags else None, cap)
 
-    def sanitize(self, messages: list[dict], provider: str) -> tuple[list[dict], Any, list]:
+    def sanitize(
+        self, messages: list[dict[str, Any]], provider: str
+    ) -> tuple[list[dict[str, Any]], str | list[Any] | None, list[reference_sanitize.Change]]:
         result = reference_sanitize.sanitize(messages, provider)
         return result.messages, result.system, result.changes
 
     def lay_out(
-        self, analysis: Analysis, items: list, provider: str
-    ) -> tuple[list, list, list, list, Any, list, int | None]:
+        self, analysis: Analysis, items: Sequence[int | dict[str, Any]], provider: str
+    ) -> tuple[
+        list[dict[str, Any]],
+        list[int | None],
+        list[int],
+        list[dict[str, Any]],
+        str | list[Any] | None,
+        list[reference_sanitize.Change],
+        int | None,
+    ]:
         laid_out, known, units = analysis.lay_out(items)
         final, system, changes = self.sanitize(laid_out, provider)
         unchanged = len(final) == len(laid_out) and all(map(operator.is_, final, laid_out))
         if unchanged and None not in known:
-            return laid_out, [], units, final, system, changes, sum(known)
+            # cast: None is not in known, so each count is an int.
+            return laid_out, [], units, final, system, changes, sum(cast("list[int]", known))
         return laid_out, known, units, final, system, changes, None
 
     def count_message(self, message: Mapping[str, Any]) -> int:
-        return self.tokenizer.count_message(message)
+        # cast: count_message itself refuses a mapping that is not a dict (as the extension does).
+        return self.tokenizer.count_message(cast("dict[str, Any]", message))
 
-    def count_messages(self, messages: list[dict]) -> int:
+    def count_messages(self, messages: list[dict[str, Any]]) -> int:
         return self.tokenizer.count_messages(messages)
 
     def count_joined(self, parts: list[str]) -> int | None:
@@ -530,7 +583,7 @@ class ShapeHistory:
         *,
         keep_last: int = 20,
         min_keep: int = 3,
-        summary: str | Callable[[list[dict]], str] | None = None,
+        summary: str | Callable[[list[dict[str, Any]]], str] | None = None,
         provider: str = "openai",
         encoding: str = "o200k_base",
         tool_result_cap: int | None = 2000,
@@ -544,7 +597,9 @@ class ShapeHistory:
         self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _shared_backend(encoding)
 
-    def select(self, messages: Sequence[dict], budget: Any, *, now: float | None = None) -> Selection:
+    def select(
+        self, messages: Sequence[dict[str, Any]], budget: Any, *, now: float | None = None
+    ) -> Selection:
         _selection.check_now(now)
         return _selection.shape_history(
             self.backend,
@@ -559,11 +614,11 @@ class ShapeHistory:
 
 
 def shape_history(
-    messages: Sequence[dict],
+    messages: Sequence[dict[str, Any]],
     budget: Any,
     keep_last: int = 20,
     min_keep: int = 3,
-    summary: str | Callable[[list[dict]], str] | None = None,
+    summary: str | Callable[[list[dict[str, Any]]], str] | None = None,
     *,
     provider: str = "openai",
     encoding: str = "o200k_base",
@@ -612,7 +667,9 @@ class WeightedWindow:
         self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _Backend(encoding)
 
-    def select(self, messages: Sequence[dict], budget: Any, *, now: float | None = None) -> Selection:
+    def select(
+        self, messages: Sequence[dict[str, Any]], budget: Any, *, now: float | None = None
+    ) -> Selection:
         return _selection.weighted_window(
             self.backend,
             messages,
@@ -642,7 +699,7 @@ class PriorityAssembly:
 
     def select(
         self,
-        messages: Sequence[dict],
+        messages: Sequence[dict[str, Any]],
         budget: Any,
         *,
         now: float | None = None,

@@ -58,7 +58,8 @@ class Tagger:
 
     @staticmethod
     def _keywords(given: Iterable[str] | None, default: list[str]) -> tuple[list[str], list[str]]:
-        words, squeezed = [], []
+        words: list[str] = []
+        squeezed: list[str] = []
         for keyword in default if given is None else given:
             _, spaced, squeeze = forms(keyword)
             if not squeeze:

@@ -136,13 +136,15 @@ class Tokenizer:
 
     # -- chat accounting ----------------------------------------------------
 
-    def count_messages(self, messages: Sequence[dict], tools: Sequence[dict] | None = None) -> int:
+    def count_messages(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+    ) -> int:
         total = REPLY_PRIMING + sum(self.count_message(m) for m in _items(messages, "messages"))
         if tools is not None:
             total += self.count_tools(tools)
         return total
 
-    def count_message(self, message: dict) -> int:
+    def count_message(self, message: dict[str, Any]) -> int:
         if not isinstance(message, dict):
             raise InvalidTypeError(f"message must be a dict, not {type(message).__name__}")
         if "role" not in message:
@@ -237,7 +239,7 @@ class Tokenizer:
 
     # -- tool schemas (the cookbook's num_tokens_for_tools) ------------------
 
-    def count_tools(self, tools: Sequence[dict]) -> int:
+    def count_tools(self, tools: Sequence[dict[str, Any]]) -> int:
         tools = _items(tools, "tools")
         if not tools:
             return 0
@@ -286,7 +288,7 @@ class Tokenizer:
         return total
 
 
-def _items(values: Any, what: str) -> list:
+def _items(values: Any, what: str) -> list[Any]:
     """A list of the values of any iterable but a str, bytes or dict."""
     if isinstance(values, (str, bytes, dict)) or not isinstance(values, Iterable):
         raise InvalidTypeError(f"{what} must be a list, tuple or other iterable, not {type(values).__name__}")
@@ -296,7 +298,8 @@ def _items(values: Any, what: str) -> list:
 def _check_int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise InvalidTypeError(f"{what} must be int, not {type(value).__name__}")
-    return value.__index__()
+    index: int = value.__index__()
+    return index
 
 
 def _check_depth(value: Any) -> None:
