@@ -2,10 +2,11 @@
 
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any, Final, Literal, Union
+from typing import Any, Final, Literal, Self, Union, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import disjoint_base
 
 from context_core.types import Message, Tool
 
@@ -27,6 +28,7 @@ SUMMARY_PREFIX: Final[str]
 SEGMENT_PREFIX: Final[str]
 PARALLEL_MIN_BYTES: Final[int]
 
+@final
 class CacheInfo:
     """Statistics of an encoding's count cache."""
 
@@ -39,6 +41,7 @@ class CacheInfo:
     @property
     def capacity(self) -> int: ...
 
+@final
 class Tokenizer:
     """Exact token counts for one OpenAI encoding.
 
@@ -48,7 +51,7 @@ class Tokenizer:
     and are shared by every ``Tokenizer`` of the process.
     """
 
-    def __init__(self, encoding: EncodingName = "o200k_base") -> None: ...
+    def __new__(cls, encoding: EncodingName = "o200k_base") -> Self: ...
     @staticmethod
     def for_model(model: str, *, fallback: Union[EncodingName, None] = None) -> Tokenizer:
         """The tokenizer of an OpenAI model, matched by exact name then by prefix
@@ -94,7 +97,7 @@ class Tokenizer:
         """Empty this encoding's count cache."""
     def set_cache_capacity(self, capacity: int) -> None:
         """Bound this encoding's count cache to ``capacity`` entries."""
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
     def __reduce__(self) -> tuple[Any, tuple[str]]: ...
 
@@ -113,6 +116,7 @@ DEFAULT_MAX_PATTERN_CHARS: Final[int]
 DEFAULT_FIRST_USER_TEXT: Final[str]
 """Text of the user turn inserted before an Anthropic history that starts with the assistant."""
 
+@final
 class Change:
     """One repair the sanitize funnel made."""
 
@@ -132,8 +136,9 @@ class Change:
     @property
     def reason(self) -> str:
         """What happened, for people."""
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class SanitizeResult:
     """What :func:`~context_core.sanitize` returns."""
 
@@ -151,6 +156,7 @@ class SanitizeResult:
     def changed(self) -> bool:
         """Whether anything changed."""
 
+@final
 class Sanitizer:
     """The sanitize funnel for one provider, with its patterns compiled once.
 
@@ -164,8 +170,8 @@ class Sanitizer:
     user turn inserted before an Anthropic history that starts with the assistant.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         provider: Literal["openai", "anthropic"] = "openai",
         *,
         convert_function: bool = False,
@@ -174,7 +180,7 @@ class Sanitizer:
         error_patterns: Union[Sequence[str], None] = None,
         max_pattern_chars: Union[int, None] = None,
         first_user_text: Union[str, None] = None,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def provider(self) -> str: ...
     def sanitize(self, messages: Sequence[Message]) -> SanitizeResult:
@@ -189,6 +195,7 @@ DEFAULT_PULSE_KEYWORDS: Final[list[str]]
 DEFAULT_EVIDENCE_MARKERS: Final[list[str]]
 DEFAULT_LOG_MARKERS: Final[list[str]]
 
+@final
 class Tagger:
     """Tags texts ``constraint``, ``evidence``, ``pulse`` and ``log``.
 
@@ -199,17 +206,18 @@ class Tagger:
     replaces its default when given.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         constraint_keywords: Union[Sequence[str], None] = None,
         pulse_keywords: Union[Sequence[str], None] = None,
         evidence_markers: Union[Sequence[str], None] = None,
         log_markers: Union[Sequence[str], None] = None,
-    ) -> None: ...
+    ) -> Self: ...
     def tag(self, text: str) -> list[str]:
         """The tags whose keywords occur in ``text``."""
 
+@final
 class ToolResultCut:
     """A tool result cut to the cap before selection: message ``index``, and
     its exact tokens before the cut (``tokens``) and after it (``kept``)."""
@@ -217,11 +225,15 @@ class ToolResultCut:
     index: int
     tokens: int
     kept: int
-    def __init__(self, index: int, tokens: int, kept: int) -> None: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __new__(cls, index: int, tokens: int, kept: int) -> Self: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
+@final
 class _Analysis:
+    @property
+    def plain(self) -> bool:
+        """Every message holds plain values only (no caller code runs to read it)."""
     @property
     def units(self) -> list[tuple[int, int, int, str, int, bool]]: ...
     @property
@@ -285,11 +297,12 @@ def _analyze(
 ) -> _Analysis:
     """Read ``messages`` for selection (``find_tags=False``: only the tags given)."""
 
+@disjoint_base
 class _MessageLog:
     """The Rust message log; ``context_core.MessageLog`` wraps it."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: Union[str, os.PathLike[str]],
         *,
         create: bool = False,
@@ -297,7 +310,7 @@ class _MessageLog:
         encoding: Union[str, None] = None,
         durability: str = "batch",
         lock_timeout: float = 0.0,
-    ) -> None: ...
+    ) -> Self: ...
     def append(
         self,
         message: dict[str, Any],

@@ -114,7 +114,10 @@ impl PySanitizer {
         error_patterns = None,
         max_pattern_chars = None,
         first_user_text = None,
-    ))]
+    ),
+    // The defaults as the stub and the docs give them (None also means each).
+    text_signature = "(provider='openai', *, convert_function=False, on_invalid='raise', \
+        placeholder_patterns=None, error_patterns=None, max_pattern_chars=None, first_user_text=None)")]
     #[allow(clippy::too_many_arguments)]
     fn new(
         provider: Option<&Bound<'_, PyAny>>,

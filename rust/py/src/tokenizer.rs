@@ -64,7 +64,8 @@ fn maybe_detach<T: Send>(py: Python<'_>, bytes: usize, f: impl FnOnce() -> T + S
 #[pymethods]
 impl PyTokenizer {
     #[new]
-    #[pyo3(signature = (encoding = None))]
+    // The default as the stub and the docs give it (None also means it).
+    #[pyo3(signature = (encoding = None), text_signature = "(encoding='o200k_base')")]
     fn new(encoding: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let encoding = match encoding {
             Some(obj) => encoding_of(obj, "encoding")?,
