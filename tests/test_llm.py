@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import socket
 import subprocess
 import sys
@@ -473,16 +472,46 @@ def error_body(message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": "api_error", "message": message}}
 
 
-def gaps(server: FakeLLMServer) -> list[float]:
-    times = [r.at for r in server.received]
-    return [b - a for a, b in itertools.pairwise(times)]
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The backoff waits the retry loop asks for, in order, none of them slept:
+    ``time.sleep`` (sync), ``asyncio.sleep`` (async) and the cancel token's
+    ``wait`` (async over a sync client, in its worker thread) record their
+    seconds and return at once. The deadline clock (``time.monotonic``) stays real."""
+    asked: list[float] = []
+    real_asleep = asyncio.sleep
+
+    async def asleep(seconds: float) -> None:
+        asked.append(seconds)
+        await real_asleep(0)  # still a suspension point, as a real sleep is
+
+    class Token(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            assert timeout is not None  # a backoff wait always has its length
+            asked.append(timeout)
+            return self.is_set()
+
+    clock = types.SimpleNamespace(sleep=asked.append, monotonic=time.monotonic)
+    monkeypatch.setattr(context_core.llm.retry, "time", clock)
+    monkeypatch.setattr(context_core.llm.retry, "asyncio", types.SimpleNamespace(sleep=asleep))
+    monkeypatch.setattr(context_core.llm._sync, "threading", types.SimpleNamespace(Event=Token))
+    return asked
 
 
-def test_retry_after_on_429_is_honoured(sdk: str, server: FakeLLMServer, client: Any):
+def step(retry: int, policy: RetryPolicy = FAST) -> float:
+    """The backoff step before retry number ``retry``: its wait is in [step/2, step]."""
+    return min(policy.max_delay, policy.base_delay * 2.0 ** (retry - 1))
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_retry_after_on_429_is_honoured(
+    sdk: str, server: FakeLLMServer, client: Any, how: str, waits: list[float]
+):
     server.script(Reply(status=429, headers={"retry-after": "0.15"}, body=error_body("slow down")))
-    assert adapter(sdk, client).complete(MESSAGES) == "Hello from the fake model."
+    assert ask(how, sdk, server, client) == "Hello from the fake model."
     assert len(server.received) == 2
-    assert gaps(server)[0] >= 0.15
+    # One wait, the server's: not the backoff step (at most FAST.base_delay = 0.02 s).
+    assert waits == [0.15]
     # The SDK's own retries are off: every request is its first try.
     assert {r.headers["x-stainless-retry-count"] for r in server.received} == {"0"}
 
@@ -498,12 +527,9 @@ def test_429_until_the_retries_run_out(sdk: str, server: FakeLLMServer, client: 
 
 
 def test_retry_after_beyond_the_cap_gives_up_at_once(
-    sdk: str, server: FakeLLMServer, client: Any, monkeypatch: pytest.MonkeyPatch
+    sdk: str, server: FakeLLMServer, client: Any, waits: list[float]
 ):
     server.script(Reply(status=429, headers={"retry-after": "30"}, body=error_body("quota")))
-    waits: list[float] = []
-    clock = types.SimpleNamespace(sleep=waits.append, monotonic=time.monotonic)
-    monkeypatch.setattr(context_core.llm.retry, "time", clock)
     with pytest.raises(LLMRateLimitError) as info:
         adapter(sdk, client).complete(MESSAGES)
     assert waits == []  # no wait at all, let alone 30 s
@@ -511,14 +537,19 @@ def test_retry_after_beyond_the_cap_gives_up_at_once(
     assert info.value.retry_after == 30.0
 
 
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("status", [500, 502, 503, 529])
-def test_5xx_is_retried_with_backoff(sdk: str, server: FakeLLMServer, client: Any, status: int):
+def test_5xx_is_retried_with_backoff(
+    sdk: str, server: FakeLLMServer, client: Any, status: int, how: str, waits: list[float]
+):
     server.script(*[Reply(status=status, body=error_body("oops"))] * 2)
-    assert adapter(sdk, client).complete(MESSAGES) == "Hello from the fake model."
+    assert ask(how, sdk, server, client) == "Hello from the fake model."
     assert len(server.received) == 3
-    first, second = gaps(server)
-    assert first >= FAST.base_delay / 2  # equal jitter: at least half the step
-    assert second >= min(FAST.max_delay, FAST.base_delay * 2) / 2
+    # One wait before each retry, the steps doubling; equal jitter keeps each
+    # between half its step and the whole step.
+    first, second = waits
+    assert step(1) / 2 <= first <= step(1)
+    assert step(2) / 2 <= second <= step(2)
 
 
 def test_5xx_until_the_retries_run_out(sdk: str, server: FakeLLMServer, client: Any):

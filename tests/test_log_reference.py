@@ -11,9 +11,9 @@ import os
 import re
 import struct
 import tempfile
-import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -386,11 +386,15 @@ def test_context_view(log_path):
 
 
 class Clock:
-    """The lock's clock, injected: time passes only as the lock sleeps (and
-    the sleeps are real, so another thread can let go meanwhile)."""
+    """The lock's clock, injected: time passes only as the lock sleeps, and no
+    sleep is real. ``sleeps`` is every wait asked for, in order; ``during[n]``
+    (if set) runs in wait number ``n`` (1-based), as another writer letting
+    go of the lock while this one waits."""
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.sleeps: list[float] = []
+        self.during: dict[int, Callable[[], object]] = {}
 
     def monotonic(self) -> float:
         return self.now
@@ -399,8 +403,23 @@ class Clock:
         return time.time()
 
     def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
         self.now += seconds
-        time.sleep(seconds)
+        action = self.during.pop(len(self.sleeps), None)
+        if action is not None:
+            action()
+
+    def restart(self) -> None:
+        self.now = 0.0
+        self.sleeps.clear()
+
+
+def assert_polled_for(clock: Clock, seconds: float) -> None:
+    """The lock waited ``seconds`` in all, in polls of at most LOCK_POLL_SECONDS."""
+    assert clock.sleeps, "the lock never waited"
+    assert max(clock.sleeps) <= reference_log.LOCK_POLL_SECONDS
+    assert min(clock.sleeps) > 0
+    assert sum(clock.sleeps) == pytest.approx(seconds)
 
 
 def test_writer_lock(filled, monkeypatch):
@@ -408,22 +427,25 @@ def test_writer_lock(filled, monkeypatch):
     monkeypatch.setattr(reference_log, "time", clock)
     writer = MessageLog.open(filled)
     try:
+        # lock_timeout=0 waits only the grace a reader's brief check may need.
         with pytest.raises(LogLockedError):
             MessageLog.open(filled)
+        assert_polled_for(clock, reference_log.READER_GRACE_SECONDS)
+        clock.restart()
         with pytest.raises(LogLockedError):
             MessageLog.repair(filled)
-        # lock_timeout=0 waits only the grace a reader's brief check may need.
-        assert clock.now == pytest.approx(2 * reference_log.READER_GRACE_SECONDS)
-        clock.now = 0.0
+        assert_polled_for(clock, reference_log.READER_GRACE_SECONDS)
+        clock.restart()
         with pytest.raises(LogLockedError):
             MessageLog.open(filled, lock_timeout=0.15)
-        assert clock.now == pytest.approx(0.15)  # waited out the whole timeout, then gave up
+        assert_polled_for(clock, 0.15)  # waited out the whole timeout, then gave up
         with MessageLog.open(filled, readonly=True) as reader:  # readers take no lock
             assert len(reader) == 5
-        threading.Timer(0.1, writer.close).start()
-        clock.now = 0.0
+        clock.restart()
+        clock.during[3] = writer.close  # the writer lets go in the third wait
         with MessageLog.open(filled, lock_timeout=5) as second:
-            assert 0 < clock.now < 5  # waited, and got the lock when the writer let go
+            # Polled, and took the lock at the first look after the writer let go.
+            assert clock.sleeps == [reference_log.LOCK_POLL_SECONDS] * 3
             assert len(second) == 5
     finally:
         writer.close()

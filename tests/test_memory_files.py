@@ -13,6 +13,7 @@ import random
 import stat
 import threading
 import time
+import types
 
 import filelock
 import pytest
@@ -29,10 +30,10 @@ from context_core import (
     MemoryStorageError,
 )
 from context_core.memory import Fact, parse_reply
+from context_core.memory import files as memory_files
+from context_core.memory import store as memory_store
 from context_core.memory.facts import parse_line
 from context_core.memory.layout import plan, reserve
-
-TODAY = time.strftime("%Y-%m-%d", time.gmtime())
 
 
 def files_in(root) -> list[str]:
@@ -107,12 +108,23 @@ def test_a_batch_is_checked_against_its_own_earlier_values(mem):
     assert [f.line() for f in result.duplicates] == ["- [fact: k] a", "- [fact] X!"]
 
 
-def test_over_the_limit_facts_go_to_a_fragment_with_one_pointer(mem):
+@pytest.fixture
+def fixed_day(monkeypatch) -> str:
+    """The UTC day appends see (fragment names, today's fragment), injected:
+    a run crossing midnight cannot move it. Other readings of the clock stay real."""
+    day = time.gmtime(1_900_000_000)
+    clock = types.SimpleNamespace(strftime=time.strftime, gmtime=lambda: day, time=time.time)
+    monkeypatch.setattr(memory_files, "time", clock)
+    monkeypatch.setattr(memory_store, "time", clock)
+    return "2030-03-17"
+
+
+def test_over_the_limit_facts_go_to_a_fragment_with_one_pointer(mem, fixed_day):
     mem.append(["a1", "a2", "a3", "a4"])
     result = mem.append(["b1", "b2"])  # 4 + 2 > 5: the whole batch to a fragment
     name = result.file
     assert name is not None
-    assert name.startswith(f"auto-{TODAY}-")
+    assert name.startswith(f"auto-{fixed_day}-")
     assert name.endswith(".md")
     assert result.files == (name,)
     assert mem.read().splitlines() == [
@@ -918,7 +930,7 @@ def test_a_whole_batch_left_pending_is_kept(tmp_path):
     assert mem.facts() == [Fact("kept"), Fact("whole")]
 
 
-def test_a_hand_written_last_line_without_its_newline_is_kept(tmp_path):
+def test_a_hand_written_last_line_without_its_newline_is_kept(tmp_path, fixed_day):
     mem = MemoryFiles(tmp_path, durability="never")
     mem.append(["kept"])
     with open(tmp_path / "MEMORY.md", "ab") as handle:
