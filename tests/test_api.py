@@ -5,8 +5,18 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import context_core
-from context_core import _core, errors
+from context_core import (
+    InvalidInputError,
+    LogNotFoundError,
+    MessageLog,
+    Tokenizer,
+    UnknownModelError,
+    _core,
+    errors,
+)
 
 PACKAGE = Path(context_core.__file__).parent
 
@@ -162,3 +172,13 @@ def test_message_log_shows_its_options_in_its_signature():
     names = ["path", "create", "readonly", "encoding", "durability", "lock_timeout"]
     assert list(made) == list(opened) == names
     assert [p.default for p in made.values()] == [p.default for p in opened.values()]
+
+
+def test_the_binding_adds_the_python_keyword_to_core_messages(tmp_path):
+    """The core's messages name no syntax; the binding says which keyword helps."""
+    with pytest.raises(LogNotFoundError, match=r"no message log here \(pass create=True to make one\)$"):
+        MessageLog.open(tmp_path / "absent")
+    with pytest.raises(UnknownModelError, match=r'fallback="o200k_base"'):
+        Tokenizer.for_model("no-such-model")
+    with pytest.raises(InvalidInputError, match=r"more than the cap of 2 \(max_tokens\)$"):
+        Tokenizer().truncate("x " * 50, 2, "[this marker alone is long]")

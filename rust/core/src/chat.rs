@@ -21,8 +21,7 @@ use crate::tokenizer::Tokenizer;
 pub const TOKENS_PER_MESSAGE: usize = 3;
 /// Extra cost of a `name` field.
 pub const TOKENS_PER_NAME: usize = 1;
-/// Every reply is primed with `<|start|>assistant<|message|>`.
-pub const REPLY_PRIMING: usize = 3;
+pub use crate::limits::REPLY_PRIMING;
 /// Framing of one tool call or `tool_use` / `tool_result` block.
 pub const TOKENS_PER_TOOL_CALL: usize = 3;
 /// An OpenAI image part at `detail: "low"`.

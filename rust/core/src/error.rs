@@ -1,17 +1,27 @@
 //! Errors of the core, as plain data; the binding maps each variant to a Python
 //! exception (a subclass of `context_core.ContextCoreError` and the matching built-in).
 
+//!
+//! A leaf: each variant carries what its message names (the known encodings,
+//! say), so this module imports none of the modules that raise it. Messages
+//! name no language's syntax; the binding adds its own hints (a keyword to
+//! pass, say) after them.
+
 use std::fmt;
 
-use crate::encoding::{Encoding, known_models};
+use crate::limits::{MAX_DEPTH, REPLY_PRIMING};
 
 /// Everything the core can refuse.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
-    /// An encoding name that is not one of [`Encoding::ALL`].
-    UnknownEncoding { name: String },
-    /// A model name that neither the exact table nor a prefix rule knows.
-    UnknownModel { model: String },
+    /// An encoding name that is not one of `known` (`Encoding::ALL`).
+    UnknownEncoding {
+        name: String,
+        known: Vec<&'static str>,
+    },
+    /// A model name that neither the exact table nor a prefix rule knows;
+    /// `known` lists both (a prefix rule with a trailing `*`).
+    UnknownModel { model: String, known: Vec<String> },
     /// A token id that is neither in the vocabulary nor a special token.
     InvalidToken { token: u64 },
     /// `truncate` was asked to fit a marker that alone exceeds the cap.
@@ -27,7 +37,7 @@ pub enum Error {
     },
     /// A required field of a message or tool schema is absent.
     MissingField { path: String },
-    /// Containers nested deeper than [`crate::MAX_DEPTH`] (a reference cycle, usually).
+    /// Containers nested deeper than [`MAX_DEPTH`] (a reference cycle, usually).
     TooDeep { path: String },
     /// What every policy must keep (system, pinned, the turn in progress) is over the budget.
     OverBudget {
@@ -105,20 +115,18 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::UnknownEncoding { name } => {
-                let known: Vec<&str> = Encoding::ALL.iter().map(|e| e.name()).collect();
+            Error::UnknownEncoding { name, known } => write!(
+                f,
+                "unknown encoding {name:?}; known encodings: {}",
+                known.join(", ")
+            ),
+            Error::UnknownModel { model, known } => {
                 write!(
                     f,
-                    "unknown encoding {name:?}; known encodings: {}",
+                    "unknown model {model:?}; known models: {}",
                     known.join(", ")
                 )
             }
-            Error::UnknownModel { model } => write!(
-                f,
-                "unknown model {model:?}; known models: {}. Pass a fallback encoding \
-                 (e.g. fallback=\"o200k_base\") to count for it anyway",
-                known_models().join(", ")
-            ),
             Error::InvalidToken { token } => {
                 write!(f, "token id {token} is not in this encoding's vocabulary")
             }
@@ -128,7 +136,7 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "the truncation marker alone takes {marker_tokens} tokens, more than \
-                 max_tokens={max_tokens}"
+                 the cap of {max_tokens}"
             ),
             Error::WrongType {
                 path,
@@ -145,30 +153,22 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "what must be kept does not fit: system {system} + pinned {pinned} + turn in \
-                 progress {current} + reply priming {} tokens > budget {budget}",
-                crate::chat::REPLY_PRIMING
+                 progress {current} + reply priming {REPLY_PRIMING} tokens > budget {budget}"
             ),
             Error::LogCorrupt {
                 file,
                 offset,
                 reason,
             } => write!(f, "{file}: damaged at byte {offset}: {reason}"),
-            Error::LogLocked { path } => write!(
-                f,
-                "{path}: another writer holds this message log (open it readonly=True to read, \
-                 or pass lock_timeout= to wait)"
-            ),
+            Error::LogLocked { path } => write!(f, "{path}: another writer holds this message log"),
             Error::LogClosed { reason } => write!(f, "{reason}"),
             Error::LogForked { opened_by, process } => write!(
                 f,
                 "this message log was opened for writing by process {opened_by}; process \
                  {process} (a child of a fork) cannot write through it: open the log anew \
-                 in this process (after the parent closes it), or read it with readonly=True"
+                 in this process (after the parent closes it), or read it"
             ),
-            Error::LogNotFound { path } => write!(
-                f,
-                "{path}: no message log here (pass create=True to make one)"
-            ),
+            Error::LogNotFound { path } => write!(f, "{path}: no message log here"),
             Error::LogIndex { seq, len } => {
                 write!(f, "node {seq} is not in this log ({len} nodes)")
             }
@@ -182,7 +182,7 @@ impl fmt::Display for Error {
                 f,
                 "{}: nested more than {} levels deep (a reference cycle?)",
                 abbreviate(path),
-                crate::json::MAX_DEPTH
+                MAX_DEPTH
             ),
         }
     }
@@ -201,4 +201,36 @@ fn abbreviate(path: &str) -> String {
         end -= 1;
     }
     format!("{}…", &path[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The core speaks no language's syntax: keywords to pass are the binding's to add.
+    #[test]
+    fn messages_name_no_keyword_syntax() {
+        let errors = [
+            Error::UnknownModel {
+                model: "m".into(),
+                known: vec!["gpt-4o*".into()],
+            },
+            Error::MarkerTooLong {
+                marker_tokens: 9,
+                max_tokens: 2,
+            },
+            Error::LogLocked { path: "p".into() },
+            Error::LogForked {
+                opened_by: 1,
+                process: 2,
+            },
+            Error::LogNotFound { path: "p".into() },
+        ];
+        for error in errors {
+            let text = error.to_string();
+            for syntax in ["=True", "=False", "=None", "= ", "=\""] {
+                assert!(!text.contains(syntax), "{text}");
+            }
+        }
+    }
 }

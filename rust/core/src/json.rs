@@ -10,8 +10,7 @@ use std::fmt::Write;
 
 use crate::error::{Error, Result};
 
-/// Containers nested deeper than this are refused (this also stops reference cycles).
-pub const MAX_DEPTH: usize = 256;
+pub use crate::limits::MAX_DEPTH;
 
 /// What kind of JSON value something is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

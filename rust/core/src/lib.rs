@@ -9,6 +9,7 @@ mod encoding;
 mod engine;
 mod error;
 mod json;
+mod limits;
 pub mod log;
 mod parallel;
 pub mod pretokenize;

@@ -102,9 +102,28 @@ impl From<Error> for CoreError {
     }
 }
 
+/// The core's message, and after it the Python keyword that helps, where
+/// one does (the core names no language's syntax).
+fn python_message(error: &Error) -> String {
+    let message = error.to_string();
+    let hint = match error {
+        Error::UnknownModel { .. } => {
+            ". Pass a fallback encoding (e.g. fallback=\"o200k_base\") to count for it anyway"
+        }
+        Error::MarkerTooLong { .. } => " (max_tokens)",
+        Error::LogLocked { .. } => {
+            " (open it readonly=True to read, or pass lock_timeout= to wait)"
+        }
+        Error::LogForked { .. } => " with readonly=True",
+        Error::LogNotFound { .. } => " (pass create=True to make one)",
+        _ => "",
+    };
+    message + hint
+}
+
 impl From<CoreError> for PyErr {
     fn from(CoreError(error): CoreError) -> PyErr {
-        let message = error.to_string();
+        let message = python_message(&error);
         match error {
             Error::UnknownEncoding { .. } => {
                 Python::attach(|py| raise(py, &UNKNOWN_ENCODING, "UnknownEncodingError", message))
