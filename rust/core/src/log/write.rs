@@ -1,0 +1,402 @@
+//! The write path of the message log: one writer appends nodes (messages,
+//! summaries, branch markers), data before index, and syncs them by its
+//! durability.
+
+use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::files::grown_len;
+use super::format::{FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX};
+use super::{
+    AppendOptions, BuiltNode, CODEC_RAW, DATA_MIN_STEP, Durability, FLAG_CALLS, FLAG_HAS_TEXT,
+    FLAG_PINNED, FLAG_RESULTS, INDEX_MIN_STEP, KIND_BRANCH, KIND_MESSAGE, KIND_SUMMARY, MessageLog,
+    Node, PreparedBatch, RECORD_LEN, SEGMENT_PREFIX, SUMMARY_PREFIX, codec, format,
+};
+use crate::error::{Error, Result};
+use crate::json::{Json, JsonValue};
+use crate::select::analyze_message;
+use crate::tags::Tagger;
+
+impl MessageLog {
+    pub(super) fn writable(&mut self) -> Result<()> {
+        self.refresh()?;
+        self.writable_unmapped()
+    }
+
+    /// [`MessageLog::writable`] for a write that reads nothing through the
+    /// map: the file-length check (a `statx`) waits for the next call that reads.
+    pub(super) fn writable_unmapped(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::LogClosed {
+                reason: "the message log is closed",
+            });
+        }
+        if self.readonly {
+            return Err(Error::LogClosed {
+                reason: "the message log is open read-only",
+            });
+        }
+        // A writer inherited across fork() shares the parent's lock and
+        // would append from its own idea of the end, over the parent's
+        // records: only the process that opened it writes.
+        if self.forked() {
+            return Err(Error::LogForked {
+                opened_by: self.origin.pid(),
+                process: std::process::id(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Append one message; its seq.
+    pub fn append<J: JsonValue>(
+        &mut self,
+        message: &J,
+        options: &AppendOptions,
+        tagger: &Tagger,
+    ) -> Result<u64> {
+        let parent = if let Some(parent) = options.parent {
+            self.writable()?;
+            self.parent_for(parent)?
+        } else {
+            self.writable_unmapped()?;
+            self.position.head
+        };
+        let (node, payload) = self.message_node(message, options, tagger, self.count, parent)?;
+        self.write_nodes(vec![(node, payload)])?;
+        Ok(self.count - 1)
+    }
+
+    /// Append messages in order, each the child of the one before; their seqs.
+    pub fn append_many<J: JsonValue>(
+        &mut self,
+        messages: &[J],
+        tagger: &Tagger,
+    ) -> Result<std::ops::Range<u64>> {
+        self.writable()?;
+        let first = self.count;
+        let head = self.position.head;
+        let mut nodes = Vec::with_capacity(messages.len());
+        for (i, message) in messages.iter().enumerate() {
+            nodes.push(self.batch_node(message, tagger, first, head, i)?);
+        }
+        self.write_nodes(nodes)?;
+        Ok(first..self.count)
+    }
+
+    /// The nodes [`MessageLog::append_many`] would write for `messages`, built
+    /// on every core when the batch is large: `text_bytes` (the length of its
+    /// strings) at least [`PARALLEL_MIN_BYTES`](crate::PARALLEL_MIN_BYTES).
+    /// Nothing is written until [`MessageLog::append_prepared`].
+    pub fn prepare_batch<J: JsonValue + Sync>(
+        &mut self,
+        messages: &[J],
+        text_bytes: usize,
+        tagger: &Tagger,
+    ) -> Result<PreparedBatch> {
+        self.writable()?;
+        let first = self.count;
+        let head = self.position.head;
+        let this = &*self;
+        let indexed: Vec<(usize, &J)> = messages.iter().enumerate().collect();
+        let mut built: Vec<Option<Result<BuiltNode>>> = vec![None; messages.len()];
+        crate::parallel::map_into(&indexed, &mut built, text_bytes, |&(i, message)| {
+            Some(this.batch_node(message, tagger, first, head, i))
+        });
+        // map_into fills every slot; the first error in order wins, as in a serial run.
+        let nodes = built.into_iter().flatten().collect::<Result<Vec<_>>>()?;
+        Ok(PreparedBatch { first, head, nodes })
+    }
+
+    /// Write a batch from [`MessageLog::prepare_batch`]; its seqs. A batch
+    /// prepared before another write is refused: its seqs are taken.
+    pub fn append_prepared(&mut self, batch: PreparedBatch) -> Result<std::ops::Range<u64>> {
+        self.writable()?;
+        if batch.first != self.count || batch.head != self.position.head {
+            return Err(Error::InvalidValue {
+                path: "batch".into(),
+                reason: format!(
+                    "prepared for seq {} after node {}, but the log is at seq {} after node {}",
+                    batch.first, batch.head, self.count, self.position.head
+                ),
+            });
+        }
+        self.write_nodes(batch.nodes)?;
+        Ok(batch.first..self.count)
+    }
+
+    /// The node of `messages[i]` of a batch appended at `first` after `head`.
+    pub(super) fn batch_node<J: JsonValue>(
+        &self,
+        message: &J,
+        tagger: &Tagger,
+        first: u64,
+        head: u64,
+        i: usize,
+    ) -> Result<(Node, Vec<u8>)> {
+        let seq = first + i as u64;
+        let parent = if i == 0 { head } else { seq - 1 };
+        self.message_node(message, &AppendOptions::default(), tagger, seq, parent)
+            .map_err(|e| e.within(&format!("messages[{i}]")))
+    }
+
+    pub(super) fn parent_for(&self, parent: u64) -> Result<u64> {
+        if parent >= self.count {
+            return Err(Error::LogIndex {
+                seq: parent as i64,
+                len: self.count,
+            });
+        }
+        // A damaged record is reported as such, not as a missing node.
+        if self.node(parent)?.kind == KIND_BRANCH {
+            return Err(Error::InvalidValue {
+                path: "parent".into(),
+                reason: format!("node {parent} is a branch marker, not a message or summary"),
+            });
+        }
+        Ok(parent)
+    }
+
+    pub(super) fn message_node<J: JsonValue>(
+        &self,
+        message: &J,
+        options: &AppendOptions,
+        tagger: &Tagger,
+        seq: u64,
+        parent: u64,
+    ) -> Result<(Node, Vec<u8>)> {
+        let info = analyze_message(message, &self.tokenizer, Some(tagger))?;
+        let payload = message.to_compact_exact()?.into_bytes();
+        let mut flags = 0;
+        for (on, flag) in [
+            (options.pinned || info.pinned, FLAG_PINNED),
+            (info.calls, FLAG_CALLS),
+            (info.results, FLAG_RESULTS),
+            (info.has_text, FLAG_HAS_TEXT),
+        ] {
+            if on {
+                flags |= flag;
+            }
+        }
+        let node = Node {
+            seq,
+            parent,
+            timestamp: options.timestamp.or(info.timestamp).unwrap_or_else(now),
+            offset: 0,
+            stored_len: 0,
+            raw_len: 0,
+            tokens: u32::try_from(info.tokens).unwrap_or(u32::MAX),
+            weight: finite_f32(options.weight.or(info.weight), f32::NAN),
+            priority: finite_f32(options.priority.or(Some(info.priority)), 0.0),
+            hash: 0,
+            role: format::role_byte(info.role),
+            kind: KIND_MESSAGE,
+            tags: options.tags.unwrap_or(info.tags),
+            flags,
+        };
+        Ok((node, payload))
+    }
+
+    /// Add a summary node covering `first..=last`, child of the head.
+    pub fn add_summary(
+        &mut self,
+        text: &str,
+        first: u64,
+        last: u64,
+        level: u8,
+        tagger: &Tagger,
+    ) -> Result<u64> {
+        self.writable()?;
+        if !(2..=3).contains(&level) {
+            return Err(Error::InvalidValue {
+                path: "level".into(),
+                reason: format!("{level}: summaries are level 2 (segment) or 3 (global)"),
+            });
+        }
+        if first > last || last >= self.count {
+            return Err(Error::InvalidValue {
+                path: "covers".into(),
+                reason: format!(
+                    "({first}, {last}) is not a range of nodes of this log ({} nodes)",
+                    self.count
+                ),
+            });
+        }
+        let mut payload = String::from("{\"summary\":");
+        crate::json::write_json_string(text, &mut payload);
+        let _ = write!(payload, ",\"covers\":[{first},{last}],\"level\":{level}}}");
+        // Its header facts are those of the message the model sees for it.
+        let prefix = if level == 3 {
+            SUMMARY_PREFIX
+        } else {
+            SEGMENT_PREFIX
+        };
+        let rendered = Json::Object(vec![
+            (Json::String("role".into()), Json::String("system".into())),
+            (
+                Json::String("content".into()),
+                Json::String(format!("{prefix}{text}").into()),
+            ),
+        ]);
+        let info = analyze_message(&&rendered, &self.tokenizer, Some(tagger))?;
+        let node = Node {
+            seq: self.count,
+            parent: self.position.head,
+            timestamp: now(),
+            offset: 0,
+            stored_len: 0,
+            raw_len: 0,
+            tokens: u32::try_from(info.tokens).unwrap_or(u32::MAX),
+            weight: f32::NAN,
+            priority: 0.0,
+            hash: 0,
+            role: format::role_byte(info.role),
+            kind: KIND_SUMMARY,
+            tags: info.tags,
+            flags: Node::with_codec_and_level(
+                if info.has_text { FLAG_HAS_TEXT } else { 0 },
+                CODEC_RAW,
+                level,
+            ),
+        };
+        self.write_nodes(vec![(node, payload.into_bytes())])?;
+        self.write_checkpoint()?;
+        Ok(self.count - 1)
+    }
+
+    /// Make `seq` the head: the next append is its child.
+    pub fn rewind(&mut self, seq: i64) -> Result<()> {
+        self.writable()?;
+        let target = self.checked_seq(seq)?;
+        if self.node(target)?.kind == KIND_BRANCH {
+            return Err(Error::InvalidValue {
+                path: "seq".into(),
+                reason: format!("node {target} is a branch marker, not a message or summary"),
+            });
+        }
+        let node = Node {
+            seq: self.count,
+            parent: target,
+            timestamp: now(),
+            offset: 0,
+            stored_len: 0,
+            raw_len: 0,
+            tokens: 0,
+            weight: f32::NAN,
+            priority: 0.0,
+            hash: 0,
+            role: 4,
+            kind: KIND_BRANCH,
+            tags: 0,
+            flags: 0,
+        };
+        self.write_nodes(vec![(node, Vec::new())])?;
+        self.write_checkpoint()
+    }
+
+    /// Write frames, then index records (the commit), for `nodes` in order.
+    pub(super) fn write_nodes(&mut self, nodes: Vec<(Node, Vec<u8>)>) -> Result<()> {
+        // A stored payload is never longer than the raw one: one allocation,
+        // once every node is known to fit.
+        let mut most = 0;
+        for (node, raw) in &nodes {
+            if u32::try_from(raw.len()).is_err() {
+                return Err(Error::InvalidValue {
+                    path: format!("messages[{}]", node.seq - self.count),
+                    reason: format!(
+                        "{} bytes of JSON: over the 4 GiB a node can hold",
+                        raw.len()
+                    ),
+                });
+            }
+            most += FRAME_PREFIX + raw.len() + 8;
+        }
+        let mut frames = Vec::with_capacity(most);
+        let mut records = Vec::with_capacity(nodes.len() * RECORD_LEN);
+        let mut offset = self.data_end;
+        let mut position = self.position;
+        let mut written = Vec::with_capacity(nodes.len());
+        for (mut node, raw) in nodes {
+            let (stored, codec) = codec::encode(&raw);
+            node.offset = offset;
+            node.raw_len = raw.len() as u32;
+            node.stored_len = stored.len() as u32;
+            node.hash = format::crc(&raw);
+            node.flags = Node::with_codec_and_level(node.flags, codec, node.level());
+            let record = node.encode();
+            frames.extend_from_slice(FRAME_MAGIC);
+            frames.extend_from_slice(&record);
+            frames.extend_from_slice(&stored);
+            frames.resize(frames.len().next_multiple_of(8), 0);
+            records.extend_from_slice(&record);
+            offset = node.frame_end();
+            written.push(node);
+        }
+        let index_at = (FILE_HEADER_LEN + self.count as usize * RECORD_LEN) as u64;
+        self.reserve(index_at + records.len() as u64, offset)?;
+        let always = self.durability == Durability::Always;
+        let committed = self
+            .data
+            .write_all_at(&frames, self.data_end)
+            .and_then(|()| if always { self.data.sync() } else { Ok(()) })
+            .and_then(|()| self.index.write_all_at(&records, index_at))
+            .and_then(|()| if always { self.index.sync() } else { Ok(()) });
+        if let Err(error) = committed {
+            // The append failed, so nothing of it may stay for a later open
+            // to index or repair to salvage: unwrite it (best effort; the
+            // next open's recovery handles what this cannot).
+            let _ = self.index.write_all_at(&vec![0u8; records.len()], index_at);
+            let _ = self
+                .data
+                .write_all_at(&vec![0u8; frames.len()], self.data_end);
+            return Err(error);
+        }
+        self.count += written.len() as u64;
+        self.data_end = offset;
+        for node in &written {
+            position = self.advance(position, node)?;
+        }
+        self.position = position;
+        if let Some(syncer) = &self.syncer {
+            syncer.mark_dirty();
+        }
+        Ok(())
+    }
+
+    /// Grow the files (in large steps) so `index_end` and `data_end` fit.
+    pub(super) fn reserve(&mut self, index_end: u64, data_end: u64) -> Result<()> {
+        if data_end > self.data_len {
+            let len = grown_len(self.data_len, data_end, DATA_MIN_STEP);
+            self.data.reserve(len)?;
+            self.data_len = len;
+        }
+        if index_end > self.index_len {
+            let len = grown_len(self.index_len, index_end, INDEX_MIN_STEP);
+            self.index.reserve(len)?;
+            self.index_len = len;
+            self.remap()?;
+        }
+        Ok(())
+    }
+
+    /// Sync data, then index.
+    pub fn flush(&mut self) -> Result<()> {
+        self.refresh()?;
+        if !self.readonly {
+            self.data.sync()?;
+            self.index.sync()?;
+        }
+        Ok(())
+    }
+}
+
+/// Seconds since the epoch: a node's default timestamp.
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn finite_f32(value: Option<f64>, default: f32) -> f32 {
+    value.map_or(default, |v| v as f32)
+}
