@@ -5,6 +5,8 @@ indices, a log's seqs), and a log that is one more input to a policy."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import typing
 
 import pytest
 
@@ -22,7 +24,7 @@ from context_core import (
     shape_history,
 )
 from context_core.reference import select as reference
-from context_core.select import SelectionBreakdown, ToolResultCut
+from context_core.select import SelectionBreakdown, Tagger, ToolResultCut
 
 
 def short_turn_session() -> list[dict]:
@@ -168,3 +170,78 @@ def test_the_reference_twins_take_the_same_call(name):
         assert [tuple(getattr(c, f) for f in fields) for c in one.changes] == [
             tuple(getattr(c, f) for f in fields) for c in other.changes
         ]
+
+
+def test_the_log_windows_dropped_is_the_view_it_chose_from(tmp_path):
+    """Listed on first read, but from the view as it was: the log may have
+    moved on (appended, rewound) or been closed since."""
+    with MessageLog.open(tmp_path / "plain", create=True, durability="never") as log:
+        log.append_many(MESSAGES)
+        plain = WeightedWindow(tool_result_cap=None).select(log, 3_000, now=NOW)
+        log.rewind(3)
+        log.append({"role": "user", "content": "a new branch"})
+    assert sorted(plain.dropped + plain.kept) == list(range(len(MESSAGES)))
+    with MessageLog.open(tmp_path / "branched", create=True, durability="never") as log:
+        log.append_many(MESSAGES[:30])
+        log.rewind(20)  # seqs 21..29 are off the active path
+        log.append_many(MESSAGES[30:])
+        view = [seq for seq, _ in log._view()]
+        branched = WeightedWindow(tool_result_cap=None).select(log, 3_000, now=NOW)
+        copied = pickle.loads(pickle.dumps(branched))  # before dropped is listed
+    assert 25 not in view
+    assert sorted(branched.dropped + branched.kept) == view
+    assert copied.dropped == branched.dropped
+    assert copied.kept == branched.kept
+
+
+def test_from_a_log_every_key_is_a_seq(tmp_path):
+    """Cut tool results and missing dependencies name seqs too, not places
+    in the view (which a summary shifts)."""
+    messages = [dict(m) for m in MESSAGES]
+    tool = next(i for i, m in enumerate(messages) if i > 60 and m["role"] == "tool")
+    messages[5] = {**messages[5], "id": "task-5"}
+    messages[tool - 1] = {**messages[tool - 1], "depends_on": "task-5"}
+    policy = PriorityAssembly(tool_result_cap=20)
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        seqs = log.append_many(messages[:40])
+        log.add_summary("Earlier work.", covers=(seqs[30], seqs[35]))
+        log.append_many(messages[40:])
+        nodes = [seq for seq, _ in log._view()]
+        from_view = policy.select(log.context_view(), 6_000)
+        from_log = policy.select(log, 6_000)
+    assert from_view.truncated
+    assert from_log.truncated == tuple(
+        ToolResultCut(nodes[t.index], t.tokens, t.kept) for t in from_view.truncated
+    )
+    assert all(from_log.kept.index(t.index) >= 0 for t in from_log.truncated)
+    assert from_log.missing_dependencies == tuple(
+        (nodes[m], ref) for m, ref in from_view.missing_dependencies
+    )
+    assert nodes != list(range(len(nodes)))  # the summary shifted the places: keys differ from them
+
+
+def test_a_log_window_refuses_its_own_tagger(tmp_path):
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append_many(MESSAGES[:20])
+        with pytest.raises(InvalidInputError, match="context_view"):
+            WeightedWindow(tagger=Tagger(constraint_keywords=["banana"])).select(log, 8_000)
+
+
+def test_a_selection_pickles_compares_and_does_not_hash():
+    chosen = PriorityAssembly(tool_result_cap=20).select(MESSAGES, 6_000)
+    assert chosen.truncated
+    assert chosen.changes
+    again = pickle.loads(pickle.dumps(chosen))
+    assert again == chosen
+    assert again.changes == chosen.changes
+    assert again.kept == chosen.kept
+    assert again.truncated == chosen.truncated
+    assert again.breakdown == chosen.breakdown
+    with pytest.raises(TypeError):
+        hash(chosen)
+
+
+def test_the_policies_signatures_resolve_at_run_time():
+    for function in (ShapeHistory.select, WeightedWindow.select, PriorityAssembly.select, shape_history):
+        hints = typing.get_type_hints(function)
+        assert hints["return"] is Selection

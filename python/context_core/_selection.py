@@ -113,6 +113,9 @@ class Selection:
     changes: tuple[Change, ...] = ()
     """What sanitize changed in the laid-out messages (indices into that list)."""
     _dropped: tuple[int, ...] | Callable[[], tuple[int, ...]] = field(default=(), repr=False, compare=False)
+    # Equal selections compare equal (dropped follows from the rest); none
+    # hashes, as its messages are a list.
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def dropped(self) -> tuple[int, ...]:
@@ -216,7 +219,10 @@ def is_budget(max_tokens: Any) -> bool:
 def budget_tokens(max_tokens: Any) -> int:
     """A token budget given as an int or a ``Budget`` (its ``messages()``)."""
     if is_budget(max_tokens):
-        return budget_tokens(max_tokens.messages())  # checked as an int too
+        tokens = max_tokens.messages()
+        if is_budget(tokens):  # a budget's share is a number, never a budget
+            raise InvalidTypeError(f"budget.messages() must return int, not {type(tokens).__name__}")
+        return budget_tokens(tokens)  # checked as an int too
     if isinstance(max_tokens, bool) or not hasattr(type(max_tokens), "__index__"):
         raise InvalidTypeError(f"budget must be int or Budget, not {type(max_tokens).__name__}")
     tokens = operator.index(max_tokens)

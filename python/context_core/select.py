@@ -27,8 +27,10 @@ drives the log, never the other way round.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
@@ -70,8 +72,13 @@ __all__ = [
 ]
 
 DEFAULT_TOOL_RESULT_CAP = 2000
-#: What a policy chooses from: messages, or a log's context view.
-Source: TypeAlias = "Sequence[Message] | MessageLog"
+#: What a policy chooses from: messages, or a log's context view. At run
+#: time the log's base class stands in, so ``typing.get_type_hints`` works
+#: without importing the log (and numpy).
+if TYPE_CHECKING:
+    Source: TypeAlias = "Sequence[Message] | MessageLog"
+else:
+    Source = Sequence[Message] | _MessageLog
 #: A summary text, or a callable given the messages that may be dropped.
 Summary: TypeAlias = "str | Callable[[list[dict[str, Any]]], str] | None"
 
@@ -337,10 +344,13 @@ class PriorityAssembly:
         segment_summaries: Sequence[str] = (),
         memories: Sequence[str] = (),
     ) -> Selection:
-        """Assemble the context for ``messages`` (or a log's context view),
-        plus ``current_input`` if the history does not end with it (a log
-        holds its input: append it first); ``now`` is accepted for the
-        protocol (nothing here ages)."""
+        """Assemble the context for ``messages`` (or a log's context view).
+
+        ``current_input``, if given, is appended after them (pass it only
+        when the history does not hold it yet); its key in the selection is
+        ``len(messages)``, one past the history's. A log holds its input:
+        append it to the log first. ``now`` is accepted for the protocol
+        (nothing here ages)."""
         _selection.check_now(now)
         if isinstance(messages, _MessageLog):
             if current_input is not None:
@@ -384,6 +394,32 @@ def _from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) ->
     )
 
 
+class _ViewRest:
+    """A log window's dropped seqs, listed on first read from the view as it
+    was chosen from (a node count, or its seqs as u64 bytes): the log may
+    have moved on, or be closed, by then. Picklable."""
+
+    __slots__ = ("kept", "view")
+
+    def __init__(self, view: int | bytes, kept: tuple[int, ...]) -> None:
+        self.view = view
+        self.kept = kept
+
+    def __call__(self) -> tuple[int, ...]:
+        seqs: Sequence[int]
+        if isinstance(self.view, int):
+            seqs = range(self.view)
+        else:
+            seqs = array.array("Q", self.view)  # 8 bytes an item, as the extension writes
+            if sys.byteorder == "big":
+                seqs.byteswap()  # written little-endian
+        chosen = set(self.kept)
+        return tuple(seq for seq in seqs if seq not in chosen)
+
+    def __reduce__(self) -> tuple[type[_ViewRest], tuple[int | bytes, tuple[int, ...]]]:
+        return _ViewRest, (self.view, self.kept)
+
+
 def _log_window(
     log: MessageLog, policy: WeightedWindow, budget: int | Budget, now: float | None
 ) -> Selection:
@@ -393,11 +429,17 @@ def _log_window(
         raise InvalidInputError(
             f"this log counts tokens in {log.encoding}; the policy's tokenizer is {backend.tokenizer.name}"
         )
+    if backend.tagger is not None:
+        # The headers hold the tags found at append, by the default keywords.
+        raise InvalidInputError(
+            "a log's window weighs the tags its headers hold (the default tagger's); "
+            "select from log.context_view() to tag with your own Tagger"
+        )
     tokens = _selection.budget_tokens(budget)
     now = _selection.check_now(now)
 
     def run(target: int) -> tuple[Selection, int]:
-        kept, (pinned, global_summary, segments, recent, input_) = log._weighted(
+        kept, (pinned, global_summary, segments, recent, input_), view = log._weighted(
             target, policy.weights, policy.max_anchors, policy.recent_turns, now
         )
         laid_out = log._render(kept, strip=True)
@@ -407,18 +449,13 @@ def _log_window(
             total += backend.count_message({"role": "system", "content": system})
         breakdown = SelectionBreakdown(pinned, global_summary, 0, segments, recent, input_, total, tokens)
         kept_seqs = tuple(seq for seq, _ in kept)
-
-        def dropped() -> tuple[int, ...]:
-            chosen = set(kept_seqs)
-            return tuple(seq for seq, _ in log._view() if seq not in chosen)
-
         selection = Selection(
             messages=final,
             system=system,
             breakdown=breakdown,
             kept=kept_seqs,
             changes=tuple(changes),
-            _dropped=dropped,
+            _dropped=_ViewRest(view, kept_seqs),
         )
         return selection, total - tokens
 

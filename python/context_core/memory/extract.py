@@ -15,7 +15,7 @@ and, in user messages only, the first of these that a sentence is:
   ``我倾向``, ``我不喜欢``;
 * a **constraint**: a sentence the constraint tagger flags (``must``, ``never``,
   ``always``, ``ensure``, ``do not``, ``必须``, ``禁止``, ``确保``... matched after
-  Unicode normalisation, see :class:`~context_core.Tagger`);
+  Unicode normalisation, see :class:`~context_core.select.Tagger`);
 * a **decision**: ``we decided``, ``the decision is``, ``let's use / go with /
   stick with / switch to``, ``we'll use``, ``we're going with``, ``决定``,
   ``就用``, ``改用``, ``采用``; ``use X for Y`` gets the key ``Y`` (so a later

@@ -2,7 +2,7 @@
 apart, each fitted to its share of a token budget.
 
 * **Memory** (``<MEM>key: value</MEM>``): what is settled. A user's
-  must/forbid statements (tagged ``constraint`` by :class:`~context_core.Tagger`)
+  must/forbid statements (tagged ``constraint`` by :class:`~context_core.select.Tagger`)
   and the system's defaults, which are anchors of weight 5.0 (a user's
   constraints weigh 3.0); heavier first.
 * **Context** (``<FILE path="...">``, ``<ERROR>``, ``<DOC source="...">``): the

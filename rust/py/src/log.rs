@@ -6,7 +6,9 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::select::{WeightRow, weights_of};
-use context_core::log::{AppendOptions, Durability, MessageLog, OpenOptions, Origin, ViewPart};
+use context_core::log::{
+    AppendOptions, Durability, MessageLog, OpenOptions, Origin, ViewPart, ViewSeqs,
+};
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::prelude::*;
@@ -342,7 +344,9 @@ impl PyMessageLog {
     }
 
     /// The weighted window over the context view from the headers alone:
-    /// `(kept (seq, part) pairs, (pinned, global, segments, recent, input) tokens)`.
+    /// `(kept (seq, part) pairs, (pinned, global, segments, recent, input) tokens,
+    /// view)`: the view chosen from, as a node count (every node `0..n`) or
+    /// its seqs as little-endian u64 bytes (one copy, no Python int each).
     #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, recent_turns, now = None))]
     #[allow(clippy::type_complexity)]
     fn weighted(
@@ -355,6 +359,7 @@ impl PyMessageLog {
     ) -> PyResult<(
         Vec<(u64, &'static str)>,
         (usize, usize, usize, usize, usize),
+        Py<PyAny>,
     )> {
         let window = self
             .log()?
@@ -365,6 +370,15 @@ impl PyMessageLog {
             .into_iter()
             .map(|(seq, part)| (seq, part_name(part)))
             .collect();
+        let view = Python::attach(|py| -> PyResult<Py<PyAny>> {
+            Ok(match &window.view {
+                ViewSeqs::All(n) => n.into_pyobject(py)?.into_any().unbind(),
+                ViewSeqs::Listed(seqs) => {
+                    let bytes: Vec<u8> = seqs.iter().flat_map(|s| s.to_le_bytes()).collect();
+                    PyBytes::new(py, &bytes).into_any().unbind()
+                }
+            })
+        })?;
         Ok((
             kept,
             (
@@ -374,6 +388,7 @@ impl PyMessageLog {
                 window.recent,
                 window.input,
             ),
+            view,
         ))
     }
 

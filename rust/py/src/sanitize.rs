@@ -2,6 +2,8 @@
 //! (a [`Plan`] of references); this module turns the plan into Python objects,
 //! reusing the caller's messages, blocks and tool calls wherever they are kept.
 
+use std::borrow::Cow;
+
 use context_core::sanitize::{
     BlockRef, BuiltMessage, CallRef, Change, DEFAULT_ERROR_PATTERNS, DEFAULT_MAX_PATTERN_CHARS,
     DEFAULT_PLACEHOLDER_PATTERNS, OnInvalid, Options, OutContent, OutMessage, Patterns, Plan,
@@ -12,21 +14,26 @@ use pyo3::types::{PyBool, PyDict, PyList, PyString};
 
 use crate::answered::{Answered, Lookup, Verified};
 use crate::errors::{CoreError, invalid_input, invalid_type};
+
 use crate::json::PyJson;
 use crate::text::{as_count, sequence, text};
 
 /// One change the funnel made to a history.
-#[pyclass(frozen, eq, name = "Change", module = "context_core", get_all)]
+#[pyclass(frozen, eq, name = "Change", module = "context_core.sanitize", get_all)]
 #[derive(PartialEq)]
 pub struct PyChange {
     /// 1 (drop), 2 (merge), 3 (orphans) or 4 (merge again, provider rules).
     pub(crate) stage: u8,
     /// The input message concerned; `None` for an inserted message.
     pub(crate) index: Option<usize>,
-    /// A short code such as `"drop_placeholder"` or `"merge"`.
-    pub(crate) action: &'static str,
+    /// A short code such as `"drop_placeholder"` or `"merge"` (borrowed from
+    /// the core; owned only when unpickled).
+    pub(crate) action: Cow<'static, str>,
     reason: String,
 }
+
+/// A change's constructor arguments: `(stage, index, action, reason)`.
+type ChangeFields = (u8, Option<usize>, String, String);
 
 impl PyChange {
     /// The same change, its message `by` further on.
@@ -34,7 +41,7 @@ impl PyChange {
         Self {
             stage: self.stage,
             index: self.index.map(|i| i + by),
-            action: self.action,
+            action: self.action.clone(),
             reason: self.reason.clone(),
         }
     }
@@ -42,6 +49,28 @@ impl PyChange {
 
 #[pymethods]
 impl PyChange {
+    /// Made by the funnel; callable so that a change pickles and copies.
+    #[new]
+    fn new(stage: u8, index: Option<usize>, action: String, reason: String) -> Self {
+        Self {
+            stage,
+            index,
+            action: Cow::Owned(action),
+            reason,
+        }
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyAny>, ChangeFields) {
+        let change = slf.get();
+        let fields = (
+            change.stage,
+            change.index,
+            change.action.to_string(),
+            change.reason.clone(),
+        );
+        (slf.get_type().into_any(), fields)
+    }
+
     fn __repr__(&self) -> String {
         let index = self
             .index
@@ -58,14 +87,19 @@ impl From<Change> for PyChange {
         Self {
             stage: change.stage,
             index: change.index,
-            action: change.action,
+            action: Cow::Borrowed(change.action),
             reason: change.reason,
         }
     }
 }
 
 /// What `sanitize` returns.
-#[pyclass(frozen, name = "SanitizeResult", module = "context_core", get_all)]
+#[pyclass(
+    frozen,
+    name = "SanitizeResult",
+    module = "context_core.sanitize",
+    get_all
+)]
 pub struct PySanitizeResult {
     /// The repaired messages (unchanged ones are the caller's own objects).
     pub(crate) messages: Py<PyList>,

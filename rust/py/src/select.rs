@@ -22,7 +22,7 @@ pub static DEFAULT_TAGGER: LazyLock<Tagger> =
     LazyLock::new(|| Tagger::new(&Keywords::default()).expect("the default keywords compile"));
 
 /// Tags texts `constraint`, `evidence`, `pulse` and `log` by keyword lists.
-#[pyclass(frozen, name = "Tagger", module = "context_core")]
+#[pyclass(frozen, name = "Tagger", module = "context_core.select")]
 pub struct PyTagger {
     inner: Option<Tagger>,
     /// Distinct per tagger made (0: the default keywords), so what was
@@ -159,6 +159,12 @@ impl PyToolResultCut {
             "ToolResultCut(index={}, tokens={}, kept={})",
             self.index, self.tokens, self.kept
         )
+    }
+
+    /// Pickles and copies by its fields (the class and its constructor's arguments).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyAny>, (usize, usize, usize)) {
+        let cut = slf.get();
+        (slf.get_type().into_any(), (cut.index, cut.tokens, cut.kept))
     }
 }
 

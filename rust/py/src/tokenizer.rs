@@ -22,7 +22,7 @@ pub struct PyTokenizer {
     inner: Tokenizer,
 }
 
-#[pyclass(frozen, name = "CacheInfo", module = "context_core", get_all)]
+#[pyclass(frozen, name = "CacheInfo", module = "context_core.tokens", get_all)]
 pub struct PyCacheInfo {
     hits: u64,
     misses: u64,

@@ -30,7 +30,7 @@ pub use format::{
     KIND_LOST, KIND_MESSAGE, KIND_SUMMARY, NONE, Node, RECORD_LEN,
 };
 pub use repair::RepairReport;
-pub use window::{SEGMENTS_KEPT, ViewPart, Window};
+pub use window::{SEGMENTS_KEPT, ViewPart, ViewSeqs, Window};
 
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};

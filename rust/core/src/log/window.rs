@@ -26,6 +26,15 @@ enum View {
     Listed(Vec<u64>, Vec<ViewPart>),
 }
 
+impl From<View> for ViewSeqs {
+    fn from(view: View) -> Self {
+        match view {
+            View::All(n) => ViewSeqs::All(n),
+            View::Listed(seqs, _) => ViewSeqs::Listed(seqs),
+        }
+    }
+}
+
 impl View {
     fn len(&self) -> usize {
         match self {
@@ -61,10 +70,27 @@ pub enum ViewPart {
 }
 
 /// What the weighted window kept of a log, and the tokens per section.
+/// The seqs of the context view a window chose from: what was not kept is
+/// the rest of it (so a caller can list it later, as it was then).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewSeqs {
+    /// Every node `0..n` (a plain log).
+    All(usize),
+    Listed(Vec<u64>),
+}
+
+impl Default for ViewSeqs {
+    fn default() -> Self {
+        ViewSeqs::All(0)
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Window {
     /// Kept nodes, in the context view's order.
     pub kept: Vec<(u64, ViewPart)>,
+    /// The view they were chosen from.
+    pub view: ViewSeqs,
     pub pinned: usize,
     pub global: usize,
     pub segments: usize,
@@ -305,8 +331,25 @@ impl MessageLog {
         });
         let recent = turn_starts.front().copied().unwrap_or(number);
         let kept = choose(&fixed, &anchors, recent, &mut keys, budget)?;
+        let window = self.window_of(&kept, &starts, &fixed, &view);
+        self.scratch_keys = keys;
+        self.scratch_starts = starts;
+        Ok(Window {
+            view: view.into(),
+            ..window
+        })
+    }
+
+    /// The kept units' nodes, in the view's order, and their tokens by section.
+    fn window_of(
+        &self,
+        kept: &[usize],
+        starts: &[u32],
+        fixed: &[(usize, Unit)],
+        view: &View,
+    ) -> Window {
         let mut window = Window::default();
-        for n in kept {
+        for &n in kept {
             let start = starts[n] as usize;
             let end = starts.get(n + 1).map_or(view.len(), |&s| s as usize);
             let kind = fixed
@@ -328,9 +371,7 @@ impl MessageLog {
                 .kept
                 .extend((start..end).map(|i| (view.seq(i), view.part(i))));
         }
-        self.scratch_keys = keys;
-        self.scratch_starts = starts;
-        Ok(window)
+        window
     }
 }
 
