@@ -155,7 +155,7 @@ class Sanitizer:
                 continue
             if self.provider == "openai" and role == "function" and not self.convert_function:
                 self.note(
-                    1, index, "drop_role", 'legacy role "function" (pass convert_function=True to convert it)'
+                    1, index, "drop_role", 'legacy role "function" (the convert_function option converts it)'
                 )
                 continue
             self.drop_misplaced_blocks(item)
@@ -233,7 +233,7 @@ class Sanitizer:
                 hint = (
                     ""
                     if self.provider == "anthropic" or item.role != "assistant"
-                    else " (pass convert_function=True to convert it)"
+                    else " (the convert_function option converts it)"
                 )
                 self.note(1, item.origin, "drop_call", f"legacy function_call removed{hint}")
 

@@ -185,7 +185,7 @@ impl<J: JsonValue> Run<'_, J> {
                 role_text()
             )),
             (Provider::OpenAi, Role::Function) if !self.options.convert_function => Some(
-                "legacy role \"function\" (pass convert_function=True to convert it)".to_owned(),
+                "legacy role \"function\" (the convert_function option converts it)".to_owned(),
             ),
             _ => None,
         }
@@ -279,7 +279,7 @@ impl<J: JsonValue> Run<'_, J> {
                 let hint = if self.anthropic() || item.role != Role::Assistant {
                     ""
                 } else {
-                    " (pass convert_function=True to convert it)"
+                    " (the convert_function option converts it)"
                 };
                 self.change(
                     1,
