@@ -320,12 +320,12 @@ class Layout:
             messages=final,
             system=system,
             breakdown=breakdown,
-            kept=tuple(kept),
-            truncated=tuple(truncated),
-            missing_dependencies=tuple(missing),
+            kept=kept,
+            truncated=truncated,
+            missing_dependencies=missing,
             turns=turns,
             changes=tuple(changes),
-            _dropped=tuple(dropped),
+            _dropped=dropped,
         )
         return selection, total - budget
 

@@ -209,16 +209,21 @@ def shape_history(
     tokenizer: Tokenizer | None = None,
     tool_result_cap: int | None = DEFAULT_TOOL_RESULT_CAP,
 ) -> Selection:
-    """``ShapeHistory(...).select(messages, budget)`` in one call."""
-    policy = ShapeHistory(
-        keep_last=keep_last,
-        min_keep=min_keep,
-        summary=summary,
-        provider=provider,
-        tokenizer=tokenizer,
-        tool_result_cap=tool_result_cap,
+    """``ShapeHistory(...).select(messages, budget)`` in one call (without
+    making the policy: the kernel checks the same arguments)."""
+    if isinstance(messages, _MessageLog):
+        policy = ShapeHistory(
+            keep_last=keep_last,
+            min_keep=min_keep,
+            summary=summary,
+            provider=provider,
+            tokenizer=tokenizer,
+            tool_result_cap=tool_result_cap,
+        )
+        return policy.select(messages, budget)
+    return _selection.shape_history(
+        _Backend(tokenizer, None), messages, budget, keep_last, min_keep, summary, provider, tool_result_cap
     )
-    return policy.select(messages, budget)
 
 
 class WeightedWindow:

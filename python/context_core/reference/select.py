@@ -326,13 +326,13 @@ class Analysis:
 
     def kept(
         self, units: list[int]
-    ) -> tuple[list[int], list[int], list[tuple[int, str]], list[ToolResultCut]]:
+    ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[tuple[int, str], ...], tuple[ToolResultCut, ...]]:
         """Kept and dropped messages, missing dependencies and the kept tool
         results cut to the cap, when ``units`` are kept."""
         kept, dropped = self.expand(units)
         kept_set = set(kept)
-        truncated = [ToolResultCut(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set]
-        return kept, dropped, self.missing_dependencies(kept), truncated
+        truncated = tuple(ToolResultCut(t[0], t[4], t[5]) for t in self.truncations if t[0] in kept_set)
+        return tuple(kept), tuple(dropped), tuple(self.missing_dependencies(kept)), truncated
 
     def output(self, index: int, cuts: list[Cut]) -> dict[str, Any]:
         message = self.messages[index]

@@ -15,7 +15,7 @@ use crate::sanitize::{PySanitizeResult, PySanitizer};
 use crate::seen;
 use crate::text::{as_count, sequence, text};
 use crate::tokenizer::PyTokenizer;
-use pyo3::types::{PyDict, PyInt, PyList, PyString};
+use pyo3::types::{PyDict, PyInt, PyList, PyString, PyTuple};
 
 /// The tagger with the default keyword lists.
 pub static DEFAULT_TAGGER: LazyLock<Tagger> =
@@ -118,12 +118,13 @@ type TruncationRow = (
 );
 /// `(messages, tokens, units)` of a plan laid out.
 type LaidOutRow = (Vec<Py<PyAny>>, Vec<Option<usize>>, Vec<usize>);
-/// `(kept, dropped, missing dependencies, truncated)`.
-type KeptRow = (
-    Vec<usize>,
-    Vec<usize>,
-    Vec<(usize, String)>,
-    Vec<PyToolResultCut>,
+/// `(kept, dropped, missing dependencies, truncated)`, as the tuples a
+/// `Selection` holds (made once here, not copied again there).
+type KeptRow<'py> = (
+    Bound<'py, PyTuple>,
+    Bound<'py, PyTuple>,
+    Bound<'py, PyTuple>,
+    Bound<'py, PyTuple>,
 );
 
 /// A tool result cut to the cap before selection: message `index`, and its
@@ -424,14 +425,14 @@ impl PyAnalysis {
     /// kept message depends on a dropped one, and the kept tool results
     /// cut to the cap.
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
-    fn kept(&self, units: Vec<usize>) -> KeptRow {
+    fn kept<'py>(&self, py: Python<'py>, units: Vec<usize>) -> PyResult<KeptRow<'py>> {
         let (kept, dropped) = self.inner.expand(&units);
         let missing = self.inner.missing_dependencies(&kept);
         let mut is_kept = vec![false; self.inner.messages.len()];
         for &m in &kept {
             is_kept[m] = true;
         }
-        let truncated = self
+        let truncated: Vec<PyToolResultCut> = self
             .inner
             .truncations
             .iter()
@@ -442,7 +443,12 @@ impl PyAnalysis {
                 kept: t.after,
             })
             .collect();
-        (kept, dropped, missing, truncated)
+        Ok((
+            PyTuple::new(py, kept)?,
+            PyTuple::new(py, dropped)?,
+            PyTuple::new(py, missing)?,
+            PyTuple::new(py, truncated)?,
+        ))
     }
 
     /// Tokens of every message together.
