@@ -34,8 +34,6 @@ Msg = dict[str, Any]
 Item = int | Msg
 #: WeightedWindow's weights in the kernels' order.
 Weights = tuple[float, float, float, float, float, float, float]
-#: The laid-out messages, their known counts and the units they came from.
-LaidOut = tuple[list[Msg], list[int | None], list[int]]
 System = str | list[Msg] | None
 
 
@@ -120,8 +118,8 @@ class Selection:
     @property
     def dropped(self) -> tuple[int, ...]:
         """The keys of the input messages left out, in order. For a log: the
-        seqs of its context view left out, listed on first read (that walks
-        the view, which a turn need not)."""
+        seqs of the context view it chose from that were left out, listed on
+        first read (a turn need not list them)."""
         dropped = self._dropped
         if callable(dropped):
             dropped = dropped()
@@ -186,6 +184,14 @@ def policy_weights(**weights: Any) -> Weights:
         for name in ("system", "constraint", "evidence", "pulse", "log", "decay", "tag_decay")
     )
     return system, constraint, evidence, pulse, log, decay, tag_decay
+
+
+def check_summary(summary: Any) -> Any:
+    """ShapeHistory's summary: a text, a callable (checked for what it
+    returns when called) or ``None``."""
+    if summary is not None and not isinstance(summary, str) and not callable(summary):
+        raise InvalidTypeError(f"summary must be str, a callable or None, not {type(summary).__name__}")
+    return summary
 
 
 def check_flag(value: Any, name: str) -> bool:
@@ -434,6 +440,7 @@ def shape_history(
     messages = prepare(messages, provider)
     budget = budget_tokens(max_tokens)
     keep_last, min_keep = count(keep_last, "keep_last"), count(min_keep, "min_keep")
+    summary = check_summary(summary)
     cap = tool_result_cap(cap)
     analysis = backend.analyze(messages, cap, find_tags=False)  # turns and sizes only
     layout = Layout(backend, messages, analysis, provider)

@@ -111,7 +111,7 @@ class _Backend:
 
     def sanitize(self, messages: list[Msg], provider: str) -> tuple[list[Msg], System, list[Any]]:
         result = _laid_out_sanitizer(provider).sanitize(cast("list[Message]", messages))
-        return cast("list[Msg]", result.messages), result.system, list(result.changes)
+        return cast("list[Msg]", result.messages), result.system, result.changes
 
     def lay_out(
         self, analysis: _Analysis, items: Sequence[Item], provider: str
@@ -120,7 +120,7 @@ class _Backend:
         funnel = _laid_out_sanitizer(provider)
         (laid_out, known, units), result, tokens = analysis.lay_out_sanitized(items, funnel)
         final = cast("list[Msg]", result.messages)
-        return laid_out, known, units, final, result.system, list(result.changes), tokens
+        return laid_out, known, units, final, result.system, result.changes, tokens
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         return self.tokenizer.count_message(cast("Message", message))
@@ -173,9 +173,7 @@ class ShapeHistory:
     ) -> None:
         self.keep_last = _selection.count(keep_last, "keep_last")
         self.min_keep = _selection.count(min_keep, "min_keep")
-        if summary is not None and not isinstance(summary, str) and not callable(summary):
-            raise InvalidTypeError(f"summary must be str, a callable or None, not {type(summary).__name__}")
-        self.summary = summary
+        self.summary = _selection.check_summary(summary)
         self.provider = _selection.check_provider(provider)
         self._backend = _Backend(tokenizer, None)
         self.tool_result_cap = _selection.tool_result_cap(tool_result_cap)
@@ -211,19 +209,14 @@ def shape_history(
 ) -> Selection:
     """``ShapeHistory(...).select(messages, budget)`` in one call (without
     making the policy: the kernel checks the same arguments)."""
-    if isinstance(messages, _MessageLog):
-        policy = ShapeHistory(
-            keep_last=keep_last,
-            min_keep=min_keep,
-            summary=summary,
-            provider=provider,
-            tokenizer=tokenizer,
-            tool_result_cap=tool_result_cap,
+    backend = _Backend(tokenizer, None)
+
+    def choose(view: Sequence[Message]) -> Selection:
+        return _selection.shape_history(
+            backend, view, budget, keep_last, min_keep, summary, provider, tool_result_cap
         )
-        return policy.select(messages, budget)
-    return _selection.shape_history(
-        _Backend(tokenizer, None), messages, budget, keep_last, min_keep, summary, provider, tool_result_cap
-    )
+
+    return _from_view(messages, choose) if isinstance(messages, _MessageLog) else choose(messages)
 
 
 class WeightedWindow:

@@ -590,9 +590,7 @@ class ShapeHistory:
     ) -> None:
         self.keep_last = _selection.count(keep_last, "keep_last")
         self.min_keep = _selection.count(min_keep, "min_keep")
-        if summary is not None and not isinstance(summary, str) and not callable(summary):
-            raise InvalidTypeError(f"summary must be str, a callable or None, not {type(summary).__name__}")
-        self.summary = summary
+        self.summary = _selection.check_summary(summary)
         self.provider = _selection.check_provider(provider)
         self.cap = _selection.tool_result_cap(tool_result_cap)
         self.backend = _shared_backend(encoding)
@@ -624,15 +622,9 @@ def shape_history(
     encoding: str = "o200k_base",
     tool_result_cap: int | None = 2000,
 ) -> Selection:
-    policy = ShapeHistory(
-        keep_last=keep_last,
-        min_keep=min_keep,
-        summary=summary,
-        provider=provider,
-        encoding=encoding,
-        tool_result_cap=tool_result_cap,
+    return _selection.shape_history(
+        _shared_backend(encoding), messages, budget, keep_last, min_keep, summary, provider, tool_result_cap
     )
-    return policy.select(messages, budget)
 
 
 class WeightedWindow:
