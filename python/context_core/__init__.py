@@ -25,6 +25,7 @@ from context_core.errors import (
     LLMRateLimitError,
     LLMResponseError,
     LLMTimeoutError,
+    LLMTruncatedError,
     LogClosedError,
     LogCorruptError,
     LogForkedError,
@@ -54,10 +55,12 @@ from context_core.select import (
 )
 
 if _typing.TYPE_CHECKING:
+    from context_core.compaction import Compactor
     from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, as_llm
     from context_core.log import MessageLog
     from context_core.memory import MemoryFiles
     from context_core.prompt import PromptBuilder
+    from context_core.summarize import Summarizer
 
 __version__ = "0.1.0"
 
@@ -69,12 +72,16 @@ _LAZY = {
     "MessageLog": "log",
     "MemoryFiles": "memory",
     "PromptBuilder": "prompt",
+    "Summarizer": "summarize",
+    "Compactor": "compaction",
 }
 
 
 #: Submodules not imported by the package itself, loaded when named
 #: (``context_core.llm.retry`` works after a bare ``import context_core``).
-_SUBMODULES = frozenset({"cli", "llm", "log", "memory", "prompt", "reference", "tokens"})
+_SUBMODULES = frozenset(
+    {"cli", "compaction", "llm", "log", "memory", "prompt", "reference", "summarize", "tokens"}
+)
 
 
 if not _typing.TYPE_CHECKING:  # a type checker sees the imports above, and typos stay errors
@@ -94,8 +101,8 @@ if not _typing.TYPE_CHECKING:  # a type checker sees the imports above, and typo
 
 
 #: What callers use: the counter, the repair, the budget, the policies and
-#: what they return, the log, memory files, prompt layers, the model
-#: clients and every exception (so ``except context_core.X`` works for all).
+#: what they return, the log, summaries and compaction, memory files, prompt
+#: layers, the model clients and every exception (so ``except context_core.X`` works for all).
 #: Constants, result parts and configuration types live in the submodules:
 #: ``tokens``, ``sanitize``, ``select``, ``log``, ``memory``, ``prompt``,
 #: ``llm``, ``errors`` and ``types``.
@@ -105,6 +112,7 @@ __all__ = [
     "Budget",
     "BudgetWarning",
     "CallableLLM",
+    "Compactor",
     "ContextCoreError",
     "InvalidInputError",
     "InvalidTypeError",
@@ -114,6 +122,7 @@ __all__ = [
     "LLMRateLimitError",
     "LLMResponseError",
     "LLMTimeoutError",
+    "LLMTruncatedError",
     "LogClosedError",
     "LogCorruptError",
     "LogForkedError",
@@ -137,6 +146,7 @@ __all__ = [
     "Sanitizer",
     "Selection",
     "ShapeHistory",
+    "Summarizer",
     "Tokenizer",
     "UnknownEncodingError",
     "UnknownModelError",

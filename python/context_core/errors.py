@@ -21,6 +21,7 @@ __all__ = [
     "LLMRateLimitError",
     "LLMResponseError",
     "LLMTimeoutError",
+    "LLMTruncatedError",
     "LogClosedError",
     "LogCorruptError",
     "LogForkedError",
@@ -260,6 +261,18 @@ class LLMResponseError(LLMError):
         super().__init__(message)
         self.status_code = status_code
         self.retry_after = retry_after
+
+
+class LLMTruncatedError(LLMResponseError):
+    """The model stopped at the reply's token limit (OpenAI's ``finish_reason``
+    ``"length"``, Anthropic's ``stop_reason`` ``"max_tokens"``): what it wrote is
+    cut short, so no caller here may take it for an answer. ``text`` is what
+    came back, ``finish_reason`` the server's word for why it stopped."""
+
+    def __init__(self, message: str, *, text: str = "", finish_reason: str | None = None) -> None:
+        super().__init__(message)
+        self.text = text
+        self.finish_reason = finish_reason
 
 
 class LLMCancelledError(LLMError):

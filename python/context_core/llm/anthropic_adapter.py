@@ -9,7 +9,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError, LLMTruncatedError
 from context_core.llm.reply import check_reply
 from context_core.llm.retry import RetryPolicy
 from context_core.llm.sdk_adapter import DEFAULT_TIMEOUT, SDKChat
@@ -129,4 +129,11 @@ class AnthropicChat(SDKChat):
     def _reply_text(self, response: Any) -> str:
         texts = [block.text for block in response.content if getattr(block, "type", None) == "text"]
         stop = getattr(response, "stop_reason", None)
-        return check_reply("".join(texts) if texts else None, repr(self), f" (stop_reason={stop!r})")
+        text = check_reply("".join(texts) if texts else None, repr(self), f" (stop_reason={stop!r})")
+        if stop == "max_tokens":
+            raise LLMTruncatedError(
+                f"{self!r}: the reply stopped at its token limit (stop_reason='max_tokens')",
+                text=text,
+                finish_reason=stop,
+            )
+        return text

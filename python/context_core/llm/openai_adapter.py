@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from context_core.errors import InvalidInputError, LLMResponseError
+from context_core.errors import InvalidInputError, LLMResponseError, LLMTruncatedError
 from context_core.llm.reply import check_reply
 from context_core.llm.retry import RetryPolicy
 from context_core.llm.sdk_adapter import DEFAULT_TIMEOUT, SDKChat
@@ -100,4 +100,11 @@ class OpenAIChat(SDKChat):
         refusal = getattr(message, "refusal", None)
         if refusal:
             raise LLMResponseError(f"{self!r}: the model refused: {refusal}")
-        return check_reply(message.content, repr(self), f" (finish_reason={finish!r})")
+        text = check_reply(message.content, repr(self), f" (finish_reason={finish!r})")
+        if finish == "length":
+            raise LLMTruncatedError(
+                f"{self!r}: the reply stopped at its token limit (finish_reason='length')",
+                text=text,
+                finish_reason=finish,
+            )
+        return text

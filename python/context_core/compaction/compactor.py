@@ -1,0 +1,493 @@
+"""The :class:`Compactor`: summaries made ahead of need, off the turn's path.
+
+One compaction runs per log at a time (a lock per log object in this
+process; across processes the log's single writer already ensures it, since
+only the writer can append). A job reads what :func:`next_job` plans, asks
+the summarizer, and writes the summary as one atomic append of a summary
+node, which also moves the log's ``last_summary_index``: a crash at any
+point leaves the old view or the new one. Before it writes, the job checks
+that the log still is as planned (no summary written or history rewound
+meanwhile); otherwise it writes nothing.
+
+A failure (a rejected summary, a model error, a timeout) never reaches the
+turn: the job is tried again after a backoff (``backoff`` seconds, doubled
+per failure up to ``max_backoff``), and after ``max_failures`` in a row the
+circuit breaker pauses compaction (logged, and :attr:`CompactorStatus.paused`)
+until :meth:`Compactor.resume`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from context_core.compaction.plan import Job, next_job
+from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
+from context_core.log import MessageLog
+from context_core.summarize import Rejected, Summarizer, Summary
+from context_core.summarize.offline import _own_text, is_rule
+
+__all__ = ["Compactor", "CompactorStatus", "Outcome"]
+
+log = logging.getLogger("context_core.compaction")
+
+_LOCKS: weakref.WeakKeyDictionary[MessageLog, threading.Lock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def _log_lock(message_log: MessageLog) -> threading.Lock:
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(message_log)
+        if lock is None:
+            lock = _LOCKS[message_log] = threading.Lock()
+        return lock
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one compaction step did. ``status``: ``"written"`` (``seq`` is
+    the new summary node), ``"idle"`` (nothing due), ``"busy"`` (another
+    job runs on this log), ``"waiting"`` (backing off or paused), ``"stale"``
+    (the log changed while the summary was made; nothing written),
+    ``"rejected"`` or ``"failed"`` (``reason`` says why; nothing written),
+    ``"abandoned"`` (closed first; nothing written)."""
+
+    status: str
+    level: int | None = None
+    covers: tuple[int, int] | None = None
+    seq: int | None = None
+    reason: str | None = None
+    facts: int = 0
+
+
+@dataclass(frozen=True)
+class CompactorStatus:
+    """The compactor's state: a job ``running``; ``failures`` in a row;
+    ``paused`` by the circuit breaker; ``retry_at`` (on the compactor's
+    clock) before which nothing is tried; the ``last`` outcome; and the
+    counts of summaries ``written`` at each level."""
+
+    running: bool
+    failures: int
+    paused: bool
+    retry_at: float | None
+    last: Outcome | None
+    written: Mapping[int, int]
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidInputError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise InvalidInputError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+class Compactor:
+    """Compacts ``log`` with ``summarizer`` (default: the offline
+    :class:`~context_core.summarize.Summarizer`).
+
+    Parameters (all named; see :mod:`context_core.compaction.plan`):
+    ``recent_turns`` (8) raw turns always kept; ``segment_turns`` (10) turns
+    per segment summary; ``segments_kept`` (3) segment summaries in view
+    before a global one merges them; ``tail_tokens`` (``None``: off) a raw
+    tail size that starts a shorter segment early; ``global_input_tokens``
+    (12,000) of segment summaries a global summary reads, newest first;
+    ``memory`` (a :class:`~context_core.MemoryFiles`) receives the exact
+    facts of each segment (``facts``, default
+    :func:`~context_core.compaction.facts.exact_facts`); ``timeout``
+    (120 s) per job; ``backoff`` (5 s), ``max_backoff`` (600 s) and
+    ``max_failures`` (5) for failures; ``clock`` (``time.monotonic``) the
+    clock backoff is measured on.
+
+    :meth:`compact` runs one step on the calling thread. :meth:`schedule`
+    starts it in a worker thread and returns at once; :meth:`aschedule`
+    starts it as an asyncio task. :meth:`close` / :meth:`aclose` wait for the
+    job in flight or abandon it (nothing half-written either way)."""
+
+    def __init__(
+        self,
+        log: MessageLog,
+        summarizer: Summarizer | None = None,
+        *,
+        recent_turns: int = 8,
+        segment_turns: int = 10,
+        segments_kept: int = 3,
+        tail_tokens: int | None = None,
+        global_input_tokens: int = 12_000,
+        memory: Any = None,
+        facts: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
+        timeout: float = 120.0,
+        backoff: float = 5.0,
+        max_backoff: float = 600.0,
+        max_failures: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(log, MessageLog):
+            raise InvalidTypeError(f"log must be a MessageLog, got {type(log).__name__}")
+        if summarizer is not None and not isinstance(summarizer, Summarizer):
+            raise InvalidTypeError(f"summarizer must be a Summarizer, got {type(summarizer).__name__}")
+        if memory is not None and not callable(getattr(memory, "append", None)):
+            raise InvalidTypeError(f"memory must be a MemoryFiles, got {type(memory).__name__}")
+        self.log = log
+        self.summarizer = summarizer or Summarizer()
+        self.recent_turns = _positive_int("recent_turns", recent_turns)
+        self.segment_turns = _positive_int("segment_turns", segment_turns)
+        self.segments_kept = _positive_int("segments_kept", segments_kept)
+        self.tail_tokens = None if tail_tokens is None else _positive_int("tail_tokens", tail_tokens)
+        self.global_input_tokens = _positive_int("global_input_tokens", global_input_tokens)
+        self.memory = memory
+        if facts is None:
+            from context_core.compaction.facts import exact_facts
+
+            facts = exact_facts
+        self.facts = facts
+        self.timeout = _seconds("timeout", timeout)
+        self.backoff = _seconds("backoff", backoff)
+        self.max_backoff = _seconds("max_backoff", max_backoff)
+        self.max_failures = _positive_int("max_failures", max_failures)
+        self.clock = clock
+        self._state = threading.Lock()
+        self._failures = 0
+        self._paused = False
+        self._retry_at: float | None = None
+        self._last: Outcome | None = None
+        self._written = {2: 0, 3: 0}
+        self._closing = False
+        self._abandon = False
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[Outcome] | None = None
+
+    def __repr__(self) -> str:
+        return f"Compactor({self.log!r}, {self.summarizer!r})"
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def status(self) -> CompactorStatus:
+        with self._state:
+            return CompactorStatus(
+                running=self._running(),
+                failures=self._failures,
+                paused=self._paused,
+                retry_at=self._retry_at,
+                last=self._last,
+                written=dict(self._written),
+            )
+
+    def _running(self) -> bool:
+        return (self._thread is not None and self._thread.is_alive()) or (
+            self._task is not None and not self._task.done()
+        )
+
+    def resume(self) -> None:
+        """Lift the circuit breaker and the backoff: the next step runs."""
+        with self._state:
+            self._paused, self._failures, self._retry_at = False, 0, None
+
+    def due(self) -> Job | None:
+        """The step :meth:`compact` would take now, or ``None``."""
+        return next_job(
+            self.log,
+            recent_turns=self.recent_turns,
+            segment_turns=self.segment_turns,
+            segments_kept=self.segments_kept,
+            tail_tokens=self.tail_tokens,
+        )
+
+    def _waiting(self) -> Outcome | None:
+        if self._closing:
+            return Outcome("abandoned", reason="the compactor is closed")
+        if self._paused:
+            return Outcome("waiting", reason=f"paused after {self._failures} failures in a row")
+        if self._retry_at is not None and self.clock() < self._retry_at:
+            return Outcome("waiting", reason="backing off after a failure")
+        return None
+
+    # -- one step -------------------------------------------------------------------------------
+
+    def compact(self) -> Outcome:
+        """Run the next due step now, on this thread (the summarizer's model
+        call is bounded by ``timeout``)."""
+        return self._step(self._run_sync)
+
+    async def acompact(self) -> Outcome:
+        """:meth:`compact` as a coroutine: the model is awaited, the log
+        work runs in a worker thread."""
+        with self._state:
+            waiting = self._waiting()
+        if waiting is not None:
+            return self._record(waiting)
+        lock = _log_lock(self.log)
+        if not lock.acquire(blocking=False):
+            return Outcome("busy")
+        try:
+            job = await asyncio.to_thread(self.due)
+            if job is None:
+                return self._record(Outcome("idle"))
+            prepared = await asyncio.to_thread(self._prepare, job)
+            try:
+                result = await asyncio.wait_for(self._asummarize(job, prepared), self.timeout)
+            except asyncio.TimeoutError:
+                result = Rejected(f"timed out after {self.timeout:g} s")
+            return self._record(await asyncio.to_thread(self._finish, job, prepared, result))
+        finally:
+            lock.release()
+
+    def _step(self, run: Callable[[Job, Any], Summary | Rejected]) -> Outcome:
+        with self._state:
+            waiting = self._waiting()
+        if waiting is not None:
+            return self._record(waiting)
+        lock = _log_lock(self.log)
+        if not lock.acquire(blocking=False):
+            return Outcome("busy")
+        try:
+            job = self.due()
+            if job is None:
+                return self._record(Outcome("idle"))
+            prepared = self._prepare(job)
+            return self._record(self._finish(job, prepared, run(job, prepared)))
+        except LogClosedError as error:
+            return self._record(Outcome("abandoned", reason=str(error)))
+        finally:
+            lock.release()
+
+    def _prepare(self, job: Job) -> Any:
+        """What the summarizer reads for ``job``: the messages and their
+        rules (L2), or the segment texts and rules (L3)."""
+        if job.level == 2:
+            messages = self.log.read(job.messages)
+            at = {seq: i for i, seq in enumerate(job.messages)}
+            rules = [(seq, _own_text(messages[at[seq]])) for seq in job.rules if seq in at]
+            tagger = self.summarizer.tagger
+            return messages, [(seq, text) for seq, text in rules if text.strip() and is_rule(text, tagger)]
+        payloads = self.log.read(job.segments)
+        texts = [str(p["summary"]) for p in payloads]
+        count = self.summarizer.tokenizer.count
+        kept: list[str] = []
+        used = 0
+        for text in reversed(texts):  # the newest first, up to the bound
+            used += count(text)
+            if used > self.global_input_tokens and kept:
+                break
+            kept.append(text)
+        rules = [_own_text(m).strip() for m in self.log.read(job.rules)]
+        tagger = self.summarizer.tagger
+        return kept[::-1], list(dict.fromkeys(r for r in rules if r and is_rule(r, tagger)))
+
+    def _run_sync(self, job: Job, prepared: Any) -> Summary | Rejected:
+        from context_core.llm._deadline import DeadlinePassed, call_within
+
+        def work() -> Summary | Rejected:
+            if job.level == 2:
+                messages, rules = prepared
+                return self.summarizer.summarize(messages, constraints=rules)
+            segments, rules = prepared
+            return self.summarizer.summarize_global(segments, rules)
+
+        if self.summarizer.llm is None:
+            return work()
+        try:
+            return call_within(work, self.timeout)
+        except DeadlinePassed:
+            return Rejected(f"timed out after {self.timeout:g} s")
+
+    async def _asummarize(self, job: Job, prepared: Any) -> Summary | Rejected:
+        if job.level == 2:
+            messages, rules = prepared
+            if self.summarizer.llm is None:
+                return await asyncio.to_thread(self.summarizer.summarize, messages, constraints=rules)
+            return await self.summarizer.asummarize(messages, constraints=rules)
+        segments, rules = prepared
+        if self.summarizer.llm is None:
+            return await asyncio.to_thread(self.summarizer.summarize_global, segments, rules)
+        return await self.summarizer.asummarize_global(segments, rules)
+
+    def _finish(self, job: Job, prepared: Any, result: Summary | Rejected) -> Outcome:
+        """Write ``result`` for ``job`` if it passed and the log is as planned."""
+        if isinstance(result, Rejected):
+            return Outcome("rejected", job.level, job.covers, reason=result.reason)
+        covers = job.covers
+        if result.uncarried:
+            if job.level == 3:
+                return Outcome(
+                    "rejected", 3, covers, reason=f"the summary does not carry the rules {result.uncarried}"
+                )
+            first = min(result.uncarried)
+            before = [seq for seq in job.messages if seq < first]
+            if not before:
+                return Outcome(
+                    "rejected", 2, covers, reason=f"the summary does not carry the rule in seq {first}"
+                )
+            covers = (covers[0], before[-1])  # the rule and what follows stay raw
+        facts = 0
+        with self._state:
+            if self._abandon:
+                return Outcome("abandoned", job.level, covers, reason="closed before the summary was written")
+        try:
+            facts = self._remember(job, prepared, covers) if job.level == 2 else 0
+            with self._state:  # no write once close() gave up waiting
+                if self._abandon:
+                    return Outcome(
+                        "abandoned", job.level, covers, reason="closed before the summary was written"
+                    )
+                if self.due_base() != job.base:
+                    return Outcome(
+                        "stale", job.level, covers, reason="the log changed while the summary was made"
+                    )
+                seq = self.log.add_summary(result.text, covers, level=job.level)
+        except ContextCoreError as error:
+            return Outcome("failed", job.level, covers, reason=f"{type(error).__name__}: {error}")
+        return Outcome("written", job.level, covers, seq=seq, facts=facts)
+
+    def due_base(self) -> int | None:
+        """The newest summary node on the active path (``None`` if none)."""
+        path = self.log.path()
+        if not path:
+            return None
+        headers = self.log.headers()
+        for seq in reversed(path):
+            if headers["kind"][seq] == 1:
+                return int(seq)
+        return None
+
+    def _remember(self, job: Job, prepared: Any, covers: tuple[int, int]) -> int:
+        """Send the exact facts of the covered messages to memory first: if
+        the summary is then not written, the next try sends them again and
+        memory skips what it holds."""
+        if self.memory is None:
+            return 0
+        messages = [m for seq, m in zip(job.messages, prepared[0], strict=True) if seq <= covers[1]]
+        facts = self.facts(messages)
+        if not facts:
+            return 0
+        try:
+            return len(self.memory.append(facts).appended)
+        except ContextCoreError as error:  # memory is extra: the summary still counts
+            log.warning("compaction: facts not saved to memory: %s", error)
+            return 0
+
+    def _record(self, outcome: Outcome) -> Outcome:
+        with self._state:
+            if outcome.status not in ("busy", "waiting", "abandoned"):
+                self._last = outcome
+            if outcome.status == "written":
+                self._failures, self._retry_at = 0, None
+                self._written[outcome.level or 2] += 1
+            elif outcome.status in ("rejected", "failed"):
+                self._failures += 1
+                delay = min(self.max_backoff, self.backoff * 2 ** (self._failures - 1))
+                self._retry_at = self.clock() + delay
+                if self._failures >= self.max_failures and not self._paused:
+                    self._paused = True
+                    log.warning(
+                        "compaction paused after %d failures in a row (last: %s); call resume() to retry",
+                        self._failures,
+                        outcome.reason,
+                    )
+                else:
+                    log.info("compaction step failed, retrying in %.0f s: %s", delay, outcome.reason)
+        return outcome
+
+    # -- in the background ----------------------------------------------------------------------
+
+    def schedule(self) -> bool:
+        """Start the next due steps in a worker thread, unless one runs or
+        nothing is due; returns whether a worker was started. Never blocks
+        on the model or the log's lock."""
+        with self._state:
+            if self._closing or self._running() or self._waiting() is not None:
+                return False
+            self._thread = threading.Thread(target=self._drain, name="context_core compaction", daemon=True)
+            self._thread.start()
+            return True
+
+    def _drain(self) -> None:
+        """Steps until nothing is due or one fails (a failure waits for its backoff)."""
+        while True:
+            try:
+                outcome = self.compact()
+            except Exception:  # a bug must not kill the thread silently
+                log.exception("compaction step raised")
+                return
+            if outcome.status != "written":
+                return
+
+    def aschedule(self) -> asyncio.Task[Outcome] | None:
+        """Start the next due steps as a task on the running event loop
+        (``None`` if one runs, compaction waits, or the compactor is closed)."""
+        with self._state:
+            if self._closing or self._running() or self._waiting() is not None:
+                return None
+            self._task = asyncio.get_running_loop().create_task(
+                self._adrain(), name="context_core compaction"
+            )
+            return self._task
+
+    async def _adrain(self) -> Outcome:
+        while True:
+            outcome = await self.acompact()
+            if outcome.status != "written":
+                return outcome
+
+    def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop compacting: with ``wait``, the job in flight finishes (up to
+        ``timeout`` seconds); without, or past the timeout, it is abandoned
+        and writes nothing. Idempotent."""
+        with self._state:
+            self._closing = True
+            thread = self._thread
+        if thread is not None and wait:
+            thread.join(timeout)
+        with self._state:
+            self._abandon = True
+
+    async def aclose(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """:meth:`close` for asyncio: awaits (or cancels) the task in flight."""
+        with self._state:
+            self._closing = True
+            task, thread = self._task, self._thread
+        if task is not None and not task.done():
+            if wait:
+                try:
+                    await asyncio.wait_for(asyncio.shield(task), timeout)
+                except asyncio.TimeoutError:
+                    task.cancel()
+            else:
+                task.cancel()
+            with self._state:
+                self._abandon = True
+            with contextlib.suppress(
+                asyncio.CancelledError, Exception
+            ):  # outcome recorded; a cancel expected
+                await task
+        if thread is not None:
+            await asyncio.to_thread(thread.join, timeout if wait else 0)
+        with self._state:
+            self._abandon = True
+
+    def __enter__(self) -> Compactor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Compactor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

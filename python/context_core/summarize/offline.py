@@ -1,0 +1,272 @@
+"""The offline summarizer: deterministic and extractive, the default when
+no model is given, so summaries and compaction work with no model at all.
+
+A segment summary keeps, in this order of priority: the user's rules
+verbatim, the newest state and next step, decisions, errors and their fixes,
+and files touched, bounded in tokens (lower priorities are cut first, a
+rule only when the rules alone are over the bound). A global summary merges
+segment summaries section by section: the rules given and every rule the
+segments carry, decisions (the newest kept first), the newest state and
+next steps, and the union of files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from context_core._core import Tagger, Tokenizer
+from context_core.summarize.exact import named_files
+from context_core.summarize.prompts import SECTIONS
+from context_core.summarize.transcript import message_text
+
+__all__ = [
+    "MAX_LOG_RULE_CHARS",
+    "constraint_messages",
+    "is_rule",
+    "offline_global",
+    "offline_segment",
+    "parse_sections",
+]
+
+_TAGGER = Tagger()
+_SENTENCE = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s+|\n+")
+_DECISION = re.compile(
+    r"\b(?:decided|decide to|we(?:'ll| will| should) (?:use|go|keep|switch|move|drop)|"
+    r"let'?s (?:use|go|keep|switch)|going with|switch(?:ed|ing)? to|chose|choose|agreed|instead of|"
+    r"from now on|settled on|the plan is)\b"
+    r"|决定|采用|改用|就用|统一用|以后都",
+    re.IGNORECASE,
+)
+_ERROR = re.compile(
+    r"(?:\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfailed\b|\bpanic(?:ked)?\b|\bfatal\b|HTTP 5\d\d"
+    r"|报错|失败|异常)"
+)
+_TRIVIAL = re.compile(
+    r"^\s*(?:ok(?:ay)?|thanks?|thank you|great|good|sure|yes|no|好的?|谢谢|收到)[.!\u3002\uff01]*\s*$", re.I
+)
+_ITEM = re.compile(r"^\s*[-*]\s+(.*\S)\s*$")
+_HEADING = re.compile(
+    r"^\s*(?:#{1,6}\s*)?("
+    + "|".join(re.escape(s) for s in (*SECTIONS, "Files touched", "Errors and fixes"))
+    + r")\s*:?\s*$",
+    re.IGNORECASE,
+)
+#: Extra sections the offline summaries add after the required ones.
+EXTRA_SECTIONS = ("Errors and fixes", "Files touched")
+_LINE_TOKENS = 120
+#: At most this many lines of a section (the newest).
+_SECTION_LINES = {"Errors and fixes": 5, "Files touched": 12, "Decisions": 12}
+
+
+def _role(message: Mapping[str, Any]) -> str:
+    role = message.get("role")
+    return role if isinstance(role, str) else ""
+
+
+def _own_text(message: Mapping[str, Any]) -> str:
+    """The message's own text (no tool calls or results)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n".join(
+            str(b.get("text", "")) for b in content if isinstance(b, Mapping) and b.get("type") == "text"
+        )
+    return ""
+
+
+def _call_arguments(message: Mapping[str, Any]) -> str:
+    """The arguments of a message's tool calls (OpenAI and Anthropic)."""
+    parts = []
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+            parts.append(str(call["function"].get("arguments", "")))
+    content = message.get("content")
+    if isinstance(content, Sequence) and not isinstance(content, str):
+        parts.extend(
+            str(b.get("input", "")) for b in content if isinstance(b, Mapping) and b.get("type") == "tool_use"
+        )
+    return "\n".join(parts)
+
+
+#: A text tagged ``log`` too (a pasted trace, a curl line) is a rule only
+#: when it is this short: a long paste that says "must not be null" is output.
+MAX_LOG_RULE_CHARS = 400
+
+
+def is_rule(text: str, tagger: Tagger | None = None) -> bool:
+    """Whether ``text`` states a rule: tagged ``constraint``, and not a long
+    text tagged ``log`` (see :data:`MAX_LOG_RULE_CHARS`)."""
+    tags = (tagger or _TAGGER).tag(text)
+    return "constraint" in tags and ("log" not in tags or len(text) <= MAX_LOG_RULE_CHARS)
+
+
+def constraint_messages(
+    messages: Sequence[Mapping[str, Any]], tagger: Tagger | None = None
+) -> list[tuple[int, str]]:
+    """``(index, text)`` of the user's rules among ``messages``: user (and
+    system or developer) messages whose own text :func:`is_rule`."""
+    out = []
+    for index, message in enumerate(messages):
+        if _role(message) in ("user", "system", "developer"):
+            text = _own_text(message).strip()
+            if text and is_rule(text, tagger):
+                out.append((index, text))
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+
+
+class _Builder:
+    """Lines per section, each with a priority; cut to the bound lowest first."""
+
+    def __init__(self, tokenizer: Tokenizer, max_tokens: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+        self.lines: dict[str, list[tuple[int, int, str]]] = {s: [] for s in (*SECTIONS, *EXTRA_SECTIONS)}
+        self.order = 0
+
+    def add(self, section: str, text: str, priority: int) -> None:
+        # A rule is kept whole (cut, it would lose the values that carry it).
+        limit = self.max_tokens if priority == 0 else _LINE_TOKENS
+        text = self.tokenizer.truncate(_one_line(text), limit, "…")
+        if text and all(text != line for _, _, line in self.lines[section]):
+            self.lines[section].append((priority, self.order, text))
+            self.order += 1
+
+    def render(self, keep: set[tuple[str, int]] | None = None) -> str:
+        out = []
+        for section, lines in self.lines.items():
+            chosen = [text for _, order, text in lines if keep is None or (section, order) in keep]
+            if not chosen and section in EXTRA_SECTIONS:
+                continue
+            out.append(f"{section}:")
+            out.extend(f"- {text}" for text in chosen) if chosen else out.append("- none")
+        return "\n".join(out)
+
+    def build(self) -> str:
+        """Every line that fits: lines are taken by priority (then the
+        newest first) while the sum of their counts stays within the bound;
+        the text is then counted exactly and, in the rare case joining made
+        it longer, the lowest lines go until it fits."""
+        ranked = sorted(
+            ((p, -o, s, text) for s, lines in self.lines.items() for p, o, text in lines),
+            key=lambda item: (item[0], item[1]),
+        )
+        count = self.tokenizer.count
+        used = sum(count(f"{s}:\n- none\n") for s in SECTIONS)
+        keep: list[tuple[str, int]] = []
+        taken: dict[str, int] = {}
+        for _, neg_order, section, text in ranked:
+            if taken.get(section, 0) >= _SECTION_LINES.get(section, 10**9):
+                continue
+            cost = count(f"- {text}\n") + (
+                count(f"{section}:\n") if section in EXTRA_SECTIONS and not taken.get(section) else 0
+            )
+            if used + cost <= self.max_tokens:
+                used += cost
+                keep.append((section, -neg_order))
+                taken[section] = taken.get(section, 0) + 1
+        while True:
+            text = self.render(set(keep))
+            if count(text, limit=self.max_tokens) <= self.max_tokens or not keep:
+                return text
+            keep.pop()
+
+
+def offline_segment(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    max_tokens: int,
+    tokenizer: Tokenizer,
+    tagger: Tagger | None = None,
+) -> str:
+    """A segment summary of ``messages`` (see the module docs)."""
+    builder = _Builder(tokenizer, max_tokens)
+    rules = constraint_messages(messages, tagger)
+    ruled = {index for index, _ in rules}
+    for _, text in rules:
+        builder.add("Constraints", text, 0)
+    last_user = last_assistant = None
+    files: list[str] = []
+    for index, message in enumerate(messages):
+        role = _role(message)
+        text = _own_text(message)
+        if role != "tool":  # files the agent named or passed to a tool, not every path a log prints
+            files.extend(named_files(text + "\n" + _call_arguments(message)))
+        if role == "user" and text.strip() and index not in ruled and not _TRIVIAL.match(text):
+            last_user = text
+        if role == "assistant" and text.strip():
+            last_assistant = text
+        if role in ("user", "assistant"):
+            for sentence in _sentences(text):
+                if _DECISION.search(sentence):
+                    builder.add("Decisions", sentence, 3)
+        result = message_text(message) if role in ("tool", "function") else ""
+        if not result and role == "user" and not text.strip():
+            result = message_text(message)  # Anthropic tool results
+        for line in result.splitlines()[-40:]:
+            if _ERROR.search(line):
+                builder.add("Errors and fixes", line.strip(), 4)
+                break
+    if last_assistant is not None:
+        builder.add("Current state", " ".join(_sentences(last_assistant)[:2]), 1)
+    if last_user is not None:
+        builder.add("Next steps", "The user asked: " + _one_line(last_user), 2)
+    for name in dict.fromkeys(files):
+        builder.add("Files touched", name, 5)
+    return builder.build()
+
+
+def parse_sections(text: str) -> dict[str, list[str]]:
+    """The bullet items of each section of a summary (lower-cased names)."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            current = sections.setdefault(heading.group(1).casefold(), [])
+            continue
+        item = _ITEM.match(line)
+        if current is not None and item and item.group(1).casefold() != "none":
+            current.append(item.group(1))
+    return sections
+
+
+def offline_global(
+    segments: Sequence[str],
+    rules: Sequence[str],
+    *,
+    max_tokens: int,
+    tokenizer: Tokenizer,
+) -> str:
+    """A global summary merging ``segments`` (oldest first) and ``rules``."""
+    builder = _Builder(tokenizer, max_tokens)
+    parsed = [parse_sections(text) for text in segments]
+    for rule in rules:
+        builder.add("Constraints", rule, 0)
+    for sections in parsed:
+        for rule in sections.get("constraints", []):
+            builder.add("Constraints", rule, 0)
+    for sections in parsed:
+        for line in sections.get("decisions", []):
+            builder.add("Decisions", line, 3)
+        for line in sections.get("errors and fixes", []):
+            builder.add("Errors and fixes", line, 4)
+        for line in sections.get("files touched", []):
+            builder.add("Files touched", line, 5)
+    newest = next((s for s in reversed(parsed) if s.get("current state")), {})
+    for line in newest.get("current state", []):
+        builder.add("Current state", line, 1)
+    newest = next((s for s in reversed(parsed) if s.get("next steps")), {})
+    for line in newest.get("next steps", []):
+        builder.add("Next steps", line, 2)
+    return builder.build()
