@@ -1,0 +1,407 @@
+"""Compaction: the L1/L2/L3 plan, summaries written as one atomic node,
+failures that never reach the turn (backoff, circuit breaker), clean
+shutdown, and a 300-turn session whose rules and facts survive every
+compaction."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compaction_sessions import compaction_session
+from context_core import CallableLLM, LLMRateLimitError, MemoryFiles, MessageLog
+from context_core.compaction import Compactor, next_job
+from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.summarize import Summarizer
+from context_core.summarize.prompts import GLOBAL_SYSTEM
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def turns(count: int, start: int = 0) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for t in range(start, start + count):
+        out.append({"role": "user", "content": f"Task {t}: look at item-{t}."})
+        out.append({"role": "assistant", "content": f"Item-{t} is done."})
+    return out
+
+
+def new_log(tmp_path: Path, messages: list[dict[str, Any]] | None = None) -> MessageLog:
+    log = MessageLog.open(tmp_path / "log", create=True)
+    log.append({"role": "system", "content": "You are an agent."})
+    if messages:
+        log.append_many(messages)
+    return log
+
+
+def good_reply(messages: list[dict[str, Any]]) -> str:
+    """A model that answers well: it repeats every rule line it was shown
+    and every Task marker of the transcript, in the asked-for sections."""
+    prompt = messages[-1]["content"]
+    rules = re.findall(r"Rule [\w-]+: [^\n<]*", prompt)
+    tasks = sorted(set(re.findall(r"Task \d+", prompt)))
+    constraints = "\n".join(f"- {r}" for r in dict.fromkeys(rules)) or "- none"
+    return (
+        "<analysis>timeline</analysis>\n<summary>\nConstraints:\n"
+        f"{constraints}\nDecisions:\n- covered {', '.join(tasks) or 'segments'}\n"
+        "Current state:\n- working\nNext steps:\n- continue\n</summary>"
+    )
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+def test_nothing_is_due_until_a_segment_lies_before_the_recent_turns(tmp_path: Path):
+    log = new_log(tmp_path, turns(17))
+    assert next_job(log, recent_turns=8, segment_turns=10, segments_kept=3, tail_tokens=None) is None
+    log.append_many(turns(1, 17))
+    job = next_job(log, recent_turns=8, segment_turns=10, segments_kept=3, tail_tokens=None)
+    assert job is not None
+    assert job.level == 2
+    # The system message is an anchor: covered, but not summarised.
+    assert job.covers == (0, 20)
+    assert job.messages == tuple(range(1, 21))
+
+
+def test_a_long_raw_tail_starts_a_shorter_segment(tmp_path: Path):
+    log = new_log(tmp_path, turns(12))
+    assert next_job(log, recent_turns=8, segment_turns=10, segments_kept=3, tail_tokens=None) is None
+    job = next_job(log, recent_turns=8, segment_turns=10, segments_kept=3, tail_tokens=50)
+    assert job is not None
+    assert job.covers == (0, 8)
+
+
+def test_segments_then_a_global_summary_and_the_view_keeps_the_newest(tmp_path: Path):
+    log = new_log(tmp_path)
+    compactor = Compactor(log, recent_turns=2, segment_turns=3, segments_kept=2)
+    levels = []
+    for t in range(30):
+        log.append_many(turns(1, t))
+        while (outcome := compactor.compact()).status == "written":
+            levels.append(outcome.level)
+    assert levels.count(3) >= 2
+    assert levels.count(2) >= 6
+    # Never more than segments_kept segment summaries after the newest global one.
+    parts = [part for _, part in log._view()]
+    assert parts.count("global") <= 1
+    assert parts.count("segment") <= 2
+    view = log.context_view()
+    raw_users = [m for m in view if m["role"] == "user"]
+    assert len(raw_users) >= 2  # L1: the recent turns stay raw
+    assert view[-2]["content"].startswith("Task 29")
+    # Raw history resumes right after what the summaries cover.
+    pointer = log.last_summary_index
+    raw = [seq for seq, part in log._view() if part == "raw"]
+    assert raw
+    assert min(raw) > pointer
+    log.verify()
+
+
+def test_l3_prompts_never_hold_an_earlier_l3(tmp_path: Path):
+    prompts: list[str] = []
+    globals_written: list[str] = []
+
+    def model(messages: list[dict[str, Any]]) -> str:
+        prompts.append(messages[-1]["content"])
+        reply = good_reply(messages)
+        if messages[0]["content"] == GLOBAL_SYSTEM:
+            marker = f"GLOBAL-MARK-{len(globals_written)}"
+            globals_written.append(marker)
+            reply = reply.replace("- working", f"- working {marker}")
+        return reply
+
+    log = new_log(tmp_path)
+    compactor = Compactor(
+        log, Summarizer(CallableLLM(model)), recent_turns=2, segment_turns=2, segments_kept=2
+    )
+    for t in range(40):
+        log.append_many(turns(1, t))
+        while compactor.compact().status == "written":
+            pass
+    assert len(globals_written) >= 3
+    for i, prompt in enumerate(prompts):
+        for marker in globals_written:
+            assert marker not in prompt, f"prompt {i} holds an earlier global summary"
+    # The global summaries were made from segment summaries (they are in the prompt).
+    global_prompts = [p for p in prompts if "<segment" in p]
+    assert len(global_prompts) == len(globals_written)
+
+
+# --- the guard at the log: a rule not carried stays raw ------------------------------------------
+
+
+def test_a_rule_the_summary_drops_stays_raw(tmp_path: Path):
+    messages = turns(3)
+    messages[2] = {"role": "user", "content": "Rule R-77: you must never delete order_ledger rows."}
+    log = new_log(tmp_path, messages + turns(10, 3))
+
+    def forgetful(messages: list[dict[str, Any]]) -> str:
+        return good_reply([{"role": "user", "content": "no rules here"}])
+
+    compactor = Compactor(log, Summarizer(CallableLLM(forgetful)), recent_turns=8, segment_turns=5)
+    outcome = compactor.compact()
+    assert outcome.status == "written"
+    assert outcome.covers == (0, 2)  # cut before the rule (seq 3)
+    view = log.context_view()
+    assert any("R-77" in str(m["content"]) for m in view if m["role"] == "user")
+    # Next time the rule leads the segment: a summary that drops it is refused.
+    log.append_many(turns(5, 20))
+    second = compactor.compact()
+    assert second.status == "rejected"
+    assert "rule" in (second.reason or "")
+    assert log.last_summary_index == 2
+
+
+def test_the_offline_summary_carries_every_rule(tmp_path: Path):
+    session = compaction_session(3, turns=60)
+    log = MessageLog.open(tmp_path / "log", create=True)
+    log.append_many(session.messages)
+    compactor = Compactor(log)
+    while compactor.compact().status == "written":
+        pass
+    assert compactor.status.written[2] >= 4
+    text = "\n".join(str(m["content"]) for m in log.context_view())
+    assert all(marker in text for marker in session.rules)
+
+
+# --- failures never break a turn ------------------------------------------------------------------
+
+
+def test_failures_back_off_then_the_breaker_pauses(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+    clock = Clock()
+    calls = []
+
+    def busy(messages: list[dict[str, Any]]) -> str:
+        calls.append(1)
+        raise LLMRateLimitError("rate limited")
+
+    compactor = Compactor(
+        log, Summarizer(CallableLLM(busy)), backoff=10, max_backoff=25, max_failures=3, clock=clock
+    )
+    first = compactor.compact()
+    assert first.status == "rejected"
+    assert "LLMRateLimitError" in (first.reason or "")
+    assert compactor.status.retry_at == 1010
+    assert compactor.compact().status == "waiting"
+    assert len(calls) == 1
+    clock.now = 1010
+    assert compactor.compact().status == "rejected"
+    assert compactor.status.retry_at == 1030  # doubled
+    clock.now = 1030
+    assert compactor.compact().status == "rejected"
+    assert compactor.status.retry_at == 1055  # capped at max_backoff
+    assert compactor.status.paused
+    assert compactor.status.failures == 3
+    clock.now = 10**6
+    assert compactor.compact().status == "waiting"
+    assert len(calls) == 3
+    assert log.last_summary_index is None  # nothing written by any failure
+    compactor.summarizer = Summarizer(CallableLLM(good_reply))
+    compactor.resume()
+    assert compactor.compact().status == "written"
+    assert compactor.status.failures == 0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Error: rate limited",
+        "<html><body>502 Bad Gateway</body></html>",
+        "I'm sorry, I can't help with that.",
+    ],
+)
+def test_error_text_never_becomes_a_summary(tmp_path: Path, reply: str):
+    log = new_log(tmp_path, turns(20))
+    compactor = Compactor(log, Summarizer(CallableLLM(lambda messages: reply)))
+    outcome = compactor.compact()
+    assert outcome.status == "rejected"
+    assert log.last_summary_index is None
+    assert len(log) == 41
+
+
+def test_a_model_slower_than_the_timeout_writes_nothing(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+    release = threading.Event()
+    finished = threading.Event()
+
+    def slow(messages: list[dict[str, Any]]) -> str:
+        release.wait(10)
+        finished.set()
+        return good_reply(messages)
+
+    compactor = Compactor(log, Summarizer(CallableLLM(slow)), timeout=0.2)
+    outcome = compactor.compact()
+    assert outcome.status == "rejected"
+    assert "timed out" in (outcome.reason or "")
+    release.set()
+    assert finished.wait(5)
+    assert log.last_summary_index is None
+    assert len(log) == 41
+
+
+def test_a_log_changed_meanwhile_is_not_overwritten(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+
+    def racing(messages: list[dict[str, Any]]) -> str:
+        log.add_summary("written by someone else", (0, 4), level=2)
+        return good_reply(messages)
+
+    compactor = Compactor(log, Summarizer(CallableLLM(racing)))
+    outcome = compactor.compact()
+    assert outcome.status == "stale"
+    assert log.last_summary_index == 4
+    assert [part for _, part in log._view()].count("segment") == 1
+
+
+# --- in the background ----------------------------------------------------------------------------
+
+
+def test_schedule_returns_at_once_and_the_turn_goes_on(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def gated(messages: list[dict[str, Any]]) -> str:
+        entered.set()
+        gate.wait(10)
+        return good_reply(messages)
+
+    compactor = Compactor(log, Summarizer(CallableLLM(gated)))
+    assert compactor.schedule() is True
+    assert entered.wait(5)
+    assert compactor.schedule() is False  # one job at a time
+    assert compactor.status.running
+    assert compactor.compact().status == "busy"
+    log.append_many(turns(2, 20))  # the turn's own writes are not held up
+    gate.set()
+    compactor.close(wait=True, timeout=10)
+    assert compactor.status.written[2] == 1
+    assert log.last_summary_index == 20
+
+
+def test_close_without_waiting_abandons_the_job_whole(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+    gate = threading.Event()
+    entered = threading.Event()
+    done = threading.Event()
+
+    def gated(messages: list[dict[str, Any]]) -> str:
+        entered.set()
+        gate.wait(10)
+        done.set()
+        return good_reply(messages)
+
+    compactor = Compactor(log, Summarizer(CallableLLM(gated)))
+    compactor.schedule()
+    assert entered.wait(5)
+    compactor.close(wait=False)
+    gate.set()
+    assert done.wait(5)
+    compactor._thread.join(5)  # type: ignore[union-attr]
+    assert log.last_summary_index is None
+    assert len(log) == 41
+    assert compactor.schedule() is False
+
+
+def test_aclose_cancels_the_task_and_nothing_is_written(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+
+    async def main() -> None:
+        entered = asyncio.Event()
+
+        async def hanging(messages: list[dict[str, Any]]) -> str:
+            entered.set()
+            await asyncio.sleep(30)
+            return good_reply(messages)
+
+        compactor = Compactor(log, Summarizer(CallableLLM(hanging)))
+        task = compactor.aschedule()
+        assert task is not None
+        await asyncio.wait_for(entered.wait(), 5)
+        await compactor.aclose(wait=False)
+        assert task.done()
+        assert compactor.aschedule() is None
+
+    asyncio.run(main())
+    assert log.last_summary_index is None
+    assert len(log) == 41
+
+
+def test_aschedule_writes_in_the_background(tmp_path: Path):
+    log = new_log(tmp_path, turns(30))
+
+    async def main() -> None:
+        async def model(messages: list[dict[str, Any]]) -> str:
+            await asyncio.sleep(0.01)
+            return good_reply(messages)
+
+        compactor = Compactor(log, Summarizer(CallableLLM(model)))
+        task = compactor.aschedule()
+        assert task is not None
+        outcome = await task
+        assert outcome.status == "idle"
+        assert compactor.status.written[2] == 2
+        await compactor.aclose()
+
+    asyncio.run(main())
+    assert log.last_summary_index == 40
+
+
+# --- a long session -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_rules_and_facts_survive_every_compaction_of_a_300_turn_session(tmp_path: Path, provider: str):
+    session = compaction_session(11, turns=300, provider=provider)
+    log = MessageLog.open(tmp_path / "log", create=True)
+    memory = MemoryFiles(tmp_path / "memory", create=True)
+    compactor = Compactor(log, memory=memory)
+    checks = 0
+    for index, message in enumerate(session.messages):
+        log.append(message)
+        if message["role"] != "user" or not isinstance(message["content"], str):
+            continue
+        wrote = False
+        while compactor.compact().status == "written":
+            wrote = True
+        if not wrote:
+            continue
+        checks += 1
+        shown = "\n".join(str(m["content"]) for m in log.context_view()) + "\n" + memory.read()
+        missing = [marker for marker in session.rules if marker not in shown]
+        assert not missing, f"after compaction at message {index}: rules {missing} lost"
+        seen = [value for value in session.facts if session.fact_at[value] <= index]
+        lost = [value for value in seen if value not in shown]
+        assert not lost, f"after compaction at message {index}: facts {lost} lost"
+    assert checks >= 25
+    assert compactor.status.written[3] >= 5
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+
+def test_bad_arguments_are_refused(tmp_path: Path):
+    log = new_log(tmp_path)
+    with pytest.raises(InvalidTypeError):
+        Compactor("not a log")  # type: ignore[arg-type]
+    with pytest.raises(InvalidTypeError):
+        Compactor(log, "offline")  # type: ignore[arg-type]
+    for option in ("recent_turns", "segment_turns", "segments_kept", "max_failures"):
+        with pytest.raises(InvalidInputError):
+            Compactor(log, **{option: 0})
+    with pytest.raises(InvalidInputError):
+        Compactor(log, timeout=0)
+    with pytest.raises(InvalidInputError):
+        Compactor(log, backoff=float("inf"))
