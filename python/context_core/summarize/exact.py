@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["carried", "exact_values", "key_words", "named_files", "named_tool_ids"]
+__all__ = ["carried", "exact_values", "key_words", "named", "named_files", "named_tool_ids"]
 
 _FILE_EXTENSIONS = (
     "py|pyi|go|rs|js|mjs|ts|tsx|jsx|java|kt|rb|php|swift|c|h|cc|cpp|hpp|cs|scala|sql|sh|bash|zsh|"
@@ -38,8 +38,6 @@ _VALUES = re.compile(
     )
 )
 _QUOTES = re.compile(_QUOTED)
-_TOOL_ID = re.compile(r"\b(?:call|toolu|tool|fc|functions)_[A-Za-z0-9_-]*[A-Za-z0-9]\b")
-_NAMED_FILE = re.compile(f"(?:{_PATH})|(?:{_FILE})")
 _WORD = re.compile(r"[^\W\d_]{4,}")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]{2,}")
 _STOP = frozenset(
@@ -95,16 +93,45 @@ def carried(message: str, summary: str, *, share: float = 2 / 3) -> bool:
     return sum(word in folded for word in words) >= share * len(words)
 
 
+_WORD_EDGES = "\"'`()<>[]{},;:!?*"
+_TOOL_PREFIXES = ("call_", "toolu_", "tool_", "fc_", "functions_")
+_PATH_WORD = re.compile(r"(?:~|\.{1,2})?/?(?:[\w@%+=.,-]+/)+[\w@%+=.,-]*\w")
+_FILE_WORD = re.compile(rf"[\w.-]*\w\.(?:{_FILE_EXTENSIONS})")
+_TOOL_WORD = re.compile(r"(?:call|toolu|tool|fc|functions)_[A-Za-z0-9_-]*[A-Za-z0-9]")
+
+
+def named(text: str) -> tuple[list[str], list[str]]:
+    """``(tool call ids, paths and file names)`` named in ``text``, in one
+    pass over its words: ids ``call_…``, ``toolu_…``, ``fc_…``; paths (a
+    ``/`` between names) and names with a known file extension, URLs left
+    out."""
+    ids: dict[str, None] = {}
+    files: dict[str, None] = {}
+    look_for_ids = any(prefix in text for prefix in _TOOL_PREFIXES)
+    for word in text.split():
+        has_slash, has_dot = "/" in word, "." in word
+        if not (has_slash or has_dot or (look_for_ids and "_" in word)):
+            continue
+        word = word.strip(_WORD_EDGES).rstrip(".")
+        if look_for_ids and "_" in word:
+            for match in _TOOL_WORD.finditer(word):
+                start = match.start()
+                if start == 0 or not (word[start - 1].isalnum() or word[start - 1] == "_"):
+                    ids.setdefault(match.group())
+        if (
+            (has_slash or has_dot)
+            and "://" not in word
+            and (_PATH_WORD.fullmatch(word) or _FILE_WORD.fullmatch(word))
+        ):
+            files.setdefault(word)
+    return list(ids), list(files)
+
+
 def named_tool_ids(text: str) -> list[str]:
-    """Tool call ids named in ``text`` (``call_…``, ``toolu_…``, ``fc_…``)."""
-    return list(dict.fromkeys(_TOOL_ID.findall(text)))
-
-
-_URLS = re.compile(_URL)
+    """Tool call ids named in ``text`` (see :func:`named`)."""
+    return named(text)[0]
 
 
 def named_files(text: str) -> list[str]:
-    """Paths and file names named in ``text`` (outside URLs)."""
-    if "://" in text:
-        text = _URLS.sub(" ", text)
-    return list(dict.fromkeys(m.group().strip(".,") for m in _NAMED_FILE.finditer(text)))
+    """Paths and file names named in ``text`` (see :func:`named`)."""
+    return named(text)[1]

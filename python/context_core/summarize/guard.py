@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from context_core._core import Tokenizer
-from context_core.summarize.exact import named_files, named_tool_ids
+from context_core.summarize.exact import carried, named
 from context_core.summarize.prompts import ECHO_MARKERS, SECTIONS
 
 __all__ = ["Rejected", "Summary", "check_reply", "check_sections"]
@@ -117,8 +117,6 @@ def check_reply(
     text, tool call ids and arguments); ``max_tokens`` bounds the summary;
     ``constraints`` are ``(key, text)`` of the rules it must carry (those it
     does not are listed in ``uncarried``, not refused)."""
-    from context_core.summarize.exact import carried
-
     if not isinstance(reply, str) or not reply.strip():
         return Rejected("the reply is empty")
     if _HTML.search(reply):
@@ -146,12 +144,13 @@ def check_reply(
     tokens = tokenizer.count(body, limit=max_tokens)
     if tokens > max_tokens:
         return Rejected(f"the summary is over its bound of {max_tokens} tokens")
-    for call_id in named_tool_ids(body):
+    call_ids, files = named(body)
+    for call_id in call_ids:
         if call_id not in covered:
             return Rejected(
                 f"the summary names tool call {call_id!r}, which the covered messages do not hold"
             )
-    for name in named_files(body):
+    for name in files:
         if name not in covered:
             return Rejected(f"the summary names the file {name!r}, which the covered messages do not hold")
     uncarried = tuple(key for key, text in constraints if not carried(text, body))

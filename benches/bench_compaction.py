@@ -1,0 +1,218 @@
+"""Summaries and compaction: the guard on a 2,000-token reply, the offline
+summary of a 30-message segment, the turn while a slow model summarises in
+the background, and retention at a 4K budget with L2/L3 summaries.
+
+The retention rows use ``tests/compaction_sessions.py``: 300-turn sessions
+with rules stated in the first ten turns and exact facts in tool output.
+After the whole session is compacted (offline summarizer, facts to memory),
+``PriorityAssembly`` picks the window from the log's raw tail with the
+global summary, the segment summaries and the memory lines; a rule or fact
+is kept when its marker is in what would be sent, or in memory.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_sessions import generate
+from compaction_sessions import compaction_session
+from context_core import CallableLLM, MemoryFiles, MessageLog, PriorityAssembly, Tokenizer, WeightedWindow
+from context_core.compaction import Compactor
+from context_core.log import SUMMARY_PREFIX
+from context_core.summarize import Summarizer, check_reply
+from support import REPORTS, register
+
+TOK = Tokenizer()
+
+
+def two_thousand_token_reply() -> tuple[str, str]:
+    """A reply of about 2,000 tokens (analysis and summary) naming files and
+    call ids, and the covered text that holds them."""
+    decisions = "\n".join(
+        f"- step {i}: changed services/payments/retry.go for order A-{8800 + i}, "
+        f"after call_7_{i % 9} failed with a timeout of {200 + i} ms"
+        for i in range(36)
+    )
+    analysis = "The user first asked for the refund job; then corrected the retry limit. " * 60
+    reply = (
+        f"<analysis>\n{analysis}\n</analysis>\n<summary>\nConstraints:\n- retry at most 3 times\n"
+        f"Decisions:\n{decisions}\nCurrent state:\n- tests pass\nNext steps:\n- ship it\n</summary>"
+    )
+    covered = "services/payments/retry.go\n" + "\n".join(f"call_7_{i}" for i in range(9))
+    return reply, covered
+
+
+def test_guard_on_a_2000_token_reply(benchmark):
+    reply, covered = two_thousand_token_reply()
+    register(benchmark, "summary guard, 2,000-token reply", "ours")
+    result = benchmark(check_reply, reply, level=2, covered=covered, max_tokens=1600, tokenizer=TOK)
+    assert result.__class__.__name__ == "Summary"
+    REPORTS.append(f"guard: reply of {TOK.count(reply)} tokens, summary of {result.tokens}")
+
+
+def segment() -> list[dict]:
+    """Ten turns of a generated agent session (files, logs, diffs, JSON;
+    English and Chinese): 30 messages."""
+    session = generate(400, "openai", seed=5, timestamps=False)
+    messages = session.messages[1:]
+    starts = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    chosen = messages[starts[0] : starts[10]]
+    return chosen[:30] if len(chosen) >= 30 else messages[:30]
+
+
+def test_offline_summary_of_a_30_message_segment(benchmark):
+    messages = segment()
+    summarizer = Summarizer()
+    register(benchmark, "offline summary, 30-message segment", "ours")
+    result = benchmark(summarizer.summarize, messages)
+    assert result.source == "offline"
+    chars = sum(len(str(m.get("content"))) for m in messages)
+    REPORTS.append(f"offline summary: {len(messages)} messages ({chars:,} chars) -> {result.tokens} tokens")
+
+
+def _turns(session_messages: list[dict]) -> list[int]:
+    return [
+        i + 1 for i, m in enumerate(session_messages) if m["role"] == "user" and isinstance(m["content"], str)
+    ]
+
+
+def replay_turns(messages: list[dict], compactor_of, budget: int = 8_000) -> list[float]:
+    """Seconds per turn: append what came since the last turn, pick the
+    window from the log, and (with a compactor) schedule compaction."""
+    with tempfile.TemporaryDirectory() as where:
+        log = MessageLog.open(Path(where) / "log", create=True)
+        compactor = compactor_of(log)
+        window = WeightedWindow()
+        times, done = [], 0
+        for end in _turns(messages):
+            started = time.perf_counter()
+            log.append_many(messages[done:end])
+            done = end
+            window.select(log, budget)
+            if compactor is not None:
+                compactor.schedule()
+            times.append(time.perf_counter() - started)
+        if compactor is not None:
+            compactor.close(wait=False)
+        log.close()
+    return times
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def test_the_turn_never_waits_for_a_slow_model(benchmark):
+    """1,000 messages; the model takes 2 s a summary (it sleeps, as a
+    remote call would). Rounds alternate with and without compaction."""
+    messages = compaction_session(2, turns=120).messages[:1000]
+    calls = []
+
+    def slow(prompt: list[dict]) -> str:
+        calls.append(1)
+        time.sleep(2.0)
+        return (
+            "<summary>\nConstraints:\n- none\nDecisions:\n- none\nCurrent state:\n- ok\n"
+            "Next steps:\n- go on\n</summary>"
+        )
+
+    def with_compaction(log):
+        return Compactor(log, Summarizer(CallableLLM(slow)), recent_turns=4, segment_turns=5)
+
+    rounds = 1 if benchmark.disabled else 3
+    results: dict[str, list[list[float]]] = {"with": [], "without": []}
+
+    def run():
+        for _ in range(rounds):
+            results["without"].append(replay_turns(messages, lambda log: None))
+            results["with"].append(replay_turns(messages, with_compaction))
+
+    register(benchmark, "turn with a 2 s model compacting in the background", "ours")
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    assert calls, "the model was asked"
+    ratios50 = [
+        percentile(w, 0.5) / percentile(o, 0.5)
+        for w, o in zip(results["with"], results["without"], strict=True)
+    ]
+    ratios99 = [
+        percentile(w, 0.99) / percentile(o, 0.99)
+        for w, o in zip(results["with"], results["without"], strict=True)
+    ]
+    w, o = results["with"][-1], results["without"][-1]
+    REPORTS.append(
+        f"turn at 1,000 messages with a 2 s model compacting: p50 {percentile(w, 0.5) * 1e3:.3f} ms "
+        f"/ p99 {percentile(w, 0.99) * 1e3:.3f} ms, without compaction p50 {percentile(o, 0.5) * 1e3:.3f} "
+        f"/ p99 {percentile(o, 0.99) * 1e3:.3f} ms; ratios over {rounds} rounds p50 "
+        f"{statistics.median(ratios50):.2f}x ({min(ratios50):.2f}-{max(ratios50):.2f}), p99 "
+        f"{statistics.median(ratios99):.2f}x ({min(ratios99):.2f}-{max(ratios99):.2f}); "
+        f"{len(calls)} model calls"
+    )
+
+
+def compacted_retention(seed: int, provider: str, budget: int) -> tuple[int, int, int, int, int]:
+    """``(rules kept, rules, facts kept, facts, memory lines)`` for one session."""
+    session = compaction_session(seed, turns=300, provider=provider)
+    with tempfile.TemporaryDirectory() as where:
+        log = MessageLog.open(Path(where) / "log", create=True)
+        memory = MemoryFiles(Path(where) / "memory", create=True)
+        compactor = Compactor(log, memory=memory)
+        done = 0
+        for end in _turns(session.messages):
+            log.append_many(session.messages[done:end])
+            done = end
+            while compactor.compact().status == "written":
+                pass
+        view = log.context_view()
+        summaries = [m["content"] for m in view if m["role"] == "system" and "Summary of" in m["content"]]
+        rest = [m for m in view if not (m["role"] == "system" and "Summary of" in m["content"])]
+        global_summary = next((s for s in summaries if s.startswith(SUMMARY_PREFIX)), None)
+        segments = [s for s in summaries if not s.startswith(SUMMARY_PREFIX)]
+        lines = [line for line in memory.read().splitlines() if line.strip()]
+        selection = PriorityAssembly(provider=provider).select(
+            rest, budget, global_summary=global_summary, segment_summaries=segments, memories=lines
+        )
+        sent = "\n".join(str(m.get("content")) for m in selection.messages) + str(selection.system or "")
+        log.close()
+    rules = sum(marker in sent for marker in session.rules)
+    facts = sum(value in sent for value in session.facts)
+    return rules, len(session.rules), facts, len(session.facts), len(lines)
+
+
+def test_retention_with_compaction(benchmark):
+    seeds = range(2) if benchmark.disabled else range(10)
+    rows = {}
+
+    def run():
+        for provider in ("openai", "anthropic"):
+            totals = [0, 0, 0, 0, 0]
+            for seed in seeds:
+                for i, value in enumerate(compacted_retention(seed, provider, 4_000)):
+                    totals[i] += value
+            rows[provider] = totals
+
+    register(benchmark, "retention with compaction, 4K", "ours")
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    for provider, (rules, n_rules, facts, n_facts, lines) in rows.items():
+        REPORTS.append(
+            f"retention with compaction, {provider}, 4K, {len(seeds)} sessions of 300 turns: rules "
+            f"{rules}/{n_rules} ({rules / n_rules:.1%}), facts {facts}/{n_facts} ({facts / n_facts:.1%}), "
+            f"{lines / len(seeds):.0f} memory lines a session"
+        )
+        assert rules / n_rules >= 0.95
+        assert facts / n_facts >= 0.90
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_threads():
+    before = threading.active_count()
+    yield
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
