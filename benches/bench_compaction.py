@@ -156,6 +156,24 @@ def test_the_turn_never_waits_for_a_slow_model(benchmark):
     )
 
 
+def kept(sent: str, markers: list[str]) -> int:
+    return sum(marker in sent for marker in markers)
+
+
+def uncompacted(seed: int, provider: str, budget: int) -> dict[str, tuple[int, int]]:
+    """``{policy: (rules kept, facts kept)}`` with no summaries, same sessions."""
+    session = compaction_session(seed, turns=300, provider=provider)
+    out = {}
+    for name, policy in (
+        ("WeightedWindow", WeightedWindow(provider=provider)),
+        ("PriorityAssembly (anchoring)", PriorityAssembly(anchoring=True, provider=provider)),
+    ):
+        selection = policy.select(session.messages, budget)
+        sent = "\n".join(str(m.get("content")) for m in selection.messages) + str(selection.system or "")
+        out[name] = (kept(sent, session.rules), kept(sent, session.facts))
+    return out
+
+
 def compacted_retention(seed: int, provider: str, budget: int) -> tuple[int, int, int, int, int]:
     """``(rules kept, rules, facts kept, facts, memory lines)`` for one session."""
     session = compaction_session(seed, turns=300, provider=provider)
@@ -180,21 +198,31 @@ def compacted_retention(seed: int, provider: str, budget: int) -> tuple[int, int
         )
         sent = "\n".join(str(m.get("content")) for m in selection.messages) + str(selection.system or "")
         log.close()
-    rules = sum(marker in sent for marker in session.rules)
-    facts = sum(value in sent for value in session.facts)
-    return rules, len(session.rules), facts, len(session.facts), len(lines)
+    return (
+        kept(sent, session.rules),
+        len(session.rules),
+        kept(sent, session.facts),
+        len(session.facts),
+        len(lines),
+    )
 
 
 def test_retention_with_compaction(benchmark):
     seeds = range(2) if benchmark.disabled else range(10)
     rows = {}
+    plain: dict[str, dict[str, list[int]]] = {}
 
     def run():
         for provider in ("openai", "anthropic"):
             totals = [0, 0, 0, 0, 0]
+            plain[provider] = {}
             for seed in seeds:
                 for i, value in enumerate(compacted_retention(seed, provider, 4_000)):
                     totals[i] += value
+                for name, (rules, facts) in uncompacted(seed, provider, 4_000).items():
+                    counts = plain[provider].setdefault(name, [0, 0])
+                    counts[0] += rules
+                    counts[1] += facts
             rows[provider] = totals
 
     register(benchmark, "retention with compaction, 4K", "ours")
@@ -205,6 +233,10 @@ def test_retention_with_compaction(benchmark):
             f"{rules}/{n_rules} ({rules / n_rules:.1%}), facts {facts}/{n_facts} ({facts / n_facts:.1%}), "
             f"{lines / len(seeds):.0f} memory lines a session"
         )
+        for name, (plain_rules, plain_facts) in plain[provider].items():
+            REPORTS.append(
+                f"  no summaries, {name}: rules {plain_rules / n_rules:.1%}, facts {plain_facts / n_facts:.1%}"
+            )
         assert rules / n_rules >= 0.95
         assert facts / n_facts >= 0.90
 
