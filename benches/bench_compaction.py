@@ -235,7 +235,8 @@ def test_retention_with_compaction(benchmark):
         )
         for name, (plain_rules, plain_facts) in plain[provider].items():
             REPORTS.append(
-                f"  no summaries, {name}: rules {plain_rules / n_rules:.1%}, facts {plain_facts / n_facts:.1%}"
+                f"  no summaries, {name}: rules {plain_rules / n_rules:.1%}, "
+                f"facts {plain_facts / n_facts:.1%}"
             )
         assert rules / n_rules >= 0.95
         assert facts / n_facts >= 0.90
