@@ -285,9 +285,9 @@ class Compactor:
             if used > self.global_input_tokens and kept:
                 break
             kept.append(text)
-        rules = [_own_text(m).strip() for m in self.log.read(job.rules)]
+        stated = [_own_text(m).strip() for m in self.log.read(job.rules)]
         tagger = self.summarizer.tagger
-        return kept[::-1], list(dict.fromkeys(r for r in rules if r and is_rule(r, tagger)))
+        return kept[::-1], list(dict.fromkeys(r for r in stated if r and is_rule(r, tagger)))
 
     def _run_sync(self, job: Job, prepared: Any) -> Summary | Rejected:
         from context_core.llm._deadline import DeadlinePassed, call_within
