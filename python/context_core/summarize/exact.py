@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-__all__ = ["carried", "exact_values", "key_words", "named", "named_files", "named_tool_ids"]
+__all__ = ["carried", "exact_values", "key_words", "named", "named_files", "named_tool_ids", "occurs"]
 
 _FILE_EXTENSIONS = (
     "py|pyi|go|rs|js|mjs|ts|tsx|jsx|java|kt|rb|php|swift|c|h|cc|cpp|hpp|cs|scala|sql|sh|bash|zsh|"
@@ -78,6 +78,20 @@ def key_words(text: str) -> list[str]:
     return list(dict.fromkeys(words))
 
 
+def occurs(value: str, text: str) -> bool:
+    """Whether ``value`` is in ``text`` as a whole: not inside a longer run
+    of letters and digits (``3`` is not in ``13`` nor in ``call_abc123``)."""
+    start = text.find(value)
+    while start != -1:
+        end = start + len(value)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            return True
+        start = text.find(value, start + 1)
+    return False
+
+
 def carried(message: str, summary: str, *, share: float = 2 / 3) -> bool:
     """Whether ``summary`` carries ``message``: every exact value of the
     message occurs in it (compared after NFKC and case folding), or, for a
@@ -86,7 +100,7 @@ def carried(message: str, summary: str, *, share: float = 2 / 3) -> bool:
     folded = _fold(summary)
     values = exact_values(message)
     if values:
-        return all(_fold(value) in folded for value in values)
+        return all(occurs(_fold(value), folded) for value in values)
     words = key_words(message)
     if not words:
         return _fold(message).strip() in folded

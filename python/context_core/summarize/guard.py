@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from context_core._core import Tokenizer
-from context_core.summarize.exact import carried, named
+from context_core.summarize.exact import carried, named, occurs
 from context_core.summarize.prompts import ECHO_MARKERS, SECTIONS
 
 __all__ = ["Rejected", "Summary", "check_reply", "check_sections"]
@@ -146,12 +146,12 @@ def check_reply(
         return Rejected(f"the summary is over its bound of {max_tokens} tokens")
     call_ids, files = named(body)
     for call_id in call_ids:
-        if call_id not in covered:
+        if not occurs(call_id, covered):
             return Rejected(
                 f"the summary names tool call {call_id!r}, which the covered messages do not hold"
             )
     for name in files:
-        if name not in covered:
+        if not occurs(name, covered):
             return Rejected(f"the summary names the file {name!r}, which the covered messages do not hold")
     uncarried = tuple(key for key, text in constraints if not carried(text, body))
     return Summary(body, tokens, level, uncarried, "model")

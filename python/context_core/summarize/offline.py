@@ -48,9 +48,9 @@ _TRIVIAL = re.compile(
 )
 _ITEM = re.compile(r"^\s*[-*]\s+(.*\S)\s*$")
 _HEADING = re.compile(
-    r"^\s*(?:#{1,6}\s*)?("
+    r"^\s*(?:#{1,6}\s*)?(?:\*\*)?("
     + "|".join(re.escape(s) for s in (*SECTIONS, "Files touched", "Errors and fixes"))
-    + r")\s*:?\s*$",
+    + r")(?:\*\*)?\s*:?(?:\*\*)?\s*$",
     re.IGNORECASE,
 )
 #: Extra sections the offline summaries add after the required ones.

@@ -241,6 +241,10 @@ class Summarizer:
         if problem is not None:  # a bug here, never the input's fault: say so, write nothing
             return Rejected(f"offline summary malformed: {problem}", "offline")
         tokens = self.tokenizer.count(text)
+        if tokens > self.summary_tokens:  # the bound is below the four headings alone
+            return Rejected(
+                f"summary_tokens={self.summary_tokens} cannot hold the summary's sections", "offline"
+            )
         uncarried = tuple(key for key, rule in rules if not carried(rule, text))
         return Summary(text, tokens, level, uncarried, "offline")
 

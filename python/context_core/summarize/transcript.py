@@ -115,7 +115,7 @@ class _Renderer:
         lines: list[str] = []
         if role in ("tool", "function"):
             call = message.get("tool_call_id") or message.get("name") or "?"
-            return f"tool result for {call}", self.result(_text_of(content))
+            return f"tool result for {call}"[:80].replace('"', "'"), self.result(_text_of(content))
         if isinstance(content, str):
             lines.append(content)
         elif isinstance(content, Sequence) and not isinstance(content, (bytes, bytearray)):
