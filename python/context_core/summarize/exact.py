@@ -114,10 +114,16 @@ _FILE_WORD = re.compile(rf"[\w.-]*\w\.(?:{_FILE_EXTENSIONS})")
 _TOOL_WORD = re.compile(r"(?:call|toolu|tool|fc|functions)_[A-Za-z0-9_-]*[A-Za-z0-9]")
 
 
+def _path_like(word: str) -> bool:
+    """A path, not ``I/O``, ``async/await`` or ``3/4``: rooted, or deeper
+    than one slash, or ending in a name with an extension."""
+    return word.startswith(("/", "./", "../", "~/")) or word.count("/") >= 2 or "." in word.rsplit("/", 1)[-1]
+
+
 def named(text: str) -> tuple[list[str], list[str]]:
     """``(tool call ids, paths and file names)`` named in ``text``, in one
-    pass over its words: ids ``call_…``, ``toolu_…``, ``fc_…``; paths (a
-    ``/`` between names) and names with a known file extension, URLs left
+    pass over its words: ids ``call_…``, ``toolu_…``, ``fc_…``; paths (see
+    :func:`_path_like`) and names with a known file extension, URLs left
     out."""
     ids: dict[str, None] = {}
     files: dict[str, None] = {}
@@ -135,7 +141,7 @@ def named(text: str) -> tuple[list[str], list[str]]:
         if (
             (has_slash or has_dot)
             and "://" not in word
-            and (_PATH_WORD.fullmatch(word) or _FILE_WORD.fullmatch(word))
+            and ((_PATH_WORD.fullmatch(word) and _path_like(word)) or _FILE_WORD.fullmatch(word))
         ):
             files.setdefault(word)
     return list(ids), list(files)

@@ -39,9 +39,9 @@ _DECISION = re.compile(
     r"|决定|采用|改用|就用|统一用|以后都",
     re.IGNORECASE,
 )
+# Literal-led alternatives only: a leading \w* would rescan every word.
 _ERROR = re.compile(
-    r"(?:\b\w*(?:Error|Exception)\b:|\bFAILED\b|\bfailed\b|\bpanic(?:ked)?\b|\bfatal\b|HTTP 5\d\d"
-    r"|报错|失败|异常)"
+    r"(?:Error|Exception):|\b(?:FAILED|failed|panicked|panic|fatal)\b|HTTP 5\d\d|报错|失败|异常"
 )
 _TRIVIAL = re.compile(
     r"^\s*(?:ok(?:ay)?|thanks?|thank you|great|good|sure|yes|no|好的?|谢谢|收到)[.!\u3002\uff01]*\s*$", re.I
@@ -182,6 +182,25 @@ class _Builder:
             keep.pop()
 
 
+#: Only the end of a tool output is searched for its error: that is where
+#: a trace, a failed test run or a status line says what went wrong.
+_ERROR_TAIL_CHARS = 4_000
+#: Characters kept on each side of the error in a long line (one-line JSON).
+_ERROR_CONTEXT = 160
+
+
+def _first_error(output: str) -> str | None:
+    """The first line naming an error in the end of ``output`` (one regex
+    pass over the tail, not one per line)."""
+    start = max(0, len(output) - _ERROR_TAIL_CHARS)
+    match = _ERROR.search(output, start)
+    if match is None:
+        return None
+    begin = max(output.rfind("\n", start, match.start()) + 1, start, match.start() - _ERROR_CONTEXT)
+    end = output.find("\n", match.end(), match.end() + _ERROR_CONTEXT)
+    return output[begin : end if end != -1 else match.end() + _ERROR_CONTEXT].strip() or None
+
+
 def offline_segment(
     messages: Sequence[Mapping[str, Any]],
     *,
@@ -213,10 +232,9 @@ def offline_segment(
         result = message_text(message) if role in ("tool", "function") else ""
         if not result and role == "user" and not text.strip():
             result = message_text(message)  # Anthropic tool results
-        for line in result.splitlines()[-40:]:
-            if _ERROR.search(line):
-                builder.add("Errors and fixes", line.strip(), 4)
-                break
+        error = _first_error(result)
+        if error:
+            builder.add("Errors and fixes", error, 4)
     if last_assistant is not None:
         builder.add("Current state", " ".join(_sentences(last_assistant)[:2]), 1)
     if last_user is not None:
