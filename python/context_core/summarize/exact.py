@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from context_core._core import _named, _occurs
+
 __all__ = ["carried", "exact_values", "key_words", "named", "named_files", "named_tool_ids", "occurs"]
 
 _FILE_EXTENSIONS = (
@@ -80,16 +82,9 @@ def key_words(text: str) -> list[str]:
 
 def occurs(value: str, text: str) -> bool:
     """Whether ``value`` is in ``text`` as a whole: not inside a longer run
-    of letters and digits (``3`` is not in ``13`` nor in ``call_abc123``)."""
-    start = text.find(value)
-    while start != -1:
-        end = start + len(value)
-        before = text[start - 1] if start else " "
-        after = text[end] if end < len(text) else " "
-        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-            return True
-        start = text.find(value, start + 1)
-    return False
+    of ASCII letters, digits and underscores (``3`` is not in ``13`` nor in
+    ``call_abc123``; ``A-8812`` is in ``订单A-8812已退款``). In Rust."""
+    return _occurs(value, text)
 
 
 def carried(message: str, summary: str, *, share: float = 2 / 3) -> bool:
@@ -107,44 +102,14 @@ def carried(message: str, summary: str, *, share: float = 2 / 3) -> bool:
     return sum(word in folded for word in words) >= share * len(words)
 
 
-_WORD_EDGES = "\"'`()<>[]{},;:!?*"
-_TOOL_PREFIXES = ("call_", "toolu_", "tool_", "fc_", "functions_")
-_PATH_WORD = re.compile(r"(?:~|\.{1,2})?/?(?:[\w@%+=.,-]+/)+[\w@%+=.,-]*\w")
-_FILE_WORD = re.compile(rf"[\w.-]*\w\.(?:{_FILE_EXTENSIONS})")
-_TOOL_WORD = re.compile(r"(?:call|toolu|tool|fc|functions)_[A-Za-z0-9_-]*[A-Za-z0-9]")
-
-
-def _path_like(word: str) -> bool:
-    """A path, not ``I/O``, ``async/await`` or ``3/4``: rooted, or deeper
-    than one slash, or ending in a name with an extension."""
-    return word.startswith(("/", "./", "../", "~/")) or word.count("/") >= 2 or "." in word.rsplit("/", 1)[-1]
-
-
 def named(text: str) -> tuple[list[str], list[str]]:
-    """``(tool call ids, paths and file names)`` named in ``text``, in one
-    pass over its words: ids ``call_…``, ``toolu_…``, ``fc_…``; paths (see
-    :func:`_path_like`) and names with a known file extension, URLs left
-    out."""
-    ids: dict[str, None] = {}
-    files: dict[str, None] = {}
-    look_for_ids = any(prefix in text for prefix in _TOOL_PREFIXES)
-    for word in text.split():
-        has_slash, has_dot = "/" in word, "." in word
-        if not (has_slash or has_dot or (look_for_ids and "_" in word)):
-            continue
-        word = word.strip(_WORD_EDGES).rstrip(".")
-        if look_for_ids and "_" in word:
-            for match in _TOOL_WORD.finditer(word):
-                start = match.start()
-                if start == 0 or not (word[start - 1].isalnum() or word[start - 1] == "_"):
-                    ids.setdefault(match.group())
-        if (
-            (has_slash or has_dot)
-            and "://" not in word
-            and ((_PATH_WORD.fullmatch(word) and _path_like(word)) or _FILE_WORD.fullmatch(word))
-        ):
-            files.setdefault(word)
-    return list(ids), list(files)
+    """``(tool call ids, paths and file names)`` named in ``text``, each once,
+    in one pass over its words (as ``str.split()`` splits, quotes and
+    brackets taken off): ids ``call_…``, ``toolu_…``, ``tool_…``, ``fc_…``;
+    paths of ASCII names (rooted, or deeper than one slash, or ending in a
+    file name: not ``I/O`` or ``3/4``) and names with a known file
+    extension; URLs left out. In Rust."""
+    return _named(text)
 
 
 def named_tool_ids(text: str) -> list[str]:

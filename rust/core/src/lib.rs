@@ -15,6 +15,7 @@ mod parallel;
 pub mod pretokenize;
 pub mod sanitize;
 pub mod select;
+pub mod summary;
 pub mod tags;
 #[cfg(test)]
 mod testing;

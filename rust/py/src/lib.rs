@@ -11,6 +11,7 @@ mod read_runs;
 mod sanitize;
 mod seen;
 mod select;
+mod summary;
 mod text;
 mod tokenizer;
 
@@ -29,6 +30,9 @@ mod _core {
 
     #[pymodule_export]
     use super::select::{_analyze, PyAnalysis, PyTagger, PyToolResultCut};
+
+    #[pymodule_export]
+    use super::summary::{_check_sections, _check_summary, _named, _occurs};
 
     use pyo3::prelude::*;
 

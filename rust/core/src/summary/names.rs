@@ -1,0 +1,214 @@
+//! The names a summary may only repeat: tool call ids, paths and file names,
+//! found one whitespace-separated word at a time (as Python's `str.split()`
+//! splits), and whether a value occurs in a text as a whole.
+
+use std::sync::LazyLock;
+
+use memchr::memmem;
+use regex::Regex;
+
+use super::is_space;
+
+const EDGES: &[char] = &[
+    '"', '\'', '`', '(', ')', '<', '>', '[', ']', '{', '}', ',', ';', ':', '!', '?', '*',
+];
+const PREFIXES: [&str; 5] = ["call_", "toolu_", "tool_", "fc_", "functions_"];
+
+static TOOL_WORD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?:call|toolu|tool|fc|functions)_[A-Za-z0-9_-]*[A-Za-z0-9]").expect("pattern")
+});
+/// The file extensions a name is known by (the twin's alternation).
+const FILE_EXTENSIONS: &[&str] = &[
+    "py",
+    "pyi",
+    "go",
+    "rs",
+    "js",
+    "mjs",
+    "ts",
+    "tsx",
+    "jsx",
+    "java",
+    "kt",
+    "rb",
+    "php",
+    "swift",
+    "c",
+    "h",
+    "cc",
+    "cpp",
+    "hpp",
+    "cs",
+    "scala",
+    "sql",
+    "sh",
+    "bash",
+    "zsh",
+    "md",
+    "rst",
+    "txt",
+    "json",
+    "jsonl",
+    "yaml",
+    "yml",
+    "toml",
+    "ini",
+    "cfg",
+    "conf",
+    "env",
+    "lock",
+    "csv",
+    "tsv",
+    "xml",
+    "html",
+    "css",
+    "scss",
+    "proto",
+    "tf",
+    "gradle",
+    "log",
+    "ipynb",
+    "vue",
+    "svelte",
+    "dockerfile",
+    "mk",
+];
+
+/// A character of a path's names: `[A-Za-z0-9_@%+=.,-]`.
+fn is_path_char(c: char) -> bool {
+    is_word_char(c) || "@%+=.,-".contains(c)
+}
+
+/// The twin's `(?:~|\.{1,2})?/?(?:[C]+/)+[C]*\w`, whole, by hand: an
+/// optional `~` and `/`, then names of path characters joined by single
+/// slashes (at least one), ending in a word character. (A leading `.` or
+/// `..` is itself made of path characters.)
+fn path_word(word: &str) -> bool {
+    let rest = word.strip_prefix('~').unwrap_or(word);
+    let rest = rest.strip_prefix('/').unwrap_or(rest);
+    rest.contains('/')
+        && !rest.starts_with('/')
+        && !rest.contains("//")
+        && rest.chars().all(|c| c == '/' || is_path_char(c))
+        && rest.chars().next_back().is_some_and(is_word_char)
+}
+
+/// The twin's `[A-Za-z0-9_.-]*\w\.(?:EXT)`, whole, by hand: an extension has
+/// no dot, so it follows the last one.
+fn file_word(word: &str) -> bool {
+    let Some(dot) = word.rfind('.') else {
+        return false;
+    };
+    let (stem, extension) = (&word[..dot], &word[dot + 1..]);
+    FILE_EXTENSIONS.contains(&extension)
+        && stem.chars().next_back().is_some_and(is_word_char)
+        && stem
+            .chars()
+            .all(|c| is_word_char(c) || c == '.' || c == '-')
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// A path, not `I/O`, `async/await` or `3/4`: rooted, or deeper than one
+/// slash, or ending in a name with an extension.
+fn path_like(word: &str) -> bool {
+    ["/", "./", "../", "~/"].iter().any(|p| word.starts_with(p))
+        || word.matches('/').count() >= 2
+        || word
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains('.'))
+}
+
+fn push_new<'a>(out: &mut Vec<&'a str>, item: &'a str) {
+    if !out.contains(&item) {
+        out.push(item);
+    }
+}
+
+/// ASCII bytes Python's `str.split()` splits on.
+const ASCII_SPACE: [bool; 128] = {
+    let mut table = [false; 128];
+    let mut byte = 0;
+    while byte < 128 {
+        table[byte] = matches!(byte as u8, b'\t'..=b'\r' | 0x1c..=0x1f | b' ');
+        byte += 1;
+    }
+    table
+};
+
+/// The words of `text` as Python's `str.split()` gives them, scanned by
+/// byte: only a byte past ASCII is decoded, to see if it starts a space.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let mut start = None;
+        while at < bytes.len() {
+            let byte = bytes[at];
+            let (space, width) = if byte < 0x80 {
+                (ASCII_SPACE[usize::from(byte)], 1)
+            } else {
+                let c = text[at..].chars().next().expect("a char starts here");
+                (is_space(c), c.len_utf8())
+            };
+            if space {
+                if let Some(begin) = start {
+                    let word = &text[begin..at];
+                    at += width;
+                    return Some(word);
+                }
+            } else if start.is_none() {
+                start = Some(at);
+            }
+            at += width;
+        }
+        start.map(|begin| &text[begin..])
+    })
+}
+
+/// `(tool call ids, paths and file names)` named in `text`, each once, in
+/// order of first appearance.
+pub fn named(text: &str) -> (Vec<&str>, Vec<&str>) {
+    let (mut ids, mut files) = (Vec::new(), Vec::new());
+    let look_for_ids = PREFIXES.iter().any(|p| text.contains(p));
+    for raw in words(text) {
+        let (has_slash, has_dot) = (raw.contains('/'), raw.contains('.'));
+        if !(has_slash || has_dot || (look_for_ids && raw.contains('_'))) {
+            continue;
+        }
+        let word = raw.trim_matches(EDGES).trim_end_matches('.');
+        if look_for_ids && PREFIXES.iter().any(|p| word.contains(p)) {
+            for found in TOOL_WORD.find_iter(word) {
+                let before = word[..found.start()].chars().next_back();
+                if before.is_none_or(|c| !is_word_char(c)) {
+                    push_new(&mut ids, found.as_str());
+                }
+            }
+        }
+        if (has_slash || has_dot)
+            && !word.contains("://")
+            && ((path_word(word) && path_like(word)) || file_word(word))
+        {
+            push_new(&mut files, word);
+        }
+    }
+    (ids, files)
+}
+
+/// Whether `value` is in `text` as a whole: not inside a longer run of
+/// ASCII letters, digits and underscores (`3` is not in `13`, nor in
+/// `call_abc123`; `A-8812` is in `订单A-8812已退款`).
+pub fn occurs(value: &str, text: &str) -> bool {
+    if value.is_empty() {
+        return true;
+    }
+    memmem::find_iter(text.as_bytes(), value.as_bytes()).any(|start| {
+        let end = start + value.len();
+        let before = text[..start].chars().next_back();
+        let after = text[end..].chars().next();
+        before.is_none_or(|c| !is_word_char(c)) && after.is_none_or(|c| !is_word_char(c))
+    })
+}
