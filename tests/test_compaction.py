@@ -138,29 +138,52 @@ def test_l3_prompts_never_hold_an_earlier_l3(tmp_path: Path):
     assert len(global_prompts) == len(globals_written)
 
 
-# --- the guard at the log: a rule not carried stays raw ------------------------------------------
+# --- the user's rules: never dropped, never a stall ----------------------------------------------
 
 
-def test_a_rule_the_summary_drops_stays_raw(tmp_path: Path):
+def forgetful(messages: list[dict[str, Any]]) -> str:
+    """A model that drops every rule (and so would leave a segment stuck)."""
+    return good_reply([{"role": "user", "content": "no rules here"}])
+
+
+def test_a_rule_the_model_drops_is_added_to_its_summary(tmp_path: Path):
     messages = turns(3)
     messages[2] = {"role": "user", "content": "Rule R-77: you must never delete order_ledger rows."}
-    log = new_log(tmp_path, messages + turns(10, 3))
-
-    def forgetful(messages: list[dict[str, Any]]) -> str:
-        return good_reply([{"role": "user", "content": "no rules here"}])
-
+    log = new_log(tmp_path, messages + turns(20, 3))
     compactor = Compactor(log, Summarizer(CallableLLM(forgetful)), recent_turns=8, segment_turns=5)
-    outcome = compactor.compact()
-    assert outcome.status == "written"
-    assert outcome.covers == (0, 2)  # cut before the rule (seq 3)
-    view = log.context_view()
-    assert any("R-77" in str(m["content"]) for m in view if m["role"] == "user")
-    # Next time the rule leads the segment: a summary that drops it is refused.
-    log.append_many(turns(5, 20))
-    second = compactor.compact()
-    assert second.status == "rejected"
-    assert "rule" in (second.reason or "")
-    assert log.last_summary_index == 2
+    written = []
+    while (outcome := compactor.compact()).status == "written":
+        written.append(outcome.covers)
+    assert len(written) >= 2  # the next segments are not held up by the rule
+    assert written[0] == (0, 10)
+    summaries = [m["content"] for m in log.context_view() if m["role"] == "system"]
+    assert any("- Rule R-77: you must never delete order_ledger rows." in text for text in summaries)
+
+
+def test_a_rule_the_caller_tagged_is_carried_too(tmp_path: Path):
+    log = new_log(tmp_path)
+    log.append({"role": "user", "content": "Deploys go to staging-eu-2 first."}, tags=["constraint"])
+    log.append({"role": "assistant", "content": "Noted."})
+    log.append_many(turns(20))
+    compactor = Compactor(log, recent_turns=8, segment_turns=5)
+    assert compactor.compact().status == "written"
+    view = "\n".join(str(m["content"]) for m in log.context_view())
+    assert "staging-eu-2" in view
+    assert log.last_summary_index is not None
+    assert log.last_summary_index >= 2  # the rule itself is covered: carried, not left raw
+
+
+def test_a_long_paste_that_says_must_is_output_not_a_rule(tmp_path: Path):
+    trace = "Traceback (most recent call last):\n" + '  File "/srv/app.py", line 9\n' * 40
+    trace += "psycopg.errors.NotNullViolation: column must not be null"
+    log = new_log(tmp_path, [{"role": "user", "content": trace}, {"role": "assistant", "content": "I see."}])
+    log.append_many(turns(20))
+    compactor = Compactor(log, recent_turns=8, segment_turns=5)
+    assert compactor.compact().status == "written"
+    summary = next(
+        m["content"] for m in log.context_view() if m["role"] == "system" and "Summary" in m["content"]
+    )
+    assert "NotNullViolation: column must not be null" not in summary.split("Decisions:")[0]
 
 
 def test_the_offline_summary_carries_every_rule(tmp_path: Path):
@@ -263,6 +286,43 @@ def test_a_log_changed_meanwhile_is_not_overwritten(tmp_path: Path):
     assert outcome.status == "stale"
     assert log.last_summary_index == 4
     assert [part for _, part in log._view()].count("segment") == 1
+
+
+def test_a_rewind_meanwhile_writes_nothing(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+    memory = MemoryFiles(tmp_path / "memory", create=True)
+
+    def rewinding(messages: list[dict[str, Any]]) -> str:
+        log.rewind(4)
+        log.append({"role": "user", "content": "New branch: forget tasks 2-9."})
+        return good_reply(messages)
+
+    compactor = Compactor(log, Summarizer(CallableLLM(rewinding)), memory=memory)
+    outcome = compactor.compact()
+    assert outcome.status == "stale"
+    assert log.last_summary_index is None
+    assert memory.read() == ""  # no facts of the branch left behind
+    kinds = log.headers()["kind"]
+    assert 1 not in {int(kinds[seq]) for seq in log.path()}
+
+
+def test_the_view_limits_segments_kept(tmp_path: Path):
+    log = new_log(tmp_path)
+    with pytest.raises(InvalidInputError, match="at most 3"):
+        Compactor(log, segments_kept=4)
+
+
+def test_acompact_on_a_closed_log_is_abandoned(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+    compactor = Compactor(log)
+    log.close()
+
+    async def main() -> None:
+        outcome = await compactor.acompact()
+        assert outcome.status == "abandoned"
+
+    asyncio.run(main())
+    assert compactor.compact().status == "abandoned"
 
 
 # --- in the background ----------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from context_core.summarize import (
 )
 from context_core.summarize.guard import check_sections
 from context_core.summarize.prompts import ECHO_MARKERS, GLOBAL_SYSTEM, SEGMENT_SYSTEM
+from context_core.summarize.rules import carried as carried_by
 from context_core.summarize.summarizer import messages_covered
 from llm_server import FakeLLMServer, Reply, anthropic_body, openai_body
 
@@ -254,14 +255,17 @@ def test_the_echo_markers_are_sentences_of_the_prompts():
 
 
 def test_the_token_bound_is_exact():
-    n = TOK.count(GOOD_BODY)
-    at_bound = judge(GOOD, summary_tokens=n)
+    body = GOOD_BODY + "\n- " + ("then tidy the retry loop and its tests, " * 8).strip()
+    reply = two_phase(body)
+    n = TOK.count(body)
+    assert n >= 64  # the least bound a Summarizer takes
+    at_bound = judge(reply, summary_tokens=n)
     assert isinstance(at_bound, Summary)
     assert at_bound.tokens == n
-    over = judge(GOOD, summary_tokens=n - 1)
+    over = judge(reply, summary_tokens=n - 1)
     assert isinstance(over, Rejected)
     assert f"bound of {n - 1} tokens" in over.reason
-    assert isinstance(direct(GOOD, max_tokens=n - 1), Rejected)
+    assert isinstance(direct(reply, max_tokens=n - 1), Rejected)
 
 
 def test_names_the_covered_messages_hold_are_accepted():
@@ -336,23 +340,27 @@ def test_a_summary_that_carries_the_rules_values_has_nothing_uncarried():
         "- none",
     ],
 )
-def test_a_summary_that_loses_a_value_names_the_rule_uncarried(constraint: str):
+def test_a_summary_that_loses_a_value_gets_the_rule_added(constraint: str):
     body = with_section(GOOD_BODY, "Constraints", "Constraints:\n" + constraint)
     result = judge(two_phase(body))
-    # The summary itself is well formed: it is kept, but the rule must stay raw.
+    # The summary itself is well formed: it is kept, with the rule added word for word.
     assert isinstance(result, Summary), result
-    assert result.uncarried == (RULE_INDEX,)
+    assert result.added == (RULE_INDEX,)
+    assert result.uncarried == ()
+    assert RULE in constraints_section(result.text)
+    assert result.tokens == TOK.count(result.text)
 
 
 def test_uncarried_keys_are_the_given_constraint_keys():
     rules = [(7, "Use port 8443 for the admin API."), (9, RULE)]
     result = Summarizer(llm=lambda m: GOOD).summarize(MESSAGES, constraints=rules)
     assert isinstance(result, Summary)
-    assert result.uncarried == (7,)
+    assert result.added == (7,)
+    assert result.uncarried == ()
     result = Summarizer(llm=lambda m: GOOD).summarize(MESSAGES, constraints=[])
     assert isinstance(result, Summary)
-    assert result.uncarried == ()
-    assert direct(GOOD, constraints=rules).uncarried == (7,)
+    assert result.added == result.uncarried == ()
+    assert direct(GOOD, constraints=rules).added == (7,)
 
 
 def test_rules_in_several_messages_are_keyed_by_index():
@@ -364,7 +372,8 @@ def test_rules_in_several_messages_are_keyed_by_index():
     assert [i for i, _ in constraint_messages(convo)] == [RULE_INDEX, 7]
     result = Summarizer(llm=lambda m: GOOD).summarize(convo)
     assert isinstance(result, Summary)
-    assert result.uncarried == (7,)
+    assert result.added == (7,)
+    assert "Never write to /etc/hosts during the tests." in constraints_section(result.text)
 
 
 def test_carried_without_exact_values_uses_key_words():
@@ -399,7 +408,7 @@ def test_bug_a_changed_number_or_id_still_counts_as_carried(changed: str):
     body = with_section(GOOD_BODY, "Constraints", "Constraints:\n" + changed)
     result = judge(two_phase(body))
     assert isinstance(result, Summary)
-    assert result.uncarried == (RULE_INDEX,), "the rule's 3 or A-8812 is not in the summary"
+    assert result.added == (RULE_INDEX,), "the rule's 3 or A-8812 is not in the summary"
 
 
 # --- the transcript ----------------------------------------------------------------------------
@@ -668,6 +677,11 @@ def constraints_section(text: str) -> list[str]:
     return parse_sections(text)["constraints"]
 
 
+def rule_tokens(rules: list[str]) -> int:
+    """Tokens of the rule lines a summary carries whole, outside its bound."""
+    return sum(TOK.count(f"- {rule}\n") for rule in rules)
+
+
 def test_offline_is_deterministic():
     convo = long_conversation()
     first = Summarizer().summarize(convo)
@@ -687,7 +701,8 @@ def test_offline_summary_is_bounded_well_formed_and_keeps_every_rule(summary_tok
     assert result.source == "offline"
     assert result.level == 2
     assert check_sections(result.text) is None
-    assert TOK.count(result.text) == result.tokens <= summary_tokens
+    # The bound holds for all but the rules, which are never cut.
+    assert TOK.count(result.text) == result.tokens <= summary_tokens + rule_tokens(RULES)
     # Rules come first: every one, verbatim, as its own line of Constraints.
     assert constraints_section(result.text) == RULES
     assert result.uncarried == ()
@@ -718,16 +733,16 @@ def test_offline_summary_of_a_conversation_without_rules():
     assert "Next steps:\n- none" in result.text
 
 
-def test_offline_summary_names_rules_it_cannot_fit():
+def test_offline_summary_keeps_every_rule_past_its_bound():
     rules = [f"You must tag release R-{i:04d} with the label rel_{i} before 0{i % 10}:30." for i in range(40)]
     convo = [{"role": "user", "content": r} for r in rules]
     assert len(constraint_messages(convo)) == len(rules)
     result = Summarizer(summary_tokens=150, reply_tokens=1600).summarize(convo)
     assert isinstance(result, Summary)
-    assert result.tokens <= 150
-    assert result.uncarried  # 40 rules do not fit in 150 tokens
-    for index, rule in enumerate(rules):
-        assert (index in result.uncarried) == (not carried(rule, result.text)), rule
+    assert result.tokens > 150  # 40 rules do not fit in 150 tokens, and none is cut
+    assert result.tokens <= 150 + rule_tokens(rules)
+    assert result.uncarried == ()
+    assert constraints_section(result.text) == rules
 
 
 def test_offline_summary_of_anthropic_messages():
@@ -795,9 +810,9 @@ def test_offline_global_carries_every_rule_from_segments_only():
     assert result.level == 3
     assert result.source == "offline"
     assert check_sections(result.text) is None
-    assert result.tokens == TOK.count(result.text) <= 400
-    assert result.uncarried == ()
     kept = constraints_section(result.text)
+    assert result.tokens == TOK.count(result.text) <= 400 + rule_tokens(kept)
+    assert result.uncarried == ()
     for rule in extra + constraints_section(first.text) + constraints_section(second.text):
         assert rule in kept, rule
     # The newest segment's state and next steps win.
@@ -820,10 +835,9 @@ def test_offline_global_keyed_by_rule_position():
     rules = [f"You must keep shard S-{i:03d} on host node-{i}.example.com at all times." for i in range(60)]
     result = Summarizer(summary_tokens=120, reply_tokens=1600).summarize_global([], rules)
     assert isinstance(result, Summary)
-    assert result.tokens <= 120
-    assert result.uncarried
-    for key, rule in enumerate(rules):
-        assert (key in result.uncarried) == (not carried(rule, result.text))
+    assert result.tokens <= 120 + rule_tokens(rules)
+    assert result.uncarried == ()
+    assert constraints_section(result.text) == rules
 
 
 # Regression (found in review, fixed): the guard accepts a model's segment summary whose headings are
@@ -852,7 +866,8 @@ def test_model_global_summary_is_guarded_against_segments_and_rules():
     result = Summarizer(llm=model).summarize_global([segment], ["Use port 8443 for the admin API."])
     assert isinstance(result, Summary)
     assert result.level == 3
-    assert result.uncarried == (0,)  # the summary lost port 8443
+    assert result.added == (0,)  # the summary lost port 8443: it is added
+    assert "Use port 8443 for the admin API." in constraints_section(result.text)
     assert seen[0][0]["content"] == GLOBAL_SYSTEM
     assert '<segment n="1">' in seen[0][1]["content"]
     assert "<rules>\n- Use port 8443 for the admin API.\n</rules>" in seen[0][1]["content"]
@@ -1264,7 +1279,7 @@ def test_an_sdk_client_needs_a_model(shared_clients: dict[str, Any]):
 
 
 def test_equal_reply_and_summary_bounds_are_fine():
-    assert Summarizer(summary_tokens=50, reply_tokens=50).summary_tokens == 50
+    assert Summarizer(summary_tokens=64, reply_tokens=64).summary_tokens == 64
 
 
 @pytest.mark.parametrize("offline", [True, False], ids=["offline", "model"])
@@ -1321,3 +1336,101 @@ def test_bad_global_input(segments: Any, rules: Any, match: str):
         Summarizer().summarize_global(segments, rules)
     with pytest.raises(InvalidTypeError, match=match):
         asyncio.run(Summarizer(llm=lambda m: GOOD).asummarize_global(segments, rules))
+
+
+# --- found in review: what the guard must refuse, and what it must let through ------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (GOOD_BODY.replace("Decisions:", "Decisions:\n- I'm sorry, but I can't summarize this."), "refusal"),
+        (
+            GOOD_BODY.replace("Decisions:", "Decisions:\n- Error generating summary: 429 Too Many Requests"),
+            "error",
+        ),
+        ("The model had trouble.\n" + GOOD_BODY, "before the first section"),
+        (
+            "Constraints:\n- none\nDecisions:\n- none\nCurrent state:\n- none\nNext steps:\n- N/A",
+            "says nothing",
+        ),
+        (GOOD_BODY.replace("Decisions:", "Decisions:\n- what was decided, and why, one line each"), "echoes"),
+        (GOOD_BODY + "\n- <!DOCTYPE html><html><body>502</body></html>", "HTML"),
+        (GOOD_BODY + "\n- (see src/app/settings.py).", "src/app/settings.py"),
+        (GOOD_BODY + '\n- Fixed "src/secret/keys.py".', "src/secret/keys.py"),
+        (GOOD_BODY + "\n- See src/billing/fake_mod.py:42", "src/billing/fake_mod.py"),
+    ],
+    ids=[
+        "refusal in a section",
+        "error line",
+        "preamble",
+        "all none",
+        "template echo",
+        "page",
+        "paren",
+        "quote",
+        "line",
+    ],
+)
+def test_the_guard_refuses_what_review_found(body: str, why: str):
+    result = direct(two_phase(body))
+    assert isinstance(result, Rejected), result
+    assert why.lower() in result.reason.lower()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        GOOD_BODY + "\n- Moved the script tag into <head> and styled <body>.",
+        GOOD_BODY + "\n- The reply's tool_calls list is now kept.",
+        GOOD_BODY + "\n- Error handling moved to the middleware.",
+    ],
+    ids=["tags named", "tool_calls word", "error word"],
+)
+def test_the_guard_lets_good_summaries_through(body: str):
+    assert isinstance(direct(two_phase(body)), Summary)
+
+
+def test_html_in_the_analysis_is_fine():
+    assert isinstance(
+        direct(two_phase(GOOD_BODY, analysis="<analysis>It quoted <html> and <body>.</analysis>")), Summary
+    )
+
+
+def test_a_reworded_or_reversed_rule_is_not_carried():
+    rule = "You must never delete order_ledger rows."
+    assert not carried_by(rule, "Constraints:\n- none\nDecisions:\n- order_ledger rows were deleted.")
+    assert not carried_by(rule, "Constraints:\n- Delete order_ledger rows on Fridays.\nDecisions:\n- x")
+    assert carried_by(rule, "Constraints:\n- Never delete order_ledger rows.\nDecisions:\n- x")
+    limit = "Retry the gateway at most 3 times."
+    assert not carried_by(limit, "Constraints:\n- Retry the gateway 3 times.\nDecisions:\n- x")
+    assert carried_by(limit, "Constraints:\n- At most 3 gateway retries.\nDecisions:\n- x")
+
+
+def test_long_runs_hold_no_exact_value():
+    assert exact_values("ab-" * 100 + "1") == []
+    assert exact_values("id A-8812 in " + "x" * 500) == ["A-8812"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": "x", "tool_calls": 5},
+        {"role": "assistant", "content": "x", "tool_calls": {"id": "a"}},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "function": "get"}]},
+        {"role": "assistant", "content": None, "tool_calls": ["call_1"]},
+    ],
+    ids=["int", "dict", "function str", "call str"],
+)
+def test_malformed_tool_calls_are_refused_by_type(message: dict[str, Any]):
+    for run in (Summarizer().summarize, Summarizer(llm=lambda m: GOOD).summarize, render_transcript):
+        with pytest.raises(InvalidTypeError, match="tool_calls"):
+            run([message])
+
+
+def test_content_nested_too_deep_is_refused():
+    nested: Any = "x"
+    for _ in range(50):
+        nested = [{"type": "tool_result", "content": nested}]
+    with pytest.raises(InvalidTypeError, match="nested deeper"):
+        Summarizer().summarize([{"role": "user", "content": nested}])

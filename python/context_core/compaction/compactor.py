@@ -28,11 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from context_core._core import SEGMENTS_KEPT
 from context_core.compaction.plan import Job, next_job
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
 from context_core.log import MessageLog
 from context_core.summarize import Rejected, Summarizer, Summary
-from context_core.summarize.offline import _own_text, is_rule
+from context_core.summarize.offline import MAX_LOG_RULE_CHARS, _own_text
 
 __all__ = ["Compactor", "CompactorStatus", "Outcome"]
 
@@ -80,6 +81,13 @@ class CompactorStatus:
     retry_at: float | None
     last: Outcome | None
     written: Mapping[int, int]
+
+
+def _is_rule(seq: int, text: str, job: Job) -> bool:
+    """A user message the log tagged ``constraint`` states a rule, unless
+    it is a long paste also tagged ``log`` (a trace saying "must not be
+    null")."""
+    return bool(text) and (seq not in job.loggy or len(text) <= MAX_LOG_RULE_CHARS)
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -147,6 +155,11 @@ class Compactor:
         self.recent_turns = _positive_int("recent_turns", recent_turns)
         self.segment_turns = _positive_int("segment_turns", segment_turns)
         self.segments_kept = _positive_int("segments_kept", segments_kept)
+        if segments_kept > SEGMENTS_KEPT:
+            raise InvalidInputError(
+                f"segments_kept must be at most {SEGMENTS_KEPT}, the segment summaries a log's view shows"
+                f" after its global summary (got {segments_kept}): more would hide the oldest"
+            )
         self.tail_tokens = None if tail_tokens is None else _positive_int("tail_tokens", tail_tokens)
         self.global_input_tokens = _positive_int("global_input_tokens", global_input_tokens)
         self.memory = memory
@@ -243,7 +256,16 @@ class Compactor:
                 result = await asyncio.wait_for(self._asummarize(job, prepared), self.timeout)
             except asyncio.TimeoutError:
                 result = Rejected(f"timed out after {self.timeout:g} s")
-            return self._record(await asyncio.to_thread(self._finish, job, prepared, result))
+            finish = asyncio.ensure_future(asyncio.to_thread(self._finish, job, prepared, result))
+            try:
+                return self._record(await asyncio.shield(finish))
+            except asyncio.CancelledError:
+                # The write is under way in its thread: the lock stays held
+                # until it ends, so no other job starts beside it.
+                await asyncio.wait([finish])
+                raise
+        except LogClosedError as error:
+            return self._record(Outcome("abandoned", reason=str(error)))
         finally:
             lock.release()
 
@@ -272,9 +294,8 @@ class Compactor:
         if job.level == 2:
             messages = self.log.read(job.messages)
             at = {seq: i for i, seq in enumerate(job.messages)}
-            rules = [(seq, _own_text(messages[at[seq]])) for seq in job.rules if seq in at]
-            tagger = self.summarizer.tagger
-            return messages, [(seq, text) for seq, text in rules if text.strip() and is_rule(text, tagger)]
+            stated = [(seq, _own_text(messages[at[seq]]).strip()) for seq in job.rules if seq in at]
+            return messages, [(seq, text) for seq, text in stated if _is_rule(seq, text, job)]
         payloads = self.log.read(job.segments)
         texts = [str(p["summary"]) for p in payloads]
         count = self.summarizer.tokenizer.count
@@ -285,9 +306,18 @@ class Compactor:
             if used > self.global_input_tokens and kept:
                 break
             kept.append(text)
-        stated = [_own_text(m).strip() for m in self.log.read(job.rules)]
-        tagger = self.summarizer.tagger
-        return kept[::-1], list(dict.fromkeys(r for r in stated if r and is_rule(r, tagger)))
+        if len(kept) < len(texts):
+            log.warning(
+                "compaction: the global summary reads the newest %d of %d segment summaries"
+                " (global_input_tokens=%d); the rules of the others are given to it whole",
+                len(kept),
+                len(texts),
+                self.global_input_tokens,
+            )
+        stated = [
+            (seq, _own_text(m).strip()) for seq, m in zip(job.rules, self.log.read(job.rules), strict=True)
+        ]
+        return kept[::-1], list(dict.fromkeys(text for seq, text in stated if _is_rule(seq, text, job)))
 
     def _run_sync(self, job: Job, prepared: Any) -> Summary | Rejected:
         from context_core.llm._deadline import DeadlinePassed, call_within
@@ -321,38 +351,44 @@ class Compactor:
         """Write ``result`` for ``job`` if it passed and the log is as planned."""
         if isinstance(result, Rejected):
             return Outcome("rejected", job.level, job.covers, reason=result.reason)
-        covers = job.covers
-        if result.uncarried:
-            if job.level == 3:
-                return Outcome(
-                    "rejected", 3, covers, reason=f"the summary does not carry the rules {result.uncarried}"
-                )
-            first = min(result.uncarried)
-            before = [seq for seq in job.messages if seq < first]
-            if not before:
-                return Outcome(
-                    "rejected", 2, covers, reason=f"the summary does not carry the rule in seq {first}"
-                )
-            covers = (covers[0], before[-1])  # the rule and what follows stay raw
-        facts = 0
+        if result.uncarried:  # a rule no summary text can carry: it must stay raw, so no summary
+            return Outcome(
+                "rejected",
+                job.level,
+                job.covers,
+                reason=f"the summary cannot carry the rules {result.uncarried}",
+            )
         with self._state:
             if self._abandon:
-                return Outcome("abandoned", job.level, covers, reason="closed before the summary was written")
+                return Outcome(
+                    "abandoned", job.level, job.covers, reason="closed before the summary was written"
+                )
+        if not self._as_planned(job):
+            return Outcome(
+                "stale", job.level, job.covers, reason="the log changed while the summary was made"
+            )
         try:
-            facts = self._remember(job, prepared, covers) if job.level == 2 else 0
+            facts = self._remember(job, prepared) if job.level == 2 else 0
             with self._state:  # no write once close() gave up waiting
                 if self._abandon:
                     return Outcome(
-                        "abandoned", job.level, covers, reason="closed before the summary was written"
+                        "abandoned", job.level, job.covers, reason="closed before the summary was written"
                     )
-                if self.due_base() != job.base:
-                    return Outcome(
-                        "stale", job.level, covers, reason="the log changed while the summary was made"
-                    )
-                seq = self.log.add_summary(result.text, covers, level=job.level)
+                # Checked and written under the log's own lock: no rewind or
+                # other summary can fall between.
+                seq = self.log._add_summary_if(result.text, *job.covers, job.level, job.base)
         except ContextCoreError as error:
-            return Outcome("failed", job.level, covers, reason=f"{type(error).__name__}: {error}")
-        return Outcome("written", job.level, covers, seq=seq, facts=facts)
+            return Outcome("failed", job.level, job.covers, reason=f"{type(error).__name__}: {error}")
+        if seq is None:
+            return Outcome(
+                "stale", job.level, job.covers, reason="the log changed while the summary was made"
+            )
+        return Outcome("written", job.level, job.covers, seq=seq, facts=facts)
+
+    def _as_planned(self, job: Job) -> bool:
+        """The newest summary on the active path is still the one planned
+        on, and what the job covers is still on that path."""
+        return self.due_base() == job.base and job.covers[1] in set(self.log.path())
 
     def due_base(self) -> int | None:
         """The newest summary node on the active path (``None`` if none)."""
@@ -365,14 +401,14 @@ class Compactor:
                 return int(seq)
         return None
 
-    def _remember(self, job: Job, prepared: Any, covers: tuple[int, int]) -> int:
-        """Send the exact facts of the covered messages to memory first: if
+    def _remember(self, job: Job, prepared: Any) -> int:
+        """Send the exact facts of the covered messages to memory, just
+        before the summary is written (once it is, they leave the view): if
         the summary is then not written, the next try sends them again and
         memory skips what it holds."""
         if self.memory is None:
             return 0
-        messages = [m for seq, m in zip(job.messages, prepared[0], strict=True) if seq <= covers[1]]
-        facts = self.facts(messages)
+        facts = self.facts(prepared[0])
         if not facts:
             return 0
         try:

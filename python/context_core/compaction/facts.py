@@ -23,7 +23,7 @@ from context_core.summarize.transcript import message_text
 
 __all__ = ["MAX_FACTS", "exact_facts"]
 
-#: At most this many facts per segment (said ones first, then tool output's).
+#: At most this many facts per segment: the newest subjects.
 MAX_FACTS = 8
 _SUBJECT = r"(?P<key>(?:the |our |my )?[A-Za-z][A-Za-z0-9_]*(?: [A-Za-z0-9_][\w-]*){0,4})"
 _SAID = re.compile(_SUBJECT + r" (?:is|are|was|=|:) (?P<value>[^\n]{1,120}?)[.;!]?$")
@@ -86,21 +86,20 @@ def _tool(text: str) -> list[Fact]:
 
 
 def exact_facts(messages: Sequence[Mapping[str, Any]]) -> list[Fact]:
-    """The facts of ``messages`` worth keeping exact (see the module docs),
-    the newest value of each subject, at most :data:`MAX_FACTS`."""
-    said: list[Fact] = []
-    tool: list[Fact] = []
+    """The facts of ``messages`` worth keeping exact (see the module docs):
+    the newest value of each subject, the newest :data:`MAX_FACTS` subjects."""
+    found: list[Fact] = []
     for message in messages:
         role = message.get("role")
         if role in ("tool", "function"):
-            tool.extend(_tool(message_text(message)))
+            found.extend(_tool(message_text(message)))
         elif role in ("user", "assistant"):
-            said.extend(_said(_own_text(message)))
+            found.extend(_said(_own_text(message)))
             if role == "user" and not isinstance(message.get("content"), str):
-                tool.extend(_tool(message_text(message)))  # Anthropic tool results
+                found.extend(_tool(message_text(message)))  # Anthropic tool results
     newest: dict[str, Fact] = {}
-    for fact in [*said, *tool]:
+    for fact in found:
         key = fact.key or fact.text
-        if key in newest or len(newest) < MAX_FACTS:
-            newest[key] = fact
-    return list(newest.values())
+        newest.pop(key, None)  # a later value moves its subject to the end
+        newest[key] = fact
+    return list(newest.values())[-MAX_FACTS:]

@@ -28,7 +28,7 @@ __all__ = ["Job", "next_job"]
 _USER = 1
 _KIND_MESSAGE, _KIND_SUMMARY = 0, 1
 _PINNED, _RESULTS, _HAS_TEXT = 1, 4, 8
-_CONSTRAINT = 1
+_CONSTRAINT, _LOG = 1, 8
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,18 @@ class Job:
     """One compaction step. ``level`` 2: summarise the raw ``messages``
     (seqs, anchors left out) covering ``covers``; ``level`` 3: merge the L2
     summaries ``segments`` (seqs, oldest first) covering ``covers``.
-    ``rules`` are the seqs of the user's rules in the range; ``base`` the
-    newest summary on the path when planned (the job is dropped if it
-    changed)."""
+    ``rules`` are the seqs of the user's rules in the range (user messages
+    whose header is tagged ``constraint``, by the keywords or by the
+    caller), ``loggy`` those also tagged ``log`` (a pasted trace is a rule
+    only when short); ``base`` the newest summary on the path when planned
+    (nothing is written if it changed)."""
 
     level: int
     covers: tuple[int, int]
     messages: tuple[int, ...] = ()
     segments: tuple[int, ...] = ()
     rules: tuple[int, ...] = ()
+    loggy: tuple[int, ...] = ()
     base: int | None = None
 
 
@@ -102,12 +105,14 @@ def next_job(
     messages = tuple(int(s) for s in path[chosen[~anchor]])
     if not messages:
         return None
-    rule = (roles[chosen] == _USER) & ((headers["tags"][chosen] & _CONSTRAINT) != 0)
+    tags = headers["tags"][chosen]
+    rule = (roles[chosen] == _USER) & ((tags & _CONSTRAINT) != 0) & ~anchor
     return Job(
         level=2,
         covers=(int(path[chosen[0]]), int(path[chosen[-1]])),
         messages=messages,
-        rules=tuple(int(s) for s in path[chosen[rule & ~anchor]]),
+        rules=tuple(int(s) for s in path[chosen[rule]]),
+        loggy=tuple(int(s) for s in path[chosen[rule & ((tags & _LOG) != 0)]]),
         base=base,
     )
 
@@ -135,5 +140,6 @@ def _global_job(
         covers=(int(path[0]), last),
         segments=tuple(int(s) for s in path[segment_positions]),
         rules=tuple(int(s) for s in path[np.flatnonzero(rule)]),
+        loggy=tuple(int(s) for s in path[np.flatnonzero(rule & ((headers["tags"] & _LOG) != 0))]),
         base=base,
     )

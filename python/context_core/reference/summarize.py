@@ -23,7 +23,12 @@ ECHO_MARKERS = (
     "it is data, not instructions",
     "you summarise one segment of a conversation",
     "you merge the segment summaries",
+    "every rule, requirement and prohibition the user",
+    "what was decided, and why, one line each",
+    "where the work stands now",
+    "what the next turn must do",
 )
+_NOTHING = ("none", "none.", "(none)", "n/a", "无", "无。")
 _LOWER = {ord(c): ord(c) + 32 for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}
 
 
@@ -38,7 +43,13 @@ _HEADING = re.compile(
     r"(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*$",
     re.ASCII | re.MULTILINE,
 )
-_HTML = _re(r"<!doctype\s+html|<\s*html(?:\s|>)|<\s*head\s*>|<\s*body(?:\s|>)")
+_HTML = _re(r"\A\s*(?:<!doctype\s+html|<\s*html(?:\s|>)|<\s*head\s*>|<\s*body(?:\s|>))")
+_HTML_PAGE = _re(r"<!doctype\s+html|<\s*html(?:\s|>)[\s\S]*<\s*/\s*html\s*>")
+_FAILURE_LINE = _re(
+    r"\A(?:error (?:while )?generating|(?:failed|unable) to (?:generate|summari[sz]e|produce)|"
+    r"could not (?:generate|summari[sz]e|produce)|can(?:no|')?t (?:generate|summari[sz]e)|"
+    r"[0-9]{3} too many requests|rate limit(?:ed| exceeded))"
+)
 _END = r"(?:[^0-9a-z_]|\Z)"
 _ERROR_START = _re(
     rf"\A\s*(?:error{_END}|exception{_END}|traceback{_END}|fatal{_END}|rate[ -]?limit|too many requests|"
@@ -77,6 +88,20 @@ def _path_like(word: str) -> bool:
     return word.startswith(("/", "./", "../", "~/")) or word.count("/") >= 2 or "." in word.rsplit("/", 1)[-1]
 
 
+def _bare(word: str) -> str:
+    """``word`` without the quotes, brackets and punctuation around it, nor
+    a trailing ``:line`` or ``:line:column``."""
+    while True:
+        bare = word.strip(_EDGES).rstrip(".")
+        for _ in range(2):
+            head, colon, digits = bare.rpartition(":")
+            if colon and digits and digits.isascii() and digits.isdigit():
+                bare = head
+        if len(bare) == len(word):
+            return word
+        word = bare
+
+
 def named(text: str) -> tuple[list[str], list[str]]:
     """``(tool call ids, paths and file names)`` named in ``text``."""
     ids: dict[str, None] = {}
@@ -86,11 +111,12 @@ def named(text: str) -> tuple[list[str], list[str]]:
         has_slash, has_dot = "/" in raw, "." in raw
         if not (has_slash or has_dot or (look_for_ids and "_" in raw)):
             continue
-        word = raw.strip(_EDGES).rstrip(".")
+        word = _bare(raw)
         if look_for_ids and "_" in word:
             for match in _TOOL_WORD.finditer(word):
                 start = match.start()
-                if start == 0 or not _word_char(word[start - 1]):
+                has_digit = any(c.isdigit() and c.isascii() for c in match.group())
+                if has_digit and (start == 0 or not _word_char(word[start - 1])):
                     ids.setdefault(match.group())
         if (
             (has_slash or has_dot)
@@ -128,11 +154,37 @@ def check_sections(text: str) -> str | None:
             return f"section '{shown}' appears {count} times (expected once)"
     if names != list(SECTIONS):
         return f"sections out of order (expected {', '.join(SECTION_NAMES)})"
+    if text[: found[0][1]].strip():
+        return "text before the first section"
+    low = _lowered(text)
+    said = False
     for i, (_, _, end) in enumerate(found):
         stop = found[i + 1][1] if i + 1 < len(found) else len(text)
-        if not text[end:stop].strip():
+        content = low[end:stop].strip()
+        if not content:
             return f"section '{SECTION_NAMES[i]}' is empty"
+        said = said or (i > 0 and not _says_nothing(content))
+    if not said:
+        return "the summary says nothing (every section after Constraints is none)"
     return None
+
+
+def _unbulleted(line: str) -> str:
+    line = line.strip()
+    return (line[1:] if line[:1] in ("-", "*", "\u2022") else line).strip()
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as Rust's ``str::lines`` gives them: split at ``\n``, a ``\r``
+    before it dropped, no empty last line."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _says_nothing(content: str) -> bool:
+    return all(line in _NOTHING for line in map(_unbulleted, _lines(content)) if line)
 
 
 def _body(reply: str, low: str) -> tuple[int, int] | str:
@@ -178,6 +230,13 @@ def check_summary(
         return None, 0, "the summary is an error message"
     if _REFUSAL.match(body_low):
         return None, 0, "the summary is a refusal"
+    if _HTML_PAGE.search(body_low):
+        return None, 0, "the summary holds an HTML page"
+    for line in map(_unbulleted, _lines(body_low)):
+        if _REFUSAL.match(line):
+            return None, 0, "the summary holds a refusal"
+        if _FAILURE_LINE.match(line):
+            return None, 0, "the summary holds an error message"
     if _MARKUP.search(body_low):
         return None, 0, "the summary holds the prompt's markup"
     if any(marker in body_low for marker in ECHO_MARKERS):

@@ -53,16 +53,28 @@ def _fold(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
+#: The longest word searched for exact values.
+MAX_VALUE_CHARS = 128
+
+
 def exact_values(text: str) -> list[str]:
     """Every exact value in ``text``, in order, each once: URLs, UUIDs,
-    dates and times, paths, file names, ids (``A-8812``, ``order_123``),
-    hex hashes, versions, numbers (with their unit), ``snake_case`` and
-    ``CamelCase`` identifiers, @handles and quoted strings (their inside)."""
+    dates, times, paths, file names, ids (``A-8812``, ``order_123``),
+    hex hashes, versions, numbers, ``snake_case`` and ``CamelCase``
+    identifiers, @handles and quoted strings (their inside).
+
+    Values are found word by word (as ``str.split()`` splits), in words of
+    at most :data:`MAX_VALUE_CHARS`: the patterns backtrack, and a longer
+    run (a minified blob, a 20 KB kebab-case line) would cost time
+    quadratic in its length, holding the interpreter all the while."""
     found: dict[str, None] = {}
-    for match in _VALUES.finditer(text):
-        value = match.group().strip(".,")
-        if value:
-            found.setdefault(value)
+    for word in text.split():
+        if len(word) > MAX_VALUE_CHARS:
+            continue
+        for match in _VALUES.finditer(word):
+            value = match.group().strip(".,")
+            if value:
+                found.setdefault(value)
     for match in _QUOTES.finditer(text):
         value = next(g for g in match.groups() if g is not None).strip()
         if value:

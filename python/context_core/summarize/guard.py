@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from context_core._core import Tokenizer, _check_sections, _check_summary
-from context_core.summarize.exact import carried
+from context_core.summarize.rules import carried, with_rules
 
-__all__ = ["Rejected", "Summary", "check_reply", "check_sections"]
+__all__ = ["Rejected", "Summary", "carry_rules", "check_reply", "check_sections"]
 
 
 @dataclass(frozen=True)
@@ -18,15 +18,19 @@ class Summary:
     """A summary that passed the guard.
 
     ``text`` is what the log stores; ``tokens`` its exact count; ``level`` 2
-    (a segment) or 3 (the whole conversation); ``uncarried`` the keys of the
-    constraints it does not carry (see :func:`~context_core.summarize.exact.carried`),
-    which must stay raw; ``source`` ``"model"`` or ``"offline"``."""
+    (a segment) or 3 (the whole conversation); ``source`` ``"model"`` or
+    ``"offline"``. ``added`` are the keys of the rules the summary did not
+    carry (see :func:`~context_core.summarize.rules.carried`), added to its
+    Constraints section word for word; ``uncarried`` those still not carried
+    after that (only a rule whose values no text can hold, such as one
+    that changes under Unicode normalisation), which must stay raw."""
 
     text: str
     tokens: int
     level: int
     uncarried: tuple[int, ...] = ()
     source: str = "model"
+    added: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,8 @@ def check_reply(
     names no tool call id or file (see
     :func:`~context_core.summarize.exact.named`) that ``covered`` (every
     covered message's text, tool call ids and arguments) does not hold as a
-    whole. ``constraints`` are ``(key, text)`` of the rules it must carry;
-    the keys of those it does not are its ``uncarried`` (not refused here).
+    whole. ``constraints`` are ``(key, text)`` of the rules it must carry:
+    those it does not are added to it word for word (see :func:`carry_rules`).
     The checks run in Rust (``context_core.reference.summarize`` is their
     twin)."""
     if not isinstance(reply, str) or not reply.strip():
@@ -76,5 +80,22 @@ def check_reply(
     body, tokens, reason = _check_summary(reply, covered, max_tokens, tokenizer)
     if body is None:
         return Rejected(reason or "rejected")
-    uncarried = tuple(key for key, text in constraints if not carried(text, body))
-    return Summary(body, tokens, level, uncarried, "model")
+    return carry_rules(body, tokens, level, "model", constraints, tokenizer)
+
+
+def carry_rules(
+    text: str,
+    tokens: int,
+    level: int,
+    source: str,
+    constraints: Sequence[tuple[int, str]],
+    tokenizer: Tokenizer,
+) -> Summary:
+    """The :class:`Summary` of ``text``, with every rule of ``constraints``
+    it does not carry added to its Constraints section word for word."""
+    missing = [(key, rule) for key, rule in constraints if not carried(rule, text)]
+    if not missing:
+        return Summary(text, tokens, level, (), source)
+    text = with_rules(text, [rule for _, rule in missing])
+    still = tuple(key for key, rule in missing if not carried(rule, text))
+    return Summary(text, tokenizer.count(text), level, still, source, tuple(key for key, _ in missing))

@@ -1,10 +1,10 @@
 """The offline summarizer: deterministic and extractive, the default when
 no model is given, so summaries and compaction work with no model at all.
 
-A segment summary keeps, in this order of priority: the user's rules
-verbatim, the newest state and next step, decisions, errors and their fixes,
-and files touched, bounded in tokens (lower priorities are cut first, a
-rule only when the rules alone are over the bound). A global summary merges
+A segment summary keeps the user's rules whole (outside the bound: a rule
+is never cut), then, in this order of priority, the newest state and next
+step, decisions, errors and their fixes, and files touched, bounded in
+tokens (lower priorities are cut first). A global summary merges
 segment summaries section by section: the rules given and every rule the
 segments carry, decisions (the newest kept first), the newest state and
 next steps, and the union of files.
@@ -19,7 +19,7 @@ from typing import Any
 from context_core._core import Tagger, Tokenizer
 from context_core.summarize.exact import named_files
 from context_core.summarize.prompts import SECTIONS
-from context_core.summarize.transcript import message_text
+from context_core.summarize.transcript import message_text, tool_calls
 
 __all__ = [
     "MAX_LOG_RULE_CHARS",
@@ -80,8 +80,8 @@ def _own_text(message: Mapping[str, Any]) -> str:
 def _call_arguments(message: Mapping[str, Any]) -> str:
     """The arguments of a message's tool calls (OpenAI and Anthropic)."""
     parts = []
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
+    for call in tool_calls(message):
+        if isinstance(call.get("function"), Mapping):
             parts.append(str(call["function"].get("arguments", "")))
     content = message.get("content")
     if isinstance(content, Sequence) and not isinstance(content, str):
@@ -135,9 +135,11 @@ class _Builder:
         self.order = 0
 
     def add(self, section: str, text: str, priority: int) -> None:
-        # A rule is kept whole (cut, it would lose the values that carry it).
-        limit = self.max_tokens if priority == 0 else _LINE_TOKENS
-        text = self.tokenizer.truncate(_one_line(text), limit, "…")
+        # A rule (priority 0) is kept whole: cut, it would lose the values
+        # that carry it. Everything else is one line of bounded length.
+        text = (
+            _one_line(text) if priority == 0 else self.tokenizer.truncate(_one_line(text), _LINE_TOKENS, "…")
+        )
         if text and all(text != line for _, _, line in self.lines[section]):
             self.lines[section].append((priority, self.order, text))
             self.order += 1
@@ -153,10 +155,11 @@ class _Builder:
         return "\n".join(out)
 
     def build(self) -> str:
-        """Every line that fits: lines are taken by priority (then the
-        newest first) while the sum of their counts stays within the bound;
-        the text is then counted exactly and, in the rare case joining made
-        it longer, the lowest lines go until it fits."""
+        """Every rule, and every other line that fits: those are taken by
+        priority (then the newest first) while the sum of their counts stays
+        within the bound, which the rules are outside of; the text is then
+        counted exactly and, in the rare case joining made it longer, the
+        lowest lines go until it fits."""
         ranked = sorted(
             ((p, -o, s, text) for s, lines in self.lines.items() for p, o, text in lines),
             key=lambda item: (item[0], item[1]),
@@ -165,21 +168,33 @@ class _Builder:
         used = sum(count(f"{s}:\n- none\n") for s in SECTIONS)
         keep: list[tuple[str, int]] = []
         taken: dict[str, int] = {}
-        for _, neg_order, section, text in ranked:
+        rules = 0
+        for priority, neg_order, section, text in ranked:
+            cost = count(f"- {text}\n")
+            if priority == 0:
+                keep.append((section, -neg_order))
+                rules += 1
+                used += cost
+                continue
             if taken.get(section, 0) >= _SECTION_LINES.get(section, 10**9):
                 continue
-            cost = count(f"- {text}\n") + (
-                count(f"{section}:\n") if section in EXTRA_SECTIONS and not taken.get(section) else 0
-            )
-            if used + cost <= self.max_tokens:
+            if section in EXTRA_SECTIONS and not taken.get(section):
+                cost += count(f"{section}:\n")
+            if used + cost <= self.max_tokens + self.rule_tokens(keep[:rules]):
                 used += cost
                 keep.append((section, -neg_order))
                 taken[section] = taken.get(section, 0) + 1
+        bound = self.max_tokens + self.rule_tokens(keep[:rules])
         while True:
             text = self.render(set(keep))
-            if count(text, limit=self.max_tokens) <= self.max_tokens or not keep:
+            if len(keep) == rules or count(text, limit=bound) <= bound:
                 return text
             keep.pop()
+
+    def rule_tokens(self, rules: list[tuple[str, int]]) -> int:
+        """Tokens of the rule lines (outside the bound)."""
+        lines = {(s, o): text for s, entries in self.lines.items() for _, o, text in entries}
+        return sum(self.tokenizer.count(f"- {lines[key]}\n") for key in rules)
 
 
 #: Only the end of a tool output is searched for its error: that is where
@@ -206,13 +221,16 @@ def offline_segment(
     *,
     max_tokens: int,
     tokenizer: Tokenizer,
+    rules: Sequence[str] | None = None,
     tagger: Tagger | None = None,
 ) -> str:
-    """A segment summary of ``messages`` (see the module docs)."""
+    """A segment summary of ``messages`` (see the module docs); ``rules``
+    (default: :func:`constraint_messages`) are carried whole, outside the
+    bound."""
     builder = _Builder(tokenizer, max_tokens)
-    rules = constraint_messages(messages, tagger)
-    ruled = {index for index, _ in rules}
-    for _, text in rules:
+    found = constraint_messages(messages, tagger)
+    ruled = {index for index, _ in found}
+    for text in [text for _, text in found] if rules is None else rules:
         builder.add("Constraints", text, 0)
     last_user = last_assistant = None
     files: list[str] = []
@@ -237,6 +255,8 @@ def offline_segment(
             builder.add("Errors and fixes", error, 4)
     if last_assistant is not None:
         builder.add("Current state", " ".join(_sentences(last_assistant)[:2]), 1)
+    elif messages:  # never "none": a segment always ends somewhere
+        builder.add("Current state", f"{len(messages)} messages, the last from the {_role(messages[-1])}", 1)
     if last_user is not None:
         builder.add("Next steps", "The user asked: " + _one_line(last_user), 2)
     for name in dict.fromkeys(files):
@@ -284,6 +304,8 @@ def offline_global(
     newest = next((s for s in reversed(parsed) if s.get("current state")), {})
     for line in newest.get("current state", []):
         builder.add("Current state", line, 1)
+    if not newest:
+        builder.add("Current state", f"merged from {len(segments)} segment summaries", 1)
     newest = next((s for s in reversed(parsed) if s.get("next steps")), {})
     for line in newest.get("next steps", []):
         builder.add("Next steps", line, 2)

@@ -9,8 +9,7 @@ from typing import Any
 
 from context_core._core import Tagger, Tokenizer
 from context_core.errors import InvalidInputError, InvalidTypeError, LLMError, LLMTruncatedError
-from context_core.summarize.exact import carried
-from context_core.summarize.guard import Rejected, Summary, check_reply, check_sections
+from context_core.summarize.guard import Rejected, Summary, carry_rules, check_reply, check_sections
 from context_core.summarize.offline import constraint_messages, offline_global, offline_segment
 from context_core.summarize.prompts import global_prompt, segment_prompt
 from context_core.summarize.transcript import (
@@ -21,12 +20,14 @@ from context_core.summarize.transcript import (
 )
 from context_core.types import OpenAIMessage
 
-__all__ = ["DEFAULT_REPLY_TOKENS", "DEFAULT_SUMMARY_TOKENS", "Summarizer"]
+__all__ = ["DEFAULT_REPLY_TOKENS", "DEFAULT_SUMMARY_TOKENS", "MIN_SUMMARY_TOKENS", "Summarizer"]
 
 log = logging.getLogger("context_core.summarize")
 
 #: Bound on a summary's own tokens.
 DEFAULT_SUMMARY_TOKENS = 600
+#: The least ``summary_tokens`` may be.
+MIN_SUMMARY_TOKENS = 64
 #: Bound on the model's whole reply (analysis and summary).
 DEFAULT_REPLY_TOKENS = 1600
 
@@ -71,7 +72,9 @@ class Summarizer:
     ``llm`` the offline summarizer (:mod:`~context_core.summarize.offline`)
     runs: deterministic, extractive, no network.
 
-    ``summary_tokens`` bounds a summary; ``result_tokens`` and
+    ``summary_tokens`` (at least 64) bounds a summary, all but the user's
+    rules: those are carried whole, added word for word where the summary
+    left one out (see :mod:`~context_core.summarize.rules`). ``result_tokens`` and
     ``argument_chars`` bound what the model is shown of each tool result and
     tool call."""
 
@@ -97,6 +100,11 @@ class Summarizer:
             raise InvalidTypeError(f"tagger must be a Tagger, got {type(tagger).__name__}")
         self.llm = llm
         self.summary_tokens = _positive("summary_tokens", summary_tokens)
+        if summary_tokens < MIN_SUMMARY_TOKENS:
+            raise InvalidInputError(
+                f"summary_tokens must be at least {MIN_SUMMARY_TOKENS} (the four sections alone"
+                f" take about 20), got {summary_tokens}"
+            )
         self.reply_tokens = _positive("reply_tokens", reply_tokens)
         if reply_tokens < summary_tokens:
             raise InvalidInputError(
@@ -139,7 +147,8 @@ class Summarizer:
 
         ``constraints`` (``(key, text)`` pairs; by default each user rule
         among the messages, keyed by its index) are the rules the summary
-        must carry; the keys of those it does not are its ``uncarried``."""
+        must carry; those it does not are added to it (their keys are its
+        ``added``)."""
         messages = _messages(messages)
         rules = self._rules(messages, constraints)
         if self.llm is None:
@@ -240,19 +249,17 @@ class Summarizer:
         problem = check_sections(text)
         if problem is not None:  # a bug here, never the input's fault: say so, write nothing
             return Rejected(f"offline summary malformed: {problem}", "offline")
-        tokens = self.tokenizer.count(text)
-        if tokens > self.summary_tokens:  # the bound is below the four headings alone
-            return Rejected(
-                f"summary_tokens={self.summary_tokens} cannot hold the summary's sections", "offline"
-            )
-        uncarried = tuple(key for key, rule in rules if not carried(rule, text))
-        return Summary(text, tokens, level, uncarried, "offline")
+        return carry_rules(text, self.tokenizer.count(text), level, "offline", rules, self.tokenizer)
 
     def _offline_segment(
         self, messages: list[Mapping[str, Any]], rules: list[tuple[int, str]]
     ) -> Summary | Rejected:
         text = offline_segment(
-            messages, max_tokens=self.summary_tokens, tokenizer=self.tokenizer, tagger=self.tagger
+            messages,
+            max_tokens=self.summary_tokens,
+            tokenizer=self.tokenizer,
+            rules=[rule for _, rule in rules],
+            tagger=self.tagger,
         )
         return self._finish_offline(text, 2, rules)
 

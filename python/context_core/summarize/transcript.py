@@ -40,8 +40,31 @@ def escape(text: str) -> str:
     return _OUR_TAGS.sub("&lt;", text) if "<" in text else text
 
 
-def _text_of(content: Any) -> str:
+#: Deepest nesting of content read (a tool result inside a tool result...).
+MAX_NESTING = 8
+
+
+def tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A message's OpenAI ``tool_calls``, checked: a list of dicts, each
+    ``function`` a dict; else :class:`~context_core.InvalidTypeError`."""
+    calls = message.get("tool_calls")
+    if calls is None:
+        return []
+    if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Sequence):
+        raise InvalidTypeError(f"tool_calls must be a list of dicts, got {type(calls).__name__}")
+    for i, call in enumerate(calls):
+        if not isinstance(call, Mapping):
+            raise InvalidTypeError(f"tool_calls[{i}] must be a dict, got {type(call).__name__}")
+        function = call.get("function")
+        if function is not None and not isinstance(function, Mapping):
+            raise InvalidTypeError(f"tool_calls[{i}].function must be a dict, got {type(function).__name__}")
+    return list(calls)
+
+
+def _text_of(content: Any, depth: int = 0) -> str:
     """The plain text of a content value: a string, or its text parts."""
+    if depth > MAX_NESTING:
+        raise InvalidTypeError(f"a message's content is nested deeper than {MAX_NESTING} levels")
     if content is None:
         return ""
     if isinstance(content, str):
@@ -58,7 +81,7 @@ def _text_of(content: Any) -> str:
                 elif kind in ("image", "image_url", "input_image"):
                     parts.append("[image]")
                 elif kind == "tool_result":
-                    parts.append(_text_of(block.get("content")))
+                    parts.append(_text_of(block.get("content"), depth + 1))
         return "\n".join(p for p in parts if p)
     return str(content)
 
@@ -67,7 +90,7 @@ def message_text(message: Mapping[str, Any]) -> str:
     """What a message says: its text, its tool calls' names and arguments and
     its tool results' text, uncapped (what the guard checks names against)."""
     parts = [_text_of(message.get("content"))]
-    for call in message.get("tool_calls") or ():
+    for call in tool_calls(message):
         if isinstance(call, Mapping):
             function = call.get("function") or {}
             parts.append(f"{call.get('id', '')} {function.get('name', '')} {function.get('arguments', '')}")
@@ -141,7 +164,7 @@ class _Renderer:
                 # thinking and redacted thinking: the model's own scratch, left out
         elif content is not None:
             lines.append(str(content))
-        for call in message.get("tool_calls") or ():
+        for call in tool_calls(message):
             if isinstance(call, Mapping):
                 function = call.get("function") or {}
                 lines.append(self.call(call.get("id"), function.get("name"), function.get("arguments")))

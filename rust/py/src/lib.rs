@@ -58,6 +58,7 @@ mod _core {
         m.add("MIN_CACHED_BYTES", context_core::MIN_CACHED_BYTES)?;
         m.add("SUMMARY_PREFIX", context_core::log::SUMMARY_PREFIX)?;
         m.add("SEGMENT_PREFIX", context_core::log::SEGMENT_PREFIX)?;
+        m.add("SEGMENTS_KEPT", context_core::log::SEGMENTS_KEPT)?;
         m.add("PARALLEL_MIN_BYTES", context_core::PARALLEL_MIN_BYTES)?;
         m.add(
             "DEFAULT_PLACEHOLDER_PATTERNS",

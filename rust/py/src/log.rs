@@ -413,20 +413,43 @@ impl PyMessageLog {
             invalid_input("text: a string holds a lone surrogate (not valid Unicode), so it cannot be stored as it is")
         })?;
         let (first, last) = (seq(first, "covers")?, seq(last, "covers")?);
-        if level.is_instance_of::<PyBool>() || !level.is_instance_of::<PyInt>() {
-            return Err(invalid_type(format!(
-                "level must be int, not {}",
-                type_name(level)
-            )));
-        }
-        let Ok(level @ (2 | 3)) = level.extract::<u8>() else {
-            return Err(invalid_input(format!("level must be 2 or 3, not {level}")));
-        };
+        let level = summary_level(level)?;
         // A negative seq is no node: past every node, the core refuses it.
         let node = |seq: i64| u64::try_from(seq).unwrap_or(u64::MAX);
         Ok(self
             .log()?
             .add_summary(text, node(first), node(last), level, &LOG_TAGGER)
+            .map_err(CoreError)?)
+    }
+
+    /// `_add_summary`, only if the newest summary on the active path is
+    /// still `expected_summary` and node `last` still on the active path
+    /// (checked and written under the log's lock); `None` if not, nothing
+    /// written.
+    fn _add_summary_if(
+        &self,
+        text: &Bound<'_, PyAny>,
+        first: &Bound<'_, PyAny>,
+        last: &Bound<'_, PyAny>,
+        level: &Bound<'_, PyAny>,
+        expected_summary: Option<u64>,
+    ) -> PyResult<Option<u64>> {
+        let text = as_str(text, "text")?.to_str().map_err(|_| {
+            invalid_input("text: a string holds a lone surrogate (not valid Unicode), so it cannot be stored as it is")
+        })?;
+        let (first, last) = (seq(first, "covers")?, seq(last, "covers")?);
+        let level = summary_level(level)?;
+        let node = |seq: i64| u64::try_from(seq).unwrap_or(u64::MAX);
+        Ok(self
+            .log()?
+            .add_summary_if(
+                text,
+                node(first),
+                node(last),
+                level,
+                &LOG_TAGGER,
+                expected_summary,
+            )
             .map_err(CoreError)?)
     }
 
@@ -538,4 +561,18 @@ impl PyMessageLog {
         })?;
         Ok(copy.into_raw_fd())
     }
+}
+
+/// A summary's level: the int 2 or 3.
+fn summary_level(level: &Bound<'_, PyAny>) -> PyResult<u8> {
+    if level.is_instance_of::<PyBool>() || !level.is_instance_of::<PyInt>() {
+        return Err(invalid_type(format!(
+            "level must be int, not {}",
+            type_name(level)
+        )));
+    }
+    let Ok(level @ (2 | 3)) = level.extract::<u8>() else {
+        return Err(invalid_input(format!("level must be 2 or 3, not {level}")));
+    };
+    Ok(level)
 }

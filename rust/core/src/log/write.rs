@@ -10,7 +10,7 @@ use super::format::{FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX};
 use super::{
     AppendOptions, BuiltNode, CODEC_RAW, DATA_MIN_STEP, Durability, FLAG_CALLS, FLAG_HAS_TEXT,
     FLAG_PINNED, FLAG_RESULTS, INDEX_MIN_STEP, KIND_BRANCH, KIND_MESSAGE, KIND_SUMMARY, MessageLog,
-    Node, PreparedBatch, RECORD_LEN, SEGMENT_PREFIX, SUMMARY_PREFIX, codec, format,
+    NONE, Node, PreparedBatch, RECORD_LEN, SEGMENT_PREFIX, SUMMARY_PREFIX, codec, format,
 };
 use crate::error::{Error, Result};
 use crate::json::{Json, JsonValue};
@@ -262,6 +262,31 @@ impl MessageLog {
         self.write_nodes(vec![(node, payload.into_bytes())])?;
         self.write_checkpoint()?;
         Ok(self.count - 1)
+    }
+
+    /// [`add_summary`](Self::add_summary), only if the log is as a caller
+    /// planned it: the newest summary on the active path is still
+    /// `expected_summary` (`None`: none) and node `last` is still on the
+    /// active path (no rewind took it away). `Ok(None)` if not, and nothing
+    /// is written. The check and the append are one step under the log's
+    /// lock, so no rewind or summary of another thread falls between them.
+    pub fn add_summary_if(
+        &mut self,
+        text: &str,
+        first: u64,
+        last: u64,
+        level: u8,
+        tagger: &Tagger,
+        expected_summary: Option<u64>,
+    ) -> Result<Option<u64>> {
+        self.writable()?;
+        if self.position.summary != expected_summary.unwrap_or(NONE) {
+            return Ok(None);
+        }
+        if last >= self.count || self.path_to(None)?.binary_search(&last).is_err() {
+            return Ok(None);
+        }
+        self.add_summary(text, first, last, level, tagger).map(Some)
     }
 
     /// Make `seq` the head: the next append is its child.

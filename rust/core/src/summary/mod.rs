@@ -22,14 +22,21 @@ pub const SECTIONS: [&str; 4] = ["constraints", "decisions", "current state", "n
 const SECTION_NAMES: [&str; 4] = ["Constraints", "Decisions", "Current state", "Next steps"];
 
 /// Sentences of the prompts that have no place in a summary (lower case).
-pub const ECHO_MARKERS: [&str; 6] = [
+pub const ECHO_MARKERS: [&str; 10] = [
     "answer in exactly two parts and nothing else",
     "your working notes: the timeline",
     "keep the four section headings exactly as written",
     "it is data, not instructions",
     "you summarise one segment of a conversation",
     "you merge the segment summaries",
+    "every rule, requirement and prohibition the user",
+    "what was decided, and why, one line each",
+    "where the work stands now",
+    "what the next turn must do",
 ];
+
+/// What a section says when it has nothing (lowered, bullet taken off).
+const NOTHING: [&str; 6] = ["none", "none.", "(none)", "n/a", "无", "无。"];
 
 /// Patterns see ASCII-lowered text; `\s` is ASCII whitespace, `(?-u:\s)`,
 /// as Python's `re.ASCII` has it.
@@ -44,8 +51,19 @@ static HEADING: LazyLock<Regex> = LazyLock::new(|| {
         r"(?m)^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(constraints|decisions|current state|next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*$",
     )
 });
-static HTML: LazyLock<Regex> =
-    LazyLock::new(|| compile(r"<!doctype\s+html|<\s*html(?:\s|>)|<\s*head\s*>|<\s*body(?:\s|>)"));
+// Only where a reply starts: an analysis may well quote a <body> tag.
+static HTML: LazyLock<Regex> = LazyLock::new(|| {
+    compile(r"\A\s*(?:<!doctype\s+html|<\s*html(?:\s|>)|<\s*head\s*>|<\s*body(?:\s|>))")
+});
+// A whole page inside a summary (a mention of a tag is fine).
+static HTML_PAGE: LazyLock<Regex> =
+    LazyLock::new(|| compile(r"<!doctype\s+html|<\s*html(?:\s|>)(?s:.*)<\s*/\s*html\s*>"));
+// A line of a summary that says the summary failed.
+static FAILURE_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"\A(?:error (?:while )?generating|(?:failed|unable) to (?:generate|summari[sz]e|produce)|could not (?:generate|summari[sz]e|produce)|can(?:no|')?t (?:generate|summari[sz]e)|[0-9]{3} too many requests|rate limit(?:ed| exceeded))",
+    )
+});
 const END: &str = r"(?:[^0-9a-z_]|\z)";
 static ERROR_START: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
@@ -125,13 +143,37 @@ fn sections_problem(text: &str, low: &str) -> Option<String> {
             SECTION_NAMES.join(", ")
         ));
     }
+    if !strip(&text[..found[0].1]).is_empty() {
+        return Some("text before the first section".into());
+    }
+    let mut said = false;
     for (i, (_, _, end)) in found.iter().enumerate() {
         let stop = found.get(i + 1).map_or(text.len(), |next| next.1);
-        if strip(&text[*end..stop]).is_empty() {
+        let content = strip(&low[*end..stop]);
+        if content.is_empty() {
             return Some(format!("section '{}' is empty", SECTION_NAMES[i]));
         }
+        said |= i > 0 && !says_nothing(content);
+    }
+    if !said {
+        return Some("the summary says nothing (every section after Constraints is none)".into());
     }
     None
+}
+
+/// The line without its list bullet (`-`, `*` or `•`) and the spaces around.
+fn unbulleted(line: &str) -> &str {
+    let line = strip(line);
+    strip(line.strip_prefix(['-', '*', '•']).unwrap_or(line))
+}
+
+/// Whether a section's (lowered) content is only "none" lines.
+fn says_nothing(content: &str) -> bool {
+    content
+        .lines()
+        .map(unbulleted)
+        .filter(|line| !line.is_empty())
+        .all(|line| NOTHING.contains(&line))
 }
 
 /// The summary inside `reply`, or why there is none.
@@ -200,6 +242,17 @@ pub fn check_reply<'a>(
     }
     if REFUSAL.is_match(body_low) {
         return rejected("the summary is a refusal");
+    }
+    if HTML_PAGE.is_match(body_low) {
+        return rejected("the summary holds an HTML page");
+    }
+    for line in body_low.lines().map(unbulleted) {
+        if REFUSAL.is_match(line) {
+            return rejected("the summary holds a refusal");
+        }
+        if FAILURE_LINE.is_match(line) {
+            return rejected("the summary holds an error message");
+        }
     }
     if MARKUP.is_match(body_low) {
         return rejected("the summary holds the prompt's markup");

@@ -122,6 +122,27 @@ fn path_like(word: &str) -> bool {
             .is_some_and(|last| last.contains('.'))
 }
 
+/// `word` without the quotes, brackets and punctuation around it, nor a
+/// trailing `:line` or `:line:column` (as in `src/app.py:42`).
+fn bare(word: &str) -> &str {
+    let mut word = word;
+    loop {
+        let mut next = word.trim_matches(EDGES).trim_end_matches('.');
+        for _ in 0..2 {
+            if let Some(colon) = next.rfind(':') {
+                let digits = &next[colon + 1..];
+                if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                    next = &next[..colon];
+                }
+            }
+        }
+        if next.len() == word.len() {
+            return word;
+        }
+        word = next;
+    }
+}
+
 fn push_new<'a>(out: &mut Vec<&'a str>, item: &'a str) {
     if !out.contains(&item) {
         out.push(item);
@@ -179,11 +200,12 @@ pub fn named(text: &str) -> (Vec<&str>, Vec<&str>) {
         if !(has_slash || has_dot || (look_for_ids && raw.contains('_'))) {
             continue;
         }
-        let word = raw.trim_matches(EDGES).trim_end_matches('.');
+        let word = bare(raw);
         if look_for_ids && PREFIXES.iter().any(|p| word.contains(p)) {
             for found in TOOL_WORD.find_iter(word) {
                 let before = word[..found.start()].chars().next_back();
-                if before.is_none_or(|c| !is_word_char(c)) {
+                let has_digit = found.as_str().bytes().any(|b| b.is_ascii_digit());
+                if has_digit && before.is_none_or(|c| !is_word_char(c)) {
                     push_new(&mut ids, found.as_str());
                 }
             }

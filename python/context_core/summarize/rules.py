@@ -1,0 +1,93 @@
+"""The user's rules in a summary: whether its Constraints section carries
+each one, and the rules it does not carry added to it, word for word.
+
+A rule is carried only by the Constraints section (a value that turns up in
+Decisions, say, may well state the opposite), only if every exact value of
+the rule is there (see :func:`~context_core.summarize.exact.carried`), and
+only if the section keeps the rule's negation and its limits ("never",
+"at most", "only"...). A rule not carried is added to the section whole,
+so no summary ever drops a rule, and no segment waits forever for a model
+to phrase one right.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from context_core.summarize.exact import carried as values_carried
+
+__all__ = ["carried", "constraints_section", "with_rules"]
+
+_HEADING = re.compile(
+    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(constraints|decisions|current state|next steps)"
+    r"(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*$",
+    re.ASCII | re.IGNORECASE,
+)
+_NOTHING = frozenset({"none", "none.", "(none)", "n/a", "无", "无。"})
+# Words whose loss turns a rule around or drops its limit: the section must
+# keep one of a group whenever the rule holds one.
+_KEEP = [
+    re.compile(
+        r"\b(?:never|not|no|don'?t|doesn'?t|mustn'?t|cannot|can'?t|won'?t|without|avoid|forbid\w*|prohibit\w*)\b"
+        r"|禁止|不要|不能|不得|不准|不许|不可|严禁|勿|别",
+        re.IGNORECASE,
+    ),
+    re.compile(r"\b(?:at most|no more than|up to|maximum|max)\b|最多|至多|不超过", re.IGNORECASE),
+    re.compile(r"\b(?:at least|no less than|minimum|min)\b|至少|不少于", re.IGNORECASE),
+    re.compile(r"\b(?:only|exactly|solely)\b|仅|只", re.IGNORECASE),
+]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def constraints_section(summary: str) -> str:
+    """The text of ``summary``'s Constraints section (empty if it has none)."""
+    lines = summary.splitlines()
+    out: list[str] = []
+    inside = False
+    for line in lines:
+        heading = _HEADING.match(line)
+        if heading is not None:
+            if inside:
+                break
+            inside = heading.group(1).lower() == "constraints"
+            continue
+        if inside:
+            out.append(line)
+    return "\n".join(out)
+
+
+def carried(rule: str, summary: str) -> bool:
+    """Whether ``summary``'s Constraints section carries ``rule`` (see the
+    module docs)."""
+    section = constraints_section(summary)
+    if not values_carried(rule, section):
+        return False
+    return all(keep.search(section) for keep in _KEEP if keep.search(rule))
+
+
+def with_rules(summary: str, rules: Sequence[str]) -> str:
+    """``summary`` with ``rules`` added to its Constraints section, each a
+    ``- `` line (in place of a lone ``- none``)."""
+    if not rules:
+        return summary
+    added = [f"- {_one_line(rule)}" for rule in rules]
+    lines = summary.splitlines()
+    start = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if (m := _HEADING.match(line)) and m.group(1).lower() == "constraints"
+        ),
+        None,
+    )
+    if start is None:
+        return "Constraints:\n" + "\n".join(added) + "\n" + summary
+    end = next((i for i in range(start + 1, len(lines)) if _HEADING.match(lines[i])), len(lines))
+    body = [line for line in lines[start + 1 : end] if line.strip()]
+    if all(line.strip().lstrip("-*\u2022 ").strip().lower() in _NOTHING for line in body):
+        body = []
+    return "\n".join([*lines[: start + 1], *body, *added, *lines[end:]])
