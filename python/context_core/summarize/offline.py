@@ -40,8 +40,21 @@ _DECISION = re.compile(
     re.IGNORECASE,
 )
 # Literal-led alternatives only: a leading \w* would rescan every word.
+# Every match holds one of _ERROR_WORDS (which finds the lines to match).
 _ERROR = re.compile(
     r"(?:Error|Exception):|\b(?:FAILED|failed|panicked|panic|fatal)\b|HTTP 5\d\d|报错|失败|异常"
+)
+_ERROR_WORDS = (
+    "Error:",
+    "Exception:",
+    "FAILED",
+    "failed",
+    "panic",
+    "fatal",
+    "HTTP 5",
+    "报错",
+    "失败",
+    "异常",
 )
 _TRIVIAL = re.compile(
     r"^\s*(?:ok(?:ay)?|thanks?|thank you|great|good|sure|yes|no|好的?|谢谢|收到)[.!\u3002\uff01]*\s*$", re.I
@@ -205,15 +218,25 @@ _ERROR_CONTEXT = 160
 
 
 def _first_error(output: str) -> str | None:
-    """The first line naming an error in the end of ``output`` (one regex
-    pass over the tail, not one per line)."""
+    """The first line naming an error in the end of ``output``. Each error
+    the pattern finds holds one of :data:`_ERROR_WORDS`, so lines are
+    found by substring search (in C) and only those are matched."""
     start = max(0, len(output) - _ERROR_TAIL_CHARS)
-    match = _ERROR.search(output, start)
-    if match is None:
-        return None
-    begin = max(output.rfind("\n", start, match.start()) + 1, start, match.start() - _ERROR_CONTEXT)
-    end = output.find("\n", match.end(), match.end() + _ERROR_CONTEXT)
-    return output[begin : end if end != -1 else match.end() + _ERROR_CONTEXT].strip() or None
+    pos = start
+    while True:
+        hits = [i for word in _ERROR_WORDS if (i := output.find(word, pos)) != -1]
+        if not hits:
+            return None
+        at = min(hits)
+        line_start = max(output.rfind("\n", start, at) + 1, start)
+        line_end = output.find("\n", at)
+        if line_end == -1:
+            line_end = len(output)
+        match = _ERROR.search(output, line_start, line_end)
+        if match is not None:
+            begin = max(line_start, match.start() - _ERROR_CONTEXT)
+            return output[begin : min(line_end, match.end() + _ERROR_CONTEXT)].strip() or None
+        pos = line_end + 1
 
 
 def offline_segment(
