@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from context_core.compaction.compactor import Compactor, CompactorStatus, Outcome
 from context_core.compaction.facts import exact_facts
-from context_core.compaction.plan import Job, next_job
+from context_core.compaction.plan import Job, Wait, next_job, plan
 
-__all__ = ["Compactor", "CompactorStatus", "Job", "Outcome", "exact_facts", "next_job"]
+__all__ = ["Compactor", "CompactorStatus", "Job", "Outcome", "Wait", "exact_facts", "next_job", "plan"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from context_core.log import MessageLog
 
-__all__ = ["Job", "next_job"]
+__all__ = ["Job", "Wait", "next_job", "plan"]
 
 _USER = 1
 _KIND_MESSAGE, _KIND_SUMMARY = 0, 1
@@ -51,6 +51,27 @@ class Job:
     base: int | None = None
 
 
+@dataclass(frozen=True)
+class Wait:
+    """Nothing is due, and nothing can be before ``turns`` more turns start
+    (see :func:`turn_starts`), or (with a tail bound) ``tokens`` more tokens
+    are appended; ``None``: no such bound (a turn checks again)."""
+
+    turns: int = 0
+    tokens: int | None = None
+
+
+def turn_starts(headers: np.ndarray) -> np.ndarray:
+    """Which of ``headers`` start a turn: user messages with text of their
+    own (one holding only tool results continues the turn it answers)."""
+    flags = headers["flags"]
+    return (
+        (headers["kind"] == _KIND_MESSAGE)
+        & (headers["role"] == _USER)
+        & ~(((flags & _RESULTS) != 0) & ((flags & _HAS_TEXT) == 0))
+    )
+
+
 def _levels(flags: np.ndarray) -> np.ndarray:
     return (flags >> 6) & 3
 
@@ -64,9 +85,29 @@ def next_job(
     tail_tokens: int | None,
 ) -> Job | None:
     """The next step compaction should take on ``log``, or ``None``."""
+    step = plan(
+        log,
+        recent_turns=recent_turns,
+        segment_turns=segment_turns,
+        segments_kept=segments_kept,
+        tail_tokens=tail_tokens,
+    )
+    return step if isinstance(step, Job) else None
+
+
+def plan(
+    log: MessageLog,
+    *,
+    recent_turns: int,
+    segment_turns: int,
+    segments_kept: int,
+    tail_tokens: int | None,
+) -> Job | Wait:
+    """The next step compaction should take on ``log``, or how long to
+    :class:`Wait` before one can be due (a turn then skips the check)."""
     path = np.asarray(log.path(), dtype=np.int64)
     if path.size == 0:
-        return None
+        return Wait(recent_turns + segment_turns, None if tail_tokens is None else tail_tokens + 1)
     headers = log.headers()[path]
     kinds, flags, roles = headers["kind"], headers["flags"], headers["role"]
     summaries = np.flatnonzero(kinds == _KIND_SUMMARY)
@@ -81,30 +122,25 @@ def next_job(
     raw = is_message & (path > pointer) if pointer is not None else is_message
     raw_positions = np.flatnonzero(raw)
     if raw_positions.size == 0:
-        return None
-    raw_flags = flags[raw_positions]
-    starts = (roles[raw_positions] == _USER) & ~(
-        ((raw_flags & _RESULTS) != 0) & ((raw_flags & _HAS_TEXT) == 0)
-    )
-    turn_starts = np.flatnonzero(starts)
-    older = turn_starts.size - recent_turns  # turns before L1
-    if older <= 0:
-        return None
+        return Wait(0, None)
+    starts = np.flatnonzero(turn_starts(headers[raw_positions]))
+    older = starts.size - recent_turns  # turns before L1
     tokens = int(headers["tokens"][raw_positions].sum())
     if older >= segment_turns:
         turns = segment_turns
-    elif tail_tokens is not None and tokens > tail_tokens:
+    elif older > 0 and tail_tokens is not None and tokens > tail_tokens:
         turns = older
     else:
-        return None
+        short = recent_turns + segment_turns - int(starts.size)
+        return Wait(short, None if tail_tokens is None else max(1, tail_tokens + 1 - tokens))
     if pending.size >= segments_kept:
         return _global_job(log, path, headers, segment_positions, last_global, base)
-    end = int(turn_starts[turns])  # the first raw position not covered
+    end = int(starts[turns])  # the first raw position not covered
     chosen = raw_positions[:end]
     anchor = (roles[chosen] == 0) | ((flags[chosen] & _PINNED) != 0)
     messages = tuple(int(s) for s in path[chosen[~anchor]])
     if not messages:
-        return None
+        return Wait(0, None)
     tags = headers["tags"][chosen]
     rule = (roles[chosen] == _USER) & ((tags & _CONSTRAINT) != 0) & ~anchor
     return Job(

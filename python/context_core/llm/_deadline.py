@@ -162,7 +162,10 @@ def call_within(fn: Callable[[], T], seconds: float, cancel: Any = None) -> T:
         threading.Thread(target=work, name="context_core.llm try", daemon=True).start()
     except RuntimeError:  # no new thread (at interpreter shutdown, a thread limit): run it here
         work()
-    while not done.wait(max(0.0, min(_CANCEL_POLL, deadline - time.monotonic()))):
+    # With nothing to cancel the wait, one wait to the deadline: polling would
+    # wake this thread (and take the interpreter) 50 times a second.
+    poll = _CANCEL_POLL if cancel is not None else float("inf")
+    while not done.wait(max(0.0, min(poll, deadline - time.monotonic()))):
         if cancel is not None and cancel.is_set():
             raise LLMCancelledError("LLM call cancelled during a try")
         if time.monotonic() >= deadline:
