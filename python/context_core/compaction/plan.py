@@ -65,11 +65,12 @@ def turn_starts(headers: np.ndarray) -> np.ndarray:
     """Which of ``headers`` start a turn: user messages with text of their
     own (one holding only tool results continues the turn it answers)."""
     flags = headers["flags"]
-    return (
+    starts: np.ndarray = (
         (headers["kind"] == _KIND_MESSAGE)
         & (headers["role"] == _USER)
         & ~(((flags & _RESULTS) != 0) & ((flags & _HAS_TEXT) == 0))
     )
+    return starts
 
 
 def _levels(flags: np.ndarray) -> np.ndarray:
