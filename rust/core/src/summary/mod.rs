@@ -14,6 +14,7 @@ pub use names::{named, occurs};
 
 use std::sync::LazyLock;
 
+use aho_corasick::AhoCorasick;
 use regex::Regex;
 
 /// The sections a summary must hold, once each and in this order (as the
@@ -46,11 +47,34 @@ fn compile(pattern: &str) -> Regex {
 
 static OPEN: LazyLock<Regex> = LazyLock::new(|| compile(r"<\s*summary\s*>"));
 static CLOSE: LazyLock<Regex> = LazyLock::new(|| compile(r"<\s*/\s*summary\s*>"));
+/// A heading line, whole (the twin's multi-line `^...$`, run line by line).
 static HEADING: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?m)^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(constraints|decisions|current state|next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*$",
+        r"\A[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(?:constraints|decisions|current state|next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*\z",
     )
 });
+static ECHOES: LazyLock<AhoCorasick> =
+    LazyLock::new(|| AhoCorasick::new(ECHO_MARKERS).expect("plain literals"));
+
+/// `(start, end)` of each heading line of `low`: only lines whose first
+/// character past spaces can start one are matched.
+fn headings(low: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        while start <= low.len() {
+            let end =
+                memchr::memchr(b'\n', &low.as_bytes()[start..]).map_or(low.len(), |i| start + i);
+            let line = &low[start..end];
+            let at = start;
+            start = end + 1;
+            let first = line.trim_start_matches([' ', '\t']).bytes().next();
+            if matches!(first, Some(b'#' | b'*' | b'c' | b'd' | b'n')) && HEADING.is_match(line) {
+                return Some((at, end));
+            }
+        }
+        None
+    })
+}
 // Only where a reply starts: an analysis may well quote a <body> tag.
 static HTML: LazyLock<Regex> = LazyLock::new(|| {
     compile(r"\A\s*(?:<!doctype\s+html|<\s*html(?:\s|>)|<\s*head\s*>|<\s*body(?:\s|>))")
@@ -118,15 +142,14 @@ pub fn check_sections(text: &str) -> Option<String> {
 /// [`check_sections`] with `text`'s lowered form at hand.
 fn sections_problem(text: &str, low: &str) -> Option<String> {
     // A heading line holds exactly one section name (none holds another).
-    let found: Vec<(&str, usize, usize)> = HEADING
-        .find_iter(low)
-        .map(|m| {
-            let line = m.as_str();
+    let found: Vec<(&str, usize, usize)> = headings(low)
+        .map(|(start, end)| {
+            let line = &low[start..end];
             let name = SECTIONS
                 .into_iter()
                 .find(|s| line.contains(s))
                 .expect("a heading names its section");
-            (name, m.start(), m.end())
+            (name, start, end)
         })
         .collect();
     for (section, shown) in SECTIONS.iter().zip(SECTION_NAMES) {
@@ -257,7 +280,7 @@ pub fn check_reply<'a>(
     if MARKUP.is_match(body_low) {
         return rejected("the summary holds the prompt's markup");
     }
-    if ECHO_MARKERS.iter().any(|marker| body_low.contains(marker)) {
+    if ECHOES.is_match(body_low) {
         return rejected("the summary echoes the prompt");
     }
     if let Some(problem) = sections_problem(body, body_low) {

@@ -2,10 +2,7 @@
 //! found one whitespace-separated word at a time (as Python's `str.split()`
 //! splits), and whether a value occurs in a text as a whole.
 
-use std::sync::LazyLock;
-
 use memchr::memmem;
-use regex::Regex;
 
 use super::is_space;
 
@@ -14,9 +11,46 @@ const EDGES: &[char] = &[
 ];
 const PREFIXES: [&str; 5] = ["call_", "toolu_", "tool_", "fc_", "functions_"];
 
-static TOOL_WORD: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:call|toolu|tool|fc|functions)_[A-Za-z0-9_-]*[A-Za-z0-9]").expect("pattern")
-});
+/// The names a tool call id starts with, in the twin's alternation order.
+const TOOL_NAMES: [&str; 5] = ["call", "toolu", "tool", "fc", "functions"];
+
+/// The twin's `(?:call|toolu|tool|fc|functions)_[A-Za-z0-9_-]*[A-Za-z0-9]`
+/// matches in `word`, leftmost first, by hand: `(start, id)`.
+fn tool_words(word: &str) -> impl Iterator<Item = (usize, &str)> {
+    let bytes = word.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < bytes.len() {
+            let start = at;
+            if !matches!(bytes[start], b'c' | b't' | b'f') {
+                at += 1;
+                continue;
+            }
+            let matched = TOOL_NAMES.iter().find_map(|name| {
+                let after = start + name.len();
+                if !bytes[start..].starts_with(name.as_bytes()) || bytes.get(after) != Some(&b'_') {
+                    return None;
+                }
+                let run = bytes[after + 1..]
+                    .iter()
+                    .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_' || **b == b'-')
+                    .count();
+                let last = bytes[after + 1..after + 1 + run]
+                    .iter()
+                    .rposition(u8::is_ascii_alphanumeric)?;
+                Some(after + 2 + last)
+            });
+            match matched {
+                Some(end) => {
+                    at = end;
+                    return Some((start, &word[start..end]));
+                }
+                None => at += 1,
+            }
+        }
+        None
+    })
+}
 /// The file extensions a name is known by (the twin's alternation).
 const FILE_EXTENSIONS: &[&str] = &[
     "py",
@@ -107,6 +141,10 @@ fn file_word(word: &str) -> bool {
             .all(|c| is_word_char(c) || c == '.' || c == '-')
 }
 
+fn is_edge(c: char) -> bool {
+    c.is_ascii() && EDGES.contains(&c)
+}
+
 fn is_word_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
@@ -127,7 +165,7 @@ fn path_like(word: &str) -> bool {
 fn bare(word: &str) -> &str {
     let mut word = word;
     loop {
-        let mut next = word.trim_matches(EDGES).trim_end_matches('.');
+        let mut next = word.trim_matches(is_edge).trim_end_matches('.');
         for _ in 0..2 {
             if let Some(colon) = next.rfind(':') {
                 let digits = &next[colon + 1..];
@@ -160,34 +198,40 @@ const ASCII_SPACE: [bool; 128] = {
     table
 };
 
-/// The words of `text` as Python's `str.split()` gives them, scanned by
-/// byte: only a byte past ASCII is decoded, to see if it starts a space.
-fn words(text: &str) -> impl Iterator<Item = &str> {
+/// The words of `text` as Python's `str.split()` gives them, holding a `/` or a `.` (or, with `underscores`,
+/// a `_`), in order: found from those bytes (a vectorised search) and
+/// widened to their word, not by reading every word.
+fn candidate_words(text: &str, underscores: bool) -> impl Iterator<Item = &str> {
     let bytes = text.as_bytes();
-    let mut at = 0;
+    let mut from = 0;
     std::iter::from_fn(move || {
-        let mut start = None;
-        while at < bytes.len() {
-            let byte = bytes[at];
-            let (space, width) = if byte < 0x80 {
-                (ASCII_SPACE[usize::from(byte)], 1)
-            } else {
-                let c = text[at..].chars().next().expect("a char starts here");
-                (is_space(c), c.len_utf8())
-            };
-            if space {
-                if let Some(begin) = start {
-                    let word = &text[begin..at];
-                    at += width;
-                    return Some(word);
-                }
-            } else if start.is_none() {
-                start = Some(at);
-            }
-            at += width;
-        }
-        start.map(|begin| &text[begin..])
+        let rest = &bytes[from..];
+        let hit = if underscores {
+            memchr::memchr3(b'/', b'.', b'_', rest)
+        } else {
+            memchr::memchr2(b'/', b'.', rest)
+        }? + from;
+        let start = text[..hit]
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| ends_word(c))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let end = text[hit..]
+            .char_indices()
+            .find(|&(_, c)| ends_word(c))
+            .map_or(text.len(), |(i, _)| hit + i);
+        from = end;
+        Some(&text[start..end])
     })
+}
+
+/// A character that ends a word (see [`is_space`]).
+fn ends_word(c: char) -> bool {
+    if c.is_ascii() {
+        ASCII_SPACE[c as usize]
+    } else {
+        is_space(c)
+    }
 }
 
 /// `(tool call ids, paths and file names)` named in `text`, each once, in
@@ -195,18 +239,15 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
 pub fn named(text: &str) -> (Vec<&str>, Vec<&str>) {
     let (mut ids, mut files) = (Vec::new(), Vec::new());
     let look_for_ids = PREFIXES.iter().any(|p| text.contains(p));
-    for raw in words(text) {
+    for raw in candidate_words(text, look_for_ids) {
         let (has_slash, has_dot) = (raw.contains('/'), raw.contains('.'));
-        if !(has_slash || has_dot || (look_for_ids && raw.contains('_'))) {
-            continue;
-        }
         let word = bare(raw);
         if look_for_ids && PREFIXES.iter().any(|p| word.contains(p)) {
-            for found in TOOL_WORD.find_iter(word) {
-                let before = word[..found.start()].chars().next_back();
-                let has_digit = found.as_str().bytes().any(|b| b.is_ascii_digit());
+            for (start, id) in tool_words(word) {
+                let before = word[..start].chars().next_back();
+                let has_digit = id.bytes().any(|b| b.is_ascii_digit());
                 if has_digit && before.is_none_or(|c| !is_word_char(c)) {
-                    push_new(&mut ids, found.as_str());
+                    push_new(&mut ids, id);
                 }
             }
         }
