@@ -465,3 +465,37 @@ def test_bad_arguments_are_refused(tmp_path: Path):
         Compactor(log, timeout=0)
     with pytest.raises(InvalidInputError):
         Compactor(log, backoff=float("inf"))
+
+
+# --- found in the second review ------------------------------------------------------------------
+
+
+def test_schedule_does_not_skip_a_job_a_rewind_made_due(tmp_path: Path):
+    log = new_log(tmp_path, turns(18))
+    compactor = Compactor(log)
+    assert compactor.compact().status == "written"
+    assert compactor.compact().status == "idle"
+    log.rewind(36)
+    log.append_many(turns(1, 18))
+    assert compactor._cannot_be_due() is False
+    assert compactor.schedule() is True
+    compactor.close(wait=True, timeout=10)
+    assert compactor.status.written[2] == 2
+
+
+def test_a_rule_said_twice_is_carried_once(tmp_path: Path):
+    rule = "You must never use port 8080."
+    log = new_log(tmp_path)
+    for t in range(18):
+        log.append({"role": "user", "content": rule if t in (1, 4) else f"Task {t}"})
+        log.append({"role": "assistant", "content": f"done {t}"})
+    compactor = Compactor(log, Summarizer(CallableLLM(forgetful)))
+    outcome = compactor.compact()
+    assert outcome.status == "written"
+    assert log.read([outcome.seq])[0]["summary"].count(rule) == 1
+
+
+def test_a_long_timeout_is_a_timeout_not_an_overflow(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+    compactor = Compactor(log, Summarizer(CallableLLM(good_reply)), timeout=1e10)
+    assert compactor.compact().status == "written"

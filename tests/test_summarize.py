@@ -1434,3 +1434,51 @@ def test_content_nested_too_deep_is_refused():
         nested = [{"type": "tool_result", "content": nested}]
     with pytest.raises(InvalidTypeError, match="nested deeper"):
         Summarizer().summarize([{"role": "user", "content": nested}])
+
+
+# --- found in the second review ------------------------------------------------------------------
+
+
+def test_another_rules_negation_keeps_nothing_of_this_one():
+    section = "Constraints:\n- Use tabs for indentation\n- No emoji in commit messages\nDecisions:\n- x"
+    assert not carried_by("Never use tabs", section)
+    assert not carried_by(
+        "Use at most 3 retries", "Constraints:\n- Use 3 retries minimum, up to max\nDecisions:\n- x"
+    )
+
+
+def test_a_unit_belongs_to_its_number():
+    assert exact_values("Set the request timeout to 30 s.") == ["30 s"]
+    assert not carried("Set the request timeout to 30 s.", "timeout 30 min")
+    assert not carried("Keep each upload under 2 gb.", "uploads under 2 kb")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- Rate limited by the GitHub API; added backoff.",
+        "- Failed to generate the PDF until fonts were installed.",
+        "- Unable to produce a wheel on 3.13: switched to 3.12.",
+        "- 429 Too Many Requests from the gateway: batch size cut to 8.",
+        "- I can't push to main (the user's rule): open a PR.",
+    ],
+)
+def test_a_line_about_the_work_failing_is_no_failed_summary(line: str):
+    assert isinstance(direct(two_phase(GOOD_BODY.replace("Decisions:", "Decisions:\n" + line))), Summary)
+
+
+def test_crlf_replies_are_read():
+    result = direct(two_phase(GOOD_BODY).replace("\n", "\r\n"))
+    assert isinstance(result, Summary), result
+
+
+@pytest.mark.parametrize("separator", ["\x0c", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_adding_rules_keeps_the_sections_whole(separator: str):
+    body = GOOD_BODY.replace("Constraints:\n- ", f"Constraints:\n- answer in English{separator}Decisions: ")
+    result = Summarizer(llm=lambda m: two_phase(body)).summarize(
+        MESSAGES, constraints=[(7, "Never deploy on Fridays.")]
+    )
+    assert isinstance(result, (Summary, Rejected))
+    if isinstance(result, Summary):
+        assert check_sections(result.text) is None
+        assert result.added == (7,)

@@ -103,7 +103,13 @@ def test_sections_and_names_match_the_twin(text: str):
     assert (ids, files) == twin.named(text)
 
 
-@given(st.one_of(st.sampled_from(["3", "A-8812", "call_1", "a.py", "_", "é"]), st.text(max_size=4)), replies)
+@given(
+    st.one_of(
+        st.sampled_from(["3", "A-8812", "call_1", "a.py", "_", "é", "a-a", "1.1", "ab/cd/ab"]),
+        st.text(max_size=4),
+    ),
+    replies,
+)
 def test_occurs_matches_the_twin(value: str, text: str):
     assert _core._occurs(value, text) == twin.occurs(value, text)
 

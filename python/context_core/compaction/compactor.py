@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from context_core._core import SEGMENTS_KEPT
 from context_core.compaction.plan import Job, Wait, plan, turn_starts
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
@@ -81,6 +83,10 @@ class CompactorStatus:
     retry_at: float | None
     last: Outcome | None
     written: Mapping[int, int]
+
+
+#: A header's "no node" (the root's parent).
+_NONE = 2**64 - 1
 
 
 def _yield_to_others() -> None:
@@ -189,7 +195,7 @@ class Compactor:
         self._closing = False
         self._abandon = False
         self._thread: threading.Thread | None = None
-        self._wait: tuple[int, Wait] | None = None
+        self._wait: tuple[int, int | None, Wait] | None = None
         self._task: asyncio.Task[Outcome] | None = None
 
     def __repr__(self) -> str:
@@ -221,6 +227,8 @@ class Compactor:
 
     def due(self) -> Job | None:
         """The step :meth:`compact` would take now, or ``None``."""
+        # Read before planning: a node appended meanwhile counts as new.
+        length, head = len(self.log), self.log.head
         step = plan(
             self.log,
             recent_turns=self.recent_turns,
@@ -231,7 +239,7 @@ class Compactor:
         with self._state:
             # Remember how far the log is from a job, so schedule() skips
             # turns that cannot make one due (no thread, no plan).
-            self._wait = (len(self.log), step) if isinstance(step, Wait) else None
+            self._wait = (length, head, step) if isinstance(step, Wait) else None
         return step if isinstance(step, Job) else None
 
     def _cannot_be_due(self) -> bool:
@@ -239,16 +247,42 @@ class Compactor:
         reads the headers of the nodes appended since, only)."""
         if self._wait is None:
             return False
-        length, wait = self._wait
+        length, head, wait = self._wait
         if len(self.log) < length or wait.turns <= 0:
             return False
         new = self.log.headers()[length:]  # only the nodes since: a turn's few
+        # Only appends on the planned path keep the plan: a rewind, a branch
+        # or a summary since means planning again.
+        if len(new):
+            seqs = np.arange(length, length + len(new), dtype=np.uint64)
+            parents = new["parent"]
+            first = _NONE if head is None else head
+            if (
+                self.log.head != int(seqs[-1])
+                or int(parents[0]) != first
+                or not np.array_equal(parents[1:], seqs[:-1])
+                or not np.all(new["kind"] == 0)
+            ):
+                return False
+        elif self.log.head != head:
+            return False
         if int(turn_starts(new).sum()) >= wait.turns:
             return False
         return wait.tokens is None or int(new["tokens"].sum()) < wait.tokens
 
+    def _in_worker(self) -> bool:
+        """Whether this runs in the compactor's own thread or task."""
+        if threading.current_thread() is self._thread:
+            return True
+        try:
+            return self._task is not None and asyncio.current_task() is self._task
+        except RuntimeError:  # no event loop here
+            return False
+
     def _waiting(self) -> Outcome | None:
-        if self._closing:
+        # Closed: no step starts, except the one a worker already runs when
+        # close() waits for it (that one stops only once close gives up).
+        if self._abandon or (self._closing and not self._in_worker()):
             return Outcome("abandoned", reason="the compactor is closed")
         if self._paused:
             return Outcome("waiting", reason=f"paused after {self._failures} failures in a row")
@@ -325,7 +359,11 @@ class Compactor:
             messages = self.log.read(job.messages)
             at = {seq: i for i, seq in enumerate(job.messages)}
             stated = [(seq, _own_text(messages[at[seq]]).strip()) for seq in job.rules if seq in at]
-            return messages, [(seq, text) for seq, text in stated if _is_rule(seq, text, job)]
+            rules: dict[str, int] = {}  # a rule said twice is carried once
+            for seq, text in stated:
+                if _is_rule(seq, text, job):
+                    rules.setdefault(text, seq)
+            return messages, [(seq, text) for text, seq in rules.items()]
         payloads = self.log.read(job.segments)
         texts = [str(p["summary"]) for p in payloads]
         count = self.summarizer.tokenizer.count
@@ -498,7 +536,7 @@ class Compactor:
             except Exception:  # a bug must not kill the thread silently
                 log.exception("compaction step raised")
                 return
-            if outcome.status != "written":
+            if outcome.status != "written" or self._closing:
                 return
 
     def aschedule(self) -> asyncio.Task[Outcome] | None:
@@ -523,7 +561,7 @@ class Compactor:
     async def _adrain(self) -> Outcome:
         while True:
             outcome = await self.acompact()
-            if outcome.status != "written":
+            if outcome.status != "written" or self._closing:
                 return outcome
 
     def close(self, *, wait: bool = True, timeout: float | None = None) -> None:

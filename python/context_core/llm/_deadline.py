@@ -164,8 +164,8 @@ def call_within(fn: Callable[[], T], seconds: float, cancel: Any = None) -> T:
         work()
     # With nothing to cancel the wait, one wait to the deadline: polling would
     # wake this thread (and take the interpreter) 50 times a second.
-    poll = _CANCEL_POLL if cancel is not None else float("inf")
-    while not done.wait(max(0.0, min(poll, deadline - time.monotonic()))):
+    poll = _CANCEL_POLL if cancel is not None else threading.TIMEOUT_MAX
+    while not done.wait(max(0.0, min(poll, deadline - time.monotonic(), threading.TIMEOUT_MAX))):
         if cancel is not None and cancel.is_set():
             raise LLMCancelledError("LLM call cancelled during a try")
         if time.monotonic() >= deadline:

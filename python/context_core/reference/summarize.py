@@ -40,15 +40,23 @@ _OPEN = _re(r"<\s*summary\s*>")
 _CLOSE = _re(r"<\s*/\s*summary\s*>")
 _HEADING = re.compile(
     r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(constraints|decisions|current state|next steps)"
-    r"(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*$",
+    r"(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t\r]*$",
     re.ASCII | re.MULTILINE,
 )
 _HTML = _re(r"\A\s*(?:<!doctype\s+html|<\s*html(?:\s|>)|<\s*head\s*>|<\s*body(?:\s|>))")
 _HTML_PAGE = _re(r"<!doctype\s+html|<\s*html(?:\s|>)[\s\S]*<\s*/\s*html\s*>")
 _FAILURE_LINE = _re(
-    r"\A(?:error (?:while )?generating|(?:failed|unable) to (?:generate|summari[sz]e|produce)|"
-    r"could not (?:generate|summari[sz]e|produce)|can(?:no|')?t (?:generate|summari[sz]e)|"
-    r"[0-9]{3} too many requests|rate limit(?:ed| exceeded))"
+    r"\A(?:error (?:while )?generating (?:the |a )?summary|(?:failed|unable) to (?:generate|produce|write) "
+    r"(?:the |a )?summary|(?:failed|unable) to summari[sz]e|could not (?:generate|produce|write) "
+    r"(?:the |a )?summary|could not summari[sz]e|can(?:no|')?t (?:generate|produce|write) "
+    r"(?:the |a )?summary|can(?:no|')?t summari[sz]e)"
+)
+_REFUSAL_LINE = _re(
+    r"\A(?:i'?m sorry|i am sorry|i apologi[sz]e|as an ai|"
+    r"i can(?:no|')t (?:help|assist|comply|summari[sz]e|do that)|"
+    r"i cannot (?:help|assist|comply|summari[sz]e|do that)|i(?:'m| am) (?:not able|unable) to "
+    r"(?:help|assist|comply|summari[sz]e)|i (?:won'?t|will not) (?:help|assist|comply|summari[sz]e)|"
+    r"抱歉|对不起|很抱歉|我无法(?:总结|帮助|协助)|我不能(?:总结|帮助|协助))"
 )
 _END = r"(?:[^0-9a-z_]|\Z)"
 _ERROR_START = _re(
@@ -233,7 +241,7 @@ def check_summary(
     if _HTML_PAGE.search(body_low):
         return None, 0, "the summary holds an HTML page"
     for line in map(_unbulleted, _lines(body_low)):
-        if _REFUSAL.match(line):
+        if _REFUSAL_LINE.match(line):
             return None, 0, "the summary holds a refusal"
         if _FAILURE_LINE.match(line):
             return None, 0, "the summary holds an error message"

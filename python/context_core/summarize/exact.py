@@ -53,8 +53,9 @@ def _fold(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
-#: The longest word searched for exact values.
+#: The longest run without a space searched for exact values.
 MAX_VALUE_CHARS = 128
+_LONG_RUN = re.compile(rf"\S{{{MAX_VALUE_CHARS + 1},}}")
 
 
 def exact_values(text: str) -> list[str]:
@@ -63,18 +64,17 @@ def exact_values(text: str) -> list[str]:
     hex hashes, versions, numbers, ``snake_case`` and ``CamelCase``
     identifiers, @handles and quoted strings (their inside).
 
-    Values are found word by word (as ``str.split()`` splits), in words of
-    at most :data:`MAX_VALUE_CHARS`: the patterns backtrack, and a longer
-    run (a minified blob, a 20 KB kebab-case line) would cost time
-    quadratic in its length, holding the interpreter all the while."""
+    Runs of more than :data:`MAX_VALUE_CHARS` characters without a space
+    are passed over: the patterns backtrack within a run, and a longer one
+    (a minified blob, a 20 KB kebab-case line) would cost time quadratic in
+    its length, holding the interpreter all the while."""
     found: dict[str, None] = {}
-    for word in text.split():
-        if len(word) > MAX_VALUE_CHARS:
-            continue
-        for match in _VALUES.finditer(word):
-            value = match.group().strip(".,")
-            if value:
-                found.setdefault(value)
+    if len(text) > MAX_VALUE_CHARS:
+        text = _LONG_RUN.sub(" ", text)
+    for match in _VALUES.finditer(text):
+        value = match.group().strip(".,")
+        if value:
+            found.setdefault(value)
     for match in _QUOTES.finditer(text):
         value = next(g for g in match.groups() if g is not None).strip()
         if value:

@@ -90,12 +90,16 @@ def carry_rules(
     source: str,
     constraints: Sequence[tuple[int, str]],
     tokenizer: Tokenizer,
-) -> Summary:
+) -> Summary | Rejected:
     """The :class:`Summary` of ``text``, with every rule of ``constraints``
-    it does not carry added to its Constraints section word for word."""
+    it does not carry added to its Constraints section word for word (and
+    the result checked again: it must still have its sections)."""
     missing = [(key, rule) for key, rule in constraints if not carried(rule, text)]
     if not missing:
         return Summary(text, tokens, level, (), source)
     text = with_rules(text, [rule for _, rule in missing])
+    problem = _check_sections(text)
+    if problem is not None:
+        return Rejected(f"the summary with its rules added: {problem}", source)
     still = tuple(key for key, rule in missing if not carried(rule, text))
     return Summary(text, tokenizer.count(text), level, still, source, tuple(key for key, _ in missing))

@@ -1,10 +1,10 @@
 """The user's rules in a summary: whether its Constraints section carries
 each one, and the rules it does not carry added to it, word for word.
 
-A rule is carried only by the Constraints section (a value that turns up in
-Decisions, say, may well state the opposite), only if every exact value of
-the rule is there (see :func:`~context_core.summarize.exact.carried`), and
-only if the section keeps the rule's negation and its limits ("never",
+A rule is carried only by a line of the Constraints section (a value that
+turns up in Decisions, say, may well state the opposite), only if every
+exact value of the rule is on it (see :func:`~context_core.summarize.exact.carried`), and
+only if the line keeps the rule's negation and its limits ("never",
 "at most", "only"...). A rule not carried is added to the section whole,
 so no summary ever drops a rule, and no segment waits forever for a model
 to phrase one right.
@@ -21,7 +21,7 @@ __all__ = ["carried", "constraints_section", "with_rules"]
 
 _HEADING = re.compile(
     r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(constraints|decisions|current state|next steps)"
-    r"(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*$",
+    r"(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t\r]*$",
     re.ASCII | re.IGNORECASE,
 )
 _NOTHING = frozenset({"none", "none.", "(none)", "n/a", "无", "无。"})
@@ -45,7 +45,7 @@ def _one_line(text: str) -> str:
 
 def constraints_section(summary: str) -> str:
     """The text of ``summary``'s Constraints section (empty if it has none)."""
-    lines = summary.splitlines()
+    lines = summary.split("\n")  # the guard's lines: other breaks are text
     out: list[str] = []
     inside = False
     for line in lines:
@@ -60,13 +60,23 @@ def constraints_section(summary: str) -> str:
     return "\n".join(out)
 
 
+# A limit the other way round: a line stating it turns the rule's around.
+_OPPOSITE = {1: 2, 2: 1}
+
+
 def carried(rule: str, summary: str) -> bool:
-    """Whether ``summary``'s Constraints section carries ``rule`` (see the
-    module docs)."""
-    section = constraints_section(summary)
-    if not values_carried(rule, section):
-        return False
-    return all(keep.search(section) for keep in _KEEP if keep.search(rule))
+    """Whether one line of ``summary``'s Constraints section carries
+    ``rule`` (see the module docs): another rule's "not" on another line
+    keeps nothing of this one."""
+    held = [i for i, keep in enumerate(_KEEP) if keep.search(rule)]
+    against = [_KEEP[_OPPOSITE[i]] for i in held if i in _OPPOSITE and not _KEEP[_OPPOSITE[i]].search(rule)]
+    return any(
+        values_carried(rule, line)
+        and all(_KEEP[i].search(line) for i in held)
+        and not any(other.search(line) for other in against)
+        for line in constraints_section(summary).split("\n")
+        if line.strip()
+    )
 
 
 def with_rules(summary: str, rules: Sequence[str]) -> str:
@@ -74,8 +84,8 @@ def with_rules(summary: str, rules: Sequence[str]) -> str:
     ``- `` line (in place of a lone ``- none``)."""
     if not rules:
         return summary
-    added = [f"- {_one_line(rule)}" for rule in rules]
-    lines = summary.splitlines()
+    added = [f"- {_one_line(rule)}" for rule in dict.fromkeys(rules)]
+    lines = summary.split("\n")
     start = next(
         (
             i

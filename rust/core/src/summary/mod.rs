@@ -50,7 +50,7 @@ static CLOSE: LazyLock<Regex> = LazyLock::new(|| compile(r"<\s*/\s*summary\s*>")
 /// A heading line, whole (the twin's multi-line `^...$`, run line by line).
 static HEADING: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"\A[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(?:constraints|decisions|current state|next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t]*\z",
+        r"\A[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(?:constraints|decisions|current state|next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t\r]*\z",
     )
 });
 static ECHOES: LazyLock<AhoCorasick> =
@@ -82,10 +82,18 @@ static HTML: LazyLock<Regex> = LazyLock::new(|| {
 // A whole page inside a summary (a mention of a tag is fine).
 static HTML_PAGE: LazyLock<Regex> =
     LazyLock::new(|| compile(r"<!doctype\s+html|<\s*html(?:\s|>)(?s:.*)<\s*/\s*html\s*>"));
-// A line of a summary that says the summary failed.
+// A line of a summary that says the summary itself failed (a line that
+// names a failure of the work, "failed to generate the PDF", is no such).
 static FAILURE_LINE: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"\A(?:error (?:while )?generating|(?:failed|unable) to (?:generate|summari[sz]e|produce)|could not (?:generate|summari[sz]e|produce)|can(?:no|')?t (?:generate|summari[sz]e)|[0-9]{3} too many requests|rate limit(?:ed| exceeded))",
+        r"\A(?:error (?:while )?generating (?:the |a )?summary|(?:failed|unable) to (?:generate|produce|write) (?:the |a )?summary|(?:failed|unable) to summari[sz]e|could not (?:generate|produce|write) (?:the |a )?summary|could not summari[sz]e|can(?:no|')?t (?:generate|produce|write) (?:the |a )?summary|can(?:no|')?t summari[sz]e)",
+    )
+});
+// A line of a summary that refuses the task (not one that quotes a rule
+// such as "I can't push to main").
+static REFUSAL_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"\A(?:i'?m sorry|i am sorry|i apologi[sz]e|as an ai|i can(?:no|')t (?:help|assist|comply|summari[sz]e|do that)|i cannot (?:help|assist|comply|summari[sz]e|do that)|i(?:'m| am) (?:not able|unable) to (?:help|assist|comply|summari[sz]e)|i (?:won'?t|will not) (?:help|assist|comply|summari[sz]e)|抱歉|对不起|很抱歉|我无法(?:总结|帮助|协助)|我不能(?:总结|帮助|协助))",
     )
 });
 const END: &str = r"(?:[^0-9a-z_]|\z)";
@@ -270,7 +278,7 @@ pub fn check_reply<'a>(
         return rejected("the summary holds an HTML page");
     }
     for line in body_low.lines().map(unbulleted) {
-        if REFUSAL.is_match(line) {
+        if REFUSAL_LINE.is_match(line) {
             return rejected("the summary holds a refusal");
         }
         if FAILURE_LINE.is_match(line) {

@@ -268,10 +268,19 @@ pub fn occurs(value: &str, text: &str) -> bool {
     if value.is_empty() {
         return true;
     }
-    memmem::find_iter(text.as_bytes(), value.as_bytes()).any(|start| {
+    // Every occurrence, overlapping ones too ("a-a" in "xa-a-a"), as the twin finds them.
+    let finder = memmem::Finder::new(value.as_bytes());
+    let mut from = 0;
+    while let Some(found) = finder.find(&text.as_bytes()[from..]) {
+        let start = from + found;
         let end = start + value.len();
         let before = text[..start].chars().next_back();
         let after = text[end..].chars().next();
-        before.is_none_or(|c| !is_word_char(c)) && after.is_none_or(|c| !is_word_char(c))
-    })
+        if before.is_none_or(|c| !is_word_char(c)) && after.is_none_or(|c| !is_word_char(c)) {
+            return true;
+        }
+        // The next char boundary: a value starts at one.
+        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+    }
+    false
 }
