@@ -244,19 +244,6 @@ ANTHROPIC_TAKES_TEMPERATURE = "temperature" in inspect.signature(Messages.create
 ANTHROPIC_PATH = "/v1/messages"
 
 
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def server(shared_server: FakeLLMServer) -> FakeLLMServer:
-    """The module's server, with an empty script and no requests yet."""
-    shared_server.reset()
-    return shared_server
-
-
 def sync_client(sdk: str, url: str) -> Any:
     if sdk == "openai":
         return openai.OpenAI(base_url=url + "/v1", api_key="test-key")

@@ -900,18 +900,6 @@ TWICE = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, max_retry_aft
 HTML_BYTES = HTML_PAGE.encode()
 
 
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def server(shared_server: FakeLLMServer) -> FakeLLMServer:
-    shared_server.reset()
-    return shared_server
-
-
 @pytest.fixture(params=SDKS)
 def sdk(request: pytest.FixtureRequest) -> str:
     return str(request.param)

@@ -407,18 +407,10 @@ impl PyMessageLog {
         last: &Bound<'_, PyAny>,
         level: &Bound<'_, PyAny>,
     ) -> PyResult<u64> {
-        // Stored as given or not at all: a lone surrogate is refused, as in
-        // messages, not repaired into U+FFFD.
-        let text = as_str(text, "text")?.to_str().map_err(|_| {
-            invalid_input("text: a string holds a lone surrogate (not valid Unicode), so it cannot be stored as it is")
-        })?;
-        let (first, last) = (seq(first, "covers")?, seq(last, "covers")?);
-        let level = summary_level(level)?;
-        // A negative seq is no node: past every node, the core refuses it.
-        let node = |seq: i64| u64::try_from(seq).unwrap_or(u64::MAX);
+        let (text, first, last, level) = summary_args(text, first, last, level)?;
         Ok(self
             .log()?
-            .add_summary(text, node(first), node(last), level, &LOG_TAGGER)
+            .add_summary(text, first, last, level, &LOG_TAGGER)
             .map_err(CoreError)?)
     }
 
@@ -434,22 +426,10 @@ impl PyMessageLog {
         level: &Bound<'_, PyAny>,
         expected_summary: Option<u64>,
     ) -> PyResult<Option<u64>> {
-        let text = as_str(text, "text")?.to_str().map_err(|_| {
-            invalid_input("text: a string holds a lone surrogate (not valid Unicode), so it cannot be stored as it is")
-        })?;
-        let (first, last) = (seq(first, "covers")?, seq(last, "covers")?);
-        let level = summary_level(level)?;
-        let node = |seq: i64| u64::try_from(seq).unwrap_or(u64::MAX);
+        let (text, first, last, level) = summary_args(text, first, last, level)?;
         Ok(self
             .log()?
-            .add_summary_if(
-                text,
-                node(first),
-                node(last),
-                level,
-                &LOG_TAGGER,
-                expected_summary,
-            )
+            .add_summary_if(text, first, last, level, &LOG_TAGGER, expected_summary)
             .map_err(CoreError)?)
     }
 
@@ -561,6 +541,24 @@ impl PyMessageLog {
         })?;
         Ok(copy.into_raw_fd())
     }
+}
+
+/// A summary's text, covered range and level, checked. The text is stored
+/// as given or not at all: a lone surrogate is refused, as in messages, not
+/// repaired into U+FFFD. A negative seq is no node: past every node, so the
+/// core refuses it.
+fn summary_args<'a>(
+    text: &'a Bound<'_, PyAny>,
+    first: &Bound<'_, PyAny>,
+    last: &Bound<'_, PyAny>,
+    level: &Bound<'_, PyAny>,
+) -> PyResult<(&'a str, u64, u64, u8)> {
+    let text = as_str(text, "text")?.to_str().map_err(|_| {
+        invalid_input("text: a string holds a lone surrogate (not valid Unicode), so it cannot be stored as it is")
+    })?;
+    let (first, last) = (seq(first, "covers")?, seq(last, "covers")?);
+    let node = |seq: i64| u64::try_from(seq).unwrap_or(u64::MAX);
+    Ok((text, node(first), node(last), summary_level(level)?))
 }
 
 /// A summary's level: the int 2 or 3.
