@@ -39,6 +39,8 @@ T = TypeVar("T")
 
 # How often a caller waiting for a try looks at its cancel token.
 _CANCEL_POLL = 0.02
+# The longest one Event.wait takes (longer overflows).
+_WAIT_MAX = threading.TIMEOUT_MAX
 
 _local = threading.local()  # .deadline: the time.monotonic() the try running in this thread must end by
 
@@ -164,8 +166,8 @@ def call_within(fn: Callable[[], T], seconds: float, cancel: Any = None) -> T:
         work()
     # With nothing to cancel the wait, one wait to the deadline: polling would
     # wake this thread (and take the interpreter) 50 times a second.
-    poll = _CANCEL_POLL if cancel is not None else threading.TIMEOUT_MAX
-    while not done.wait(max(0.0, min(poll, deadline - time.monotonic(), threading.TIMEOUT_MAX))):
+    poll = _CANCEL_POLL if cancel is not None else _WAIT_MAX
+    while not done.wait(max(0.0, min(poll, deadline - time.monotonic(), _WAIT_MAX))):
         if cancel is not None and cancel.is_set():
             raise LLMCancelledError("LLM call cancelled during a try")
         if time.monotonic() >= deadline:
