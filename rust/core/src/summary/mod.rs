@@ -49,9 +49,10 @@ static OPEN: LazyLock<Regex> = LazyLock::new(|| compile(r"<\s*summary\s*>"));
 static CLOSE: LazyLock<Regex> = LazyLock::new(|| compile(r"<\s*/\s*summary\s*>"));
 /// A heading line, whole (the twin's multi-line `^...$`, run line by line).
 static HEADING: LazyLock<Regex> = LazyLock::new(|| {
-    compile(
-        r"\A[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(?:constraints|decisions|current state|next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t\r]*\z",
-    )
+    compile(concat!(
+        r"\A[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(?:constraints|decisions|current state|",
+        r"next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t\r]*\z",
+    ))
 });
 static ECHOES: LazyLock<AhoCorasick> =
     LazyLock::new(|| AhoCorasick::new(ECHO_MARKERS).expect("plain literals"));
@@ -85,32 +86,44 @@ static HTML_PAGE: LazyLock<Regex> =
 // A line of a summary that says the summary itself failed (a line that
 // names a failure of the work, "failed to generate the PDF", is no such).
 static FAILURE_LINE: LazyLock<Regex> = LazyLock::new(|| {
-    compile(
-        r"\A(?:error (?:while )?generating (?:the |a )?summary|(?:failed|unable) to (?:generate|produce|write) (?:the |a )?summary|(?:failed|unable) to summari[sz]e|could not (?:generate|produce|write) (?:the |a )?summary|could not summari[sz]e|can(?:no|')?t (?:generate|produce|write) (?:the |a )?summary|can(?:no|')?t summari[sz]e)",
-    )
+    compile(concat!(
+        r"\A(?:error (?:while )?generating (?:the |a )?summary|(?:failed|",
+        r"unable) to (?:generate|produce|write) (?:the |a )?summary|(?:failed|",
+        r"unable) to summari[sz]e|could not (?:generate|produce|write) (?:the |a )?summary|",
+        r"could not summari[sz]e|can(?:no|')?t (?:generate|produce|write) (?:the |a )?summary|",
+        r"can(?:no|')?t summari[sz]e)",
+    ))
 });
 // A line of a summary that refuses the task (not one that quotes a rule
 // such as "I can't push to main").
 static REFUSAL_LINE: LazyLock<Regex> = LazyLock::new(|| {
-    compile(
-        r"\A(?:i'?m sorry|i am sorry|i apologi[sz]e|as an ai|i can(?:no|')t (?:help|assist|comply|summari[sz]e|do that)|i cannot (?:help|assist|comply|summari[sz]e|do that)|i(?:'m| am) (?:not able|unable) to (?:help|assist|comply|summari[sz]e)|i (?:won'?t|will not) (?:help|assist|comply|summari[sz]e)|抱歉|对不起|很抱歉|我无法(?:总结|帮助|协助)|我不能(?:总结|帮助|协助))",
-    )
+    compile(concat!(
+        r"\A(?:i'?m sorry|i am sorry|i apologi[sz]e|as an ai|i can(?:no|')t (?:help|assist|",
+        r"comply|summari[sz]e|do that)|i cannot (?:help|assist|comply|summari[sz]e|do that)|",
+        r"i(?:'m| am) (?:not able|unable) to (?:help|assist|comply|summari[sz]e)|i (?:won'?t|",
+        r"will not) (?:help|assist|comply|summari[sz]e)|抱歉|对不起|很抱歉|我无法(?:总结|帮助|协助)|我不能(?:总结|",
+        r"帮助|协助))",
+    ))
 });
 const END: &str = r"(?:[^0-9a-z_]|\z)";
-static ERROR_START: LazyLock<Regex> = LazyLock::new(|| {
-    compile(&format!(
-        r#"\A\s*(?:error{END}|exception{END}|traceback{END}|fatal{END}|rate[ -]?limit|too many requests|internal server error|bad gateway|service unavailable|gateway time-?out|request failed|\{{\s*"(?:error|detail)"|[0-9]{{3}}\s+(?:error|bad|internal|service|gateway|too|forbidden|unauthori[sz]ed|not found))"#
-    ))
-});
+static ERROR_START: LazyLock<Regex> =
+    LazyLock::new(|| {
+        compile(&concat!(
+            r#"\A\s*(?:error{END}|exception{END}|traceback{END}|fatal{END}|rate[ -]?limit|"#,
+            r#"too many requests|internal server error|bad gateway|service unavailable|"#,
+            r#"gateway time-?out|request failed|\{\s*"(?:error|detail)"|[0-9]{3}\s+(?:error|bad|"#,
+            r#"internal|service|gateway|too|forbidden|unauthori[sz]ed|not found))"#,
+        ).replace("{END}", END))
+    });
 static REFUSAL: LazyLock<Regex> = LazyLock::new(|| {
-    compile(
-        r"\A\s*(?:i'?m sorry|i am sorry|sorry,|i apologi[sz]e|i can(?:no|')t|i cannot|i'?m (?:not able|unable)|i am (?:not able|unable)|i won'?t|i will not|as an ai|unfortunately,? i|抱歉|对不起|很抱歉|我无法|我不能)",
-    )
+    compile(concat!(
+        r"\A\s*(?:i'?m sorry|i am sorry|sorry,|i apologi[sz]e|i can(?:no|')t|i cannot|",
+        r"i'?m (?:not able|unable)|i am (?:not able|unable)|i won'?t|i will not|as an ai|",
+        r"unfortunately,? i|抱歉|对不起|很抱歉|我无法|我不能)",
+    ))
 });
 static MARKUP: LazyLock<Regex> = LazyLock::new(|| {
-    compile(&format!(
-        r"<\s*/?\s*(?:msg|transcript|segment|rules|analysis){END}"
-    ))
+    compile(&r"<\s*/?\s*(?:msg|transcript|segment|rules|analysis){END}".replace("{END}", END))
 });
 
 /// Whitespace as Python's `str.split()` and `str.strip()` see it: Unicode

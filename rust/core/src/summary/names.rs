@@ -198,9 +198,10 @@ const ASCII_SPACE: [bool; 128] = {
     table
 };
 
-/// The words of `text` as Python's `str.split()` gives them, holding a `/` or a `.` (or, with `underscores`,
-/// a `_`), in order: found from those bytes (a vectorised search) and
-/// widened to their word, not by reading every word.
+/// The words of `text` as Python's `str.split()` gives them, holding a `/`
+/// or a `.` (or, with `underscores`, a `_`), in order: found from those
+/// bytes (a vectorised search) and widened to their word, not by reading
+/// every word.
 fn candidate_words(text: &str, underscores: bool) -> impl Iterator<Item = &str> {
     let bytes = text.as_bytes();
     let mut from = 0;

@@ -5,7 +5,11 @@ fn count(text: &str, limit: usize) -> usize {
     text.split_whitespace().count().min(limit + 1)
 }
 
-const GOOD: &str = "<analysis>notes</analysis>\n<summary>\nConstraints:\n- retry at most 3 times\nDecisions:\n- use call_1 in src/retry.go\nCurrent state:\n- green\nNext steps:\n- ship\n</summary>";
+const GOOD: &str = concat!(
+    "<analysis>notes</analysis>\n<summary>\nConstraints:\n- retry at most 3 times\n",
+    "Decisions:\n- use call_1 in src/retry.go\nCurrent state:\n- green\n",
+    "Next steps:\n- ship\n</summary>",
+);
 
 #[test]
 fn a_good_reply_keeps_its_summary_only() {
@@ -48,12 +52,10 @@ fn names_outside_the_covered_text_are_refused() {
         panic!("kept")
     };
     assert!(reason.contains("call_1"), "{reason}");
-    assert!(
-        matches!(check_reply(GOOD, "call_1", 100, count), Verdict::Rejected(r) if r.contains("src/retry.go"))
-    );
-    assert!(
-        matches!(check_reply(GOOD, "call_1 src/retry.go", 5, count), Verdict::Rejected(r) if r.contains("bound"))
-    );
+    let unnamed_file = check_reply(GOOD, "call_1", 100, count);
+    assert!(matches!(unnamed_file, Verdict::Rejected(r) if r.contains("src/retry.go")));
+    let over = check_reply(GOOD, "call_1 src/retry.go", 5, count);
+    assert!(matches!(over, Verdict::Rejected(r) if r.contains("bound")));
 }
 
 #[test]
