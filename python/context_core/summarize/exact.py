@@ -10,7 +10,7 @@ import unicodedata
 
 from context_core._core import _named, _occurs
 
-__all__ = ["carried", "exact_values", "key_words", "named", "named_files", "named_tool_ids", "occurs"]
+__all__ = ["carried", "exact_values", "key_words", "named", "named_files", "occurs"]
 
 _FILE_EXTENSIONS = (
     "py|pyi|go|rs|js|mjs|ts|tsx|jsx|java|kt|rb|php|swift|c|h|cc|cpp|hpp|cs|scala|sql|sh|bash|zsh|"
@@ -122,11 +122,6 @@ def named(text: str) -> tuple[list[str], list[str]]:
     file name: not ``I/O`` or ``3/4``) and names with a known file
     extension; URLs left out. In Rust."""
     return _named(text)
-
-
-def named_tool_ids(text: str) -> list[str]:
-    """Tool call ids named in ``text`` (see :func:`named`)."""
-    return named(text)[0]
 
 
 def named_files(text: str) -> list[str]:

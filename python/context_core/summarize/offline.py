@@ -182,32 +182,28 @@ class _Builder:
         keep: list[tuple[str, int]] = []
         taken: dict[str, int] = {}
         rules = 0
-        for priority, neg_order, section, text in ranked:
+        bound = self.max_tokens  # grows by each rule's tokens: rules are outside it
+        for priority, neg_order, section, text in ranked:  # the rules (priority 0) come first
             cost = count(f"- {text}\n")
             if priority == 0:
                 keep.append((section, -neg_order))
                 rules += 1
                 used += cost
+                bound += cost
                 continue
             if taken.get(section, 0) >= _SECTION_LINES.get(section, 10**9):
                 continue
             if section in EXTRA_SECTIONS and not taken.get(section):
                 cost += count(f"{section}:\n")
-            if used + cost <= self.max_tokens + self.rule_tokens(keep[:rules]):
+            if used + cost <= bound:
                 used += cost
                 keep.append((section, -neg_order))
                 taken[section] = taken.get(section, 0) + 1
-        bound = self.max_tokens + self.rule_tokens(keep[:rules])
         while True:
             text = self.render(set(keep))
             if len(keep) == rules or count(text, limit=bound) <= bound:
                 return text
             keep.pop()
-
-    def rule_tokens(self, rules: list[tuple[str, int]]) -> int:
-        """Tokens of the rule lines (outside the bound)."""
-        lines = {(s, o): text for s, entries in self.lines.items() for _, o, text in entries}
-        return sum(self.tokenizer.count(f"- {lines[key]}\n") for key in rules)
 
 
 #: Only the end of a tool output is searched for its error: that is where
