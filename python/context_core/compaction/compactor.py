@@ -292,14 +292,8 @@ class Compactor:
 
     # -- one step -------------------------------------------------------------------------------
 
-    def compact(self) -> Outcome:
-        """Run the next due step now, on this thread (the summarizer's model
-        call is bounded by ``timeout``)."""
-        return self._step(self._run_sync)
-
-    async def acompact(self) -> Outcome:
-        """:meth:`compact` as a coroutine: the model is awaited, the log
-        work runs in a worker thread."""
+    def _claim(self) -> threading.Lock | Outcome:
+        """The log's job lock, taken; or why no step starts now."""
         with self._state:
             waiting = self._waiting()
         if waiting is not None:
@@ -307,6 +301,35 @@ class Compactor:
         lock = _log_lock(self.log)
         if not lock.acquire(blocking=False):
             return Outcome("busy")
+        return lock
+
+    def compact(self) -> Outcome:
+        """Run the next due step now, on this thread (the summarizer's model
+        call is bounded by ``timeout``)."""
+        lock = self._claim()
+        if isinstance(lock, Outcome):
+            return lock
+        try:
+            job = self.due()
+            if job is None:
+                return self._record(Outcome("idle"))
+            _yield_to_others()
+            prepared = self._prepare(job)
+            _yield_to_others()
+            result = self._run_sync(job, prepared)
+            _yield_to_others()
+            return self._record(self._finish(job, prepared, result))
+        except LogClosedError as error:
+            return self._record(Outcome("abandoned", reason=str(error)))
+        finally:
+            lock.release()
+
+    async def acompact(self) -> Outcome:
+        """:meth:`compact` as a coroutine: the model is awaited, the log
+        work runs in a worker thread."""
+        lock = self._claim()
+        if isinstance(lock, Outcome):
+            return lock
         try:
             job = await asyncio.to_thread(self.due)
             if job is None:
@@ -324,29 +347,6 @@ class Compactor:
                 # until it ends, so no other job starts beside it.
                 await asyncio.wait([finish])
                 raise
-        except LogClosedError as error:
-            return self._record(Outcome("abandoned", reason=str(error)))
-        finally:
-            lock.release()
-
-    def _step(self, run: Callable[[Job, Any], Summary | Rejected]) -> Outcome:
-        with self._state:
-            waiting = self._waiting()
-        if waiting is not None:
-            return self._record(waiting)
-        lock = _log_lock(self.log)
-        if not lock.acquire(blocking=False):
-            return Outcome("busy")
-        try:
-            job = self.due()
-            if job is None:
-                return self._record(Outcome("idle"))
-            _yield_to_others()
-            prepared = self._prepare(job)
-            _yield_to_others()
-            result = run(job, prepared)
-            _yield_to_others()
-            return self._record(self._finish(job, prepared, result))
         except LogClosedError as error:
             return self._record(Outcome("abandoned", reason=str(error)))
         finally:
@@ -456,18 +456,10 @@ class Compactor:
     def _as_planned(self, job: Job) -> bool:
         """The newest summary on the active path is still the one planned
         on, and what the job covers is still on that path."""
-        return self.due_base() == job.base and job.covers[1] in set(self.log.path())
-
-    def due_base(self) -> int | None:
-        """The newest summary node on the active path (``None`` if none)."""
-        path = self.log.path()
-        if not path:
-            return None
-        headers = self.log.headers()
-        for seq in reversed(path):
-            if headers["kind"][seq] == 1:
-                return int(seq)
-        return None
+        path = np.asarray(self.log.path(), dtype=np.int64)
+        summaries = path[self.log.headers()["kind"][path] == 1] if path.size else path
+        newest = int(summaries[-1]) if summaries.size else None
+        return newest == job.base and bool(np.isin(job.covers[1], path))
 
     def _remember(self, job: Job, prepared: Any) -> int:
         """Send the exact facts of the covered messages to memory, just
