@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 import context_core
 from context_core import reference
 from llm_server import FakeLLMServer
+from sdk_clients import SDKS, sync_client
 from strategies import ENCODINGS
 
 
@@ -35,3 +37,24 @@ def encoding(request: pytest.FixtureRequest) -> str:
 def pair(encoding: str) -> tuple[context_core.Tokenizer, reference.Tokenizer]:
     """The Rust tokenizer and its reference twin for one encoding."""
     return context_core.Tokenizer(encoding), reference.Tokenizer(encoding)
+
+
+@pytest.fixture(params=SDKS)
+def sdk(request: pytest.FixtureRequest) -> str:
+    """Each SDK in turn: ``openai``, ``anthropic``."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def shared_clients(shared_server: FakeLLMServer) -> Iterator[dict[str, Any]]:
+    """A sync client of each SDK pointed at the module's server."""
+    clients = {sdk: sync_client(sdk, shared_server.url) for sdk in SDKS}
+    yield clients
+    for c in clients.values():
+        c.close()
+
+
+@pytest.fixture
+def client(sdk: str, server: FakeLLMServer, shared_clients: dict[str, Any]) -> Any:
+    """A sync client of ``sdk`` pointed at ``server``."""
+    return shared_clients[sdk]

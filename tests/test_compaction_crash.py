@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import time
 from pathlib import Path
 
 from context_core import MessageLog
 from context_core.compaction import Compactor
+from killed import reports_until_killed
 
 KILLS = 40
 
@@ -37,24 +36,6 @@ def compacting_writer(where: Path, report_fd: int) -> None:
         while (outcome := compactor.compact()).status == "written":
             assert outcome.seq is not None
             os.write(report_fd, outcome.seq.to_bytes(8, "little"))
-
-
-def run_and_kill(where: Path, after: float) -> list[int]:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            compacting_writer(where, write_fd)
-        finally:
-            os._exit(1)
-    os.close(write_fd)
-    time.sleep(after)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    with os.fdopen(read_fd, "rb") as reports:
-        data = reports.read()
-    return [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data) - len(data) % 8, 8)]
 
 
 def check_view(log: MessageLog) -> None:
@@ -85,7 +66,7 @@ def test_killed_compaction_leaves_the_old_view_or_the_new(tmp_path: Path):
     rng = random.Random(5)
     acknowledged: list[int] = []
     for kill in range(KILLS):
-        acknowledged += run_and_kill(where, rng.uniform(0.0, 0.05))
+        acknowledged += reports_until_killed(lambda fd: compacting_writer(where, fd), rng.uniform(0.0, 0.05))
         with MessageLog.open(where) as log:
             kinds = log.headers()["kind"]
             for seq in acknowledged:

@@ -39,6 +39,7 @@ from context_core import (
 from context_core.llm import RetryPolicy
 from context_core.llm.sdk_errors import parse_retry_after
 from llm_server import FakeLLMServer, Reply, anthropic_body, openai_body
+from sdk_clients import async_client, sync_client
 
 MESSAGES: list[Any] = [
     {"role": "system", "content": "Be brief."},
@@ -237,23 +238,10 @@ def test_callable_retries_only_when_asked():
 # --- the SDK adapters against a real local server ----------------------------------------------
 
 FAST = RetryPolicy(attempts=3, base_delay=0.02, max_delay=0.05, max_retry_after=1.0)
-SDKS = ["openai", "anthropic"]
 OPENAI_PATH = "/v1/chat/completions"
 # Recent anthropic SDKs dropped the sampling parameters; AnthropicChat follows the installed one.
 ANTHROPIC_TAKES_TEMPERATURE = "temperature" in inspect.signature(Messages.create).parameters
 ANTHROPIC_PATH = "/v1/messages"
-
-
-def sync_client(sdk: str, url: str) -> Any:
-    if sdk == "openai":
-        return openai.OpenAI(base_url=url + "/v1", api_key="test-key")
-    return anthropic.Anthropic(base_url=url, api_key="test-key")
-
-
-def async_client(sdk: str, url: str) -> Any:
-    if sdk == "openai":
-        return openai.AsyncOpenAI(base_url=url + "/v1", api_key="test-key")
-    return anthropic.AsyncAnthropic(base_url=url, api_key="test-key")
 
 
 def adapter(sdk: str, client: Any, **options: Any) -> OpenAIChat | AnthropicChat:
@@ -262,25 +250,6 @@ def adapter(sdk: str, client: Any, **options: Any) -> OpenAIChat | AnthropicChat
     if sdk == "openai":
         return OpenAIChat(client, model="gpt-test", **options)
     return AnthropicChat(client, model="claude-test", **options)
-
-
-@pytest.fixture(params=SDKS)
-def sdk(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def shared_clients(shared_server: FakeLLMServer) -> Iterator[dict[str, Any]]:
-    clients = {sdk: sync_client(sdk, shared_server.url) for sdk in SDKS}
-    yield clients
-    for c in clients.values():
-        c.close()
-
-
-@pytest.fixture
-def client(sdk: str, server: FakeLLMServer, shared_clients: dict[str, Any]) -> Any:
-    """A sync client of ``sdk`` pointed at ``server``."""
-    return shared_clients[sdk]
 
 
 def run_async(sdk: str, server: FakeLLMServer, body: Any, **options: Any) -> Any:

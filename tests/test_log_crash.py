@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import time
 from pathlib import Path
 
 from context_core import MessageLog
+from killed import reports_until_killed
 
 KILLS = 200
 
@@ -37,24 +37,7 @@ def writer(where: Path, durability: str, report_fd: int) -> None:
 
 def run_and_kill(where: Path, durability: str, after: float) -> int:
     """Start a writer, SIGKILL it after `after` seconds; the most it acknowledged."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the writer
-        os.close(read_fd)
-        try:
-            writer(where, durability, write_fd)
-        finally:
-            os._exit(1)
-    os.close(write_fd)
-    time.sleep(after)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    acknowledged = 0
-    with os.fdopen(read_fd, "rb") as reports:
-        data = reports.read()
-    for i in range(0, len(data) - len(data) % 8, 8):
-        acknowledged = max(acknowledged, int.from_bytes(data[i : i + 8], "little"))
-    return acknowledged
+    return max(reports_until_killed(lambda fd: writer(where, durability, fd), after), default=0)
 
 
 def warm_up(where: Path) -> None:

@@ -12,11 +12,8 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-import anthropic
-import openai
 import pytest
 
 import context_core
@@ -51,6 +48,7 @@ from context_core.summarize.prompts import ECHO_MARKERS, GLOBAL_SYSTEM, SEGMENT_
 from context_core.summarize.rules import carried as carried_by
 from context_core.summarize.summarizer import messages_covered
 from llm_server import FakeLLMServer, Reply, anthropic_body, openai_body
+from sdk_clients import async_client
 
 TOK = Tokenizer()
 
@@ -892,39 +890,11 @@ def test_global_prompt_escapes_segments_and_rules():
 
 # --- the real SDKs against the local server ----------------------------------------------------
 
-SDKS = ["openai", "anthropic"]
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
 FAST = RetryPolicy(attempts=3, base_delay=0.02, max_delay=0.05, max_retry_after=1.0)
 TWICE = RetryPolicy(attempts=2, base_delay=0.001, max_delay=0.002, max_retry_after=0.01)
 HTML_BYTES = HTML_PAGE.encode()
-
-
-@pytest.fixture(params=SDKS)
-def sdk(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def shared_clients(shared_server: FakeLLMServer) -> Iterator[dict[str, Any]]:
-    clients = {
-        "openai": openai.OpenAI(base_url=shared_server.url + "/v1", api_key="test-key"),
-        "anthropic": anthropic.Anthropic(base_url=shared_server.url, api_key="test-key"),
-    }
-    yield clients
-    for c in clients.values():
-        c.close()
-
-
-@pytest.fixture
-def client(sdk: str, server: FakeLLMServer, shared_clients: dict[str, Any]) -> Any:
-    return shared_clients[sdk]
-
-
-def async_client(sdk: str, url: str) -> Any:
-    if sdk == "openai":
-        return openai.AsyncOpenAI(base_url=url + "/v1", api_key="test-key")
-    return anthropic.AsyncAnthropic(base_url=url, api_key="test-key")
 
 
 def make_llm(sdk: str, client: Any, **options: Any) -> OpenAIChat | AnthropicChat:
