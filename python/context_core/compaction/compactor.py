@@ -35,7 +35,7 @@ from context_core.compaction.plan import Job, Wait, plan, turn_starts
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
 from context_core.log import MessageLog
 from context_core.summarize import Rejected, Summarizer, Summary
-from context_core.summarize.offline import MAX_LOG_RULE_CHARS, _own_text
+from context_core.summarize.offline import MAX_LOG_RULE_CHARS, own_text
 
 __all__ = ["Compactor", "CompactorStatus", "Outcome"]
 
@@ -358,7 +358,7 @@ class Compactor:
         if job.level == 2:
             messages = self.log.read(job.messages)
             at = {seq: i for i, seq in enumerate(job.messages)}
-            stated = [(seq, _own_text(messages[at[seq]]).strip()) for seq in job.rules if seq in at]
+            stated = [(seq, own_text(messages[at[seq]]).strip()) for seq in job.rules if seq in at]
             rules: dict[str, int] = {}  # a rule said twice is carried once
             for seq, text in stated:
                 if _is_rule(seq, text, job):
@@ -383,7 +383,7 @@ class Compactor:
                 self.global_input_tokens,
             )
         stated = [
-            (seq, _own_text(m).strip()) for seq, m in zip(job.rules, self.log.read(job.rules), strict=True)
+            (seq, own_text(m).strip()) for seq, m in zip(job.rules, self.log.read(job.rules), strict=True)
         ]
         return kept[::-1], list(dict.fromkeys(text for seq, text in stated if _is_rule(seq, text, job)))
 

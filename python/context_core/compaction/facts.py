@@ -18,7 +18,7 @@ from typing import Any
 from context_core.errors import ContextCoreError
 from context_core.memory import Fact
 from context_core.summarize.exact import exact_values
-from context_core.summarize.offline import _own_text
+from context_core.summarize.offline import own_text
 from context_core.summarize.transcript import message_text
 
 __all__ = ["MAX_FACTS", "exact_facts"]
@@ -94,7 +94,7 @@ def exact_facts(messages: Sequence[Mapping[str, Any]]) -> list[Fact]:
         if role in ("tool", "function"):
             found.extend(_tool(message_text(message)))
         elif role in ("user", "assistant"):
-            found.extend(_said(_own_text(message)))
+            found.extend(_said(own_text(message)))
             if role == "user" and not isinstance(message.get("content"), str):
                 found.extend(_tool(message_text(message)))  # Anthropic tool results
     newest: dict[str, Fact] = {}

@@ -27,6 +27,7 @@ __all__ = [
     "is_rule",
     "offline_global",
     "offline_segment",
+    "own_text",
     "parse_sections",
 ]
 
@@ -78,7 +79,7 @@ def _role(message: Mapping[str, Any]) -> str:
     return role if isinstance(role, str) else ""
 
 
-def _own_text(message: Mapping[str, Any]) -> str:
+def own_text(message: Mapping[str, Any]) -> str:
     """The message's own text (no tool calls or results)."""
     content = message.get("content")
     if isinstance(content, str):
@@ -124,7 +125,7 @@ def constraint_messages(
     out = []
     for index, message in enumerate(messages):
         if _role(message) in ("user", "system", "developer"):
-            text = _own_text(message).strip()
+            text = own_text(message).strip()
             if text and is_rule(text, tagger):
                 out.append((index, text))
     return out
@@ -255,7 +256,7 @@ def offline_segment(
     files: list[str] = []
     for index, message in enumerate(messages):
         role = _role(message)
-        text = _own_text(message)
+        text = own_text(message)
         if role != "tool":  # files the agent named or passed to a tool, not every path a log prints
             files.extend(named_files(text + "\n" + _call_arguments(message)))
         if role == "user" and text.strip() and index not in ruled and not _TRIVIAL.match(text):
