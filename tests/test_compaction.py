@@ -499,3 +499,89 @@ def test_a_long_timeout_is_a_timeout_not_an_overflow(tmp_path: Path):
     log = new_log(tmp_path, turns(20))
     compactor = Compactor(log, Summarizer(CallableLLM(good_reply)), timeout=1e10)
     assert compactor.compact().status == "written"
+
+
+# --- a turn costs O(its new nodes) -----------------------------------------------------------------
+
+
+def test_schedule_plans_once_then_counts_only_the_new_turns(tmp_path: Path, monkeypatch):
+    """After one plan says how many turns must start before a job can be
+    due, each schedule() reads only the nodes appended since the last one;
+    the job starts on exactly the turn the plan named."""
+    import context_core.compaction.compactor as module
+
+    planned: list[int] = []
+    real_plan = module.plan
+
+    def counting_plan(log: MessageLog, **options: Any):
+        planned.append(len(log))
+        return real_plan(log, **options)
+
+    monkeypatch.setattr(module, "plan", counting_plan)
+    log = new_log(tmp_path)
+    compactor = Compactor(log, recent_turns=2, segment_turns=3)
+    started, read_from = [], []
+    for t in range(8):
+        log.append_many(turns(1, t))
+        if compactor.schedule():
+            started.append(t)
+            _join(compactor)
+        elif compactor._wait is not None:
+            read_from.append(compactor._wait[0] == len(log))
+    compactor.close(wait=True, timeout=10)
+    # Turn 0 plans (a worker finds nothing due); turns 1-3 are counted off
+    # the bound without planning, each moving it to the log's end (the next
+    # turn reads only its own nodes); turn 4 (2 recent + 3) is due.
+    assert started[:2] == [0, 4]
+    assert read_from[:3] == [True, True, True]
+    assert planned[:2] == [3, 11]  # the system message, then two nodes a turn
+    assert not {5, 7, 9} & set(planned)
+    assert compactor.status.written[2] >= 1
+
+
+def _join(compactor: Compactor) -> None:
+    thread = compactor._thread
+    assert thread is not None
+    thread.join(10)
+
+
+def test_one_header_starts_a_turn_as_the_array_check_says():
+    import numpy as np
+
+    from context_core.compaction.plan import starts_turn, turn_starts
+    from context_core.log import HEADER_DTYPE
+
+    headers = np.zeros(3 * 4 * 256, dtype=HEADER_DTYPE)
+    combos = [(kind, role, flags) for kind in range(3) for role in range(4) for flags in range(256)]
+    headers["kind"], headers["role"], headers["flags"] = zip(*combos, strict=True)
+    assert [starts_turn(*c) for c in combos] == turn_starts(headers).tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_new_nodes_are_counted_alike_one_by_one_and_as_arrays(seed: int):
+    import random
+
+    import numpy as np
+
+    from context_core.compaction.compactor import _NONE, _counted_arrays, _counted_rows
+    from context_core.log import HEADER_DTYPE
+
+    rng = random.Random(seed)
+    length = rng.randrange(0, 50)
+    count = rng.randrange(1, 80)
+    head = None if length == 0 else length - 1
+    headers = np.zeros(count, dtype=HEADER_DTYPE)
+    headers["parent"] = [
+        _NONE if head is None and i == 0 else (head if i == 0 else length + i - 1) for i in range(count)
+    ]
+    headers["role"] = [rng.randrange(4) for _ in range(count)]
+    headers["flags"] = [rng.randrange(256) for _ in range(count)]
+    headers["tokens"] = [rng.randrange(5000) for _ in range(count)]
+    if rng.random() < 0.5:  # a broken chain or a node that is not a message
+        at = rng.randrange(count)
+        if rng.random() < 0.5:
+            headers["parent"][at] = rng.randrange(length + count)
+        else:
+            headers["kind"][at] = rng.randrange(1, 3)
+    rows = headers[["parent", "kind", "role", "flags", "tokens"]].tolist()
+    assert _counted_rows(rows, length, head) == _counted_arrays(headers, length, head)

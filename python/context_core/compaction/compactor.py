@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from context_core._core import SEGMENTS_KEPT
-from context_core.compaction.plan import Job, Wait, plan, turn_starts
+from context_core.compaction.plan import Job, Wait, plan, starts_turn, turn_starts
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
 from context_core.log import MessageLog
 from context_core.summarize import Rejected, Summarizer, Summary
@@ -87,6 +87,37 @@ class CompactorStatus:
 
 #: A header's "no node" (the root's parent).
 _NONE = 2**64 - 1
+
+
+#: Up to this many new nodes, schedule() checks them one by one.
+_FEW = 64
+
+
+def _counted_rows(
+    rows: list[tuple[int, int, int, int, int]], length: int, head: int | None
+) -> tuple[int, int] | None:
+    """(turns started, tokens) of the messages appended after ``head``
+    (rows of parent, kind, role, flags, tokens from seq ``length`` on), or
+    ``None`` unless they extend the path from ``head`` one after another."""
+    parent = _NONE if head is None else head
+    turns = tokens = 0
+    for seq, (up, kind, role, flags, size) in enumerate(rows, length):
+        if up != parent or kind != 0:
+            return None
+        turns += starts_turn(kind, role, flags)
+        tokens += size
+        parent = seq
+    return turns, tokens
+
+
+def _counted_arrays(new: np.ndarray, length: int, head: int | None) -> tuple[int, int] | None:
+    """:func:`_counted_rows` over many headers at once."""
+    seqs = np.arange(length, length + len(new), dtype=np.uint64)
+    parents = new["parent"]
+    first = _NONE if head is None else head
+    if int(parents[0]) != first or not np.array_equal(parents[1:], seqs[:-1]) or not np.all(new["kind"] == 0):
+        return None
+    return int(turn_starts(new).sum()), int(new["tokens"].sum())
 
 
 def _yield_to_others() -> None:
@@ -243,32 +274,34 @@ class Compactor:
         return step if isinstance(step, Job) else None
 
     def _cannot_be_due(self) -> bool:
-        """Nothing can be due yet, by what the last plan said (cheap: it
-        reads the headers of the nodes appended since, only)."""
-        if self._wait is None:
+        """Nothing can be due yet, by what the last plan said. Cheap: it
+        reads the headers of the nodes appended since the last call only,
+        then moves the bound past them, so a turn costs O(its new nodes)."""
+        with self._state:
+            remembered = self._wait
+        if remembered is None:
             return False
-        length, head, wait = self._wait
-        if len(self.log) < length or wait.turns <= 0:
+        length, head, wait = remembered
+        end = len(self.log)
+        if end < length or wait.turns <= 0:
             return False
-        new = self.log.headers()[length:]  # only the nodes since: a turn's few
+        if end - length > _FEW:
+            counted = _counted_arrays(self.log.headers()[length:end], length, head)
+        else:  # a turn's few nodes: one by one, cheaper than a dozen array calls
+            rows = self.log.headers()[length:end][["parent", "kind", "role", "flags", "tokens"]].tolist()
+            counted = _counted_rows(rows, length, head)
         # Only appends on the planned path keep the plan: a rewind, a branch
         # or a summary since means planning again.
-        if len(new):
-            seqs = np.arange(length, length + len(new), dtype=np.uint64)
-            parents = new["parent"]
-            first = _NONE if head is None else head
-            if (
-                self.log.head != int(seqs[-1])
-                or int(parents[0]) != first
-                or not np.array_equal(parents[1:], seqs[:-1])
-                or not np.all(new["kind"] == 0)
-            ):
-                return False
-        elif self.log.head != head:
+        if counted is None or self.log.head != (end - 1 if end > length else head):
             return False
-        if int(turn_starts(new).sum()) >= wait.turns:
+        turns = wait.turns - counted[0]
+        tokens = None if wait.tokens is None else wait.tokens - counted[1]
+        if turns <= 0 or (tokens is not None and tokens <= 0):
             return False
-        return wait.tokens is None or int(new["tokens"].sum()) < wait.tokens
+        with self._state:
+            if self._wait is remembered:  # a plan made meanwhile is newer
+                self._wait = (end, end - 1 if end > length else head, Wait(turns, tokens))
+        return True
 
     def _in_worker(self) -> bool:
         """Whether this runs in the compactor's own thread or task."""
@@ -522,6 +555,7 @@ class Compactor:
 
     def _drain(self) -> None:
         """Steps until nothing is due or one fails (a failure waits for its backoff)."""
+        _yield_to_others()  # the thread that started this one goes on with its turn first
         while True:
             try:
                 outcome = self.compact()

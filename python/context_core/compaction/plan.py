@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.log import MessageLog
 
-__all__ = ["Job", "Wait", "next_job", "plan"]
+__all__ = ["Job", "Wait", "next_job", "plan", "starts_turn", "turn_starts"]
 
 _USER = 1
-_KIND_MESSAGE, _KIND_SUMMARY = 0, 1
-_PINNED, _RESULTS, _HAS_TEXT = 1, 4, 8
-_CONSTRAINT, _LOG = 1, 8
+_KIND_MESSAGE = 0
+_RESULTS, _HAS_TEXT = 4, 8
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,10 @@ def turn_starts(headers: np.ndarray) -> np.ndarray:
     return starts
 
 
-def _levels(flags: np.ndarray) -> np.ndarray:
-    return (flags >> 6) & 3
+def starts_turn(kind: int, role: int, flags: int) -> bool:
+    """:func:`turn_starts` for one header's fields (a turn's few new nodes
+    are checked faster one by one than as arrays)."""
+    return kind == _KIND_MESSAGE and role == _USER and not (flags & _RESULTS and not flags & _HAS_TEXT)
 
 
 def next_job(
@@ -105,78 +107,36 @@ def plan(
     tail_tokens: int | None,
 ) -> Job | Wait:
     """The next step compaction should take on ``log``, or how long to
-    :class:`Wait` before one can be due (a turn then skips the check)."""
-    path = np.asarray(log.path(), dtype=np.int64)
-    if path.size == 0:
-        return Wait(recent_turns + segment_turns, None if tail_tokens is None else tail_tokens + 1)
-    headers = log.headers()[path]
-    kinds, flags, roles = headers["kind"], headers["flags"], headers["role"]
-    summaries = np.flatnonzero(kinds == _KIND_SUMMARY)
-    levels = _levels(flags[summaries])
-    globals_ = summaries[levels == 3]
-    last_global = int(globals_[-1]) if globals_.size else -1
-    segment_positions = summaries[levels == 2]
-    base = int(path[summaries[-1]]) if summaries.size else None
-    pending = segment_positions[segment_positions > last_global]
-    pointer = log.last_summary_index
-    is_message = kinds == _KIND_MESSAGE
-    raw = is_message & (path > pointer) if pointer is not None else is_message
-    raw_positions = np.flatnonzero(raw)
-    if raw_positions.size == 0:
-        return Wait(0, None)
-    starts = np.flatnonzero(turn_starts(headers[raw_positions]))
-    older = starts.size - recent_turns  # turns before L1
-    tokens = int(headers["tokens"][raw_positions].sum())
-    if older >= segment_turns:
-        turns = segment_turns
-    elif older > 0 and tail_tokens is not None and tokens > tail_tokens:
-        turns = older
-    else:
-        short = recent_turns + segment_turns - int(starts.size)
-        return Wait(short, None if tail_tokens is None else max(1, tail_tokens + 1 - tokens))
-    if pending.size >= segments_kept:
-        return _global_job(log, path, headers, segment_positions, last_global, base)
-    end = int(starts[turns])  # the first raw position not covered
-    chosen = raw_positions[:end]
-    anchor = (roles[chosen] == 0) | ((flags[chosen] & _PINNED) != 0)
-    messages = tuple(int(s) for s in path[chosen[~anchor]])
-    if not messages:
-        return Wait(0, None)
-    tags = headers["tags"][chosen]
-    rule = (roles[chosen] == _USER) & ((tags & _CONSTRAINT) != 0) & ~anchor
+    :class:`Wait` before one can be due (a turn then skips the check).
+
+    Planned in Rust over the headers of the active path, with the
+    interpreter released: a background job's plan never holds up the
+    thread that runs the turn (``context_core.reference.plan`` is its twin)."""
+    for name, value in (
+        ("recent_turns", recent_turns),
+        ("segment_turns", segment_turns),
+        ("segments_kept", segments_kept),
+    ):
+        _positive(name, value)
+    if tail_tokens is not None:
+        _positive("tail_tokens", tail_tokens)
+    step = log._plan(recent_turns, segment_turns, segments_kept, tail_tokens)
+    if step[0] == "wait":
+        return Wait(step[1], step[2])
+    _, level, first, last, messages, segments, rules, loggy, base = step
     return Job(
-        level=2,
-        covers=(int(path[chosen[0]]), int(path[chosen[-1]])),
-        messages=messages,
-        rules=tuple(int(s) for s in path[chosen[rule]]),
-        loggy=tuple(int(s) for s in path[chosen[rule & ((tags & _LOG) != 0)]]),
+        level=level,
+        covers=(first, last),
+        messages=tuple(messages),
+        segments=tuple(segments),
+        rules=tuple(rules),
+        loggy=tuple(loggy),
         base=base,
     )
 
 
-def _global_job(
-    log: MessageLog,
-    path: np.ndarray,
-    headers: np.ndarray,
-    segment_positions: np.ndarray,
-    last_global: int,
-    base: int | None,
-) -> Job:
-    """An L3 over every L2 on the path, up to the newest one's range."""
-    newest = int(path[segment_positions[-1]])
-    last = int(log.read([newest])[0]["covers"][1])
-    covered = path <= last
-    rule = (
-        covered
-        & (headers["kind"] == _KIND_MESSAGE)
-        & (headers["role"] == _USER)
-        & ((headers["tags"] & _CONSTRAINT) != 0)
-    )
-    return Job(
-        level=3,
-        covers=(int(path[0]), last),
-        segments=tuple(int(s) for s in path[segment_positions]),
-        rules=tuple(int(s) for s in path[np.flatnonzero(rule)]),
-        loggy=tuple(int(s) for s in path[np.flatnonzero(rule & ((headers["tags"] & _LOG) != 0))]),
-        base=base,
-    )
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidInputError(f"{name} must be at least 1, got {value}")

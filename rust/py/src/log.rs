@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::select::{WeightRow, weights_of};
 use context_core::log::{
-    AppendOptions, Durability, MessageLog, OpenOptions, Origin, ViewPart, ViewSeqs,
+    AppendOptions, Durability, MessageLog, OpenOptions, Origin, Plan, PlanOptions, ViewPart,
+    ViewSeqs,
 };
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
@@ -456,6 +457,51 @@ impl PyMessageLog {
     fn path(&self, head: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
         let head = head.map(|h| seq(h, "head")).transpose()?;
         Ok(self.log()?.path_to(head).map_err(CoreError)?)
+    }
+
+    /// The next compaction step: `("wait", turns, tokens)` or `("job",
+    /// level, first, last, messages, segments, rules, loggy, base)` (see
+    /// `context_core.compaction.plan`). Planned with the interpreter
+    /// released: a background job's plan must not stall the turn's thread.
+    fn _plan(
+        &self,
+        py: Python<'_>,
+        recent_turns: usize,
+        segment_turns: usize,
+        segments_kept: usize,
+        tail_tokens: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let options = PlanOptions {
+            recent_turns,
+            segment_turns,
+            segments_kept,
+            tail_tokens,
+        };
+        // The log's lock is taken and let go inside: a thread that holds the
+        // interpreter and waits for the lock never waits on us for it.
+        let plan = py
+            .detach(|| self.locked()?.compaction_plan(&options))
+            .map_err(CoreError)?;
+        Ok(match plan {
+            Plan::Wait { turns, tokens } => ("wait", turns, tokens)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            Plan::Job(job) => (
+                "job",
+                job.level,
+                job.covers.0,
+                job.covers.1,
+                job.messages,
+                job.segments,
+                job.rules,
+                job.loggy,
+                job.base,
+            )
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+        })
     }
 
     /// The encoding the log counts tokens in.

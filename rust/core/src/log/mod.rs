@@ -12,6 +12,7 @@ mod files;
 mod fork;
 mod format;
 mod mapped;
+mod plan;
 mod read;
 mod recover;
 mod repair;
@@ -29,6 +30,7 @@ pub use format::{
     CODEC_LZ4, CODEC_RAW, FLAG_CALLS, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, KIND_BRANCH,
     KIND_LOST, KIND_MESSAGE, KIND_SUMMARY, NONE, Node, RECORD_LEN,
 };
+pub use plan::{Job as PlannedJob, Plan, PlanOptions};
 pub use repair::RepairReport;
 pub use window::{SEGMENTS_KEPT, ViewPart, ViewSeqs, Window};
 

@@ -1,0 +1,91 @@
+"""The compaction plan in Rust (``_MessageLog._plan``) against its numpy
+twin (``context_core.reference.plan``), on logs built from random steps:
+turns of user text, tool calls and results, system and pinned messages,
+rules and pasted logs, segment and global summaries, rewinds."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_core import MessageLog
+from context_core.compaction import plan
+from context_core.reference.plan import plan as twin_plan
+
+STEPS = st.sampled_from(
+    ["turn", "turn", "turn", "rule", "paste", "tools", "system", "pinned", "segment", "global", "rewind"]
+)
+
+
+def build(log: MessageLog, steps: list[str], draw_seq: list[int]) -> None:
+    for i, step in enumerate(steps):
+        pick = draw_seq[i % len(draw_seq)]
+        if step == "turn":
+            log.append({"role": "user", "content": f"Task {i}: look at item-{i}."})
+            log.append({"role": "assistant", "content": f"Done {i}."})
+        elif step == "rule":
+            log.append({"role": "user", "content": f"You must never touch port {8000 + i}."})
+        elif step == "paste":
+            log.append(
+                {
+                    "role": "user",
+                    "content": "Traceback (most recent call last):\n  must not fail\nError: boom",
+                },
+                tags=["constraint", "log"],
+            )
+        elif step == "tools":
+            call = f"call_{i}"
+            log.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": call, "type": "function", "function": {"name": "read", "arguments": "{}"}}
+                    ],
+                }
+            )
+            log.append({"role": "tool", "tool_call_id": call, "content": f"file {i}"})
+        elif step == "system":
+            log.append({"role": "system", "content": f"Rule set {i}."})
+        elif step == "pinned":
+            log.append({"role": "user", "content": f"Pinned {i}."}, pinned=True)
+        elif step in ("segment", "global") and len(log) >= 2:
+            path = log.path()
+            messages = [s for s in path if log.headers()["kind"][s] == 0]
+            pointer = log.last_summary_index
+            raw = [s for s in messages if pointer is None or s > pointer]
+            if len(raw) >= 2:
+                last = raw[pick % (len(raw) - 1)]
+                log.add_summary(f"Summary {i}.", (raw[0], last), 2 if step == "segment" else 3)
+        elif step == "rewind" and len(log) >= 2:
+            path = log.path()
+            if path:
+                log.rewind(path[pick % len(path)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(STEPS, max_size=60),
+    picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
+    recent=st.integers(1, 6),
+    segment=st.integers(1, 6),
+    kept=st.integers(1, 3),
+    tail=st.one_of(st.none(), st.integers(1, 400)),
+)
+def test_the_rust_plan_is_the_numpy_plan(steps, picks, recent, segment, kept, tail):
+    with tempfile.TemporaryDirectory() as where:
+        log = MessageLog.open(Path(where) / "log", create=True)
+        try:
+            build(log, steps, picks)
+            options = {
+                "recent_turns": recent,
+                "segment_turns": segment,
+                "segments_kept": kept,
+                "tail_tokens": tail,
+            }
+            assert plan(log, **options) == twin_plan(log, **options)
+        finally:
+            log.close()
