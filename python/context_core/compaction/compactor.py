@@ -89,6 +89,9 @@ class CompactorStatus:
 _NONE = 2**64 - 1
 
 
+#: Payloads a job reads and decodes between two yields.
+_READ_STEP = 4
+
 #: Up to this many new nodes, schedule() checks them one by one.
 _FEW = 64
 
@@ -389,7 +392,7 @@ class Compactor:
         """What the summarizer reads for ``job``: the messages and their
         rules (L2), or the segment texts and rules (L3)."""
         if job.level == 2:
-            messages = self.log.read(job.messages)
+            messages = self._read_in_steps(job.messages)
             at = {seq: i for i, seq in enumerate(job.messages)}
             stated = [(seq, own_text(messages[at[seq]]).strip()) for seq in job.rules if seq in at]
             rules: dict[str, int] = {}  # a rule said twice is carried once
@@ -420,13 +423,23 @@ class Compactor:
         ]
         return kept[::-1], list(dict.fromkeys(text for seq, text in stated if _is_rule(seq, text, job)))
 
+    def _read_in_steps(self, seqs: Sequence[int]) -> list[Any]:
+        """The nodes' payloads, a few at a time: each read and decode of a
+        large tool output holds the interpreter, so others run between."""
+        out: list[Any] = []
+        for start in range(0, len(seqs), _READ_STEP):
+            if start:
+                _yield_to_others()
+            out.extend(self.log.read(seqs[start : start + _READ_STEP]))
+        return out
+
     def _run_sync(self, job: Job, prepared: Any) -> Summary | Rejected:
         from context_core.llm._deadline import DeadlinePassed, call_within
 
         def work() -> Summary | Rejected:
             if job.level == 2:
                 messages, rules = prepared
-                return self.summarizer.summarize(messages, constraints=rules)
+                return self.summarizer.summarize(messages, constraints=rules, between=_yield_to_others)
             segments, rules = prepared
             return self.summarizer.summarize_global(segments, rules)
 

@@ -4,7 +4,7 @@ the offline summary when no model is given."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from context_core._core import Tagger, Tokenizer
@@ -127,34 +127,54 @@ class Summarizer:
 
     # -- what is sent --------------------------------------------------------------------------
 
-    def segment_prompt(self, messages: Sequence[Mapping[str, Any]], first: int = 0) -> list[OpenAIMessage]:
-        """The messages a model is sent to summarise the segment ``messages``."""
+    def segment_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        first: int = 0,
+        *,
+        between: Callable[[], None] | None = None,
+    ) -> list[OpenAIMessage]:
+        """The messages a model is sent to summarise the segment ``messages``
+        (``between``: called after each message is rendered)."""
         transcript = render_transcript(
             _messages(messages),
             tokenizer=self.tokenizer,
             result_tokens=self.result_tokens,
             argument_chars=self.argument_chars,
             first=first,
+            between=between,
         )
         return segment_prompt(transcript)
 
     # -- the calls -----------------------------------------------------------------------------
 
     def summarize(
-        self, messages: Sequence[Mapping[str, Any]], *, constraints: Sequence[tuple[int, str]] | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        constraints: Sequence[tuple[int, str]] | None = None,
+        between: Callable[[], None] | None = None,
     ) -> Summary | Rejected:
         """A segment (level 2) summary of ``messages``, or why there is none.
 
         ``constraints`` (``(key, text)`` pairs; by default each user rule
         among the messages, keyed by its index) are the rules the summary
         must carry; those it does not are added to it (their keys are its
-        ``added``)."""
+        ``added``). ``between`` is called between the steps of the work
+        around the model call (after each message rendered, after the call,
+        before the guard): a worker thread passes one that lets the turn's
+        thread run, so no step holds the interpreter for long."""
         messages = _messages(messages)
         rules = self._rules(messages, constraints)
         if self.llm is None:
             return self._offline_segment(messages, rules)
-        prompt = self.segment_prompt(messages)
-        return self._judge(self._call(prompt), messages_covered(messages), 2, rules)
+        pause = between or _no_pause
+        prompt = self.segment_prompt(messages, between=between)
+        reply = self._call(prompt)
+        pause()
+        covered = messages_covered(messages)
+        pause()
+        return self._judge(reply, covered, 2, rules)
 
     async def asummarize(
         self, messages: Sequence[Mapping[str, Any]], *, constraints: Sequence[tuple[int, str]] | None = None
@@ -268,6 +288,10 @@ class Summarizer:
     ) -> Summary | Rejected:
         text = offline_global(segments, rules, max_tokens=self.summary_tokens, tokenizer=self.tokenizer)
         return self._finish_offline(text, 3, keyed)
+
+
+def _no_pause() -> None:
+    pass
 
 
 def messages_covered(messages: Sequence[Mapping[str, Any]]) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from context_core._core import Tokenizer
@@ -178,9 +178,12 @@ def render_transcript(
     result_tokens: int = DEFAULT_RESULT_TOKENS,
     argument_chars: int = DEFAULT_ARGUMENT_CHARS,
     first: int = 0,
+    between: Callable[[], None] | None = None,
 ) -> str:
     """``messages`` as a ``<transcript>`` of ``<msg n=... role=...>``
-    elements, numbered from ``first``, escaped (see the module docs)."""
+    elements, numbered from ``first``, escaped (see the module docs).
+    ``between`` is called after each message: a background job passes one
+    that lets other threads run, so it never holds the interpreter long."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidTypeError(f"messages must be a list of message dicts, got {type(messages).__name__}")
     renderer = _Renderer(tokenizer or Tokenizer(), result_tokens, argument_chars)
@@ -190,5 +193,7 @@ def render_transcript(
             raise InvalidTypeError(f"messages[{offset}] must be a dict, got {type(message).__name__}")
         role, body = renderer.body(message)
         out.append(f'<msg n="{first + offset}" role="{escape(role)}">\n{escape(body)}\n</msg>')
+        if between is not None:
+            between()
     out.append("</transcript>")
     return "\n".join(out)
