@@ -118,14 +118,10 @@ impl MessageLog {
         let payload = self.read(&[newest as i64])?.pop().unwrap_or_default();
         let (_, last) = summary_covers(&payload).ok_or_else(|| Error::LogCorrupt {
             file: self.index.name(),
-            offset: 0,
+            offset: (FILE_HEADER_LEN + newest as usize * RECORD_LEN) as u64,
             reason: format!("summary {newest} names no range it covers"),
         })?;
-        let rules: Vec<Head> = heads
-            .iter()
-            .copied()
-            .filter(|h| h.seq <= last && h.is_rule())
-            .collect();
+        let (rules, loggy) = rules_in(heads.iter().filter(|h| h.seq <= last));
         Ok(Plan::Job(Job {
             level: 3,
             covers: (heads[0].seq, last),
@@ -135,15 +131,23 @@ impl MessageLog {
                 .filter(|h| h.kind == KIND_SUMMARY && h.level() == 2)
                 .map(|h| h.seq)
                 .collect(),
-            rules: rules.iter().map(|h| h.seq).collect(),
-            loggy: rules
-                .iter()
-                .filter(|h| h.tags & LOG != 0)
-                .map(|h| h.seq)
-                .collect(),
+            rules,
+            loggy,
             base,
         }))
     }
+}
+
+/// The seqs of the user's rules among `heads`, and of those also tagged
+/// `log` (a pasted trace, a rule only when short).
+fn rules_in<'a>(heads: impl Iterator<Item = &'a Head>) -> (Vec<u64>, Vec<u64>) {
+    let rules: Vec<Head> = heads.copied().filter(|h| h.is_rule()).collect();
+    let loggy = rules
+        .iter()
+        .filter(|h| h.tags & LOG != 0)
+        .map(|h| h.seq)
+        .collect();
+    (rules.iter().map(|h| h.seq).collect(), loggy)
 }
 
 enum Planned {
@@ -229,22 +233,14 @@ fn plan_over(heads: &[Head], pointer: Option<u64>, options: &PlanOptions) -> Pla
             tokens: None,
         });
     }
-    let rules: Vec<Head> = chosen
-        .iter()
-        .copied()
-        .filter(|h| h.role == ROLE_USER && h.tags & CONSTRAINT != 0 && !h.is_anchor())
-        .collect();
+    let (rules, loggy) = rules_in(chosen.iter().filter(|h| !h.is_anchor()));
     Planned::Done(Plan::Job(Job {
         level: 2,
         covers: (chosen[0].seq, chosen[chosen.len() - 1].seq),
         messages,
         segments: Vec::new(),
-        rules: rules.iter().map(|h| h.seq).collect(),
-        loggy: rules
-            .iter()
-            .filter(|h| h.tags & LOG != 0)
-            .map(|h| h.seq)
-            .collect(),
+        rules,
+        loggy,
         base,
     }))
 }
