@@ -585,3 +585,33 @@ def test_new_nodes_are_counted_alike_one_by_one_and_as_arrays(seed: int):
             headers["kind"][at] = rng.randrange(1, 3)
     rows = headers[["parent", "kind", "role", "flags", "tokens"]].tolist()
     assert _counted_rows(rows, length, head) == _counted_arrays(headers, length, head)
+
+
+def test_plan_refuses_bad_arguments(tmp_path: Path):
+    from context_core.compaction import plan
+
+    log = new_log(tmp_path, turns(3))
+    options = {"recent_turns": 2, "segment_turns": 3, "segments_kept": 3, "tail_tokens": None}
+    for name, bad, error in (
+        ("recent_turns", 0, InvalidInputError),
+        ("segment_turns", True, InvalidTypeError),
+        ("segments_kept", "3", InvalidTypeError),
+        ("tail_tokens", -1, InvalidInputError),
+    ):
+        with pytest.raises(error, match=name):
+            plan(log, **{**options, name: bad})
+
+
+def test_a_job_lets_others_run_after_each_message_and_around_the_call(tmp_path: Path):
+    """The worker's `between` runs after every rendered message, after the
+    model's reply and before the guard: no step of a job is long."""
+    events: list[str] = []
+
+    def model(prompt: list[dict[str, Any]]) -> str:
+        events.append("call")
+        return good_reply(prompt)
+
+    messages = turns(3)
+    result = Summarizer(CallableLLM(model)).summarize(messages, between=lambda: events.append("between"))
+    assert result.text
+    assert events == ["between"] * len(messages) + ["call", "between", "between"]

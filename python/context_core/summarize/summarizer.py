@@ -168,12 +168,13 @@ class Summarizer:
         rules = self._rules(messages, constraints)
         if self.llm is None:
             return self._offline_segment(messages, rules)
-        pause = between or _no_pause
         prompt = self.segment_prompt(messages, between=between)
         reply = self._call(prompt)
-        pause()
+        if between is not None:
+            between()
         covered = messages_covered(messages)
-        pause()
+        if between is not None:
+            between()
         return self._judge(reply, covered, 2, rules)
 
     async def asummarize(
@@ -288,10 +289,6 @@ class Summarizer:
     ) -> Summary | Rejected:
         text = offline_global(segments, rules, max_tokens=self.summary_tokens, tokenizer=self.tokenizer)
         return self._finish_offline(text, 3, keyed)
-
-
-def _no_pause() -> None:
-    pass
 
 
 def messages_covered(messages: Sequence[Mapping[str, Any]]) -> str:
