@@ -5,8 +5,10 @@
 
 mod cache;
 mod chat;
+pub mod embed;
 mod encoding;
 mod engine;
+pub mod entities;
 mod error;
 mod json;
 mod limits;
@@ -20,6 +22,7 @@ pub mod tags;
 #[cfg(test)]
 mod testing;
 mod tokenizer;
+pub mod vectors;
 
 pub use cache::{
     CacheInfo, DEFAULT_CAPACITY as DEFAULT_CACHE_CAPACITY, MIN_CACHED_BYTES, text_key,

@@ -7,6 +7,7 @@ mod errors;
 mod json;
 mod key_memo;
 mod log;
+mod memory;
 mod read_runs;
 mod sanitize;
 mod seen;
@@ -30,6 +31,9 @@ mod _core {
 
     #[pymodule_export]
     use super::select::{_analyze, PyAnalysis, PyTagger, PyToolResultCut};
+
+    #[pymodule_export]
+    use super::memory::{_entities, _hash_embed, PyVectorIndex};
 
     #[pymodule_export]
     use super::summary::{_check_sections, _check_summary, _named, _occurs};

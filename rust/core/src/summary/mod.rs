@@ -10,11 +10,11 @@
 
 mod names;
 
+pub(crate) use names::{FILE_EXTENSIONS, path_like, path_word};
 pub use names::{named, occurs};
 
 use std::sync::LazyLock;
 
-use aho_corasick::AhoCorasick;
 use regex::Regex;
 
 /// The sections a summary must hold, once each and in this order (as the
@@ -54,8 +54,12 @@ static HEADING: LazyLock<Regex> = LazyLock::new(|| {
         r"next steps)(?:\*\*)?[ \t]*:?(?:\*\*)?[ \t\r]*\z",
     ))
 });
-static ECHOES: LazyLock<AhoCorasick> =
-    LazyLock::new(|| AhoCorasick::new(ECHO_MARKERS).expect("plain literals"));
+// A regex of the literals, not an automaton: its SIMD prefilter skips the
+// text several bytes at a time, where Aho-Corasick steps through each byte.
+static ECHOES: LazyLock<Regex> = LazyLock::new(|| {
+    let literals: Vec<String> = ECHO_MARKERS.iter().map(|m| regex::escape(m)).collect();
+    Regex::new(&literals.join("|")).expect("escaped literals")
+});
 
 /// `(start, end)` of each heading line of `low`: only lines whose first
 /// character past spaces can start one are matched.

@@ -52,7 +52,7 @@ fn tool_words(word: &str) -> impl Iterator<Item = (usize, &str)> {
     })
 }
 /// The file extensions a name is known by (the twin's alternation).
-const FILE_EXTENSIONS: &[&str] = &[
+pub(crate) const FILE_EXTENSIONS: &[&str] = &[
     "py",
     "pyi",
     "go",
@@ -109,7 +109,7 @@ const FILE_EXTENSIONS: &[&str] = &[
 ];
 
 /// A character of a path's names: `[A-Za-z0-9_@%+=.,-]`.
-fn is_path_char(c: char) -> bool {
+pub(crate) fn is_path_char(c: char) -> bool {
     is_word_char(c) || "@%+=.,-".contains(c)
 }
 
@@ -117,7 +117,7 @@ fn is_path_char(c: char) -> bool {
 /// optional `~` and `/`, then names of path characters joined by single
 /// slashes (at least one), ending in a word character. (A leading `.` or
 /// `..` is itself made of path characters.)
-fn path_word(word: &str) -> bool {
+pub(crate) fn path_word(word: &str) -> bool {
     let rest = word.strip_prefix('~').unwrap_or(word);
     let rest = rest.strip_prefix('/').unwrap_or(rest);
     rest.contains('/')
@@ -151,7 +151,7 @@ fn is_word_char(c: char) -> bool {
 
 /// A path, not `I/O`, `async/await` or `3/4`: rooted, or deeper than one
 /// slash, or ending in a name with an extension.
-fn path_like(word: &str) -> bool {
+pub(crate) fn path_like(word: &str) -> bool {
     ["/", "./", "../", "~/"].iter().any(|p| word.starts_with(p))
         || word.matches('/').count() >= 2
         || word
@@ -166,7 +166,7 @@ fn bare(word: &str) -> &str {
     let mut word = word;
     loop {
         let mut next = word.trim_matches(is_edge).trim_end_matches('.');
-        for _ in 0..2 {
+        for _ in 0..usize::from(next.as_bytes().contains(&b':')) * 2 {
             if let Some(colon) = next.rfind(':') {
                 let digits = &next[colon + 1..];
                 if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
@@ -241,9 +241,14 @@ pub fn named(text: &str) -> (Vec<&str>, Vec<&str>) {
     let (mut ids, mut files) = (Vec::new(), Vec::new());
     let look_for_ids = PREFIXES.iter().any(|p| text.contains(p));
     for raw in candidate_words(text, look_for_ids) {
-        let (has_slash, has_dot) = (raw.contains('/'), raw.contains('.'));
+        let bytes = raw.as_bytes();
+        let (has_slash, has_dot) = (bytes.contains(&b'/'), bytes.contains(&b'.'));
         let word = bare(raw);
-        if look_for_ids && PREFIXES.iter().any(|p| word.contains(p)) {
+        // Every prefix ends in `_`: a word without one names no call.
+        if look_for_ids
+            && word.as_bytes().contains(&b'_')
+            && PREFIXES.iter().any(|p| word.contains(p))
+        {
             for (start, id) in tool_words(word) {
                 let before = word[..start].chars().next_back();
                 let has_digit = id.bytes().any(|b| b.is_ascii_digit());

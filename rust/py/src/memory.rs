@@ -1,0 +1,145 @@
+//! The memory store's hot paths (`context_core::{entities, embed, vectors}`)
+//! for `context_core.memory_store`.
+
+use context_core::embed::hash_embed;
+use context_core::entities::entities;
+use context_core::vectors::VectorIndex;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::errors::invalid_input;
+use crate::text::text as text_of;
+
+/// `(kind, value)` of every entity `text` names, in normal form.
+#[pyfunction]
+pub fn _entities(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Vec<(&'static str, String)>> {
+    let text = text_of(text, "text")?;
+    let found = py.detach(|| entities(&text));
+    Ok(found.into_iter().map(|(k, v)| (k.name(), v)).collect())
+}
+
+/// The hashing embeddings of `texts`, `dim` float32 each, row after row, as
+/// little-endian bytes (for `numpy.frombuffer`).
+#[pyfunction]
+pub fn _hash_embed<'py>(
+    py: Python<'py>,
+    texts: &Bound<'py, PyList>,
+    dim: usize,
+) -> PyResult<Bound<'py, PyBytes>> {
+    if dim == 0 {
+        return Err(invalid_input("dim must be at least 1"));
+    }
+    let texts = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| text_of(&t, &format!("texts[{i}]")).map(std::borrow::Cow::into_owned))
+        .collect::<PyResult<Vec<String>>>()?;
+    let values = py.detach(|| {
+        let mut values = vec![0f32; texts.len() * dim];
+        for (text, row) in texts.iter().zip(values.chunks_exact_mut(dim)) {
+            hash_embed(text, row);
+        }
+        values
+    });
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Ok(PyBytes::new(py, &bytes))
+}
+
+fn floats(bytes: &[u8], dim: usize, what: &str) -> PyResult<Vec<f32>> {
+    if dim == 0 || !bytes.len().is_multiple_of(4 * dim) {
+        return Err(invalid_input(format!(
+            "{what} has {} bytes, not whole rows of {dim} float32",
+            bytes.len()
+        )));
+    }
+    let values: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if values.iter().any(|v| !v.is_finite()) {
+        return Err(invalid_input(format!("{what} holds NaN or infinity")));
+    }
+    Ok(values)
+}
+
+/// Rows of one width held in Rust (float32 and an int8 copy), searched by
+/// dot product with the interpreter released. Python keeps the row ids.
+#[pyclass(name = "_VectorIndex", module = "context_core._core")]
+pub struct PyVectorIndex {
+    inner: VectorIndex,
+}
+
+#[pymethods]
+impl PyVectorIndex {
+    #[new]
+    fn new(dim: usize) -> PyResult<Self> {
+        if dim == 0 {
+            return Err(invalid_input("dim must be at least 1"));
+        }
+        Ok(Self {
+            inner: VectorIndex::new(dim),
+        })
+    }
+
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Appends whole rows given as float32 bytes.
+    fn extend(&mut self, rows: &[u8]) -> PyResult<()> {
+        let values = floats(rows, self.inner.dim(), "rows")?;
+        self.inner.extend(&values);
+        Ok(())
+    }
+
+    /// Replaces row `index`.
+    fn set(&mut self, index: usize, row: &[u8]) -> PyResult<()> {
+        let values = floats(row, self.inner.dim(), "row")?;
+        if values.len() != self.inner.dim() || index >= self.inner.len() {
+            return Err(invalid_input(format!(
+                "no row {index} of {}",
+                self.inner.len()
+            )));
+        }
+        self.inner.set(index, &values);
+        Ok(())
+    }
+
+    /// Removes row `index`, moving the last row into its place.
+    fn swap_remove(&mut self, index: usize) -> PyResult<()> {
+        if index >= self.inner.len() {
+            return Err(invalid_input(format!(
+                "no row {index} of {}",
+                self.inner.len()
+            )));
+        }
+        self.inner.swap_remove(index);
+        Ok(())
+    }
+
+    /// `(row, score)` of the `k` best rows, best first: exact, or (with
+    /// `candidates`) an int8 scan of that many rescored exactly.
+    #[pyo3(signature = (query, k, candidates=None))]
+    fn top_k(
+        &self,
+        py: Python<'_>,
+        query: &[u8],
+        k: usize,
+        candidates: Option<usize>,
+    ) -> PyResult<Vec<(usize, f32)>> {
+        let q = floats(query, self.inner.dim(), "query")?;
+        if q.len() != self.inner.dim() {
+            return Err(invalid_input("the query is not one row"));
+        }
+        let inner = &self.inner;
+        Ok(py.detach(|| match candidates {
+            Some(c) => inner.top_k_quantised(&q, k, c),
+            None => inner.top_k(&q, k),
+        }))
+    }
+}
