@@ -11,7 +11,7 @@
 
 use std::collections::HashSet;
 
-use crate::summary::is_space;
+use crate::summary::{FILE_EXTENSIONS, is_space, path_like, path_word};
 
 /// Pieces longer than this (a minified blob, a base64 run) are passed over.
 pub const MAX_PIECE_CHARS: usize = 128;
@@ -64,61 +64,6 @@ const EDGES: &[char] = &[
 ];
 const UNITS: [&str; 12] = [
     "%", "ms", "s", "sec", "min", "h", "kb", "mb", "gb", "tb", "k", "m",
-];
-const FILE_EXTENSIONS: &[&str] = &[
-    "py",
-    "pyi",
-    "go",
-    "rs",
-    "js",
-    "mjs",
-    "ts",
-    "tsx",
-    "jsx",
-    "java",
-    "kt",
-    "rb",
-    "php",
-    "swift",
-    "c",
-    "h",
-    "cc",
-    "cpp",
-    "hpp",
-    "cs",
-    "scala",
-    "sql",
-    "sh",
-    "bash",
-    "zsh",
-    "md",
-    "rst",
-    "txt",
-    "json",
-    "jsonl",
-    "yaml",
-    "yml",
-    "toml",
-    "ini",
-    "cfg",
-    "conf",
-    "env",
-    "lock",
-    "csv",
-    "tsv",
-    "xml",
-    "html",
-    "css",
-    "scss",
-    "proto",
-    "tf",
-    "gradle",
-    "log",
-    "ipynb",
-    "vue",
-    "svelte",
-    "dockerfile",
-    "mk",
 ];
 /// Capitalised words that are not names (lower case).
 const NOT_NAMES: &[&str] = &[
@@ -274,26 +219,6 @@ fn is_date(w: &str) -> bool {
         return false;
     }
     (time.is_empty() && !w.contains('T')) || is_clock(time, 2)
-}
-
-fn is_path_char(c: char) -> bool {
-    is_word(c) || "@%+=.,-".contains(c)
-}
-
-fn path_word(word: &str) -> bool {
-    let rest = word.strip_prefix('~').unwrap_or(word);
-    let rest = rest.strip_prefix('/').unwrap_or(rest);
-    rest.contains('/')
-        && !rest.starts_with('/')
-        && !rest.contains("//")
-        && rest.chars().all(|c| c == '/' || is_path_char(c))
-        && rest.chars().next_back().is_some_and(is_word)
-}
-
-fn path_like(word: &str) -> bool {
-    ["/", "./", "../", "~/"].iter().any(|p| word.starts_with(p))
-        || word.matches('/').count() >= 2
-        || word.rsplit('/').next().is_some_and(|l| l.contains('.'))
 }
 
 fn file_word(word: &str) -> bool {
