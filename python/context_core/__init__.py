@@ -17,6 +17,7 @@ from context_core.budget import Budget
 from context_core.errors import (
     BudgetWarning,
     ContextCoreError,
+    EmbeddingError,
     InvalidInputError,
     InvalidTypeError,
     LLMCancelledError,
@@ -40,6 +41,7 @@ from context_core.errors import (
     MemoryStorageError,
     OverBudgetError,
     PromptCacheWarning,
+    StoreBusyError,
     UnknownEncodingError,
     UnknownModelError,
     UnknownSkillError,
@@ -59,6 +61,7 @@ if _typing.TYPE_CHECKING:
     from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, as_llm
     from context_core.log import MessageLog
     from context_core.memory import MemoryFiles
+    from context_core.memory_store import MemoryStore
     from context_core.prompt import PromptBuilder
     from context_core.summarize import Summarizer
 
@@ -71,6 +74,7 @@ _LAZY = {
     **dict.fromkeys(("LLM", "AnthropicChat", "CallableLLM", "OpenAIChat", "as_llm"), "llm"),
     "MessageLog": "log",
     "MemoryFiles": "memory",
+    "MemoryStore": "memory_store",
     "PromptBuilder": "prompt",
     "Summarizer": "summarize",
     "Compactor": "compaction",
@@ -80,7 +84,18 @@ _LAZY = {
 #: Submodules not imported by the package itself, loaded when named
 #: (``context_core.llm.retry`` works after a bare ``import context_core``).
 _SUBMODULES = frozenset(
-    {"cli", "compaction", "llm", "log", "memory", "prompt", "reference", "summarize", "tokens"}
+    {
+        "cli",
+        "compaction",
+        "llm",
+        "log",
+        "memory",
+        "memory_store",
+        "prompt",
+        "reference",
+        "summarize",
+        "tokens",
+    }
 )
 
 
@@ -114,6 +129,7 @@ __all__ = [
     "CallableLLM",
     "Compactor",
     "ContextCoreError",
+    "EmbeddingError",
     "InvalidInputError",
     "InvalidTypeError",
     "LLMCancelledError",
@@ -136,6 +152,7 @@ __all__ = [
     "MemoryLockError",
     "MemoryPathError",
     "MemoryStorageError",
+    "MemoryStore",
     "MessageLog",
     "OpenAIChat",
     "OverBudgetError",
@@ -146,6 +163,7 @@ __all__ = [
     "Sanitizer",
     "Selection",
     "ShapeHistory",
+    "StoreBusyError",
     "Summarizer",
     "Tokenizer",
     "UnknownEncodingError",

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 __all__ = [
     "BudgetWarning",
     "ContextCoreError",
+    "EmbeddingError",
     "InvalidInputError",
     "InvalidTypeError",
     "LLMCancelledError",
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryStorageError",
     "OverBudgetError",
     "PromptCacheWarning",
+    "StoreBusyError",
     "UnknownEncodingError",
     "UnknownModelError",
     "UnknownSkillError",
@@ -306,6 +308,30 @@ class MemoryFormatError(InvalidInputError):
         super().__init__(message)
         self.line = line
         self.text = text
+
+
+class EmbeddingError(InvalidInputError):
+    """An embedder that raised or returned something that is not one finite
+    float vector per text of the store's width (NaN, the wrong shape, the
+    wrong dimension); nothing was written. ``expected`` is the width the
+    store holds (``None`` before its first vector) and ``got`` the shape it
+    was given (``None`` when the embedder raised)."""
+
+    def __init__(
+        self, message: str, *, expected: int | None = None, got: tuple[int, ...] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.got = got
+
+
+class StoreBusyError(ContextCoreError, TimeoutError):
+    """Other processes held the memory store's database for longer than its
+    busy timeout; the call changed nothing. ``path`` is the database."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class MemoryStorageError(ContextCoreError, _OSFields):

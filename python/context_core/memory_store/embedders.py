@@ -1,0 +1,183 @@
+"""Embedders: anything with ``embed(texts) -> float32 array (n, dim)``.
+
+:class:`HashingEmbedder` is the offline default (in Rust: no model, no
+network, the same vector on every host). :class:`WordLlamaEmbedder` uses the
+``wordllama`` package's bundled static model when it is installed (the
+``embed`` extra); :func:`default_embedder` prefers it. :class:`CallableEmbedder`
+wraps any function and :class:`OpenAIEmbedder` the user's own OpenAI (or
+compatible) SDK client. :func:`checked` is what the store applies to every
+answer, so an embedder that returns garbage is refused before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from context_core._core import _hash_embed
+from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError
+
+__all__ = [
+    "CallableEmbedder",
+    "Embedder",
+    "HashingEmbedder",
+    "OpenAIEmbedder",
+    "WordLlamaEmbedder",
+    "checked",
+    "default_embedder",
+]
+
+Vectors = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into one float32 row each (``(len(texts), dim)``)."""
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+async def aembed(embedder: Embedder, texts: Sequence[str]) -> Vectors:
+    """``embedder``'s async ``aembed`` if it has one, else ``embed`` in a
+    worker thread (the event loop never waits on a model)."""
+    native = getattr(embedder, "aembed", None)
+    if native is not None:
+        return checked(await native(list(texts)), len(texts))
+    return checked(await asyncio.to_thread(embedder.embed, list(texts)), len(texts))
+
+
+def checked(vectors: Any, count: int, dim: int | None = None) -> Vectors:
+    """``vectors`` as a C-contiguous float32 ``(count, dim)`` array of finite
+    values, or :class:`EmbeddingError` saying what is wrong."""
+    try:
+        array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise EmbeddingError(
+            f"the embedder returned something that is not an array of numbers: {error}"
+        ) from None
+    if array.ndim != 2 or array.shape[0] != count or array.shape[1] == 0:
+        raise EmbeddingError(
+            f"the embedder returned shape {array.shape}, expected ({count}, dim)",
+            expected=dim,
+            got=tuple(array.shape),
+        )
+    if dim is not None and array.shape[1] != dim:
+        raise EmbeddingError(
+            f"the embedder returned vectors of {array.shape[1]} values; this store holds {dim}",
+            expected=dim,
+            got=tuple(array.shape),
+        )
+    if not np.isfinite(array).all():
+        raise EmbeddingError("the embedder returned NaN or infinity", expected=dim, got=tuple(array.shape))
+    return np.ascontiguousarray(array)
+
+
+def _texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise InvalidTypeError(f"texts must be a sequence of str, not {type(texts).__name__}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InvalidTypeError(f"texts[{i}] must be str, not {type(text).__name__}")
+    return list(texts)
+
+
+class HashingEmbedder:
+    """Offline embeddings by feature hashing (in Rust): ASCII-lowered words
+    with their character trigrams, Chinese characters alone and in pairs,
+    each hashed to a signed slot of ``dim``, then L2-normalised. Texts that
+    share words or spellings are close; it knows no synonyms."""
+
+    def __init__(self, dim: int = 256) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise InvalidInputError(f"dim must be a positive int, not {dim!r}")
+        self.dim = dim
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        items = _texts(texts)
+        raw = _hash_embed(items, self.dim)
+        return np.frombuffer(raw, dtype=np.float32).reshape(len(items), self.dim)
+
+
+class CallableEmbedder:
+    """Any function ``texts -> vectors`` as an :class:`Embedder`."""
+
+    def __init__(self, function: Callable[[list[str]], Any]) -> None:
+        if not callable(function):
+            raise InvalidTypeError(f"function must be callable, not {type(function).__name__}")
+        self.function = function
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        items = _texts(texts)
+        try:
+            answer = self.function(items)
+        except Exception as error:
+            raise EmbeddingError(f"the embedding function raised {type(error).__name__}: {error}") from error
+        return checked(answer, len(items))
+
+
+class OpenAIEmbedder:
+    """Embeddings through the user's own ``openai.OpenAI`` client (or any
+    OpenAI-compatible one): ``client.embeddings.create(model=..., input=...)``."""
+
+    def __init__(
+        self, client: Any, model: str = "text-embedding-3-small", *, dimensions: int | None = None
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.dimensions = dimensions
+
+    def _arguments(self, items: list[str]) -> dict[str, Any]:
+        arguments: dict[str, Any] = {"model": self.model, "input": items}
+        if self.dimensions is not None:
+            arguments["dimensions"] = self.dimensions
+        return arguments
+
+    @staticmethod
+    def _rows(response: Any, count: int) -> Vectors:
+        data = sorted(response.data, key=lambda item: item.index)
+        return checked([item.embedding for item in data], count)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        items = _texts(texts)
+        try:
+            response = self.client.embeddings.create(**self._arguments(items))
+        except Exception as error:
+            raise EmbeddingError(f"the embeddings request failed: {type(error).__name__}: {error}") from error
+        return self._rows(response, len(items))
+
+    async def aembed(self, texts: Sequence[str]) -> Vectors:
+        items = _texts(texts)
+        try:
+            response = await self.client.embeddings.create(**self._arguments(items))
+        except Exception as error:
+            raise EmbeddingError(f"the embeddings request failed: {type(error).__name__}: {error}") from error
+        return self._rows(response, len(items))
+
+
+class WordLlamaEmbedder:
+    """The ``wordllama`` package's bundled static embedding model (no
+    network): ``pip install 'context-core[embed]'``."""
+
+    def __init__(self, dim: int = 256) -> None:
+        from wordllama import WordLlama  # type: ignore[import-not-found]  # optional extra
+
+        self.dim = dim
+        self._model = WordLlama.load(dim=dim)
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        items = _texts(texts)
+        return checked(self._model.embed(items, norm=True), len(items), self.dim)
+
+
+def default_embedder() -> Embedder:
+    """:class:`WordLlamaEmbedder` when ``wordllama`` is installed, else
+    :class:`HashingEmbedder`."""
+    try:
+        return WordLlamaEmbedder()
+    except ImportError:
+        return HashingEmbedder()

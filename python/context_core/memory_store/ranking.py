@@ -1,0 +1,76 @@
+"""How search ranks and forgetting scores memories, with every weight named.
+
+A search hit's score is its relevance, then a rerank:
+
+``relevance = VECTOR_WEIGHT * cosine + KEYWORD_WEIGHT * keyword``, where
+``keyword`` is the hit's BM25 over the best BM25 of the query (0 to 1);
+
+``score = relevance + IMPORTANCE_WEIGHT * importance
++ RECENCY_WEIGHT * freshness(last access) + FREQUENCY_WEIGHT * frequency``.
+
+Memories that share an entity with the query come before all others
+whatever their score (the most shared entities first): an exact id or path
+is never lost to a chatty memory with a higher cosine.
+
+Forgetting keeps what is fresh, used and important:
+``retention = freshness(last access) * (1 + log1p(access count)) * importance``,
+with ``freshness = 0.5 ** (age / half_life)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "FREQUENCY_WEIGHT",
+    "HALF_LIFE_DAYS",
+    "IMPORTANCE_WEIGHT",
+    "KEYWORD_WEIGHT",
+    "RECENCY_HALF_LIFE_DAYS",
+    "RECENCY_WEIGHT",
+    "VECTOR_WEIGHT",
+    "frequency",
+    "freshness",
+    "retention",
+]
+
+VECTOR_WEIGHT = 0.6
+KEYWORD_WEIGHT = 0.25
+IMPORTANCE_WEIGHT = 0.1
+RECENCY_WEIGHT = 0.05
+FREQUENCY_WEIGHT = 0.05
+#: Half-life of the recency term in a search's rerank.
+RECENCY_HALF_LIFE_DAYS = 30.0
+#: Half-life of freshness in forgetting.
+HALF_LIFE_DAYS = 30.0
+#: Accesses at which the frequency term reaches 1.
+_FREQUENT = 100
+
+_DAY = 86_400.0
+
+
+def freshness(age_seconds: float, half_life_days: float) -> float:
+    """``0.5 ** (age / half_life)``: 1 now, 0.5 one half-life ago."""
+    return float(0.5 ** (max(age_seconds, 0.0) / (half_life_days * _DAY)))
+
+
+def frequency(access_count: int) -> float:
+    """``log1p(count) / log1p(100)``, at most 1."""
+    return min(1.0, math.log1p(max(access_count, 0)) / math.log1p(_FREQUENT))
+
+
+def rerank(relevance: float, importance: float, age_seconds: float, access_count: int) -> float:
+    """The hit's final score (see the module's formula)."""
+    return (
+        relevance
+        + IMPORTANCE_WEIGHT * importance
+        + RECENCY_WEIGHT * freshness(age_seconds, RECENCY_HALF_LIFE_DAYS)
+        + FREQUENCY_WEIGHT * frequency(access_count)
+    )
+
+
+def retention(
+    age_seconds: float, access_count: int, importance: float, half_life_days: float = HALF_LIFE_DAYS
+) -> float:
+    """How much a memory is worth keeping (see the module's formula)."""
+    return freshness(age_seconds, half_life_days) * (1.0 + math.log1p(max(access_count, 0))) * importance

@@ -1,0 +1,799 @@
+"""The memory store: typed memories in SQLite (WAL, FTS5), found again by
+entity, vector and keyword, and forgotten when stale.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction: the memory, its
+entities, its search terms and a ``changes`` row commit together or not at
+all, so a writer killed at any point leaves the store as it was before the
+call or after it. Several processes share one file safely (SQLite's own
+locking; a process waits up to ``busy_timeout`` for another's write).
+Vectors live in the database as float32 and, for search, in one matrix per
+namespace held in Rust and moved forward from ``changes``
+(:mod:`~context_core.memory_store.vectors`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from context_core._core import Tokenizer, _entities
+from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError, StoreBusyError
+from context_core.memory_store import ranking
+from context_core.memory_store.embedders import Embedder, checked, default_embedder
+from context_core.memory_store.schema import migrate
+from context_core.memory_store.vectors import NamespaceVectors
+
+__all__ = ["KINDS", "ForgetReport", "Hit", "Memory", "MemoryStore", "search_terms"]
+
+#: What a memory is: facts and preferences; task records and conversation
+#: excerpts; tool-use lessons and failure patterns.
+KINDS = ("semantic", "episodic", "procedural")
+
+#: Rows from which a search scans the int8 copy of the vectors (then
+#: rescores its candidates exactly) rather than every float32 row.
+QUANTISE_FROM = 20_000
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_WORDS = re.compile(r"[^\W_]+")
+_SPACE = re.compile(r"\s+")
+
+_COLUMNS = (
+    "rowid, id, namespace, kind, text, importance, pinned, source, tags, created, last_access, access_count"
+)
+
+
+def search_terms(text: str) -> str:
+    """The words FTS5 indexes for ``text``: lowered words, with each run of
+    Chinese characters as its overlapping pairs (so ``日志轮转`` matches
+    ``日志``)."""
+    out: list[str] = []
+    for word in _WORDS.findall(text.lower()):
+        at = 0
+        for run in _HAN.finditer(word):
+            if run.start() > at:
+                out.append(word[at : run.start()])
+            han = run.group()
+            out += [han] if len(han) == 1 else [han[i : i + 2] for i in range(len(han) - 1)]
+            at = run.end()
+        if at < len(word):
+            out.append(word[at:])
+    return " ".join(out)
+
+
+def _text_key(text: str) -> str:
+    return _SPACE.sub(" ", text.strip().lower())
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One memory. ``entities`` are ``(kind, value)`` in normal form;
+    ``created`` and ``last_access`` are Unix times from the store's clock."""
+
+    id: str
+    namespace: str
+    kind: str
+    text: str
+    importance: float
+    entities: tuple[tuple[str, str], ...] = ()
+    source: str | None = None
+    tags: tuple[str, ...] = ()
+    pinned: bool = False
+    created: float = 0.0
+    last_access: float = 0.0
+    access_count: int = 0
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A search result: the memory, its final ``score``, and why it matched:
+    the query's ``entities`` it shares, its ``cosine`` with the query and
+    its ``keyword`` score (BM25 over the query's best, 0 to 1). ``reasons``
+    names them (``"entity"``, ``"vector"``, ``"keyword"``)."""
+
+    memory: Memory
+    score: float
+    reasons: tuple[str, ...]
+    entities: tuple[str, ...] = ()
+    cosine: float = 0.0
+    keyword: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return self.memory.text
+
+
+@dataclass(frozen=True)
+class ForgetReport:
+    """What :meth:`MemoryStore.forget` found: ``(id, retention)`` of each
+    memory below the threshold (lowest first), and whether they were purged."""
+
+    candidates: tuple[tuple[str, float], ...]
+    purged: bool
+
+
+def _check_str(value: Any, what: str, *, empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{what} must be str, not {type(value).__name__}")
+    if not empty and not value.strip():
+        raise InvalidInputError(f"{what} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} holds a lone surrogate") from None
+    return value
+
+
+def _check_unit(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidTypeError(f"{what} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InvalidInputError(f"{what} must be between 0 and 1, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    text: str
+    kind: str
+    importance: float
+    source: str | None
+    tags: tuple[str, ...]
+    pinned: bool
+
+
+def _entry(text: Any, kind: Any, importance: Any, source: Any, tags: Any, pinned: Any, where: str) -> _Entry:
+    text = _check_str(text, f"{where}text")
+    if kind not in KINDS:
+        raise InvalidInputError(f"{where}kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if source is not None:
+        source = _check_str(source, f"{where}source", empty=True)
+    if isinstance(tags, str) or not isinstance(tags, Iterable):
+        raise InvalidTypeError(f"{where}tags must be a sequence of str, not {type(tags).__name__}")
+    tags = tuple(_check_str(t, f"{where}tags[{i}]") for i, t in enumerate(tags))
+    if not isinstance(pinned, bool):
+        raise InvalidTypeError(f"{where}pinned must be bool, not {type(pinned).__name__}")
+    return _Entry(text, kind, _check_unit(importance, f"{where}importance"), source, tags, pinned)
+
+
+class MemoryStore:
+    """Typed memories in one SQLite file, shared by any number of processes.
+
+    ``embedder`` defaults to :func:`~context_core.memory_store.embedders.default_embedder`;
+    ``clock`` gives the time (Unix seconds) for ``created``, access and
+    forgetting; ``durability="full"`` syncs every commit to disk,
+    ``"normal"`` only at WAL checkpoints (a killed process still loses
+    nothing; a power cut may lose the last commits). ``near_duplicate`` is
+    the cosine from which a new memory that shares an entity or search
+    terms with an old one of the same kind updates it instead.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.time,
+        durability: str = "full",
+        busy_timeout: float = 10.0,
+        near_duplicate: float = 0.92,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        if durability not in ("full", "normal"):
+            raise InvalidInputError(f"durability must be 'full' or 'normal', not {durability!r}")
+        if embedder is not None and not callable(getattr(embedder, "embed", None)):
+            raise InvalidTypeError(
+                f"embedder must have an embed(texts) method, not {type(embedder).__name__}"
+            )
+        self.path = Path(path)
+        self.embedder: Embedder = embedder if embedder is not None else default_embedder()
+        self.clock = clock
+        self.near_duplicate = near_duplicate
+        self.tokenizer = tokenizer or Tokenizer("o200k_base")
+        self._lock = threading.RLock()
+        self._vectors: dict[str, NamespaceVectors] = {}
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute(f"PRAGMA synchronous = {durability.upper()}")
+            migrate(self._db)
+        except sqlite3.OperationalError as error:
+            raise self._busy(error) from error
+        self._dim: int | None = self._read_dim()
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _busy(self, error: sqlite3.OperationalError) -> Exception:
+        if "locked" in str(error) or "busy" in str(error):
+            return StoreBusyError(f"{self.path}: {error}", path=str(self.path))
+        return error
+
+    def _read_dim(self) -> int | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
+        return int(row[0]) if row else None
+
+    def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``work`` in one immediate transaction: all of it or none."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                raise self._busy(error) from error
+            try:
+                result = work(self._db)
+                self._db.execute("COMMIT")
+            except BaseException as error:
+                self._db.execute("ROLLBACK")
+                if isinstance(error, sqlite3.OperationalError):
+                    raise self._busy(error) from error
+                raise
+            return result
+
+    def _read(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``work`` in one read transaction (one snapshot)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                return work(self._db)
+            finally:
+                self._db.execute("COMMIT")
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        try:
+            vectors = self.embedder.embed(texts)
+        except EmbeddingError:
+            raise
+        except Exception as error:
+            raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
+        array = checked(vectors, len(texts), self._dim)
+        norms = np.linalg.norm(array, axis=1, keepdims=True)
+        return np.ascontiguousarray(
+            np.where(norms > 0, array / np.where(norms > 0, norms, 1), 0), dtype=np.float32
+        )
+
+    @staticmethod
+    def _memory(row: Sequence[Any], entities: tuple[tuple[str, str], ...] = ()) -> Memory:
+        _, mid, namespace, kind, text, importance, pinned, source, tags, created, last, count = row
+        return Memory(
+            mid,
+            namespace,
+            kind,
+            text,
+            importance,
+            entities,
+            source,
+            tuple(json.loads(tags)),
+            bool(pinned),
+            created,
+            last,
+            count,
+        )
+
+    # -- writing ----------------------------------------------------------
+
+    def remember(
+        self,
+        text: str,
+        *,
+        namespace: str = "default",
+        kind: str = "semantic",
+        importance: float = 0.5,
+        source: str | None = None,
+        tags: Sequence[str] = (),
+        pinned: bool = False,
+    ) -> Memory:
+        """Stores one memory and returns it; a near duplicate of an existing
+        one updates that one instead (newer text, the higher importance,
+        one more access). A near duplicate has the same text up to case and
+        spacing, or is of the same kind, names exactly the same entities
+        (``order A-8812`` is never merged into ``order A-8813``) and has a
+        cosine of at least ``near_duplicate`` with it; it is looked for
+        among memories that share an entity or search terms."""
+        entry = _entry(text, kind, importance, source, tags, pinned, "")
+        return self._remember([entry], _check_str(namespace, "namespace"), near=True)[0]
+
+    def remember_many(
+        self, items: Iterable[str | Mapping[str, Any]], *, namespace: str = "default"
+    ) -> list[Memory]:
+        """Stores many memories in one transaction (all or none): each item
+        a text, or a mapping of :meth:`remember`'s arguments. Duplicates are
+        found by text (up to case and spacing) and by shared entities; the
+        search-term probe of :meth:`remember` is left out for speed."""
+        namespace = _check_str(namespace, "namespace")
+        entries = []
+        for i, item in enumerate(items):
+            where = f"items[{i}]."
+            if isinstance(item, str):
+                entries.append(_entry(item, "semantic", 0.5, None, (), False, where))
+            elif isinstance(item, Mapping):
+                unknown = set(item) - {"text", "kind", "importance", "source", "tags", "pinned"}
+                if unknown:
+                    raise InvalidInputError(f"{where[:-1]} has unknown keys: {', '.join(sorted(unknown))}")
+                entries.append(
+                    _entry(
+                        item.get("text"),
+                        item.get("kind", "semantic"),
+                        item.get("importance", 0.5),
+                        item.get("source"),
+                        item.get("tags", ()),
+                        item.get("pinned", False),
+                        where,
+                    )
+                )
+            else:
+                raise InvalidTypeError(f"items[{i}] must be str or a mapping, not {type(item).__name__}")
+        return self._remember(entries, namespace, near=False)
+
+    def _remember(self, entries: list[_Entry], namespace: str, *, near: bool) -> list[Memory]:
+        if not entries:
+            return []
+        vectors = self._embed([e.text for e in entries])
+        found = [tuple(_entities(e.text)) for e in entries]
+        terms = [search_terms(e.text) for e in entries]
+        now = float(self.clock())
+
+        def work(db: sqlite3.Connection) -> list[Memory]:
+            if self._dim is None:
+                stored = self._read_dim()
+                if stored is None:
+                    db.execute("INSERT INTO meta (key, value) VALUES ('dim', ?)", (str(vectors.shape[1]),))
+                elif stored != vectors.shape[1]:
+                    raise EmbeddingError(
+                        f"the embedder returned vectors of {vectors.shape[1]} values; "
+                        f"this store holds {stored}",
+                        expected=stored,
+                        got=tuple(vectors.shape),
+                    )
+            out = []
+            for entry, vector, ents, words in zip(entries, vectors, found, terms, strict=True):
+                out.append(self._put(db, namespace, entry, vector, ents, words, now, near))
+            return out
+
+        memories: list[Memory] = self._write(work)
+        self._dim = int(vectors.shape[1])
+        return memories
+
+    def _duplicate(
+        self,
+        db: sqlite3.Connection,
+        namespace: str,
+        entry: _Entry,
+        vector: np.ndarray,
+        ents: tuple[tuple[str, str], ...],
+        words: str,
+        near: bool,
+    ) -> tuple[Any, ...] | None:
+        row = db.execute(
+            f"SELECT {_COLUMNS} FROM memories WHERE namespace = ? AND text_key = ?",
+            (namespace, _text_key(entry.text)),
+        ).fetchone()
+        if row is not None:
+            return tuple(row)
+        candidates: set[int] = set()
+        values = [v for _, v in ents][:16]
+        if values:
+            marks = ",".join("?" * len(values))
+            candidates.update(
+                r[0]
+                for r in db.execute(
+                    "SELECT DISTINCT memory FROM entities WHERE namespace = ?"
+                    f" AND value IN ({marks}) LIMIT 32",
+                    (namespace, *values),
+                )
+            )
+        if near and words:
+            query = " OR ".join(f'"{w}"' for w in dict.fromkeys(words.split()[:24]))
+            candidates.update(
+                r[0]
+                for r in db.execute(
+                    "SELECT rowid FROM terms WHERE terms MATCH ? AND namespace = ? ORDER BY rank LIMIT 8",
+                    (query, namespace),
+                )
+            )
+        if not candidates:
+            return None
+        marks = ",".join("?" * len(candidates))
+        theirs: dict[int, set[str]] = {rowid: set() for rowid in candidates}
+        for rowid, value in db.execute(
+            f"SELECT memory, value FROM entities WHERE memory IN ({marks})",
+            tuple(candidates),
+        ):
+            theirs[rowid].add(value)
+        mine = {v for _, v in ents}
+        best, best_cos = None, self.near_duplicate
+        for row in db.execute(
+            f"SELECT {_COLUMNS}, embedding FROM memories WHERE rowid IN ({marks}) AND kind = ?",
+            (*candidates, entry.kind),
+        ):
+            if theirs[row[0]] != mine:  # other exact values: another memory
+                continue
+            cos = float(np.frombuffer(row[-1], dtype=np.float32) @ vector)
+            if cos >= best_cos:
+                best, best_cos = tuple(row[:-1]), cos
+        return best
+
+    def _put(
+        self,
+        db: sqlite3.Connection,
+        namespace: str,
+        entry: _Entry,
+        vector: np.ndarray,
+        ents: tuple[tuple[str, str], ...],
+        words: str,
+        now: float,
+        near: bool,
+    ) -> Memory:
+        old = self._duplicate(db, namespace, entry, vector, ents, words, near)
+        blob = vector.astype(np.float32).tobytes()
+        if old is not None:
+            rowid, mid = old[0], old[1]
+            importance = max(entry.importance, old[5])
+            tags = tuple(dict.fromkeys((*json.loads(old[8]), *entry.tags)))
+            pinned = bool(old[6]) or entry.pinned
+            db.execute(
+                "UPDATE memories SET text = ?, text_key = ?, importance = ?, pinned = ?,"
+                " source = coalesce(?, source), tags = ?, last_access = ?,"
+                " access_count = access_count + 1, embedding = ? WHERE rowid = ?",
+                (
+                    entry.text,
+                    _text_key(entry.text),
+                    importance,
+                    int(pinned),
+                    entry.source,
+                    json.dumps(tags),
+                    now,
+                    blob,
+                    rowid,
+                ),
+            )
+            db.execute("DELETE FROM entities WHERE memory = ?", (rowid,))
+            db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
+            created, count = old[9], old[11] + 1
+        else:
+            mid = uuid.uuid4().hex
+            cursor = db.execute(
+                "INSERT INTO memories (id, namespace, kind, text, text_key, importance, pinned, source, tags,"
+                " created, last_access, access_count, embedding)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                (
+                    mid,
+                    namespace,
+                    entry.kind,
+                    entry.text,
+                    _text_key(entry.text),
+                    entry.importance,
+                    int(entry.pinned),
+                    entry.source,
+                    json.dumps(entry.tags),
+                    now,
+                    now,
+                    blob,
+                ),
+            )
+            rowid = cursor.lastrowid
+            importance, tags, pinned, created, count = entry.importance, entry.tags, entry.pinned, now, 0
+        db.executemany(
+            "INSERT OR IGNORE INTO entities (namespace, value, memory, kind) VALUES (?, ?, ?, ?)",
+            [(namespace, value, rowid, kind) for kind, value in ents],
+        )
+        db.execute("INSERT INTO terms (rowid, words, namespace) VALUES (?, ?, ?)", (rowid, words, namespace))
+        db.execute("INSERT INTO changes (namespace, memory) VALUES (?, ?)", (namespace, rowid))
+        kind = old[3] if old is not None else entry.kind
+        return Memory(
+            mid,
+            namespace,
+            kind,
+            entry.text,
+            importance,
+            ents,
+            entry.source,
+            tags,
+            pinned,
+            created,
+            now,
+            count,
+        )
+
+    # -- event helpers ----------------------------------------------------
+
+    def preference(self, text: str, **options: Any) -> Memory:
+        """A stated preference: semantic, importance 0.8 unless given."""
+        options.setdefault("importance", 0.8)
+        return self.remember(text, kind="semantic", **options)
+
+    def task_done(self, text: str, **options: Any) -> Memory:
+        """A finished task's record: episodic, importance 0.5 unless given."""
+        return self.remember(text, kind="episodic", **options)
+
+    def tool_failed(self, tool: str, error: str, lesson: str | None = None, **options: Any) -> Memory:
+        """A failed tool call and what to do next time: procedural,
+        importance 0.7 unless given."""
+        options.setdefault("importance", 0.7)
+        text = f"{_check_str(tool, 'tool')} failed: {_check_str(error, 'error')}"
+        if lesson is not None:
+            text += f". Lesson: {_check_str(lesson, 'lesson')}"
+        return self.remember(text, kind="procedural", **options)
+
+    # -- reading ----------------------------------------------------------
+
+    def get(self, memory_id: str) -> Memory | None:
+        """The memory with this id, or ``None``."""
+        _check_str(memory_id, "memory_id")
+
+        def work(db: sqlite3.Connection) -> Memory | None:
+            row = db.execute(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)).fetchone()
+            if row is None:
+                return None
+            ents = tuple(
+                (k, v) for v, k in db.execute("SELECT value, kind FROM entities WHERE memory = ?", (row[0],))
+            )
+            return self._memory(row, ents)
+
+        result: Memory | None = self._read(work)
+        return result
+
+    def count(self, namespace: str | None = None) -> int:
+        """Memories in ``namespace`` (or in all)."""
+        if namespace is None:
+            return int(self._db.execute("SELECT count(*) FROM memories").fetchone()[0])
+        _check_str(namespace, "namespace")
+        return int(
+            self._db.execute("SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)).fetchone()[0]
+        )
+
+    def search(
+        self,
+        query: str,
+        *,
+        namespace: str = "default",
+        k: int = 8,
+        kinds: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+    ) -> list[Hit]:
+        """The ``k`` best memories for ``query``: those that share an entity
+        with it first (most shared first), then by score (see
+        :mod:`~context_core.memory_store.ranking`). ``kinds`` limits the
+        kinds; with ``max_tokens`` only whole memories whose texts fit in
+        that many tokens together are returned. Returned memories count one
+        more access."""
+        query = _check_str(query, "query")
+        namespace = _check_str(namespace, "namespace")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidInputError(f"k must be a positive int, not {k!r}")
+        if kinds is not None:
+            kinds = tuple(kinds)
+            bad = [x for x in kinds if x not in KINDS]
+            if bad:
+                raise InvalidInputError(f"kinds must be among {', '.join(KINDS)}, not {bad[0]!r}")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
+        ):
+            raise InvalidInputError(f"max_tokens must be a non-negative int, not {max_tokens!r}")
+        wanted = [v for _, v in _entities(query)]
+        terms = search_terms(query)
+        now = float(self.clock())
+        with self._lock:
+            if self._dim is None:
+                self._dim = self._read_dim()
+            if self._dim is None:
+                return []
+            vector = self._embed([query])[0]
+            hits = self._read(
+                lambda db: self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
+            )
+            chosen = self._pack(hits, k, max_tokens)
+            if chosen:
+                rowids = [h[0] for h in chosen]
+                marks = ",".join("?" * len(rowids))
+                self._write(
+                    lambda db: db.execute(
+                        "UPDATE memories SET access_count = access_count + 1, last_access = ?"
+                        f" WHERE rowid IN ({marks})",
+                        (now, *rowids),
+                    )
+                )
+        return [hit for _, hit in chosen]
+
+    def _candidates(
+        self,
+        db: sqlite3.Connection,
+        namespace: str,
+        vector: np.ndarray,
+        wanted: list[str],
+        terms: str,
+        k: int,
+        kinds: tuple[str, ...] | None,
+        now: float,
+    ) -> list[tuple[int, Hit]]:
+        index = self._vectors.get(namespace)
+        if index is None or index.dim != self._dim:
+            index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
+        index.sync(db)
+        pool = max(4 * k, 32)
+        shared: dict[int, list[str]] = {}
+        if wanted:
+            marks = ",".join("?" * len(wanted))
+            for rowid, value in db.execute(
+                f"SELECT memory, value FROM entities WHERE namespace = ? AND value IN ({marks})",
+                (namespace, *wanted),
+            ):
+                shared.setdefault(rowid, []).append(value)
+        cosines = dict(
+            index.nearest(vector, pool if kinds is None else pool * 4, quantise_from=QUANTISE_FROM)
+        )
+        keyword: dict[int, float] = {}
+        if terms:
+            query = " OR ".join(f'"{w}"' for w in dict.fromkeys(terms.split()[:32]))
+            found = db.execute(
+                "SELECT rowid, bm25(terms) FROM terms WHERE terms MATCH ? AND namespace = ?"
+                " ORDER BY rank LIMIT ?",
+                (query, namespace, pool),
+            ).fetchall()
+            if found:
+                best = max(-score for _, score in found) or 1.0
+                keyword = {rowid: max(0.0, -score) / best for rowid, score in found}
+        rowids = list({*shared, *cosines, *keyword})
+        if not rowids:
+            return []
+        hits: list[tuple[tuple[int, float], int, Hit]] = []
+        for start in range(0, len(rowids), 900):
+            chunk = rowids[start : start + 900]
+            marks = ",".join("?" * len(chunk))
+            for row in db.execute(
+                f"SELECT {_COLUMNS}, embedding FROM memories WHERE rowid IN ({marks})", chunk
+            ):
+                rowid, kind = row[0], row[3]
+                if kinds is not None and kind not in kinds:
+                    continue
+                cosine = cosines.get(rowid)
+                if cosine is None:
+                    cosine = float(np.frombuffer(row[-1], dtype=np.float32) @ vector)
+                kw = keyword.get(rowid, 0.0)
+                relevance = ranking.VECTOR_WEIGHT * cosine + ranking.KEYWORD_WEIGHT * kw
+                score = ranking.rerank(relevance, row[5], now - row[10], row[11])
+                matched = tuple(shared.get(rowid, ()))
+                reasons = tuple(
+                    name
+                    for name, on in (
+                        ("entity", bool(matched)),
+                        ("vector", rowid in cosines),
+                        ("keyword", kw > 0),
+                    )
+                    if on
+                )
+                hit = Hit(self._memory(row[:-1]), score, reasons, matched, cosine, kw)
+                hits.append(((len(matched), score), rowid, hit))
+        hits.sort(key=lambda h: (-h[0][0], -h[0][1], h[1]))
+        return [(rowid, hit) for _, rowid, hit in hits]
+
+    def _pack(self, hits: list[tuple[int, Hit]], k: int, max_tokens: int | None) -> list[tuple[int, Hit]]:
+        if max_tokens is None:
+            return hits[:k]
+        chosen: list[tuple[int, Hit]] = []
+        used = 0
+        for rowid, hit in hits:
+            if len(chosen) == k:
+                break
+            tokens = self.tokenizer.count(hit.text)
+            if used + tokens <= max_tokens:
+                chosen.append((rowid, hit))
+                used += tokens
+        return chosen
+
+    # -- deleting and forgetting ------------------------------------------
+
+    def delete(self, memory_id: str | None = None, *, namespace: str | None = None) -> int:
+        """Deletes one memory by id, or every memory of ``namespace`` (one
+        user's whole store); returns how many went."""
+        if (memory_id is None) == (namespace is None):
+            raise InvalidInputError("give exactly one of memory_id and namespace")
+        if memory_id is not None:
+            _check_str(memory_id, "memory_id")
+            return int(self._write(lambda db: self._delete_ids(db, [memory_id])))
+        ns = _check_str(namespace, "namespace")
+
+        def work(db: sqlite3.Connection) -> int:
+            db.execute("DELETE FROM entities WHERE namespace = ?", (ns,))
+            db.execute("DELETE FROM terms WHERE namespace = ?", (ns,))
+            gone = db.execute("DELETE FROM memories WHERE namespace = ?", (ns,)).rowcount
+            db.execute("DELETE FROM changes WHERE namespace = ?", (ns,))
+            db.execute("INSERT INTO changes (namespace, memory) VALUES (?, -1)", (ns,))
+            return int(gone)
+
+        return int(self._write(work))
+
+    @staticmethod
+    def _delete_ids(db: sqlite3.Connection, ids: Sequence[str]) -> int:
+        gone = 0
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            rows = db.execute(
+                f"SELECT rowid, namespace FROM memories WHERE id IN ({marks})", chunk
+            ).fetchall()
+            for rowid, ns in rows:
+                db.execute("DELETE FROM entities WHERE memory = ?", (rowid,))
+                db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
+                db.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
+                db.execute("INSERT INTO changes (namespace, memory) VALUES (?, ?)", (ns, rowid))
+                gone += 1
+        return gone
+
+    def forget(
+        self,
+        threshold: float,
+        *,
+        namespace: str | None = None,
+        dry_run: bool = True,
+        importance_floor: float = 0.8,
+        half_life_days: float = ranking.HALF_LIFE_DAYS,
+    ) -> ForgetReport:
+        """Memories whose retention (see :mod:`~context_core.memory_store.ranking`)
+        is below ``threshold``, lowest first; with ``dry_run=False`` they are
+        purged in one transaction. Pinned memories and those with importance
+        at or above ``importance_floor`` are never candidates."""
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, int | float)
+            or not math.isfinite(threshold)
+        ):
+            raise InvalidInputError(f"threshold must be a finite number, not {threshold!r}")
+        if not half_life_days > 0:
+            raise InvalidInputError(f"half_life_days must be positive, not {half_life_days!r}")
+        floor = _check_unit(importance_floor, "importance_floor")
+        now = float(self.clock())
+
+        def work(db: sqlite3.Connection) -> ForgetReport:
+            sql = (
+                "SELECT id, last_access, access_count, importance FROM memories"
+                " WHERE pinned = 0 AND importance < ?"
+            )
+            args: tuple[Any, ...] = (floor,)
+            if namespace is not None:
+                sql += " AND namespace = ?"
+                args += (_check_str(namespace, "namespace"),)
+            rows = db.execute(sql, args).fetchall()
+            scored = sorted(
+                (
+                    (mid, ranking.retention(now - last, count, imp, half_life_days))
+                    for mid, last, count, imp in rows
+                ),
+                key=lambda pair: (pair[1], pair[0]),
+            )
+            below = tuple((mid, score) for mid, score in scored if score < threshold)
+            if not dry_run and below:
+                self._delete_ids(db, [mid for mid, _ in below])
+            return ForgetReport(below, not dry_run and bool(below))
+
+        result: ForgetReport = self._write(work) if not dry_run else self._read(work)
+        return result
+
+    # -- lifetime ---------------------------------------------------------
+
+    def integrity(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` (``"ok"`` when sound)."""
+        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+            self._db.close()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -1,0 +1,108 @@
+"""One namespace's vectors, held in Rust and kept in step with the database.
+
+Loaded once (one query), then moved forward by reading the ``changes``
+rows written since the last sync, by this process or any other: a search
+never rebuilds the matrix, and a write costs the search that follows one
+row's update. Removing a row moves the last one into its place, in the
+Rust rows and in :attr:`NamespaceVectors.rowids` alike.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import numpy.typing as npt
+
+from context_core._core import _VectorIndex
+
+__all__ = ["NamespaceVectors"]
+
+
+class NamespaceVectors:
+    """The vectors of one namespace, by the memories' rowids."""
+
+    def __init__(self, namespace: str, dim: int) -> None:
+        self.namespace = namespace
+        self.dim = dim
+        self.rows = _VectorIndex(dim)
+        self.rowids: list[int] = []
+        self.position: dict[int, int] = {}
+        self.seq = -1  # nothing loaded yet
+
+    def __len__(self) -> int:
+        return len(self.rowids)
+
+    def sync(self, connection: sqlite3.Connection) -> None:
+        """Reads what changed since the last sync (inside the caller's read
+        transaction, so rows and changes are one snapshot)."""
+        if self.seq < 0:
+            self._load(connection)
+            return
+        changed = connection.execute(
+            "SELECT seq, memory FROM changes WHERE namespace = ? AND seq > ? ORDER BY seq",
+            (self.namespace, self.seq),
+        ).fetchall()
+        if not changed:
+            return
+        if any(memory < 0 for _, memory in changed):
+            self._load(connection)
+            return
+        rowids = list(dict.fromkeys(memory for _, memory in changed))
+        present: dict[int, bytes] = {}
+        for start in range(0, len(rowids), 500):
+            chunk = rowids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            present.update(
+                connection.execute(
+                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks})",
+                    chunk,
+                ).fetchall()
+            )
+        for rowid in rowids:
+            embedding = present.get(rowid)
+            if embedding is None:
+                self._remove(rowid)
+            elif rowid in self.position:
+                self.rows.set(self.position[rowid], embedding)
+            else:
+                self.position[rowid] = len(self.rowids)
+                self.rowids.append(rowid)
+                self.rows.extend(embedding)
+        self.seq = changed[-1][0]
+
+    def _load(self, connection: sqlite3.Connection) -> None:
+        last = connection.execute(
+            "SELECT coalesce(max(seq), 0) FROM changes WHERE namespace = ?", (self.namespace,)
+        ).fetchone()[0]
+        found = connection.execute(
+            "SELECT rowid, embedding FROM memories WHERE namespace = ? ORDER BY rowid", (self.namespace,)
+        ).fetchall()
+        self.rows = _VectorIndex(self.dim)
+        self.rowids = [rowid for rowid, _ in found]
+        self.position = {rowid: i for i, rowid in enumerate(self.rowids)}
+        if found:
+            self.rows.extend(b"".join(embedding for _, embedding in found))
+        self.seq = int(last)
+
+    def _remove(self, rowid: int) -> None:
+        index = self.position.pop(rowid, None)
+        if index is None:
+            return
+        self.rows.swap_remove(index)
+        last = self.rowids.pop()
+        if index < len(self.rowids):
+            self.rowids[index] = last
+            self.position[last] = index
+
+    def nearest(
+        self, query: npt.NDArray[np.float32], k: int, *, quantise_from: int
+    ) -> list[tuple[int, float]]:
+        """``(rowid, cosine)`` of the ``k`` nearest, best first: exact below
+        ``quantise_from`` rows, else an int8 scan of ``max(4k, 64)`` rescored
+        exactly."""
+        if not self.rowids or k <= 0:
+            return []
+        candidates = max(4 * k, 64) if len(self.rowids) >= quantise_from else None
+        found = self.rows.top_k(query.tobytes(), k, candidates)
+        return [(self.rowids[i], score) for i, score in found]

@@ -1,0 +1,250 @@
+"""The memory store: writes, duplicates, entity-first search, token-bounded
+results, forgetting, namespaces, bad input, and several processes (and a
+killed one) on one database."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+import numpy as np
+import pytest
+
+from context_core import EmbeddingError, InvalidInputError, InvalidTypeError, MemoryStore, Tokenizer
+from context_core.memory_store import CallableEmbedder, HashingEmbedder, search_terms
+from killed import reports_until_killed
+
+DAY = 86_400.0
+
+
+class Clock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path, clock):
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock) as s:
+        yield s
+
+
+CHATTY = [
+    "The user talked at length about refunds, orders, payments and how refunds for orders usually go",
+    "Orders and refunds: the user wants refund orders handled kindly, refunds for every order",
+    "We discussed what happened with the refund of the order and what the user thinks of refunds",
+]
+
+
+def test_an_entity_match_comes_first_whatever_its_cosine(store):
+    target = store.remember("Ticket A-8812 closed after the charge was reversed", kind="episodic")
+    for text in CHATTY:
+        store.remember(text)
+    hits = store.search("what happened with the refund for order A-8812?", k=3)
+    chatty_cosine = max(h.cosine for h in hits[1:])
+    assert hits[0].memory.id == target.id
+    assert hits[0].entities == ("a-8812",)
+    assert "entity" in hits[0].reasons
+    assert hits[0].cosine < chatty_cosine  # it won on the entity, not the vector
+
+
+def test_paths_meet_in_any_case(store):
+    m = store.remember("retry logic lives in services/payments/retry.go", kind="procedural")
+    hits = store.search("Services/Payments/retry.go", k=1)
+    assert hits[0].memory.id == m.id
+    assert set(hits[0].entities) == {"services/payments/retry.go", "retry.go"}
+
+
+def test_a_duplicate_updates_the_old_memory(store, clock):
+    first = store.remember("Alice prefers tabs over spaces", importance=0.4)
+    clock.now += 10
+    again = store.remember("  alice prefers TABS over spaces ", importance=0.9)
+    assert again.id == first.id
+    assert again.access_count == 1
+    assert again.importance == 0.9
+    assert store.count() == 1
+    assert store.get(first.id).text == "  alice prefers TABS over spaces "
+
+
+def test_a_near_duplicate_with_a_shared_entity_updates_it(store):
+    first = store.remember("The refund for order A-8812 was issued on Monday")
+    again = store.remember("The refund for order A-8812 was issued on Monday.")
+    other = store.remember("Order A-8812 ships to Berlin")
+    assert again.id == first.id
+    assert other.id != first.id
+    assert store.count() == 2
+
+
+def test_kinds_filter_and_namespaces_are_apart(store):
+    store.remember("deploy with make release", kind="procedural", namespace="u1")
+    store.remember("deploy happened on 2026-11-30", kind="episodic", namespace="u1")
+    store.remember("deploy with make release", kind="procedural", namespace="u2")
+    hits = store.search("deploy", namespace="u1", kinds=["episodic"])
+    assert [h.memory.kind for h in hits] == ["episodic"]
+    assert store.delete(namespace="u1") == 2
+    assert store.search("deploy", namespace="u1") == []
+    assert len(store.search("deploy", namespace="u2")) == 1
+
+
+def test_max_tokens_returns_whole_memories_within_the_budget(store):
+    tok = Tokenizer("o200k_base")
+    for i in range(6):
+        store.remember(f"fact {i}: the staging database port is {5400 + i} on host db{i}.internal")
+    hits = store.search("staging database port", k=8, max_tokens=40)
+    assert hits
+    assert sum(tok.count(h.text) for h in hits) <= 40
+    assert len(hits) < 6
+
+
+def test_search_counts_accesses(store, clock):
+    m = store.remember("Bob's handle is @bob_k")
+    clock.now += 100
+    store.search("@bob_k")
+    again = store.get(m.id)
+    assert again.access_count == 1
+    assert again.last_access == clock.now
+
+
+def test_forgetting_spares_pinned_and_important_memories(store, clock):
+    old = store.remember("an old passing remark about the weather", importance=0.2)
+    pinned = store.remember("the production region is eu-west-1", importance=0.2, pinned=True)
+    important = store.remember("never force-push to main", importance=0.9)
+    clock.now += 365 * DAY
+    fresh = store.remember("a new remark about lunch", importance=0.2)
+    report = store.forget(0.05)
+    assert [mid for mid, _ in report.candidates] == [old.id]
+    assert not report.purged
+    assert store.count() == 4
+    done = store.forget(0.05, dry_run=False)
+    assert done.purged
+    assert store.get(old.id) is None
+    for kept in (pinned, important, fresh):
+        assert store.get(kept.id) is not None
+    assert store.search("weather remark") == [] or all(
+        h.memory.id != old.id for h in store.search("weather remark")
+    )
+
+
+def test_bad_input_is_refused_and_nothing_is_written(tmp_path):
+    calls = []
+
+    def embed(texts):
+        calls.append(texts)
+        if texts == ["nan please"]:
+            return np.full((1, 8), np.nan, dtype=np.float32)
+        if texts == ["wide please"]:
+            return np.ones((1, 9), dtype=np.float32)
+        if texts == ["raise please"]:
+            raise RuntimeError("model down")
+        return np.ones((len(texts), 8), dtype=np.float32)
+
+    with MemoryStore(tmp_path / "m.db", embedder=CallableEmbedder(embed)) as s:
+        s.remember("a first memory")
+        for text, error in [
+            ("nan please", EmbeddingError),
+            ("wide please", EmbeddingError),
+            ("raise please", EmbeddingError),
+        ]:
+            with pytest.raises(error):
+                s.remember(text)
+        with pytest.raises(EmbeddingError) as caught:
+            s.remember("wide please")
+        assert caught.value.expected == 8
+        assert caught.value.got == (1, 9)
+        with pytest.raises(InvalidTypeError):
+            s.remember(42)
+        with pytest.raises(InvalidInputError):
+            s.remember("x", kind="feelings")
+        with pytest.raises(InvalidInputError):
+            s.remember("x", importance=float("nan"))
+        with pytest.raises(InvalidInputError):
+            s.remember("   ")
+        with pytest.raises(InvalidInputError):
+            s.remember("lone \ud800 surrogate")
+        with pytest.raises(InvalidTypeError):
+            s.remember_many(["fine", 3])
+        with pytest.raises(InvalidInputError):
+            s.search("x", k=0)
+        assert s.count() == 1
+        assert s.integrity() == "ok"
+
+
+def test_search_terms_split_chinese_into_pairs():
+    assert search_terms("订单A-8812已退款") == "订单 a 8812 已退 退款"
+
+
+def _writer(path: str, worker: int, count: int, queue) -> None:
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        done = []
+        for i in range(count):
+            m = s.remember(f"worker {worker} note {i}: ticket W{worker}-{i:04d} handled", namespace="shared")
+            s.search(f"ticket W{worker}-{i:04d}", namespace="shared", k=2)
+            done.append(m.id)
+        queue.put(done)
+
+
+def test_eight_processes_write_and_search_one_store(tmp_path):
+    path = str(tmp_path / "m.db")
+    MemoryStore(path, embedder=HashingEmbedder(32)).close()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    workers = [context.Process(target=_writer, args=(path, w, 25, queue)) for w in range(8)]
+    for w in workers:
+        w.start()
+    acknowledged = [mid for _ in workers for mid in queue.get(timeout=120)]
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        assert s.count("shared") == len(acknowledged) == 200
+        ids = [row[0] for row in s._db.execute("SELECT id FROM memories")]
+        assert sorted(ids) == sorted(acknowledged)
+        hit = s.search("ticket W3-0017", namespace="shared", k=1)[0]
+        assert hit.text == "worker 3 note 17: ticket W3-0017 handled"
+        assert s.integrity() == "ok"
+
+
+def _remembers(path: str, report_fd: int) -> None:
+    import os
+
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        for i in range(1_000_000):
+            s.remember_many([f"batch {i} item {j}: order K-{i}-{j}" for j in range(5)])
+            os.write(report_fd, i.to_bytes(8, "little"))
+
+
+def test_a_killed_writer_loses_nothing_it_acknowledged(tmp_path):
+    path = str(tmp_path / "m.db")
+    MemoryStore(path, embedder=HashingEmbedder(32)).close()
+    for after in (0.3, 0.45, 0.6):
+        acknowledged = reports_until_killed(lambda fd: _remembers(path, fd), after)
+        with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+            assert s.integrity() == "ok"
+            texts = {row[0] for row in s._db.execute("SELECT text FROM memories")}
+            for i in acknowledged:
+                for j in range(5):
+                    assert f"batch {i} item {j}: order K-{i}-{j}" in texts
+            # whole batches only: every batch is all there or not at all
+            batches = {}
+            for t in texts:
+                batches.setdefault(t.split(" item ")[0], 0)
+                batches[t.split(" item ")[0]] += 1
+            assert set(batches.values()) <= {5}
+        assert acknowledged
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "m.db"
+    MemoryStore(path, embedder=HashingEmbedder(8)).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(sqlite3.DatabaseError):
+        MemoryStore(path, embedder=HashingEmbedder(8))
