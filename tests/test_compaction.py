@@ -602,6 +602,23 @@ def test_plan_refuses_bad_arguments(tmp_path: Path):
             plan(log, **{**options, name: bad})
 
 
+def test_huge_bounds_wait_exactly_and_the_binding_refuses_zero(tmp_path: Path):
+    """Bounds past what a u64 holds are no bound, not an OverflowError or a
+    wrapped count (a wrapped ``tokens=0`` would replan every turn)."""
+    from context_core.compaction import Wait, plan
+
+    log = new_log(tmp_path, turns(1))
+    for tail in (2**63, 2**64 - 1, 10**20):
+        step = plan(log, recent_turns=10**30, segment_turns=10**30, segments_kept=3, tail_tokens=tail)
+        assert isinstance(step, Wait)
+        assert step.tokens is not None
+        assert step.tokens > 2**61
+        assert step.turns > 2**61
+    for kept, segment in ((0, 3), (3, 0)):
+        with pytest.raises(InvalidInputError, match="at least 1"):
+            log._plan(2, segment, kept, None)
+
+
 def test_a_job_lets_others_run_after_each_message_and_around_the_call(tmp_path: Path):
     """The worker's `between` runs after every rendered message, after the
     model's reply and before the guard: no step of a job is long."""

@@ -120,6 +120,13 @@ def plan(
         _positive(name, value)
     if tail_tokens is not None:
         _positive("tail_tokens", tail_tokens)
+    # Past 2**62 a count is no bound in practice; capping keeps the Rust
+    # plan's arithmetic (u64) exact instead of failing or wrapping.
+    recent_turns, segment_turns, segments_kept = (
+        min(v, _NO_BOUND) for v in (recent_turns, segment_turns, segments_kept)
+    )
+    if tail_tokens is not None:
+        tail_tokens = min(tail_tokens, _NO_BOUND)
     step = log._plan(recent_turns, segment_turns, segments_kept, tail_tokens)
     if step[0] == "wait":
         return Wait(step[1], step[2])
@@ -133,6 +140,9 @@ def plan(
         loggy=tuple(loggy),
         base=base,
     )
+
+
+_NO_BOUND = 2**62
 
 
 def _positive(name: str, value: object) -> None:

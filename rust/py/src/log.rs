@@ -471,6 +471,11 @@ impl PyMessageLog {
         segments_kept: usize,
         tail_tokens: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
+        if segment_turns == 0 || segments_kept == 0 {
+            return Err(invalid_input(
+                "segment_turns and segments_kept must be at least 1",
+            ));
+        }
         let options = PlanOptions {
             recent_turns,
             segment_turns,

@@ -168,8 +168,8 @@ fn plan_over(heads: &[Head], pointer: Option<u64>, options: &PlanOptions) -> Pla
     } = *options;
     if heads.is_empty() {
         return Planned::Done(Plan::Wait {
-            turns: (recent_turns + segment_turns) as u64,
-            tokens: tail_tokens.map(|t| t + 1),
+            turns: recent_turns.saturating_add(segment_turns) as u64,
+            tokens: tail_tokens.map(|t| t.saturating_add(1)),
         });
     }
     let summaries: Vec<Head> = heads
@@ -213,8 +213,10 @@ fn plan_over(heads: &[Head], pointer: Option<u64>, options: &PlanOptions) -> Pla
         older
     } else {
         return Planned::Done(Plan::Wait {
-            turns: (recent_turns + segment_turns - starts.len()) as u64,
-            tokens: tail_tokens.map(|t| (t + 1).saturating_sub(tokens).max(1)),
+            turns: recent_turns
+                .saturating_add(segment_turns)
+                .saturating_sub(starts.len()) as u64,
+            tokens: tail_tokens.map(|t| t.saturating_add(1).saturating_sub(tokens).max(1)),
         });
     };
     if pending >= segments_kept {
