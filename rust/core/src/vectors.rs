@@ -121,12 +121,27 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// [`top_k_f32`] over int8 rows and an int8 query, scored exactly in i32.
 pub fn top_k_i8(matrix: &[i8], dim: usize, query: &[i8], k: usize) -> Vec<(usize, f32)> {
     assert_eq!(query.len(), dim, "the query has the matrix's width");
-    scan(matrix, dim, k, |row| {
-        row.iter()
-            .zip(query)
-            .map(|(a, b)| i32::from(*a) * i32::from(*b))
-            .sum::<i32>() as f32
-    })
+    scan(matrix, dim, k, |row| dot_i8(row, query) as f32)
+}
+
+/// An int8 dot product. Each product fits in i16 (at most 128 * 128), and
+/// written that way the compiler multiplies 16 bits wide and adds pairs
+/// into i32 lanes (`pmaddwd`), several times faster than 32-bit products.
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    let mut lanes = [0i32; 16];
+    let (head_a, tail_a) = a.split_at(a.len() - a.len() % 16);
+    let (head_b, tail_b) = b.split_at(head_a.len());
+    for (x, y) in head_a.chunks_exact(16).zip(head_b.chunks_exact(16)) {
+        for i in 0..16 {
+            lanes[i] += i32::from(i16::from(x[i]) * i16::from(y[i]));
+        }
+    }
+    let tail: i32 = tail_a
+        .iter()
+        .zip(tail_b)
+        .map(|(x, y)| i32::from(i16::from(*x) * i16::from(*y)))
+        .sum();
+    lanes.iter().sum::<i32>() + tail
 }
 
 /// Rows of one width, kept twice: float32 for exact scores, and int8 with a
@@ -218,12 +233,7 @@ impl VectorIndex {
         quantise(query, &mut q);
         let scales = &self.scales;
         let rough = scan_indexed(&self.quantised, self.dim, candidates.max(k), |i, row| {
-            let dot: i32 = row
-                .iter()
-                .zip(&q)
-                .map(|(a, b)| i32::from(*a) * i32::from(*b))
-                .sum();
-            dot as f32 * scales[i]
+            dot_i8(row, &q) as f32 * scales[i]
         });
         let mut exact: Vec<(usize, f32)> = rough
             .into_iter()
