@@ -248,3 +248,40 @@ def test_a_newer_schema_is_refused(tmp_path):
     db.close()
     with pytest.raises(sqlite3.DatabaseError):
         MemoryStore(path, embedder=HashingEmbedder(8))
+
+
+def test_migrating_a_version_1_store_counts_its_terms(tmp_path):
+    """Version 2 adds the per-term document counts; a store written before
+    it gets them from its FTS index, the same counts as writes keep."""
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=HashingEmbedder(16)) as s:
+        s.remember_many(["refund order A-1", "refund payment", "订单已退款"], namespace="a")
+        s.remember("deploy on Monday", namespace="b")
+        kept = sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs WHERE docs > 0"))
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE term_docs")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    with MemoryStore(path, embedder=HashingEmbedder(16)) as s:
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs")) == kept
+        assert ("a", "", 3) in kept
+        assert ("a", "refund", 2) in kept
+
+
+def test_keyword_search_leaves_out_terms_most_memories_share(tmp_path):
+    from context_core.memory_store.keywords import KEYWORD_POSTINGS, match_query
+
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(16)) as s:
+        s.remember_many([f"common words everywhere note {i}" for i in range(KEYWORD_POSTINGS + 1)])
+        s.remember("common words and a rare zebra")
+        query = s._read(lambda db: match_query(db, "default", "common zebra"))
+        assert query == '"zebra"'
+        assert s._read(lambda db: match_query(db, "default", "common words")) is None
+        hit = s.search("zebra", k=1)[0]
+        assert "keyword" in hit.reasons
+        assert hit.text == "common words and a rare zebra"
+        s.delete(hit.memory.id)
+        docs = dict(s._db.execute("SELECT term, docs FROM term_docs WHERE term IN ('zebra', '')"))
+        assert docs == {"zebra": 0, "": KEYWORD_POSTINGS + 1}

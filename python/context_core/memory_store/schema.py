@@ -20,7 +20,7 @@ _STEPS: tuple[str, ...] = (
         namespace TEXT NOT NULL,
         kind TEXT NOT NULL CHECK (kind IN ('semantic', 'episodic', 'procedural')),
         text TEXT NOT NULL,
-        text_key TEXT NOT NULL,
+        text_key BLOB NOT NULL,
         importance REAL NOT NULL CHECK (importance >= 0 AND importance <= 1),
         pinned INTEGER NOT NULL DEFAULT 0,
         source TEXT,
@@ -47,6 +47,24 @@ _STEPS: tuple[str, ...] = (
     );
     CREATE INDEX changes_by_namespace ON changes (namespace, seq);
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+    # 2: how many memories hold each term (the empty term: how many there
+    # are), so a keyword query can leave out the terms most of them share.
+    """
+    CREATE TABLE term_docs (
+        namespace TEXT NOT NULL,
+        term TEXT NOT NULL,
+        docs INTEGER NOT NULL,
+        PRIMARY KEY (namespace, term)
+    ) WITHOUT ROWID;
+    CREATE VIRTUAL TABLE temp.term_rows USING fts5vocab (main, terms, 'instance');
+    INSERT INTO term_docs (namespace, term, docs)
+        SELECT t.namespace, v.term, count(DISTINCT v.doc)
+        FROM temp.term_rows AS v JOIN terms AS t ON t.rowid = v.doc
+        GROUP BY t.namespace, v.term;
+    INSERT INTO term_docs (namespace, term, docs)
+        SELECT namespace, '', count(*) FROM memories GROUP BY namespace;
+    DROP TABLE temp.term_rows;
     """,
 )
 

@@ -13,6 +13,7 @@ namespace held in Rust and moved forward from ``changes``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from context_core._core import Tokenizer, _entities
 from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError, StoreBusyError
 from context_core.memory_store import ranking
 from context_core.memory_store.embedders import Embedder, checked, default_embedder
+from context_core.memory_store.keywords import count_terms, match_query
 from context_core.memory_store.schema import migrate
 from context_core.memory_store.vectors import NamespaceVectors
 
@@ -47,7 +49,6 @@ QUANTISE_FROM = 20_000
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORDS = re.compile(r"[^\W_]+")
-_SPACE = re.compile(r"\s+")
 
 _COLUMNS = (
     "rowid, id, namespace, kind, text, importance, pinned, source, tags, created, last_access, access_count"
@@ -58,8 +59,11 @@ def search_terms(text: str) -> str:
     """The words FTS5 indexes for ``text``: lowered words, with each run of
     Chinese characters as its overlapping pairs (so ``日志轮转`` matches
     ``日志``)."""
+    words = _WORDS.findall(text.lower())
+    if not _HAN.search(text):
+        return " ".join(words)
     out: list[str] = []
-    for word in _WORDS.findall(text.lower()):
+    for word in words:
         at = 0
         for run in _HAN.finditer(word):
             if run.start() > at:
@@ -72,8 +76,10 @@ def search_terms(text: str) -> str:
     return " ".join(out)
 
 
-def _text_key(text: str) -> str:
-    return _SPACE.sub(" ", text.strip().lower())
+def _text_key(text: str) -> bytes:
+    """What duplicates are found by: a 16-byte digest of the text lowered,
+    runs of space as one (a digest keeps the unique index small)."""
+    return hashlib.blake2b(" ".join(text.lower().split()).encode(), digest_size=16).digest()
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,27 @@ class _Entry:
     source: str | None
     tags: tuple[str, ...]
     pinned: bool
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An entry with what its write needs, computed before the transaction."""
+
+    entry: _Entry
+    vector: np.ndarray
+    entities: tuple[tuple[str, str], ...]
+    words: str
+    key: bytes
+
+
+@dataclass
+class _Rows:
+    """Search terms and change records of a batch, written together at its
+    end (terms by rowid: a memory updated twice in one batch is indexed once)."""
+
+    terms: dict[int, str]
+    changes: list[int]
+    unindexed: list[str]  # the old terms of memories indexed before the batch
 
 
 def _entry(text: Any, kind: Any, importance: Any, source: Any, tags: Any, pinned: Any, where: str) -> _Entry:
@@ -341,8 +368,10 @@ class MemoryStore:
         if not entries:
             return []
         vectors = self._embed([e.text for e in entries])
-        found = [tuple(_entities(e.text)) for e in entries]
-        terms = [search_terms(e.text) for e in entries]
+        items = [
+            _Prepared(e, v, tuple(_entities(e.text)), search_terms(e.text), _text_key(e.text))
+            for e, v in zip(entries, vectors, strict=True)
+        ]
         now = float(self.clock())
 
         def work(db: sqlite3.Connection) -> list[Memory]:
@@ -357,9 +386,17 @@ class MemoryStore:
                         expected=stored,
                         got=tuple(vectors.shape),
                     )
-            out = []
-            for entry, vector, ents, words in zip(entries, vectors, found, terms, strict=True):
-                out.append(self._put(db, namespace, entry, vector, ents, words, now, near))
+            rows = _Rows({}, [], [])
+            out = [self._put(db, namespace, item, now, near, rows) for item in items]
+            db.executemany(
+                "INSERT INTO terms (rowid, words, namespace) VALUES (?, ?, ?)",
+                [(rowid, words, namespace) for rowid, words in rows.terms.items()],
+            )
+            db.executemany(
+                "INSERT INTO changes (namespace, memory) VALUES (?, ?)",
+                [(namespace, r) for r in rows.changes],
+            )
+            count_terms(db, namespace, rows.terms.values(), rows.unindexed)
             return out
 
         memories: list[Memory] = self._write(work)
@@ -367,23 +404,16 @@ class MemoryStore:
         return memories
 
     def _duplicate(
-        self,
-        db: sqlite3.Connection,
-        namespace: str,
-        entry: _Entry,
-        vector: np.ndarray,
-        ents: tuple[tuple[str, str], ...],
-        words: str,
-        near: bool,
+        self, db: sqlite3.Connection, namespace: str, item: _Prepared, near: bool
     ) -> tuple[Any, ...] | None:
         row = db.execute(
             f"SELECT {_COLUMNS} FROM memories WHERE namespace = ? AND text_key = ?",
-            (namespace, _text_key(entry.text)),
+            (namespace, item.key),
         ).fetchone()
         if row is not None:
             return tuple(row)
         candidates: set[int] = set()
-        values = [v for _, v in ents][:16]
+        values = [v for _, v in item.entities][:16]
         if values:
             marks = ",".join("?" * len(values))
             candidates.update(
@@ -394,8 +424,8 @@ class MemoryStore:
                     (namespace, *values),
                 )
             )
-        if near and words:
-            query = " OR ".join(f'"{w}"' for w in dict.fromkeys(words.split()[:24]))
+        query = match_query(db, namespace, item.words) if near else None
+        if query is not None:
             candidates.update(
                 r[0]
                 for r in db.execute(
@@ -412,32 +442,25 @@ class MemoryStore:
             tuple(candidates),
         ):
             theirs[rowid].add(value)
-        mine = {v for _, v in ents}
+        mine = {v for _, v in item.entities}
         best, best_cos = None, self.near_duplicate
         for row in db.execute(
             f"SELECT {_COLUMNS}, embedding FROM memories WHERE rowid IN ({marks}) AND kind = ?",
-            (*candidates, entry.kind),
+            (*candidates, item.entry.kind),
         ):
             if theirs[row[0]] != mine:  # other exact values: another memory
                 continue
-            cos = float(np.frombuffer(row[-1], dtype=np.float32) @ vector)
+            cos = float(np.frombuffer(row[-1], dtype=np.float32) @ item.vector)
             if cos >= best_cos:
                 best, best_cos = tuple(row[:-1]), cos
         return best
 
     def _put(
-        self,
-        db: sqlite3.Connection,
-        namespace: str,
-        entry: _Entry,
-        vector: np.ndarray,
-        ents: tuple[tuple[str, str], ...],
-        words: str,
-        now: float,
-        near: bool,
+        self, db: sqlite3.Connection, namespace: str, item: _Prepared, now: float, near: bool, rows: _Rows
     ) -> Memory:
-        old = self._duplicate(db, namespace, entry, vector, ents, words, near)
-        blob = vector.astype(np.float32).tobytes()
+        entry, ents = item.entry, item.entities
+        old = self._duplicate(db, namespace, item, near)
+        blob = item.vector.tobytes()
         if old is not None:
             rowid, mid = old[0], old[1]
             importance = max(entry.importance, old[5])
@@ -449,7 +472,7 @@ class MemoryStore:
                 " access_count = access_count + 1, embedding = ? WHERE rowid = ?",
                 (
                     entry.text,
-                    _text_key(entry.text),
+                    item.key,
                     importance,
                     int(pinned),
                     entry.source,
@@ -460,7 +483,11 @@ class MemoryStore:
                 ),
             )
             db.execute("DELETE FROM entities WHERE memory = ?", (rowid,))
-            db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
+            if rowid not in rows.terms:  # indexed before this batch
+                rows.unindexed += [
+                    w for (w,) in db.execute("SELECT words FROM terms WHERE rowid = ?", (rowid,))
+                ]
+                db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
             created, count = old[9], old[11] + 1
         else:
             mid = uuid.uuid4().hex
@@ -473,7 +500,7 @@ class MemoryStore:
                     namespace,
                     entry.kind,
                     entry.text,
-                    _text_key(entry.text),
+                    item.key,
                     entry.importance,
                     int(entry.pinned),
                     entry.source,
@@ -485,12 +512,13 @@ class MemoryStore:
             )
             rowid = cursor.lastrowid
             importance, tags, pinned, created, count = entry.importance, entry.tags, entry.pinned, now, 0
+        # Entities at once: a later item of the batch may be this one's duplicate.
         db.executemany(
             "INSERT OR IGNORE INTO entities (namespace, value, memory, kind) VALUES (?, ?, ?, ?)",
             [(namespace, value, rowid, kind) for kind, value in ents],
         )
-        db.execute("INSERT INTO terms (rowid, words, namespace) VALUES (?, ?, ?)", (rowid, words, namespace))
-        db.execute("INSERT INTO changes (namespace, memory) VALUES (?, ?)", (namespace, rowid))
+        rows.terms[rowid] = item.words
+        rows.changes.append(rowid)
         kind = old[3] if old is not None else entry.kind
         return Memory(
             mid,
@@ -635,8 +663,8 @@ class MemoryStore:
             index.nearest(vector, pool if kinds is None else pool * 4, quantise_from=QUANTISE_FROM)
         )
         keyword: dict[int, float] = {}
-        if terms:
-            query = " OR ".join(f'"{w}"' for w in dict.fromkeys(terms.split()[:32]))
+        query = match_query(db, namespace, terms)
+        if query is not None:
             found = db.execute(
                 "SELECT rowid, bm25(terms) FROM terms WHERE terms MATCH ? AND namespace = ?"
                 " ORDER BY rank LIMIT ?",
@@ -708,6 +736,7 @@ class MemoryStore:
         def work(db: sqlite3.Connection) -> int:
             db.execute("DELETE FROM entities WHERE namespace = ?", (ns,))
             db.execute("DELETE FROM terms WHERE namespace = ?", (ns,))
+            db.execute("DELETE FROM term_docs WHERE namespace = ?", (ns,))
             gone = db.execute("DELETE FROM memories WHERE namespace = ?", (ns,)).rowcount
             db.execute("DELETE FROM changes WHERE namespace = ?", (ns,))
             db.execute("INSERT INTO changes (namespace, memory) VALUES (?, -1)", (ns,))
@@ -726,6 +755,8 @@ class MemoryStore:
             ).fetchall()
             for rowid, ns in rows:
                 db.execute("DELETE FROM entities WHERE memory = ?", (rowid,))
+                old = [w for (w,) in db.execute("SELECT words FROM terms WHERE rowid = ?", (rowid,))]
+                count_terms(db, ns, (), old)
                 db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
                 db.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
                 db.execute("INSERT INTO changes (namespace, memory) VALUES (?, ?)", (ns, rowid))
