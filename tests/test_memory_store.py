@@ -60,6 +60,9 @@ def test_paths_meet_in_any_case(store):
     hits = store.search("Services/Payments/retry.go", k=1)
     assert hits[0].memory.id == m.id
     assert set(hits[0].entities) == {"services/payments/retry.go", "retry.go"}
+    assert hits[0].memory.entities == m.entities == store.get(m.id).entities
+    assert m.entities == (("file", "retry.go"), ("path", "services/payments/retry.go"))
+    assert hits[0].memory.access_count == store.get(m.id).access_count == 1
 
 
 def test_a_duplicate_updates_the_old_memory(store, clock):

@@ -17,6 +17,7 @@ from context_core.memory_store.embedders import (
     HashingEmbedder,
     OpenAIEmbedder,
     WordLlamaEmbedder,
+    aembed,
     default_embedder,
 )
 from context_core.memory_store.store import KINDS, ForgetReport, Hit, Memory, MemoryStore, search_terms
@@ -32,6 +33,7 @@ __all__ = [
     "MemoryStore",
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
+    "aembed",
     "default_embedder",
     "entities",
     "search_terms",

@@ -28,6 +28,7 @@ __all__ = [
     "HashingEmbedder",
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
+    "aembed",
     "checked",
     "default_embedder",
 ]
@@ -37,7 +38,9 @@ Vectors = npt.NDArray[np.float32]
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Turns texts into one float32 row each (``(len(texts), dim)``)."""
+    """Turns texts into one float32 row each (``(len(texts), dim)``). An
+    embedder may also have ``async aembed(texts)``; :func:`aembed` calls it,
+    or ``embed`` in a worker thread."""
 
     def embed(self, texts: Sequence[str]) -> Vectors: ...
 

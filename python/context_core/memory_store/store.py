@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ def _text_key(text: str) -> bytes:
 
 @dataclass(frozen=True)
 class Memory:
-    """One memory. ``entities`` are ``(kind, value)`` in normal form;
+    """One memory. ``entities`` are ``(kind, value)`` in normal form, by value;
     ``created`` and ``last_access`` are Unix times from the store's clock."""
 
     id: str
@@ -234,11 +234,17 @@ class MemoryStore:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
+        except sqlite3.OperationalError as error:
+            raise self._busy(error) from error
+        try:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute(f"PRAGMA synchronous = {durability.upper()}")
             migrate(self._db)
-        except sqlite3.OperationalError as error:
-            raise self._busy(error) from error
+        except BaseException as error:
+            self._db.close()
+            if isinstance(error, sqlite3.OperationalError):
+                raise self._busy(error) from error
+            raise
         self._dim: int | None = self._read_dim()
 
     # -- plumbing ---------------------------------------------------------
@@ -287,9 +293,8 @@ class MemoryStore:
             raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
         array = checked(vectors, len(texts), self._dim)
         norms = np.linalg.norm(array, axis=1, keepdims=True)
-        return np.ascontiguousarray(
-            np.where(norms > 0, array / np.where(norms > 0, norms, 1), 0), dtype=np.float32
-        )
+        norms[norms == 0] = 1  # a zero vector stays zero
+        return np.ascontiguousarray(array / norms, dtype=np.float32)
 
     @staticmethod
     def _memory(row: Sequence[Any], entities: tuple[tuple[str, str], ...] = ()) -> Memory:
@@ -526,7 +531,7 @@ class MemoryStore:
             kind,
             entry.text,
             importance,
-            ents,
+            tuple(sorted(ents, key=lambda e: e[1])),
             entry.source,
             tags,
             pinned,
@@ -623,17 +628,37 @@ class MemoryStore:
                 lambda db: self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
             )
             chosen = self._pack(hits, k, max_tokens)
-            if chosen:
-                rowids = [h[0] for h in chosen]
-                marks = ",".join("?" * len(rowids))
-                self._write(
-                    lambda db: db.execute(
-                        "UPDATE memories SET access_count = access_count + 1, last_access = ?"
-                        f" WHERE rowid IN ({marks})",
-                        (now, *rowids),
-                    )
+            if not chosen:
+                return []
+            rowids = [rowid for rowid, _ in chosen]
+            marks = ",".join("?" * len(rowids))
+
+            def touch(db: sqlite3.Connection) -> list[tuple[int, str, str]]:
+                db.execute(
+                    "UPDATE memories SET access_count = access_count + 1, last_access = ?"
+                    f" WHERE rowid IN ({marks})",
+                    (now, *rowids),
                 )
-        return [hit for _, hit in chosen]
+                return db.execute(
+                    f"SELECT memory, kind, value FROM entities WHERE memory IN ({marks}) ORDER BY value",
+                    rowids,
+                ).fetchall()
+
+            named: dict[int, list[tuple[str, str]]] = {}
+            for rowid, kind, value in self._write(touch):
+                named.setdefault(rowid, []).append((kind, value))
+        return [
+            replace(
+                hit,
+                memory=replace(
+                    hit.memory,
+                    entities=tuple(named.get(rowid, ())),
+                    access_count=hit.memory.access_count + 1,
+                    last_access=now,
+                ),
+            )
+            for rowid, hit in chosen
+        ]
 
     def _candidates(
         self,
@@ -816,7 +841,8 @@ class MemoryStore:
 
     def integrity(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` (``"ok"`` when sound)."""
-        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+        with self._lock:
+            return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
