@@ -253,24 +253,34 @@ def test_a_newer_schema_is_refused(tmp_path):
         MemoryStore(path, embedder=HashingEmbedder(8))
 
 
-def test_migrating_a_version_1_store_counts_its_terms(tmp_path):
-    """Version 2 adds the per-term document counts; a store written before
-    it gets them from its FTS index, the same counts as writes keep."""
+def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
+    """Version 2 adds per-term document counts and version 3 the entity
+    digests; a store written before them gets both from what it holds,
+    the same values as writes keep."""
+    from context_core.memory_store.schema import SCHEMA_VERSION
+
     path = tmp_path / "m.db"
     with MemoryStore(path, embedder=HashingEmbedder(16)) as s:
         s.remember_many(["refund order A-1", "refund payment", "订单已退款"], namespace="a")
-        s.remember("deploy on Monday", namespace="b")
-        kept = sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs WHERE docs > 0"))
+        s.remember("deploy on Monday for Alice Chen", namespace="b")
+        terms = sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs WHERE docs > 0"))
+        keys = sorted(s._db.execute("SELECT rowid, entity_key FROM memories"))
     db = sqlite3.connect(path)
     db.execute("DROP TABLE term_docs")
+    db.execute("DROP INDEX memories_by_entities")
+    db.execute("ALTER TABLE memories DROP COLUMN entity_key")
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
     with MemoryStore(path, embedder=HashingEmbedder(16)) as s:
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == 2
-        assert sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs")) == kept
-        assert ("a", "", 3) in kept
-        assert ("a", "refund", 2) in kept
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs")) == terms
+        assert sorted(s._db.execute("SELECT rowid, entity_key FROM memories")) == keys
+        again = s.remember("refund order A-1.", namespace="a")
+        assert again.access_count == 1  # found by its entities after the migration
+    assert ("a", "", 3) in terms
+    assert ("a", "refund", 2) in terms
+    assert sum(key is None for _, key in keys) == 2  # "refund payment" and the Chinese one name nothing
 
 
 def test_keyword_search_leaves_out_terms_most_memories_share(tmp_path):

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 __all__ = ["KEYWORD_POSTINGS", "count_terms", "match_query"]
 
 #: The most documents a keyword query's terms may match together.
-KEYWORD_POSTINGS = 4096
+KEYWORD_POSTINGS = 1000
 
 _UPSERT = (
     "INSERT INTO term_docs (namespace, term, docs) VALUES (?, ?, ?)"

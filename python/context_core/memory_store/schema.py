@@ -9,9 +9,11 @@ after the last one it saw, whoever wrote them.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
+from collections.abc import Callable, Iterable
 
-__all__ = ["SCHEMA_VERSION", "migrate"]
+__all__ = ["SCHEMA_VERSION", "entity_key", "migrate"]
 
 _STEPS: tuple[str, ...] = (
     """
@@ -66,7 +68,36 @@ _STEPS: tuple[str, ...] = (
         SELECT namespace, '', count(*) FROM memories GROUP BY namespace;
     DROP TABLE temp.term_rows;
     """,
+    # 3: a digest of each memory's entity values, so a near duplicate (which
+    # must name the same entities) is looked for among a handful of rows.
+    """
+    ALTER TABLE memories ADD COLUMN entity_key BLOB;
+    CREATE INDEX memories_by_entities ON memories (namespace, entity_key) WHERE entity_key IS NOT NULL;
+    """,
 )
+
+#: Work a step needs beyond SQL, by step number (from 1), run after it.
+_BACKFILLS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+
+def entity_key(values: Iterable[str]) -> bytes | None:
+    """The digest of a set of entity values (``None`` for none)."""
+    ordered = sorted(set(values))
+    if not ordered:
+        return None
+    return hashlib.blake2b("\x00".join(ordered).encode(), digest_size=16).digest()
+
+
+def _fill_entity_keys(connection: sqlite3.Connection) -> None:
+    values: dict[int, list[str]] = {}
+    for memory, value in connection.execute("SELECT memory, value FROM entities"):
+        values.setdefault(memory, []).append(value)
+    connection.executemany(
+        "UPDATE memories SET entity_key = ? WHERE rowid = ?", [(entity_key(v), m) for m, v in values.items()]
+    )
+
+
+_BACKFILLS[3] = _fill_entity_keys
 
 #: The schema version this code writes.
 SCHEMA_VERSION = len(_STEPS)
@@ -83,10 +114,13 @@ def migrate(connection: sqlite3.Connection) -> int:
             raise sqlite3.DatabaseError(
                 f"schema version {found} is newer than this library's {SCHEMA_VERSION}"
             )
-        for step in _STEPS[found:]:
+        for number, step in enumerate(_STEPS[found:], start=found + 1):
             for statement in step.split(";"):
                 if statement.strip():
                     connection.execute(statement)
+            backfill = _BACKFILLS.get(number)
+            if backfill is not None:
+                backfill(connection)
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         connection.execute("COMMIT")
     except BaseException:

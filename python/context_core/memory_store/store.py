@@ -34,7 +34,7 @@ from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeEr
 from context_core.memory_store import ranking
 from context_core.memory_store.embedders import Embedder, checked, default_embedder
 from context_core.memory_store.keywords import count_terms, match_query
-from context_core.memory_store.schema import migrate
+from context_core.memory_store.schema import entity_key, migrate
 from context_core.memory_store.vectors import NamespaceVectors
 
 __all__ = ["KINDS", "ForgetReport", "Hit", "Memory", "MemoryStore", "search_terms"]
@@ -239,6 +239,9 @@ class MemoryStore:
         try:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute(f"PRAGMA synchronous = {durability.upper()}")
+            # 64 MB of page cache (SQLite's default is 2 MB): the indexes a
+            # write touches stay in memory past a few thousand memories.
+            self._db.execute("PRAGMA cache_size = -65536")
             migrate(self._db)
         except BaseException as error:
             self._db.close()
@@ -417,44 +420,34 @@ class MemoryStore:
         ).fetchone()
         if row is not None:
             return tuple(row)
-        candidates: set[int] = set()
-        values = [v for _, v in item.entities][:16]
-        if values:
-            marks = ",".join("?" * len(values))
-            candidates.update(
-                r[0]
-                for r in db.execute(
-                    "SELECT DISTINCT memory FROM entities WHERE namespace = ?"
-                    f" AND value IN ({marks}) LIMIT 32",
-                    (namespace, *values),
-                )
-            )
-        query = match_query(db, namespace, item.words) if near else None
-        if query is not None:
-            candidates.update(
+        # Same entities (the digest), or (without entities, for one memory)
+        # the memories its rarest search terms find.
+        key = entity_key(v for _, v in item.entities)
+        if key is not None:
+            rows = db.execute(
+                f"SELECT {_COLUMNS}, embedding FROM memories"
+                " WHERE namespace = ? AND entity_key = ? AND kind = ? LIMIT 32",
+                (namespace, key, item.entry.kind),
+            ).fetchall()
+        else:
+            query = match_query(db, namespace, item.words) if near else None
+            if query is None:
+                return None
+            found = [
                 r[0]
                 for r in db.execute(
                     "SELECT rowid FROM terms WHERE terms MATCH ? AND namespace = ? ORDER BY rank LIMIT 8",
                     (query, namespace),
                 )
-            )
-        if not candidates:
-            return None
-        marks = ",".join("?" * len(candidates))
-        theirs: dict[int, set[str]] = {rowid: set() for rowid in candidates}
-        for rowid, value in db.execute(
-            f"SELECT memory, value FROM entities WHERE memory IN ({marks})",
-            tuple(candidates),
-        ):
-            theirs[rowid].add(value)
-        mine = {v for _, v in item.entities}
+            ]
+            marks = ",".join("?" * len(found))
+            rows = db.execute(
+                f"SELECT {_COLUMNS}, embedding FROM memories"
+                f" WHERE rowid IN ({marks}) AND kind = ? AND entity_key IS NULL",
+                (*found, item.entry.kind),
+            ).fetchall()
         best, best_cos = None, self.near_duplicate
-        for row in db.execute(
-            f"SELECT {_COLUMNS}, embedding FROM memories WHERE rowid IN ({marks}) AND kind = ?",
-            (*candidates, item.entry.kind),
-        ):
-            if theirs[row[0]] != mine:  # other exact values: another memory
-                continue
+        for row in rows:
             cos = float(np.frombuffer(row[-1], dtype=np.float32) @ item.vector)
             if cos >= best_cos:
                 best, best_cos = tuple(row[:-1]), cos
@@ -472,12 +465,13 @@ class MemoryStore:
             tags = tuple(dict.fromkeys((*json.loads(old[8]), *entry.tags)))
             pinned = bool(old[6]) or entry.pinned
             db.execute(
-                "UPDATE memories SET text = ?, text_key = ?, importance = ?, pinned = ?,"
+                "UPDATE memories SET text = ?, text_key = ?, entity_key = ?, importance = ?, pinned = ?,"
                 " source = coalesce(?, source), tags = ?, last_access = ?,"
                 " access_count = access_count + 1, embedding = ? WHERE rowid = ?",
                 (
                     entry.text,
                     item.key,
+                    entity_key(v for _, v in ents),
                     importance,
                     int(pinned),
                     entry.source,
@@ -497,15 +491,17 @@ class MemoryStore:
         else:
             mid = uuid.uuid4().hex
             cursor = db.execute(
-                "INSERT INTO memories (id, namespace, kind, text, text_key, importance, pinned, source, tags,"
+                "INSERT INTO memories (id, namespace, kind, text, text_key, entity_key, importance, pinned,"
+                " source, tags,"
                 " created, last_access, access_count, embedding)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
                 (
                     mid,
                     namespace,
                     entry.kind,
                     entry.text,
                     item.key,
+                    entity_key(v for _, v in ents),
                     entry.importance,
                     int(entry.pinned),
                     entry.source,

@@ -1,0 +1,174 @@
+"""The memory store: search latency and recall at 100,000 memories (and
+1,000,000), ingest, and the vector scan against numpy's, in one run.
+
+Memories come from ``tests/memory_corpus.py`` (20-200 words, English with
+some Chinese, each naming its own id and often a path). Search queries are
+fresh each call: entity queries name one memory's id or path in other
+words, paraphrase queries restate a planted fact with no entity. Vectors
+are the hashing embedder's, 256 wide; ingest is measured with the vectors
+computed beforehand, so it counts the store's work and not the model's.
+
+Without ``--benchmark-enable`` (the test run's smoke pass) the store has
+5,000 memories and the 1M case is skipped.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from context_core import MemoryStore
+from context_core._core import _VectorIndex
+from context_core.memory_store import HashingEmbedder
+from memory_corpus import corpus
+from support import REPORTS, register
+
+DIM = 256
+HASHING = HashingEmbedder(DIM)
+
+
+def _enabled(request: pytest.FixtureRequest) -> bool:
+    session = getattr(request.config, "_benchmarksession", None)
+    return session is not None and not session.disabled
+
+
+class Precomputed:
+    """The hashing vectors, computed once, looked up by text."""
+
+    def __init__(self, texts: list[str]) -> None:
+        rows = HASHING.embed(texts)
+        self.rows = {t: rows[i] for i, t in enumerate(texts)}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.rows[t] if t in self.rows else HASHING.embed([t])[0] for t in texts])
+
+
+def _build(path: Path, texts: list[str], kinds: list[str]) -> tuple[MemoryStore, float]:
+    """A store of ``texts``, and the memories per second ingested."""
+    embedder = Precomputed(texts)
+    store = MemoryStore(path, embedder=embedder, durability="normal")
+    started = time.perf_counter()
+    for at in range(0, len(texts), 2000):
+        store.remember_many(
+            [
+                {"text": t, "kind": k}
+                for t, k in zip(texts[at : at + 2000], kinds[at : at + 2000], strict=True)
+            ]
+        )
+    rate = len(texts) / (time.perf_counter() - started)
+    store.embedder = HASHING
+    return store, rate
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _hit_at(
+    store: MemoryStore, queries: list[tuple[str, int]], ids: list[str], k: int = 5
+) -> tuple[float, list[float]]:
+    found, times = 0, []
+    for query, index in queries:
+        started = time.perf_counter()
+        hits = store.search(query, k=k)
+        times.append(time.perf_counter() - started)
+        found += ids[index] in [h.memory.id for h in hits]
+    return found / len(queries), times
+
+
+@pytest.fixture(scope="module")
+def store_100k(request, tmp_path_factory):
+    n = 100_000 if _enabled(request) else 5_000
+    data = corpus(n, seed=3, queries=300)
+    store, rate = _build(tmp_path_factory.mktemp("store") / "m.db", data.texts, data.kinds)
+    ids = [row[0] for row in store._db.execute("SELECT id FROM memories ORDER BY rowid")]
+    REPORTS.append(
+        f"memory store: ingest of {n:,} memories, vectors computed beforehand: {rate:,.0f} memories/s"
+    )
+    yield n, data, store, ids
+    store.close()
+
+
+def test_search_latency_and_recall(benchmark, store_100k):
+    n, data, store, ids = store_100k
+    store.search("warm up the vectors", k=8)
+    entity_hit, entity_times = _hit_at(store, data.entity_queries, ids)
+    para_hit, para_times = _hit_at(store, data.paraphrase_queries, ids)
+    times = entity_times + para_times
+    REPORTS.append(
+        f"memory store, {n:,} memories: search p50 {statistics.median(times) * 1e3:.2f} ms, "
+        f"p99 {_percentile(times, 0.99) * 1e3:.2f} ms over {len(times)} fresh queries; "
+        f"entity hit@5 {entity_hit:.1%} ({len(entity_times)} queries), "
+        f"paraphrase hit@5 {para_hit:.1%} ({len(para_times)}, hashing embedder)"
+    )
+    assert entity_hit == 1.0
+    queries = iter([q for q, _ in data.entity_queries] * 1000)
+    register(benchmark, f"memory search, {n:,} memories, top 8", "ours")
+    benchmark(lambda: store.search(next(queries), k=8))
+
+
+@pytest.mark.parametrize("impl", ["ours (int8 + exact rescore)", "ours (exact float32)", "numpy"])
+def test_vector_scan_against_numpy(benchmark, request, impl):
+    """The Rust scan (int8, rescored exactly) against numpy's matrix-vector
+    product and argpartition, over the same unit rows."""
+    n = 100_000 if _enabled(request) else 5_000
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((n, DIM)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    index = _VectorIndex(DIM)
+    index.extend(rows.tobytes())
+    queries = iter(rows[rng.integers(0, n, 100_000)])
+    ours = [i for i, _ in index.top_k(rows[7].tobytes(), 8, 64)]
+    exact = list(np.argsort(-(rows @ rows[7]))[:8])
+    assert ours == exact
+    group = f"vector top-8, {n:,} x {DIM}"
+
+    def numpy_scan() -> list[int]:
+        q = next(queries)
+        scores = rows @ q
+        best = np.argpartition(scores, -8)[-8:]
+        return list(best[np.argsort(-scores[best])])
+
+    def rust_int8() -> list[tuple[int, float]]:
+        return index.top_k(next(queries).tobytes(), 8, 64)
+
+    def rust_exact() -> list[tuple[int, float]]:
+        return index.top_k(next(queries).tobytes(), 8)
+
+    register(benchmark, group, impl)
+    benchmark(
+        {"ours (int8 + exact rescore)": rust_int8, "ours (exact float32)": rust_exact, "numpy": numpy_scan}[
+            impl
+        ]
+    )
+
+
+def test_search_at_a_million(benchmark, request, tmp_path):
+    if not _enabled(request):
+        pytest.skip("1,000,000 memories only with --benchmark-enable (minutes to build)")
+    data = corpus(1_000_000, seed=4, queries=100)
+    store, rate = _build(tmp_path / "m.db", data.texts, data.kinds)
+    ids = [row[0] for row in store._db.execute("SELECT id FROM memories ORDER BY rowid")]
+    store.search("warm up", k=8)
+    hit, times = _hit_at(store, data.entity_queries, ids)
+    REPORTS.append(
+        f"memory store, 1,000,000 memories: ingest {rate:,.0f}/s; search p50 "
+        f"{statistics.median(times) * 1e3:.1f} ms, p99 {_percentile(times, 0.99) * 1e3:.1f} ms; "
+        f"entity hit@5 {hit:.1%}"
+    )
+    queries = iter([q for q, _ in data.entity_queries] * 100)
+    register(benchmark, "memory search, 1,000,000 memories, top 8", "ours")
+    benchmark.pedantic(lambda: store.search(next(queries), k=8), rounds=30, iterations=1)
+    store.close()
+
+
+def test_the_precomputed_vectors_are_the_hashing_ones():
+    """Ingest is measured with vectors computed beforehand: they must be
+    the ones the store would have computed itself."""
+    texts = corpus(20, seed=1).texts
+    assert np.array_equal(Precomputed(texts).embed(texts), HASHING.embed(texts))
