@@ -112,6 +112,53 @@ def test_search_latency_and_recall(benchmark, store_100k):
     benchmark(lambda: store.search(next(queries), k=8))
 
 
+def test_chromadb_with_the_same_vectors(benchmark, request, store_100k, tmp_path):
+    """chromadb (embedded, persistent; telemetry off) given the same
+    memories and the same hashing vectors: its ingest, its query latency,
+    and its hit@5 on the same queries (vector search: it has no entity
+    index). The query's vector is computed outside its timed call."""
+    import chromadb
+
+    n, data, _, _ = store_100k
+    client = chromadb.PersistentClient(
+        path=str(tmp_path / "chroma"), settings=chromadb.Settings(anonymized_telemetry=False)
+    )
+    collection = client.create_collection(
+        "memories", metadata={"hnsw:space": "cosine"}, embedding_function=None
+    )
+    vectors = HASHING.embed(data.texts)
+    started = time.perf_counter()
+    for at in range(0, n, 2000):
+        collection.add(
+            ids=[str(i) for i in range(at, min(at + 2000, n))],
+            embeddings=vectors[at : at + 2000],
+            documents=data.texts[at : at + 2000],
+        )
+    rate = n / (time.perf_counter() - started)
+
+    def hit_at_5(queries: list[tuple[str, int]]) -> tuple[float, list[float]]:
+        found, times = 0, []
+        for query, index in queries:
+            q = HASHING.embed([query])
+            began = time.perf_counter()
+            ids = collection.query(query_embeddings=q, n_results=5)["ids"][0]
+            times.append(time.perf_counter() - began)
+            found += str(index) in ids
+        return found / len(queries), times
+
+    entity_hit, entity_times = hit_at_5(data.entity_queries)
+    para_hit, para_times = hit_at_5(data.paraphrase_queries)
+    times = entity_times + para_times
+    REPORTS.append(
+        f"chromadb, {n:,} memories, same vectors: ingest {rate:,.0f}/s; query p50 "
+        f"{statistics.median(times) * 1e3:.2f} ms, p99 {_percentile(times, 0.99) * 1e3:.2f} ms; "
+        f"entity hit@5 {entity_hit:.1%}, paraphrase hit@5 {para_hit:.1%}"
+    )
+    queries = iter([HASHING.embed([q]) for q, _ in data.entity_queries] * 100)
+    register(benchmark, f"memory search, {n:,} memories, top 8", "chromadb")
+    benchmark(lambda: collection.query(query_embeddings=next(queries), n_results=8))
+
+
 @pytest.mark.parametrize("impl", ["ours (int8 + exact rescore)", "ours (exact float32)", "numpy"])
 def test_vector_scan_against_numpy(benchmark, request, impl):
     """The Rust scan (int8, rescored exactly) against numpy's matrix-vector
