@@ -632,3 +632,36 @@ def test_a_job_lets_others_run_after_each_message_and_around_the_call(tmp_path: 
     result = Summarizer(CallableLLM(model)).summarize(messages, between=lambda: events.append("between"))
     assert result.text
     assert events == ["between"] * len(messages) + ["call", "between", "between"]
+
+
+def test_a_segment_never_ends_between_a_tool_call_and_its_result(tmp_path: Path):
+    """Anthropic puts a tool's result in the next user message, often with
+    more text. That message answers the calls before it: if a segment ended
+    just before it, the view would open on results whose calls were
+    summarised away, which the API rejects."""
+    from context_core.compaction import Job, plan
+
+    messages: list[dict[str, Any]] = []
+    for t in range(8):
+        call = f"toolu_{t}"
+        messages.append({"role": "user", "content": f"Task {t}: read file-{t}."})
+        messages.append(
+            {"role": "assistant", "content": [{"type": "tool_use", "id": call, "name": "read", "input": {}}]}
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": call, "content": f"contents of file-{t}"},
+                    {"type": "text", "text": "Thanks, now summarise it."},
+                ],
+            }
+        )
+        messages.append({"role": "assistant", "content": f"File-{t} says hello."})
+    log = new_log(tmp_path, messages)
+    for segment in (1, 2, 3):
+        step = plan(log, recent_turns=2, segment_turns=segment, segments_kept=3, tail_tokens=None)
+        assert isinstance(step, Job)
+        first_uncovered = log.read([step.covers[1] + 1])[0]
+        assert first_uncovered["role"] == "user"
+        assert isinstance(first_uncovered["content"], str), first_uncovered  # a new task, not a result

@@ -1,6 +1,7 @@
 """The compaction plan in Rust (``_MessageLog._plan``) against its numpy
 twin (``context_core.reference.plan``), on logs built from random steps:
-turns of user text, tool calls and results, system and pinned messages,
+turns of user text, tool calls and results (as tool messages, and as
+Anthropic blocks with and without text), system and pinned messages,
 rules and pasted logs, segment and global summaries, rewinds."""
 
 from __future__ import annotations
@@ -16,7 +17,20 @@ from context_core.compaction import plan
 from context_core.reference.plan import plan as twin_plan
 
 STEPS = st.sampled_from(
-    ["turn", "turn", "turn", "rule", "paste", "tools", "system", "pinned", "segment", "global", "rewind"]
+    [
+        "turn",
+        "turn",
+        "turn",
+        "rule",
+        "paste",
+        "tools",
+        "blocks",
+        "system",
+        "pinned",
+        "segment",
+        "global",
+        "rewind",
+    ]
 )
 
 
@@ -48,6 +62,18 @@ def build(log: MessageLog, steps: list[str], draw_seq: list[int]) -> None:
                 }
             )
             log.append({"role": "tool", "tool_call_id": call, "content": f"file {i}"})
+        elif step == "blocks":  # Anthropic's form: the result in a user message, with text or not
+            call = f"toolu_{i}"
+            log.append(
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": call, "name": "read", "input": {}}],
+                }
+            )
+            content: list[dict] = [{"type": "tool_result", "tool_use_id": call, "content": f"file {i}"}]
+            if pick % 2:
+                content.append({"type": "text", "text": f"Now look at item-{i}."})
+            log.append({"role": "user", "content": content})
         elif step == "system":
             log.append({"role": "system", "content": f"Rule set {i}."})
         elif step == "pinned":

@@ -28,7 +28,7 @@ __all__ = ["Job", "Wait", "next_job", "plan", "starts_turn", "turn_starts"]
 
 _USER = 1
 _KIND_MESSAGE = 0
-_RESULTS, _HAS_TEXT = 4, 8
+_RESULTS = 4
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,12 @@ class Wait:
 
 
 def turn_starts(headers: np.ndarray) -> np.ndarray:
-    """Which of ``headers`` start a turn: user messages with text of their
-    own (one holding only tool results continues the turn it answers)."""
-    flags = headers["flags"]
+    """Which of ``headers`` start a turn: user messages without tool
+    results. One that holds results, with text or not, continues the turn
+    whose calls it answers, so a segment never ends between a call and its
+    result (the next view would open on results with no calls)."""
     starts: np.ndarray = (
-        (headers["kind"] == _KIND_MESSAGE)
-        & (headers["role"] == _USER)
-        & ~(((flags & _RESULTS) != 0) & ((flags & _HAS_TEXT) == 0))
+        (headers["kind"] == _KIND_MESSAGE) & (headers["role"] == _USER) & ((headers["flags"] & _RESULTS) == 0)
     )
     return starts
 
@@ -76,7 +75,7 @@ def turn_starts(headers: np.ndarray) -> np.ndarray:
 def starts_turn(kind: int, role: int, flags: int) -> bool:
     """:func:`turn_starts` for one header's fields (a turn's few new nodes
     are checked faster one by one than as arrays)."""
-    return kind == _KIND_MESSAGE and role == _USER and not (flags & _RESULTS and not flags & _HAS_TEXT)
+    return kind == _KIND_MESSAGE and role == _USER and not flags & _RESULTS
 
 
 def next_job(

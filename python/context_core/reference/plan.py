@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from context_core.compaction.plan import Job, Wait, turn_starts
+from context_core.compaction.plan import Job, Wait
 from context_core.log import MessageLog
 
 __all__ = ["plan"]
 
 _USER = 1
 _KIND_MESSAGE, _KIND_SUMMARY = 0, 1
-_PINNED = 1
+_PINNED, _RESULTS = 1, 4
 _CONSTRAINT, _LOG = 1, 8
+
+
+def _turn_starts(headers: np.ndarray) -> np.ndarray:
+    """User messages that hold no tool results start a turn."""
+    is_user = (headers["kind"] == _KIND_MESSAGE) & (headers["role"] == _USER)
+    return np.asarray(is_user & ((headers["flags"] & _RESULTS) == 0))
 
 
 def _levels(flags: np.ndarray) -> np.ndarray:
@@ -50,7 +56,7 @@ def plan(
     raw_positions = np.flatnonzero(raw)
     if raw_positions.size == 0:
         return Wait(0, None)
-    starts = np.flatnonzero(turn_starts(headers[raw_positions]))
+    starts = np.flatnonzero(_turn_starts(headers[raw_positions]))
     older = starts.size - recent_turns  # turns before L1
     tokens = int(headers["tokens"][raw_positions].sum())
     if older >= segment_turns:

@@ -15,8 +15,8 @@
 
 use super::MessageLog;
 use super::format::{
-    FILE_HEADER_LEN, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, KIND_MESSAGE, KIND_SUMMARY,
-    RECORD_LEN, summary_covers,
+    FILE_HEADER_LEN, FLAG_PINNED, FLAG_RESULTS, KIND_MESSAGE, KIND_SUMMARY, RECORD_LEN,
+    summary_covers,
 };
 use crate::error::{Error, Result};
 use crate::tags::{CONSTRAINT, LOG};
@@ -73,10 +73,11 @@ impl Head {
     fn level(self) -> u8 {
         self.flags >> 6
     }
+    /// A user message without tool results. One that holds results (with
+    /// text or not) answers the calls before it, so a segment may not end
+    /// just before it: the next view would open on results without calls.
     fn starts_turn(self) -> bool {
-        self.kind == KIND_MESSAGE
-            && self.role == ROLE_USER
-            && !(self.flags & FLAG_RESULTS != 0 && self.flags & FLAG_HAS_TEXT == 0)
+        self.kind == KIND_MESSAGE && self.role == ROLE_USER && self.flags & FLAG_RESULTS == 0
     }
     fn is_anchor(self) -> bool {
         self.role == ROLE_SYSTEM || self.flags & FLAG_PINNED != 0
@@ -249,6 +250,7 @@ fn plan_over(heads: &[Head], pointer: Option<u64>, options: &PlanOptions) -> Pla
 
 #[cfg(test)]
 mod tests {
+    use super::super::format::FLAG_HAS_TEXT;
     use super::*;
 
     fn user(seq: u64) -> Head {
@@ -298,11 +300,13 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_result_without_text_continues_its_turn() {
+    fn a_message_with_tool_results_continues_its_turn() {
         let mut result = user(1);
         result.flags = FLAG_RESULTS;
         assert!(!result.starts_turn());
         result.flags = FLAG_RESULTS | FLAG_HAS_TEXT;
+        assert!(!result.starts_turn());
+        result.flags = FLAG_HAS_TEXT;
         assert!(result.starts_turn());
     }
 }
