@@ -5,10 +5,13 @@ killed one) on one database."""
 from __future__ import annotations
 
 import multiprocessing
+import re
 import sqlite3
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from context_core import EmbeddingError, InvalidInputError, InvalidTypeError, MemoryStore, Tokenizer
 from context_core.memory_store import CallableEmbedder, HashingEmbedder, search_terms
@@ -83,6 +86,35 @@ def test_a_near_duplicate_with_a_shared_entity_updates_it(store):
     assert again.id == first.id
     assert other.id != first.id
     assert store.count() == 2
+
+
+def test_a_batch_finds_duplicates_in_itself_and_in_the_store(store):
+    """A batch inserts its new memories together: a duplicate of one written
+    before, or of an earlier item of the same batch, still updates it."""
+    old = store.remember("The refund for order A-8812 was issued on Monday")
+    plain = store.remember("staging runs on three nodes")
+    batch = store.remember_many(
+        [
+            "The refund for order A-8812 was issued on Monday.",  # the stored one, by entity
+            "deploys go out on Tuesdays",
+            "ticket PAY-77 is about the ledger export",
+            "Deploys go out on   TUESDAYS",  # the second item, by text
+            {"text": "Ticket PAY-77 is about the ledger export.", "importance": 0.9},  # the third, by entity
+            "STAGING runs on three nodes",  # stored, by text
+            "a new note about the cache",
+        ]
+    )
+    ids = [m.id for m in batch]
+    assert ids[0] == old.id and ids[5] == plain.id
+    assert ids[3] == ids[1] and ids[4] == ids[2]
+    assert len({ids[1], ids[2], ids[6], old.id, plain.id}) == 5
+    assert store.count() == 5
+    assert store.get(ids[2]).importance == 0.9
+    assert store.get(ids[2]).access_count == 1
+    assert store.get(old.id).text.endswith("Monday.")
+    assert store.search("PAY-77", k=1)[0].memory.id == ids[2]
+    assert store.search("cache note", k=1)[0].memory.id == ids[6]
+    assert store.integrity() == "ok"
 
 
 def test_kinds_filter_and_namespaces_are_apart(store):
@@ -181,6 +213,32 @@ def test_bad_input_is_refused_and_nothing_is_written(tmp_path):
 
 def test_search_terms_split_chinese_into_pairs():
     assert search_terms("订单A-8812已退款") == "订单 a 8812 已退 退款"
+
+
+def _terms_by_regex(text: str) -> str:
+    """The definition: lowered word characters (no ``_``), each Chinese
+    run of a word cut into overlapping pairs."""
+    out = []
+    for word in re.findall(r"[^\W_]+", text.lower()):
+        for part in re.split(r"([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)", word):
+            if re.fullmatch(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+", part):
+                out += [part] if len(part) == 1 else [part[i : i + 2] for i in range(len(part) - 1)]
+            elif part:
+                out.append(part)
+    return " ".join(out)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(
+        st.sampled_from("aZ09_-./ \t\n日志轮转中文\ufa6e\ufa0eéİΣς") | st.characters(codec="utf-8"),
+        max_size=40,
+    )
+)
+def test_search_terms_match_their_definition_on_any_text(text):
+    """The ASCII fast path and the Chinese pairs give what the plain
+    regex definition gives, on ASCII and on any other text."""
+    assert search_terms(text) == _terms_by_regex(text)
 
 
 def _writer(path: str, worker: int, count: int, queue) -> None:

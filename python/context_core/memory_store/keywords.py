@@ -14,6 +14,7 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable
+from itertools import chain
 
 __all__ = ["KEYWORD_POSTINGS", "count_terms", "match_query"]
 
@@ -29,10 +30,9 @@ _UPSERT = (
 def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], removed: Iterable[str]) -> None:
     """Moves ``term_docs`` by the memories indexed (``added``) and no longer
     indexed (``removed``), each given as its space-separated terms."""
-    delta: Counter[str] = Counter()
-    for words in added:
-        delta.update(set(words.split()))
-        delta[""] += 1
+    added = list(added)
+    delta = Counter(chain.from_iterable(set(words.split()) for words in added))
+    delta[""] += len(added)
     for words in removed:
         delta.subtract(set(words.split()))
         delta[""] -= 1

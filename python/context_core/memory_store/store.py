@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from context_core._core import Tokenizer, _entities
+from context_core._core import Tokenizer, _entities, _entities_many
 from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError, StoreBusyError
 from context_core.memory_store import ranking
 from context_core.memory_store.embedders import Embedder, checked, default_embedder
@@ -49,6 +49,8 @@ QUANTISE_FROM = 20_000
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORDS = re.compile(r"[^\W_]+")
+# ASCII letters and digits lowered, every other byte a space.
+_ASCII_WORDS = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in range(256)).lower()
 
 _COLUMNS = (
     "rowid, id, namespace, kind, text, importance, pinned, source, tags, created, last_access, access_count"
@@ -59,21 +61,21 @@ def search_terms(text: str) -> str:
     """The words FTS5 indexes for ``text``: lowered words, with each run of
     Chinese characters as its overlapping pairs (so ``日志轮转`` matches
     ``日志``)."""
-    words = _WORDS.findall(text.lower())
-    if not _HAN.search(text):
-        return " ".join(words)
-    out: list[str] = []
-    for word in words:
-        at = 0
-        for run in _HAN.finditer(word):
-            if run.start() > at:
-                out.append(word[at : run.start()])
-            han = run.group()
-            out += [han] if len(han) == 1 else [han[i : i + 2] for i in range(len(han) - 1)]
-            at = run.end()
-        if at < len(word):
-            out.append(word[at:])
-    return " ".join(out)
+    if text.isascii():  # the same words, three times faster than the regex
+        return " ".join(text.encode().translate(_ASCII_WORDS).decode().split())
+    lowered = text.lower()
+    if _HAN.search(lowered) is not None:
+        lowered = _HAN.sub(_han_pairs, lowered)
+    return " ".join(_WORDS.findall(lowered))
+
+
+def _han_pairs(run: re.Match[str]) -> str:
+    # Each word-character stretch of the run on its own, as a word of text
+    # would split it; a lone character stays whole.
+    out = []
+    for han in _WORDS.findall(run.group()):
+        out += [han] if len(han) == 1 else [han[i : i + 2] for i in range(len(han) - 1)]
+    return f" {' '.join(out)} "
 
 
 def _text_key(text: str) -> bytes:
@@ -168,6 +170,7 @@ class _Prepared:
     entities: tuple[tuple[str, str], ...]
     words: str
     key: bytes
+    entity_key: bytes | None
 
 
 @dataclass
@@ -192,6 +195,37 @@ def _entry(text: Any, kind: Any, importance: Any, source: Any, tags: Any, pinned
     if not isinstance(pinned, bool):
         raise InvalidTypeError(f"{where}pinned must be bool, not {type(pinned).__name__}")
     return _Entry(text, kind, _check_unit(importance, f"{where}importance"), source, tags, pinned)
+
+
+def _held_keys(
+    db: sqlite3.Connection, namespace: str, items: list[_Prepared]
+) -> tuple[set[bytes], set[bytes]]:
+    """The text keys and entity digests of ``items`` that ``namespace``
+    already holds (two indexed lookups per 500 items)."""
+    texts: set[bytes] = set()
+    digests: set[bytes] = set()
+    for at in range(0, len(items), 500):
+        chunk = items[at : at + 500]
+        keys = [i.key for i in chunk]
+        texts.update(
+            k
+            for (k,) in db.execute(
+                "SELECT text_key FROM memories WHERE namespace = ?"
+                f" AND text_key IN ({','.join('?' * len(keys))})",
+                (namespace, *keys),
+            )
+        )
+        ekeys = [i.entity_key for i in chunk if i.entity_key is not None]
+        if ekeys:
+            digests.update(
+                k
+                for (k,) in db.execute(
+                    "SELECT DISTINCT entity_key FROM memories WHERE namespace = ?"
+                    f" AND entity_key IN ({','.join('?' * len(ekeys))})",
+                    (namespace, *ekeys),
+                )
+            )
+    return texts, digests
 
 
 class MemoryStore:
@@ -376,10 +410,12 @@ class MemoryStore:
         if not entries:
             return []
         vectors = self._embed([e.text for e in entries])
-        items = [
-            _Prepared(e, v, tuple(_entities(e.text)), search_terms(e.text), _text_key(e.text))
-            for e, v in zip(entries, vectors, strict=True)
-        ]
+        found = _entities_many([e.text for e in entries])
+        items = []
+        for e, v, ents in zip(entries, vectors, found, strict=True):
+            ents = tuple(ents)
+            key = entity_key(value for _, value in ents)
+            items.append(_Prepared(e, v, ents, search_terms(e.text), _text_key(e.text), key))
         now = float(self.clock())
 
         def work(db: sqlite3.Connection) -> list[Memory]:
@@ -395,7 +431,7 @@ class MemoryStore:
                         got=tuple(vectors.shape),
                     )
             rows = _Rows({}, [], [])
-            out = [self._put(db, namespace, item, now, near, rows) for item in items]
+            out = self._put_all(db, namespace, items, now, near, rows)
             db.executemany(
                 "INSERT INTO terms (rowid, words, namespace) VALUES (?, ?, ?)",
                 [(rowid, words, namespace) for rowid, words in rows.terms.items()],
@@ -411,6 +447,90 @@ class MemoryStore:
         self._dim = int(vectors.shape[1])
         return memories
 
+    def _put_all(
+        self,
+        db: sqlite3.Connection,
+        namespace: str,
+        items: list[_Prepared],
+        now: float,
+        near: bool,
+        rows: _Rows,
+    ) -> list[Memory]:
+        """:meth:`_put` of each item, in order. An item whose text key and
+        entity digest neither the namespace nor an earlier item holds cannot
+        be a duplicate (in a batch, which has no search-term probe): those
+        are inserted together, with rowids given here, and the rest one at a
+        time, after the new rows before them."""
+        if near:
+            return [self._put(db, namespace, item, now, near, rows) for item in items]
+        texts, digests = _held_keys(db, namespace, items)
+        (next_rowid,) = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM memories").fetchone()
+        new: list[tuple[int, str, _Prepared]] = []
+        out = []
+        for item in items:
+            if item.key in texts or (item.entity_key is not None and item.entity_key in digests):
+                self._insert(db, namespace, new, now)
+                memory = self._put(db, namespace, item, now, near, rows)
+                (next_rowid,) = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM memories").fetchone()
+            else:
+                mid = uuid.uuid4().hex
+                new.append((next_rowid, mid, item))
+                rows.terms[next_rowid] = item.words
+                rows.changes.append(next_rowid)
+                memory = self._new_memory(mid, namespace, item, now)
+                next_rowid += 1
+            out.append(memory)
+            texts.add(item.key)
+            if item.entity_key is not None:
+                digests.add(item.entity_key)
+        self._insert(db, namespace, new, now)
+        return out
+
+    @staticmethod
+    def _new_memory(mid: str, namespace: str, item: _Prepared, now: float) -> Memory:
+        e = item.entry
+        ents = tuple(sorted(item.entities, key=lambda pair: pair[1]))
+        return Memory(
+            mid, namespace, e.kind, e.text, e.importance, ents, e.source, e.tags, e.pinned, now, now, 0
+        )
+
+    @staticmethod
+    def _insert(
+        db: sqlite3.Connection, namespace: str, new: list[tuple[int, str, _Prepared]], now: float
+    ) -> None:
+        """Inserts ``(rowid, id, item)`` rows and their entities, and empties ``new``."""
+        if not new:
+            return
+        db.executemany(
+            "INSERT INTO memories (rowid, id, namespace, kind, text, text_key, entity_key, importance,"
+            " pinned, source, tags, created, last_access, access_count, embedding)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+            [
+                (
+                    rowid,
+                    mid,
+                    namespace,
+                    i.entry.kind,
+                    i.entry.text,
+                    i.key,
+                    i.entity_key,
+                    i.entry.importance,
+                    int(i.entry.pinned),
+                    i.entry.source,
+                    json.dumps(i.entry.tags),
+                    now,
+                    now,
+                    i.vector.tobytes(),
+                )
+                for rowid, mid, i in new
+            ],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO entities (namespace, value, memory, kind) VALUES (?, ?, ?, ?)",
+            [(namespace, value, rowid, kind) for rowid, _, i in new for kind, value in i.entities],
+        )
+        new.clear()
+
     def _duplicate(
         self, db: sqlite3.Connection, namespace: str, item: _Prepared, near: bool
     ) -> tuple[Any, ...] | None:
@@ -422,7 +542,7 @@ class MemoryStore:
             return tuple(row)
         # Same entities (the digest), or (without entities, for one memory)
         # the memories its rarest search terms find.
-        key = entity_key(v for _, v in item.entities)
+        key = item.entity_key
         if key is not None:
             rows = db.execute(
                 f"SELECT {_COLUMNS}, embedding FROM memories"
@@ -471,7 +591,7 @@ class MemoryStore:
                 (
                     entry.text,
                     item.key,
-                    entity_key(v for _, v in ents),
+                    item.entity_key,
                     importance,
                     int(pinned),
                     entry.source,
@@ -501,7 +621,7 @@ class MemoryStore:
                     entry.kind,
                     entry.text,
                     item.key,
-                    entity_key(v for _, v in ents),
+                    item.entity_key,
                     entry.importance,
                     int(entry.pinned),
                     entry.source,

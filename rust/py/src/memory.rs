@@ -2,7 +2,7 @@
 //! for `context_core.memory_store`.
 
 use context_core::embed::hash_embed;
-use context_core::entities::entities;
+use context_core::entities::{entities, entities_many};
 use context_core::vectors::VectorIndex;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -18,6 +18,28 @@ pub fn _entities(py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Vec<(&'sta
     Ok(found.into_iter().map(|(k, v)| (k.name(), v)).collect())
 }
 
+/// [`_entities`] of each text of `texts`, in parallel for a large batch.
+#[pyfunction]
+pub fn _entities_many(
+    py: Python<'_>,
+    texts: &Bound<'_, PyList>,
+) -> PyResult<Vec<Vec<(&'static str, String)>>> {
+    let texts = owned_texts(texts)?;
+    let found = py.detach(|| entities_many(&texts));
+    Ok(found
+        .into_iter()
+        .map(|one| one.into_iter().map(|(k, v)| (k.name(), v)).collect())
+        .collect())
+}
+
+fn owned_texts(texts: &Bound<'_, PyList>) -> PyResult<Vec<String>> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| text_of(&t, &format!("texts[{i}]")).map(std::borrow::Cow::into_owned))
+        .collect()
+}
+
 /// The hashing embeddings of `texts`, `dim` float32 each, row after row, as
 /// little-endian bytes (for `numpy.frombuffer`).
 #[pyfunction]
@@ -29,11 +51,7 @@ pub fn _hash_embed<'py>(
     if dim == 0 {
         return Err(invalid_input("dim must be at least 1"));
     }
-    let texts = texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| text_of(&t, &format!("texts[{i}]")).map(std::borrow::Cow::into_owned))
-        .collect::<PyResult<Vec<String>>>()?;
+    let texts = owned_texts(texts)?;
     let values = py.detach(|| {
         let mut values = vec![0f32; texts.len() * dim];
         for (text, row) in texts.iter().zip(values.chunks_exact_mut(dim)) {
