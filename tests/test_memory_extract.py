@@ -48,13 +48,26 @@ def lines(messages: list[dict]) -> list[str]:
         ("Our API key id = key_9f8e7d", "- [fact: api key id] Our API key id = key_9f8e7d"),
         ("数据库端口是5433。", "- [fact: 数据库端口] 数据库端口是5433。"),
         # exact facts without a subject
-        ("See https://example.com/docs for details.", "- [fact] See https://example.com/docs for details."),
-        ("It broke after commit 3f9a2c1b was merged.", "- [fact] It broke after commit 3f9a2c1b was merged."),
         ("Logs go to /var/log/app.log now", "- [fact] Logs go to /var/log/app.log now"),
-        ("Edit src/app/main.py next.", "- [fact] Edit src/app/main.py next."),
-        ("Tracked in PROJ-1234.", "- [fact] Tracked in PROJ-1234."),
-        ("Write to ops@example.org when done.", "- [fact] Write to ops@example.org when done."),
         ("The box answers on 10.0.0.12:8080", "- [fact] The box answers on 10.0.0.12:8080"),
+        (
+            "Builds for PROJ-1234 publish to s3://ci/artifacts.",
+            "- [fact] Builds for PROJ-1234 publish to s3://ci/artifacts.",
+        ),
+        # standing statements about the user, the team and the project
+        ("We use pnpm, not npm, in this repo.", "- [fact] We use pnpm, not npm, in this repo."),
+        ("Hi, I'm Ana and I own the search service.", "- [fact] Hi, I'm Ana and I own the search service."),
+        ("Our nightly jobs run on Airflow 2.8.", "- [fact] Our nightly jobs run on Airflow 2.8."),
+        ("The web app uses Vite, not webpack.", "- [fact] The web app uses Vite, not webpack."),
+        (
+            "我们的值班时间是早上 9 点到晚上 9 点。",
+            "- [fact: 我们的值班时间] 我们的值班时间是早上 9 点到晚上 9 点。",
+        ),
+        # a request made to hold from now on is a rule
+        (
+            "Going forward, send release notes to the #eng channel.",
+            "- [constraint] Going forward, send release notes to the #eng channel.",
+        ),
         # labelled sentences (any role), keyed when they read "X is Y"
         ("Remember: the deploy key is deploy_k3y.", "- [fact: deploy key] the deploy key is deploy_k3y."),
         ("Note: staging resets nightly.", "- [fact] staging resets nightly."),
@@ -77,6 +90,22 @@ def test_what_is_kept(text, expected):
         "It is 5 o'clock.",  # no subject to key it by, no exact value
         "The build takes 12 minutes.",
         "I want you to refactor this.",  # a request, not a preference
+        # requests for the moment, even when they name exact values
+        "Edit src/app/main.py next.",
+        "Write to ops@example.org when done.",
+        "Run the linter on src/app.ts too.",
+        "OK, please summarise ticket ZD-55102 for the channel.",
+        "Yes, bump the version to 2.4.1 and tag it.",
+        "请帮我把 v2.3.1 发布到预发环境。",
+        # the news of the moment: failures, status, one instance
+        "It broke after commit 3f9a2c1b was merged.",
+        "The nightly build on run 8812 failed again.",
+        "Error: connection refused on localhost:5432.",
+        "The export job has been running for 3 hours.",
+        "A customer on ticket ZD-60211 wants a refund.",
+        # an exact value with nothing said about it
+        "Tracked in PROJ-1234.",
+        "Job id application_1718_0042.",
         "```\nrm -rf /tmp/cache\nYou must not do this\n```",  # code
         "    /usr/local/bin/indented-code",
         "x" * (MAX_FACT_CHARS + 1) + " /etc/long",  # prose, not a fact

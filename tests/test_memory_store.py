@@ -105,8 +105,10 @@ def test_a_batch_finds_duplicates_in_itself_and_in_the_store(store):
         ]
     )
     ids = [m.id for m in batch]
-    assert ids[0] == old.id and ids[5] == plain.id
-    assert ids[3] == ids[1] and ids[4] == ids[2]
+    assert ids[0] == old.id
+    assert ids[5] == plain.id
+    assert ids[3] == ids[1]
+    assert ids[4] == ids[2]
     assert len({ids[1], ids[2], ids[6], old.id, plain.id}) == 5
     assert store.count() == 5
     assert store.get(ids[2]).importance == 0.9

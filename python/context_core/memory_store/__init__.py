@@ -20,12 +20,14 @@ from context_core.memory_store.embedders import (
     aembed,
     default_embedder,
 )
+from context_core.memory_store.extract import Extracted, aextract_memories, extract_memories
 from context_core.memory_store.store import KINDS, ForgetReport, Hit, Memory, MemoryStore, search_terms
 
 __all__ = [
     "KINDS",
     "CallableEmbedder",
     "Embedder",
+    "Extracted",
     "ForgetReport",
     "HashingEmbedder",
     "Hit",
@@ -34,8 +36,10 @@ __all__ = [
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
     "aembed",
+    "aextract_memories",
     "default_embedder",
     "entities",
+    "extract_memories",
     "search_terms",
 ]
 

@@ -13,6 +13,7 @@ namespace held in Rust and moved forward from ``changes``
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -33,15 +34,13 @@ from context_core._core import Tokenizer, _entities, _entities_many
 from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError, StoreBusyError
 from context_core.memory_store import ranking
 from context_core.memory_store.embedders import Embedder, checked, default_embedder
+from context_core.memory_store.extract import KINDS, aextract_memories, extract_memories
 from context_core.memory_store.keywords import count_terms, match_query
 from context_core.memory_store.schema import entity_key, migrate
 from context_core.memory_store.vectors import NamespaceVectors
 
 __all__ = ["KINDS", "ForgetReport", "Hit", "Memory", "MemoryStore", "search_terms"]
 
-#: What a memory is: facts and preferences; task records and conversation
-#: excerpts; tool-use lessons and failure patterns.
-KINDS = ("semantic", "episodic", "procedural")
 
 #: Rows from which a search scans the int8 copy of the vectors (then
 #: rescores its candidates exactly) rather than every float32 row.
@@ -412,8 +411,8 @@ class MemoryStore:
         vectors = self._embed([e.text for e in entries])
         found = _entities_many([e.text for e in entries])
         items = []
-        for e, v, ents in zip(entries, vectors, found, strict=True):
-            ents = tuple(ents)
+        for e, v, names in zip(entries, vectors, found, strict=True):
+            ents = tuple(names)
             key = entity_key(value for _, value in ents)
             items.append(_Prepared(e, v, ents, search_terms(e.text), _text_key(e.text), key))
         now = float(self.clock())
@@ -675,6 +674,39 @@ class MemoryStore:
         if lesson is not None:
             text += f". Lesson: {_check_str(lesson, 'lesson')}"
         return self.remember(text, kind="procedural", **options)
+
+    def conversation_ended(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        namespace: str = "default",
+        llm: Any = None,
+        source: str | None = None,
+    ) -> list[Memory]:
+        """The end of a conversation: what it leaves worth keeping
+        (:func:`~context_core.memory_store.extract_memories`, offline unless
+        ``llm`` is given) stored in one transaction, near duplicates of
+        older memories updating them. ``source`` (a session id, say) is
+        recorded on each. A model's malformed reply stores nothing."""
+        return self._remember_extracted(extract_memories(messages, llm), namespace, source)
+
+    async def aconversation_ended(
+        self,
+        messages: Iterable[Mapping[str, Any]],
+        *,
+        namespace: str = "default",
+        llm: Any = None,
+        source: str | None = None,
+    ) -> list[Memory]:
+        """:meth:`conversation_ended` without blocking the event loop."""
+        found = await aextract_memories(messages, llm)
+        return await asyncio.to_thread(self._remember_extracted, found, namespace, source)
+
+    def _remember_extracted(self, found: list[Any], namespace: str, source: str | None) -> list[Memory]:
+        return self.remember_many(
+            [{**item.item(), **({} if source is None else {"source": source})} for item in found],
+            namespace=namespace,
+        )
 
     # -- reading ----------------------------------------------------------
 
