@@ -11,7 +11,14 @@ import openai
 import pytest
 
 from context_core import EmbeddingError, MemoryStore
-from context_core.memory_store import CallableEmbedder, HashingEmbedder, OpenAIEmbedder, aembed
+from context_core.memory_store import (
+    CallableEmbedder,
+    HashingEmbedder,
+    OpenAIEmbedder,
+    WordLlamaEmbedder,
+    aembed,
+    default_embedder,
+)
 from llm_server import FakeLLMServer, Reply
 
 
@@ -83,3 +90,31 @@ def test_a_callable_that_returns_garbage_is_refused():
         CallableEmbedder(lambda texts: [[float("nan")]]).embed(["x"])
     with pytest.raises(EmbeddingError, match="raised"):
         CallableEmbedder(lambda texts: 1 / 0).embed(["x"])
+
+
+def test_wordllama_loads_its_bundled_model_with_no_network(tmp_path, monkeypatch):
+    """The embed extra's model loads from the wheel alone: any attempt to
+    download fails this test, and the store picks it by default."""
+    import requests
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"wordllama tried the network: {args}")
+
+    monkeypatch.setattr(requests, "get", no_network)
+    embedder = WordLlamaEmbedder()
+    rows = embedder.embed(["refund the order", "退款", "issue a refund for the purchase"])
+    assert rows.shape == (3, 256)
+    assert rows.dtype == np.float32
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
+    assert rows[0] @ rows[2] > rows[0] @ rows[1]  # a paraphrase is nearer than another language's word
+    assert isinstance(default_embedder(), WordLlamaEmbedder)
+    with MemoryStore(tmp_path / "m.db") as store:
+        assert isinstance(store.embedder, WordLlamaEmbedder)
+        store.remember("the nightly backup job writes to the cold storage bucket")
+        store.remember("Alice prefers dark mode in the dashboard")
+        assert store.search("where do backups go at night?", k=1)[0].text.startswith("the nightly backup")
+
+
+def test_wordllama_refuses_a_width_it_does_not_have():
+    with pytest.raises(EmbeddingError, match="did not load"):
+        WordLlamaEmbedder(dim=100)

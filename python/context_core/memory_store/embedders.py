@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -167,10 +168,22 @@ class WordLlamaEmbedder:
     network): ``pip install 'context-core[embed]'``."""
 
     def __init__(self, dim: int = 256) -> None:
-        from wordllama import WordLlama  # type: ignore[import-not-found]  # optional extra
+        import wordllama  # type: ignore[import-untyped, import-not-found, unused-ignore]  # optional extra
 
         self.dim = dim
-        self._model = WordLlama.load(dim=dim)
+        # The wheel bundles its weights and tokenizer in the layout of its own
+        # cache (weights/, tokenizers/), while its lookup beside the package
+        # expects tokenizer/: pointed at the package as its cache, it finds
+        # both. Downloads stay off, so a missing file is an error, not a
+        # network call.
+        try:
+            self._model = wordllama.WordLlama.load(
+                dim=dim, cache_dir=Path(wordllama.__file__).parent, disable_download=True
+            )
+        except (OSError, ValueError) as error:
+            raise EmbeddingError(
+                f"wordllama is installed, but its bundled model ({dim} dimensions) did not load: {error}"
+            ) from error
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
