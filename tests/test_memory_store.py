@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from context_core import EmbeddingError, InvalidInputError, InvalidTypeError, MemoryStore, Tokenizer
 from context_core.memory_store import CallableEmbedder, HashingEmbedder, search_terms
+from context_core.memory_store.store import ACCESS_FLUSH_MEMORIES, ACCESS_FLUSH_SECONDS
 from killed import reports_until_killed
 
 DAY = 86_400.0
@@ -138,6 +139,56 @@ def test_max_tokens_returns_whole_memories_within_the_budget(store):
     assert hits
     assert sum(tok.count(h.text) for h in hits) <= 40
     assert len(hits) < 6
+
+
+def test_access_counts_are_written_together_and_never_lost_by_close(tmp_path, clock):
+    """A search keeps its access counts in memory: the same store reads
+    them at once, another sees them after the next write, a flush, the
+    clock passing ACCESS_FLUSH_SECONDS, or close."""
+    path = tmp_path / "m.db"
+    with (
+        MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as a,
+        MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as b,
+    ):
+        m = a.remember("the refund for order A-8812 was issued")
+        first = a.search("A-8812")[0].memory
+        assert first.access_count == 1
+        assert a.search("A-8812")[0].memory.access_count == 2
+        assert a.get(m.id).access_count == 2
+        assert b.get(m.id).access_count == 0  # not written yet
+        a.remember("an unrelated note about the cache")  # a write carries them
+        assert b.get(m.id).access_count == 2
+        a.search("A-8812")
+        clock.now += ACCESS_FLUSH_SECONDS
+        a.search("A-8812")  # the clock has passed: written now
+        assert b.get(m.id).access_count == 4
+        assert b.get(m.id).last_access == clock.now
+        a.search("A-8812")
+        a.flush()
+        assert b.get(m.id).access_count == 5
+        a.search("A-8812")
+    with MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as c:
+        assert c.get(m.id).access_count == 6  # close wrote the last one
+
+
+def test_a_full_batch_of_accesses_is_written(tmp_path, clock):
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock) as s:
+        s.remember_many([f"ticket T-{i:03d} is about invoice export" for i in range(ACCESS_FLUSH_MEMORIES)])
+        for i in range(ACCESS_FLUSH_MEMORIES):
+            s.search(f"T-{i:03d}", k=1)
+        assert s._accesses == {}  # written once the batch was full
+        counts = [c for (c,) in s._db.execute("SELECT access_count FROM memories")]
+        assert sorted(counts) == [1] * ACCESS_FLUSH_MEMORIES
+
+
+def test_forgetting_counts_accesses_not_yet_written(store, clock):
+    m = store.remember("a note", importance=0.3)
+    clock.now += 60 * DAY
+    threshold = store.forget(1.0).candidates[0][1] * 1.5
+    for _ in range(5):
+        store.search("a note")
+    assert store.forget(threshold).candidates == ()  # five accesses raise its retention
+    assert store.get(m.id).access_count == 5
 
 
 def test_search_counts_accesses(store, clock):

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,14 @@ __all__ = ["KINDS", "ForgetReport", "Hit", "Memory", "MemoryStore", "search_term
 #: Rows from which a search scans the int8 copy of the vectors (then
 #: rescores its candidates exactly) rather than every float32 row.
 QUANTISE_FROM = 20_000
+
+#: Searches count accesses in memory and write them together, in the next
+#: write or once this many memories are pending or this many seconds (by
+#: the store's clock) have passed, and at close: a search then costs no
+#: write transaction of its own. A killed process loses at most those
+#: counts (never a memory); reads by the same store include them.
+ACCESS_FLUSH_MEMORIES = 64
+ACCESS_FLUSH_SECONDS = 1.0
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORDS = re.compile(r"[^\W_]+")
@@ -172,6 +180,24 @@ class _Prepared:
     entity_key: bytes | None
 
 
+@dataclass(frozen=True)
+class _Ranked:
+    """A search candidate, scored before its row is read."""
+
+    shared: int  # how many of the query's entities it names
+    score: float
+    rowid: int
+    matched: tuple[str, ...]
+    cosine: float
+    keyword: float
+    near: bool  # found by the vector scan
+
+
+def _chunks(rowids: list[int], size: int = 900) -> Iterator[list[int]]:
+    for start in range(0, len(rowids), size):
+        yield rowids[start : start + size]
+
+
 @dataclass
 class _Rows:
     """Search terms and change records of a batch, written together at its
@@ -263,6 +289,8 @@ class MemoryStore:
         self.tokenizer = tokenizer or Tokenizer("o200k_base")
         self._lock = threading.RLock()
         self._vectors: dict[str, NamespaceVectors] = {}
+        self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
+        self._accesses_since = 0.0
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -302,6 +330,7 @@ class MemoryStore:
             except sqlite3.OperationalError as error:
                 raise self._busy(error) from error
             try:
+                pending = self._write_accesses(self._db)
                 result = work(self._db)
                 self._db.execute("COMMIT")
             except BaseException as error:
@@ -309,7 +338,36 @@ class MemoryStore:
                 if isinstance(error, sqlite3.OperationalError):
                     raise self._busy(error) from error
                 raise
+            for mid in pending:  # written: what came in since stays pending
+                if self._accesses.get(mid) == pending[mid]:
+                    del self._accesses[mid]
             return result
+
+    def _write_accesses(self, db: sqlite3.Connection) -> dict[str, tuple[int, float]]:
+        pending = dict(self._accesses)
+        if pending:
+            db.executemany(
+                "UPDATE memories SET access_count = access_count + ?, last_access = max(last_access, ?)"
+                " WHERE id = ?",
+                [(count, last, mid) for mid, (count, last) in pending.items()],
+            )
+        return pending
+
+    def _count_accesses(self, ids: Iterable[str], now: float) -> None:
+        if not self._accesses:
+            self._accesses_since = now
+        for mid in ids:
+            count, _ = self._accesses.get(mid, (0, now))
+            self._accesses[mid] = (count + 1, now)
+        if len(self._accesses) >= ACCESS_FLUSH_MEMORIES or now - self._accesses_since >= ACCESS_FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes the access counts searches keep in memory (see
+        :data:`ACCESS_FLUSH_MEMORIES`); :meth:`close` does too."""
+        with self._lock:
+            if self._accesses:
+                self._write(lambda db: None)
 
     def _read(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """``work`` in one read transaction (one snapshot)."""
@@ -332,9 +390,11 @@ class MemoryStore:
         norms[norms == 0] = 1  # a zero vector stays zero
         return np.ascontiguousarray(array / norms, dtype=np.float32)
 
-    @staticmethod
-    def _memory(row: Sequence[Any], entities: tuple[tuple[str, str], ...] = ()) -> Memory:
+    def _memory(self, row: Sequence[Any], entities: tuple[tuple[str, str], ...] = ()) -> Memory:
         _, mid, namespace, kind, text, importance, pinned, source, tags, created, last, count = row
+        pending = self._accesses.get(mid)
+        if pending is not None:
+            count, last = count + pending[0], max(last, pending[1])
         return Memory(
             mid,
             namespace,
@@ -772,40 +832,20 @@ class MemoryStore:
             if self._dim is None:
                 return []
             vector = self._embed([query])[0]
-            hits = self._read(
-                lambda db: self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
-            )
-            chosen = self._pack(hits, k, max_tokens)
-            if not chosen:
-                return []
-            rowids = [rowid for rowid, _ in chosen]
-            marks = ",".join("?" * len(rowids))
 
-            def touch(db: sqlite3.Connection) -> list[tuple[int, str, str]]:
-                db.execute(
-                    "UPDATE memories SET access_count = access_count + 1, last_access = ?"
-                    f" WHERE rowid IN ({marks})",
-                    (now, *rowids),
-                )
-                return db.execute(
-                    f"SELECT memory, kind, value FROM entities WHERE memory IN ({marks}) ORDER BY value",
-                    rowids,
-                ).fetchall()
+            def work(db: sqlite3.Connection) -> list[Hit]:
+                ranked = self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
+                return self._hits(db, ranked, k, max_tokens)
 
-            named: dict[int, list[tuple[str, str]]] = {}
-            for rowid, kind, value in self._write(touch):
-                named.setdefault(rowid, []).append((kind, value))
+            hits: list[Hit] = self._read(work)
+            if hits:
+                self._count_accesses([hit.memory.id for hit in hits], now)
         return [
             replace(
                 hit,
-                memory=replace(
-                    hit.memory,
-                    entities=tuple(named.get(rowid, ())),
-                    access_count=hit.memory.access_count + 1,
-                    last_access=now,
-                ),
+                memory=replace(hit.memory, access_count=hit.memory.access_count + 1, last_access=now),
             )
-            for rowid, hit in chosen
+            for hit in hits
         ]
 
     def _candidates(
@@ -818,7 +858,9 @@ class MemoryStore:
         k: int,
         kinds: tuple[str, ...] | None,
         now: float,
-    ) -> list[tuple[int, Hit]]:
+    ) -> list[_Ranked]:
+        """Every candidate (an entity it shares, a near vector, a keyword
+        match) scored from the few columns ranking needs, best first."""
         index = self._vectors.get(namespace)
         if index is None or index.dim != self._dim:
             index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
@@ -847,52 +889,78 @@ class MemoryStore:
                 best = max(-score for _, score in found) or 1.0
                 keyword = {rowid: max(0.0, -score) / best for rowid, score in found}
         rowids = list({*shared, *cosines, *keyword})
-        if not rowids:
-            return []
-        hits: list[tuple[tuple[int, float], int, Hit]] = []
-        for start in range(0, len(rowids), 900):
-            chunk = rowids[start : start + 900]
-            marks = ",".join("?" * len(chunk))
-            for row in db.execute(
-                f"SELECT {_COLUMNS}, embedding FROM memories WHERE rowid IN ({marks})", chunk
-            ):
-                rowid, kind = row[0], row[3]
+        ranked: list[_Ranked] = []
+        for chunk in _chunks(rowids):
+            rows = db.execute(
+                "SELECT rowid, id, kind, importance, last_access, access_count FROM memories"
+                f" WHERE rowid IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            unscored = [r[0] for r in rows if r[0] not in cosines]
+            if unscored:  # entity or keyword matches the vector scan did not reach
+                marks = ",".join("?" * len(unscored))
+                for rowid, blob in db.execute(
+                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks})", unscored
+                ):
+                    cosines[rowid] = float(np.frombuffer(blob, dtype=np.float32) @ vector)
+            for rowid, mid, kind, importance, last, count in rows:
                 if kinds is not None and kind not in kinds:
                     continue
-                cosine = cosines.get(rowid)
-                if cosine is None:
-                    cosine = float(np.frombuffer(row[-1], dtype=np.float32) @ vector)
-                kw = keyword.get(rowid, 0.0)
+                pending = self._accesses.get(mid)
+                if pending is not None:
+                    count, last = count + pending[0], max(last, pending[1])
+                cosine, kw = cosines[rowid], keyword.get(rowid, 0.0)
                 relevance = ranking.VECTOR_WEIGHT * cosine + ranking.KEYWORD_WEIGHT * kw
-                score = ranking.rerank(relevance, row[5], now - row[10], row[11])
+                score = ranking.rerank(relevance, importance, now - last, count)
                 matched = tuple(shared.get(rowid, ()))
+                ranked.append(_Ranked(len(matched), score, rowid, matched, cosine, kw, rowid not in unscored))
+        ranked.sort(key=lambda r: (-r.shared, -r.score, r.rowid))
+        return ranked
+
+    def _hits(
+        self, db: sqlite3.Connection, ranked: list[_Ranked], k: int, max_tokens: int | None
+    ) -> list[Hit]:
+        """The first ``k`` of ``ranked`` as hits (with ``max_tokens``, the
+        first whose texts fit together), rows read only for those."""
+        hits: list[Hit] = []
+        used = 0
+        at = 0
+        while at < len(ranked) and len(hits) < k:
+            batch = ranked[at : at + (k - len(hits)) * (1 if max_tokens is None else 2)]
+            at += len(batch)
+            marks = ",".join("?" * len(batch))
+            rows = {
+                row[0]: row
+                for row in db.execute(
+                    f"SELECT {_COLUMNS} FROM memories WHERE rowid IN ({marks})", [r.rowid for r in batch]
+                )
+            }
+            named: dict[int, list[tuple[str, str]]] = {}
+            for rowid, kind, value in db.execute(
+                f"SELECT memory, kind, value FROM entities WHERE memory IN ({marks}) ORDER BY value",
+                [r.rowid for r in batch],
+            ):
+                named.setdefault(rowid, []).append((kind, value))
+            for r in batch:
+                memory = self._memory(rows[r.rowid], tuple(named.get(r.rowid, ())))
+                if max_tokens is not None:
+                    tokens = self.tokenizer.count(memory.text)
+                    if used + tokens > max_tokens:
+                        continue
+                    used += tokens
                 reasons = tuple(
                     name
                     for name, on in (
-                        ("entity", bool(matched)),
-                        ("vector", rowid in cosines),
-                        ("keyword", kw > 0),
+                        ("entity", bool(r.matched)),
+                        ("vector", r.near),
+                        ("keyword", r.keyword > 0),
                     )
                     if on
                 )
-                hit = Hit(self._memory(row[:-1]), score, reasons, matched, cosine, kw)
-                hits.append(((len(matched), score), rowid, hit))
-        hits.sort(key=lambda h: (-h[0][0], -h[0][1], h[1]))
-        return [(rowid, hit) for _, rowid, hit in hits]
-
-    def _pack(self, hits: list[tuple[int, Hit]], k: int, max_tokens: int | None) -> list[tuple[int, Hit]]:
-        if max_tokens is None:
-            return hits[:k]
-        chosen: list[tuple[int, Hit]] = []
-        used = 0
-        for rowid, hit in hits:
-            if len(chosen) == k:
-                break
-            tokens = self.tokenizer.count(hit.text)
-            if used + tokens <= max_tokens:
-                chosen.append((rowid, hit))
-                used += tokens
-        return chosen
+                hits.append(Hit(memory, r.score, reasons, r.matched, r.cosine, r.keyword))
+                if len(hits) == k:
+                    break
+        return hits
 
     # -- deleting and forgetting ------------------------------------------
 
@@ -959,6 +1027,7 @@ class MemoryStore:
             raise InvalidInputError(f"half_life_days must be positive, not {half_life_days!r}")
         floor = _check_unit(importance_floor, "importance_floor")
         now = float(self.clock())
+        self.flush()  # retention counts every access
 
         def work(db: sqlite3.Connection) -> ForgetReport:
             sql = (
@@ -993,9 +1062,13 @@ class MemoryStore:
             return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
+        """Writes pending access counts and closes the database."""
         with self._lock:
-            self._vectors.clear()
-            self._db.close()
+            try:
+                self.flush()
+            finally:
+                self._vectors.clear()
+                self._db.close()
 
     def __enter__(self) -> MemoryStore:
         return self
