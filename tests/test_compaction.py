@@ -665,3 +665,94 @@ def test_a_segment_never_ends_between_a_tool_call_and_its_result(tmp_path: Path)
         first_uncovered = log.read([step.covers[1] + 1])[0]
         assert first_uncovered["role"] == "user"
         assert isinstance(first_uncovered["content"], str), first_uncovered  # a new task, not a result
+
+
+def test_the_compactor_lets_others_run_while_it_reads_and_summarises(tmp_path: Path, monkeypatch):
+    """The worker thread yields between reads of the covered messages and
+    hands the summarizer a `between` it calls after each message."""
+    from context_core.compaction import compactor as module
+
+    yields: list[str] = []
+    monkeypatch.setattr(module, "_yield_to_others", lambda: yields.append("yield"))
+    seen: list[Any] = []
+
+    class Watching(Summarizer):
+        def summarize(self, messages, *, constraints=(), between=None):  # type: ignore[override]
+            seen.append(between)
+            return super().summarize(messages, constraints=constraints, between=between)
+
+    log = new_log(tmp_path, turns(20))
+    compactor = Compactor(log, Watching(CallableLLM(good_reply)))
+    job = compactor.due()
+    assert job is not None
+    assert compactor.compact().status == "written"
+    assert seen == [module._yield_to_others]
+    rendered = len(job.messages)  # one yield after each message rendered
+    reads = (len(job.messages) - 1) // module._READ_STEP  # one between reads of a few
+    assert rendered >= 10
+    assert len(yields) >= rendered + reads + 2
+
+
+def test_a_summarizer_without_between_still_compacts(tmp_path: Path):
+    class Older(Summarizer):
+        def summarize(self, messages, *, constraints=()):  # type: ignore[override]
+            return super().summarize(messages, constraints=constraints)
+
+    log = new_log(tmp_path, turns(20))
+    assert Compactor(log, Older()).compact().status == "written"
+    assert log.last_summary_index is not None
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_summarizer_that_raises_backs_off_and_writes_nothing(tmp_path: Path, asynchronous: bool):
+    """A bug in a summarizer is a failure like any other: recorded, backed
+    off, paused after max_failures; never retried on every turn."""
+    calls: list[int] = []
+
+    class Broken(Summarizer):
+        def summarize(self, messages, **options):  # type: ignore[override]
+            calls.append(1)
+            raise RuntimeError("the summarizer broke")
+
+        async def asummarize(self, messages, **options):  # type: ignore[override]
+            return self.summarize(messages)
+
+    log = new_log(tmp_path, turns(20))
+    clock = Clock()
+    compactor = Compactor(log, Broken(), backoff=10, max_failures=2, clock=clock)
+    step = (lambda: asyncio.run(compactor.acompact())) if asynchronous else compactor.compact
+    first = step()
+    assert first.status == "failed"
+    assert "RuntimeError: the summarizer broke" in (first.reason or "")
+    assert compactor.status.retry_at == 1010
+    assert step().status == "waiting"
+    assert compactor.schedule() is False  # backing off: no thread started
+    clock.now = 1010
+    assert step().status == "failed"
+    assert compactor.status.paused
+    assert len(calls) == 2
+    assert log.last_summary_index is None
+
+
+def test_a_pinned_rule_stays_raw_and_no_summary_must_carry_it(tmp_path: Path):
+    """A pinned message is an anchor: every view keeps it raw, so neither a
+    segment job nor a global one lists it among the rules to carry."""
+    from context_core.compaction import plan
+
+    log = new_log(tmp_path)
+    pinned = log.append({"role": "user", "content": "You must always answer in English."}, pinned=True)
+    compactor = Compactor(log, recent_turns=2, segment_turns=2, segments_kept=1)
+    levels = []
+    for t in range(12):
+        log.append_many(turns(1, t))
+        while True:
+            step = plan(log, recent_turns=2, segment_turns=2, segments_kept=1, tail_tokens=None)
+            if not hasattr(step, "level"):
+                break
+            assert pinned not in step.rules
+            outcome = compactor.compact()
+            assert outcome.status == "written"
+            levels.append(outcome.level)
+    assert 3 in levels
+    view = log.context_view()
+    assert [m for m in view if m.get("content") == "You must always answer in English."]

@@ -27,6 +27,7 @@ STEPS = st.sampled_from(
         "blocks",
         "system",
         "pinned",
+        "pinned rule",
         "segment",
         "global",
         "rewind",
@@ -78,6 +79,8 @@ def build(log: MessageLog, steps: list[str], draw_seq: list[int]) -> None:
             log.append({"role": "system", "content": f"Rule set {i}."})
         elif step == "pinned":
             log.append({"role": "user", "content": f"Pinned {i}."}, pinned=True)
+        elif step == "pinned rule":  # an anchor: raw in every view, so no summary carries it
+            log.append({"role": "user", "content": f"Always log call {i}; never drop it."}, pinned=True)
         elif step in ("segment", "global") and len(log) >= 2:
             path = log.path()
             messages = [s for s in path if log.headers()["kind"][s] == 0]
@@ -92,14 +95,20 @@ def build(log: MessageLog, steps: list[str], draw_seq: list[int]) -> None:
                 log.rewind(path[pick % len(path)])
 
 
-@settings(max_examples=150, deadline=None)
+def _bound(small: int) -> st.SearchStrategy[int]:
+    """Mostly small; sometimes past what a u64 holds (the public plan caps
+    bounds at 2**62, so the twin is given the capped value)."""
+    return st.one_of(st.integers(1, small), st.integers(1, small), st.integers(2**40, 2**70))
+
+
+@settings(max_examples=200, deadline=None)
 @given(
     steps=st.lists(STEPS, max_size=60),
     picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=8),
-    recent=st.integers(1, 6),
-    segment=st.integers(1, 6),
-    kept=st.integers(1, 3),
-    tail=st.one_of(st.none(), st.integers(1, 400)),
+    recent=_bound(6),
+    segment=_bound(6),
+    kept=_bound(3),
+    tail=st.one_of(st.none(), _bound(400)),
 )
 def test_the_rust_plan_is_the_numpy_plan(steps, picks, recent, segment, kept, tail):
     with tempfile.TemporaryDirectory() as where:
@@ -112,6 +121,7 @@ def test_the_rust_plan_is_the_numpy_plan(steps, picks, recent, segment, kept, ta
                 "segments_kept": kept,
                 "tail_tokens": tail,
             }
-            assert plan(log, **options) == twin_plan(log, **options)
+            capped = {k: None if v is None else min(v, 2**62) for k, v in options.items()}
+            assert plan(log, **options) == twin_plan(log, **capped)
         finally:
             log.close()

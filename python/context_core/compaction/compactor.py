@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -43,6 +44,22 @@ log = logging.getLogger("context_core.compaction")
 
 _LOCKS: weakref.WeakKeyDictionary[MessageLog, threading.Lock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
+
+
+def _takes_between(summarize: Callable[..., Any]) -> bool:
+    """Whether ``summarize`` takes ``between=`` (a subclass may not)."""
+    try:
+        parameters = inspect.signature(summarize).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "between" or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _raised(job: Job, error: Exception) -> Outcome:
+    log.error("compaction: the summarizer raised", exc_info=error)
+    return Outcome(
+        "failed", job.level, job.covers, reason=f"the summarizer raised {type(error).__name__}: {error}"
+    )
 
 
 def _log_lock(message_log: MessageLog) -> threading.Lock:
@@ -352,7 +369,10 @@ class Compactor:
             _yield_to_others()
             prepared = self._prepare(job)
             _yield_to_others()
-            result = self._run_sync(job, prepared)
+            try:
+                result = self._run_sync(job, prepared)
+            except Exception as error:  # a summarizer's bug backs off like a failure
+                return self._record(_raised(job, error))
             _yield_to_others()
             return self._record(self._finish(job, prepared, result))
         except LogClosedError as error:
@@ -375,6 +395,8 @@ class Compactor:
                 result = await asyncio.wait_for(self._asummarize(job, prepared), self.timeout)
             except asyncio.TimeoutError:
                 result = Rejected(f"timed out after {self.timeout:g} s")
+            except Exception as error:  # a summarizer's bug backs off like a failure
+                return self._record(_raised(job, error))
             finish = asyncio.ensure_future(asyncio.to_thread(self._finish, job, prepared, result))
             try:
                 return self._record(await asyncio.shield(finish))
@@ -439,7 +461,9 @@ class Compactor:
         def work() -> Summary | Rejected:
             if job.level == 2:
                 messages, rules = prepared
-                return self.summarizer.summarize(messages, constraints=rules, between=_yield_to_others)
+                if _takes_between(self.summarizer.summarize):
+                    return self.summarizer.summarize(messages, constraints=rules, between=_yield_to_others)
+                return self.summarizer.summarize(messages, constraints=rules)  # a subclass's own
             segments, rules = prepared
             return self.summarizer.summarize_global(segments, rules)
 

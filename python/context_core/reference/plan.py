@@ -98,8 +98,10 @@ def _global_job(
     newest = int(path[segment_positions[-1]])
     last = int(log.read([newest])[0]["covers"][1])
     covered = path <= last
+    anchor = (headers["role"] == 0) | ((headers["flags"] & _PINNED) != 0)  # raw in every view
     rule = (
         covered
+        & ~anchor
         & (headers["kind"] == _KIND_MESSAGE)
         & (headers["role"] == _USER)
         & ((headers["tags"] & _CONSTRAINT) != 0)

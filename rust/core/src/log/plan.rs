@@ -122,7 +122,8 @@ impl MessageLog {
             offset: (FILE_HEADER_LEN + newest as usize * RECORD_LEN) as u64,
             reason: format!("summary {newest} names no range it covers"),
         })?;
-        let (rules, loggy) = rules_in(heads.iter().filter(|h| h.seq <= last));
+        // Anchors (system, pinned) stay raw in every view: nothing need carry them.
+        let (rules, loggy) = rules_in(heads.iter().filter(|h| h.seq <= last && !h.is_anchor()));
         Ok(Plan::Job(Job {
             level: 3,
             covers: (heads[0].seq, last),
