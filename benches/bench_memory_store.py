@@ -24,7 +24,7 @@ import pytest
 from context_core import MemoryStore
 from context_core._core import _VectorIndex
 from context_core.memory_store import HashingEmbedder
-from memory_corpus import corpus
+from memory_corpus import GISTS, corpus
 from support import REPORTS, register
 
 DIM = 256
@@ -187,6 +187,16 @@ def test_wordllama_on_the_same_memories(request, tmp_path):
     )
     assert entity_hit == 1.0
     store.close()
+    pairs = {}
+    for embedder in (HASHING, store.embedder):
+        facts = embedder.embed([fact for fact, _ in GISTS])
+        asked = embedder.embed([question for _, question in GISTS])
+        pairs[type(embedder).__name__] = (facts * asked).sum(axis=1)
+    hashing, wordllama = pairs["HashingEmbedder"], pairs["WordLlamaEmbedder"]
+    REPORTS.append(
+        f"paraphrase pairs ({len(GISTS)}): mean cosine hashing {hashing.mean():.2f}, wordllama "
+        f"{wordllama.mean():.2f}; wordllama higher in {(wordllama > hashing).sum()} of {len(GISTS)}"
+    )
 
 
 @pytest.mark.parametrize("impl", ["ours (int8 + exact rescore)", "ours (exact float32)", "numpy"])
