@@ -12,7 +12,7 @@ from context_core.reference.tags import NAMES
 # Quick locally, thorough in CI: HYPOTHESIS_PROFILE=ci (see .ci/run).
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile("soak", max_examples=5000, deadline=None, suppress_health_check=list(HealthCheck))
-settings.register_profile("ci", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 ENCODINGS = ["o200k_base", "cl100k_base", "p50k_base", "r50k_base"]
