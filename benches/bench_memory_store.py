@@ -199,6 +199,83 @@ def test_wordllama_on_the_same_memories(request, tmp_path):
     )
 
 
+def test_mem0_with_the_same_vectors(request, tmp_path, monkeypatch):
+    """mem0 (``infer=False``: no model call, offline; its embedded Qdrant
+    on disk, telemetry off) given the same memories and the same hashing
+    vectors, beside our store on the same corpus. 10,000 memories: its
+    ingest runs at a few hundred a second."""
+    import logging
+    import warnings
+
+    n = 10_000 if _enabled(request) else 300
+    data = corpus(n, seed=5, queries=100)
+    vectors = Precomputed(data.texts)
+    monkeypatch.setenv("MEM0_TELEMETRY", "False")
+    monkeypatch.setenv("OPENAI_API_KEY", "unused: infer=False makes no model call")
+    logging.getLogger("mem0").setLevel(logging.ERROR)  # it reports its optional extras missing
+
+    class SameVectors:
+        def embed(self, text, memory_action=None):
+            return vectors.embed([text])[0].tolist()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its dependencies' deprecation warnings
+        from mem0 import Memory
+
+        memory = Memory.from_config(
+            {
+                "vector_store": {
+                    "provider": "qdrant",
+                    "config": {
+                        "path": str(tmp_path / "qdrant"),
+                        "on_disk": True,
+                        "embedding_model_dims": DIM,
+                        "collection_name": "memories",
+                    },
+                },
+                "history_db_path": str(tmp_path / "history.db"),
+            }
+        )
+        memory.embedding_model = SameVectors()
+        started = time.perf_counter()
+        for text in data.texts:
+            memory.add(text, user_id="u", infer=False)
+        rate = n / (time.perf_counter() - started)
+        index = {t: i for i, t in enumerate(data.texts)}
+
+        def hit_at_5(queries: list[tuple[str, int]]) -> tuple[float, list[float]]:
+            found, times = 0, []
+            for query, target in queries:
+                began = time.perf_counter()
+                results = memory.search(query, filters={"user_id": "u"}, limit=5)["results"]
+                times.append(time.perf_counter() - began)
+                found += target in [index.get(r["memory"]) for r in results]
+            return found / len(queries), times
+
+        entity_hit, entity_times = hit_at_5(data.entity_queries)
+        para_hit, para_times = hit_at_5(data.paraphrase_queries)
+        memory.vector_store.client.close()
+    times = entity_times + para_times
+    REPORTS.append(
+        f"mem0 (infer=False), {n:,} memories, same vectors: ingest {rate:,.0f}/s; search p50 "
+        f"{statistics.median(times) * 1e3:.2f} ms, p99 {_percentile(times, 0.99) * 1e3:.2f} ms "
+        f"(query vector included); entity hit@5 {entity_hit:.1%}, paraphrase hit@5 {para_hit:.1%}"
+    )
+    ours, ours_rate = _build(tmp_path / "ours.db", data.texts, data.kinds)
+    ids = [row[0] for row in ours._db.execute("SELECT id FROM memories ORDER BY rowid")]
+    ours.search("warm up the vectors", k=8)
+    ours_entity, ours_times = _hit_at(ours, data.entity_queries, ids)
+    ours_para, para_times = _hit_at(ours, data.paraphrase_queries, ids)
+    ours_times += para_times
+    REPORTS.append(
+        f"memory store, the same {n:,} memories: ingest {ours_rate:,.0f}/s; search p50 "
+        f"{statistics.median(ours_times) * 1e3:.2f} ms, p99 {_percentile(ours_times, 0.99) * 1e3:.2f} ms; "
+        f"entity hit@5 {ours_entity:.1%}, paraphrase hit@5 {ours_para:.1%}"
+    )
+    assert ours_entity == 1.0
+    ours.close()
+
+
 @pytest.mark.parametrize("impl", ["ours (int8 + exact rescore)", "ours (exact float32)", "numpy"])
 def test_vector_scan_against_numpy(benchmark, request, impl):
     """The Rust scan (int8, rescored exactly) against numpy's matrix-vector
