@@ -51,7 +51,7 @@ QUANTISE_FROM = 20_000
 #: the store's clock) have passed, and at close: a search then costs no
 #: write transaction of its own. A killed process loses at most those
 #: counts (never a memory); reads by the same store include them.
-ACCESS_FLUSH_MEMORIES = 64
+ACCESS_FLUSH_MEMORIES = 256
 ACCESS_FLUSH_SECONDS = 1.0
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
