@@ -68,6 +68,8 @@ def test_a_model_reply_is_kept_when_it_passes_both_checks():
         ("- [semantic: owner] Ana owns search.", "a key"),
         ("- [episodic] Fixed ticket Q-9999 in search/rank.py.", "'q-9999'"),  # invented
         ("- [semantic] Ana owns search.\n- [procedural] Use port 6380.", "'6380'"),
+        ("- [episodic] The ranker for q-7781 now uses a heap.", "'q-7781'"),  # a value's case changed
+        ("- [semantic] Ranking lives in Search/Rank.py.", "'Search/Rank.py'"),
     ],
 )
 def test_a_model_reply_that_breaks_a_check_keeps_nothing(tmp_path, reply, why):
@@ -101,6 +103,36 @@ def test_async_extraction_matches_the_sync_one():
     assert _kinds(asyncio.run(aextract_memories(CONVERSATION, model))) == [
         ("semantic", "Ana owns the search service.")
     ]
+
+
+def test_a_conversation_ended_twice_updates_memories_without_entities_too(tmp_path):
+    talk = [{"role": "user", "content": "We use conventional commits in every repo."}]
+    again = [{"role": "user", "content": "We use conventional commits in every repo!"}]
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as store:
+        first = store.conversation_ended(talk)
+        second = store.conversation_ended(again)
+        assert [m.id for m in second] == [m.id for m in first]
+        assert store.count() == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "已" * 600 + "修复" * 300,  # nested gaps in the Chinese episode pattern
+        "a." * 10_000,
+        "x" * 20_000,
+        "Decision: use x as y " + "z " * 10_000,
+        "我们已经" * 3000 + "修复" * 2000,
+    ],
+)
+@pytest.mark.parametrize("role", ["user", "assistant"])
+def test_a_long_crafted_sentence_is_prose_and_is_passed_over(text, role):
+    """A sentence past MAX_FACT_CHARS is never a fact, so no pattern runs
+    over it (some are polynomial on crafted text: such a line took seconds
+    to hours before)."""
+    messages = [{"role": role, "content": text}]
+    assert extract_memories(messages) == []
+    assert extract_facts(messages) == []
 
 
 def test_bad_messages_are_refused():

@@ -191,6 +191,57 @@ def test_forgetting_counts_accesses_not_yet_written(store, clock):
     assert store.get(m.id).access_count == 5
 
 
+def test_a_rowid_freed_in_one_namespace_never_leaks_into_another(store):
+    """A deleted memory's rowid can come back in another namespace: the
+    first namespace's vectors must let it go, not find the new memory."""
+    kept, newest = store.remember_many(
+        ["alice likes green tea", "alice account number is 4417"], namespace="alice"
+    )
+    assert store.search("alice account", namespace="alice")[0].memory.id == newest.id
+    store.delete(newest.id)
+    store.remember_many(["bob password hint is rosebud"], namespace="bob")
+    found = store.search("password hint", namespace="alice")
+    assert [h.memory.namespace for h in found] == ["alice"]
+    assert [h.memory.id for h in found] == [kept.id]
+
+
+def test_close_is_idempotent_and_an_unclosed_store_writes_its_counts_at_exit(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=HashingEmbedder(64)) as s:
+        m = s.remember("the refund for order A-8812 was issued")
+    s.close()  # again: nothing
+    script = (
+        "from context_core import MemoryStore\n"
+        "from context_core.memory_store import HashingEmbedder\n"
+        f"s = MemoryStore({str(path)!r}, embedder=HashingEmbedder(64))\n"
+        "for _ in range(5): s.search('A-8812')\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with MemoryStore(path, embedder=HashingEmbedder(64)) as s:
+        assert s.get(m.id).access_count == 5
+
+
+def test_a_busy_database_keeps_the_counts_pending_and_search_answers(tmp_path, clock):
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=HashingEmbedder(64), clock=clock, busy_timeout=0.05) as s:
+        m = s.remember("ticket PAY-77 is about the ledger export")
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            clock.now += ACCESS_FLUSH_SECONDS
+            assert s.search("PAY-77")[0].memory.id == m.id  # the flush is due, and busy
+            assert s.get(m.id).access_count == 1
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        s.flush()
+    with MemoryStore(path, embedder=HashingEmbedder(64)) as s:
+        assert s.get(m.id).access_count == 1
+
+
 def test_search_counts_accesses(store, clock):
     m = store.remember("Bob's handle is @bob_k")
     clock.now += 100

@@ -220,7 +220,7 @@ _EPISODE = re.compile(
     r"|completed|shipped|dropped|tuned|reduced|increased)\b"
     r".*\b(?:now|so that|no longer|which (?:fixes|fixed)|fixes|resolves|so we)\b"
     r"|.*\b(?:is|was|are|were) (?:now )?fixed by\b"
-    r"|.*(?:已经?|我们?把).*(?:修复|改成|换成|迁移|替换|优化).*(?:现在|之后|提升|通过|降)",
+    r"|.{0,100}?(?:已经?|我们?把).{0,80}?(?:修复|改成|换成|迁移|替换|优化).{0,80}?(?:现在|之后|提升|通过|降)",
     re.I,
 )
 _INSTANCE_START = re.compile(r"(?:this|that|it|these|those|he|she|they|a|an|some|one)\b", re.I)
@@ -378,8 +378,8 @@ def classify(sentence: str, role: str) -> tuple[Fact, str] | None:
     ``None``. Labelled sentences are handled by the caller. Memory files keep
     user sentences only; :func:`~context_core.memory_store.extract_memories`
     also keeps an assistant's finished changes and lessons."""
-    if sentence.endswith(("?", "\uff1f")):
-        return None
+    if len(sentence) > MAX_FACT_CHARS or sentence.endswith(("?", "\uff1f")):
+        return None  # prose, not a fact: and no pattern ever runs over a long crafted line
     if role != "user":
         return _assistant(sentence)
     if _PREFERENCE.search(sentence) and not _REQUEST.match(sentence):
@@ -441,6 +441,8 @@ def sentences(messages: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, str]
 
 def labelled(sentence: str) -> Fact | None:
     """The fact a ``Remember:`` / ``Decision:`` / ... sentence states, or ``None``."""
+    if len(sentence) > MAX_FACT_CHARS + 16:  # the longest label and its colon, then a fact
+        return None
     return _labelled(sentence) if _LABEL.match(sentence) else None
 
 
@@ -449,8 +451,10 @@ def extract_facts(messages: Iterable[Mapping[str, Any]]) -> list[Fact]:
     duplicates (see the module's documentation for exactly what is kept)."""
     facts: dict[str, Fact] = {}
     for role, sentence in sentences(messages):
-        fact = _labelled(sentence) if _LABEL.match(sentence) else _classify(sentence, role)
-        if fact is not None and (role == "user" or _LABEL.match(sentence)):
+        fact = labelled(sentence)
+        if fact is None and role == "user":  # unlabelled assistant text is never kept here
+            fact = _classify(sentence, role)
+        if fact is not None:
             facts.pop(fact.signature, None)  # the newest copy, at its place
             facts[fact.signature] = fact
     return list(facts.values())

@@ -20,7 +20,8 @@ line, or ``NONE``, and the reply is held to two checks before anything is
 kept: every line is in that format with one of the three kinds, and every
 exact value a memory names (ids, paths, numbers, versions, URLs: the
 entities of :func:`~context_core.memory_store.entities`) occurs in the
-conversation. A reply that fails either check raises
+conversation, spelled as the conversation spells it. A reply that fails
+either check raises
 :class:`~context_core.MemoryFormatError` naming the line, and nothing of it
 is kept.
 """
@@ -28,6 +29,7 @@ is kept.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -121,8 +123,22 @@ def _offline(messages: list[Mapping[str, Any]]) -> list[Extracted]:
     return list(found.values())
 
 
+def _invented(text: str, said: set[str], spoken: str) -> str | None:
+    """The first exact value ``text`` names that the conversation does not:
+    by its normal form, then as ``text`` spells it (a path or an id whose
+    case was changed is another value)."""
+    for _, value in _entities(text):
+        if value not in said:
+            return value
+        for spelled in re.finditer(re.escape(value), text, re.IGNORECASE):
+            if spelled.group() not in spoken:
+                return spelled.group()
+    return None
+
+
 def _checked(reply: str, transcript: list[tuple[str, str]]) -> list[Extracted]:
     said = {value for _, text in transcript for _, value in _entities(text)}
+    spoken = "\n".join(text for _, text in transcript)
     out = []
     for n, fact in enumerate(parse_reply(reply), 1):
         if fact.kind not in KINDS or fact.key is not None:
@@ -133,10 +149,10 @@ def _checked(reply: str, transcript: list[tuple[str, str]]) -> list[Extracted]:
                 line=n,
                 text=reply,
             )
-        invented = [value for _, value in _entities(fact.text) if value not in said]
-        if invented:
+        invented = _invented(fact.text, said, spoken)
+        if invented is not None:
             raise MemoryFormatError(
-                f"line {n} of the model's reply names {invented[0]!r}, which the conversation does not",
+                f"line {n} of the model's reply names {invented!r}, which the conversation does not",
                 line=n,
                 text=reply,
             )

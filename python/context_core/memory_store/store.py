@@ -14,6 +14,9 @@ namespace held in Rust and moved forward from ``changes``
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -23,6 +26,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -222,6 +226,13 @@ def _entry(text: Any, kind: Any, importance: Any, source: Any, tags: Any, pinned
     return _Entry(text, kind, _check_unit(importance, f"{where}importance"), source, tags, pinned)
 
 
+def _flush_at_exit(store: weakref.ReferenceType[MemoryStore]) -> None:
+    alive = store()
+    if alive is not None and not alive._closed:
+        with contextlib.suppress(Exception):  # exiting: a busy or broken database keeps its counts
+            alive.flush()
+
+
 def _held_keys(
     db: sqlite3.Connection, namespace: str, items: list[_Prepared]
 ) -> tuple[set[bytes], set[bytes]]:
@@ -291,6 +302,10 @@ class MemoryStore:
         self._vectors: dict[str, NamespaceVectors] = {}
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
+        self._closed = False
+        # A store the program never closes still writes its pending counts at exit.
+        self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -360,7 +375,8 @@ class MemoryStore:
             count, _ = self._accesses.get(mid, (0, now))
             self._accesses[mid] = (count + 1, now)
         if len(self._accesses) >= ACCESS_FLUSH_MEMORIES or now - self._accesses_since >= ACCESS_FLUSH_SECONDS:
-            self.flush()
+            with contextlib.suppress(StoreBusyError):  # another writer: the counts wait their turn
+                self.flush()
 
     def flush(self) -> None:
         """Writes the access counts searches keep in memory (see
@@ -763,10 +779,14 @@ class MemoryStore:
         return await asyncio.to_thread(self._remember_extracted, found, namespace, source)
 
     def _remember_extracted(self, found: list[Any], namespace: str, source: str | None) -> list[Memory]:
-        return self.remember_many(
-            [{**item.item(), **({} if source is None else {"source": source})} for item in found],
-            namespace=namespace,
-        )
+        # A conversation leaves a few memories: each gets remember()'s full
+        # near-duplicate search, search terms included.
+        namespace = _check_str(namespace, "namespace")
+        entries = [
+            _entry(item.text, item.kind, item.importance, source, (), False, f"memories[{i}].")
+            for i, item in enumerate(found)
+        ]
+        return self._remember(entries, namespace, near=True)
 
     # -- reading ----------------------------------------------------------
 
@@ -789,11 +809,15 @@ class MemoryStore:
     def count(self, namespace: str | None = None) -> int:
         """Memories in ``namespace`` (or in all)."""
         if namespace is None:
-            return int(self._db.execute("SELECT count(*) FROM memories").fetchone()[0])
-        _check_str(namespace, "namespace")
-        return int(
-            self._db.execute("SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)).fetchone()[0]
-        )
+            found = self._read(lambda db: db.execute("SELECT count(*) FROM memories").fetchone())
+        else:
+            _check_str(namespace, "namespace")
+            found = self._read(
+                lambda db: db.execute(
+                    "SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)
+                ).fetchone()
+            )
+        return int(found[0])
 
     def search(
         self,
@@ -893,8 +917,8 @@ class MemoryStore:
         for chunk in _chunks(rowids):
             rows = db.execute(
                 "SELECT rowid, id, kind, importance, last_access, access_count FROM memories"
-                f" WHERE rowid IN ({','.join('?' * len(chunk))})",
-                chunk,
+                f" WHERE rowid IN ({','.join('?' * len(chunk))}) AND namespace = ?",
+                (*chunk, namespace),
             ).fetchall()
             unscored = [r[0] for r in rows if r[0] not in cosines]
             if unscored:  # entity or keyword matches the vector scan did not reach
@@ -1027,7 +1051,9 @@ class MemoryStore:
             raise InvalidInputError(f"half_life_days must be positive, not {half_life_days!r}")
         floor = _check_unit(importance_floor, "importance_floor")
         now = float(self.clock())
-        self.flush()  # retention counts every access
+        if dry_run:  # retention counts every access (a purge writes them in its own transaction)
+            with contextlib.suppress(StoreBusyError):
+                self.flush()
 
         def work(db: sqlite3.Connection) -> ForgetReport:
             sql = (
@@ -1062,13 +1088,23 @@ class MemoryStore:
             return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
-        """Writes pending access counts and closes the database."""
+        """Writes pending access counts and closes the database; again, nothing."""
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            atexit.unregister(self._at_exit)
             try:
                 self.flush()
             finally:
+                self._accesses.clear()
                 self._vectors.clear()
                 self._db.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):  # dropped unclosed: its counts still go to disk
+            with contextlib.suppress(Exception):
+                self.close()
 
     def __enter__(self) -> MemoryStore:
         return self

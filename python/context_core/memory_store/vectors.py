@@ -55,8 +55,10 @@ class NamespaceVectors:
             marks = ",".join("?" * len(chunk))
             present.update(
                 connection.execute(
-                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks})",
-                    chunk,
+                    # A rowid freed by a delete can come back in another
+                    # namespace: then it has left this one.
+                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks}) AND namespace = ?",
+                    (*chunk, self.namespace),
                 ).fetchall()
             )
         for rowid in rowids:
