@@ -915,9 +915,11 @@ class MemoryStore:
         rowids = list({*shared, *cosines, *keyword})
         ranked: list[_Ranked] = []
         for chunk in _chunks(rowids):
+            # `+namespace`: a check on each row found by rowid. Without the
+            # plus, SQLite may walk the namespace's whole index instead.
             rows = db.execute(
                 "SELECT rowid, id, kind, importance, last_access, access_count FROM memories"
-                f" WHERE rowid IN ({','.join('?' * len(chunk))}) AND namespace = ?",
+                f" WHERE rowid IN ({','.join('?' * len(chunk))}) AND +namespace = ?",
                 (*chunk, namespace),
             ).fetchall()
             unscored = [r[0] for r in rows if r[0] not in cosines]

@@ -57,7 +57,7 @@ class NamespaceVectors:
                 connection.execute(
                     # A rowid freed by a delete can come back in another
                     # namespace: then it has left this one.
-                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks}) AND namespace = ?",
+                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks}) AND +namespace = ?",
                     (*chunk, self.namespace),
                 ).fetchall()
             )
