@@ -367,11 +367,6 @@ def _one_off(sentence: str) -> bool:
     return bool(_REQUEST.match(sentence) or _TRANSIENT.search(sentence))
 
 
-def _classify(sentence: str, role: str) -> Fact | None:
-    found = classify(sentence, role)
-    return None if found is None else found[0]
-
-
 def classify(sentence: str, role: str) -> tuple[Fact, str] | None:
     """The fact ``sentence`` (said by ``role``) is worth keeping, with the
     kind of memory it is (``semantic``, ``episodic`` or ``procedural``), or
@@ -453,7 +448,8 @@ def extract_facts(messages: Iterable[Mapping[str, Any]]) -> list[Fact]:
     for role, sentence in sentences(messages):
         fact = labelled(sentence)
         if fact is None and role == "user":  # unlabelled assistant text is never kept here
-            fact = _classify(sentence, role)
+            found = classify(sentence, role)
+            fact = None if found is None else found[0]
         if fact is not None:
             facts.pop(fact.signature, None)  # the newest copy, at its place
             facts[fact.signature] = fact

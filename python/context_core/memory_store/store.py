@@ -406,11 +406,14 @@ class MemoryStore:
         norms[norms == 0] = 1  # a zero vector stays zero
         return np.ascontiguousarray(array / norms, dtype=np.float32)
 
+    def _accessed(self, mid: str, count: int, last: float) -> tuple[int, float]:
+        """A memory's access count and last access, with the searches not yet written."""
+        pending = self._accesses.get(mid)
+        return (count, last) if pending is None else (count + pending[0], max(last, pending[1]))
+
     def _memory(self, row: Sequence[Any], entities: tuple[tuple[str, str], ...] = ()) -> Memory:
         _, mid, namespace, kind, text, importance, pinned, source, tags, created, last, count = row
-        pending = self._accesses.get(mid)
-        if pending is not None:
-            count, last = count + pending[0], max(last, pending[1])
+        count, last = self._accessed(mid, count, last)
         return Memory(
             mid,
             namespace,
@@ -932,9 +935,7 @@ class MemoryStore:
             for rowid, mid, kind, importance, last, count in rows:
                 if kinds is not None and kind not in kinds:
                     continue
-                pending = self._accesses.get(mid)
-                if pending is not None:
-                    count, last = count + pending[0], max(last, pending[1])
+                count, last = self._accessed(mid, count, last)
                 cosine, kw = cosines[rowid], keyword.get(rowid, 0.0)
                 relevance = ranking.VECTOR_WEIGHT * cosine + ranking.KEYWORD_WEIGHT * kw
                 score = ranking.rerank(relevance, importance, now - last, count)
