@@ -110,8 +110,9 @@ metadata = st.fixed_dictionaries(
         "extra": json_values,
     },
 )
-log_messages = st.tuples(openai_message | anthropic_message, metadata).map(
-    lambda pair: {**pair[0], **pair[1]}
-)
+log_messages = st.tuples(
+    openai_message.filter(lambda m: m["role"] != "critic") | anthropic_message, metadata
+).map(lambda pair: {**pair[0], **pair[1]})
 """Messages as a log takes them: OpenAI and Anthropic shapes, tool calls and results,
-with the metadata keys the header reads (pinned, priority, weight, timestamp, tags)."""
+with the metadata keys the header reads (pinned, priority, weight, timestamp, tags).
+Every role is one the log accepts; ``openai_message`` also draws an unknown one."""

@@ -21,7 +21,7 @@ import context_core
 from context_core.reference import log as reference_log
 from context_core.reference.tags import NAMES
 from limits import in_child_with_a_file_size_limit
-from strategies import log_messages, texts
+from strategies import log_messages, openai_message, texts
 
 RUST, TWIN = context_core.MessageLog, reference_log.MessageLog
 LOGS = {"rust": RUST, "twin": TWIN}
@@ -53,6 +53,7 @@ picks = st.integers(0, 2**16)
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("append"), log_messages, keywords, st.none() | picks),
+        st.tuples(st.just("append"), openai_message, keywords, st.none() | picks),
         st.tuples(st.just("append_many"), st.lists(stamped_messages, max_size=3)),
         st.tuples(st.just("add_summary"), texts, picks, picks, st.sampled_from([2, 3])),
         st.tuples(st.just("rewind"), picks),

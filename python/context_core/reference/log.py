@@ -433,6 +433,23 @@ def take_lock(directory: str, timeout: float) -> int:
 # -- payloads ----------------------------------------------------------------------------
 
 
+#: The roles a chat message may have, in either provider's format.
+MESSAGE_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def check_role(message: dict[str, Any]) -> None:
+    """A message the log keeps must name a known role: a typo such as
+    ``"assitant"`` would otherwise be stored and sent, for the API to refuse."""
+    if "role" not in message:
+        raise InvalidInputError("role: missing field")
+    role = message["role"]
+    if not isinstance(role, str):
+        raise InvalidTypeError(f"role: expected a str, got {type(role).__name__}")
+    if role not in MESSAGE_ROLES:
+        known = ", ".join(MESSAGE_ROLES)
+        raise InvalidInputError(f"role: unknown role {role!r}; a role is one of {known}")
+
+
 def check_json(value: Any, depth: int = 0) -> None:
     """Refuse what is not JSON (tuples, sets, bytes, non-str keys, objects)."""
     if value is None or isinstance(value, (str, bool, int, float)):
@@ -1327,6 +1344,7 @@ class MessageLog:
     ) -> tuple[Node, bytes]:
         if not isinstance(message, dict):
             raise InvalidTypeError(f"a message must be a dict, not {type(message).__name__}")
+        check_role(message)
         if pinned is None:  # as not given
             pinned = False
         if not isinstance(pinned, bool):

@@ -98,6 +98,20 @@ impl PyMessageLog {
     }
 }
 
+/// `message` as the log stores it: a dict as it is; an SDK object (one
+/// with `model_dump`, such as OpenAI's `ChatCompletionMessage` or
+/// Anthropic's `Message`) through `context_core.sdk_messages.message_of`.
+fn sdk_message<'py>(message: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    if message.is_instance_of::<PyDict>() || !message.hasattr("model_dump")? {
+        return Ok(message.clone());
+    }
+    message
+        .py()
+        .import("context_core.sdk_messages")?
+        .getattr("message_of")?
+        .call1((message,))
+}
+
 fn durability(name: &str) -> PyResult<Durability> {
     match name {
         "always" => Ok(Durability::Always),
@@ -292,9 +306,10 @@ impl PyMessageLog {
             parent,
             timestamp: number(timestamp, "timestamp")?,
         };
+        let message = sdk_message(message)?;
         Ok(self
             .log()?
-            .append(&PyJson(message.clone()), &options, &LOG_TAGGER)
+            .append(&PyJson(message), &options, &LOG_TAGGER)
             .map_err(CoreError)?)
     }
 
@@ -302,9 +317,9 @@ impl PyMessageLog {
     #[pyo3(name = "_append_many")]
     fn append_many(&self, messages: &Bound<'_, PyAny>) -> PyResult<(u64, u64)> {
         let views: Vec<PyJson<'_>> = sequence(messages, "messages")?
-            .into_iter()
-            .map(PyJson)
-            .collect();
+            .iter()
+            .map(|m| sdk_message(m).map(PyJson))
+            .collect::<PyResult<_>>()?;
         if let Some(range) = self.append_many_parallel(&views)? {
             return Ok(range);
         }

@@ -62,7 +62,9 @@ impl MessageLog {
             self.writable_unmapped()?;
             self.position.head
         };
-        let (node, payload) = self.message_node(message, options, tagger, self.count, parent)?;
+        let (node, payload) = self
+            .message_node(message, options, tagger, self.count, parent)
+            .map_err(|e| e.within("message"))?;
         self.write_nodes(vec![(node, payload)])?;
         Ok(self.count - 1)
     }
@@ -165,6 +167,7 @@ impl MessageLog {
         seq: u64,
         parent: u64,
     ) -> Result<(Node, Vec<u8>)> {
+        check_role(message)?;
         let info = analyze_message(message, &self.tokenizer, Some(tagger))?;
         let payload = message.to_compact_exact()?.into_bytes();
         let mut flags = 0;
@@ -424,4 +427,42 @@ fn now() -> f64 {
 
 fn finite_f32(value: Option<f64>, default: f32) -> f32 {
     value.map_or(default, |v| v as f32)
+}
+
+/// The roles a chat message may have, in either provider's format.
+pub const ROLES: [&str; 6] = [
+    "system",
+    "developer",
+    "user",
+    "assistant",
+    "tool",
+    "function",
+];
+
+/// A message the log keeps must name one of [`ROLES`]: a typo such as
+/// `"assitant"` would otherwise be stored and sent, for the API to refuse.
+fn check_role<J: JsonValue>(message: &J) -> Result<()> {
+    if message.kind() != crate::json::Kind::Object {
+        return Ok(()); // the analysis names the wrong type
+    }
+    let Some(role) = message.get("role") else {
+        return Err(Error::MissingField {
+            path: "role".into(),
+        });
+    };
+    match role.as_str() {
+        Some(name) if ROLES.contains(&name.as_ref()) => Ok(()),
+        Some(name) => Err(Error::InvalidValue {
+            path: "role".into(),
+            reason: format!(
+                "unknown role {name:?}; a role is one of {}",
+                ROLES.join(", ")
+            ),
+        }),
+        None => Err(Error::WrongType {
+            path: "role".into(),
+            expected: "a str",
+            found: role.type_name().into_owned(),
+        }),
+    }
 }

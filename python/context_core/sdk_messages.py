@@ -1,0 +1,183 @@
+"""Messages and usage from what the provider SDKs return.
+
+An agent loop holds SDK objects: an OpenAI ``ChatCompletion`` (or its
+``ChatCompletionMessage``), a Responses API ``Response``, an Anthropic
+``Message``. :func:`message_of` turns any of them, or the same thing as a
+plain dict, into the message dict the log stores and the next request
+sends; :func:`usage_of` reads its token usage. Only the fields a request
+may carry are kept: ``refusal``, ``annotations``, ``audio``, ``citations``
+and the like describe a response and are refused by some servers when sent
+back. Thinking blocks keep their signatures (Anthropic checks them on the
+next turn). Neither SDK is imported: objects are read through their
+``model_dump``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from context_core.errors import InvalidInputError, InvalidTypeError
+
+__all__ = ["Usage", "message_of", "usage_of"]
+
+#: Fields of an OpenAI chat message that a request carries.
+_CHAT_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
+#: Fields of each Anthropic content block that a request carries, by type
+#: (a type not listed here is kept as the SDK gave it).
+_BLOCK_FIELDS = {
+    "text": ("type", "text"),
+    "tool_use": ("type", "id", "name", "input"),
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+    "tool_result": ("type", "tool_use_id", "content", "is_error"),
+    "image": ("type", "source"),
+}
+
+
+def _plain(obj: Any, what: str) -> Mapping[str, Any]:
+    if isinstance(obj, Mapping):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        value = dump(mode="json", exclude_none=True)
+        if isinstance(value, Mapping):
+            return value
+    raise InvalidTypeError(
+        f"{what}: expected a message dict or an SDK response object, got {type(obj).__name__}"
+    )
+
+
+def _chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    out = {key: message[key] for key in _CHAT_FIELDS if message.get(key) is not None}
+    calls = out.get("tool_calls")
+    if isinstance(calls, list):
+        if not calls:
+            del out["tool_calls"]
+        else:
+            out["tool_calls"] = [_tool_call(call) for call in calls]
+    if "content" not in out and "tool_calls" not in out:
+        out["content"] = ""
+    return out
+
+
+def _tool_call(call: Any) -> Any:
+    if not isinstance(call, Mapping):
+        return call  # the log reports what is wrong with it
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        function = {key: function[key] for key in ("name", "arguments") if key in function}
+    return {"id": call.get("id"), "type": call.get("type", "function"), "function": function}
+
+
+def _block(block: Any) -> Any:
+    if not isinstance(block, Mapping):
+        return block
+    fields = _BLOCK_FIELDS.get(str(block.get("type")))
+    if fields is None:
+        return dict(block)
+    return {key: block[key] for key in fields if block.get(key) is not None}
+
+
+def _responses_message(output: list[Any]) -> dict[str, Any]:
+    """One chat message from a Responses API ``output``: its text and its
+    function calls (reasoning items are not sent back in chat form)."""
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for item in output:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("type") == "message":
+            for part in item.get("content") or ():
+                if isinstance(part, Mapping) and part.get("type") == "output_text":
+                    texts.append(str(part.get("text", "")))
+        elif item.get("type") == "function_call":
+            calls.append(
+                {
+                    "id": item.get("call_id") or item.get("id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+                }
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def message_of(response: Any) -> dict[str, Any]:
+    """The message dict of ``response``: a message dict (OpenAI or
+    Anthropic form, returned as given), an OpenAI ``ChatCompletion`` (its first choice) or
+    ``ChatCompletionMessage``, a Responses API ``Response``, an Anthropic
+    ``Message``, or any of them as a plain dict."""
+    if isinstance(response, Mapping) and "role" in response and response.get("type") != "message":
+        return dict(response)  # already a message: stored as given, metadata keys too
+    data = _plain(response, "response")
+    if "choices" in data:
+        choices = data["choices"]
+        if not isinstance(choices, list) or not choices:
+            raise InvalidInputError("response: a chat completion with no choices")
+        data = _plain(choices[0], "response.choices[0]")
+        data = _plain(data.get("message"), "response.choices[0].message")
+    elif isinstance(data.get("output"), list) and data.get("object") == "response":
+        return _responses_message(data["output"])
+    if data.get("type") == "message" and isinstance(data.get("content"), list):
+        return {"role": data.get("role", "assistant"), "content": [_block(b) for b in data["content"]]}
+    if "role" not in data:
+        raise InvalidInputError("response: neither a message (no role) nor a response the SDKs return")
+    content = data.get("content")
+    if isinstance(content, list) and any(
+        isinstance(b, Mapping) and b.get("type") in ("tool_use", "thinking", "tool_result") for b in content
+    ):
+        return {"role": data["role"], "content": [_block(b) for b in content]}
+    return _chat_message(data)
+
+
+class Usage:
+    """A response's token usage: ``prompt`` (the whole input, cached tokens
+    included), ``cached`` (read from the provider's cache), ``cache_written``
+    (Anthropic: written to it), ``output``; ``raw`` as the SDK gave it."""
+
+    __slots__ = ("cache_written", "cached", "output", "prompt", "raw")
+
+    def __init__(self, prompt: int, cached: int, cache_written: int, output: int, raw: Any) -> None:
+        self.prompt = prompt
+        self.cached = cached
+        self.cache_written = cache_written
+        self.output = output
+        self.raw = raw
+
+    def __repr__(self) -> str:
+        return (
+            f"Usage(prompt={self.prompt}, cached={self.cached}, "
+            f"cache_written={self.cache_written}, output={self.output})"
+        )
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def usage_of(response: Any) -> Usage | None:
+    """The usage of ``response`` (``None`` when it reports none)."""
+    raw = response.get("usage") if isinstance(response, Mapping) else getattr(response, "usage", None)
+    if raw is None:
+        return None
+    data = _plain(raw, "response.usage")
+    if "prompt_tokens" in data:  # Chat Completions
+        details = data.get("prompt_tokens_details") or {}
+        cached = _int(details, "cached_tokens") if isinstance(details, Mapping) else 0
+        return Usage(_int(data, "prompt_tokens"), cached, 0, _int(data, "completion_tokens"), raw)
+    if "cache_read_input_tokens" in data or "cache_creation_input_tokens" in data:  # Anthropic
+        read, written = _int(data, "cache_read_input_tokens"), _int(data, "cache_creation_input_tokens")
+        return Usage(
+            _int(data, "input_tokens") + read + written, read, written, _int(data, "output_tokens"), raw
+        )
+    if "input_tokens" in data:  # the Responses API, or Anthropic without cache fields
+        details = data.get("input_tokens_details") or {}
+        if not isinstance(details, Mapping):
+            details = {}
+        cached, written = _int(details, "cached_tokens"), _int(details, "cache_write_tokens")
+        return Usage(_int(data, "input_tokens"), cached, written, _int(data, "output_tokens"), raw)
+    return None

@@ -1,0 +1,170 @@
+"""SDK response objects become the messages the log stores and the next
+request sends; the log refuses unknown roles and names where a bad message is."""
+
+from __future__ import annotations
+
+import pytest
+from anthropic.types import Message as AnthropicMessage
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types.responses import Response
+
+from context_core import InvalidInputError, InvalidTypeError, MessageLog, sanitize
+from context_core.sdk_messages import message_of, usage_of
+
+
+def chat_completion(tool_calls=None, content="done") -> ChatCompletion:
+    return ChatCompletion.model_validate(
+        {
+            "id": "cmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls" if tool_calls else "stop",
+                    "message": {
+                        "role": "assistant",
+                        "content": content,
+                        "refusal": None,
+                        "annotations": [],
+                        "tool_calls": tool_calls,
+                    },
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 120,
+                "completion_tokens": 7,
+                "total_tokens": 127,
+                "prompt_tokens_details": {"cached_tokens": 64},
+            },
+        }
+    )
+
+
+def anthropic_message() -> AnthropicMessage:
+    return AnthropicMessage.model_validate(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [
+                {"type": "thinking", "thinking": "check the file", "signature": "sig-abc"},
+                {"type": "text", "text": "Reading it.", "citations": None},
+                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}},
+            ],
+            "stop_reason": "tool_use",
+            "usage": {
+                "input_tokens": 30,
+                "output_tokens": 12,
+                "cache_read_input_tokens": 2000,
+                "cache_creation_input_tokens": 100,
+            },
+        }
+    )
+
+
+def test_a_chat_completion_keeps_only_what_a_request_carries():
+    calls = [{"id": "call_1", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}]
+    message = message_of(chat_completion(calls, content=None))
+    assert message == {"role": "assistant", "tool_calls": calls}
+    assert message_of(chat_completion().choices[0].message) == {"role": "assistant", "content": "done"}
+    usage = usage_of(chat_completion())
+    assert (usage.prompt, usage.cached, usage.cache_written, usage.output) == (120, 64, 0, 7)
+
+
+def test_an_anthropic_message_keeps_thinking_signatures_and_tool_use():
+    message = message_of(anthropic_message())
+    assert message == {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "check the file", "signature": "sig-abc"},
+            {"type": "text", "text": "Reading it."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}},
+        ],
+    }
+    usage = usage_of(anthropic_message())
+    # Anthropic's input_tokens leaves out what was read from or written to the cache.
+    assert (usage.prompt, usage.cached, usage.cache_written) == (2130, 2000, 100)
+    assert (
+        sanitize([{"role": "user", "content": "go"}, message], provider="anthropic").messages[-1]["content"][
+            0
+        ]["signature"]
+        == "sig-abc"
+    )
+
+
+def test_a_responses_api_output_becomes_one_chat_message():
+    response = Response.model_validate(
+        {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": 1,
+            "model": "gpt-4o",
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {
+                    "type": "message",
+                    "id": "m1",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "Looking.", "annotations": []}],
+                },
+                {
+                    "type": "function_call",
+                    "id": "fc_1",
+                    "call_id": "call_9",
+                    "name": "grep",
+                    "arguments": "{}",
+                },
+            ],
+            "usage": {
+                "input_tokens": 50,
+                "output_tokens": 5,
+                "total_tokens": 55,
+                "input_tokens_details": {"cached_tokens": 32, "cache_write_tokens": 8},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+    )
+    assert message_of(response) == {
+        "role": "assistant",
+        "content": "Looking.",
+        "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "grep", "arguments": "{}"}}],
+    }
+    usage = usage_of(response)
+    assert (usage.prompt, usage.cached, usage.cache_written) == (50, 32, 8)
+
+
+def test_a_message_dict_is_returned_as_given_and_junk_is_refused():
+    given = {"role": "user", "content": "hi", "timestamp": 5.0}
+    assert message_of(given) == given
+    assert message_of(given) is not given
+    with pytest.raises(InvalidTypeError, match="SDK response"):
+        message_of(42)
+    with pytest.raises(InvalidInputError, match="no choices"):
+        message_of({"choices": []})
+    with pytest.raises(InvalidInputError, match="no role"):
+        message_of({"content": "x"})
+    assert usage_of({"role": "assistant"}) is None
+
+
+def test_the_log_takes_sdk_objects_and_refuses_unknown_roles(tmp_path):
+    log = MessageLog.open(tmp_path / "log", create=True)
+    log.append({"role": "user", "content": "read a.py"})
+    log.append(anthropic_message())
+    log.append(ChatCompletionMessage(role="assistant", content="ok"))
+    view = log.context_view()
+    assert view[1]["content"][0]["signature"] == "sig-abc"
+    assert view[2] == {"role": "assistant", "content": "ok"}
+    with pytest.raises(InvalidInputError, match=r"unknown role \"banana\""):
+        log.append({"role": "banana", "content": "x"})
+    with pytest.raises(InvalidInputError, match=r"messages\[1\]\.role"):
+        log.append_many([{"role": "user", "content": "a"}, {"role": "assitant", "content": "b"}])
+    with pytest.raises(InvalidTypeError, match=r"^message: expected a message dict"):
+        log.append(None)
+    assert len(log) == 3  # nothing refused was written
