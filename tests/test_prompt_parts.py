@@ -63,8 +63,14 @@ def anthropic_prefix(request: dict) -> bytes:
     return json.dumps({"tools": request.get("tools"), "system": system[: marked[-1] + 1]}).encode()
 
 
-def openai_prefix(request: dict) -> bytes:
-    return json.dumps({"tools": request.get("tools"), "first": request["messages"][0]}).encode()
+def openai_prefix(request: dict, volatile: str) -> bytes:
+    """The tools and the system message up to this turn's volatile part: the
+    token prefix OpenAI caches."""
+    first = request["messages"][0]
+    head, sep, rest = first["content"].rpartition("\n\n" + volatile)
+    assert sep, "the volatile part follows the cached head"
+    assert not rest, "nothing follows the volatile part without context"
+    return json.dumps({"tools": request.get("tools"), "role": first["role"], "head": head}).encode()
 
 
 def turn_parts(builder: PromptBuilder, turn: int, **kwargs):
@@ -94,7 +100,7 @@ def test_prefix_is_byte_identical_across_50_turns_for_both_providers():
         # everything after the last breakpoint is the turn's own
         assert request["system"][-1] == {"type": "text", "text": parts.volatile}
         assert request["messages"] == history(turn)
-        openai.add(openai_prefix(parts.to_openai(history(turn))))
+        openai.add(openai_prefix(parts.to_openai(history(turn)), parts.volatile))
     assert len(volatiles) == 50  # the volatile part did change every turn
     assert len(anthropic) == 1
     assert len(openai) == 1
@@ -110,7 +116,7 @@ def test_the_volatile_part_never_enters_the_cached_prefix():
     for marker in ("10:37", "fact number 7", "Step 7", "/work/run-1"):
         assert marker in parts.volatile
         assert marker not in cached
-        assert marker not in json.dumps(parts.to_openai()["messages"][0])
+        assert marker not in openai_prefix(parts.to_openai(), parts.volatile).decode()
 
 
 def test_a_stable_change_is_reported_and_changes_the_hash():
@@ -198,11 +204,11 @@ def test_breakpoints_close_the_system_and_the_stable_parts():
     ]
     openai = parts.to_openai(history(0), model="gpt-4o")
     assert openai["model"] == "gpt-4o"
-    assert openai["messages"][:2] == [
-        {"role": "system", "content": f"{parts.system}\n\n{parts.stable}"},
-        {"role": "system", "content": parts.volatile},
-    ]
-    assert openai["messages"][2:] == history(0)
+    assert openai["messages"][0] == {
+        "role": "system",
+        "content": f"{parts.system}\n\n{parts.stable}\n\n{parts.volatile}",
+    }
+    assert openai["messages"][1:] == history(0)
     assert [t["function"]["name"] for t in openai["tools"]] == ["tool_0", "tool_1", "tool_2"]
 
 
@@ -666,7 +672,9 @@ def test_parts_made_by_hand_render_and_count():
     parts = PromptParts("You are terse.", "## Session Facts\nSession: s", "## Context\nnow", tools=tools(1))
     assert parts.breakdown.system == tok.count("You are terse.")
     assert parts.breakdown.volatile == tok.count("## Context\nnow")
-    assert parts.to_openai()["messages"][0]["content"] == "You are terse.\n\n## Session Facts\nSession: s"
+    assert parts.to_openai()["messages"][0]["content"] == (
+        "You are terse.\n\n## Session Facts\nSession: s\n\n## Context\nnow"
+    )
     request = parts.to_anthropic([], model=MODEL, min_cache_tokens=0)
     assert [b["text"] for b in request["system"]] == [
         "You are terse.",
@@ -708,11 +716,13 @@ def test_replaced_parts_render_count_and_hash_their_own_text():
         request = replaced.to_anthropic([], model=MODEL, min_cache_tokens=0)
         assert [b["text"] for b in request["system"]] == [replaced.system, replaced.stable, replaced.volatile]
         openai = replaced.to_openai()
-        assert openai["messages"][0]["content"] == f"{replaced.system}\n\n{replaced.stable}"
+        assert openai["messages"][0]["content"] == (
+            f"{replaced.system}\n\n{replaced.stable}\n\n{replaced.volatile}"
+        )
         assert openai.get("tools", []) == by_hand.to_openai().get("tools", [])
     volatile = dataclasses.replace(built, volatile="## Context\nnow")
     assert volatile.breakdown.volatile == tok.count("## Context\nnow")
-    assert volatile.to_openai()["messages"][1]["content"] == "## Context\nnow"
+    assert volatile.to_openai()["messages"][0]["content"].endswith("\n\n## Context\nnow")
     assert volatile.prefix_hash() == built.prefix_hash()
     assert volatile.kept_out == built.kept_out
     with pytest.raises(ValueError, match="init=False"):
@@ -725,5 +735,6 @@ def test_turns_share_the_prefix_objects():
     builder = big_builder(system_words=3000)
     one, two = turn_parts(builder, 0), turn_parts(builder, 1)
     assert one.system is two.system
-    assert one.to_openai()["messages"][0]["content"] is two.to_openai()["messages"][0]["content"]
+    first = one.to_openai(volatile="user")["messages"][0]["content"]
+    assert first is two.to_openai(volatile="user")["messages"][0]["content"]
     assert prose(3, 1) in one.system

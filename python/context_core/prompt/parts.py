@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from context_core._core import Tokenizer
 from context_core.errors import InvalidTypeError
@@ -206,13 +206,23 @@ class PromptParts:
         model: str | None = None,
         volatile: Literal["system", "user"] = "system",
         role: Literal["system", "developer"] = "system",
+        system: str | Sequence[Mapping[str, Any]] | None = None,
     ) -> OpenAIRequest:
-        """Keyword arguments for ``client.chat.completions.create``: the
-        messages (the parts, then ``messages``, the conversation without a
-        system message), the tools, the model when given. See
-        :mod:`context_core.prompt.render_openai` for the layout."""
+        """Keyword arguments for ``client.chat.completions.create``: one
+        system message (the parts, then ``system`` and the text of any system
+        message ``messages`` starts with), the rest of ``messages``, the
+        tools, the model when given. Pass a selection's messages as they are:
+        its summaries and memories land after the volatile part, outside the
+        cached prefix. See :mod:`context_core.prompt.render_openai` for the
+        layout."""
         return openai_request(
-            self.prefix, self.volatile, messages, model=model, placement=volatile, role=role
+            self.prefix,
+            self.volatile,
+            messages,
+            model=model,
+            placement=volatile,
+            role=role,
+            system=system,
         )
 
     def to_anthropic(
@@ -224,10 +234,13 @@ class PromptParts:
         min_cache_tokens: int | None = None,
         cache_ttl: str | None = None,
         max_breakpoints: int = MAX_BREAKPOINTS,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
     ) -> AnthropicRequest:
         """Keyword arguments for ``client.messages.create`` (add
         ``max_tokens``): the tools, the system blocks with their cache
-        breakpoints, the conversation. See
+        breakpoints and then ``system`` (pass a selection's ``system``: its
+        summaries, memories and lifted system messages), the conversation.
+        See
         :mod:`context_core.prompt.render_anthropic` for the layout and the
         breakpoint policy."""
         return anthropic_request(
@@ -239,6 +252,7 @@ class PromptParts:
             min_cache_tokens=min_cache_tokens,
             cache_ttl=cache_ttl,
             max_breakpoints=max_breakpoints,
+            system=system,
         )
 
     def text(self) -> str:

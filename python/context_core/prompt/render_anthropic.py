@@ -6,16 +6,21 @@ block marked ``cache_control``. The request this renders is::
     tools:    the tool schemas (keys sorted)              } cached prefix
     system:   [system part  + cache_control,              }
                stable part  + cache_control,              }
-               volatile part]                  <- after the last breakpoint
+               volatile part,                  <- after the last breakpoint
+               context]                        <- summaries, memories
     messages: the conversation
 
 so the tools ride in front of the first breakpoint, and a turn that changes
-only the volatile part re-reads both cached prefixes. With no system text the
+only the volatile part re-reads both cached prefixes. The context is
+``system=`` (a selection's ``system``: the summaries, memories and system
+messages it lifted out) and any system message the conversation starts with
+(which the Messages API would refuse there): past every breakpoint, so a new
+summary never changes the cached prefix. With no system text the
 tools' own prefix is marked instead: the breakpoint goes on the last tool
 (``tools[-1].cache_control``, in a copy of that schema), unless the caller's
 schema already carries one. With
-``volatile="user"`` the volatile part goes at the end of the last user
-message instead, after the conversation, so a breakpoint the caller puts on
+``volatile="user"`` the volatile part and the context go at the end of the last
+user message instead, after the conversation, so a breakpoint the caller puts on
 the conversation (to cache the history as well) stays valid from turn to turn.
 
 **Minimum lengths.** A prefix shorter than the model's minimum cacheable
@@ -42,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
+from context_core.prompt.context_part import context_blocks, lift_system
 from context_core.prompt.prefix import Prefix
 from context_core.types import AnthropicMessage
 
@@ -198,10 +204,9 @@ def _block(text: str, cache: CacheControl | None) -> SystemBlock:
     return {"type": "text", "text": text, "cache_control": dict(cache)}  # type: ignore[typeddict-item]
 
 
-def _append_volatile(messages: list[Any], volatile: str) -> None:
-    """Put the volatile part at the end of the last user message (a new user
-    message when the conversation does not end with one)."""
-    block = {"type": "text", "text": volatile}
+def _append_blocks(messages: list[Any], per_turn: list[Any]) -> None:
+    """Put the volatile part and the context at the end of the last user
+    message (a new user message when the conversation does not end with one)."""
     last = messages[-1] if messages else None
     if isinstance(last, Mapping) and last.get("role") == "user":
         content = last.get("content")
@@ -213,9 +218,9 @@ def _append_volatile(messages: list[Any], volatile: str) -> None:
             raise InvalidTypeError(
                 f"the last message's content must be a str or a list, got {type(content).__name__}"
             )
-        messages[-1] = {**last, "content": [*blocks, block]}
+        messages[-1] = {**last, "content": [*blocks, *per_turn]}
     else:
-        messages.append({"role": "user", "content": [block]})
+        messages.append({"role": "user", "content": list(per_turn)})
 
 
 def anthropic_request(
@@ -228,6 +233,7 @@ def anthropic_request(
     min_cache_tokens: int | None = None,
     cache_ttl: str | None = None,
     max_breakpoints: int = MAX_BREAKPOINTS,
+    system: str | Sequence[Mapping[str, Any]] | None = None,
 ) -> AnthropicRequest:
     """The request for ``model`` (see the module's docs)."""
     if not isinstance(model, str):
@@ -251,8 +257,11 @@ def anthropic_request(
         raise InvalidInputError(f"volatile must be 'system' or 'user', got {placement!r}")
     if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidTypeError(f"messages must be a list of messages, got {type(messages).__name__}")
+    lifted, conversation = lift_system(messages)
+    context = context_blocks(system, lifted)
     plan = _plan(prefix, model, min_cache_tokens)
-    theirs = count_breakpoints(messages) + (prefix.system.tool_breakpoints() if prefix.system.tools else 0)
+    theirs = count_breakpoints(conversation) + _count_blocks(context)
+    theirs += prefix.system.tool_breakpoints() if prefix.system.tools else 0
     if theirs > max_breakpoints:
         raise InvalidInputError(
             f"the messages and tools already carry {theirs} cache_control breakpoints;"
@@ -271,16 +280,18 @@ def anthropic_request(
     cache: CacheControl = {"type": "ephemeral"}
     if cache_ttl is not None:
         cache["ttl"] = cache_ttl
-    system = [_block(prefix.system.text, cache if "system" in plan else None)] if prefix.system.text else []
+    blocks = [_block(prefix.system.text, cache if "system" in plan else None)] if prefix.system.text else []
     if prefix.stable:
-        system.append(_block(prefix.stable, cache if "stable" in plan else None))
-    out = list(messages)
-    if volatile:
+        blocks.append(_block(prefix.stable, cache if "stable" in plan else None))
+    per_turn: list[Any] = [{"type": "text", "text": volatile}] if volatile else []
+    per_turn += context
+    out = conversation
+    if per_turn:
         if placement == "system":
-            system.append({"type": "text", "text": volatile})
+            blocks.extend(per_turn)
         else:
-            _append_volatile(out, volatile)
-    request: AnthropicRequest = {"model": model, "system": system, "messages": out}
+            _append_blocks(out, per_turn)
+    request: AnthropicRequest = {"model": model, "system": blocks, "messages": out}
     if prefix.system.tools:
         if "tools" in plan:
             request["tools"] = prefix.system.marked_tools(cache_ttl)

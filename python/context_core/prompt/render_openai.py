@@ -4,21 +4,27 @@ OpenAI caches prompt prefixes automatically (1,024 tokens and longer, in
 128-token steps); there are no breakpoints to place, only a prefix to keep
 byte-identical. The messages this renders are::
 
-    {"role": "system", "content": system part + "\\n\\n" + stable part}   <- same bytes every turn
-    {"role": "system", "content": volatile part}                           <- changes each turn
+    {"role": "system", "content": system part + "\\n\\n" + stable part    <- same bytes every turn
+                                  + "\\n\\n" + volatile part               <- changes each turn
+                                  + "\\n\\n" + context}                     <- summaries, memories
     ...the conversation...
 
 with the tools (keys sorted, in OpenAI's form) beside them: the tools and the
-first message are the cached prefix. The stable part shares the system
-message rather than having one of its own so the cached prefix is one message
-whose text only changes when the session does.
+system and stable parts are the cached prefix (OpenAI caches a token prefix,
+not whole messages). The context is ``system=`` (a selection's summaries and
+memories) and the text of the system messages the conversation starts with:
+it follows the volatile part, so it never changes the cached prefix. One
+system message, not one per part, because repairing the request
+(:func:`~context_core.sanitize`) merges adjacent system messages: the request
+is already in the form repair leaves it in.
 
 With ``volatile="user"`` the volatile part goes at the end of the last user
-message instead (a new user message when the conversation does not end with
-one): the cached prefix then runs through the whole earlier conversation,
-which is worth more than the system prompt alone once a conversation is long;
-the default keeps the per-turn context ahead of the conversation, where seed
-000 puts it. ``role="developer"`` addresses reasoning models that prefer it.
+message instead, followed by the context (a new user message when the
+conversation does not end with one): the cached prefix then runs through the
+whole earlier conversation, which is worth more than the system prompt alone
+once a conversation is long; the default keeps the per-turn context ahead of
+the conversation. ``role="developer"`` addresses reasoning models that prefer
+it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.prompt.context_part import SEPARATOR, context_blocks, lift_system
 from context_core.prompt.prefix import Prefix
 from context_core.types import OpenAIMessage
 
@@ -68,6 +75,7 @@ def openai_request(
     model: str | None = None,
     placement: Literal["system", "user"] = "system",
     role: Literal["system", "developer"] = "system",
+    system: str | Sequence[Mapping[str, Any]] | None = None,
 ) -> OpenAIRequest:
     """The messages (and tools, and model when given) of a request."""
     if model is not None and not isinstance(model, str):
@@ -78,12 +86,16 @@ def openai_request(
         raise InvalidInputError(f"role must be 'system' or 'developer', got {role!r}")
     if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidTypeError(f"messages must be a list of messages, got {type(messages).__name__}")
-    out: list[Any] = [{"role": role, "content": prefix.openai_head}] if prefix.openai_head else []
-    if volatile and placement == "system":
-        out.append({"role": role, "content": volatile})
-    out.extend(messages)
-    if volatile and placement == "user":
-        _append_volatile(out, volatile)
+    lifted, conversation = lift_system(messages)
+    context = SEPARATOR.join(block["text"] for block in context_blocks(system, lifted))
+    per_turn = SEPARATOR.join(text for text in (volatile, context) if text)
+    head = prefix.openai_head
+    if placement == "system":
+        head = SEPARATOR.join(text for text in (head, per_turn) if text)
+    out: list[Any] = [{"role": role, "content": head}] if head else []
+    out.extend(conversation)
+    if per_turn and placement == "user":
+        _append_volatile(out, per_turn)
     request: OpenAIRequest = {"messages": out}
     if model is not None:
         request["model"] = model
