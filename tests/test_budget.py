@@ -15,6 +15,7 @@ from openai.types.responses import ResponseUsage
 
 from context_core import (
     Budget,
+    BudgetTooSmallError,
     BudgetWarning,
     ContextCoreError,
     InvalidInputError,
@@ -203,7 +204,8 @@ def test_messages_never_exceed_the_window():
     assert budget.messages() == 200_000 - 8_000
     assert budget.messages(system_tokens=10_000) == 200_000 - 10_000
     assert budget.history() <= budget.messages()
-    assert Budget(window=10_000, safety_factor=0.5).messages() == 0  # the reserve is more than the soft limit
+    # (7,000 - 1,250) / 0.5 = 11,500 would overrun the window: capped at the window less the reserve
+    assert Budget(window=10_000, safety_factor=0.5).messages() == 10_000 - 1_250
     small = Budget(window=100_000, soft_ratio=1.0, system_reserve=0, safety_factor=0.5)
     assert small.messages() == 100_000
 
@@ -213,6 +215,27 @@ def test_a_measured_system_prompt_is_in_counted_tokens():
     budget = Budget(window=200_000, safety_factor=1.25)
     assert budget.messages(system_tokens=20_000) == 112_000 - 20_000  # 140,000 / 1.25 - 20,000
     assert budget.messages() == 105_600  # (140,000 - 8,000) / 1.25: a reserve is a share of the window
+
+
+def test_reserves_scale_with_small_windows_and_a_budget_without_room_is_refused():
+    gpt4 = Budget.for_model("gpt-4")  # 8,192 tokens: fixed 8K/5K/3K reserves would leave nothing
+    assert (gpt4.system_reserve, gpt4.pinned_reserve, gpt4.input_reserve) == (1_024, 512, 512)
+    assert gpt4.messages() == int(8_192 * 0.7) - 1_024
+    assert gpt4.history() == gpt4.messages() - 1_024
+    turbo = Budget.for_model("gpt-3.5-turbo")
+    assert turbo.history() == int(16_385 * 0.7) - 2_048 - 1_024 - 1_024
+    big = Budget.for_model("gpt-4o")  # large windows keep the fixed reserves
+    assert (big.system_reserve, big.pinned_reserve, big.input_reserve) == (8_000, 5_000, 3_000)
+    assert Budget.for_model("gpt-4", system_reserve=2_000).system_reserve == 2_000  # given wins
+    with pytest.raises(BudgetTooSmallError, match="no room for history") as caught:
+        Budget.for_model("gpt-4", system_reserve=8_000)
+    error = caught.value
+    assert isinstance(error, InvalidInputError)
+    assert isinstance(error, ValueError)
+    assert (error.window, error.soft_limit, error.system_reserve) == (8_192, 5_734, 8_000)
+    assert (error.pinned_reserve, error.input_reserve, error.ratio) == (512, 512, 1.0)
+    with pytest.raises(BudgetTooSmallError):
+        Budget(window=1_000, soft_ratio=0.1)
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import typing as _typing
 from context_core._core import Sanitizer, Tokenizer
 from context_core.budget import Budget
 from context_core.errors import (
+    BudgetTooSmallError,
     BudgetWarning,
     ContextCoreError,
     EmbeddingError,
@@ -125,6 +126,7 @@ __all__ = [
     "LLM",
     "AnthropicChat",
     "Budget",
+    "BudgetTooSmallError",
     "BudgetWarning",
     "CallableLLM",
     "Compactor",

@@ -1,8 +1,10 @@
 """Token budgets: how much of a model's window a request may fill.
 
 A soft budget of 70% of the window, less reserves for the system prompt with
-the tool schemas (8K), pinned messages (5K) and the current input (3K); the
-rest is history. Claude's tokenizer is not public, so for Anthropic models the
+the tool schemas (8K), pinned messages (5K) and the current input (3K), each
+scaled down for small windows (an eighth, a sixteenth and a sixteenth of the
+window at most); the rest is history. A budget that leaves no room for
+history is refused when it is made. Claude's tokenizer is not public, so for Anthropic models the
 counts (OpenAI encodings) are estimates: a safety factor covers the difference
 until :meth:`Budget.observe` has learned the real ratio from the usage the API
 reports.
@@ -20,7 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from context_core._core import Tokenizer
-from context_core.errors import BudgetWarning, InvalidInputError, InvalidTypeError, UnknownModelError
+from context_core.errors import (
+    BudgetTooSmallError,
+    BudgetWarning,
+    InvalidInputError,
+    InvalidTypeError,
+    UnknownModelError,
+)
 from context_core.types import Tool
 
 __all__ = ["CLAUDE_SAFETY_FACTOR", "MODEL_WINDOWS", "RATIO_RANGE", "Budget"]
@@ -70,6 +78,13 @@ tokens: 0.025 for a prompt served mostly from the cache), and one above four
 that the count left out part of what was sent (tool schemas, the system
 prompt, documents, images) or that the prompt was so small the provider's
 fixed overhead is most of it. Neither says anything about the tokenizers."""
+
+#: Each reserve's default: at most ``cap`` tokens, and at most the window / ``share``.
+_DEFAULT_RESERVES = {
+    "system_reserve": (8_000, 8),
+    "pinned_reserve": (5_000, 16),
+    "input_reserve": (3_000, 16),
+}
 
 _RECENT = 9  # the ratio is the median of this many recent samples...
 _QUORUM = 3  # ...with the safety factor in the places of the first ones missing
@@ -127,7 +142,7 @@ def _reported_tokens(reported: Any) -> int:
     return tokens
 
 
-@dataclass
+@dataclass(init=False)
 class Budget:
     """A model's window split into what a request may use.
 
@@ -141,21 +156,49 @@ class Budget:
     """
 
     window: int
-    soft_ratio: float = 0.7
-    system_reserve: int = 8_000
-    pinned_reserve: int = 5_000
-    input_reserve: int = 3_000
-    safety_factor: float = 1.0
-    estimated: bool = False
+    soft_ratio: float
+    system_reserve: int
+    """Tokens kept for the system prompt and tool schemas (default: an eighth
+    of the window, at most 8,000)."""
+    pinned_reserve: int
+    """Tokens kept for pinned messages (default: a sixteenth, at most 5,000)."""
+    input_reserve: int
+    """Tokens kept for the current input (default: a sixteenth, at most 3,000)."""
+    safety_factor: float
+    estimated: bool
     observations: int = field(default=0, init=False)
     """Usage samples learned from."""
     rejected: int = field(default=0, init=False)
     """Usage samples refused as outside :data:`RATIO_RANGE` (each with a :class:`BudgetWarning`)."""
     _samples: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT), init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        for name in ("window", "system_reserve", "pinned_reserve", "input_reserve"):
-            setattr(self, name, _count(getattr(self, name), name))
+    def __init__(
+        self,
+        window: int,
+        soft_ratio: float = 0.7,
+        system_reserve: int | None = None,
+        pinned_reserve: int | None = None,
+        input_reserve: int | None = None,
+        safety_factor: float = 1.0,
+        estimated: bool = False,
+    ) -> None:
+        self.window = _count(window, "window")
+        # Reserves scale with the window: fixed 8K/5K/3K reserves would leave
+        # an 8K model (gpt-4) no room for a single message.
+        given = {"system_reserve": system_reserve, "pinned_reserve": pinned_reserve}
+        given["input_reserve"] = input_reserve
+        for name, value in given.items():
+            cap, share = _DEFAULT_RESERVES[name]
+            setattr(self, name, min(cap, self.window // share) if value is None else _count(value, name))
+        self.soft_ratio = soft_ratio
+        self.safety_factor = safety_factor
+        self.estimated = estimated
+        self.observations = 0
+        self.rejected = 0
+        self._samples = deque(maxlen=_RECENT)
+        self._check()
+
+    def _check(self) -> None:
         self.soft_ratio = _number(self.soft_ratio, "soft_ratio")
         if not 0 < self.soft_ratio <= 1:
             raise InvalidInputError(f"soft_ratio must be in (0, 1], got {self.soft_ratio}")
@@ -166,6 +209,17 @@ class Budget:
                 f"safety_factor must be in [{low:g}, {high:g}] (provider tokens per counted token), "
                 f"got {self.safety_factor}"
             )
+        if self.history() <= 0:
+            error = BudgetTooSmallError(
+                f"this budget leaves no room for history: the soft limit of {self.soft_limit} tokens "
+                f"({self.soft_ratio:g} of a {self.window}-token window) less the reserves (system "
+                f"{self.system_reserve}, pinned {self.pinned_reserve}, input {self.input_reserve}), "
+                f"at {self.safety_factor:g} provider tokens per counted token; give smaller reserves"
+            )
+            error.window, error.soft_limit, error.ratio = self.window, self.soft_limit, self.safety_factor
+            error.system_reserve, error.pinned_reserve = self.system_reserve, self.pinned_reserve
+            error.input_reserve = self.input_reserve
+            raise error
 
     @classmethod
     def for_model(cls, model: str, *, table: Mapping[str, int] | None = None, **overrides: Any) -> Budget:

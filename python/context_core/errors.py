@@ -11,6 +11,7 @@ import os
 from typing import Any, TypeVar
 
 __all__ = [
+    "BudgetTooSmallError",
     "BudgetWarning",
     "ContextCoreError",
     "EmbeddingError",
@@ -125,6 +126,20 @@ class OverBudgetError(InvalidInputError):
     turn_in_progress: int | None = None
     priming: int | None = None
     budget: int | None = None
+
+
+class BudgetTooSmallError(InvalidInputError):
+    """A :class:`~context_core.Budget` whose reserves leave no room for
+    history, refused when it is made. The sizes as fields, in tokens:
+    ``window``, ``soft_limit``, ``system_reserve``, ``pinned_reserve``,
+    ``input_reserve``, and ``ratio`` (provider tokens per counted token)."""
+
+    window: int | None = None
+    soft_limit: int | None = None
+    system_reserve: int | None = None
+    pinned_reserve: int | None = None
+    input_reserve: int | None = None
+    ratio: float | None = None
 
 
 class LogCorruptError(ContextCoreError, OSError):
