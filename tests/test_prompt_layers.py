@@ -14,6 +14,7 @@ from context_core import (
     InvalidInputError,
     InvalidTypeError,
     MemoryFiles,
+    MemoryPathError,
     PromptBuilder,
     PromptCacheWarning,
     Tokenizer,
@@ -137,6 +138,25 @@ def test_a_skill_body_loads_by_name_or_by_the_task():
     assert by_task.breakdown["skills"] > 0
 
 
+def test_the_task_is_shown_as_well_as_picking_skills():
+    builder = big_builder(system_words=10)
+    parts = builder.build(now=T0, instructions=["be careful"], task="please run the DB migrations")
+    assert parts.volatile.endswith("## Instructions\n- be careful\n\n## Task\nplease run the DB migrations")
+    assert parts.breakdown["task"] == Tokenizer().count("## Task\nplease run the DB migrations")
+    assert "## Task" not in builder.build(now=T0, task="\n\n").volatile
+    # A task block stands for the task: the text only picks skills then.
+    dims = Dimensions()
+    dims.add("Add an idempotency check", "task")
+    blocked = builder.build(now=T0, task="run the DB migrations", dimensions=dims, task_budget=200)
+    assert blocked.volatile.count("## Task") == 1
+    assert "run the DB migrations" not in blocked.volatile.split("## Task")[1]
+    assert blocked.skills == ("db-migrations",)
+    # Skills picked by a text, without showing it:
+    quiet = builder.build(now=T0, skills=[s.name for s in builder.skills.match("ship it")])
+    assert quiet.skills == ("release",)
+    assert "## Task" not in quiet.volatile
+
+
 def test_a_skill_can_be_loaded_by_its_triggers_only():
     """A name that is a common word ("test", "go", "a") loads on any task that
     uses the word; match_name=False leaves matching to the triggers (and to
@@ -228,11 +248,13 @@ def test_the_registry_is_ordered_by_name_and_checks_its_skills():
 
 def test_the_memory_layer_reads_memory_md_and_sees_changes(tmp_path):
     root = tmp_path / "mem"
-    builder = PromptBuilder("x", memory=str(root))
-    assert DEFAULT_MEMORY_GUIDE in builder.system
-    assert "## Memory" not in builder.build(now=T0).volatile  # no root yet
+    with pytest.raises(MemoryPathError, match="is not a directory") as missing:
+        PromptBuilder("x", memory=str(root))  # a typo must not mean no memory, silently
+    assert isinstance(missing.value, ValueError)
     assert not root.exists()  # and the builder did not make one
     files = MemoryFiles(root)
+    builder = PromptBuilder("x", memory=str(root))
+    assert DEFAULT_MEMORY_GUIDE in builder.system
     assert "## Memory" not in builder.build(now=T0).volatile  # no MEMORY.md yet
     files.append(["- [fact] The staging DB port is 5433."])
     first = builder.build(now=T0)

@@ -450,8 +450,11 @@ class PromptBuilder:
         (``## Memory``): MEMORY.md, or ``memory`` given as text. On-demand
         layer (``## Loaded Skills``): the skills named in ``skills`` and those
         ``task`` names. ``instructions`` (``## Instructions``): text or lines.
-        ``dimensions`` (``## Task``): the task block, rendered within
-        ``task_budget`` tokens. ``session_facts``, ``session_context``: new
+        ``task`` (``## Task``): the task as given, after the instructions;
+        or ``dimensions``, the task block, rendered within ``task_budget``
+        tokens in its place (``task`` then only picks skills). To pick skills
+        by a text without showing it, pass
+        ``skills=[s.name for s in builder.skills.match(text)]``. ``session_facts``, ``session_context``: new
         values for the stable part (a change is reported; ``None`` keeps the
         current value).
         """
@@ -511,6 +514,14 @@ class PromptBuilder:
             truncated.extend(block.truncated)
             if block.text:
                 sections.append(("task", block.text))
+        elif task and task.strip(LINE_BREAKS):
+            # The task is shown as it is named: it picks the skills above, and
+            # the model sees it under ## Task (a task block stands for it).
+            stated = task.strip(LINE_BREAKS)
+            body, out = self._text(("task", stated), lambda kept_out: self._clean(stated, kept_out))
+            kept_out.extend(out)
+            if body:
+                sections.append(("task", body))
 
         volatile, volatile_layers = self._volatile(sections)
         layers = {**self._system_layers, **self._stable_layers, **volatile_layers}
