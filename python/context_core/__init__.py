@@ -64,6 +64,7 @@ if _typing.TYPE_CHECKING:
     from context_core.memory import MemoryFiles
     from context_core.memory_store import MemoryStore
     from context_core.prompt import PromptBuilder
+    from context_core.session import AsyncSession, Request, Session, ToolCall, TurnReport
     from context_core.summarize import Summarizer
 
 __version__ = "0.1.0"
@@ -79,6 +80,7 @@ _LAZY = {
     "PromptBuilder": "prompt",
     "Summarizer": "summarize",
     "Compactor": "compaction",
+    **dict.fromkeys(("AsyncSession", "Request", "Session", "ToolCall", "TurnReport"), "session"),
 }
 
 
@@ -94,6 +96,8 @@ _SUBMODULES = frozenset(
         "memory_store",
         "prompt",
         "reference",
+        "sdk_messages",
+        "session",
         "summarize",
         "tokens",
     }
@@ -125,6 +129,7 @@ if not _typing.TYPE_CHECKING:  # a type checker sees the imports above, and typo
 __all__ = [
     "LLM",
     "AnthropicChat",
+    "AsyncSession",
     "Budget",
     "BudgetTooSmallError",
     "BudgetWarning",
@@ -162,12 +167,16 @@ __all__ = [
     "PriorityAssembly",
     "PromptBuilder",
     "PromptCacheWarning",
+    "Request",
     "Sanitizer",
     "Selection",
+    "Session",
     "ShapeHistory",
     "StoreBusyError",
     "Summarizer",
     "Tokenizer",
+    "ToolCall",
+    "TurnReport",
     "UnknownEncodingError",
     "UnknownModelError",
     "UnknownSkillError",

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import disjoint_base
 
-from context_core.types import Message, Tool
+from context_core.types import Message, MessageLike, ToolLike
 
 EncodingName = Literal["o200k_base", "cl100k_base", "p50k_base", "r50k_base", "gpt2"]
 
@@ -87,10 +87,12 @@ class Tokenizer:
     def _count_joined(self, parts: list[str]) -> Union[int, None]:
         """Tokens of ``"\\n\\n".join(parts)`` from the parts' cached counts;
         ``None``: count the joined text whole."""
-    def count_messages(self, messages: Sequence[Message], tools: Union[Sequence[Tool], None] = None) -> int:
+    def count_messages(
+        self, messages: Sequence[MessageLike], tools: Union[Sequence[ToolLike], None] = None
+    ) -> int:
         """Tokens of a chat request: every message, 3 tokens of reply priming,
         and the tool schemas if given."""
-    def count_tools(self, tools: Sequence[Tool]) -> int:
+    def count_tools(self, tools: Sequence[ToolLike]) -> int:
         """Tokens the API bills for tool (function) schemas."""
     def cache_info(self) -> CacheInfo:
         """Statistics of this encoding's count cache (shared by all its tokenizers)."""
@@ -186,9 +188,9 @@ class Sanitizer:
     ) -> Self: ...
     @property
     def provider(self) -> str: ...
-    def sanitize(self, messages: Sequence[Message]) -> SanitizeResult:
+    def sanitize(self, messages: Sequence[MessageLike]) -> SanitizeResult:
         """Repair ``messages``; the input is never mutated."""
-    def __call__(self, messages: Sequence[Message]) -> SanitizeResult: ...
+    def __call__(self, messages: Sequence[MessageLike]) -> SanitizeResult: ...
 
 METADATA_KEYS: Final[list[str]]
 """Message keys that carry selection metadata; selection removes them from its output."""

@@ -20,7 +20,7 @@ from context_core._core import (
     Sanitizer,
     SanitizeResult,
 )
-from context_core.types import Message
+from context_core.types import MessageLike
 
 __all__ = [
     "DEFAULT_ERROR_PATTERNS",
@@ -62,7 +62,7 @@ def _frozen(patterns: Iterable[str] | None) -> Sequence[str] | None:
 
 
 def sanitize(
-    messages: Sequence[Message],
+    messages: Sequence[MessageLike],
     provider: Literal["openai", "anthropic"] = "openai",
     *,
     convert_function: bool = False,

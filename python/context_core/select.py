@@ -49,7 +49,7 @@ from context_core._core import (
 from context_core._selection import Item, Msg, Provider, Selection, SelectionBreakdown, System
 from context_core.budget import Budget
 from context_core.errors import InvalidInputError, InvalidTypeError
-from context_core.types import Message
+from context_core.types import Message, MessageLike
 
 if TYPE_CHECKING:
     from context_core._core import _Analysis
@@ -76,9 +76,9 @@ DEFAULT_TOOL_RESULT_CAP = 2000
 #: time the log's base class stands in, so ``typing.get_type_hints`` works
 #: without importing the log (and numpy).
 if TYPE_CHECKING:
-    Source: TypeAlias = "Sequence[Message] | MessageLog"
+    Source: TypeAlias = "Sequence[MessageLike] | MessageLog"
 else:
-    Source = Sequence[Message] | _MessageLog
+    Source = Sequence[MessageLike] | _MessageLog
 #: A summary text, or a callable given the messages that may be dropped.
 Summary: TypeAlias = "str | Callable[[list[dict[str, Any]]], str] | None"
 
@@ -211,7 +211,7 @@ def shape_history(
     making the policy: the kernel checks the same arguments)."""
     backend = _Backend(tokenizer, None)
 
-    def choose(view: Sequence[Message]) -> Selection:
+    def choose(view: Sequence[MessageLike]) -> Selection:
         return _selection.shape_history(
             backend, view, budget, keep_last, min_keep, summary, provider, tool_result_cap
         )
@@ -379,12 +379,30 @@ class PriorityAssembly:
 
 def _from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) -> Selection:
     """A policy's choice over a log's context view, keyed by seqs: each
-    position in the view is replaced by its node's seq."""
+    position in the view is replaced by its node's seq. The view's summary
+    nodes are system messages to the policy; the tokens of those it kept are
+    moved from ``pinned`` to their own sections of the breakdown."""
     nodes = log._view()
     selection = choose(cast("list[Message]", log._render(nodes, strip=False)))
     seqs = [seq for seq, _ in nodes]
+    breakdown = selection.breakdown
+    summary_tokens = {"global": 0, "segment": 0}
+    parts = dict(nodes)
+    kept_summaries = [seqs[m] for m in selection.kept if parts[seqs[m]] in summary_tokens]
+    if kept_summaries:
+        tokens = log.headers()["tokens"]
+        for seq in kept_summaries:
+            summary_tokens[parts[seq]] += int(tokens[seq])
+        moved = min(breakdown.pinned, summary_tokens["global"] + summary_tokens["segment"])
+        breakdown = dataclasses.replace(
+            breakdown,
+            pinned=breakdown.pinned - moved,
+            global_summary=breakdown.global_summary + summary_tokens["global"],
+            segments=breakdown.segments + summary_tokens["segment"],
+        )
     return dataclasses.replace(
         selection,
+        breakdown=breakdown,
         kept=tuple(seqs[m] for m in selection.kept),
         truncated=tuple(ToolResultCut(seqs[t.index], t.tokens, t.kept) for t in selection.truncated),
         missing_dependencies=tuple((seqs[m], ref) for m, ref in selection.missing_dependencies),

@@ -7,6 +7,7 @@ message type. Extra keys are allowed and ignored by the accounting.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, TypedDict, Union
 
 __all__ = [
@@ -15,9 +16,11 @@ __all__ = [
     "ContentPart",
     "FunctionCall",
     "Message",
+    "MessageLike",
     "OpenAIMessage",
     "Tool",
     "ToolCall",
+    "ToolLike",
 ]
 
 
@@ -109,3 +112,14 @@ class Tool(TypedDict, total=False):
     description: str
     parameters: dict[str, Any]
     input_schema: dict[str, Any]
+
+
+MessageLike = Mapping[str, Any]
+"""What every parameter that reads messages takes: a :data:`Message`, a
+plain dict, or what another call returned (``Selection.messages``,
+``SanitizeResult.messages``), so one step's output type-checks as the next
+step's input."""
+
+ToolLike = Mapping[str, Any]
+"""What every parameter that reads tool schemas takes: a :class:`Tool` or a
+plain dict (a literal list of schemas assigned to a variable first)."""

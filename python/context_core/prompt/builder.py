@@ -68,7 +68,7 @@ from context_core.prompt.parts import PromptBreakdown, PromptParts
 from context_core.prompt.prefix import Prefix, SystemPart
 from context_core.prompt.sections import Pairs, format_time, key_values, lines, pairs, piece
 from context_core.prompt.skills import Skill, SkillRegistry
-from context_core.types import Tool
+from context_core.types import ToolLike
 
 __all__ = ["DEFAULT_MEMORY_GUIDE", "TITLES", "PromptBuilder"]
 
@@ -149,7 +149,7 @@ class PromptBuilder:
         *,
         conventions: Text = (),
         safety: Text = (),
-        tools: Sequence[Tool] = (),
+        tools: Sequence[ToolLike] = (),
         skills: SkillRegistry | Iterable[Skill] = (),
         memory: MemorySource | None = None,
         memory_guide: str | None = None,

@@ -24,7 +24,7 @@ from context_core.prompt.counting import Truncation
 from context_core.prompt.prefix import Prefix, SystemPart
 from context_core.prompt.render_anthropic import MAX_BREAKPOINTS, AnthropicRequest, anthropic_request
 from context_core.prompt.render_openai import OpenAIRequest, openai_request
-from context_core.types import AnthropicMessage, OpenAIMessage, Tool
+from context_core.types import MessageLike, ToolLike
 
 __all__ = ["LAYERS", "PromptBreakdown", "PromptParts"]
 
@@ -105,7 +105,7 @@ class PromptParts:
     system: str
     stable: str = ""
     volatile: str = ""
-    tools: Sequence[Tool] = ()
+    tools: Sequence[ToolLike] = ()
     breakdown: PromptBreakdown = field(default=None, init=False, repr=False)  # type: ignore[assignment]
     """Exact tokens per layer (made by hand: per part only)."""
     stable_changed: bool = False
@@ -201,7 +201,7 @@ class PromptParts:
 
     def to_openai(
         self,
-        messages: Sequence[OpenAIMessage] = (),
+        messages: Sequence[MessageLike] = (),
         *,
         model: str | None = None,
         volatile: Literal["system", "user"] = "system",
@@ -227,7 +227,7 @@ class PromptParts:
 
     def to_anthropic(
         self,
-        messages: Sequence[AnthropicMessage] = (),
+        messages: Sequence[MessageLike] = (),
         *,
         model: str,
         volatile: Literal["system", "user"] = "system",

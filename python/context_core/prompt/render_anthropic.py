@@ -49,7 +49,7 @@ from typing import Any, Literal, TypedDict
 from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
 from context_core.prompt.context_part import context_blocks, lift_system
 from context_core.prompt.prefix import Prefix
-from context_core.types import AnthropicMessage
+from context_core.types import AnthropicMessage, MessageLike
 
 __all__ = [
     "ANTHROPIC_MIN_CACHE_TOKENS",
@@ -226,7 +226,7 @@ def _append_blocks(messages: list[Any], per_turn: list[Any]) -> None:
 def anthropic_request(
     prefix: Prefix,
     volatile: str,
-    messages: Sequence[AnthropicMessage],
+    messages: Sequence[MessageLike],
     *,
     model: str,
     placement: Literal["system", "user"] = "system",

@@ -35,7 +35,7 @@ from typing import Any, Literal, TypedDict
 from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.prompt.context_part import SEPARATOR, context_blocks, lift_system
 from context_core.prompt.prefix import Prefix
-from context_core.types import OpenAIMessage
+from context_core.types import MessageLike, OpenAIMessage
 
 __all__ = ["OpenAIRequest", "openai_request"]
 
@@ -70,7 +70,7 @@ def _append_volatile(messages: list[Any], volatile: str) -> None:
 def openai_request(
     prefix: Prefix,
     volatile: str,
-    messages: Sequence[OpenAIMessage],
+    messages: Sequence[MessageLike],
     *,
     model: str | None = None,
     placement: Literal["system", "user"] = "system",

@@ -1,0 +1,540 @@
+"""The Session: everything an agent server does each turn, in one object.
+
+A turn is :meth:`Session.prepare` (append the input, search the memory
+store, build the prompt, choose the window, repair it, render it with its
+cache layout, count the whole request exactly and fit it to the budget),
+the user's own client call, then :meth:`Session.record` (the reply, with its
+tool calls and thinking) and :meth:`Session.record_tool_result` for each
+call, and :meth:`Session.prepare` again with no input for the next call of
+the same turn. Compaction runs in a worker thread, scheduled every turn,
+and never on the turn's path; learnings are persisted at :meth:`close`.
+
+Everything a session keeps lives under one directory::
+
+    path/log         the MessageLog (crash-safe: what was appended survives SIGKILL)
+    path/memory      MemoryFiles (MEMORY.md, shown in every prompt)
+    path/memory.db   the MemoryStore (searched once a turn)
+
+Each part can be given instead, or turned off with ``False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from context_core._core import Tokenizer
+from context_core.budget import Budget
+from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.log import MessageLog
+from context_core.memory import MemoryFiles
+from context_core.prompt import PromptBuilder, PromptParts
+from context_core.prompt.context_part import SEPARATOR
+from context_core.sdk_messages import message_of, usage_of
+from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
+from context_core.session.report import Request, TurnReport
+from context_core.session.tool_calls import ToolCall, calls_of, pending_in, result_message
+from context_core.summarize.offline import own_text
+
+__all__ = ["Session"]
+
+logger = logging.getLogger("context_core")
+
+Provider = Literal["openai", "anthropic"]
+PolicyName = Literal["priority", "weighted", "shape"]
+
+#: How many times a turn redoes its selection to fit the whole request.
+_MAX_SHRINKS = 4
+#: The newest nodes read on open to find the tool calls still waited on.
+_TAIL = 64
+#: The reply room Anthropic requires a request to name, when none is given.
+DEFAULT_ANTHROPIC_MAX_TOKENS = 4096
+
+
+def provider_of(model: str) -> Provider:
+    """``"anthropic"`` for Claude models, else ``"openai"``."""
+    return "anthropic" if model.startswith("claude") else "openai"
+
+
+def _policy(policy: PolicyName | Policy, provider: Provider) -> Policy:
+    if policy == "priority":
+        return PriorityAssembly(provider=provider)
+    if policy == "weighted":
+        return WeightedWindow(provider=provider)
+    if policy == "shape":
+        return ShapeHistory(provider=provider)
+    if isinstance(policy, str):
+        raise InvalidInputError(f"policy must be 'priority', 'weighted', 'shape' or a Policy, got {policy!r}")
+    if not callable(getattr(policy, "select", None)):
+        raise InvalidTypeError(f"policy must have a select method, got {type(policy).__name__}")
+    theirs = getattr(policy, "provider", provider)
+    if theirs != provider:
+        raise InvalidInputError(f"the policy repairs for {theirs!r}; this session sends to {provider!r}")
+    return policy
+
+
+def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[Any]) -> dict[str, Any]:
+    if isinstance(user_input, str):
+        message: dict[str, Any] = {"role": "user", "content": user_input}
+    elif isinstance(user_input, Mapping):
+        message = dict(user_input)
+    else:
+        raise InvalidTypeError(f"user_input must be a str or a message dict, got {type(user_input).__name__}")
+    if isinstance(attachments, (str, bytes, Mapping)) or not isinstance(attachments, Sequence):
+        raise InvalidTypeError(
+            f"attachments must be a list of content blocks, got {type(attachments).__name__}"
+        )
+    if attachments:
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) and content else []
+        if isinstance(content, list):
+            blocks = list(content)
+        message["content"] = [*blocks, *attachments]
+    return message
+
+
+class Session:
+    """One conversation's turns. Open it with :meth:`open`; one turn at a
+    time (not thread-safe); close it (or use ``with``) to drain compaction
+    and persist what the conversation taught."""
+
+    def __init__(
+        self,
+        log: MessageLog,
+        builder: PromptBuilder,
+        *,
+        model: str,
+        provider: Provider,
+        policy: Policy,
+        budget: Budget,
+        memory: MemoryFiles | None,
+        store: Any,
+        compactor: Any,
+        namespace: str,
+        memory_k: int,
+        memory_tokens: int | None,
+        max_tokens: int | None,
+        owned: Sequence[Any],
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+        path: str = "",
+    ) -> None:
+        self.path = path
+        """The session's directory (``""`` when made from parts)."""
+        self.log = log
+        self.builder = builder
+        self.model = model
+        self.provider: Provider = provider
+        self.policy = policy
+        self.budget = budget
+        self.memory = memory
+        self.store = store
+        self.compactor = compactor
+        self.namespace = namespace
+        self.memory_k = memory_k
+        self.memory_tokens = memory_tokens
+        self.max_tokens = max_tokens
+        self.tokenizer = Tokenizer(log.encoding)  # type: ignore[arg-type]  # a log's is a known one
+        self._owned = list(owned)
+        self._clock = clock
+        self._wall = wall
+        self._first_seq = len(log)
+        self._pending = self._pending_on_open()
+        self._memories: list[str] = []
+        self._turn = -1
+        self._step = 0
+        self._counted: int | None = None
+        self._cached: int | None = None
+        self._prefix: str | None = None
+        self._closed = False
+        self.last_report: TurnReport | None = None
+
+    # -- opening -----------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        model: str,
+        provider: Provider | None = None,
+        identity: str = "",
+        conventions: Any = (),
+        safety: Any = (),
+        tools: Sequence[Mapping[str, Any]] = (),
+        skills: Any = (),
+        session_facts: Any = None,
+        memory: MemoryFiles | bool | None = None,
+        store: Any = None,
+        summarizer: Any = None,
+        compact: bool = True,
+        policy: PolicyName | Policy = "priority",
+        budget: Budget | None = None,
+        namespace: str = "default",
+        memory_k: int = 8,
+        memory_tokens: int | None = None,
+        max_tokens: int | None = None,
+        durability: str = "batch",
+        clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
+    ) -> Session:
+        """Open (or create) the session kept under ``path``.
+
+        ``model`` picks the budget (its window, unless ``budget`` is given)
+        and the provider (Claude models: ``"anthropic"``; others ``"openai"``).
+        ``identity``, ``conventions``, ``safety``, ``tools``, ``skills`` and
+        ``session_facts`` make the prompt (:class:`~context_core.prompt.PromptBuilder`).
+        ``memory``: a :class:`~context_core.MemoryFiles`, ``None`` for
+        ``path/memory``, ``False`` for none. ``store``: a
+        :class:`~context_core.MemoryStore`, ``None`` for ``path/memory.db``,
+        ``False`` for none. ``summarizer``: the compactor's (default: the
+        offline one); ``compact=False`` turns compaction off. ``policy``:
+        ``"priority"``, ``"weighted"``, ``"shape"`` or a policy object.
+        ``memory_k`` / ``memory_tokens``: how many memories a turn retrieves,
+        and their token cap. ``max_tokens``: the reply's (Anthropic requires
+        one; 4096 when not given). ``clock``: seconds for the report's
+        timings; ``wall``: epoch seconds for timestamps.
+        """
+        if not isinstance(model, str) or not model:
+            raise InvalidInputError(f"model must be a model name, got {model!r}")
+        provider = provider_of(model) if provider is None else provider
+        if provider not in ("openai", "anthropic"):
+            raise InvalidInputError(f"provider must be 'openai' or 'anthropic', got {provider!r}")
+        chosen = _policy(policy, provider)
+        if budget is None:
+            budget = Budget.for_model(model)
+        elif not isinstance(budget, Budget):
+            raise InvalidTypeError(f"budget must be a Budget, got {type(budget).__name__}")
+        if isinstance(memory_k, bool) or not isinstance(memory_k, int) or memory_k < 0:
+            raise InvalidInputError(f"memory_k must be an int >= 0, got {memory_k!r}")
+        root = os.fspath(path)
+        os.makedirs(root, exist_ok=True)
+        owned: list[Any] = []
+        log = MessageLog.open(os.path.join(root, "log"), create=True, durability=durability)
+        owned.append(log)
+        try:
+            files = _memory_files(memory, root)
+            builder = PromptBuilder(
+                identity,
+                conventions=conventions,
+                safety=safety,
+                tools=tools,
+                skills=skills,
+                memory=files,
+                session_facts=session_facts,
+            )
+            memory_store = _store(store, root)
+            if memory_store is not None and store is None:
+                owned.append(memory_store)
+            compactor = None
+            if compact:
+                from context_core.compaction import Compactor
+                from context_core.summarize import Summarizer
+
+                compactor = Compactor(log, summarizer or Summarizer(), memory=files)
+        except BaseException:
+            log.close()
+            raise
+        return cls(
+            log,
+            builder,
+            model=model,
+            provider=provider,
+            policy=chosen,
+            budget=budget,
+            memory=files,
+            store=memory_store,
+            compactor=compactor,
+            namespace=namespace,
+            memory_k=memory_k,
+            memory_tokens=memory_tokens,
+            max_tokens=max_tokens,
+            owned=owned,
+            clock=clock,
+            wall=wall,
+            path=root,
+        )
+
+    def _pending_on_open(self) -> dict[str, ToolCall]:
+        seqs = self.log.path()[-_TAIL:]
+        tail = [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
+        return pending_in(tail)
+
+    # -- a turn ------------------------------------------------------------------
+
+    @property
+    def pending(self) -> tuple[ToolCall, ...]:
+        """The tool calls the last reply made that have no result yet."""
+        return tuple(self._pending.values())
+
+    def prepare(
+        self,
+        user_input: str | Mapping[str, Any] | None = None,
+        *,
+        now: datetime | str | None = None,
+        attachments: Sequence[Any] = (),
+    ) -> Request:
+        """The next request. With ``user_input`` a new turn starts (it is
+        appended to the log first, and the memory store searched with it);
+        with none, the next call of the same turn (after the tool results
+        were recorded) reuses the turn's memories. ``now``: the prompt's
+        date line (default: the current time)."""
+        self._check_open()
+        clock = self._clock
+        started = clock()
+        timings: dict[str, float] = {}
+        if user_input is not None:
+            message = _input_message(user_input, attachments)
+            self.log.append(message, timestamp=self._wall())
+            self._pending.clear()  # the user spoke first: sanitize closes any call left open
+            self._turn += 1
+            self._step = 0
+        elif attachments:
+            raise InvalidInputError("attachments come with a user input")
+        else:
+            if self._turn < 0:
+                self._turn = 0
+            else:
+                self._step += 1
+        mark = clock()
+        timings["append"] = mark - started
+
+        said = own_text(message) if user_input is not None else ""
+        if user_input is not None:
+            self._memories = self._search(said)
+        mark = self._lap(timings, "memory", mark)
+
+        skills = [skill.name for skill in self.builder.skills.match(said)] if said else []
+        parts = self.builder.build(now=now, skills=skills)
+        mark = self._lap(timings, "prompt", mark)
+
+        limit = self.budget.messages(system_tokens=0)
+        room = self.budget.messages(system_tokens=parts.breakdown.total)
+        shrunk = 0
+        while True:
+            selection, extra = self._select(room)
+            mark = self._lap(timings, "select", mark)
+            arguments = self._render(parts, selection, extra)
+            mark = self._lap(timings, "render", mark)
+            total = self._count(arguments)
+            mark = self._lap(timings, "count", mark)
+            if total <= limit or shrunk >= _MAX_SHRINKS or room == 0:
+                break
+            room = max(0, room - (total - limit))
+            shrunk += 1
+
+        if self.compactor is not None:
+            self.compactor.schedule()
+        mark = self._lap(timings, "schedule", mark)
+        timings["total"] = mark - started
+
+        prefix = parts.prefix_hash()
+        changed = parts.stable_changed or (self._prefix is not None and prefix != self._prefix)
+        self._prefix = prefix
+        self._counted = total
+        report = TurnReport(
+            turn=self._turn,
+            step=self._step,
+            sections=_sections(parts, selection, self.tokenizer.count(extra) if extra else 0),
+            total=total,
+            limit=limit,
+            prefix_hash=prefix,
+            prefix_changed=changed,
+            timings=timings,
+            memories=len(self._memories),
+            repairs=selection.changes,
+            compaction=self._compaction(),
+            cached_tokens=self._cached,
+            shrunk=shrunk,
+        )
+        self.last_report = report
+        logger.info("%s", report.log_line())
+        return Request(arguments, report)
+
+    def _lap(self, timings: dict[str, float], stage: str, mark: float) -> float:
+        now = self._clock()
+        timings[stage] = timings.get(stage, 0.0) + now - mark
+        return now
+
+    def _search(self, query: str) -> list[str]:
+        if self.store is None or not query.strip() or self.memory_k == 0:
+            return []
+        hits = self.store.search(
+            query, namespace=self.namespace, k=self.memory_k, max_tokens=self.memory_tokens
+        )
+        return [hit.memory.text for hit in hits]
+
+    def _select(self, room: int) -> tuple[Selection, str]:
+        """The window within ``room`` tokens, and the context the render adds
+        (memories, for a policy that does not place them)."""
+        if isinstance(self.policy, PriorityAssembly):
+            return self.policy.select(self.log, room, memories=self._memories), ""
+        extra = ""
+        if self._memories:
+            extra = "Relevant memory:\n" + "\n".join(f"- {text}" for text in self._memories)
+            room = max(0, room - self.tokenizer.count(extra))
+        return self.policy.select(self.log, room, now=self._wall()), extra
+
+    def _render(self, parts: PromptParts, selection: Selection, extra: str) -> dict[str, Any]:
+        if self.provider == "anthropic":
+            system: Any = selection.system
+            if extra:
+                if isinstance(system, list):
+                    system = [*system, {"type": "text", "text": extra}]
+                else:
+                    system = SEPARATOR.join(text for text in (system, extra) if text)
+            request: dict[str, Any] = dict(
+                parts.to_anthropic(selection.messages, model=self.model, system=system)
+            )
+            request["max_tokens"] = (
+                DEFAULT_ANTHROPIC_MAX_TOKENS if self.max_tokens is None else self.max_tokens
+            )
+            return request
+        request = dict(parts.to_openai(selection.messages, model=self.model, system=extra or None))
+        if self.max_tokens is not None:
+            request["max_tokens"] = self.max_tokens
+        return request
+
+    def _count(self, request: Mapping[str, Any]) -> int:
+        messages = list(request["messages"])
+        system = request.get("system")
+        if system:
+            messages.insert(
+                0, {"role": "system", "content": [{"type": "text", "text": b["text"]} for b in system]}
+            )
+        return self.tokenizer.count_messages(messages, request.get("tools"))
+
+    def _compaction(self) -> dict[str, Any]:
+        if self.compactor is None:
+            return {}
+        status = self.compactor.status
+        last = status.last
+        return {
+            "running": status.running,
+            "written": dict(status.written),
+            "last": None if last is None else last.status,
+            "paused": status.paused,
+        }
+
+    # -- recording -----------------------------------------------------------------
+
+    def record(self, response: Any) -> tuple[ToolCall, ...]:
+        """Append the model's reply (an SDK response object, or a message
+        dict) with its tool calls and thinking blocks, and learn from its
+        usage. Returns the tool calls to run; record each result with
+        :meth:`record_tool_result`."""
+        self._check_open()
+        message = message_of(response)
+        if message.get("role") != "assistant":
+            raise InvalidInputError(f"a reply is an assistant message, got role {message.get('role')!r}")
+        usage = usage_of(response)
+        self.log.append(message, timestamp=self._wall())
+        calls = calls_of(message)
+        self._pending = {call.id: call for call in calls}
+        if usage is not None:
+            self._cached = usage.cached
+            if self._counted and usage.prompt:
+                self.budget.observe(self._counted, usage.prompt)
+        return tuple(calls)
+
+    def record_tool_result(self, call_id: str, content: Any, *, is_error: bool = False) -> int:
+        """Append the output of call ``call_id`` (a str, content blocks, or
+        JSON-able data); its seq in the log. A call the last reply did not
+        make, or one already answered, raises ``InvalidInputError``."""
+        self._check_open()
+        if not isinstance(call_id, str):
+            raise InvalidTypeError(f"call_id must be a str, got {type(call_id).__name__}")
+        if not isinstance(is_error, bool):
+            raise InvalidTypeError(f"is_error must be a bool, got {type(is_error).__name__}")
+        if call_id not in self._pending:
+            waiting = ", ".join(self._pending) or "none"
+            raise InvalidInputError(f"no tool call {call_id!r} is waiting for a result (waiting: {waiting})")
+        seq = self.log.append(
+            result_message(self.provider, call_id, content, is_error), timestamp=self._wall()
+        )
+        del self._pending[call_id]
+        return int(seq)
+
+    # -- closing -----------------------------------------------------------------
+
+    def close(self, *, persist: bool = True, wait: bool = True) -> None:
+        """Finish (``wait``) or abandon the compaction in flight, persist what
+        this session's messages taught (MEMORY.md and the store), and close
+        what the session opened. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.compactor is not None:
+                self.compactor.close(wait=wait)
+            if persist:
+                self._persist()
+        finally:
+            for part in reversed(self._owned):
+                part.close()
+
+    def _session_messages(self) -> list[dict[str, Any]]:
+        seqs = [seq for seq in self.log.path() if seq >= self._first_seq]
+        return [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
+
+    def _persist(self) -> None:
+        messages = self._session_messages()
+        if not messages:
+            return
+        if self.memory is not None:
+            self.memory.persist_learnings(messages)
+        if self.store is not None:
+            self.store.conversation_ended(messages, namespace=self.namespace, source=self.path or None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidInputError("this session is closed")
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(persist=exc[0] is None)
+
+
+def _memory_files(memory: MemoryFiles | bool | None, root: str) -> MemoryFiles | None:
+    if memory is None or memory is True:
+        return MemoryFiles(os.path.join(root, "memory"))
+    if memory is False:
+        return None
+    if not isinstance(memory, MemoryFiles):
+        raise InvalidTypeError(f"memory must be a MemoryFiles, None or False, got {type(memory).__name__}")
+    return memory
+
+
+def _store(store: Any, root: str) -> Any:
+    if store is False:
+        return None
+    if store is None or store is True:
+        from context_core.memory_store import MemoryStore
+
+        return MemoryStore(os.path.join(root, "memory.db"))
+    if not callable(getattr(store, "search", None)):
+        raise InvalidTypeError(f"store must be a MemoryStore, None or False, got {type(store).__name__}")
+    return store
+
+
+def _sections(parts: PromptParts, selection: Selection, extra: int) -> dict[str, int]:
+    prompt = parts.breakdown
+    chosen = selection.breakdown
+    return {
+        "tools": prompt.tools,
+        "system": prompt.system,
+        "stable": prompt.stable,
+        "volatile": prompt.volatile,
+        "pinned": chosen.pinned,
+        "global_summary": chosen.global_summary,
+        "memories": chosen.memories + extra,
+        "segments": chosen.segments,
+        "recent": chosen.recent,
+        "input": chosen.input,
+    }

@@ -1,0 +1,114 @@
+"""Tool calls a session waits on, in either provider's shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from context_core.errors import InvalidTypeError
+
+__all__ = ["ToolCall", "answered_ids", "calls_of", "pending_in", "result_message"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model asked for: run it, then pass its output to
+    :meth:`~context_core.Session.record_tool_result` with ``id``."""
+
+    id: str
+    name: str
+    arguments: Any
+    """The arguments: a dict when they parse as a JSON object (OpenAI sends
+    a JSON string, Anthropic an object), else the text as it came."""
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
+    """The tool calls an assistant message makes (OpenAI ``tool_calls`` or
+    Anthropic ``tool_use`` blocks)."""
+    if message.get("role") != "assistant":
+        return []
+    calls: list[ToolCall] = []
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping) and isinstance(call.get("id"), str):
+            function = call.get("function")
+            if not isinstance(function, Mapping):
+                function = {}
+            name, arguments = str(function.get("name", "")), _arguments(function.get("arguments"))
+            calls.append(ToolCall(call["id"], name, arguments))
+    content = message.get("content")
+    if isinstance(content, list):
+        for block in content:
+            if (
+                isinstance(block, Mapping)
+                and block.get("type") == "tool_use"
+                and isinstance(block.get("id"), str)
+            ):
+                calls.append(ToolCall(block["id"], str(block.get("name", "")), block.get("input")))
+    return calls
+
+
+def answered_ids(message: Mapping[str, Any]) -> list[str]:
+    """The call ids a message answers (an OpenAI tool message, Anthropic
+    ``tool_result`` blocks)."""
+    if message.get("role") == "tool" and isinstance(message.get("tool_call_id"), str):
+        return [message["tool_call_id"]]
+    content = message.get("content")
+    if message.get("role") != "user" or not isinstance(content, list):
+        return []
+    return [
+        block["tool_use_id"]
+        for block in content
+        if isinstance(block, Mapping)
+        and block.get("type") == "tool_result"
+        and isinstance(block.get("tool_use_id"), str)
+    ]
+
+
+def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall]:
+    """The calls of the newest assistant message that asked for tools and
+    that no later message answers (what a reopened session still waits on)."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        calls = calls_of(message)
+        if calls:
+            return {call.id: call for call in calls if call.id not in answered}
+        if message.get("role") == "user" and not answered_ids(message):
+            return {}  # the user spoke since: nothing is waited on
+        answered.update(answered_ids(message))
+    return {}
+
+
+def _text(content: Any) -> str | list[Any]:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return content
+    if isinstance(content, (Mapping, Iterable)) and not isinstance(content, (bytes, bytearray)):
+        return json.dumps(content, ensure_ascii=False, default=str)
+    raise InvalidTypeError(
+        f"a tool result must be a str, a list of blocks or JSON, got {type(content).__name__}"
+    )
+
+
+def result_message(provider: str, call_id: str, content: Any, is_error: bool) -> dict[str, Any]:
+    """The message that carries one tool's output."""
+    body = _text(content)
+    if provider == "anthropic":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call_id, "content": body}
+        if is_error:
+            block["is_error"] = True
+        return {"role": "user", "content": [block]}
+    if is_error and isinstance(body, str):
+        body = f"Error: {body}"  # Chat Completions has no error flag for a tool result
+    return {"role": "tool", "tool_call_id": call_id, "content": body}

@@ -1,0 +1,345 @@
+"""The Session: one object a server calls each turn. Each test drives it as
+an agent loop does and checks the request it hands over."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+
+import pytest
+
+import validators
+from context_core import (
+    AsyncSession,
+    Budget,
+    InvalidInputError,
+    InvalidTypeError,
+    MessageLog,
+    OverBudgetError,
+    Session,
+    Tokenizer,
+    sanitize,
+)
+from context_core.session.tool_calls import pending_in
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
+
+
+def call(call_id: str, path: str = "a.py") -> dict:
+    arguments = json.dumps({"path": path})
+    return {"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": arguments}}
+
+
+def anthropic_call(call_id: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "I should read it.", "signature": "sig-1"},
+            {"type": "tool_use", "id": call_id, "name": "read_file", "input": {"path": "a.py"}},
+        ],
+    }
+
+
+# A short prompt is below Claude's cacheable minimum: the renderer says so once.
+pytestmark = pytest.mark.filterwarnings("ignore::context_core.PromptCacheWarning")
+
+
+def open_session(tmp_path, **options):
+    options.setdefault("model", "gpt-4o")
+    options.setdefault("identity", "You are a coding agent.")
+    options.setdefault("tools", TOOLS)
+    options.setdefault("store", False)
+    return Session.open(tmp_path / "session", **options)
+
+
+def recount(request: dict, tokenizer: Tokenizer | None = None) -> int:
+    tokenizer = tokenizer or Tokenizer()
+    messages = list(request["messages"])
+    if request.get("system"):
+        blocks = [{"type": "text", "text": b["text"]} for b in request["system"]]
+        messages.insert(0, {"role": "system", "content": blocks})
+    return tokenizer.count_messages(messages, request.get("tools"))
+
+
+def test_an_agent_loop_turn_with_tool_calls(tmp_path):
+    with open_session(tmp_path) as session:
+        request = session.prepare("Read a.py and tell me what it does.")
+        assert request["model"] == "gpt-4o"
+        assert request["tools"][0]["function"]["name"] == "read_file"
+        assert [m["role"] for m in request["messages"]] == ["system", "user"]
+        calls = session.record(
+            {"role": "assistant", "content": None, "tool_calls": [call("call_1"), call("call_2", "b.py")]}
+        )
+        assert [(c.id, c.arguments) for c in calls] == [
+            ("call_1", {"path": "a.py"}),
+            ("call_2", {"path": "b.py"}),
+        ]
+        session.record_tool_result("call_2", "def b(): ...")
+        assert [c.id for c in session.pending] == ["call_1"]
+        with pytest.raises(InvalidInputError, match="call_9") as unknown:
+            session.record_tool_result("call_9", "x")
+        assert "waiting: call_1" in str(unknown.value)
+        session.record_tool_result("call_1", "def a(): ...", is_error=True)
+        with pytest.raises(InvalidInputError, match="waiting: none"):
+            session.record_tool_result("call_1", "again")
+        inner = session.prepare()  # the next call of the same turn
+        assert (inner.report.turn, inner.report.step) == (0, 1)
+        roles = [m["role"] for m in inner["messages"]]
+        assert roles == ["system", "user", "assistant", "tool", "tool"]
+        assert inner["messages"][-1]["content"] == "Error: def a(): ..."
+        assert validators.openai(inner["messages"]) == []
+        assert not sanitize(inner["messages"]).changed  # already in the form repair leaves
+        session.record({"role": "assistant", "content": "It defines a()."})
+        nxt = session.prepare("Thanks. Now b.py.")
+        assert (nxt.report.turn, nxt.report.step) == (1, 0)
+        assert not nxt.report.prefix_changed
+        assert nxt.report.prefix_hash == inner.report.prefix_hash
+
+
+def test_the_whole_request_is_counted_and_fits_the_budget(tmp_path):
+    budget = Budget(window=6_000, soft_ratio=1.0, system_reserve=500, pinned_reserve=200, input_reserve=200)
+    with open_session(tmp_path, budget=budget, compact=False) as session:
+        for turn in range(40):
+            request = session.prepare(f"Step {turn}: " + "explain the retry queue in detail. " * 12)
+            report = request.report
+            assert report.total == recount(request)  # exact: framing, system and tools included
+            assert report.total <= report.limit == 6_000
+            session.record({"role": "assistant", "content": "Here is the explanation. " * 30})
+        assert report.sections["recent"] > 0
+        assert len(request["messages"]) < 2 * 40  # older turns were left out
+
+
+@pytest.mark.parametrize("model", ["gpt-4", "gpt-3.5-turbo"])
+def test_small_windows_get_a_working_budget(tmp_path, model):
+    with open_session(tmp_path, model=model, compact=False) as session:
+        for turn in range(30):
+            request = session.prepare(f"Turn {turn}: " + "summarise the incident log. " * 20)
+            assert request.report.total <= request.report.limit
+            session.record({"role": "assistant", "content": "Summary of the incident. " * 25})
+        assert request.report.sections["recent"] > 0
+
+
+def test_anthropic_keeps_the_logs_system_message_and_the_thinking(tmp_path):
+    log = MessageLog.open(tmp_path / "session" / "log", create=True)
+    log.append({"role": "system", "content": "Always answer in French."})
+    log.close()
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        request = session.prepare("Read a.py.")
+        texts = [block["text"] for block in request["system"]]
+        assert any("Always answer in French." in text for text in texts)
+        assert all(m["role"] != "system" for m in request["messages"])
+        assert request["max_tokens"] == 4096
+        calls = session.record(anthropic_call("toolu_01"))
+        assert [c.id for c in calls] == ["toolu_01"]
+        session.record_tool_result("toolu_01", "print('hi')")
+        inner = session.prepare()
+        assert inner["messages"][1]["content"][0]["signature"] == "sig-1"
+        assert inner["messages"][2]["content"][0] == {
+            "type": "tool_result",
+            "tool_use_id": "toolu_01",
+            "content": "print('hi')",
+        }
+        assert validators.anthropic(inner["messages"], inner["system"]) == []
+
+
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_every_policy_reads_the_current_view_after_a_rewind_and_a_summary(tmp_path, policy):
+    log = MessageLog.open(tmp_path / "session" / "log", create=True)
+    for i in range(6):
+        log.append({"role": "user", "content": f"question {i}"})
+        log.append({"role": "assistant", "content": f"answer {i}"})
+    log.add_summary(
+        "## Constraints\n- none\n## Decisions\n- x\n## Current state\n- y\n## Next steps\n- z", (0, 3)
+    )
+    log.rewind(7)
+    log.append({"role": "assistant", "content": "a different answer 3"})
+    log.close()
+    with open_session(tmp_path, policy=policy, compact=False) as session:
+        request = session.prepare("question 4, again")
+        sent = json.dumps(request["messages"])
+        assert "a different answer 3" in sent
+        assert "answer 5" not in sent  # the dead branch
+        assert "question 4, again" in sent
+        assert validators.openai(request["messages"]) == []
+
+
+def test_memories_and_summaries_stay_out_of_the_cached_prefix(tmp_path):
+    from context_core import MemoryStore
+
+    store = MemoryStore(tmp_path / "memories.db")
+    store.remember("The staging database listens on port 5433.")
+    with open_session(tmp_path, store=store, model="claude-sonnet-4-5") as session:
+        hashes = set()
+        for turn in range(30):
+            request = session.prepare(f"turn {turn}: which port does the staging database use?")
+            hashes.add(request.report.prefix_hash)
+            assert not request.report.prefix_changed
+            last_marked = (
+                max(i for i, b in enumerate(request["system"]) if "cache_control" in b)
+                if any("cache_control" in b for b in request["system"])
+                else -1
+            )
+            later = " ".join(b["text"] for b in request["system"][last_marked + 1 :])
+            assert "5433" in later  # the memory, after every breakpoint
+            session.record({"role": "assistant", "content": f"Port 5433 (turn {turn})."})
+        session.compactor.close(wait=True)
+        assert request.report.memories == 1
+    assert len(hashes) == 1
+    store.close()
+
+
+def test_sdk_objects_are_recorded_and_their_usage_learned(tmp_path):
+    from anthropic.types import Message as AnthropicResponse
+    from openai.types.chat import ChatCompletion
+
+    with open_session(tmp_path, compact=False) as session:
+        request = session.prepare("Read a.py")
+        completion = ChatCompletion.model_validate(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "gpt-4o",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {"role": "assistant", "content": None, "tool_calls": [call("call_1")]},
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": request.report.total,
+                    "completion_tokens": 9,
+                    "total_tokens": request.report.total + 9,
+                    "prompt_tokens_details": {"cached_tokens": 64},
+                },
+            }
+        )
+        assert [c.id for c in session.record(completion)] == ["call_1"]
+        assert session.budget.observations == 1
+        assert session.budget.ratio == pytest.approx(1.0)
+        session.record_tool_result("call_1", "x = 1")
+        assert session.prepare().report.cached_tokens == 64
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        request = session.prepare("And now?")
+        message = AnthropicResponse.model_validate(
+            {
+                "id": "m1",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": anthropic_call("toolu_7")["content"],
+                "stop_reason": "tool_use",
+                "usage": {"input_tokens": 10, "cache_read_input_tokens": 200, "output_tokens": 3},
+            }
+        )
+        session.record(message)
+        assert session.pending[0].id == "toolu_7"
+        kept = session.log.read([len(session.log) - 1])[0]
+        assert kept["content"][0]["signature"] == "sig-1"
+
+
+def test_a_reopened_session_knows_the_calls_still_waiting(tmp_path):
+    session = open_session(tmp_path, compact=False)
+    session.prepare("Read a.py")
+    session.record({"role": "assistant", "content": None, "tool_calls": [call("call_1"), call("call_2")]})
+    session.record_tool_result("call_1", "one")
+    session.close()
+    with open_session(tmp_path, compact=False) as again:
+        assert [c.id for c in again.pending] == ["call_2"]
+        again.record_tool_result("call_2", "two")
+        assert again.pending == ()
+    assert pending_in([{"role": "user", "content": "hi"}]) == {}
+
+
+def test_bad_input_is_refused_with_clear_errors(tmp_path):
+    with pytest.raises(InvalidInputError, match="policy must be"):
+        open_session(tmp_path, policy="fastest")
+    with pytest.raises(InvalidInputError, match="provider must be"):
+        open_session(tmp_path, provider="gemini")
+    session = open_session(tmp_path, compact=False)
+    with pytest.raises(InvalidInputError, match="unknown role"):
+        session.prepare({"role": "banana", "content": "x"})
+    with pytest.raises(InvalidTypeError, match="user_input"):
+        session.prepare(42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="attachments"):
+        session.prepare(attachments=[{"type": "text", "text": "x"}])
+    with pytest.raises(InvalidInputError, match="assistant message"):
+        session.record({"role": "user", "content": "not a reply"})
+    with pytest.raises(InvalidTypeError, match="SDK response"):
+        session.record(3.5)
+    tiny = Budget(window=400, soft_ratio=1.0, system_reserve=10, pinned_reserve=10, input_reserve=10)
+    session.close()
+    with open_session(tmp_path, budget=tiny, compact=False) as small, pytest.raises(OverBudgetError):
+        small.prepare("word " * 2_000)
+    with pytest.raises(InvalidInputError, match="closed"):
+        session.prepare("after close")
+
+
+def test_one_info_line_a_call_and_timings_from_the_injected_clock(tmp_path, caplog):
+    ticks = itertools.count()
+    with (
+        open_session(tmp_path, compact=False, clock=lambda: next(ticks) * 0.001) as session,
+        caplog.at_level(logging.INFO, logger="context_core"),
+    ):
+        request = session.prepare("Read a.py")
+        session.record({"role": "assistant", "content": "ok"})
+        session.prepare("And b.py")
+    lines = [r for r in caplog.records if r.name == "context_core" and r.levelno == logging.INFO]
+    assert len(lines) == 2
+    assert "turn=0.0" in lines[0].getMessage()
+    assert "total=" in lines[0].getMessage()
+    timings = request.report.timings
+    assert set(timings) == {"append", "memory", "prompt", "select", "render", "count", "schedule", "total"}
+    assert timings["total"] == pytest.approx(sum(v for k, v in timings.items() if k != "total"))
+    assert all(value == pytest.approx(0.001) for key, value in timings.items() if key != "total")
+
+
+def test_compaction_runs_in_the_background_and_close_persists_learnings(tmp_path):
+    from context_core import MemoryStore
+
+    with open_session(tmp_path, store=None) as session:
+        session.prepare("You must never drop the order_id from a log line.")
+        session.record({"role": "assistant", "content": "Understood."})
+        for turn in range(40):
+            session.prepare(f"Now fix bug {turn} in payments/retry.go.")
+            session.record({"role": "assistant", "content": f"Fixed bug {turn}."})
+        session.compactor.close(wait=True)
+        written = session.compactor.status.written
+        assert sum(written.values()) >= 1
+        request = session.prepare("What rules apply?")
+        assert request.report.sections["global_summary"] + request.report.sections["segments"] > 0
+        assert "order_id" in json.dumps(request["messages"])  # the rule survived compaction
+    memory = (tmp_path / "session" / "memory" / "MEMORY.md").read_text()
+    assert "order_id" in memory
+    store = MemoryStore(tmp_path / "session" / "memory.db")
+    assert any("order_id" in hit.memory.text for hit in store.search("order_id rule"))
+    store.close()
+
+
+def test_the_async_session_has_the_same_turn(tmp_path):
+    async def run() -> None:
+        async with await AsyncSession.open(
+            tmp_path / "session", model="gpt-4o", tools=TOOLS, store=False
+        ) as session:
+            request = await session.prepare("Read a.py")
+            assert request["messages"][-1]["content"] == "Read a.py"
+            await session.record({"role": "assistant", "content": None, "tool_calls": [call("call_1")]})
+            await session.record_tool_result("call_1", "x = 1")
+            inner = await session.prepare()
+            assert inner["messages"][-1]["role"] == "tool"
+
+    asyncio.run(run())
+    with open_session(tmp_path, compact=False) as reopened:
+        assert len(reopened.log) == 3  # the input, the call, its result
