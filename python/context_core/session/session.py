@@ -152,6 +152,10 @@ class Session:
         self._prefix: str | None = None
         self._closed = False
         self.last_report: TurnReport | None = None
+        """The last call's report."""
+        self.last_seq: int | None = None
+        """The log seq of the last message this session appended (the input,
+        a reply, a tool result): acknowledged, so it survives a crash."""
 
     # -- opening -----------------------------------------------------------------
 
@@ -289,7 +293,7 @@ class Session:
         timings: dict[str, float] = {}
         if user_input is not None:
             message = _input_message(user_input, attachments)
-            self.log.append(message, timestamp=self._wall())
+            self.last_seq = int(self.log.append(message, timestamp=self._wall()))
             self._pending.clear()  # the user spoke first: sanitize closes any call left open
             self._turn += 1
             self._step = 0
@@ -432,7 +436,7 @@ class Session:
         if message.get("role") != "assistant":
             raise InvalidInputError(f"a reply is an assistant message, got role {message.get('role')!r}")
         usage = usage_of(response)
-        self.log.append(message, timestamp=self._wall())
+        self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
         if usage is not None:
@@ -457,7 +461,8 @@ class Session:
             result_message(self.provider, call_id, content, is_error), timestamp=self._wall()
         )
         del self._pending[call_id]
-        return int(seq)
+        self.last_seq = int(seq)
+        return self.last_seq
 
     # -- closing -----------------------------------------------------------------
 
@@ -477,12 +482,15 @@ class Session:
             for part in reversed(self._owned):
                 part.close()
 
-    def _session_messages(self) -> list[dict[str, Any]]:
-        seqs = [seq for seq in self.log.path() if seq >= self._first_seq]
+    def history(self, *, since: int = 0) -> list[dict[str, Any]]:
+        """The messages of the log's active path as they were appended
+        (summaries left out), from seq ``since`` on. Reads them all: for
+        inspection and tests, not for a turn."""
+        seqs = [seq for seq in self.log.path() if seq >= since]
         return [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
 
     def _persist(self) -> None:
-        messages = self._session_messages()
+        messages = self.history(since=self._first_seq)
         if not messages:
             return
         if self.memory is not None:
