@@ -81,7 +81,7 @@ class Tokenizer:
         never inside a character. ``marker`` (e.g. ``"…[truncated {dropped}
         tokens]"``; ``{dropped}`` becomes the number of tokens cut) is appended
         and fits inside the cap. A text that already fits is returned as is."""
-    def count_message(self, message: Message) -> int:
+    def count_message(self, message: MessageLike) -> int:
         """Tokens of one chat message, OpenAI or Anthropic format, without the
         reply priming."""
     def _count_joined(self, parts: list[str]) -> Union[int, None]:

@@ -1,0 +1,180 @@
+"""``context-core count`` and ``context-core sanitize``: exact token counts
+of files, stdin or chat histories (a JSON list of messages, a request body
+with ``messages``, or JSONL with one message a line), and a history repaired
+for the OpenAI or Anthropic API, printed as JSON with its changes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from context_core import ContextCoreError, Tokenizer, UnknownModelError, sanitize
+from context_core.tokens import ENCODINGS, REPLY_PRIMING
+
+
+@dataclass
+class Report:
+    """Counts for one input."""
+
+    source: str
+    kind: str  # "text" or "chat"
+    total: int
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "kind": self.kind, "tokens": self.total}
+        if self.kind == "chat":
+            out["messages"] = self.messages
+            out["tools"] = self.tools
+        return out
+
+
+class InputError(ContextCoreError):
+    """An input the command cannot read (reported on stderr, exit status 2)."""
+
+
+def _json_files(source: str) -> bool:
+    return source.lower().endswith((".json", ".jsonl"))
+
+
+def parse_chat(text: str, source: str = "-") -> tuple[list[Any], list[Any] | None] | None:
+    """``(messages, tools)`` if ``text`` is a chat history, else ``None``.
+    A ``.json`` or ``.jsonl`` file that is not valid JSON raises
+    :class:`InputError` (with the line), never counted as plain text."""
+    stripped = text.strip()
+    if not stripped:
+        return None
+    try:
+        document = json.loads(stripped)
+    except RecursionError:
+        document = None
+    except ValueError as whole:
+        document = None
+        lines = [line for line in stripped.splitlines() if line.strip()]
+        try:
+            document = [json.loads(line) for line in lines]
+        except RecursionError:
+            document = None
+        except ValueError:
+            if _json_files(source):
+                raise InputError(f"{source}: not valid JSON or JSONL ({whole})") from None
+            return None
+    if document is None:
+        return None
+    tools = None
+    if isinstance(document, dict) and isinstance(document.get("messages"), list):
+        tools = document.get("tools") if isinstance(document.get("tools"), list) else None
+        messages = list(document["messages"])
+        if isinstance(document.get("system"), (str, list)):  # an Anthropic request body
+            messages.insert(0, {"role": "system", "content": document["system"]})
+        document = messages
+    if isinstance(document, list) and document and all(isinstance(m, dict) and "role" in m for m in document):
+        return document, tools
+    return None
+
+
+def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Report:
+    chat = parse_chat(text, source) if kind in ("auto", "chat") else None
+    if chat is None:
+        if kind == "chat":
+            raise ContextCoreError(f"{source}: not a chat history (a JSON list of messages or JSONL)")
+        return Report(source, "text", tokenizer.count(text))
+    messages, tools = chat
+    total = tokenizer.count_messages(messages, tools)  # first: its errors name messages[i]
+    rows = [
+        {"index": i, "role": str(message.get("role")), "tokens": tokenizer.count_message(message)}
+        for i, message in enumerate(messages)
+    ]
+    tool_tokens = tokenizer.count_tools(tools) if tools else 0
+    return Report(source, "chat", total, rows, tool_tokens)
+
+
+def read_source(path: str, stdin: TextIO) -> str:
+    try:
+        if path == "-":
+            # Bytes when there are any, so line endings are counted as sent.
+            raw = getattr(stdin, "buffer", None)
+            return raw.read().decode("utf-8") if raw is not None else stdin.read()
+        # newline="": count the file's own line endings, not translated ones.
+        with open(path, encoding="utf-8", newline="") as handle:
+            return handle.read()
+    except UnicodeDecodeError as error:
+        name = "stdin" if path == "-" else path
+        raise InputError(
+            f"{name}: not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x})"
+        ) from None
+    except OSError as error:
+        raise InputError(f"{path}: {error.strerror or error}") from None
+
+
+def print_table(reports: list[Report], encoding: str, out: TextIO) -> None:
+    for report in reports:
+        if report.kind == "text":
+            out.write(f"{report.total:>10}  {report.source}\n")
+            continue
+        out.write(f"{report.source} (chat, {encoding})\n")
+        out.write(f"{'#':>6}  {'role':<12}{'tokens':>10}\n")
+        for row in report.messages:
+            out.write(f"{row['index']:>6}  {row['role']:<12}{row['tokens']:>10}\n")
+        if report.tools:
+            out.write(f"{'':>6}  {'tools':<12}{report.tools:>10}\n")
+        out.write(f"{'':>6}  {'priming':<12}{REPLY_PRIMING:>10}\n")
+        out.write(f"{'':>6}  {'total':<12}{report.total:>10}\n")
+    if len(reports) > 1:
+        out.write(f"{sum(r.total for r in reports):>10}  total\n")
+
+
+def run_count(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    """Counts every input it can read; each one it cannot is named on stderr
+    (the others are still counted) and makes the exit status 2."""
+    try:
+        tokenizer = (
+            Tokenizer.for_model(args.model) if args.model else Tokenizer(args.encoding or "o200k_base")
+        )
+    except UnknownModelError:
+        raise InputError(
+            f"unknown model {args.model!r}: give its encoding instead, e.g. --encoding o200k_base"
+            f" (one of {', '.join(ENCODINGS)})"
+        ) from None
+    reports, failed = [], False
+    for path in args.paths:
+        try:
+            reports.append(count_input(tokenizer, path, read_source(path, stdin), args.format))
+        except ContextCoreError as error:
+            print(f"context-core: {error}", file=sys.stderr)
+            failed = True
+    if args.json:
+        document = {
+            "encoding": tokenizer.name,
+            "inputs": [report.as_json() for report in reports],
+            "total": sum(report.total for report in reports),
+        }
+        json.dump(document, stdout, ensure_ascii=False, indent=2)
+        stdout.write("\n")
+    elif reports:
+        print_table(reports, tokenizer.name, stdout)
+    return 2 if failed else 0
+
+
+def run_sanitize(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    chat = parse_chat(read_source(args.path, stdin), args.path)
+    if chat is None:
+        raise ContextCoreError(f"{args.path}: not a chat history (a JSON list of messages or JSONL)")
+    result = sanitize(
+        chat[0], args.provider, convert_function=args.convert_function, on_invalid=args.on_invalid
+    )
+    document = {
+        "messages": result.messages,
+        "system": result.system,
+        "changes": [
+            {"stage": c.stage, "index": c.index, "action": c.action, "reason": c.reason}
+            for c in result.changes
+        ],
+    }
+    json.dump(document, stdout, ensure_ascii=False, indent=2)
+    stdout.write("\n")
+    return 0

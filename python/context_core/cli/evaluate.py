@@ -1,0 +1,142 @@
+"""``context-core eval``: constraint retention across selection policies and
+budgets, on generated agent sessions replayed through a Session.
+
+Each session states its rules in the first turns and buries them under
+hundreds of tool outputs; each (policy, budget) pair replays every session
+with compaction on, and scores the share of the rules still in the request,
+word for word, at the last call (and the lowest share on any call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, TextIO
+
+from context_core.cli.count import InputError
+
+__all__ = ["run_eval", "score"]
+
+
+def _budgets(text: str) -> list[int]:
+    try:
+        budgets = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InputError(f"--budgets must be comma-separated token counts, got {text!r}") from None
+    if not budgets or min(budgets) < 1000:
+        raise InputError(f"--budgets must name windows of at least 1000 tokens, got {text!r}")
+    return budgets
+
+
+def score(
+    sessions: int, turns: int, budgets: list[int], policies: tuple[str, ...], progress: Any = None
+) -> list[dict[str, Any]]:
+    """One row per (policy, budget): mean final retention and lowest retention."""
+    from context_core import PromptCacheWarning
+    from context_core.cli.demo_session import TOOLS, write_session
+    from context_core.cli.replay import replay
+
+    rows = []
+    total, done = len(policies) * len(budgets) * sessions, 0
+    with tempfile.TemporaryDirectory(prefix="context-core-eval-") as root, warnings.catch_warnings():
+        warnings.simplefilter("ignore", PromptCacheWarning)
+        generated = [write_session(Path(root) / f"s{seed}.jsonl", turns, seed) for seed in range(sessions)]
+        for policy in policies:
+            for budget in budgets:
+                finals, lows = [], []
+                for seed, messages in enumerate(generated):
+                    result = replay(
+                        messages,
+                        TOOLS,
+                        model="gpt-4o",
+                        provider="openai",
+                        budget=budget,
+                        policy=policy,
+                        directory=str(Path(root) / f"{policy}-{budget}-{seed}"),
+                    )
+                    summary = result.summary()
+                    if summary["constraints"]:
+                        finals.append(summary["retained_final"] / summary["constraints"])
+                        lows.append(summary["retention_min"])
+                    done += 1
+                    if progress is not None:
+                        progress(done, total)
+                rows.append(
+                    {
+                        "policy": policy,
+                        "budget": budget,
+                        "retention": round(sum(finals) / len(finals), 4) if finals else None,
+                        "lowest": round(min(lows), 4) if lows else None,
+                    }
+                )
+    return rows
+
+
+def _plot(rows: list[dict[str, Any]], path: str) -> None:
+    try:
+        import matplotlib  # type: ignore[import-not-found]  # the plot extra
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+    except ImportError:
+        raise InputError("--plot needs matplotlib: pip install 'context-core[plot]'") from None
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        mine = [r for r in rows if r["policy"] == policy and r["retention"] is not None]
+        axes.plot([r["budget"] for r in mine], [r["retention"] * 100 for r in mine], marker="o", label=policy)
+    axes.set_xscale("log", base=2)
+    axes.set_xlabel("budget (tokens)")
+    axes.set_ylabel("constraints kept at the last call (%)")
+    axes.set_ylim(0, 105)
+    axes.set_title("Constraint retention by policy")
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def run_eval(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    import sys
+
+    from context_core.cli import POLICIES
+    from context_core.cli.replay import _progress
+
+    if args.sessions < 1 or args.turns < 1:
+        raise InputError("--sessions and --turns must be at least 1")
+    budgets = _budgets(args.budgets)
+    update, stop = _progress(sys.stderr)
+    try:
+        rows = score(args.sessions, args.turns, budgets, POLICIES, update)
+    finally:
+        stop()
+    if args.plot:
+        _plot(rows, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    if args.json:
+        json.dump(rows, stdout, indent=2)
+        stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"Constraints kept at the last call ({args.sessions} sessions of {args.turns} turns;"
+        " lowest on any call)"
+    )
+    table.add_column("policy")
+    for budget in budgets:
+        table.add_column(f"{budget:,}", justify="right")
+    for policy in POLICIES:
+        cells = []
+        for budget in budgets:
+            row = next(r for r in rows if r["policy"] == policy and r["budget"] == budget)
+            cells.append(
+                "n/a" if row["retention"] is None else f"{row['retention']:.0%} ({row['lowest']:.0%})"
+            )
+        table.add_row(policy, *cells)
+    Console(file=stdout, width=120, highlight=False).print(table)
+    return 0

@@ -1,0 +1,110 @@
+"""``context-core inspect LOG``: what a message log holds: messages and
+their tokens, summaries by level, branches and the head, and whether every
+record checks out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, TextIO
+
+from context_core.cli.count import InputError
+
+__all__ = ["run_inspect"]
+
+_KINDS = {0: "message", 1: "summary", 2: "branch"}
+
+
+def describe(path: str, tail: int) -> dict[str, Any]:
+    from context_core import LogCorruptError, LogNotFoundError
+    from context_core.log import MessageLog
+
+    try:
+        log = MessageLog.open(path, readonly=True)
+    except LogNotFoundError:
+        raise InputError(f"{path}: no message log there") from None
+    with log:
+        headers = log.headers()
+        kinds = headers["kind"]
+        path_seqs = log.path()
+        try:
+            log.verify()
+            check = "ok"
+        except LogCorruptError as error:
+            check = f"corrupt: {error}"
+        summaries: dict[str, int] = {}
+        for payload in log.read([int(s) for s in range(len(log)) if kinds[s] == 1]):
+            level = f"L{payload['level']}"
+            summaries[level] = summaries.get(level, 0) + 1
+        messages = [int(s) for s in range(len(log)) if kinds[s] == 0]
+        tail_rows = []
+        if tail > 0:
+            shown = [seq for seq in path_seqs if kinds[seq] == 0][-tail:]
+            for seq, message in zip(shown, log.read(shown), strict=True):
+                content = message.get("content")
+                text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+                tail_rows.append(
+                    {
+                        "seq": seq,
+                        "role": message.get("role"),
+                        "tokens": int(headers["tokens"][seq]),
+                        "text": text or "",
+                    }
+                )
+        return {
+            "path": str(path),
+            "encoding": log.encoding,
+            "nodes": len(log),
+            "messages": len(messages),
+            "tokens": int(sum(int(headers["tokens"][s]) for s in messages)),
+            "on_active_path": len(path_seqs),
+            "active_path_tokens": int(sum(int(headers["tokens"][s]) for s in path_seqs)),
+            "summaries": summaries,
+            "branches": int(sum(1 for k in kinds if k == 2)),
+            "head": log.head,
+            "last_summary_index": log.last_summary_index,
+            "check": check,
+            "tail": tail_rows,
+        }
+
+
+def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    if args.tail < 0:
+        raise InputError(f"--tail must be >= 0, got {args.tail}")
+    facts = describe(args.log, args.tail)
+    if args.json:
+        json.dump(facts, stdout, ensure_ascii=False, indent=2)
+        stdout.write("\n")
+        return 0 if facts["check"] == "ok" else 2
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stdout, width=120, highlight=False)
+    table = Table(title=f"Message log {facts['path']}", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    for what, value in [
+        ("encoding", facts["encoding"]),
+        ("nodes", f"{facts['nodes']:,}"),
+        ("messages (tokens)", f"{facts['messages']:,} ({facts['tokens']:,})"),
+        ("on the active path (tokens)", f"{facts['on_active_path']:,} ({facts['active_path_tokens']:,})"),
+        (
+            "summaries by level",
+            ", ".join(f"{k}: {v}" for k, v in sorted(facts["summaries"].items())) or "none",
+        ),
+        ("branches", str(facts["branches"])),
+        ("head", str(facts["head"])),
+        ("summaries cover up to", str(facts["last_summary_index"])),
+        ("check", facts["check"]),
+    ]:
+        table.add_row(what, value)
+    console.print(table)
+    if facts["tail"]:
+        last = Table(title=f"Last {len(facts['tail'])} messages")
+        for name in ("seq", "role", "tokens", "text"):
+            last.add_column(name, justify="right" if name in ("seq", "tokens") else "left", overflow="fold")
+        for row in facts["tail"]:
+            text = row["text"] if len(row["text"]) <= 200 else row["text"][:200] + "…"
+            last.add_row(str(row["seq"]), str(row["role"]), f"{row['tokens']:,}", text)
+        console.print(last)
+    return 0 if facts["check"] == "ok" else 2

@@ -1,0 +1,474 @@
+"""``context-core demo``, ``replay`` and ``build``: a transcript replayed
+through a :class:`~context_core.Session`, one model call at a time, as a
+server would have run it.
+
+At each assistant message of the transcript the session prepares the
+request (the reply is then recorded, tool results before the next call), and
+the call is measured against what naive glue would send: the whole history
+so far, or its last 20 messages. A constraint counts as retained when its
+text, word for word, is in the request (a summary that rephrases a rule is
+not counted, so the figure is a floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from context_core.cli.count import InputError, parse_chat
+
+__all__ = ["Replay", "load_transcript", "replay", "run_build", "run_demo", "run_replay"]
+
+LAST_N = 20
+
+
+@dataclass
+class Call:
+    """One model call of the replay."""
+
+    turn: int
+    step: int
+    sent: int
+    naive: int
+    last_n: int
+    latency_ms: float
+    prefix_changed: bool
+    constraints: int
+    retained: int
+    retained_last_n: int
+    messages: int
+    repairs: int
+
+
+@dataclass
+class Replay:
+    calls: list[Call] = field(default_factory=list)
+    compactions: dict[str, Any] = field(default_factory=dict)
+    last_request: dict[str, Any] = field(default_factory=dict)
+    last_report: Any = None
+    over_budget: int = 0
+    """Calls whose turn in progress alone was over the budget (no request)."""
+    model: str = ""
+    provider: str = ""
+    policy: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        calls = self.calls
+        latencies = sorted(c.latency_ms for c in calls)
+        sent, naive, last_n = (sum(getattr(c, name) for c in calls) for name in ("sent", "naive", "last_n"))
+        final = calls[-1] if calls else None
+        kept = [c.retained / c.constraints for c in calls if c.constraints]
+        stable = sum(not c.prefix_changed for c in calls[1:])
+        return {
+            "model": self.model,
+            "provider": self.provider,
+            "policy": self.policy,
+            "calls": len(calls),
+            "over_budget": self.over_budget,
+            "turns": final.turn + 1 if final else 0,
+            "tokens_sent": sent,
+            "tokens_naive": naive,
+            "tokens_last_20": last_n,
+            "vs_naive": round(sent / naive, 4) if naive else None,
+            "vs_last_20": round(sent / last_n, 4) if last_n else None,
+            "constraints": final.constraints if final else 0,
+            "retained_final": final.retained if final else 0,
+            "retained_final_last_20": final.retained_last_n if final else 0,
+            "retention_min": round(min(kept), 4) if kept else None,
+            "compactions_written": self.compactions.get("written", {}),
+            "compaction_failures": self.compactions.get("failures", 0),
+            "prefix_stable": round(stable / (len(calls) - 1), 4) if len(calls) > 1 else None,
+            "latency_p50_ms": round(_percentile(latencies, 0.5), 3) if calls else None,
+            "latency_p99_ms": round(_percentile(latencies, 0.99), 3) if calls else None,
+        }
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- reading a transcript ------------------------------------------------------------
+
+
+def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The messages and tools of a transcript file (JSON or JSONL, OpenAI or
+    Anthropic, a request body) or of a message log directory."""
+    where = Path(path)
+    if where.is_dir():
+        from context_core.log import MessageLog
+
+        with MessageLog.open(where, readonly=True) as log:
+            nodes = log.read(log.path())
+        return [n for n in nodes if isinstance(n, dict) and "role" in n], []
+    try:
+        text = where.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise InputError(f"{path}: {error.strerror or error}") from None
+    chat = parse_chat(text, path)
+    if chat is None:
+        raise InputError(f"{path}: not a transcript (a JSON list of messages, JSONL, or a request body)")
+    messages, tools = chat
+    return [dict(m) for m in messages], list(tools or [])
+
+
+def shape_of(messages: list[dict[str, Any]]) -> str:
+    """``"anthropic"`` when the transcript holds Anthropic blocks, else ``"openai"``."""
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking") for b in content
+        ):
+            return "anthropic"
+        if message.get("role") == "tool" or message.get("tool_calls"):
+            return "openai"
+    return "openai"
+
+
+# -- the replay ------------------------------------------------------------------------
+
+
+def _identity(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
+        return messages[0]["content"], messages[1:]
+    return "", messages
+
+
+def replay(
+    messages: list[dict[str, Any]],
+    tools: list[Any],
+    *,
+    model: str,
+    provider: str,
+    budget: int | None,
+    policy: str,
+    directory: str,
+    progress: Any = None,
+) -> Replay:
+    """Drive a session in ``directory`` through ``messages``."""
+    from context_core import Budget, InvalidInputError, MemoryStore, OverBudgetError, Session, Tokenizer
+    from context_core.memory_store import HashingEmbedder
+    from context_core.select import tag
+
+    identity, rest = _identity(messages)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    chosen = None if budget is None else Budget.for_model(model, window=budget)
+    session = Session.open(
+        directory,
+        model=model,
+        provider=provider,  # type: ignore[arg-type]
+        identity=identity,
+        tools=tools,
+        policy=policy,  # type: ignore[arg-type]
+        budget=chosen,
+        # Hashing vectors: no model to load, the same on every host.
+        store=MemoryStore(Path(directory) / "memory.db", embedder=HashingEmbedder()),
+    )
+    tok = Tokenizer()
+    fixed = tok.count_messages([{"role": "system", "content": identity}] if identity else [], tools or None)
+    history: list[dict[str, Any]] = []
+    running = 0  # tokens of the history so far, message by message
+    constraints: list[str] = []
+    said: str | None = None
+    turn = -1
+    result = Replay(model=model, provider=provider, policy=policy)
+    assistants = sum(m.get("role") == "assistant" for m in rest)
+    done = 0
+    try:
+        for message in rest:
+            role = message.get("role")
+            if role == "assistant":
+                try:
+                    request = session.prepare(said)
+                except OverBudgetError:
+                    # The turn in progress alone is over the budget: a server's
+                    # call would fail here. Counted, and the replay goes on.
+                    if said is not None:
+                        turn += 1
+                    said = None
+                    result.over_budget += 1
+                    session.record({k: v for k, v in message.items() if k != "timestamp"})
+                    history.append(message)
+                    running += tok.count_message(message)
+                    done += 1
+                    continue
+                if said is not None:
+                    turn += 1
+                said = None
+                report = request.report
+                started = time.perf_counter()
+                session.record({k: v for k, v in message.items() if k != "timestamp"})
+                recorded = time.perf_counter() - started
+                sent_text = json.dumps(dict(request), ensure_ascii=False)
+                result.calls.append(
+                    Call(
+                        turn=max(turn, 0),
+                        step=report.step,
+                        sent=report.total,
+                        naive=fixed + running,
+                        last_n=fixed + tok.count_messages(history[-LAST_N:]),
+                        latency_ms=(report.timings["total"] + recorded) * 1e3,
+                        prefix_changed=report.prefix_changed,
+                        constraints=len(constraints),
+                        retained=sum(
+                            json.dumps(c, ensure_ascii=False)[1:-1] in sent_text for c in constraints
+                        ),
+                        retained_last_n=sum(
+                            any(m.get("content") == c for m in history[-LAST_N:]) for c in constraints
+                        ),
+                        messages=len(request["messages"]),
+                        repairs=len(report.repairs),
+                    )
+                )
+                result.last_request, result.last_report = dict(request), report
+                done += 1
+                if progress is not None:
+                    progress(done, assistants)
+            elif role == "tool":
+                _result(
+                    session, InvalidInputError, message.get("tool_call_id"), message.get("content"), False
+                )
+            elif role == "user" and _results_of(message):
+                for block in _results_of(message):
+                    is_error = bool(block.get("is_error", False))
+                    _result(
+                        session, InvalidInputError, block.get("tool_use_id"), block.get("content"), is_error
+                    )
+            elif role in ("system", "developer"):
+                session.log.append({k: v for k, v in message.items() if k != "timestamp"})
+            elif role == "user":
+                text = message.get("content")
+                if said is not None:  # two inputs with no reply between: the first goes in unanswered
+                    session.log.append({"role": "user", "content": said})
+                said = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+                if "constraint" in tag(said):
+                    constraints.append(said)
+            history.append(message)
+            running = (
+                tok.count_messages(history)
+                if len(history) % 64 == 0
+                else running + tok.count_message(message)
+            )
+        if session.compactor is not None:
+            session.compactor.close(wait=True)
+            status = session.compactor.status
+            result.compactions = {"written": dict(status.written), "failures": status.failures}
+    finally:
+        session.close(persist=False)
+        session.store.close()
+    return result
+
+
+def _results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def _result(session: Any, error: type[Exception], call_id: Any, content: Any, is_error: bool) -> None:
+    # A result no call is waiting on (the transcript's own defect) is left out, as repair would.
+    with contextlib.suppress(error):
+        session.record_tool_result(call_id, "" if content is None else content, is_error=is_error)
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def _progress(stderr: TextIO) -> tuple[Any, Any]:
+    """A progress callback (a bar on a terminal, a plain line every tenth
+    when piped) and what stops it."""
+    if stderr.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        bar = Progress("replaying", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        task = bar.add_task("replay", total=None)
+        bar.start()
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return update, bar.stop
+    step = {"next": 0}
+
+    def line(done: int, total: int) -> None:
+        if done >= step["next"] or done == total:
+            print(f"replayed {done}/{total} calls", file=stderr, flush=True)
+            step["next"] = done + max(1, total // 10)
+
+    return line, lambda: None
+
+
+def print_replay(result: Replay, rows: int, out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, width=120, highlight=False)
+    table = Table(title=f"Per call ({rows} of {len(result.calls)}, evenly spaced)")
+    for name in ("turn", "call", "msgs", "sent", "naive", "last 20", "kept rules", "ms", "prefix"):
+        table.add_column(name, justify="right")
+    calls = result.calls
+    pick = sorted({round(i * (len(calls) - 1) / max(1, rows - 1)) for i in range(rows)}) if calls else []
+    for i in pick:
+        c = calls[i]
+        table.add_row(
+            str(c.turn),
+            f"{c.turn}.{c.step}",
+            str(c.messages),
+            f"{c.sent:,}",
+            f"{c.naive:,}",
+            f"{c.last_n:,}",
+            f"{c.retained}/{c.constraints}",
+            f"{c.latency_ms:.2f}",
+            "changed" if c.prefix_changed else "kept",
+        )
+    console.print(table)
+    s = result.summary()
+    report = Table(title="Report", show_header=False)
+    report.add_column("what")
+    report.add_column("value", justify="right")
+    rows_out = [
+        ("model / provider / policy", f"{s['model']} / {s['provider']} / {s['policy']}"),
+        ("turns / model calls", f"{s['turns']:,} / {s['calls']:,}"),
+        ("calls over the budget (not sent)", str(s["over_budget"])),
+        ("tokens sent", f"{s['tokens_sent']:,}"),
+        ("  naive full history", f"{s['tokens_naive']:,} ({_ratio(s['vs_naive'])} of it sent)"),
+        ("  messages[-20:]", f"{s['tokens_last_20']:,} ({_ratio(s['vs_last_20'])} of it sent)"),
+        ("constraints kept at the end", f"{s['retained_final']}/{s['constraints']} (verbatim)"),
+        ("  by messages[-20:]", f"{s['retained_final_last_20']}/{s['constraints']}"),
+        ("lowest retention on any call", _ratio(s["retention_min"])),
+        (
+            "compactions written (by level)",
+            ", ".join(f"L{k}: {v}" for k, v in s["compactions_written"].items()) or "none",
+        ),
+        ("compactions failed or rejected", str(s["compaction_failures"])),
+        ("cached prefix kept, call to call", _ratio(s["prefix_stable"])),
+        ("turn latency p50 / p99", f"{s['latency_p50_ms']} / {s['latency_p99_ms']} ms"),
+    ]
+    for what, value in rows_out:
+        report.add_row(what, value)
+    console.print(report)
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _options(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple[str, str]:
+    from context_core.session import provider_of
+
+    shape = shape_of(messages)
+    model = args.model
+    if (
+        args.provider is None
+        and shape == "anthropic"
+        and provider_of(model) == "openai"
+        and model == "gpt-4o"
+    ):
+        model = "claude-sonnet-4-5"  # the default model, for an Anthropic transcript
+    provider = args.provider or provider_of(model)
+    if provider != shape and any(m.get("role") == "tool" or _results_of(m) for m in messages):
+        # Tool results in the other provider's shape would be repaired away.
+        raise InputError(
+            f"this transcript's tool calls are in {shape}'s shape; replay it for {shape}"
+            f" (--provider {shape} or one of its models), not {provider}"
+        )
+    return model, provider
+
+
+def _run(
+    args: argparse.Namespace, messages: list[dict[str, Any]], tools: list[Any], stderr: TextIO
+) -> Replay:
+    import warnings
+
+    from context_core import PromptCacheWarning
+
+    model, provider = _options(args, messages)
+    update, stop = _progress(stderr) if not getattr(args, "quiet", False) else (None, lambda: None)
+    with tempfile.TemporaryDirectory(prefix="context-core-") as directory, warnings.catch_warnings():
+        warnings.simplefilter("ignore", PromptCacheWarning)  # said once in the report instead
+        try:
+            return replay(
+                messages,
+                tools,
+                model=model,
+                provider=provider,
+                budget=args.budget,
+                policy=args.policy,
+                directory=directory,
+                progress=update,
+            )
+        finally:
+            stop()
+
+
+def _emit(result: Replay, args: argparse.Namespace, out: TextIO) -> None:
+    if args.json:
+        document = {"summary": result.summary(), "calls": [vars(c) for c in result.calls]}
+        json.dump(document, out, ensure_ascii=False, indent=2)
+        out.write("\n")
+    else:
+        print_replay(result, args.rows, out)
+
+
+def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    from context_core.cli.demo_session import TOOLS, write_session
+
+    if args.turns < 1:
+        raise InputError(f"--turns must be at least 1, got {args.turns}")
+    path = Path(tempfile.gettempdir()) / f"context-core-demo-{args.seed}.jsonl"
+    messages = write_session(path, args.turns, args.seed)
+    print(f"wrote a {args.turns}-turn agent session ({len(messages):,} messages) to {path}", file=sys.stderr)
+    _emit(_run(args, messages, TOOLS, sys.stderr), args, stdout)
+    return 0
+
+
+def run_replay(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    messages, tools = load_transcript(args.file)
+    if not any(m.get("role") == "assistant" for m in messages):
+        raise InputError(f"{args.file}: no assistant message, so no model call to replay")
+    _emit(_run(args, messages, tools, sys.stderr), args, stdout)
+    return 0
+
+
+def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    """The request for the transcript's last turn: the history replayed,
+    then one more prepare for what follows its last message."""
+    messages, tools = load_transcript(args.file)
+    if messages and messages[-1].get("role") == "assistant":
+        pass  # the request is the one that produced the last reply
+    else:
+        messages = [
+            *messages,
+            {"role": "assistant", "content": ""},
+        ]  # a placeholder reply, not recorded as sent
+    args.quiet = True
+    result = _run(args, messages, tools, sys.stderr)
+    request, report = result.last_request, result.last_report
+    if args.json:
+        json.dump(request, stdout, ensure_ascii=False, indent=2)
+        stdout.write("\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Request for the last turn ({result.model}, {result.provider}, {result.policy})")
+    table.add_column("section")
+    table.add_column("tokens", justify="right")
+    for name, tokens in report.sections.items():
+        table.add_row(name, f"{tokens:,}")
+    table.add_row("total (exact, as sent)", f"{report.total:,}")
+    table.add_row("limit", f"{report.limit:,}")
+    console = Console(file=stdout, width=100, highlight=False)
+    console.print(table)
+    summary = f"{len(request['messages'])} messages, prefix {report.prefix_hash[:16]}"
+    console.print(f"{summary}, {len(report.repairs)} repairs")
+    return 0

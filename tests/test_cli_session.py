@@ -1,0 +1,201 @@
+"""The command line's session commands (demo, replay, build, inspect, eval)
+and the fixes to count: the numbers they print are checked, not the look."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+import validators
+from context_core import MessageLog, Tokenizer, sanitize
+from context_core.cli import main
+from context_core.cli.demo_session import write_session
+
+
+def run(argv: list[str], stdin: str = "") -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(argv, stdin=io.StringIO(stdin), stdout=out)
+    return code, out.getvalue()
+
+
+def test_demo_reports_what_the_session_saved_and_kept(capsys):
+    code, out = run(["demo", "--turns", "40", "--json"])
+    assert code == 0
+    document = json.loads(out)
+    summary, calls = document["summary"], document["calls"]
+    assert summary["turns"] == 40
+    assert summary["calls"] == len(calls) > 40
+    assert summary["tokens_sent"] == sum(c["sent"] for c in calls)
+    assert summary["tokens_sent"] < summary["tokens_naive"]
+    assert summary["constraints"] >= 4
+    assert summary["retained_final"] == summary["constraints"]  # every rule still sent, word for word
+    assert summary["retained_final_last_20"] < summary["constraints"]  # which messages[-20:] loses
+    assert sum(summary["compactions_written"].values()) >= 1
+    assert summary["prefix_stable"] == 1.0
+    assert all(c["sent"] <= 89_600 for c in calls)
+    assert "wrote a 40-turn agent session" in capsys.readouterr().err  # progress and notes on stderr
+
+
+def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    write_session(path, 12, seed=3)
+    code, out = run(["replay", str(path), "--json", "--policy", "weighted", "--budget", "32000"])
+    assert code == 0
+    replayed = json.loads(out)["summary"]
+    assert replayed["policy"] == "weighted"
+    log_dir = tmp_path / "log"
+    with MessageLog.open(log_dir, create=True) as log:
+        log.append_many([json.loads(line) for line in path.read_text().splitlines()])
+    code, out = run(["replay", str(log_dir), "--json", "--policy", "weighted", "--budget", "32000"])
+    assert code == 0
+    assert json.loads(out)["summary"]["calls"] == replayed["calls"]
+    anthropic = tmp_path / "claude.json"
+    anthropic.write_text(
+        json.dumps(
+            {
+                "system": "You are terse.",
+                "messages": [
+                    {"role": "user", "content": "Read a.py. You must never drop the order_id."},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}],
+                    },
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x = 1"}],
+                    },
+                    {"role": "assistant", "content": [{"type": "text", "text": "It sets x."}]},
+                ],
+            }
+        )
+    )
+    code, out = run(["replay", str(anthropic), "--json"])
+    assert code == 0
+    summary = json.loads(out)["summary"]
+    assert (summary["provider"], summary["calls"], summary["retained_final"]) == ("anthropic", 2, 1)
+    assert run(["replay", str(anthropic), "--provider", "openai"])[0] == 2  # the wrong shape, said
+
+
+def test_build_prints_the_last_request_ready_to_send(tmp_path):
+    path = tmp_path / "chat.jsonl"
+    write_session(path, 15, seed=4)
+    code, out = run(["build", str(path), "--json"])
+    assert code == 0
+    request = json.loads(out)
+    assert request["model"] == "gpt-4o"
+    assert validators.openai(request["messages"]) == []
+    assert not sanitize(request["messages"]).changed
+    code, table = run(["build", str(path)])
+    assert code == 0
+    total = Tokenizer().count_messages(request["messages"], request.get("tools"))
+    assert f"{total:,}" in table
+
+
+def test_inspect_names_summaries_branches_and_damage(tmp_path):
+    where = tmp_path / "log"
+    with MessageLog.open(where, create=True) as log:
+        for i in range(6):
+            log.append({"role": "user", "content": f"q{i}"})
+            log.append({"role": "assistant", "content": f"a{i}"})
+        log.add_summary("Constraints:\n- none", (0, 3))
+        log.rewind(5)
+        log.append({"role": "assistant", "content": "again"})
+    code, out = run(["inspect", str(where), "--json", "--tail", "2"])
+    assert code == 0
+    facts = json.loads(out)
+    assert (facts["messages"], facts["summaries"], facts["branches"], facts["check"]) == (
+        13,
+        {"L2": 1},
+        1,
+        "ok",
+    )
+    assert [row["text"] for row in facts["tail"]] == ["a2", "again"]  # the branch from seq 5
+    with open(where / "data", "r+b") as data:
+        data.seek(-3, 2)
+        data.write(b"\xff\xff\xff")
+    code, out = run(["inspect", str(where), "--json"])
+    assert code == 2
+    assert json.loads(out)["check"].startswith("corrupt")
+    assert run(["inspect", str(tmp_path / "nothing")])[0] == 2
+
+
+def test_eval_scores_every_policy_and_budget(tmp_path):
+    plot = tmp_path / "retention.png"
+    argv = [
+        "eval",
+        "--sessions",
+        "1",
+        "--turns",
+        "30",
+        "--budgets",
+        "4000,16000",
+        "--json",
+        "--plot",
+        str(plot),
+    ]
+    code, out = run(argv)
+    if importlib.util.find_spec("matplotlib") is None:
+        assert code == 2  # the plot extra is missing: said, not a traceback
+        code, out = run(argv[:-2])
+    else:
+        assert plot.read_bytes().startswith(b"\x89PNG")
+    assert code == 0
+    rows = json.loads(out)
+    assert {(r["policy"], r["budget"]) for r in rows} == {
+        (p, b) for p in ("priority", "weighted", "shape") for b in (4000, 16000)
+    }
+    assert all(0.0 <= r["retention"] <= 1.0 for r in rows)
+    assert run(["eval", "--budgets", "lots"])[0] == 2
+
+
+def test_count_names_each_bad_input_and_counts_the_rest(tmp_path, capsys):
+    good = tmp_path / "notes.txt"
+    good.write_text("hello world", encoding="utf-8")
+    broken = tmp_path / "chat.json"
+    broken.write_text('[{"role": "user", "content": ', encoding="utf-8")
+    binary = tmp_path / "blob.dat"
+    binary.write_bytes(b"\x00\x01\xff\xfe" * 10)
+    code, out = run(["count", str(broken), str(good), str(binary), str(tmp_path / "missing.txt")])
+    assert code == 2
+    assert out.split() == [str(Tokenizer().count("hello world")), str(good)]
+    err = capsys.readouterr().err
+    assert f"{broken}: not valid JSON" in err
+    assert f"{binary}: not UTF-8 text" in err
+    assert "missing.txt" in err
+    assert run(["count", "--model", "not-a-model", str(good)])[0] == 2
+    err = capsys.readouterr().err
+    assert "--encoding" in err
+    assert "fallback" not in err
+
+
+def test_a_closed_pipe_and_the_version():
+    many = [sys.executable, "-m", "context_core", "count", *["README.md"] * 300]
+    with subprocess.Popen(many, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None
+        child.stdout.readline()
+        child.stdout.close()  # as `| head -1` does
+        _, err = child.communicate()
+    assert child.returncode == 141
+    assert b"Broken pipe" not in err
+    assert b"Traceback" not in err
+    version = subprocess.run(
+        [sys.executable, "-m", "context_core", "--version"], capture_output=True, text=True, check=True
+    )
+    assert version.stdout.startswith("context-core ")
+    helped = subprocess.run(
+        [sys.executable, "-m", "context_core", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "The ``context-core`` command" not in helped.stdout
+    for command in ("demo", "replay", "build", "inspect", "eval", "count"):
+        assert command in helped.stdout
+
+
+@pytest.mark.parametrize("argv", [["demo", "--turns", "0"], ["replay", "/no/such/file.json"], ["build", "-"]])
+def test_bad_arguments_exit_2_without_a_traceback(argv, capsys):
+    assert run(argv)[0] == 2
+    assert "Traceback" not in capsys.readouterr().err
