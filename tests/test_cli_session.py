@@ -173,8 +173,10 @@ def test_count_names_each_bad_input_and_counts_the_rest(tmp_path, capsys):
     assert "fallback" not in err
 
 
-def test_a_closed_pipe_and_the_version():
-    many = [sys.executable, "-m", "context_core", "count", *["README.md"] * 300]
+def test_a_closed_pipe_and_the_version(tmp_path):
+    small = tmp_path / "a.txt"
+    small.write_text("hi", encoding="utf-8")
+    many = [sys.executable, "-m", "context_core", "count", *[str(small)] * 5000]  # more than a pipe holds
     with subprocess.Popen(many, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
         assert child.stdout is not None
         child.stdout.readline()
@@ -199,3 +201,21 @@ def test_a_closed_pipe_and_the_version():
 def test_bad_arguments_exit_2_without_a_traceback(argv, capsys):
     assert run(argv)[0] == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_build_says_when_the_last_turn_cannot_fit(tmp_path, capsys):
+    big = tmp_path / "big.json"
+    big.write_text(
+        json.dumps(
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hey"},
+                {"role": "user", "content": "word " * 6000},
+            ]
+        )
+    )
+    assert run(["build", str(big), "--budget", "4000"])[0] == 2
+    assert run(["build", str(big), "--budget", "4000", "--json"])[0] == 2
+    err = capsys.readouterr().err
+    assert "over the budget" in err
+    assert "Traceback" not in err

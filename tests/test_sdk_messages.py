@@ -168,3 +168,22 @@ def test_the_log_takes_sdk_objects_and_refuses_unknown_roles(tmp_path):
     with pytest.raises(InvalidTypeError, match=r"^message: expected a message dict"):
         log.append(None)
     assert len(log) == 3  # nothing refused was written
+
+
+def test_custom_tool_calls_and_dumped_messages_keep_only_what_is_sent():
+    dumped = {
+        "role": "assistant",
+        "content": None,
+        "refusal": None,
+        "annotations": [],
+        "audio": None,
+        "function_call": None,
+        "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "code_exec", "input": "print(1)"}}],
+    }
+    message = message_of(dumped)
+    assert "refusal" not in message
+    assert "annotations" not in message
+    completion = {"choices": [{"message": dumped}]}
+    assert message_of(completion)["tool_calls"] == [
+        {"id": "c1", "type": "custom", "custom": {"name": "code_exec", "input": "print(1)"}}
+    ]

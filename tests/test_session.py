@@ -231,7 +231,7 @@ def test_sdk_objects_are_recorded_and_their_usage_learned(tmp_path):
         assert session.budget.ratio == pytest.approx(1.0)
         session.record_tool_result("call_1", "x = 1")
         assert session.prepare().report.cached_tokens == 64
-    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+    with open_session(tmp_path / "claude", model="claude-sonnet-4-5", compact=False) as session:
         request = session.prepare("And now?")
         message = AnthropicResponse.model_validate(
             {
@@ -343,3 +343,78 @@ def test_the_async_session_has_the_same_turn(tmp_path):
     asyncio.run(run())
     with open_session(tmp_path, compact=False) as reopened:
         assert len(reopened.log) == 3  # the input, the call, its result
+
+
+def test_tool_results_of_any_json_shape_keep_the_session_usable(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Run them all")
+        calls = [call(f"call_{i}") for i in range(5)]
+        session.record({"role": "assistant", "content": None, "tool_calls": calls})
+        session.record_tool_result("call_0", ["line one", "line two"])
+        session.record_tool_result("call_1", 42)
+        session.record_tool_result("call_2", None)
+        session.record_tool_result("call_3", [{"type": "text", "text": "a block"}])
+        session.record_tool_result("call_4", {"rows": 3})
+        with pytest.raises(InvalidInputError):
+            session.record_tool_result("call_4", object())  # answered already
+        request = session.prepare()
+        contents = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+        assert contents == [
+            '["line one", "line two"]',
+            "42",
+            "",
+            [{"type": "text", "text": "a block"}],
+            '{"rows": 3}',
+        ]
+        assert validators.openai(request["messages"]) == []
+
+
+def test_a_session_keeps_its_provider_and_its_models_encoding(tmp_path):
+    with open_session(tmp_path, model="gpt-4", compact=False) as session:
+        assert session.log.encoding == "cl100k_base"  # gpt-4's own tokenizer counts the request
+        session.prepare("hi")
+        with pytest.raises(InvalidInputError, match="anthropic's shape"):
+            session.record(anthropic_call("toolu_1"))
+    with pytest.raises(InvalidInputError, match="holds a session for openai"):
+        open_session(tmp_path, model="claude-sonnet-4-5")
+    with open_session(tmp_path / "claude", model="claude-sonnet-4-5", compact=False) as claude:
+        claude.prepare("hi")
+        with pytest.raises(InvalidInputError, match="openai's shape"):
+            claude.record({"role": "assistant", "content": None, "tool_calls": [call("call_1")]})
+
+
+def test_a_failing_store_still_lets_memory_persist_and_the_log_close(tmp_path):
+    class BrokenStore:
+        def search(self, *args, **kwargs):
+            return []
+
+        def conversation_ended(self, *args, **kwargs):
+            raise OSError("disk full")
+
+    session = open_session(tmp_path, store=BrokenStore(), compact=False)
+    session.prepare("You must never drop the order_id.")
+    session.record({"role": "assistant", "content": "Understood."})
+    with pytest.raises(OSError, match="disk full"):
+        session.close()
+    assert "order_id" in (tmp_path / "session" / "memory" / "MEMORY.md").read_text()
+    open_session(tmp_path, compact=False).close()  # the log was closed: it opens again
+
+
+def test_a_cancelled_aclose_still_closes_the_log(tmp_path):
+    async def run() -> None:
+        session = await AsyncSession.open(tmp_path / "session", model="gpt-4o", store=False)
+        await session.prepare("hi")
+
+        async def slow(**kwargs):
+            await asyncio.sleep(10)
+
+        session.session.compactor.aclose = slow
+        task = asyncio.ensure_future(session.aclose())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.2)
+
+    asyncio.run(run())
+    open_session(tmp_path, compact=False).close()

@@ -35,6 +35,11 @@ _BLOCK_FIELDS = {
 }
 
 
+#: Fields of a chat completion message that describe the response; sent
+#: back empty (as ``model_dump()`` leaves them), some servers refuse them.
+_RESPONSE_ONLY = frozenset({"refusal", "annotations", "audio", "function_call", "reasoning_content"})
+
+
 def _plain(obj: Any, what: str) -> Mapping[str, Any]:
     if isinstance(obj, Mapping):
         return obj
@@ -64,10 +69,13 @@ def _chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
 def _tool_call(call: Any) -> Any:
     if not isinstance(call, Mapping):
         return call  # the log reports what is wrong with it
+    kind = call.get("type", "function")
+    if kind != "function":  # a custom tool call ({"type": "custom", "custom": {...}}): kept whole
+        return {key: value for key, value in call.items() if value is not None}
     function = call.get("function")
     if isinstance(function, Mapping):
         function = {key: function[key] for key in ("name", "arguments") if key in function}
-    return {"id": call.get("id"), "type": call.get("type", "function"), "function": function}
+    return {"id": call.get("id"), "type": kind, "function": function}
 
 
 def _block(block: Any) -> Any:
@@ -111,7 +119,9 @@ def message_of(response: Any) -> dict[str, Any]:
     ``ChatCompletionMessage``, a Responses API ``Response``, an Anthropic
     ``Message``, or any of them as a plain dict."""
     if isinstance(response, Mapping) and "role" in response and response.get("type") != "message":
-        return dict(response)  # already a message: stored as given, metadata keys too
+        # Already a message: stored as given, metadata keys too, less the
+        # response-only fields an SDK's model_dump() leaves empty.
+        return {k: v for k, v in response.items() if not (k in _RESPONSE_ONLY and not v)}
     data = _plain(response, "response")
     if "choices" in data:
         choices = data["choices"]

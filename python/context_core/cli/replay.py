@@ -54,6 +54,7 @@ class Replay:
     last_request: dict[str, Any] = field(default_factory=dict)
     last_report: Any = None
     over_budget: int = 0
+    last_over_budget: bool = False
     """Calls whose turn in progress alone was over the budget (no request)."""
     model: str = ""
     provider: str = ""
@@ -177,7 +178,7 @@ def replay(
     history: list[dict[str, Any]] = []
     running = 0  # tokens of the history so far, message by message
     constraints: list[str] = []
-    said: str | None = None
+    said: str | dict[str, Any] | None = None
     turn = -1
     result = Replay(model=model, provider=provider, policy=policy)
     assistants = sum(m.get("role") == "assistant" for m in rest)
@@ -195,6 +196,7 @@ def replay(
                         turn += 1
                     said = None
                     result.over_budget += 1
+                    result.last_over_budget = True
                     session.record({k: v for k, v in message.items() if k != "timestamp"})
                     history.append(message)
                     running += tok.count_message(message)
@@ -229,6 +231,7 @@ def replay(
                     )
                 )
                 result.last_request, result.last_report = dict(request), report
+                result.last_over_budget = False
                 done += 1
                 if progress is not None:
                     progress(done, assistants)
@@ -237,20 +240,30 @@ def replay(
                     session, InvalidInputError, message.get("tool_call_id"), message.get("content"), False
                 )
             elif role == "user" and _results_of(message):
+                rest_of_it = [
+                    b
+                    for b in message["content"]
+                    if not (isinstance(b, dict) and b.get("type") == "tool_result")
+                ]
                 for block in _results_of(message):
                     is_error = bool(block.get("is_error", False))
                     _result(
                         session, InvalidInputError, block.get("tool_use_id"), block.get("content"), is_error
                     )
+                if rest_of_it:  # text said after the results: the turn's input too
+                    said = {"role": "user", "content": rest_of_it}
             elif role in ("system", "developer"):
                 session.log.append({k: v for k, v in message.items() if k != "timestamp"})
             elif role == "user":
                 text = message.get("content")
                 if said is not None:  # two inputs with no reply between: the first goes in unanswered
-                    session.log.append({"role": "user", "content": said})
-                said = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
-                if "constraint" in tag(said):
-                    constraints.append(said)
+                    session.log.append(said if isinstance(said, dict) else {"role": "user", "content": said})
+                # Text as a str; blocks (images, documents) as the message itself.
+                said = (
+                    text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
+                )
+                if isinstance(text, str) and "constraint" in tag(text):
+                    constraints.append(text)
             history.append(message)
             running = (
                 tok.count_messages(history)
@@ -453,6 +466,10 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     args.quiet = True
     result = _run(args, messages, tools, sys.stderr)
     request, report = result.last_request, result.last_report
+    if report is None or result.last_over_budget:
+        raise InputError(
+            f"{args.file}: the last turn's input alone is over the budget; no request can be built"
+        )
     if args.json:
         json.dump(request, stdout, ensure_ascii=False, indent=2)
         stdout.write("\n")

@@ -59,9 +59,12 @@ class AsyncSession:
         session = self.session
         if session._closed:
             return
-        if session.compactor is not None:
-            await session.compactor.aclose(wait=wait)
-        await asyncio.to_thread(session.close, persist=persist, wait=wait)
+        try:
+            if session.compactor is not None:
+                await session.compactor.aclose(wait=wait)
+        finally:
+            # Even if draining was cancelled: the log's lock must not outlive the session.
+            await asyncio.shield(asyncio.to_thread(session.close, persist=persist, wait=False))
 
     async def __aenter__(self) -> AsyncSession:
         return self

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from context_core._core import Tokenizer
 from context_core.budget import Budget
-from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError, OverBudgetError
 from context_core.log import MessageLog
 from context_core.memory import MemoryFiles
 from context_core.prompt import PromptBuilder, PromptParts
@@ -218,7 +218,12 @@ class Session:
         root = os.fspath(path)
         os.makedirs(root, exist_ok=True)
         owned: list[Any] = []
-        log = MessageLog.open(os.path.join(root, "log"), create=True, durability=durability)
+        _check_provider(root, provider)
+        where = os.path.join(root, "log")
+        # A new log counts in the model's encoding (o200k_base for models
+        # whose tokenizer is not public); an existing one keeps its own.
+        encoding = None if os.path.isdir(where) else Tokenizer.for_model(model, fallback="o200k_base").name
+        log = MessageLog.open(where, create=True, durability=durability, encoding=encoding)
         owned.append(log)
         try:
             files = _memory_files(memory, root)
@@ -326,8 +331,13 @@ class Session:
             mark = self._lap(timings, "render", mark)
             total = self._count(arguments)
             mark = self._lap(timings, "count", mark)
-            if total <= limit or shrunk >= _MAX_SHRINKS or room == 0:
+            if total <= limit:
                 break
+            if shrunk >= _MAX_SHRINKS or room == 0:
+                raise OverBudgetError(
+                    f"the request counts {total} tokens, over the limit of {limit}, and selecting "
+                    f"again within {room} tokens for the messages does not bring it under"
+                )
             room = max(0, room - (total - limit))
             shrunk += 1
 
@@ -435,6 +445,10 @@ class Session:
         message = message_of(response)
         if message.get("role") != "assistant":
             raise InvalidInputError(f"a reply is an assistant message, got role {message.get('role')!r}")
+        shape = _shape(message)
+        if shape is not None and shape != self.provider:
+            # Sent back to the other API, its calls and results would be refused or repaired away.
+            raise InvalidInputError(f"this reply is in {shape}'s shape; the session sends to {self.provider}")
         usage = usage_of(response)
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         calls = calls_of(message)
@@ -482,21 +496,32 @@ class Session:
             for part in reversed(self._owned):
                 part.close()
 
+    def _persist(self) -> None:
+        """MEMORY.md and the store each get this session's messages; a
+        failure of one does not keep them from the other (the first is raised)."""
+        messages = self.history(since=self._first_seq)
+        if not messages:
+            return
+        failures: list[BaseException] = []
+        if self.memory is not None:
+            try:
+                self.memory.persist_learnings(messages)
+            except Exception as error:  # the store still gets its turn
+                failures.append(error)
+        if self.store is not None:
+            try:
+                self.store.conversation_ended(messages, namespace=self.namespace, source=self.path or None)
+            except Exception as error:
+                failures.append(error)
+        if failures:
+            raise failures[0]
+
     def history(self, *, since: int = 0) -> list[dict[str, Any]]:
         """The messages of the log's active path as they were appended
         (summaries left out), from seq ``since`` on. Reads them all: for
         inspection and tests, not for a turn."""
         seqs = [seq for seq in self.log.path() if seq >= since]
         return [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
-
-    def _persist(self) -> None:
-        messages = self.history(since=self._first_seq)
-        if not messages:
-            return
-        if self.memory is not None:
-            self.memory.persist_learnings(messages)
-        if self.store is not None:
-            self.store.conversation_ended(messages, namespace=self.namespace, source=self.path or None)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -507,6 +532,36 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close(persist=exc[0] is None)
+
+
+def _shape(message: Mapping[str, Any]) -> Provider | None:
+    """The provider a reply's tool calls or thinking are shaped for (``None``: either)."""
+    if message.get("tool_calls"):
+        return "openai"
+    content = message.get("content")
+    if isinstance(content, list) and any(
+        isinstance(b, Mapping) and b.get("type") in ("tool_use", "thinking", "redacted_thinking")
+        for b in content
+    ):
+        return "anthropic"
+    return None
+
+
+def _check_provider(root: str, provider: Provider) -> None:
+    """A session directory keeps the provider it was made for: its log holds
+    that provider's message shapes, which the other API refuses."""
+    marker = os.path.join(root, "provider")
+    try:
+        with open(marker, encoding="utf-8") as handle:
+            kept = handle.read().strip()
+    except FileNotFoundError:
+        with open(marker, "w", encoding="utf-8") as handle:
+            handle.write(provider + "\n")
+        return
+    if kept != provider:
+        raise InvalidInputError(
+            f"{root} holds a session for {kept}; it cannot be sent to {provider} (open a new directory)"
+        )
 
 
 def _memory_files(memory: MemoryFiles | bool | None, root: str) -> MemoryFiles | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,15 +90,25 @@ def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall]:
 
 
 def _text(content: Any) -> str | list[Any]:
+    """A tool's output as a message carries it: a str, a list of content
+    blocks (dicts with a ``type``) as given, anything else JSON-able as its
+    JSON text (``None``: empty)."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
+    if content is None:
+        return ""
+    if (
+        isinstance(content, list)
+        and content
+        and all(isinstance(block, Mapping) and isinstance(block.get("type"), str) for block in content)
+    ):
         return content
-    if isinstance(content, (Mapping, Iterable)) and not isinstance(content, (bytes, bytearray)):
-        return json.dumps(content, ensure_ascii=False, default=str)
-    raise InvalidTypeError(
-        f"a tool result must be a str, a list of blocks or JSON, got {type(content).__name__}"
-    )
+    try:
+        return json.dumps(content, ensure_ascii=False)
+    except (TypeError, ValueError):
+        raise InvalidTypeError(
+            f"a tool result must be a str, content blocks or JSON-able data, got {type(content).__name__}"
+        ) from None
 
 
 def result_message(provider: str, call_id: str, content: Any, is_error: bool) -> dict[str, Any]:
