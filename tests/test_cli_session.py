@@ -67,7 +67,10 @@ def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
                     },
                     {
                         "role": "user",
-                        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x = 1"}],
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x = 1"},
+                            {"type": "text", "text": "Also check b.py."},
+                        ],
                     },
                     {"role": "assistant", "content": [{"type": "text", "text": "It sets x."}]},
                 ],
@@ -78,6 +81,8 @@ def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
     assert code == 0
     summary = json.loads(out)["summary"]
     assert (summary["provider"], summary["calls"], summary["retained_final"]) == ("anthropic", 2, 1)
+    code, out = run(["build", str(anthropic), "--json"])
+    assert "Also check b.py." in out  # text said after the results is the next call's input
     assert run(["replay", str(anthropic), "--provider", "openai"])[0] == 2  # the wrong shape, said
 
 
