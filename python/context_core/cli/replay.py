@@ -155,7 +155,7 @@ def replay(
     progress: Any = None,
 ) -> Replay:
     """Drive a session in ``directory`` through ``messages``."""
-    from context_core import Budget, InvalidInputError, MemoryStore, OverBudgetError, Session, Tokenizer
+    from context_core import Budget, MemoryStore, OverBudgetError, Session, Tokenizer
     from context_core.memory_store import HashingEmbedder
     from context_core.select import tag
 
@@ -236,9 +236,7 @@ def replay(
                 if progress is not None:
                     progress(done, assistants)
             elif role == "tool":
-                _result(
-                    session, InvalidInputError, message.get("tool_call_id"), message.get("content"), False
-                )
+                _result(session, message.get("tool_call_id"), message.get("content"), False)
             elif role == "user" and _results_of(message):
                 rest_of_it = [
                     b
@@ -247,9 +245,7 @@ def replay(
                 ]
                 for block in _results_of(message):
                     is_error = bool(block.get("is_error", False))
-                    _result(
-                        session, InvalidInputError, block.get("tool_use_id"), block.get("content"), is_error
-                    )
+                    _result(session, block.get("tool_use_id"), block.get("content"), is_error)
                 if rest_of_it:  # text said after the results: the turn's input too
                     said = {"role": "user", "content": rest_of_it}
             elif role in ("system", "developer"):
@@ -265,11 +261,7 @@ def replay(
                 if isinstance(text, str) and "constraint" in tag(text):
                     constraints.append(text)
             history.append(message)
-            running = (
-                tok.count_messages(history)
-                if len(history) % 64 == 0
-                else running + tok.count_message(message)
-            )
+            running += tok.count_message(message)
         if session.compactor is not None:
             session.compactor.close(wait=True)
             status = session.compactor.status
@@ -287,9 +279,11 @@ def _results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
-def _result(session: Any, error: type[Exception], call_id: Any, content: Any, is_error: bool) -> None:
+def _result(session: Any, call_id: Any, content: Any, is_error: bool) -> None:
+    from context_core import InvalidInputError
+
     # A result no call is waiting on (the transcript's own defect) is left out, as repair would.
-    with contextlib.suppress(error):
+    with contextlib.suppress(InvalidInputError):
         session.record_tool_result(call_id, "" if content is None else content, is_error=is_error)
 
 

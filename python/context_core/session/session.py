@@ -323,9 +323,14 @@ class Session:
 
         limit = self.budget.messages(system_tokens=0)
         room = self.budget.messages(system_tokens=parts.breakdown.total)
+        # Memories for a policy that does not place them: rendered after the
+        # volatile part, their tokens taken off the room once.
+        extra = "" if isinstance(self.policy, PriorityAssembly) else _memory_text(self._memories)
+        extra_tokens = self.tokenizer.count(extra) if extra else 0
+        room = max(0, room - extra_tokens)
         shrunk = 0
         while True:
-            selection, extra = self._select(room)
+            selection = self._select(room)
             mark = self._lap(timings, "select", mark)
             arguments = self._render(parts, selection, extra)
             mark = self._lap(timings, "render", mark)
@@ -353,7 +358,7 @@ class Session:
         report = TurnReport(
             turn=self._turn,
             step=self._step,
-            sections=_sections(parts, selection, self.tokenizer.count(extra) if extra else 0),
+            sections=_sections(parts, selection, extra_tokens),
             total=total,
             limit=limit,
             prefix_hash=prefix,
@@ -366,7 +371,8 @@ class Session:
             shrunk=shrunk,
         )
         self.last_report = report
-        logger.info("%s", report.log_line())
+        if logger.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
+            logger.info("%s", report.log_line())
         return Request(arguments, report)
 
     def _lap(self, timings: dict[str, float], stage: str, mark: float) -> float:
@@ -382,16 +388,11 @@ class Session:
         )
         return [hit.memory.text for hit in hits]
 
-    def _select(self, room: int) -> tuple[Selection, str]:
-        """The window within ``room`` tokens, and the context the render adds
-        (memories, for a policy that does not place them)."""
+    def _select(self, room: int) -> Selection:
+        """The window within ``room`` tokens (priority assembly places the memories)."""
         if isinstance(self.policy, PriorityAssembly):
-            return self.policy.select(self.log, room, memories=self._memories), ""
-        extra = ""
-        if self._memories:
-            extra = "Relevant memory:\n" + "\n".join(f"- {text}" for text in self._memories)
-            room = max(0, room - self.tokenizer.count(extra))
-        return self.policy.select(self.log, room, now=self._wall()), extra
+            return self.policy.select(self.log, room, memories=self._memories)
+        return self.policy.select(self.log, room, now=self._wall())
 
     def _render(self, parts: PromptParts, selection: Selection, extra: str) -> dict[str, Any]:
         if self.provider == "anthropic":
@@ -532,6 +533,10 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close(persist=exc[0] is None)
+
+
+def _memory_text(memories: Sequence[str]) -> str:
+    return "Relevant memory:\n" + "\n".join(f"- {text}" for text in memories) if memories else ""
 
 
 def _shape(message: Mapping[str, Any]) -> Provider | None:
