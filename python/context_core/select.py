@@ -387,16 +387,14 @@ def _from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) ->
     seqs = [seq for seq, _ in nodes]
     breakdown = selection.breakdown
     summary_tokens = {"global": 0, "segment": 0}
-    parts = dict(nodes)
-    kept_summaries = [seqs[m] for m in selection.kept if parts[seqs[m]] in summary_tokens]
+    kept_summaries = [nodes[m] for m in selection.kept if nodes[m][1] in summary_tokens]
     if kept_summaries:
         tokens = log.headers()["tokens"]
-        for seq in kept_summaries:
-            summary_tokens[parts[seq]] += int(tokens[seq])
-        moved = min(breakdown.pinned, summary_tokens["global"] + summary_tokens["segment"])
+        for seq, part in kept_summaries:
+            summary_tokens[part] += int(tokens[seq])
         breakdown = dataclasses.replace(
             breakdown,
-            pinned=breakdown.pinned - moved,
+            pinned=max(0, breakdown.pinned - sum(summary_tokens.values())),
             global_summary=breakdown.global_summary + summary_tokens["global"],
             segments=breakdown.segments + summary_tokens["segment"],
         )
