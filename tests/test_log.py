@@ -491,14 +491,26 @@ def test_a_large_batch_refuses_a_bad_message_as_a_small_one_does(where, bad):
 # -- selection on a log -------------------------------------------------------------
 
 
+HEADER_POLICIES = {
+    "weighted": lambda provider, cap: context_core.WeightedWindow(provider=provider, tool_result_cap=cap),
+    "shape": lambda provider, cap: context_core.ShapeHistory(
+        provider=provider, summary="Earlier: the migration was read.", tool_result_cap=cap
+    ),
+    "priority": lambda provider, cap: context_core.PriorityAssembly(provider=provider, tool_result_cap=cap),
+}
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("name", sorted(HEADER_POLICIES))
 @settings(deadline=None, max_examples=30)
-@given(data=st.data(), budget=st.integers(20, 3000))
-def test_the_window_from_headers_is_the_window_from_messages(tmp_path_factory, provider, data, budget):
-    """Stored counts, tags and flags give exactly the choice made from the
-    messages themselves (tool results uncapped on both sides)."""
+@given(data=st.data(), budget=st.integers(20, 3000), cap=st.sampled_from([None, 12, 40]))
+def test_the_window_from_headers_is_the_window_from_messages(
+    tmp_path_factory, provider, name, data, budget, cap
+):
+    """Stored counts, tags and flags (and tool results counted as cut) give
+    exactly the choice made from the messages themselves."""
     messages = data.draw(history(provider))
-    policy = context_core.WeightedWindow(provider=provider, tool_result_cap=None)
+    policy = HEADER_POLICIES[name](provider, cap)
     with MessageLog.open(tmp_path_factory.mktemp("log") / "log", create=True, durability="never") as log:
         if messages:
             log.append_many(messages)
@@ -513,6 +525,9 @@ def test_the_window_from_headers_is_the_window_from_messages(tmp_path_factory, p
     assert got.messages == expected.messages
     assert got.system == expected.system
     assert got.breakdown == expected.breakdown
+    assert got.truncated == expected.truncated
+    assert got.missing_dependencies == expected.missing_dependencies
+    assert got.turns == expected.turns
 
 
 def test_summaries_are_kept_and_counted_as_sent(where):

@@ -474,27 +474,43 @@ def shape_history(
 
     def run(target: int) -> tuple[Selection, int]:
         kept, turns, with_summary = shape(analysis, target, keep_last, min_keep, summary_tokens)
-        # No loop over the units in Python: a window that holds everything
-        # would pay it per kept message. A unit is kept at most once.
-        items: list[Item] = list(kept)
-        sections: dict[str, int] = {}
-        first_kept = first_user is not None and first_user in kept
-        if with_summary and extra is not None:  # the kernel keeps a summary only when given one
-            if not first_kept:
-                items.insert(0, extra[0])
-            elif turns is not None:
-                items.insert(kept.index(first_user) + 1, extra[0])
-            sections["global"] = extra[1]
-        if turns is not None and first_kept:
-            others = list(kept)
-            others.remove(first_user)
-            layout.sum_units(others, sections)
-            layout.sum_units([first_user], sections, override="pinned")
-        else:
-            layout.sum_units(kept, sections)
-        return layout.finish(items, budget, sections, turns)
+        return lay_out_shape(layout, kept, turns, with_summary, extra, budget)
 
     return settle(run, budget)
+
+
+def lay_out_shape(
+    layout: Layout,
+    kept: Sequence[int],
+    turns: int | None,
+    with_summary: bool,
+    extra: tuple[Msg, int] | None,
+    budget: int,
+) -> tuple[Selection, int]:
+    """ShapeHistory's output for the units ``kept`` (sorted): the summary
+    (``extra``, when kept) after the first user message, or first; the
+    first user message counted as pinned when turns were cut."""
+    analysis = layout.analysis
+    first_user = analysis.first_turn
+    # No loop over the units in Python: a window that holds everything
+    # would pay it per kept message. A unit is kept at most once.
+    items: list[Item] = list(kept)
+    sections: dict[str, int] = {}
+    first_kept = first_user is not None and first_user in kept
+    if with_summary and extra is not None:  # the kernel keeps a summary only when given one
+        if not first_kept:
+            items.insert(0, extra[0])
+        elif turns is not None:
+            items.insert(kept.index(first_user) + 1, extra[0])
+        sections["global"] = extra[1]
+    if turns is not None and first_kept:
+        others = list(kept)
+        others.remove(first_user)
+        layout.sum_units(others, sections)
+        layout.sum_units([first_user], sections, override="pinned")
+    else:
+        layout.sum_units(kept, sections)
+    return layout.finish(items, budget, sections, turns)
 
 
 def shape(
@@ -535,6 +551,24 @@ def weighted_window(
     provider: str,
     cap: int | None,
 ) -> Selection:
+    run, budget = weighted_window_run(
+        backend, messages, max_tokens, weights, max_anchors, recent_turns, now, provider, cap
+    )
+    return settle(run, budget)
+
+
+def weighted_window_run(
+    backend: Backend,
+    messages: Iterable[Mapping[str, Any]],
+    max_tokens: Any,
+    weights: tuple[float, ...],
+    max_anchors: int,
+    recent_turns: int,
+    now: float | None,
+    provider: str,
+    cap: int | None,
+) -> tuple[Callable[[int], tuple[Selection, int]], int]:
+    """The one-pass run of :func:`weighted_window` at any target, and the budget."""
     messages = prepare(messages, provider)
     budget = budget_tokens(max_tokens)
     now = check_now(now)
@@ -551,7 +585,7 @@ def weighted_window(
         layout.sum_units(kept, sections)
         return layout.finish(kept, budget, sections)
 
-    return settle(run, budget)
+    return run, budget
 
 
 def build_context(
@@ -567,6 +601,35 @@ def build_context(
     provider: str,
     cap: int | None,
 ) -> Selection:
+    run, budget = build_context_run(
+        backend,
+        history,
+        max_tokens,
+        current_input=current_input,
+        global_summary=global_summary,
+        segment_summaries=segment_summaries,
+        memories=memories,
+        anchoring=anchoring,
+        provider=provider,
+        cap=cap,
+    )
+    return settle(run, budget)
+
+
+def build_context_run(
+    backend: Backend,
+    history: Iterable[Mapping[str, Any]],
+    max_tokens: Any,
+    *,
+    current_input: str | Mapping[str, Any] | None,
+    global_summary: str | None,
+    segment_summaries: Sequence[str],
+    memories: Sequence[str],
+    anchoring: bool,
+    provider: str,
+    cap: int | None,
+) -> tuple[Callable[[int], tuple[Selection, int]], int]:
+    """The one-pass run of :func:`build_context` at any target, and the budget."""
     messages = prepare(history, provider)
     if isinstance(current_input, str):
         messages.append({"role": "user", "content": current_input})
@@ -617,4 +680,4 @@ def build_context(
         items += current
         return layout.finish(items, budget, sections)
 
-    return settle(run, budget)
+    return run, budget

@@ -27,14 +27,11 @@ drives the log, never the other way round.
 
 from __future__ import annotations
 
-import array
-import dataclasses
 import functools
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
-from context_core import _selection
+from context_core import _log_selection, _selection
 from context_core._core import (
     METADATA_KEYS,
     SEGMENT_PREFIX,
@@ -183,7 +180,16 @@ class ShapeHistory:
         ``budget``; ``now`` is accepted for the protocol (nothing here ages)."""
         _selection.check_now(now)
         if isinstance(messages, _MessageLog):
-            return _from_view(messages, lambda view: self.select(view, budget))
+            return _log_selection.shape_history(
+                messages,
+                self._backend,
+                budget,
+                self.keep_last,
+                self.min_keep,
+                self.summary,
+                self.provider,
+                self.tool_result_cap,
+            )
         return _selection.shape_history(
             self._backend,
             messages,
@@ -216,7 +222,11 @@ def shape_history(
             backend, view, budget, keep_last, min_keep, summary, provider, tool_result_cap
         )
 
-    return _from_view(messages, choose) if isinstance(messages, _MessageLog) else choose(messages)
+    if isinstance(messages, _MessageLog):
+        return _log_selection.shape_history(
+            messages, backend, budget, keep_last, min_keep, summary, provider, tool_result_cap
+        )
+    return choose(messages)
 
 
 class WeightedWindow:
@@ -288,7 +298,23 @@ class WeightedWindow:
         tags stored at append; the log must count in this policy's
         encoding), and only the kept nodes are decoded."""
         if isinstance(messages, _MessageLog):  # the log's base class: no import of the log here
-            return _log_window(messages, self, budget, now)
+            if self._backend.tagger is not None:
+                # The headers hold the tags found at append, by the default keywords.
+                raise InvalidInputError(
+                    "a log's window weighs the tags its headers hold (the default tagger's); "
+                    "select from log.context_view() to tag with your own Tagger"
+                )
+            return _log_selection.weighted_window(
+                messages,
+                self._backend,
+                budget,
+                self.weights,
+                self.max_anchors,
+                self.recent_turns,
+                now,
+                self.provider,
+                self.tool_result_cap,
+            )
         return _selection.weighted_window(
             self._backend,
             messages,
@@ -353,15 +379,16 @@ class PriorityAssembly:
         if isinstance(messages, _MessageLog):
             if current_input is not None:
                 raise InvalidInputError("a log holds the turn's input: append it, and pass no current_input")
-            return _from_view(
+            return _log_selection.build_context(
                 messages,
-                lambda view: self.select(
-                    view,
-                    budget,
-                    global_summary=global_summary,
-                    segment_summaries=segment_summaries,
-                    memories=memories,
-                ),
+                self._backend,
+                budget,
+                global_summary=global_summary,
+                segment_summaries=segment_summaries,
+                memories=memories,
+                anchoring=self.anchoring,
+                provider=self.provider,
+                cap=self.tool_result_cap,
             )
         return _selection.build_context(
             self._backend,
@@ -375,102 +402,3 @@ class PriorityAssembly:
             provider=self.provider,
             cap=self.tool_result_cap,
         )
-
-
-def _from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) -> Selection:
-    """A policy's choice over a log's context view, keyed by seqs: each
-    position in the view is replaced by its node's seq. The view's summary
-    nodes are system messages to the policy; the tokens of those it kept are
-    moved from ``pinned`` to their own sections of the breakdown."""
-    nodes = log._view()
-    selection = choose(cast("list[Message]", log._render(nodes, strip=False)))
-    seqs = [seq for seq, _ in nodes]
-    breakdown = selection.breakdown
-    summary_tokens = {"global": 0, "segment": 0}
-    kept_summaries = [nodes[m] for m in selection.kept if nodes[m][1] in summary_tokens]
-    if kept_summaries:
-        tokens = log.headers()["tokens"]
-        for seq, part in kept_summaries:
-            summary_tokens[part] += int(tokens[seq])
-        breakdown = dataclasses.replace(
-            breakdown,
-            pinned=max(0, breakdown.pinned - sum(summary_tokens.values())),
-            global_summary=breakdown.global_summary + summary_tokens["global"],
-            segments=breakdown.segments + summary_tokens["segment"],
-        )
-    return dataclasses.replace(
-        selection,
-        breakdown=breakdown,
-        kept=tuple(seqs[m] for m in selection.kept),
-        truncated=tuple(ToolResultCut(seqs[t.index], t.tokens, t.kept) for t in selection.truncated),
-        missing_dependencies=tuple((seqs[m], ref) for m, ref in selection.missing_dependencies),
-        _dropped=tuple(seqs[m] for m in selection.dropped),
-    )
-
-
-class _ViewRest:
-    """A log window's dropped seqs, listed on first read from the view as it
-    was chosen from (a node count, or its seqs as u64 bytes): the log may
-    have moved on, or be closed, by then. Picklable."""
-
-    __slots__ = ("kept", "view")
-
-    def __init__(self, view: int | bytes, kept: tuple[int, ...]) -> None:
-        self.view = view
-        self.kept = kept
-
-    def __call__(self) -> tuple[int, ...]:
-        seqs: Sequence[int]
-        if isinstance(self.view, int):
-            seqs = range(self.view)
-        else:
-            seqs = array.array("Q", self.view)  # 8 bytes an item, as the extension writes
-            if sys.byteorder == "big":
-                seqs.byteswap()  # written little-endian
-        chosen = set(self.kept)
-        return tuple(seq for seq in seqs if seq not in chosen)
-
-    def __reduce__(self) -> tuple[type[_ViewRest], tuple[int | bytes, tuple[int, ...]]]:
-        return _ViewRest, (self.view, self.kept)
-
-
-def _log_window(
-    log: MessageLog, policy: WeightedWindow, budget: int | Budget, now: float | None
-) -> Selection:
-    """The weighted window over a log's context view, from its headers alone."""
-    backend = policy._backend
-    if backend.tokenizer.name != log.encoding:
-        raise InvalidInputError(
-            f"this log counts tokens in {log.encoding}; the policy's tokenizer is {backend.tokenizer.name}"
-        )
-    if backend.tagger is not None:
-        # The headers hold the tags found at append, by the default keywords.
-        raise InvalidInputError(
-            "a log's window weighs the tags its headers hold (the default tagger's); "
-            "select from log.context_view() to tag with your own Tagger"
-        )
-    tokens = _selection.budget_tokens(budget)
-    now = _selection.check_now(now)
-
-    def run(target: int) -> tuple[Selection, int]:
-        kept, (pinned, global_summary, segments, recent, input_), view = log._weighted(
-            target, policy.weights, policy.max_anchors, policy.recent_turns, now
-        )
-        laid_out = log._render(kept, strip=True)
-        final, system, changes = backend.sanitize(laid_out, policy.provider)
-        total = _selection.count_sent(backend, laid_out, final)
-        if system:
-            total += backend.count_message({"role": "system", "content": system})
-        breakdown = SelectionBreakdown(pinned, global_summary, 0, segments, recent, input_, total, tokens)
-        kept_seqs = tuple(seq for seq, _ in kept)
-        selection = Selection(
-            messages=final,
-            system=system,
-            breakdown=breakdown,
-            kept=kept_seqs,
-            changes=tuple(changes),
-            _dropped=_ViewRest(view, kept_seqs),
-        )
-        return selection, total - tokens
-
-    return _selection.settle(run, tokens)

@@ -60,13 +60,15 @@ def provider_of(model: str) -> Provider:
     return "anthropic" if model.startswith("claude") else "openai"
 
 
-def _policy(policy: PolicyName | Policy, provider: Provider) -> Policy:
+def _policy(policy: PolicyName | Policy, provider: Provider, tokenizer: Tokenizer | None = None) -> Policy:
+    """The policy named, counting with ``tokenizer`` (the log's, so it can
+    choose from the log's headers), or the one given, checked."""
     if policy == "priority":
-        return PriorityAssembly(provider=provider)
+        return PriorityAssembly(provider=provider, tokenizer=tokenizer)
     if policy == "weighted":
-        return WeightedWindow(provider=provider)
+        return WeightedWindow(provider=provider, tokenizer=tokenizer)
     if policy == "shape":
-        return ShapeHistory(provider=provider)
+        return ShapeHistory(provider=provider, tokenizer=tokenizer)
     if isinstance(policy, str):
         raise InvalidInputError(f"policy must be 'priority', 'weighted', 'shape' or a Policy, got {policy!r}")
     if not callable(getattr(policy, "select", None)):
@@ -225,6 +227,8 @@ class Session:
         encoding = None if os.path.isdir(where) else Tokenizer.for_model(model, fallback="o200k_base").name
         log = MessageLog.open(where, create=True, durability=durability, encoding=encoding)
         owned.append(log)
+        if isinstance(policy, str):
+            chosen = _policy(policy, provider, Tokenizer(log.encoding))  # type: ignore[arg-type]
         try:
             files = _memory_files(memory, root)
             builder = PromptBuilder(

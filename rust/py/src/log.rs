@@ -8,8 +8,9 @@ use std::time::Duration;
 use crate::select::{WeightRow, weights_of};
 use context_core::log::{
     AppendOptions, Durability, MessageLog, OpenOptions, Origin, Plan, PlanOptions, ViewPart,
-    ViewSeqs,
+    ViewSeqs, Window,
 };
+use context_core::select::Extras;
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::prelude::*;
@@ -121,6 +122,28 @@ fn durability(name: &str) -> PyResult<Durability> {
             "durability must be \"always\", \"batch\" or \"never\", not {other:?}"
         ))),
     }
+}
+
+/// A window's kept `(seq, part)` pairs, and its view as a node count (every
+/// node `0..n`) or its seqs as little-endian u64 bytes (one copy, no Python
+/// int each).
+#[allow(clippy::type_complexity)]
+fn kept_and_view(window: &Window) -> PyResult<(Vec<(u64, &'static str)>, Py<PyAny>)> {
+    let kept = window
+        .kept
+        .iter()
+        .map(|&(seq, part)| (seq, part_name(part)))
+        .collect();
+    let view = Python::attach(|py| -> PyResult<Py<PyAny>> {
+        Ok(match &window.view {
+            ViewSeqs::All(n) => n.into_pyobject(py)?.into_any().unbind(),
+            ViewSeqs::Listed(seqs) => {
+                let bytes: Vec<u8> = seqs.iter().flat_map(|s| s.to_le_bytes()).collect();
+                PyBytes::new(py, &bytes).into_any().unbind()
+            }
+        })
+    })?;
+    Ok((kept, view))
 }
 
 fn part_name(part: ViewPart) -> &'static str {
@@ -361,10 +384,11 @@ impl PyMessageLog {
 
     /// The weighted window over the context view from the headers alone:
     /// `(kept (seq, part) pairs, (pinned, global, segments, recent, input) tokens,
-    /// view)`: the view chosen from, as a node count (every node `0..n`) or
-    /// its seqs as little-endian u64 bytes (one copy, no Python int each).
-    #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, recent_turns, now = None))]
-    #[allow(clippy::type_complexity)]
+    /// view, pinned)`: the view chosen from, as a node count (every node `0..n`)
+    /// or its seqs as little-endian u64 bytes (one copy, no Python int each);
+    /// the kept seqs pinned at append.
+    #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, recent_turns, now = None, cap = None))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn weighted(
         &self,
         budget: usize,
@@ -372,29 +396,25 @@ impl PyMessageLog {
         max_anchors: usize,
         recent_turns: usize,
         now: Option<f64>,
+        cap: Option<usize>,
     ) -> PyResult<(
         Vec<(u64, &'static str)>,
         (usize, usize, usize, usize, usize),
         Py<PyAny>,
+        Vec<u64>,
     )> {
         let window = self
             .log()?
-            .weighted_window(budget, &weights_of(weights), max_anchors, recent_turns, now)
+            .weighted_window(
+                budget,
+                &weights_of(weights),
+                max_anchors,
+                recent_turns,
+                now,
+                cap,
+            )
             .map_err(CoreError)?;
-        let kept = window
-            .kept
-            .into_iter()
-            .map(|(seq, part)| (seq, part_name(part)))
-            .collect();
-        let view = Python::attach(|py| -> PyResult<Py<PyAny>> {
-            Ok(match &window.view {
-                ViewSeqs::All(n) => n.into_pyobject(py)?.into_any().unbind(),
-                ViewSeqs::Listed(seqs) => {
-                    let bytes: Vec<u8> = seqs.iter().flat_map(|s| s.to_le_bytes()).collect();
-                    PyBytes::new(py, &bytes).into_any().unbind()
-                }
-            })
-        })?;
+        let (kept, view) = kept_and_view(&window)?;
         Ok((
             kept,
             (
@@ -405,7 +425,92 @@ impl PyMessageLog {
                 window.input,
             ),
             view,
+            window.pinned_by_header,
         ))
+    }
+
+    /// ShapeHistory over the context view from the headers alone:
+    /// `(kept (seq, part) pairs, view, pinned, turns, with_summary)` (the
+    /// view as for `_weighted`; `pinned`: the kept seqs pinned at append).
+    #[pyo3(name = "_shape", signature = (budget, keep_last, min_keep, summary_tokens = None, cap = None))]
+    #[allow(clippy::type_complexity)]
+    fn shape(
+        &self,
+        budget: usize,
+        keep_last: usize,
+        min_keep: usize,
+        summary_tokens: Option<usize>,
+        cap: Option<usize>,
+    ) -> PyResult<(
+        Vec<(u64, &'static str)>,
+        Py<PyAny>,
+        Vec<u64>,
+        Option<usize>,
+        bool,
+    )> {
+        let (window, shape) = self
+            .log()?
+            .shape_window(budget, keep_last, min_keep, summary_tokens, cap)
+            .map_err(CoreError)?;
+        let (kept, view) = kept_and_view(&window)?;
+        let pinned = window.pinned_by_header;
+        Ok((kept, view, pinned, shape.turns, shape.summary))
+    }
+
+    /// The priority builder over the context view from the headers alone:
+    /// `(kept (seq, part) pairs, view, pinned, with_global, kept memories,
+    /// kept segments)` (indices into the costs given; as for `_shape`).
+    #[pyo3(name = "_priority", signature = (budget, global_tokens, memories, segments, cap = None))]
+    #[allow(clippy::type_complexity)]
+    fn priority(
+        &self,
+        budget: usize,
+        global_tokens: Option<usize>,
+        memories: Vec<usize>,
+        segments: Vec<usize>,
+        cap: Option<usize>,
+    ) -> PyResult<(
+        Vec<(u64, &'static str)>,
+        Py<PyAny>,
+        Vec<u64>,
+        bool,
+        Vec<usize>,
+        Vec<usize>,
+    )> {
+        let extras = Extras {
+            global: global_tokens,
+            memories,
+            segments,
+            anchoring: None,
+        };
+        let (window, build) = self
+            .log()?
+            .priority_window(budget, &extras, cap)
+            .map_err(CoreError)?;
+        let (kept, view) = kept_and_view(&window)?;
+        let pinned = window.pinned_by_header;
+        Ok((
+            kept,
+            view,
+            pinned,
+            build.global,
+            build.memories,
+            build.segments,
+        ))
+    }
+
+    /// `(seqs, upto)`: the records not yet looked at for `cap` that may hold
+    /// a tool result over it; hand their capped counts to `_set_capped`.
+    #[pyo3(name = "_over_cap")]
+    fn over_cap(&self, cap: usize) -> PyResult<(Vec<u64>, u64)> {
+        self.log()?.over_cap(cap).map_err(|e| CoreError(e).into())
+    }
+
+    /// Remember `(seq, tokens)` capped counts for `cap`, every record below `upto` looked at.
+    #[pyo3(name = "_set_capped")]
+    fn set_capped(&self, cap: usize, upto: u64, counts: Vec<(u64, usize)>) -> PyResult<()> {
+        self.log()?.set_capped(cap, upto, &counts);
+        Ok(())
     }
 
     /// `timestamp (µs, hex)-payload crc`: a stable id for other systems.

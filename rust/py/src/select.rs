@@ -457,6 +457,12 @@ impl PyAnalysis {
         self.inner.total_tokens()
     }
 
+    /// Whether any message names a dependency (`depends_on`, given or in its text).
+    #[getter]
+    fn depends(&self) -> bool {
+        self.inner.messages.iter().any(|m| !m.depends_on.is_empty())
+    }
+
     /// Whether every message is known to hold only dicts, lists, tuples,
     /// strings, numbers, booleans and `None` (no subclass): reading one
     /// then runs none of the caller's code.

@@ -7,6 +7,8 @@
 //! `read` is the read path (shared by readers in other processes) and
 //! `write` the one writer's.
 
+mod capped;
+mod choose;
 mod codec;
 mod files;
 mod fork;
@@ -166,6 +168,9 @@ pub struct MessageLog {
     /// to fault in again.
     scratch_keys: Vec<u128>,
     scratch_starts: Vec<u32>,
+    scratch_units: Vec<crate::select::Unit>,
+    /// Tool results over a policy's cap, counted as cut (see `capped`).
+    capped: capped::CappedCounts,
 }
 
 impl MessageLog {
@@ -220,6 +225,8 @@ impl MessageLog {
             checked: 0,
             scratch_keys: Vec::new(),
             scratch_starts: Vec::new(),
+            scratch_units: Vec::new(),
+            capped: capped::CappedCounts::default(),
         };
         let stored = log.read_file_headers()?;
         if let Some(wanted) = options.encoding.filter(|e| *e != stored) {

@@ -21,7 +21,7 @@ const PREFETCH_AHEAD: usize = 16;
 pub const SEGMENTS_KEPT: usize = 3;
 
 /// The context view, listed, or every node of a plain log (`All(n)`).
-enum View {
+pub(super) enum View {
     All(usize),
     Listed(Vec<u64>, Vec<ViewPart>),
 }
@@ -36,19 +36,19 @@ impl From<View> for ViewSeqs {
 }
 
 impl View {
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             View::All(n) => *n,
             View::Listed(seqs, _) => seqs.len(),
         }
     }
-    fn seq(&self, i: usize) -> u64 {
+    pub(super) fn seq(&self, i: usize) -> u64 {
         match self {
             View::All(_) => i as u64,
             View::Listed(seqs, _) => seqs[i],
         }
     }
-    fn part(&self, i: usize) -> ViewPart {
+    pub(super) fn part(&self, i: usize) -> ViewPart {
         match self {
             View::All(_) => ViewPart::Raw,
             View::Listed(_, parts) => parts[i],
@@ -91,6 +91,9 @@ pub struct Window {
     pub kept: Vec<(u64, ViewPart)>,
     /// The view they were chosen from.
     pub view: ViewSeqs,
+    /// The kept nodes pinned by their headers alone (at append, not by the
+    /// message's own `pinned`), for a caller that lays out their payloads.
+    pub pinned_by_header: Vec<u64>,
     pub pinned: usize,
     pub global: usize,
     pub segments: usize,
@@ -100,7 +103,7 @@ pub struct Window {
 
 /// The fields of one mapped record selection reads.
 #[derive(Clone, Copy)]
-struct Record<'a>(&'a [u8]);
+pub(super) struct Record<'a>(&'a [u8]);
 
 impl Record<'_> {
     fn parent(&self) -> u64 {
@@ -112,23 +115,27 @@ impl Record<'_> {
     fn timestamp(&self) -> f64 {
         f64::from_le_bytes(self.0[16..24].try_into().expect("8 bytes"))
     }
-    fn tokens(&self) -> usize {
+    pub(super) fn tokens(&self) -> usize {
         self.u32_at(40) as usize
+    }
+    /// The `priority` stored at append (finite; 0 if none was given).
+    pub(super) fn priority(&self) -> f64 {
+        f64::from(f32::from_bits(self.u32_at(48)))
     }
     fn weight(&self) -> Option<f64> {
         let weight = f32::from_bits(self.u32_at(44));
         (!weight.is_nan()).then_some(f64::from(weight))
     }
-    fn role(&self) -> Role {
+    pub(super) fn role(&self) -> Role {
         super::format::role_of_byte(self.0[56])
     }
-    fn kind(&self) -> u8 {
+    pub(super) fn kind(&self) -> u8 {
         self.0[57]
     }
     fn tags(&self) -> u8 {
         self.0[58]
     }
-    fn flags(&self) -> u8 {
+    pub(super) fn flags(&self) -> u8 {
         self.0[59]
     }
     fn level(&self) -> u8 {
@@ -150,7 +157,7 @@ impl Record<'_> {
 }
 
 impl MessageLog {
-    fn record(&self, seq: u64) -> Record<'_> {
+    pub(super) fn record(&self, seq: u64) -> Record<'_> {
         let at = FILE_HEADER_LEN + seq as usize * RECORD_LEN;
         Record(&self.map.bytes()[at..at + RECORD_LEN])
     }
@@ -167,7 +174,7 @@ impl MessageLog {
 
     /// The view without materialising it where it is simply every node:
     /// a linear log (no branches) with no summary on its path.
-    fn compact_view(&mut self) -> Result<View> {
+    pub(super) fn compact_view(&mut self) -> Result<View> {
         self.refresh()?;
         self.ensure_checked()?;
         self.extend_linear();
@@ -239,6 +246,35 @@ impl MessageLog {
         }
     }
 
+    /// The facts of the view's `i`-th node for grouping into units, read
+    /// from its header (tool results counted as cut to `cap`, where their
+    /// capped counts are known), weighed by `weigh`. Headers a little ahead
+    /// are fetched early: a sweep reads every one.
+    pub(super) fn facts_of<'s>(
+        &'s self,
+        view: &'s View,
+        cap: Option<usize>,
+        weigh: impl Fn(Record<'_>, usize) -> f64 + 's,
+    ) -> impl Fn(usize) -> UnitFacts + 's {
+        let records = &self.map.bytes()[FILE_HEADER_LEN..];
+        let map = &self.map;
+        let all = matches!(view, View::All(_));
+        // A plain log's view is every node: no lookup for the seq.
+        let seq_of = move |i: usize| if all { i } else { view.seq(i) as usize };
+        move |i: usize| {
+            if i + PREFETCH_AHEAD < view.len() {
+                map.prefetch(FILE_HEADER_LEN + seq_of(i + PREFETCH_AHEAD) * RECORD_LEN);
+            }
+            let seq = seq_of(i);
+            let record = Record(&records[seq * RECORD_LEN..seq * RECORD_LEN + RECORD_LEN]);
+            UnitFacts {
+                weight: weigh(record, i),
+                tokens: self.tokens_under_cap(record, seq as u64, cap),
+                ..record.facts()
+            }
+        }
+    }
+
     /// The weighted window over the context view, under `budget` tokens, as
     /// [`crate::select::weighted_window`] chooses. Ages come from the nodes'
     /// timestamps when `now` is given, else one minute a node back from the
@@ -250,6 +286,7 @@ impl MessageLog {
         max_anchors: usize,
         recent_turns: usize,
         now: Option<f64>,
+        cap: Option<usize>,
     ) -> Result<Window> {
         let view = self.compact_view()?;
         if now.is_none() {
@@ -289,22 +326,7 @@ impl MessageLog {
         };
         // One sweep over the headers, grouped and weighed together; only the
         // units' order keys and starts are kept (16 + 4 bytes each).
-        let records = &self.map.bytes()[FILE_HEADER_LEN..];
-        let map = &self.map;
-        let all = matches!(view, View::All(_));
-        // A plain log's view is every node: no lookup for the seq.
-        let seq_of = |i: usize| if all { i } else { view.seq(i) as usize };
-        let facts = |i: usize| {
-            if i + PREFETCH_AHEAD < view.len() {
-                map.prefetch(FILE_HEADER_LEN + seq_of(i + PREFETCH_AHEAD) * RECORD_LEN);
-            }
-            let seq = seq_of(i);
-            let record = Record(&records[seq * RECORD_LEN..seq * RECORD_LEN + RECORD_LEN]);
-            UnitFacts {
-                weight: weigh(record, i),
-                ..record.facts()
-            }
-        };
+        let facts = self.facts_of(&view, cap, weigh);
         keys.clear();
         starts.clear();
         let mut fixed: Vec<(usize, Unit)> = Vec::new();
@@ -331,7 +353,7 @@ impl MessageLog {
         });
         let recent = turn_starts.front().copied().unwrap_or(number);
         let kept = choose(&fixed, &anchors, recent, &mut keys, budget)?;
-        let window = self.window_of(&kept, &starts, &fixed, &view);
+        let window = self.window_of(&kept, &starts, &fixed, &view, cap);
         self.scratch_keys = keys;
         self.scratch_starts = starts;
         Ok(Window {
@@ -347,6 +369,7 @@ impl MessageLog {
         starts: &[u32],
         fixed: &[(usize, Unit)],
         view: &View,
+        cap: Option<usize>,
     ) -> Window {
         let mut window = Window::default();
         for &n in kept {
@@ -357,7 +380,10 @@ impl MessageLog {
                 .find(|(f, _)| *f == n)
                 .map_or(UnitKind::Normal, |(_, u)| u.kind);
             let tokens: usize = (start..end)
-                .map(|i| self.record(view.seq(i)).tokens())
+                .map(|i| {
+                    let seq = view.seq(i);
+                    self.tokens_under_cap(self.record(seq), seq, cap)
+                })
                 .sum();
             let section = match (kind, view.part(start)) {
                 (_, ViewPart::Global) => &mut window.global,
@@ -367,9 +393,13 @@ impl MessageLog {
                 (UnitKind::Normal, _) => &mut window.recent,
             };
             *section += tokens;
-            window
-                .kept
-                .extend((start..end).map(|i| (view.seq(i), view.part(i))));
+            for i in start..end {
+                let seq = view.seq(i);
+                if kind == UnitKind::Pinned && self.record(seq).flags() & FLAG_PINNED != 0 {
+                    window.pinned_by_header.push(seq);
+                }
+                window.kept.push((seq, view.part(i)));
+            }
         }
         window
     }

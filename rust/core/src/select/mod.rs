@@ -10,7 +10,7 @@ pub use analyze::{
     UnitKind, analyze, analyze_message, assemble, for_each_unit, group_units, read_message,
 };
 pub use policies::{
-    Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, Weights, build, fill_by_weight,
-    greedy_by_weight, message_weight, recent_fits, recent_from, shape, tag_weight, weight_key,
-    weighted_window,
+    Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, Weights, build, build_extras,
+    fill_by_weight, greedy_by_weight, mandatory, message_weight, recent_fits, recent_from, shape,
+    shape_units, tag_weight, weight_key, weighted_window,
 };

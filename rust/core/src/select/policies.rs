@@ -53,7 +53,7 @@ impl Default for Weights {
 
 /// The units every policy keeps (system, pinned, the turn in progress) and their cost
 /// with the reply priming; an error if they alone are over `budget`.
-fn mandatory(units: &[Unit], budget: usize) -> Result<(Vec<usize>, usize)> {
+pub fn mandatory(units: &[Unit], budget: usize) -> Result<(Vec<usize>, usize)> {
     let kept: Vec<usize> = (0..units.len())
         .filter(|&u| units[u].kind != UnitKind::Normal)
         .collect();
@@ -329,47 +329,53 @@ pub fn shape(
     min_keep: usize,
     summary_tokens: Option<usize>,
 ) -> Result<Shape> {
-    let all: usize = REPLY_PRIMING + analysis.units.iter().map(|u| u.tokens).sum::<usize>();
+    shape_units(&analysis.units, budget, keep_last, min_keep, summary_tokens)
+}
+
+/// [`shape`] over any units (a log's, grouped from its headers).
+pub fn shape_units(
+    units: &[Unit],
+    budget: usize,
+    keep_last: usize,
+    min_keep: usize,
+    summary_tokens: Option<usize>,
+) -> Result<Shape> {
+    let all: usize = REPLY_PRIMING + units.iter().map(|u| u.tokens).sum::<usize>();
     if all <= budget {
         return Ok(Shape {
-            units: (0..analysis.units.len()).collect(),
+            units: (0..units.len()).collect(),
             turns: None,
             summary: false,
         });
     }
-    let (mandatory, _) = mandatory(&analysis.units, budget)?;
-    let first_user = analysis.units.iter().position(|u| u.turn_start);
-    let turn_starts: Vec<usize> = (0..analysis.units.len())
-        .filter(|&u| analysis.units[u].turn_start)
-        .collect();
+    let (mandatory, _) = mandatory(units, budget)?;
+    let first_user = units.iter().position(|u| u.turn_start);
+    let turn_starts: Vec<usize> = (0..units.len()).filter(|&u| units[u].turn_start).collect();
     let candidate = |n: usize, with_summary: bool| -> Option<Shape> {
         let from = if n == 0 {
-            analysis.units.len()
+            units.len()
         } else {
             turn_starts
                 .get(turn_starts.len().saturating_sub(n))
                 .copied()
-                .unwrap_or(analysis.units.len())
+                .unwrap_or(units.len())
         };
-        let mut units: Vec<usize> = mandatory.clone();
-        units.extend(first_user);
-        units.extend(from..analysis.units.len());
-        units.sort_unstable();
-        units.dedup();
-        let dropped_any = units.len() < analysis.units.len();
+        let mut kept: Vec<usize> = mandatory.clone();
+        kept.extend(first_user);
+        kept.extend(from..units.len());
+        kept.sort_unstable();
+        kept.dedup();
+        let dropped_any = kept.len() < units.len();
         let summary = with_summary && dropped_any && summary_tokens.is_some();
         let cost = REPLY_PRIMING
-            + units
-                .iter()
-                .map(|&u| analysis.units[u].tokens)
-                .sum::<usize>()
+            + kept.iter().map(|&u| units[u].tokens).sum::<usize>()
             + if summary {
                 summary_tokens.unwrap_or(0)
             } else {
                 0
             };
         (cost <= budget).then_some(Shape {
-            units,
+            units: kept,
             turns: Some(n),
             summary,
         })
@@ -395,11 +401,11 @@ pub fn shape(
         .or_else(|| search(0, min_keep, false))
         .ok_or_else(|| {
             // The first user message is kept as pinned ones are: named with them.
-            let mut error = over_budget(&analysis.units, &mandatory, budget);
+            let mut error = over_budget(units, &mandatory, budget);
             if let (Error::OverBudget { pinned, .. }, Some(first)) = (&mut error, first_user)
                 && !mandatory.contains(&first)
             {
-                *pinned += analysis.units[first].tokens;
+                *pinned += units[first].tokens;
             }
             error
         })
@@ -432,33 +438,7 @@ pub struct Build {
 /// first, then constraints, then newest) within 100%.
 pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Build> {
     let (mut units, mut cost) = mandatory(&analysis.units, budget)?;
-    let fits = |tokens: usize, limit: usize, cost: &mut usize| -> bool {
-        let ok = cost.saturating_add(tokens) <= limit;
-        if ok {
-            *cost += tokens;
-        }
-        ok
-    };
-    // In 128 bits: a budget near the top of usize must not wrap.
-    let share = |percent: u128| (budget as u128 * percent / 100) as usize;
-    let mut out = Build::default();
-    if let Some(tokens) = extras.anchoring {
-        out.anchoring = fits(tokens, budget, &mut cost);
-    }
-    if let Some(tokens) = extras.global {
-        out.global = fits(tokens, budget, &mut cost);
-    }
-    for (i, &tokens) in extras.memories.iter().enumerate() {
-        if fits(tokens, share(80), &mut cost) {
-            out.memories.push(i);
-        }
-    }
-    for (i, &tokens) in extras.segments.iter().enumerate().rev() {
-        if fits(tokens, share(90), &mut cost) {
-            out.segments.push(i);
-        }
-    }
-    out.segments.sort_unstable();
+    let mut out = build_extras(budget, extras, &mut cost);
     // Given priority first, then the user's rules, then the newest; the keys
     // are computed once, not per comparison.
     let mut recent: Vec<(f64, bool, usize)> = (0..analysis.units.len())
@@ -473,11 +453,48 @@ pub fn build(analysis: &Analysis, budget: usize, extras: &Extras) -> Result<Buil
         .collect();
     recent.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
     for (_, _, u) in recent {
-        if fits(analysis.units[u].tokens, budget, &mut cost) {
+        let tokens = analysis.units[u].tokens;
+        if cost.saturating_add(tokens) <= budget {
+            cost += tokens;
             units.push(u);
         }
     }
     units.sort_unstable();
     out.units = units;
     Ok(out)
+}
+
+/// The extras the priority builder takes, in its order, after the
+/// mandatory units cost `cost`: anchoring; the global summary; memories
+/// within 80% of the budget; segment summaries, newest first, within 90%.
+/// `cost` grows by what was taken; `units` of the answer is left empty.
+pub fn build_extras(budget: usize, extras: &Extras, cost: &mut usize) -> Build {
+    let fits = |tokens: usize, limit: usize, cost: &mut usize| -> bool {
+        let ok = cost.saturating_add(tokens) <= limit;
+        if ok {
+            *cost += tokens;
+        }
+        ok
+    };
+    // In 128 bits: a budget near the top of usize must not wrap.
+    let share = |percent: u128| (budget as u128 * percent / 100) as usize;
+    let mut out = Build::default();
+    if let Some(tokens) = extras.anchoring {
+        out.anchoring = fits(tokens, budget, cost);
+    }
+    if let Some(tokens) = extras.global {
+        out.global = fits(tokens, budget, cost);
+    }
+    for (i, &tokens) in extras.memories.iter().enumerate() {
+        if fits(tokens, share(80), cost) {
+            out.memories.push(i);
+        }
+    }
+    for (i, &tokens) in extras.segments.iter().enumerate().rev() {
+        if fits(tokens, share(90), cost) {
+            out.segments.push(i);
+        }
+    }
+    out.segments.sort_unstable();
+    out
 }

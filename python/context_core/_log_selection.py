@@ -1,0 +1,354 @@
+"""The selection policies on a :class:`~context_core.log.MessageLog`.
+
+Each policy chooses from the log's headers alone: the exact counts, tags,
+flags and priorities stored at append, with every tool result over the
+policy's cap counted as cut (each such result is cut and counted once, the
+turn it first appears in, and the log remembers the count by seq). Only the
+kept nodes are then decoded, and laid out by the same code as a list's
+window: they all fit, so the policy keeps every one of them, cuts what it
+caps and repairs the result. A turn costs a sweep of 64-byte headers plus
+the window it sends, never a decode of the whole history.
+
+Three cases read the whole context view instead, as the policies do for a
+list: a ShapeHistory summary given as a callable (it is handed what may be
+dropped), PriorityAssembly's ``anchoring`` (it quotes the earliest
+constraints), and a ShapeHistory or PriorityAssembly that counts in another
+encoding than the log (the weighted window refuses one). A window whose
+messages name dependencies (``depends_on``) is chosen again from the whole
+view too, so a dependency on a node left out is reported in
+``Selection.missing_dependencies``.
+"""
+
+from __future__ import annotations
+
+import array
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from context_core import _selection
+from context_core._core import SEGMENT_PREFIX, SUMMARY_PREFIX, ToolResultCut
+from context_core._selection import Backend, Msg, Selection
+from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.types import Message
+
+if TYPE_CHECKING:
+    from context_core.log import MessageLog
+
+Nodes = list[tuple[int, str]]
+#: The view a window was chosen from: a node count (every node ``0..n``), or its seqs as u64 bytes.
+View = int | bytes
+
+
+class ViewRest:
+    """A log window's dropped seqs, listed on first read from the view as it
+    was chosen from: the log may have moved on, or be closed, by then.
+    Picklable."""
+
+    __slots__ = ("kept", "view")
+
+    def __init__(self, view: View, kept: tuple[int, ...]) -> None:
+        self.view = view
+        self.kept = kept
+
+    def __call__(self) -> tuple[int, ...]:
+        seqs: Sequence[int]
+        if isinstance(self.view, int):
+            seqs = range(self.view)
+        else:
+            seqs = array.array("Q", self.view)  # 8 bytes an item, as the extension writes
+            if sys.byteorder == "big":
+                seqs.byteswap()  # written little-endian
+        chosen = set(self.kept)
+        return tuple(seq for seq in seqs if seq not in chosen)
+
+    def __reduce__(self) -> tuple[type[ViewRest], tuple[View, tuple[int, ...]]]:
+        return ViewRest, (self.view, self.kept)
+
+
+class _Noting:
+    """A backend that notes whether what it analysed names a dependency."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self.depends = False
+
+    def analyze(self, messages: list[Msg], cap: int | None, find_tags: bool = True) -> Any:
+        analysis = self._backend.analyze(messages, cap, find_tags)
+        self.depends = self.depends or analysis.depends
+        return analysis
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+
+def counts_alike(log: MessageLog, backend: Backend) -> bool:
+    """Whether the policy counts in the log's encoding (its headers' counts are the policy's)."""
+    name: str = backend.tokenizer.name  # type: ignore[attr-defined]  # the extension backend's
+    return name == log.encoding
+
+
+def check_encoding(log: MessageLog, backend: Backend) -> None:
+    if not counts_alike(log, backend):
+        name = backend.tokenizer.name  # type: ignore[attr-defined]
+        raise InvalidInputError(f"this log counts tokens in {log.encoding}; the policy's tokenizer is {name}")
+
+
+def count_cut_results(log: MessageLog, backend: Backend, cap: int | None) -> None:
+    """Tell the log the capped count of each tool result over ``cap`` that
+    it has not been told of: the results appended since the last turn."""
+    if cap is None:
+        return
+    seqs, upto = log._over_cap(cap)
+    counts: list[tuple[int, int]] = []
+    if seqs:
+        messages = cast("list[Msg]", log._cached(seqs))
+        counts = list(zip(seqs, backend.analyze(messages, cap, find_tags=False).tokens, strict=True))
+    log._set_capped(cap, upto, counts)
+
+
+def render(log: MessageLog, nodes: Nodes, pinned: list[int]) -> list[Msg]:
+    """The kept nodes as the policy reads them; a node pinned only by its
+    header (``append(pinned=True)``) reads as pinned."""
+    messages = log._render(nodes, strip=False)
+    if pinned:
+        marked = set(pinned)
+        for i, (seq, _) in enumerate(nodes):
+            if seq in marked and messages[i].get("pinned") is not True:
+                messages[i] = {**messages[i], "pinned": True}
+    return messages
+
+
+def keyed(log: MessageLog, nodes: Nodes, selection: Selection, dropped: Any) -> Selection:
+    """``selection`` over messages rendered from ``nodes``, keyed by the
+    nodes' seqs. Summary nodes are system messages to a policy; the tokens
+    of those it kept move from ``pinned`` to their own sections."""
+    seqs = [seq for seq, _ in nodes]
+    breakdown = selection.breakdown
+    summary_tokens = {"global": 0, "segment": 0}
+    kept_summaries = [nodes[m] for m in selection.kept if nodes[m][1] in summary_tokens]
+    if kept_summaries:
+        tokens = log.headers()["tokens"]
+        for seq, part in kept_summaries:
+            summary_tokens[part] += int(tokens[seq])
+        breakdown = dataclasses.replace(
+            breakdown,
+            pinned=max(0, breakdown.pinned - sum(summary_tokens.values())),
+            global_summary=breakdown.global_summary + summary_tokens["global"],
+            segments=breakdown.segments + summary_tokens["segment"],
+        )
+    kept = tuple(seqs[m] for m in selection.kept)
+    if dropped is None:
+        dropped = tuple(seqs[m] for m in selection.dropped)
+    elif isinstance(dropped, ViewRest):
+        dropped = ViewRest(dropped.view, kept)
+    return dataclasses.replace(
+        selection,
+        breakdown=breakdown,
+        kept=kept,
+        truncated=tuple(ToolResultCut(seqs[t.index], t.tokens, t.kept) for t in selection.truncated),
+        missing_dependencies=tuple((seqs[m], ref) for m, ref in selection.missing_dependencies),
+        _dropped=dropped,
+    )
+
+
+def from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) -> Selection:
+    """A policy's choice over the whole context view, decoded."""
+    nodes = log._view()
+    selection = choose(cast("list[Message]", log._render(nodes, strip=False)))
+    return keyed(log, nodes, selection, None)
+
+
+def from_headers(
+    log: MessageLog,
+    backend: Backend,
+    budget: int,
+    choose: Callable[[int], tuple[Nodes, View, list[int]]],
+    lay_out: Callable[[Backend, list[Msg], int], tuple[Selection, int]],
+    whole: Callable[[list[Message]], Selection],
+) -> Selection:
+    """Choose within ``budget`` from the headers (``choose(target)``: the
+    kept nodes, the view and the nodes pinned by header), then lay the kept
+    nodes out (``lay_out(backend, messages, target)``: the selection and the
+    tokens it is over). Over, the headers are asked again for less; a window
+    naming a dependency is chosen by ``whole`` from the whole view."""
+
+    def run(target: int) -> tuple[Selection, int]:
+        nodes, view, pinned = choose(target)
+        noting = _Noting(backend)
+        selection, _ = lay_out(cast("Backend", noting), render(log, nodes, pinned), target)
+        if noting.depends:
+            raise _Dependent
+        # Over the caller's budget, not the target: the next target is this
+        # one less the excess, as a list's window settles.
+        return keyed(log, nodes, selection, ViewRest(view, ())), selection.breakdown.total - budget
+
+    try:
+        selection = _selection.settle(run, budget)
+    except _Dependent:
+        return from_view(log, whole)
+    if selection.breakdown.budget != budget:  # asked again for less: the caller's budget is the one
+        breakdown = dataclasses.replace(selection.breakdown, budget=budget)
+        selection = dataclasses.replace(selection, breakdown=breakdown)
+    return selection
+
+
+class _Dependent(Exception):
+    """A window named a dependency: choose from the whole view."""
+
+
+def shape_history(
+    log: MessageLog,
+    backend: Backend,
+    budget: Any,
+    keep_last: int,
+    min_keep: int,
+    summary: Any,
+    provider: str,
+    cap: int | None,
+) -> Selection:
+    def whole(view: list[Message]) -> Selection:
+        return _selection.shape_history(backend, view, budget, keep_last, min_keep, summary, provider, cap)
+
+    summary = _selection.check_summary(summary)
+    if callable(summary) or not counts_alike(log, backend):
+        return from_view(log, whole)
+    _selection.check_provider(provider)
+    tokens = _selection.budget_tokens(budget)
+    keep_last, min_keep = _selection.count(keep_last, "keep_last"), _selection.count(min_keep, "min_keep")
+    cap = _selection.tool_result_cap(cap)
+    extra: tuple[Msg, int] | None = None
+    if summary is not None:
+        message = {"role": "system", "content": SUMMARY_PREFIX + _selection.exact_text(summary)}
+        extra = message, backend.count_message(message)
+    count_cut_results(log, backend, cap)
+    decided: dict[str, Any] = {}
+
+    def choose(target: int) -> tuple[Nodes, View, list[int]]:
+        nodes, view, pinned, turns, with_summary = log._shape(
+            target,
+            min(keep_last, sys.maxsize),
+            min(min_keep, sys.maxsize),
+            None if extra is None else extra[1],
+            cap,
+        )
+        if turns == min(keep_last, sys.maxsize) and keep_last > sys.maxsize:
+            turns = keep_last  # a count past a machine's size keeps what the largest does
+        decided.update(turns=turns, with_summary=with_summary)
+        return nodes, view, pinned
+
+    def lay_out(noting: Backend, messages: list[Msg], target: int) -> tuple[Selection, int]:
+        analysis = noting.analyze(messages, cap, find_tags=False)
+        layout = _selection.Layout(noting, messages, analysis, provider)
+        kept = list(range(analysis.unit_count))
+        return _selection.lay_out_shape(
+            layout, kept, decided["turns"], decided["with_summary"], extra, target
+        )
+
+    return from_headers(log, backend, tokens, choose, lay_out, whole)
+
+
+def weighted_window(
+    log: MessageLog,
+    backend: Backend,
+    budget: Any,
+    weights: tuple[float, float, float, float, float, float, float],
+    max_anchors: int,
+    recent_turns: int,
+    now: float | None,
+    provider: str,
+    cap: int | None,
+) -> Selection:
+    def whole(view: list[Message]) -> Selection:
+        return _selection.weighted_window(
+            backend, view, budget, weights, max_anchors, recent_turns, now, provider, cap
+        )
+
+    check_encoding(log, backend)
+    tokens = _selection.budget_tokens(budget)
+    now = _selection.check_now(now)
+    count_cut_results(log, backend, cap)
+
+    def choose(target: int) -> tuple[Nodes, View, list[int]]:
+        nodes, _sections, view, pinned = log._weighted(target, weights, max_anchors, recent_turns, now, cap)
+        return nodes, view, pinned
+
+    def lay_out(noting: Backend, messages: list[Msg], target: int) -> tuple[Selection, int]:
+        # Everything kept fits: the window over it keeps it all. Over after
+        # the repair, the headers choose again for less (as for a list).
+        run, _ = _selection.weighted_window_run(
+            noting, messages, target, weights, max_anchors, recent_turns, now, provider, cap
+        )
+        return run(target)
+
+    return from_headers(log, backend, tokens, choose, lay_out, whole)
+
+
+def build_context(
+    log: MessageLog,
+    backend: Backend,
+    budget: Any,
+    *,
+    global_summary: str | None,
+    segment_summaries: Sequence[str],
+    memories: Sequence[str],
+    anchoring: bool,
+    provider: str,
+    cap: int | None,
+) -> Selection:
+    def whole(view: list[Message]) -> Selection:
+        return _selection.build_context(
+            backend,
+            view,
+            budget,
+            current_input=None,
+            global_summary=global_summary,
+            segment_summaries=segments,
+            memories=texts,
+            anchoring=anchoring,
+            provider=provider,
+            cap=cap,
+        )
+
+    segments = _selection.exact_texts(segment_summaries, "segment_summaries")
+    texts = _selection.exact_texts(memories, "memories")
+    if anchoring or not counts_alike(log, backend):
+        return from_view(log, whole)
+    _selection.check_provider(provider)
+    tokens = _selection.budget_tokens(budget)
+    if global_summary is not None and not isinstance(global_summary, str):
+        raise InvalidTypeError("global_summary must be str or None")
+    if global_summary is not None:
+        global_summary = _selection.exact_text(global_summary)
+
+    def cost(prefix: str, text: str) -> int:
+        return backend.count_message({"role": "system", "content": prefix + text})
+
+    global_tokens = None if global_summary is None else cost(SUMMARY_PREFIX, global_summary)
+    memory_tokens = [cost(_selection.MEMORY_PREFIX, m) for m in texts]
+    segment_tokens = [cost(SEGMENT_PREFIX, s) for s in segments]
+    count_cut_results(log, backend, cap)
+
+    def choose(target: int) -> tuple[Nodes, View, list[int]]:
+        chosen = log._priority(target, global_tokens, memory_tokens, segment_tokens, cap)
+        return chosen[0], chosen[1], chosen[2]
+
+    def lay_out(noting: Backend, messages: list[Msg], target: int) -> tuple[Selection, int]:
+        # The same extras fit after the same mandatory units, and then every
+        # kept unit; over after the repair, the headers choose again for less.
+        run, _ = _selection.build_context_run(
+            noting,
+            messages,
+            target,
+            current_input=None,
+            global_summary=global_summary,
+            segment_summaries=segments,
+            memories=texts,
+            anchoring=False,
+            provider=provider,
+            cap=cap,
+        )
+        return run(target)
+
+    return from_headers(log, backend, tokens, choose, lay_out, whole)

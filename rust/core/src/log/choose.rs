@@ -1,0 +1,145 @@
+//! ShapeHistory and the priority builder on a log, from the mapped headers
+//! alone, as the weighted window chooses (`window`): the context view's
+//! nodes grouped into units, the policy's kernel run on them, and only the
+//! kept nodes' payloads ever read (by the caller, who lays them out).
+
+use super::MessageLog;
+use super::format::FLAG_PINNED;
+use super::window::{Record, View, Window};
+use crate::error::Result;
+use crate::select::{
+    Build, Extras, Shape, Unit, UnitKind, build_extras, fill_by_weight, for_each_unit, mandatory,
+    shape_units,
+};
+use crate::tags::CONSTRAINT;
+
+impl MessageLog {
+    /// The context view's units, counted as a policy with `cap` counts
+    /// them, each weighing `weigh` of its heaviest node, into `units`.
+    fn view_units(
+        &self,
+        view: &View,
+        cap: Option<usize>,
+        weigh: impl Fn(Record<'_>, usize) -> f64,
+        units: &mut Vec<Unit>,
+    ) {
+        units.clear();
+        for_each_unit(view.len(), self.facts_of(view, cap, weigh), |unit| {
+            units.push(unit);
+        });
+    }
+
+    /// ShapeHistory over the context view, as [`crate::select::shape`]
+    /// chooses: the kept nodes, the turns kept (`None`: everything fit) and
+    /// whether the summary of `summary_tokens` goes in.
+    pub fn shape_window(
+        &mut self,
+        budget: usize,
+        keep_last: usize,
+        min_keep: usize,
+        summary_tokens: Option<usize>,
+        cap: Option<usize>,
+    ) -> Result<(Window, Shape)> {
+        let view = self.compact_view()?;
+        let mut units = std::mem::take(&mut self.scratch_units);
+        self.view_units(&view, cap, |_, _| f64::NAN, &mut units);
+        let chosen = shape_units(&units, budget, keep_last, min_keep, summary_tokens);
+        let window = chosen
+            .as_ref()
+            .map(|shape| self.window_of_units(&shape.units, &units, &view));
+        self.scratch_units = units;
+        let (window, shape) = (window.map_err(Clone::clone)?, chosen?);
+        Ok((
+            Window {
+                view: view.into(),
+                ..window
+            },
+            shape,
+        ))
+    }
+
+    /// The priority builder over the context view, as
+    /// [`crate::select::build`] chooses: mandatory units, the extras of
+    /// `extras` in their shares, then the other units by their `priority`
+    /// (given at append), constraints next, the newest first.
+    pub fn priority_window(
+        &mut self,
+        budget: usize,
+        extras: &Extras,
+        cap: Option<usize>,
+    ) -> Result<(Window, Build)> {
+        let view = self.compact_view()?;
+        let mut units = std::mem::take(&mut self.scratch_units);
+        let mut keys = std::mem::take(&mut self.scratch_keys);
+        self.view_units(&view, cap, |record, _| record.priority(), &mut units);
+        let chosen = mandatory(&units, budget).map(|(mut kept, mut cost)| {
+            let mut build = build_extras(budget, extras, &mut cost);
+            keys.clear();
+            keys.extend(
+                units
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, unit)| unit.kind == UnitKind::Normal)
+                    .map(|(u, unit)| priority_key(unit, u)),
+            );
+            fill_by_weight(&mut keys, budget, &mut cost, &mut kept);
+            kept.sort_unstable();
+            build.units = kept;
+            build
+        });
+        let window = chosen
+            .as_ref()
+            .map(|build| self.window_of_units(&build.units, &units, &view));
+        self.scratch_units = units;
+        self.scratch_keys = keys;
+        let (window, build) = (window.map_err(Clone::clone)?, chosen?);
+        Ok((
+            Window {
+                view: view.into(),
+                ..window
+            },
+            build,
+        ))
+    }
+}
+
+/// The priority builder's order as one integer per unit, for
+/// [`fill_by_weight`]: the priority's order-preserving bits (a header holds
+/// an `f32`, so the unit's heaviest is one exactly), a constraint next, then
+/// the unit number (newer first) and its tokens in the low 32 bits.
+fn priority_key(unit: &Unit, number: usize) -> u128 {
+    // The heaviest of f32 priorities, or -inf for none: exact as an f32.
+    #[allow(clippy::cast_possible_truncation)]
+    let bits = (unit.weight as f32).to_bits();
+    let ordered = if bits >> 31 == 1 {
+        !bits
+    } else {
+        bits | (1 << 31)
+    };
+    let constraint = u128::from(unit.tags & CONSTRAINT != 0);
+    let number = u32::try_from(number).expect("a view of under 2^32 nodes");
+    let tokens = u32::try_from(unit.tokens).unwrap_or(u32::MAX);
+    (u128::from(ordered) << 96)
+        | (constraint << 95)
+        | (u128::from(number) << 32)
+        | u128::from(tokens)
+}
+
+impl MessageLog {
+    /// The kept units' nodes, in the view's order (sections are the caller's:
+    /// it lays the nodes out and counts them), and which are pinned units' nodes.
+    fn window_of_units(&self, kept: &[usize], units: &[Unit], view: &View) -> Window {
+        let mut window = Window::default();
+        for &n in kept {
+            let unit = &units[n];
+            for i in unit.start..unit.end {
+                let seq = view.seq(i);
+                if unit.kind == UnitKind::Pinned && self.record(seq).flags() & FLAG_PINNED != 0 {
+                    window.pinned_by_header.push(seq);
+                }
+                window.kept.push((seq, view.part(i)));
+            }
+        }
+        window
+    }
+}

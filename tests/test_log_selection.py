@@ -1,0 +1,181 @@
+"""Every policy on a log chooses from the headers and decodes only what it
+keeps. What it returns must be what the same policy returns over the log's
+decoded context view, field by field: replayed agent sessions, both
+providers, budgets from 2K to everything, tool results capped, summaries in
+the log, errors alike."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agent_sessions import generate, turn_in_progress
+from context_core import (
+    InvalidInputError,
+    MessageLog,
+    OverBudgetError,
+    PriorityAssembly,
+    ShapeHistory,
+    WeightedWindow,
+)
+from context_core._log_selection import from_view
+
+BUDGETS = [2_000, 8_000, 32_000, 10**9]
+MEMORIES = ["The refund worker retries on a queue.", "Deploys never happen on Fridays."]
+
+
+def policies(provider: str, cap: int | None) -> dict:
+    shape = ShapeHistory(provider=provider, summary="Earlier work.", tool_result_cap=cap)
+    weighted = WeightedWindow(provider=provider, tool_result_cap=cap)
+    priority = PriorityAssembly(provider=provider, tool_result_cap=cap)
+    return {
+        "shape": lambda source, budget, now: shape.select(source, budget),
+        "weighted": lambda source, budget, now: weighted.select(source, budget, now=now),
+        "priority": lambda source, budget, now: priority.select(
+            source, budget, memories=MEMORIES, global_summary="The work so far."
+        ),
+    }
+
+
+def same_choice(log: MessageLog, select, budget: int, now: float | None) -> None:
+    """The log's answer is the decoded view's, or both raise the same error."""
+    try:
+        expected = from_view(log, lambda view: select(view, budget, now))
+    except OverBudgetError as error:
+        with pytest.raises(OverBudgetError, match=re.escape(str(error))):
+            select(log, budget, now)
+        return
+    chosen = select(log, budget, now)
+    assert chosen.messages == expected.messages
+    assert chosen.system == expected.system
+    assert chosen.kept == expected.kept
+    assert chosen.dropped == expected.dropped
+    assert chosen.breakdown == expected.breakdown
+    assert chosen.truncated == expected.truncated
+    assert chosen.turns == expected.turns
+    assert chosen.changes == expected.changes
+    assert chosen.missing_dependencies == expected.missing_dependencies
+
+
+def now_of(messages: list[dict]) -> float | None:
+    stamps = [m["timestamp"] for m in messages if "timestamp" in m]
+    return stamps[-1] + 5 if stamps else None
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("cap", [2000, 300, None])
+def test_a_replayed_session_chooses_from_the_headers_what_the_view_gives(tmp_path, provider, cap):
+    session = generate(260, provider, seed=21)
+    chosen_by = policies(provider, cap)
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        written = 0
+        for turn, end in enumerate(session.calls):
+            log.append_many(session.messages[written:end])
+            written = end
+            if turn % 3:
+                continue
+            now = now_of(session.messages[:end])
+            for budget in BUDGETS:
+                for select in chosen_by.values():
+                    same_choice(log, select, budget, now)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_log_with_summaries_chooses_what_its_view_gives(tmp_path, provider):
+    """Summary nodes stand in for what they cover: the view holds the
+    anchors, the global and segment summaries, then the raw tail."""
+    session = generate(300, provider, seed=4)
+    chosen_by = policies(provider, 2000)
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append_many(session.messages[:120])
+        log.add_summary("Segment one: the refund worker was read.", (0, 59), level=2)
+        log.add_summary("Segment two: the retry was fixed.", (60, 119), level=2)
+        log.add_summary("All of it: retries fixed, tests pass.", (0, 119), level=3)
+        written = 120
+        for end in [e for e in session.calls if e > 120][::4]:
+            log.append_many(session.messages[written:end])
+            written = end
+            for budget in BUDGETS:
+                for select in chosen_by.values():
+                    same_choice(log, select, budget, None)
+
+
+def test_a_result_over_the_cap_is_cut_and_counted_once(tmp_path):
+    """The turn in progress holds a 20,000-token result: counted as cut, it
+    fits an 8K window in every policy (counted whole, it could not)."""
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "user", "content": "read the file"})
+        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        log.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        log.append({"role": "tool", "tool_call_id": "c1", "content": "word " * 20_000})
+        for select in policies("openai", 2000).values():
+            chosen = select(log, 8_000, None)
+            assert chosen.kept == (0, 1, 2)
+            assert [(t.index, t.tokens, t.kept) for t in chosen.truncated] == [(2, 20_001, 2000)]
+            assert chosen.breakdown.total <= 8_000
+        # Every result was looked at: the next turn has nothing to cut again.
+        assert log._over_cap(2000)[0] == []
+
+
+def test_a_node_pinned_at_append_is_pinned_in_every_policy(tmp_path):
+    """``append(pinned=True)`` marks the header only: the window keeps the
+    node and lays it out as a pinned message (first, for priority assembly)."""
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "user", "content": "hello"})
+        log.append({"role": "assistant", "content": "The deploy key is K-7781."}, pinned=True)
+        for i in range(40):
+            log.append({"role": "user", "content": f"question {i} " + "filler " * 60})
+            log.append({"role": "assistant", "content": f"answer {i} " + "filler " * 60})
+        for name, select in policies("openai", 2000).items():
+            chosen = select(log, 1_500, None)
+            assert 1 in chosen.kept, name
+            assert chosen.breakdown.pinned >= 10, name
+        priority = PriorityAssembly().select(log, 1_500)
+        assert priority.messages[0]["content"] == "The deploy key is K-7781."
+
+
+def test_a_window_naming_a_dependency_reports_what_it_left_out(tmp_path):
+    """A kept message that depends on a node left out is reported, as for a list."""
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "user", "content": "hello"})
+        log.append({"role": "user", "content": "the plan " + "detail " * 400, "id": "plan"})
+        for i in range(30):
+            log.append({"role": "user", "content": f"step {i} " + "filler " * 80})
+            log.append({"role": "assistant", "content": f"done {i} " + "filler " * 80})
+        log.append({"role": "user", "content": "follow the plan", "depends_on": ["plan"]})
+        for name, select in policies("openai", 2000).items():
+            chosen = select(log, 1_200, None)
+            assert 1 not in chosen.kept, name
+            assert chosen.missing_dependencies == ((len(log) - 1, "plan"),), name
+
+
+def test_the_turn_in_progress_is_kept_on_every_turn(tmp_path):
+    session = generate(200, "anthropic", seed=9)
+    chosen_by = policies("anthropic", 2000)
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        written = 0
+        for end in session.calls:
+            log.append_many(session.messages[written:end])
+            written = end
+            start = turn_in_progress(session.messages[:end])
+            for name, select in chosen_by.items():
+                try:
+                    chosen = select(log, 16_000, None)
+                except OverBudgetError:
+                    continue
+                if start is not None:
+                    assert set(range(start, end)) <= set(chosen.kept), name
+
+
+def test_a_cap_too_small_for_its_marker_is_refused_as_for_a_list(tmp_path):
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "user", "content": "read it"})
+        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        log.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        log.append({"role": "tool", "tool_call_id": "c1", "content": "word " * 500})
+        for select in policies("openai", 5).values():
+            with pytest.raises(InvalidInputError, match="more than the cap of 5"):
+                select(log.context_view(), 8_000, None)
+            with pytest.raises(InvalidInputError, match="more than the cap of 5"):
+                select(log, 8_000, None)
