@@ -257,7 +257,7 @@ def json_of(value) -> str:
     return json.dumps(value) if value is not None else ""
 
 
-@pytest.mark.parametrize("policy", ["weighted", "priority"])
+@pytest.mark.parametrize("policy", ["weighted", "priority", "shape"])
 def test_session_turn_at_a_million(benchmark, request, tmp_path, policy):
     """999,000 chat messages in the log, then the agent session on top."""
     big = _enabled(request)

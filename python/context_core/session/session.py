@@ -150,6 +150,11 @@ class Session:
         self._turn = -1
         self._step = 0
         self._counted: int | None = None
+        # Tokens the rendered request came to over its selection's room last
+        # time it had to shrink (joining the leading system messages into the
+        # prompt's can cost a few): taken off the room up front, so a steady
+        # session selects once a call, not twice.
+        self._render_margin = 0
         self._cached: int | None = None
         self._prefix: str | None = None
         self._closed = False
@@ -331,7 +336,8 @@ class Session:
         # volatile part, their tokens taken off the room once.
         extra = "" if isinstance(self.policy, PriorityAssembly) else _memory_text(self._memories)
         extra_tokens = self.tokenizer.count(extra) if extra else 0
-        room = max(0, room - extra_tokens)
+        room = max(0, room - extra_tokens - self._render_margin)
+        first_room = room
         shrunk = 0
         while True:
             selection = self._select(room)
@@ -349,6 +355,8 @@ class Session:
                 )
             room = max(0, room - (total - limit))
             shrunk += 1
+        if shrunk:  # a few tokens, bounded: a request far over is shrunk each call instead
+            self._render_margin = min(self._render_margin + first_room - room, max(64, limit // 100))
 
         if self.compactor is not None:
             self.compactor.schedule()

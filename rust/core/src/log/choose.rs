@@ -5,11 +5,11 @@
 
 use super::MessageLog;
 use super::format::FLAG_PINNED;
+use super::window::mandatory_cost;
 use super::window::{Record, View, Window};
 use crate::error::Result;
 use crate::select::{
-    Build, Extras, Shape, Unit, UnitKind, build_extras, fill_by_weight, for_each_unit, mandatory,
-    shape_units,
+    Build, Extras, Shape, Unit, UnitKind, build_extras, fill_by_weight, for_each_unit, shape_units,
 };
 use crate::tags::CONSTRAINT;
 
@@ -61,7 +61,9 @@ impl MessageLog {
     /// The priority builder over the context view, as
     /// [`crate::select::build`] chooses: mandatory units, the extras of
     /// `extras` in their shares, then the other units by their `priority`
-    /// (given at append), constraints next, the newest first.
+    /// (given at append), constraints next, the newest first. One sweep
+    /// keeps only each unit's order key and start (20 bytes), as the
+    /// weighted window does.
     pub fn priority_window(
         &mut self,
         budget: usize,
@@ -69,19 +71,25 @@ impl MessageLog {
         cap: Option<usize>,
     ) -> Result<(Window, Build)> {
         let view = self.compact_view()?;
-        let mut units = std::mem::take(&mut self.scratch_units);
         let mut keys = std::mem::take(&mut self.scratch_keys);
-        self.view_units(&view, cap, |record, _| record.priority(), &mut units);
-        let chosen = mandatory(&units, budget).map(|(mut kept, mut cost)| {
+        let mut starts = std::mem::take(&mut self.scratch_starts);
+        keys.clear();
+        starts.clear();
+        let mut fixed: Vec<(usize, Unit)> = Vec::new();
+        let mut number = 0;
+        let facts = self.facts_of(&view, cap, |record, _| record.priority());
+        for_each_unit(view.len(), facts, |unit| {
+            starts.push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
+            if unit.kind == UnitKind::Normal {
+                keys.push(priority_key(&unit, number));
+            } else {
+                fixed.push((number, unit));
+            }
+            number += 1;
+        });
+        let chosen = mandatory_cost(&fixed, budget).map(|mut cost| {
             let mut build = build_extras(budget, extras, &mut cost);
-            keys.clear();
-            keys.extend(
-                units
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, unit)| unit.kind == UnitKind::Normal)
-                    .map(|(u, unit)| priority_key(unit, u)),
-            );
+            let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
             fill_by_weight(&mut keys, budget, &mut cost, &mut kept);
             kept.sort_unstable();
             build.units = kept;
@@ -89,9 +97,9 @@ impl MessageLog {
         });
         let window = chosen
             .as_ref()
-            .map(|build| self.window_of_units(&build.units, &units, &view));
-        self.scratch_units = units;
+            .map(|build| self.window_of(&build.units, &starts, &fixed, &view, cap));
         self.scratch_keys = keys;
+        self.scratch_starts = starts;
         let (window, build) = (window.map_err(Clone::clone)?, chosen?);
         Ok((
             Window {

@@ -363,7 +363,7 @@ impl MessageLog {
     }
 
     /// The kept units' nodes, in the view's order, and their tokens by section.
-    fn window_of(
+    pub(super) fn window_of(
         &self,
         kept: &[usize],
         starts: &[u32],
@@ -405,6 +405,28 @@ impl MessageLog {
     }
 }
 
+/// What the units every policy keeps cost with the reply priming; an
+/// error naming their sizes if they alone are over `budget`.
+pub(super) fn mandatory_cost(fixed: &[(usize, Unit)], budget: usize) -> Result<usize> {
+    let size = |kind: UnitKind| -> usize {
+        fixed
+            .iter()
+            .filter(|(_, u)| u.kind == kind)
+            .map(|(_, u)| u.tokens)
+            .sum()
+    };
+    let cost = REPLY_PRIMING + fixed.iter().map(|(_, u)| u.tokens).sum::<usize>();
+    if cost > budget {
+        return Err(Error::OverBudget {
+            system: size(UnitKind::System),
+            pinned: size(UnitKind::Pinned),
+            current: size(UnitKind::Current),
+            budget,
+        });
+    }
+    Ok(cost)
+}
+
 /// As the weighted window chooses: what must stay (`fixed`, by unit number),
 /// the first constraint units (`anchors`) where they fit, the units from
 /// `recent` on (newest first), then the rest by weight, each wherever it
@@ -417,22 +439,7 @@ fn choose(
     keys: &mut Vec<u128>,
     budget: usize,
 ) -> Result<Vec<usize>> {
-    let size = |kind: UnitKind| -> usize {
-        fixed
-            .iter()
-            .filter(|(_, u)| u.kind == kind)
-            .map(|(_, u)| u.tokens)
-            .sum()
-    };
-    let mut cost = REPLY_PRIMING + fixed.iter().map(|(_, u)| u.tokens).sum::<usize>();
-    if cost > budget {
-        return Err(Error::OverBudget {
-            system: size(UnitKind::System),
-            pinned: size(UnitKind::Pinned),
-            current: size(UnitKind::Current),
-            budget,
-        });
-    }
+    let mut cost = mandatory_cost(fixed, budget)?;
     let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
     for (n, unit) in anchors {
         if cost + unit.tokens <= budget {

@@ -5,9 +5,6 @@
 //! bound of the final count, since merging neighbours afterwards only saves
 //! tokens (every merge drops a message's framing and role).
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use super::analyze::{Analysis, Role, Unit, UnitKind};
 use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
@@ -242,7 +239,9 @@ pub fn weight_key(weight: f64, unit: usize, tokens: usize) -> u128 {
 ///
 /// The order is found a slice at a time (a partial selection, then a sort of
 /// that slice), and units larger than the budget left are dropped between
-/// slices, so a long history costs a few linear passes, not a full sort.
+/// slices, so a long history costs a few linear passes, not a full sort. No
+/// more than `left / smallest` units can go in, so the first slice is that
+/// large: in the usual case, one selection and one sort of what is taken.
 pub fn fill_by_weight(
     rest: &mut Vec<u128>,
     budget: usize,
@@ -260,33 +259,16 @@ pub fn fill_by_weight(
             }
         }
     };
-    let mut slice = FIRST_SLICE;
-    if rest.len() > 4 * FIRST_SLICE {
-        // The heaviest slice of a long order in one pass (a bounded heap),
-        // then everything lighter that can still fit, in one more.
-        let mut heap = BinaryHeap::with_capacity(FIRST_SLICE + 1);
-        for &key in rest.iter() {
-            if heap.len() < FIRST_SLICE {
-                heap.push(Reverse(key));
-            } else if heap
-                .peek()
-                .is_some_and(|lightest: &Reverse<u128>| key > lightest.0)
-            {
-                heap.pop();
-                heap.push(Reverse(key));
-            }
+    let left = budget.saturating_sub(*cost);
+    let mut smallest = usize::MAX;
+    rest.retain(|&key| {
+        let tokens = tokens_of(key);
+        if tokens <= left {
+            smallest = smallest.min(tokens);
         }
-        let lightest_taken = heap.peek().map_or(0, |lightest| lightest.0);
-        let mut heaviest: Vec<u128> = heap.into_iter().map(|Reverse(key)| key).collect();
-        heaviest.sort_unstable_by(|a, b| b.cmp(a));
-        take_in_order(&heaviest, cost);
-        let left = budget - *cost;
-        rest.retain(|&key| key < lightest_taken && tokens_of(key) <= left);
-        slice *= 2;
-    } else {
-        let left = budget.saturating_sub(*cost);
-        rest.retain(|&key| tokens_of(key) <= left);
-    }
+        tokens <= left
+    });
+    let mut slice = FIRST_SLICE.max((left / smallest.max(1)).saturating_add(1));
     while !rest.is_empty() {
         let take = slice.min(rest.len());
         if take < rest.len() {
@@ -305,7 +287,7 @@ pub fn fill_by_weight(
             }
         }
         rest.truncate(write);
-        slice *= 2;
+        slice = slice.saturating_mul(2);
     }
 }
 
