@@ -175,6 +175,74 @@ def test_replayed_turn_10k(benchmark, policy, provider):
     )
 
 
+def log_policy(policy: str, provider: str, cap: int | None):
+    if policy == "shape_history":
+        return context_core.ShapeHistory(provider=provider, tool_result_cap=cap)
+    if policy == "WeightedWindow":
+        return context_core.WeightedWindow(provider=provider, tool_result_cap=cap)
+    return context_core.PriorityAssembly(provider=provider, tool_result_cap=cap)
+
+
+def replay_log(log, session, chooser, budget: int, points) -> tuple[list[float], list[float], int]:
+    """The log-backed turn: the messages since the last call appended
+    (untimed, as the server records them), then the window chosen from the
+    log (repair included), cold and again warm."""
+    cold, warm, over, written = [], [], 0, 0
+    for end in points:
+        log.append_many(session.messages[written:end])
+        written = end
+        stamps = [m["timestamp"] for m in session.messages[max(0, end - 3) : end] if "timestamp" in m]
+        now = stamps[-1] + 5 if stamps else None
+        for times in (cold, warm):
+            started = time.perf_counter()
+            try:
+                selection = chooser.select(log, budget, now=now)
+            except OverBudgetError:
+                selection = None
+            times.append(time.perf_counter() - started)
+        if selection is None:
+            over += 1
+            continue
+        selection.breakdown.log_line()
+        start = turn_in_progress(session.messages[:end])
+        if start is not None:
+            assert set(range(start, end)) <= set(selection.kept), "the turn in progress"
+    return cold, warm, over
+
+
+@pytest.mark.parametrize("budget", [8_000, 128_000], ids=["8K", "128K"])
+@pytest.mark.parametrize("size", [1_000, 10_000], ids=["1k", "10k"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_replayed_log_turn(benchmark, tmp_path, policy, provider, size, budget):
+    """The same sessions appended to a MessageLog turn by turn, each turn
+    chosen from the log's headers (only the kept nodes decoded)."""
+    session = session_of(size, provider)
+    chooser = log_policy(policy, provider, cap_for(budget))
+    every = 1 if size < 10_000 else 10
+    points = session.calls[::every] if not benchmark.disabled else session.calls[:3]
+    results = {}
+
+    def run():
+        with context_core.MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+            results["times"] = replay_log(log, session, chooser, budget, points)
+
+    group = f"replay on a log, {size:,} messages: {policy}, {provider}, {budget // 1000}K"
+    register(benchmark, group, "ours")
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    cold, warm, over = results["times"]
+    benchmark.extra_info.update(
+        warm_p50_ms=round(percentile(warm, 0.5) * 1e3, 3),
+        warm_p99_ms=round(percentile(warm, 0.99) * 1e3, 3),
+        cold_p50_ms=round(percentile(cold, 0.5) * 1e3, 3),
+        cold_p99_ms=round(percentile(cold, 0.99) * 1e3, 3),
+    )
+    REPORTS.append(
+        f"replay log {size // 1000}k {policy:<14} {provider:<9} {budget // 1000:>4}K: warm {row(warm)};"
+        f" cold {row(cold)}; {len(points)} turns, {over} over budget"
+    )
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize("policy", POLICIES)
 def test_cap_and_budget_ratios(benchmark, policy, provider):

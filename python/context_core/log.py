@@ -207,6 +207,8 @@ class MessageLog(_MessageLog):
         """Nodes of the view as messages: summaries as system messages; with
         ``strip``, the selection metadata keys taken off (as sent)."""
         payloads = self._cached([seq for seq, _ in nodes])
+        if not strip and _PREFIX.keys().isdisjoint([part for _, part in nodes]):
+            return payloads  # messages only, as appended (the cache's own dicts, read-only)
         out = []
         for (seq, part), payload in zip(nodes, payloads, strict=True):
             prefix = _PREFIX.get(part)
