@@ -19,10 +19,10 @@ messages or the turn in progress (the newest user message and everything
 after it: the tool loop the model is in), and return a history ``sanitize``
 accepts.
 
-A :class:`~context_core.log.MessageLog` is one more input: the weighted
-window chooses from its headers and decodes only what it keeps; the other
-two read its :meth:`~context_core.log.MessageLog.context_view`. This module
-drives the log, never the other way round.
+A :class:`~context_core.log.MessageLog` is one more input: every policy
+chooses from its headers and decodes only what it keeps
+(:mod:`context_core._log_selection`). This module drives the log, never
+the other way round.
 """
 
 from __future__ import annotations
