@@ -122,12 +122,13 @@ def points_of(session, benchmark, every: int = 1) -> list[int]:
     return points if not benchmark.disabled else points[-3:]
 
 
-def measure(benchmark, group: str, session, turn, points, label: str) -> None:
-    """Replay once under the benchmark; record and report the percentiles."""
+def measure(benchmark, group: str, replayed, turns: int, label: str) -> None:
+    """Run ``replayed()`` (one replay: cold times, warm times, turns over
+    budget) once under the benchmark; record and report the percentiles."""
     results = {}
 
     def run():
-        results["times"] = replay(session, turn, points)
+        results["times"] = replayed()
 
     register(benchmark, group, "ours")
     benchmark.pedantic(run, rounds=1, iterations=1)
@@ -137,10 +138,10 @@ def measure(benchmark, group: str, session, turn, points, label: str) -> None:
         warm_p99_ms=round(percentile(warm, 0.99) * 1e3, 3),
         cold_p50_ms=round(percentile(cold, 0.5) * 1e3, 3),
         cold_p99_ms=round(percentile(cold, 0.99) * 1e3, 3),
-        turns=len(points),
+        turns=turns,
         over_budget=over,
     )
-    REPORTS.append(f"{label}: warm {row(warm)}; cold {row(cold)}; {len(points)} turns, {over} over budget")
+    REPORTS.append(f"{label}: warm {row(warm)}; cold {row(cold)}; {turns} turns, {over} over budget")
 
 
 @pytest.mark.parametrize("budget", BUDGETS, ids=lambda b: "whole" if b == WHOLE else f"{b // 1000}K")
@@ -150,12 +151,12 @@ def test_replayed_turn_1k(benchmark, policy, provider, budget):
     session = session_of(1_000, provider)
     turn = turn_of(context_core, sanitize, policy, provider, budget, cap_for(budget))
     size = "whole" if budget == WHOLE else f"{budget // 1000}K"
+    points = points_of(session, benchmark)
     measure(
         benchmark,
         f"replay 1,000 messages: {policy}, {provider}, {size}",
-        session,
-        turn,
-        points_of(session, benchmark),
+        lambda: replay(session, turn, points),
+        len(points),
         f"replay 1k {policy:<14} {provider:<9} {size:>5}",
     )
 
@@ -165,12 +166,12 @@ def test_replayed_turn_1k(benchmark, policy, provider, budget):
 def test_replayed_turn_10k(benchmark, policy, provider):
     session = session_of(10_000, provider)
     turn = turn_of(context_core, sanitize, policy, provider, 128_000, cap_for(128_000))
+    points = points_of(session, benchmark, every=10)
     measure(
         benchmark,
         f"replay 10,000 messages: {policy}, {provider}, 128K",
-        session,
-        turn,
-        points_of(session, benchmark, every=10),
+        lambda: replay(session, turn, points),
+        len(points),
         f"replay 10k {policy:<14} {provider:<9}  128K",
     )
 
@@ -221,25 +222,17 @@ def test_replayed_log_turn(benchmark, tmp_path, policy, provider, size, budget):
     chooser = log_policy(policy, provider, cap_for(budget))
     every = 1 if size < 10_000 else 10
     points = session.calls[::every] if not benchmark.disabled else session.calls[:3]
-    results = {}
 
-    def run():
+    def replayed():
         with context_core.MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
-            results["times"] = replay_log(log, session, chooser, budget, points)
+            return replay_log(log, session, chooser, budget, points)
 
-    group = f"replay on a log, {size:,} messages: {policy}, {provider}, {budget // 1000}K"
-    register(benchmark, group, "ours")
-    benchmark.pedantic(run, rounds=1, iterations=1)
-    cold, warm, over = results["times"]
-    benchmark.extra_info.update(
-        warm_p50_ms=round(percentile(warm, 0.5) * 1e3, 3),
-        warm_p99_ms=round(percentile(warm, 0.99) * 1e3, 3),
-        cold_p50_ms=round(percentile(cold, 0.5) * 1e3, 3),
-        cold_p99_ms=round(percentile(cold, 0.99) * 1e3, 3),
-    )
-    REPORTS.append(
-        f"replay log {size // 1000}k {policy:<14} {provider:<9} {budget // 1000:>4}K: warm {row(warm)};"
-        f" cold {row(cold)}; {len(points)} turns, {over} over budget"
+    measure(
+        benchmark,
+        f"replay on a log, {size:,} messages: {policy}, {provider}, {budget // 1000}K",
+        replayed,
+        len(points),
+        f"replay log {size // 1000}k {policy:<14} {provider:<9} {budget // 1000:>4}K",
     )
 
 

@@ -18,8 +18,9 @@ from context_core import (
     PriorityAssembly,
     ShapeHistory,
     WeightedWindow,
+    _log_selection,
 )
-from context_core._log_selection import from_view
+from context_core._log_selection import count_cut_results, from_view
 
 BUDGETS = [2_000, 8_000, 32_000, 10**9]
 MEMORIES = ["The refund worker retries on a queue.", "Deploys never happen on Fridays."]
@@ -179,3 +180,96 @@ def test_a_cap_too_small_for_its_marker_is_refused_as_for_a_list(tmp_path):
                 select(log.context_view(), 8_000, None)
             with pytest.raises(InvalidInputError, match="more than the cap of 5"):
                 select(log, 8_000, None)
+
+
+def read_turn(log: MessageLog, n: int, words: int) -> None:
+    """One turn of a loop whose tool result is ``words`` tokens or so."""
+    log.append({"role": "user", "content": f"read file {n}"})
+    call = {"id": f"c{n}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    log.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    log.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"line {n} " + "word " * words})
+
+
+def test_policies_with_different_caps_share_a_log(tmp_path, monkeypatch):
+    """Each cap keeps its own counts: another policy counting for its cap
+    between this one's count and choice (as threads sharing a log do)
+    changes neither answer, even past the caps the log keeps at once."""
+    caps = [2000, 500, 300, 1200, 900]  # one more than the log keeps at once
+
+    def count_then_another(log_, backend, cap):
+        count_cut_results(log_, backend, cap)
+        another = caps[(caps.index(cap) + 1) % len(caps)]
+        count_cut_results(log_, backend, another)
+
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        for turn, cap in enumerate(caps * 3):
+            read_turn(log, turn, 5_000)
+            for select in policies("openai", cap).values():
+                expected = from_view(log, lambda view, select=select: select(view, 8_000, None))
+                with monkeypatch.context() as patch:
+                    patch.setattr(_log_selection, "count_cut_results", count_then_another)
+                    chosen = select(log, 8_000, None)
+                assert chosen.kept == expected.kept
+                assert chosen.truncated == expected.truncated
+                assert chosen.breakdown == expected.breakdown
+                assert chosen.messages == expected.messages
+
+
+def test_a_result_appended_between_count_and_choice_is_cut(tmp_path):
+    """Another writer appends a long result after this process counted the
+    cut results: the headers say so, and the policy counts it and chooses
+    again (it would not fit uncut)."""
+    with (
+        MessageLog.open(tmp_path / "log", create=True) as writer,
+        MessageLog.open(tmp_path / "log", readonly=True) as log,
+    ):
+        read_turn(writer, 0, 3_000)
+        backend = WeightedWindow()._backend
+        count_cut_results(log, backend, 2000)
+        read_turn(writer, 1, 20_000)
+        assert log._weighted(8_000, WeightedWindow().weights, 3, 3, None, 2000) is None
+        for select in policies("openai", 2000).values():
+            chosen = select(log, 8_000, None)
+            assert {3, 4, 5} <= set(chosen.kept)
+            assert [t.index for t in chosen.truncated] == [2, 5]
+            same_choice(log, select, 8_000, None)
+
+
+def test_a_log_that_never_holds_still_is_read_whole(tmp_path, monkeypatch):
+    """A long result lands after every count: the headers are asked a few
+    times, then the whole view is read, and the answer is still the view's."""
+    with (
+        MessageLog.open(tmp_path / "log", create=True) as writer,
+        MessageLog.open(tmp_path / "log", readonly=True) as log,
+    ):
+        read_turn(writer, 0, 3_000)
+        counted = []
+
+        def count_then_append(log_, backend, cap):
+            count_cut_results(log_, backend, cap)
+            counted.append(cap)
+            read_turn(writer, len(counted), 2_500)
+
+        monkeypatch.setattr(_log_selection, "count_cut_results", count_then_append)
+        chosen = WeightedWindow().select(log, 10**6)
+        monkeypatch.undo()
+        assert len(counted) == _log_selection._TRIES
+        assert chosen.kept == tuple(range(len(log)))
+        assert len(chosen.truncated) == len(log) // 3
+        same_choice(log, policies("openai", 2000)["weighted"], 10**6, None)
+
+
+def test_counts_past_a_machine_word_keep_what_the_largest_does(tmp_path):
+    """A budget, anchor count or recent-turn count past 2**64 is taken as the
+    largest the machine holds, on a log as on a list."""
+    huge = 2**70
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        for n in range(5):
+            read_turn(log, n, 3_000)
+        for budget in [huge, 8_000]:
+            for policy in [
+                WeightedWindow(max_anchors=huge, recent_turns=huge),
+                ShapeHistory(keep_last=huge, min_keep=huge),
+                PriorityAssembly(),
+            ]:
+                same_choice(log, lambda source, b, now, p=policy: p.select(source, b), budget, None)

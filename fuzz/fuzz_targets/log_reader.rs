@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use context_core::Json;
 use context_core::log::{AppendOptions, MessageLog, OpenOptions};
-use context_core::select::Weights;
+use context_core::select::{Extras, Weights};
 use context_core::tags::{Keywords, Tagger};
 use libfuzzer_sys::fuzz_target;
 
@@ -127,9 +127,33 @@ fn exercise(log: &mut MessageLog) {
     let _ = log.path_to(None);
     let _ = log.head();
     let _ = log.last_summary_index();
+    // Capped counts as a caller hands them in: half of each whole count.
+    if let Ok((seqs, upto)) = log.over_cap(100) {
+        let counts: Vec<(u64, usize)> = seqs.iter().map(|&seq| (seq, 50)).collect();
+        log.set_capped(100, upto, &counts);
+    }
+    let extras = Extras {
+        global: Some(40),
+        memories: vec![10, 20],
+        segments: vec![30],
+        anchoring: None,
+    };
     for budget in [0, 500, usize::MAX / 4] {
-        let _ = log.weighted_window(budget, &Weights::default(), 3, 3, None);
-        let _ = log.weighted_window(budget, &Weights::default(), 5, 0, Some(1.7e9));
+        for cap in [None, Some(100), Some(7)] {
+            let _ = log.weighted_window(budget, &Weights::default(), 3, 3, None, cap);
+            let _ = log.weighted_window(budget, &Weights::default(), 5, 0, Some(1.7e9), cap);
+            let _ = log.weighted_window(
+                budget,
+                &Weights::default(),
+                usize::MAX,
+                usize::MAX,
+                None,
+                cap,
+            );
+            let _ = log.shape_window(budget, 3, 1, Some(25), cap);
+            let _ = log.shape_window(budget, usize::MAX, usize::MAX, None, cap);
+            let _ = log.priority_window(budget, &extras, cap);
+        }
     }
     let _ = log.records();
     let _ = log.verify();

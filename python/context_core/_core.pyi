@@ -342,7 +342,9 @@ class _MessageLog:
         recent_turns: int,
         now: Union[float, None] = None,
         cap: Union[int, None] = None,
-    ) -> tuple[list[tuple[int, str]], tuple[int, int, int, int, int], Union[int, bytes], list[int]]: ...
+    ) -> Union[
+        tuple[list[tuple[int, str]], tuple[int, int, int, int, int], Union[int, bytes], list[int]], None
+    ]: ...
     def _shape(
         self,
         budget: int,
@@ -350,7 +352,7 @@ class _MessageLog:
         min_keep: int,
         summary_tokens: Union[int, None] = None,
         cap: Union[int, None] = None,
-    ) -> tuple[list[tuple[int, str]], Union[int, bytes], list[int], Union[int, None], bool]: ...
+    ) -> Union[tuple[list[tuple[int, str]], Union[int, bytes], list[int], Union[int, None], bool], None]: ...
     def _priority(
         self,
         budget: int,
@@ -358,7 +360,9 @@ class _MessageLog:
         memories: list[int],
         segments: list[int],
         cap: Union[int, None] = None,
-    ) -> tuple[list[tuple[int, str]], Union[int, bytes], list[int], bool, list[int], list[int]]: ...
+    ) -> Union[
+        tuple[list[tuple[int, str]], Union[int, bytes], list[int], bool, list[int], list[int]], None
+    ]: ...
     def _over_cap(self, cap: int) -> tuple[list[int], int]: ...
     def _set_capped(self, cap: int, upto: int, counts: list[tuple[int, int]]) -> None: ...
     def node_id(self, seq: int) -> str: ...

@@ -120,10 +120,12 @@ def render(log: MessageLog, nodes: Nodes, pinned: list[int]) -> list[Msg]:
     return messages
 
 
-def keyed(log: MessageLog, nodes: Nodes, selection: Selection, dropped: Any) -> Selection:
+def keyed(log: MessageLog, nodes: Nodes, selection: Selection, view: View | None) -> Selection:
     """``selection`` over messages rendered from ``nodes``, keyed by the
-    nodes' seqs. Summary nodes are system messages to a policy; the tokens
-    of those it kept move from ``pinned`` to their own sections."""
+    nodes' seqs: the dropped ones listed now (``view`` None: ``nodes`` is the
+    whole view) or on first read from ``view``. Summary nodes are system
+    messages to a policy; the tokens of those it kept move from ``pinned``
+    to their own sections."""
     seqs = [seq for seq, _ in nodes]
     breakdown = selection.breakdown
     summary_tokens = {"global": 0, "segment": 0}
@@ -139,10 +141,7 @@ def keyed(log: MessageLog, nodes: Nodes, selection: Selection, dropped: Any) -> 
             segments=breakdown.segments + summary_tokens["segment"],
         )
     kept = tuple(seqs[m] for m in selection.kept)
-    if dropped is None:
-        dropped = tuple(seqs[m] for m in selection.dropped)
-    elif isinstance(dropped, ViewRest):
-        dropped = ViewRest(dropped.view, kept)
+    dropped = tuple(seqs[m] for m in selection.dropped) if view is None else ViewRest(view, kept)
     return dataclasses.replace(
         selection,
         breakdown=breakdown,
@@ -164,29 +163,43 @@ def from_headers(
     log: MessageLog,
     backend: Backend,
     budget: int,
-    choose: Callable[[int], tuple[Nodes, View, list[int]]],
+    cap: int | None,
+    choose: Callable[[int], tuple[Nodes, View, list[int]] | None],
     lay_out: Callable[[Backend, list[Msg], int], tuple[Selection, int]],
     whole: Callable[[list[Message]], Selection],
 ) -> Selection:
     """Choose within ``budget`` from the headers (``choose(target)``: the
-    kept nodes, the view and the nodes pinned by header), then lay the kept
+    kept nodes, the view and the nodes pinned by header, or ``None`` where a
+    tool result over ``cap`` has no capped count yet), then lay the kept
     nodes out (``lay_out(backend, messages, target)``: the selection and the
     tokens it is over). Over, the headers are asked again for less; a window
     naming a dependency is chosen by ``whole`` from the whole view."""
 
+    def chosen(target: int) -> tuple[Nodes, View, list[int]]:
+        # A result appended since it was counted (by another thread or
+        # process), or counts for a cap another thread pushed out, are
+        # counted and the headers asked again; a log that keeps moving
+        # under a long run of tries is read whole instead.
+        for _ in range(_TRIES):
+            count_cut_results(log, backend, cap)
+            got = choose(min(target, sys.maxsize))  # no view holds more tokens
+            if got is not None:
+                return got
+        raise _WholeView
+
     def run(target: int) -> tuple[Selection, int]:
-        nodes, view, pinned = choose(target)
+        nodes, view, pinned = chosen(target)
         noting = _Noting(backend)
         selection, _ = lay_out(cast("Backend", noting), render(log, nodes, pinned), target)
         if noting.depends:
-            raise _Dependent
+            raise _WholeView
         # Over the caller's budget, not the target: the next target is this
         # one less the excess, as a list's window settles.
-        return keyed(log, nodes, selection, ViewRest(view, ())), selection.breakdown.total - budget
+        return keyed(log, nodes, selection, view), selection.breakdown.total - budget
 
     try:
         selection = _selection.settle(run, budget)
-    except _Dependent:
+    except _WholeView:
         return from_view(log, whole)
     if selection.breakdown.budget != budget:  # asked again for less: the caller's budget is the one
         breakdown = dataclasses.replace(selection.breakdown, budget=budget)
@@ -194,8 +207,12 @@ def from_headers(
     return selection
 
 
-class _Dependent(Exception):
-    """A window named a dependency: choose from the whole view."""
+#: Headers asked at most this often for one window before the whole view is read.
+_TRIES = 8
+
+
+class _WholeView(Exception):
+    """A window named a dependency, or the log would not hold still: choose from the whole view."""
 
 
 def shape_history(
@@ -211,28 +228,31 @@ def shape_history(
     def whole(view: list[Message]) -> Selection:
         return _selection.shape_history(backend, view, budget, keep_last, min_keep, summary, provider, cap)
 
-    summary = _selection.check_summary(summary)
-    if callable(summary) or not counts_alike(log, backend):
-        return from_view(log, whole)
+    # Checked in the list's order, so both name the same first bad argument.
     _selection.check_provider(provider)
     tokens = _selection.budget_tokens(budget)
     keep_last, min_keep = _selection.count(keep_last, "keep_last"), _selection.count(min_keep, "min_keep")
+    summary = _selection.check_summary(summary)
     cap = _selection.tool_result_cap(cap)
+    if callable(summary) or not counts_alike(log, backend):
+        return from_view(log, whole)
     extra: tuple[Msg, int] | None = None
     if summary is not None:
         message = {"role": "system", "content": SUMMARY_PREFIX + _selection.exact_text(summary)}
         extra = message, backend.count_message(message)
-    count_cut_results(log, backend, cap)
     decided: dict[str, Any] = {}
 
-    def choose(target: int) -> tuple[Nodes, View, list[int]]:
-        nodes, view, pinned, turns, with_summary = log._shape(
+    def choose(target: int) -> tuple[Nodes, View, list[int]] | None:
+        chosen = log._shape(
             target,
             min(keep_last, sys.maxsize),
             min(min_keep, sys.maxsize),
             None if extra is None else extra[1],
             cap,
         )
+        if chosen is None:
+            return None
+        nodes, view, pinned, turns, with_summary = chosen
         if turns == min(keep_last, sys.maxsize) and keep_last > sys.maxsize:
             turns = keep_last  # a count past a machine's size keeps what the largest does
         decided.update(turns=turns, with_summary=with_summary)
@@ -246,7 +266,7 @@ def shape_history(
             layout, kept, decided["turns"], decided["with_summary"], extra, target
         )
 
-    return from_headers(log, backend, tokens, choose, lay_out, whole)
+    return from_headers(log, backend, tokens, cap, choose, lay_out, whole)
 
 
 def weighted_window(
@@ -268,11 +288,13 @@ def weighted_window(
     check_encoding(log, backend)
     tokens = _selection.budget_tokens(budget)
     now = _selection.check_now(now)
-    count_cut_results(log, backend, cap)
 
-    def choose(target: int) -> tuple[Nodes, View, list[int]]:
-        nodes, _sections, view, pinned = log._weighted(target, weights, max_anchors, recent_turns, now, cap)
-        return nodes, view, pinned
+    # Counts past a machine's size keep what the largest does.
+    anchors, recent = min(max_anchors, sys.maxsize), min(recent_turns, sys.maxsize)
+
+    def choose(target: int) -> tuple[Nodes, View, list[int]] | None:
+        chosen = log._weighted(target, weights, anchors, recent, now, cap)
+        return None if chosen is None else (chosen[0], chosen[2], chosen[3])
 
     def lay_out(noting: Backend, messages: list[Msg], target: int) -> tuple[Selection, int]:
         # Everything kept fits: the window over it keeps it all. Over after
@@ -282,7 +304,7 @@ def weighted_window(
         )
         return run(target)
 
-    return from_headers(log, backend, tokens, choose, lay_out, whole)
+    return from_headers(log, backend, tokens, cap, choose, lay_out, whole)
 
 
 def build_context(
@@ -328,11 +350,10 @@ def build_context(
     global_tokens = None if global_summary is None else cost(SUMMARY_PREFIX, global_summary)
     memory_tokens = [cost(_selection.MEMORY_PREFIX, m) for m in texts]
     segment_tokens = [cost(SEGMENT_PREFIX, s) for s in segments]
-    count_cut_results(log, backend, cap)
 
-    def choose(target: int) -> tuple[Nodes, View, list[int]]:
+    def choose(target: int) -> tuple[Nodes, View, list[int]] | None:
         chosen = log._priority(target, global_tokens, memory_tokens, segment_tokens, cap)
-        return chosen[0], chosen[1], chosen[2]
+        return None if chosen is None else (chosen[0], chosen[1], chosen[2])
 
     def lay_out(noting: Backend, messages: list[Msg], target: int) -> tuple[Selection, int]:
         # The same extras fit after the same mandatory units, and then every
@@ -351,4 +372,4 @@ def build_context(
         )
         return run(target)
 
-    return from_headers(log, backend, tokens, choose, lay_out, whole)
+    return from_headers(log, backend, tokens, cap, choose, lay_out, whole)

@@ -386,7 +386,8 @@ impl PyMessageLog {
     /// `(kept (seq, part) pairs, (pinned, global, segments, recent, input) tokens,
     /// view, pinned)`: the view chosen from, as a node count (every node `0..n`)
     /// or its seqs as little-endian u64 bytes (one copy, no Python int each);
-    /// the kept seqs pinned at append.
+    /// the kept seqs pinned at append. `None` where a tool result over `cap`
+    /// has no capped count yet: count it (`_over_cap`) and ask again.
     #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, recent_turns, now = None, cap = None))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn weighted(
@@ -397,13 +398,15 @@ impl PyMessageLog {
         recent_turns: usize,
         now: Option<f64>,
         cap: Option<usize>,
-    ) -> PyResult<(
-        Vec<(u64, &'static str)>,
-        (usize, usize, usize, usize, usize),
-        Py<PyAny>,
-        Vec<u64>,
-    )> {
-        let window = self
+    ) -> PyResult<
+        Option<(
+            Vec<(u64, &'static str)>,
+            (usize, usize, usize, usize, usize),
+            Py<PyAny>,
+            Vec<u64>,
+        )>,
+    > {
+        let Some(window) = self
             .log()?
             .weighted_window(
                 budget,
@@ -413,9 +416,12 @@ impl PyMessageLog {
                 now,
                 cap,
             )
-            .map_err(CoreError)?;
+            .map_err(CoreError)?
+        else {
+            return Ok(None);
+        };
         let (kept, view) = kept_and_view(&window)?;
-        Ok((
+        Ok(Some((
             kept,
             (
                 window.pinned,
@@ -426,12 +432,13 @@ impl PyMessageLog {
             ),
             view,
             window.pinned_by_header,
-        ))
+        )))
     }
 
     /// ShapeHistory over the context view from the headers alone:
     /// `(kept (seq, part) pairs, view, pinned, turns, with_summary)` (the
-    /// view as for `_weighted`; `pinned`: the kept seqs pinned at append).
+    /// view as for `_weighted`; `pinned`: the kept seqs pinned at append),
+    /// or `None` as for `_weighted`.
     #[pyo3(name = "_shape", signature = (budget, keep_last, min_keep, summary_tokens = None, cap = None))]
     #[allow(clippy::type_complexity)]
     fn shape(
@@ -441,25 +448,30 @@ impl PyMessageLog {
         min_keep: usize,
         summary_tokens: Option<usize>,
         cap: Option<usize>,
-    ) -> PyResult<(
-        Vec<(u64, &'static str)>,
-        Py<PyAny>,
-        Vec<u64>,
-        Option<usize>,
-        bool,
-    )> {
-        let (window, shape) = self
+    ) -> PyResult<
+        Option<(
+            Vec<(u64, &'static str)>,
+            Py<PyAny>,
+            Vec<u64>,
+            Option<usize>,
+            bool,
+        )>,
+    > {
+        let Some((window, shape)) = self
             .log()?
             .shape_window(budget, keep_last, min_keep, summary_tokens, cap)
-            .map_err(CoreError)?;
+            .map_err(CoreError)?
+        else {
+            return Ok(None);
+        };
         let (kept, view) = kept_and_view(&window)?;
         let pinned = window.pinned_by_header;
-        Ok((kept, view, pinned, shape.turns, shape.summary))
+        Ok(Some((kept, view, pinned, shape.turns, shape.summary)))
     }
 
     /// The priority builder over the context view from the headers alone:
     /// `(kept (seq, part) pairs, view, pinned, with_global, kept memories,
-    /// kept segments)` (indices into the costs given; as for `_shape`).
+    /// kept segments)` (indices into the costs given), or `None` (as for `_shape`).
     #[pyo3(name = "_priority", signature = (budget, global_tokens, memories, segments, cap = None))]
     #[allow(clippy::type_complexity)]
     fn priority(
@@ -469,34 +481,39 @@ impl PyMessageLog {
         memories: Vec<usize>,
         segments: Vec<usize>,
         cap: Option<usize>,
-    ) -> PyResult<(
-        Vec<(u64, &'static str)>,
-        Py<PyAny>,
-        Vec<u64>,
-        bool,
-        Vec<usize>,
-        Vec<usize>,
-    )> {
+    ) -> PyResult<
+        Option<(
+            Vec<(u64, &'static str)>,
+            Py<PyAny>,
+            Vec<u64>,
+            bool,
+            Vec<usize>,
+            Vec<usize>,
+        )>,
+    > {
         let extras = Extras {
             global: global_tokens,
             memories,
             segments,
             anchoring: None,
         };
-        let (window, build) = self
+        let Some((window, build)) = self
             .log()?
             .priority_window(budget, &extras, cap)
-            .map_err(CoreError)?;
+            .map_err(CoreError)?
+        else {
+            return Ok(None);
+        };
         let (kept, view) = kept_and_view(&window)?;
         let pinned = window.pinned_by_header;
-        Ok((
+        Ok(Some((
             kept,
             view,
             pinned,
             build.global,
             build.memories,
             build.segments,
-        ))
+        )))
     }
 
     /// `(seqs, upto)`: the records not yet looked at for `cap` that may hold

@@ -5,6 +5,8 @@
 //! than the rest of a turn. A record's payload never changes, so each result
 //! over the cap is cut and counted once, the turn it first appears in; the
 //! caller does that (it holds the decoded messages) and hands the counts in.
+//! A sweep that finds a result it was not told of (appended since, by
+//! another thread or process) says so, and the caller counts it and asks again.
 
 use rustc_hash::FxHashMap;
 
@@ -14,23 +16,41 @@ use super::window::Record;
 use crate::error::Result;
 use crate::select::Role;
 
-/// The capped counts for one cap.
+/// Caps remembered at once (policies sharing a log with different caps).
+const CAPS_KEPT: usize = 4;
+
+/// The capped counts for each cap in use, in the order first seen.
 #[derive(Default)]
 pub(super) struct CappedCounts {
-    cap: Option<usize>,
+    caps: Vec<ForCap>,
+}
+
+struct ForCap {
+    cap: usize,
     /// The records before this seq have been looked at for `cap`.
     scanned_to: u64,
     tokens: FxHashMap<u64, u32>,
 }
 
 impl CappedCounts {
-    fn reset_for(&mut self, cap: usize) {
-        if self.cap != Some(cap) {
-            *self = Self {
-                cap: Some(cap),
-                ..Self::default()
-            };
+    fn get(&self, cap: usize) -> Option<&ForCap> {
+        self.caps.iter().find(|c| c.cap == cap)
+    }
+
+    fn get_mut(&mut self, cap: usize) -> &mut ForCap {
+        if let Some(at) = self.caps.iter().position(|c| c.cap == cap) {
+            return &mut self.caps[at];
         }
+        if self.caps.len() == CAPS_KEPT {
+            self.caps.remove(0); // the oldest cap seen: counted again if it comes back
+        }
+        self.caps.push(ForCap {
+            cap,
+            scanned_to: 0,
+            tokens: FxHashMap::default(),
+        });
+        let at = self.caps.len() - 1;
+        &mut self.caps[at]
     }
 }
 
@@ -49,8 +69,8 @@ impl MessageLog {
     pub fn over_cap(&mut self, cap: usize) -> Result<(Vec<u64>, u64)> {
         self.refresh()?;
         self.ensure_checked()?;
-        self.capped.reset_for(cap);
-        let seqs = (self.capped.scanned_to..self.count)
+        let from = self.capped.get_mut(cap).scanned_to;
+        let seqs = (from..self.count)
             .filter(|&seq| may_be_cut(self.record(seq), cap))
             .collect();
         Ok((seqs, self.count))
@@ -59,14 +79,28 @@ impl MessageLog {
     /// Remember the capped counts of `counts` (seq, tokens) for `cap`, and
     /// that the records below `upto` have all been looked at.
     pub fn set_capped(&mut self, cap: usize, upto: u64, counts: &[(u64, usize)]) {
-        self.capped.reset_for(cap);
+        let count = self.count;
+        let state = self.capped.get_mut(cap);
         for &(seq, tokens) in counts {
-            if seq < self.count {
-                let tokens = u32::try_from(tokens).unwrap_or(u32::MAX);
-                self.capped.tokens.insert(seq, tokens);
+            if seq < count {
+                state
+                    .tokens
+                    .insert(seq, u32::try_from(tokens).unwrap_or(u32::MAX));
             }
         }
-        self.capped.scanned_to = self.capped.scanned_to.max(upto.min(self.count));
+        state.scanned_to = state.scanned_to.max(upto.min(count));
+    }
+
+    /// Whether a record the log holds now may hold a result over `cap` that
+    /// no count was handed in for (records with none are passed over once).
+    pub(super) fn uncounted(&mut self, cap: Option<usize>) -> bool {
+        let Some(cap) = cap else { return false };
+        let mut at = self.capped.get_mut(cap).scanned_to;
+        while at < self.count && !may_be_cut(self.record(at), cap) {
+            at += 1;
+        }
+        self.capped.get_mut(cap).scanned_to = at;
+        at < self.count
     }
 
     /// A record's tokens as a policy with `cap` counts them.
@@ -78,10 +112,10 @@ impl MessageLog {
     ) -> usize {
         let tokens = record.tokens();
         match cap {
-            Some(cap) if tokens > cap && self.capped.cap == Some(cap) => self
+            Some(cap) if tokens > cap => self
                 .capped
-                .tokens
-                .get(&seq)
+                .get(cap)
+                .and_then(|state| state.tokens.get(&seq))
                 .map_or(tokens, |&capped| capped as usize),
             _ => tokens,
         }

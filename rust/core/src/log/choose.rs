@@ -31,7 +31,8 @@ impl MessageLog {
 
     /// ShapeHistory over the context view, as [`crate::select::shape`]
     /// chooses: the kept nodes, the turns kept (`None`: everything fit) and
-    /// whether the summary of `summary_tokens` goes in.
+    /// whether the summary of `summary_tokens` goes in. `None` where a
+    /// result over `cap` has no capped count yet (see `capped`).
     pub fn shape_window(
         &mut self,
         budget: usize,
@@ -39,8 +40,11 @@ impl MessageLog {
         min_keep: usize,
         summary_tokens: Option<usize>,
         cap: Option<usize>,
-    ) -> Result<(Window, Shape)> {
+    ) -> Result<Option<(Window, Shape)>> {
         let view = self.compact_view()?;
+        if self.uncounted(cap) {
+            return Ok(None);
+        }
         let mut units = std::mem::take(&mut self.scratch_units);
         self.view_units(&view, cap, |_, _| f64::NAN, &mut units);
         let chosen = shape_units(&units, budget, keep_last, min_keep, summary_tokens);
@@ -49,13 +53,13 @@ impl MessageLog {
             .map(|shape| self.window_of_units(&shape.units, &units, &view));
         self.scratch_units = units;
         let (window, shape) = (window.map_err(Clone::clone)?, chosen?);
-        Ok((
+        Ok(Some((
             Window {
                 view: view.into(),
                 ..window
             },
             shape,
-        ))
+        )))
     }
 
     /// The priority builder over the context view, as
@@ -63,14 +67,17 @@ impl MessageLog {
     /// `extras` in their shares, then the other units by their `priority`
     /// (given at append), constraints next, the newest first. One sweep
     /// keeps only each unit's order key and start (20 bytes), as the
-    /// weighted window does.
+    /// weighted window does. `None` as for [`MessageLog::shape_window`].
     pub fn priority_window(
         &mut self,
         budget: usize,
         extras: &Extras,
         cap: Option<usize>,
-    ) -> Result<(Window, Build)> {
+    ) -> Result<Option<(Window, Build)>> {
         let view = self.compact_view()?;
+        if self.uncounted(cap) {
+            return Ok(None);
+        }
         let mut keys = std::mem::take(&mut self.scratch_keys);
         let mut starts = std::mem::take(&mut self.scratch_starts);
         keys.clear();
@@ -101,13 +108,13 @@ impl MessageLog {
         self.scratch_keys = keys;
         self.scratch_starts = starts;
         let (window, build) = (window.map_err(Clone::clone)?, chosen?);
-        Ok((
+        Ok(Some((
             Window {
                 view: view.into(),
                 ..window
             },
             build,
-        ))
+        )))
     }
 }
 

@@ -278,7 +278,8 @@ impl MessageLog {
     /// The weighted window over the context view, under `budget` tokens, as
     /// [`crate::select::weighted_window`] chooses. Ages come from the nodes'
     /// timestamps when `now` is given, else one minute a node back from the
-    /// end (as for messages).
+    /// end (as for messages). `None` where a result over `cap` has no capped
+    /// count yet: the caller counts it (`over_cap`) and asks again.
     pub fn weighted_window(
         &mut self,
         budget: usize,
@@ -287,8 +288,11 @@ impl MessageLog {
         recent_turns: usize,
         now: Option<f64>,
         cap: Option<usize>,
-    ) -> Result<Window> {
+    ) -> Result<Option<Window>> {
         let view = self.compact_view()?;
+        if self.uncounted(cap) {
+            return Ok(None);
+        }
         if now.is_none() {
             self.decay_powers.prepare(weights.decay, view.len());
             self.tag_decay_powers.prepare(weights.tag_decay, view.len());
@@ -332,7 +336,7 @@ impl MessageLog {
         let mut fixed: Vec<(usize, Unit)> = Vec::new();
         let mut anchors: Vec<(usize, Unit)> = Vec::new();
         // The newest `recent_turns` turn starts, by unit number.
-        let mut turn_starts = std::collections::VecDeque::with_capacity(recent_turns + 1);
+        let mut turn_starts = std::collections::VecDeque::with_capacity(recent_turns.min(64) + 1);
         let mut number = 0;
         for_each_unit(view.len(), facts, |unit| {
             starts.push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
@@ -352,14 +356,16 @@ impl MessageLog {
             number += 1;
         });
         let recent = turn_starts.front().copied().unwrap_or(number);
-        let kept = choose(&fixed, &anchors, recent, &mut keys, budget)?;
-        let window = self.window_of(&kept, &starts, &fixed, &view, cap);
+        let kept = choose(&fixed, &anchors, recent, &mut keys, budget);
+        let window = kept
+            .as_ref()
+            .map(|kept| self.window_of(kept, &starts, &fixed, &view, cap));
         self.scratch_keys = keys;
         self.scratch_starts = starts;
-        Ok(Window {
+        Ok(Some(Window {
             view: view.into(),
-            ..window
-        })
+            ..window.map_err(Clone::clone)?
+        }))
     }
 
     /// The kept units' nodes, in the view's order, and their tokens by section.

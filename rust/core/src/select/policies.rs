@@ -50,7 +50,7 @@ impl Default for Weights {
 
 /// The units every policy keeps (system, pinned, the turn in progress) and their cost
 /// with the reply priming; an error if they alone are over `budget`.
-pub fn mandatory(units: &[Unit], budget: usize) -> Result<(Vec<usize>, usize)> {
+fn mandatory(units: &[Unit], budget: usize) -> Result<(Vec<usize>, usize)> {
     let kept: Vec<usize> = (0..units.len())
         .filter(|&u| units[u].kind != UnitKind::Normal)
         .collect();
