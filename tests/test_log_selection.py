@@ -273,3 +273,22 @@ def test_counts_past_a_machine_word_keep_what_the_largest_does(tmp_path):
                 PriorityAssembly(),
             ]:
                 same_choice(log, lambda source, b, now, p=policy: p.select(source, b), budget, None)
+
+
+def test_counts_for_a_cap_pushed_out_meanwhile_are_not_trusted(tmp_path):
+    """Counts handed in for a cap that other caps pushed out of the log
+    between its count and its hand-in: the records before them are looked
+    at again, never taken as counted."""
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        backend = WeightedWindow()._backend
+        for n in range(3):
+            read_turn(log, n, 5_000)
+        count_cut_results(log, backend, 2000)
+        read_turn(log, 3, 5_000)
+        seqs, start, upto = log._over_cap(2000)
+        assert (seqs, start) == ([11], 9)
+        for other in [500, 300, 1200, 900]:  # as many as the log keeps: 2000 goes
+            count_cut_results(log, backend, other)
+        log._set_capped(2000, start, upto, [(11, 2000)])
+        assert log._weighted(60_000, WeightedWindow().weights, 3, 3, None, 2000) is None
+        same_choice(log, policies("openai", 2000)["weighted"], 9_000, None)

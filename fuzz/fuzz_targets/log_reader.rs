@@ -128,9 +128,9 @@ fn exercise(log: &mut MessageLog) {
     let _ = log.head();
     let _ = log.last_summary_index();
     // Capped counts as a caller hands them in: half of each whole count.
-    if let Ok((seqs, upto)) = log.over_cap(100) {
+    if let Ok((seqs, from, upto)) = log.over_cap(100) {
         let counts: Vec<(u64, usize)> = seqs.iter().map(|&seq| (seq, 50)).collect();
-        log.set_capped(100, upto, &counts);
+        log.set_capped(100, from, upto, &counts);
     }
     let extras = Extras {
         global: Some(40),

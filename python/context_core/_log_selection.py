@@ -100,12 +100,12 @@ def count_cut_results(log: MessageLog, backend: Backend, cap: int | None) -> Non
     it has not been told of: the results appended since the last turn."""
     if cap is None:
         return
-    seqs, upto = log._over_cap(cap)
+    seqs, start, upto = log._over_cap(cap)
     counts: list[tuple[int, int]] = []
     if seqs:
         messages = cast("list[Msg]", log._cached(seqs))
         counts = list(zip(seqs, backend.analyze(messages, cap, find_tags=False).tokens, strict=True))
-    log._set_capped(cap, upto, counts)
+    log._set_capped(cap, start, upto, counts)
 
 
 def render(log: MessageLog, nodes: Nodes, pinned: list[int]) -> list[Msg]:

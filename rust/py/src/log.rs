@@ -516,17 +516,24 @@ impl PyMessageLog {
         )))
     }
 
-    /// `(seqs, upto)`: the records not yet looked at for `cap` that may hold
-    /// a tool result over it; hand their capped counts to `_set_capped`.
+    /// `(seqs, start, upto)`: the records of `start..upto` not yet looked at
+    /// for `cap` that may hold a tool result over it; hand their capped
+    /// counts to `_set_capped`.
     #[pyo3(name = "_over_cap")]
-    fn over_cap(&self, cap: usize) -> PyResult<(Vec<u64>, u64)> {
+    fn over_cap(&self, cap: usize) -> PyResult<(Vec<u64>, u64, u64)> {
         self.log()?.over_cap(cap).map_err(|e| CoreError(e).into())
     }
 
-    /// Remember `(seq, tokens)` capped counts for `cap`, every record below `upto` looked at.
+    /// Remember `(seq, tokens)` capped counts for `cap`, every record of `start..upto` looked at.
     #[pyo3(name = "_set_capped")]
-    fn set_capped(&self, cap: usize, upto: u64, counts: Vec<(u64, usize)>) -> PyResult<()> {
-        self.log()?.set_capped(cap, upto, &counts);
+    fn set_capped(
+        &self,
+        cap: usize,
+        start: u64,
+        upto: u64,
+        counts: Vec<(u64, usize)>,
+    ) -> PyResult<()> {
+        self.log()?.set_capped(cap, start, upto, &counts);
         Ok(())
     }
 

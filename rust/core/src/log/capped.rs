@@ -64,21 +64,23 @@ fn may_be_cut(record: Record<'_>, cap: usize) -> bool {
 
 impl MessageLog {
     /// The records not yet looked at for `cap` that may hold a tool result
-    /// over it, and the record count they were looked for below (to hand
+    /// over it, and the range of records they were looked for in (to hand
     /// back to [`MessageLog::set_capped`] with their counts).
-    pub fn over_cap(&mut self, cap: usize) -> Result<(Vec<u64>, u64)> {
+    pub fn over_cap(&mut self, cap: usize) -> Result<(Vec<u64>, u64, u64)> {
         self.refresh()?;
         self.ensure_checked()?;
         let from = self.capped.get_mut(cap).scanned_to;
         let seqs = (from..self.count)
             .filter(|&seq| may_be_cut(self.record(seq), cap))
             .collect();
-        Ok((seqs, self.count))
+        Ok((seqs, from, self.count))
     }
 
     /// Remember the capped counts of `counts` (seq, tokens) for `cap`, and
-    /// that the records below `upto` have all been looked at.
-    pub fn set_capped(&mut self, cap: usize, upto: u64, counts: &[(u64, usize)]) {
+    /// that the records `from..upto` have all been looked at. Where the
+    /// counts below `from` were let go since (other caps pushed this one
+    /// out), only the counts are kept: the rest is looked at again.
+    pub fn set_capped(&mut self, cap: usize, from: u64, upto: u64, counts: &[(u64, usize)]) {
         let count = self.count;
         let state = self.capped.get_mut(cap);
         for &(seq, tokens) in counts {
@@ -88,7 +90,9 @@ impl MessageLog {
                     .insert(seq, u32::try_from(tokens).unwrap_or(u32::MAX));
             }
         }
-        state.scanned_to = state.scanned_to.max(upto.min(count));
+        if state.scanned_to >= from {
+            state.scanned_to = state.scanned_to.max(upto.min(count));
+        }
     }
 
     /// Whether a record the log holds now may hold a result over `cap` that
