@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -104,8 +105,23 @@ def count_cut_results(log: MessageLog, backend: Backend, cap: int | None) -> Non
     counts: list[tuple[int, int]] = []
     if seqs:
         messages = cast("list[Msg]", log._cached(seqs))
-        counts = list(zip(seqs, backend.analyze(messages, cap, find_tags=False).tokens, strict=True))
+        try:
+            tokens = backend.analyze(messages, cap, find_tags=False).tokens
+        except InvalidInputError as error:
+            raise _at_seq(error, seqs) from None
+        counts = list(zip(seqs, tokens, strict=True))
     log._set_capped(cap, start, upto, counts)
+
+
+def _at_seq(error: InvalidInputError, seqs: list[int]) -> InvalidInputError:
+    """``error`` naming the message by its seq in the log, not its place in ``seqs``."""
+    text = str(error)
+    found = re.match(r"messages\[(\d+)\]", text)
+    if found is None or int(found[1]) >= len(seqs):
+        return error
+    named = type(error)(f"messages[{seqs[int(found[1])]}]{text[found.end() :]}")
+    named.__dict__.update(error.__dict__)
+    return named
 
 
 def render(log: MessageLog, nodes: Nodes, pinned: list[int]) -> list[Msg]:
