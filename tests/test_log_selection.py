@@ -184,6 +184,18 @@ def test_a_cap_too_small_for_its_marker_is_refused_as_for_a_list(tmp_path):
                 select(log.context_view(), 8_000, None)
             with pytest.raises(InvalidInputError, match=marker + ".* more than the cap of 5"):
                 select(log, 8_000, None)
+        # With a summary, the view's places are not seqs: both name the view's.
+        for _ in range(4):
+            log.append({"role": "user", "content": "more"})
+            log.append({"role": "assistant", "content": "done"})
+        log.add_summary("Earlier: the file was read.", (0, 3), level=3)
+        log.append({"role": "user", "content": "once more"})
+        log.append({"role": "tool", "tool_call_id": "c1", "content": "word " * 500})
+        for select in policies("openai", 5).values():
+            with pytest.raises(InvalidInputError) as from_list:
+                select(log.context_view(), 8_000, None)
+            with pytest.raises(InvalidInputError, match=re.escape(str(from_list.value))):
+                select(log, 8_000, None)
 
 
 def read_turn(log: MessageLog, n: int, words: int) -> None:
@@ -194,29 +206,72 @@ def read_turn(log: MessageLog, n: int, words: int) -> None:
     log.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"line {n} " + "word " * words})
 
 
+def whole_view_reads(monkeypatch) -> list[int]:
+    """Counts the policies' reads of the whole decoded view."""
+    reads: list[int] = []
+    real = _log_selection.from_view
+    monkeypatch.setattr(_log_selection, "from_view", lambda *a: reads.append(1) or real(*a))
+    return reads
+
+
 def test_policies_with_different_caps_share_a_log(tmp_path, monkeypatch):
-    """Each cap keeps its own counts: another policy counting for its cap
-    between this one's count and choice (as threads sharing a log do)
-    changes neither answer, even past the caps the log keeps at once."""
+    """Each cap keeps its own counts. Other policies counting for their caps
+    between this one's count and choice (as threads sharing a log do) push
+    this cap out of the few the log keeps: the headers decline, the policy
+    counts again, and the answer is the view's, with no read of the whole."""
     caps = [2000, 500, 300, 1200, 900]  # one more than the log keeps at once
-
-    def count_then_another(log_, backend, cap):
-        count_cut_results(log_, backend, cap)
-        another = caps[(caps.index(cap) + 1) % len(caps)]
-        count_cut_results(log_, backend, another)
-
     with MessageLog.open(tmp_path / "log", create=True) as log:
         for turn, cap in enumerate(caps * 3):
             read_turn(log, turn, 5_000)
             for select in policies("openai", cap).values():
                 expected = from_view(log, lambda view, select=select: select(view, 8_000, None))
+                counted: list[int] = []
+
+                def count_then_others(log_, backend, cap_, counted=counted):
+                    count_cut_results(log_, backend, cap_)
+                    counted.append(cap_)
+                    if len(counted) == 1:  # every other cap, once: this one is pushed out
+                        for other in caps:
+                            if other != cap_:
+                                count_cut_results(log_, backend, other)
+
                 with monkeypatch.context() as patch:
-                    patch.setattr(_log_selection, "count_cut_results", count_then_another)
+                    reads = whole_view_reads(patch)
+                    patch.setattr(_log_selection, "count_cut_results", count_then_others)
                     chosen = select(log, 8_000, None)
+                assert (len(counted), reads) == (2, [])
                 assert chosen.kept == expected.kept
                 assert chosen.truncated == expected.truncated
                 assert chosen.breakdown == expected.breakdown
                 assert chosen.messages == expected.messages
+                assert log._over_cap(cap)[0] == []  # every result counted for this cap
+
+
+def test_a_result_landing_after_the_count_is_counted_and_chosen_again(tmp_path, monkeypatch):
+    """The turn in progress gets a 20,000-token result after the count:
+    counted whole it could not fit 8K (a false OverBudgetError); the headers
+    decline, and the second try counts it cut."""
+    for name, select in policies("openai", 2000).items():
+        path = tmp_path / name
+        with MessageLog.open(path, create=True) as writer, MessageLog.open(path, readonly=True) as log:
+            read_turn(writer, 0, 3_000)
+            counted: list[int] = []
+
+            def count_then_append(log_, backend, cap, counted=counted, writer=writer):
+                count_cut_results(log_, backend, cap)
+                counted.append(cap)
+                if len(counted) == 1:
+                    read_turn(writer, 1, 20_000)
+
+            with monkeypatch.context() as patch:
+                reads = whole_view_reads(patch)
+                patch.setattr(_log_selection, "count_cut_results", count_then_append)
+                chosen = select(log, 8_000, None)
+            assert (len(counted), reads) == (2, []), name
+            expected = from_view(log, lambda view, select=select: select(view, 8_000, None))
+            assert chosen.kept == expected.kept, name
+            assert chosen.breakdown == expected.breakdown, name
+            assert [t.index for t in chosen.truncated] == [2, 5], name
 
 
 def test_a_result_appended_between_count_and_choice_is_cut(tmp_path):
@@ -296,3 +351,22 @@ def test_counts_for_a_cap_pushed_out_meanwhile_are_not_trusted(tmp_path):
         log._set_capped(2000, start, upto, [(11, 2000)])
         assert log._weighted(60_000, WeightedWindow().weights, 3, 3, None, 2000) is None
         same_choice(log, policies("openai", 2000)["weighted"], 9_000, None)
+
+
+def test_huge_turn_counts_report_the_turns_a_list_reports(tmp_path):
+    """ShapeHistory's ``turns`` with counts past a machine word, at budgets
+    where the summary does and does not go in: the list's count, not the
+    machine's largest."""
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "assistant", "content": "intro " * 300})
+        for i in range(3):
+            log.append({"role": "user", "content": f"q{i} " + "x " * 50})
+            log.append({"role": "assistant", "content": f"a{i} " + "y " * 50})
+        total = from_view(log, lambda view: ShapeHistory().select(view, 10**6)).breakdown.total
+        for keep_last, min_keep in [(2**71, 2**70), (2**71, 2**63 - 1), (2**70, 2**71)]:
+            policy = ShapeHistory(keep_last=keep_last, min_keep=min_keep, summary="S " * 200)
+            turns = set()
+            for budget in range(total - 300, total + 300, 20):
+                same_choice(log, lambda source, b, now, p=policy: p.select(source, b), budget, None)
+                turns.add(policy.select(log, budget).turns)
+            assert len(turns) >= 2  # both passes were taken

@@ -127,7 +127,7 @@ fn exercise(log: &mut MessageLog) {
     let _ = log.path_to(None);
     let _ = log.head();
     let _ = log.last_summary_index();
-    // Capped counts as a caller hands them in: half of each whole count.
+    // Capped counts as a caller hands them in (any count will do here).
     if let Ok((seqs, from, upto)) = log.over_cap(100) {
         let counts: Vec<(u64, usize)> = seqs.iter().map(|&seq| (seq, 50)).collect();
         log.set_capped(100, from, upto, &counts);

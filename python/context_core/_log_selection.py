@@ -9,21 +9,25 @@ window: they all fit, so the policy keeps every one of them, cuts what it
 caps and repairs the result. A turn costs a sweep of 64-byte headers plus
 the window it sends, never a decode of the whole history.
 
-Three cases read the whole context view instead, as the policies do for a
+The counts are kept for a few caps at once. A result appended after the
+count (by another thread or process) is seen by the headers' sweep, which
+then declines; the policy counts it and asks again.
+
+Some cases read the whole context view instead, as the policies do for a
 list: a ShapeHistory summary given as a callable (it is handed what may be
 dropped), PriorityAssembly's ``anchoring`` (it quotes the earliest
 constraints), and a ShapeHistory or PriorityAssembly that counts in another
-encoding than the log (the weighted window refuses one). A window whose
-messages name dependencies (``depends_on``) is chosen again from the whole
-view too, so a dependency on a node left out is reported in
-``Selection.missing_dependencies``.
+encoding than the log (the weighted window refuses one). So are a window
+whose messages name dependencies (``depends_on``; a dependency on a node
+left out is reported in ``Selection.missing_dependencies``), a cap too small
+for its marker (the error names the message as for a list), and a log that
+moved under every one of a few tries.
 """
 
 from __future__ import annotations
 
 import array
 import dataclasses
-import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -98,7 +102,9 @@ def check_encoding(log: MessageLog, backend: Backend) -> None:
 
 def count_cut_results(log: MessageLog, backend: Backend, cap: int | None) -> None:
     """Tell the log the capped count of each tool result over ``cap`` that
-    it has not been told of: the results appended since the last turn."""
+    it has not been told of: those appended since the last count (or every
+    one, for a cap the log let go). A cap too small for its marker is left
+    to the whole view, which names the message as the list's policy does."""
     if cap is None:
         return
     seqs, start, upto = log._over_cap(cap)
@@ -107,21 +113,10 @@ def count_cut_results(log: MessageLog, backend: Backend, cap: int | None) -> Non
         messages = cast("list[Msg]", log._cached(seqs))
         try:
             tokens = backend.analyze(messages, cap, find_tags=False).tokens
-        except InvalidInputError as error:
-            raise _at_seq(error, seqs) from None
+        except InvalidInputError:
+            raise _WholeView from None
         counts = list(zip(seqs, tokens, strict=True))
     log._set_capped(cap, start, upto, counts)
-
-
-def _at_seq(error: InvalidInputError, seqs: list[int]) -> InvalidInputError:
-    """``error`` naming the message by its seq in the log, not its place in ``seqs``."""
-    text = str(error)
-    found = re.match(r"messages\[(\d+)\]", text)
-    if found is None or int(found[1]) >= len(seqs):
-        return error
-    named = type(error)(f"messages[{seqs[int(found[1])]}]{text[found.end() :]}")
-    named.__dict__.update(error.__dict__)
-    return named
 
 
 def render(log: MessageLog, nodes: Nodes, pinned: list[int]) -> list[Msg]:
@@ -269,8 +264,11 @@ def shape_history(
         if chosen is None:
             return None
         nodes, view, pinned, turns, with_summary = chosen
-        if turns == min(keep_last, sys.maxsize) and keep_last > sys.maxsize:
-            turns = keep_last  # a count past a machine's size keeps what the largest does
+        if turns == sys.maxsize and max(keep_last, min_keep) > sys.maxsize:
+            # Counts past a machine's size keep what the largest does, and
+            # report the count given: keep_last with the summary (or none
+            # given), else the fewer of the two, as the list's pass does.
+            turns = keep_last if with_summary or extra is None else min(min_keep, keep_last)
         decided.update(turns=turns, with_summary=with_summary)
         return nodes, view, pinned
 
@@ -349,16 +347,17 @@ def build_context(
             cap=cap,
         )
 
-    segments = _selection.exact_texts(segment_summaries, "segment_summaries")
-    texts = _selection.exact_texts(memories, "memories")
-    if anchoring or not counts_alike(log, backend):
-        return from_view(log, whole)
+    # Checked in the list's order, so both name the same first bad argument.
     _selection.check_provider(provider)
     tokens = _selection.budget_tokens(budget)
+    segments = _selection.exact_texts(segment_summaries, "segment_summaries")
+    texts = _selection.exact_texts(memories, "memories")
     if global_summary is not None and not isinstance(global_summary, str):
         raise InvalidTypeError("global_summary must be str or None")
     if global_summary is not None:
         global_summary = _selection.exact_text(global_summary)
+    if anchoring or not counts_alike(log, backend):
+        return from_view(log, whole)
 
     def cost(prefix: str, text: str) -> int:
         return backend.count_message({"role": "system", "content": prefix + text})

@@ -19,7 +19,7 @@ use crate::select::Role;
 /// Caps remembered at once (policies sharing a log with different caps).
 const CAPS_KEPT: usize = 4;
 
-/// The capped counts for each cap in use, in the order first seen.
+/// The capped counts for each cap in use, the most recently used last.
 #[derive(Default)]
 pub(super) struct CappedCounts {
     caps: Vec<ForCap>,
@@ -39,10 +39,14 @@ impl CappedCounts {
 
     fn get_mut(&mut self, cap: usize) -> &mut ForCap {
         if let Some(at) = self.caps.iter().position(|c| c.cap == cap) {
-            return &mut self.caps[at];
+            // The least recently used goes first: this one moves to the end.
+            let used = self.caps.remove(at);
+            self.caps.push(used);
+            let last = self.caps.len() - 1;
+            return &mut self.caps[last];
         }
         if self.caps.len() == CAPS_KEPT {
-            self.caps.remove(0); // the oldest cap seen: counted again if it comes back
+            self.caps.remove(0); // counted again if it comes back
         }
         self.caps.push(ForCap {
             cap,
