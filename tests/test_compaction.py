@@ -160,6 +160,29 @@ def test_a_rule_the_model_drops_is_added_to_its_summary(tmp_path: Path):
     assert any("- Rule R-77: you must never delete order_ledger rows." in text for text in summaries)
 
 
+@pytest.mark.parametrize(
+    "rule",
+    [
+        'You must always print the banner "READY  NOW" at start.',
+        "You must never\nrun `make  clean` on the\tbuild host.",
+    ],
+)
+def test_a_rule_added_word_for_word_carries_itself(tmp_path: Path, rule: str):
+    """A rule the summary misses is added as it was said, spacing in its
+    values kept, so it always carries itself: compaction goes on (an added
+    rule that failed its own check rejected the segment on every retry)."""
+    messages = turns(3)
+    messages[2] = {"role": "user", "content": rule}
+    log = new_log(tmp_path, messages + turns(20, 3))
+    compactor = Compactor(log, Summarizer(CallableLLM(forgetful)), recent_turns=8, segment_turns=5)
+    first = compactor.compact()
+    assert first.status == "written", first.reason
+    assert first.covers[0] <= 2 <= first.covers[1]
+    summaries = "\n".join(m["content"] for m in log.context_view() if m["role"] == "system")
+    assert "- " + rule.replace("\n", " ") in summaries
+    assert compactor.compact().status == "written"
+
+
 def test_a_rule_the_caller_tagged_is_carried_too(tmp_path: Path):
     log = new_log(tmp_path)
     log.append({"role": "user", "content": "Deploys go to staging-eu-2 first."}, tags=["constraint"])

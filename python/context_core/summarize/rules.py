@@ -40,7 +40,9 @@ _KEEP = [
 
 
 def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    # Only the guard's line breaks go: a rule's other spacing may be a value
+    # ("READY  NOW" in quotes), and a rule added so must carry itself.
+    return text.replace("\n", " ").strip()
 
 
 def constraints_section(summary: str) -> str:
