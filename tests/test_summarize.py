@@ -30,6 +30,7 @@ from context_core import (
     Tokenizer,
     as_llm,
 )
+from context_core.compaction import Compactor
 from context_core.llm import RetryPolicy
 from context_core.summarize import (
     SECTIONS,
@@ -975,6 +976,39 @@ def test_sdk_replies(sdk: str, server: FakeLLMServer, client: Any, script: Any, 
         assert re.search(reason, result.reason, re.IGNORECASE), result.reason
     assert server.received, "the model was asked"
     assert sent_transcript(sdk, server) == render_transcript(MESSAGES)
+
+
+@pytest.mark.parametrize(("script", "reason"), [s[1:] for s in SCRIPTS], ids=[s[0] for s in SCRIPTS])
+def test_sdk_replies_through_a_compactor(
+    tmp_path, sdk: str, server: FakeLLMServer, client: Any, script: Any, reason: str | None
+):
+    """The whole path a server runs: a Compactor over a log, its summarizer
+    on the real SDK against the local server. Only a good answer becomes a
+    summary node; every other one leaves the log exactly as it was."""
+    server.script(*script(sdk))
+    with context_core.MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append_many(MESSAGES)
+        for t in range(6):
+            log.append_many(
+                [{"role": "user", "content": f"Task {t}: go on."}, {"role": "assistant", "content": "Done."}]
+            )
+        before = (len(log), log.last_summary_index, log.context_view())
+        compactor = Compactor(
+            log, Summarizer(llm=make_llm(sdk, client, retry=TWICE)), recent_turns=2, segment_turns=2
+        )
+        outcome = compactor.compact()
+        assert server.received, "the model was asked"
+        if reason is None:
+            assert outcome.status == "written", outcome
+            assert len(log) == before[0] + 1
+            assert log.last_summary_index is not None
+            summaries = [m["content"] for m in log.context_view() if m["role"] == "system"]
+            assert any(GOOD_BODY in text for text in summaries)
+        else:
+            assert outcome.status == "rejected", outcome
+            assert re.search(reason, outcome.reason or "", re.IGNORECASE), outcome.reason
+            assert (len(log), log.last_summary_index, log.context_view()) == before
+            assert compactor.status.failures == 1
 
 
 def test_sdk_retries_run_out_before_the_rejection(sdk: str, server: FakeLLMServer, client: Any):
