@@ -3,7 +3,8 @@ prose summaries reword, memory keeps values exact.
 
 Only facts with a subject and an exact value (an id, a path, a number with
 its unit, a date, a version) are kept: ``<subject> is <value>`` sentences
-said by the user or the assistant, and ``key: value`` lines of tool output.
+said by the user or the assistant, and ``key: value`` lines of tool output
+(or the scalar fields of a tool output that is one JSON object).
 Each is keyed by its subject, so a newer value replaces an older one in
 memory. All of memory goes into every prompt, so a segment gives at most
 :data:`MAX_FACTS`.
@@ -11,6 +12,7 @@ memory. All of memory goes into every prompt, so a segment gives at most
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -74,7 +76,35 @@ def _said(text: str) -> list[Fact]:
     return out
 
 
+def _json_pairs(value: Any, path: str, depth: int, out: list[tuple[str, str]]) -> None:
+    """The scalar leaves of a decoded JSON value, each as (dotted key, value)."""
+    if len(out) >= _JSON_LEAVES:
+        return
+    if isinstance(value, Mapping) and depth < _JSON_DEPTH:
+        for key, item in value.items():
+            if isinstance(key, str) and re.fullmatch(r"[A-Za-z]\w{0,40}", key):
+                _json_pairs(item, f"{path}.{key}" if path else key, depth + 1, out)
+    elif isinstance(value, str | int | float) and not isinstance(value, bool) and path:
+        out.append((path.replace(".", " "), str(value)))
+
+
+#: A JSON tool result is read this deep and for this many leaves at most.
+_JSON_DEPTH = 3
+_JSON_LEAVES = 64
+
+
 def _tool(text: str) -> list[Fact]:
+    stripped = text.strip()
+    if stripped.startswith("{") and stripped.endswith("}") and len(stripped) <= 64_000:
+        # One JSON object (often on one line): its scalar fields, as key: value lines are read.
+        try:
+            decoded = json.loads(stripped)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, Mapping):
+            pairs: list[tuple[str, str]] = []
+            _json_pairs(decoded, "", 0, pairs)
+            return [fact for key, value in pairs if (fact := _fact(key, value)) is not None]
     out = []
     for line in text.splitlines():
         match = _KEY_VALUE.match(line)
@@ -92,7 +122,8 @@ def exact_facts(messages: Sequence[Mapping[str, Any]]) -> list[Fact]:
     for message in messages:
         role = message.get("role")
         if role in ("tool", "function"):
-            found.extend(_tool(message_text(message)))
+            content = message.get("content")
+            found.extend(_tool(content if isinstance(content, str) else message_text(message)))
         elif role in ("user", "assistant"):
             found.extend(_said(own_text(message)))
             if role == "user" and not isinstance(message.get("content"), str):
