@@ -422,6 +422,61 @@ def test_aclose_cancels_the_task_and_nothing_is_written(tmp_path: Path):
     assert len(log) == 41
 
 
+def test_aclose_waits_for_the_job_in_flight_which_writes_and_nothing_after(tmp_path: Path):
+    """``aclose(wait=True)`` lets the job in flight finish: its summary is
+    written whole, and no further step starts once closing began."""
+    log = new_log(tmp_path, turns(30))
+
+    async def main() -> None:
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        async def gated(messages: list[dict[str, Any]]) -> str:
+            entered.set()
+            await release.wait()
+            return good_reply(messages)
+
+        compactor = Compactor(log, Summarizer(CallableLLM(gated)))
+        task = compactor.aschedule()
+        assert task is not None
+        await asyncio.wait_for(entered.wait(), 5)
+        closing = asyncio.ensure_future(compactor.aclose(wait=True))
+        await asyncio.sleep(0)
+        assert not closing.done()  # still waiting on the job in flight
+        release.set()
+        await asyncio.wait_for(closing, 5)
+        assert task.done()
+        assert task.result().status == "written"
+        assert compactor.status.written[2] == 1
+        assert compactor.aschedule() is None
+
+    asyncio.run(main())
+    assert log.last_summary_index == 20  # the first segment's summary, and only it
+    assert len(log) == 62
+
+
+def test_aclose_past_its_timeout_cancels_and_writes_nothing(tmp_path: Path):
+    log = new_log(tmp_path, turns(20))
+
+    async def main() -> None:
+        entered = asyncio.Event()
+
+        async def hanging(messages: list[dict[str, Any]]) -> str:
+            entered.set()
+            await asyncio.sleep(30)
+            return good_reply(messages)
+
+        compactor = Compactor(log, Summarizer(CallableLLM(hanging)))
+        task = compactor.aschedule()
+        assert task is not None
+        await asyncio.wait_for(entered.wait(), 5)
+        await compactor.aclose(wait=True, timeout=0.05)
+        assert task.done()
+
+    asyncio.run(main())
+    assert log.last_summary_index is None
+    assert len(log) == 41
+
+
 def test_aschedule_writes_in_the_background(tmp_path: Path):
     log = new_log(tmp_path, turns(30))
 
