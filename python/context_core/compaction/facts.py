@@ -76,26 +76,28 @@ def _said(text: str) -> list[Fact]:
     return out
 
 
+#: A JSON tool result is read up to this size, this deep and for this many leaves.
+_JSON_CHARS = 64_000
+_JSON_DEPTH = 3
+_JSON_LEAVES = 64
+_JSON_KEY = re.compile(r"[A-Za-z]\w{0,40}")
+
+
 def _json_pairs(value: Any, path: str, depth: int, out: list[tuple[str, str]]) -> None:
     """The scalar leaves of a decoded JSON value, each as (dotted key, value)."""
     if len(out) >= _JSON_LEAVES:
         return
     if isinstance(value, Mapping) and depth < _JSON_DEPTH:
         for key, item in value.items():
-            if isinstance(key, str) and re.fullmatch(r"[A-Za-z]\w{0,40}", key):
+            if isinstance(key, str) and _JSON_KEY.fullmatch(key):
                 _json_pairs(item, f"{path}.{key}" if path else key, depth + 1, out)
     elif isinstance(value, str | int | float) and not isinstance(value, bool) and path:
         out.append((path.replace(".", " "), str(value)))
 
 
-#: A JSON tool result is read this deep and for this many leaves at most.
-_JSON_DEPTH = 3
-_JSON_LEAVES = 64
-
-
 def _tool(text: str) -> list[Fact]:
     stripped = text.strip()
-    if stripped.startswith("{") and stripped.endswith("}") and len(stripped) <= 64_000:
+    if stripped.startswith("{") and stripped.endswith("}") and len(stripped) <= _JSON_CHARS:
         # One JSON object (often on one line): its scalar fields, as key: value lines are read.
         try:
             decoded = json.loads(stripped)
