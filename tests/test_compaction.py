@@ -398,7 +398,12 @@ def test_close_without_waiting_abandons_the_job_whole(tmp_path: Path):
     assert compactor.schedule() is False
 
 
-def test_aclose_cancels_the_task_and_nothing_is_written(tmp_path: Path):
+@pytest.mark.parametrize(
+    "close", [{"wait": False}, {"wait": True, "timeout": 0.05}], ids=["no wait", "past its timeout"]
+)
+def test_aclose_cancels_the_task_and_nothing_is_written(tmp_path: Path, close: dict[str, Any]):
+    """Closing without waiting, or waiting less than the job takes, cancels
+    the job in flight: nothing is written and nothing starts after."""
     log = new_log(tmp_path, turns(20))
 
     async def main() -> None:
@@ -413,7 +418,7 @@ def test_aclose_cancels_the_task_and_nothing_is_written(tmp_path: Path):
         task = compactor.aschedule()
         assert task is not None
         await asyncio.wait_for(entered.wait(), 5)
-        await compactor.aclose(wait=False)
+        await compactor.aclose(**close)
         assert task.done()
         assert compactor.aschedule() is None
 
@@ -452,29 +457,6 @@ def test_aclose_waits_for_the_job_in_flight_which_writes_and_nothing_after(tmp_p
     asyncio.run(main())
     assert log.last_summary_index == 20  # the first segment's summary, and only it
     assert len(log) == 62
-
-
-def test_aclose_past_its_timeout_cancels_and_writes_nothing(tmp_path: Path):
-    log = new_log(tmp_path, turns(20))
-
-    async def main() -> None:
-        entered = asyncio.Event()
-
-        async def hanging(messages: list[dict[str, Any]]) -> str:
-            entered.set()
-            await asyncio.sleep(30)
-            return good_reply(messages)
-
-        compactor = Compactor(log, Summarizer(CallableLLM(hanging)))
-        task = compactor.aschedule()
-        assert task is not None
-        await asyncio.wait_for(entered.wait(), 5)
-        await compactor.aclose(wait=True, timeout=0.05)
-        assert task.done()
-
-    asyncio.run(main())
-    assert log.last_summary_index is None
-    assert len(log) == 41
 
 
 def test_aschedule_writes_in_the_background(tmp_path: Path):
