@@ -1170,6 +1170,47 @@ def test_asummarize_offline_and_with_a_callable():
     assert "error message" in result.reason
 
 
+@pytest.mark.parametrize("offline", [False, True])
+def test_asummarize_leaves_the_event_loop_to_the_turns(monkeypatch, offline: bool):
+    """Rendering the transcript, the guard and the offline summary run in a
+    worker thread: the loop's own thread only awaits the model."""
+    from context_core.summarize import summarizer as module
+
+    threads: dict[str, list[threading.Thread]] = {}
+
+    def watched(name: str, function: Any) -> Any:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            threads.setdefault(name, []).append(threading.current_thread())
+            return function(*args, **kwargs)
+
+        return run
+
+    for name in ("render_transcript", "check_reply", "offline_segment", "offline_global"):
+        monkeypatch.setattr(module, name, watched(name, getattr(module, name)))
+
+    async def model(messages: list[dict[str, Any]]) -> str:
+        threads.setdefault("model", []).append(threading.current_thread())
+        return GOOD
+
+    summarizer = Summarizer() if offline else Summarizer(llm=model)
+
+    async def both() -> tuple[Any, Any]:
+        return await summarizer.asummarize(MESSAGES), await summarizer.asummarize_global([GOOD_BODY], [RULE])
+
+    segment, whole = asyncio.run(both())
+    assert isinstance(segment, Summary)
+    assert isinstance(whole, Summary)
+    main = threading.main_thread()
+    worked = {"offline_segment", "offline_global"} if offline else {"render_transcript", "check_reply"}
+    assert set(threads) == worked | (set() if offline else {"model"})
+    for name, seen in threads.items():
+        if name == "model":
+            assert seen == [main, main]  # awaited on the loop
+        else:
+            assert seen, name
+            assert main not in seen, name
+
+
 def test_llm_errors_of_a_callable_become_rejections():
     def failing(messages: list[dict[str, Any]]) -> str:
         raise LLMTruncatedError("cut", text=GOOD, finish_reason="length")

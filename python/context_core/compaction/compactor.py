@@ -475,6 +475,8 @@ class Compactor:
             return Rejected(f"timed out after {self.timeout:g} s")
 
     async def _asummarize(self, job: Job, prepared: Any) -> Summary | Rejected:
+        # Only the model call is awaited on the loop; the offline summary
+        # runs through summarize() in a thread, so a subclass's own is used.
         if job.level == 2:
             messages, rules = prepared
             if self.summarizer.llm is None:

@@ -3,6 +3,7 @@ the offline summary when no model is given."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -180,13 +181,17 @@ class Summarizer:
     async def asummarize(
         self, messages: Sequence[Mapping[str, Any]], *, constraints: Sequence[tuple[int, str]] | None = None
     ) -> Summary | Rejected:
-        """:meth:`summarize` without blocking the event loop."""
+        """:meth:`summarize` without blocking the event loop: the model is
+        awaited on it, and the rest (rendering the transcript, the guard, or
+        the whole offline summary) runs in a worker thread, so other tasks
+        on the loop (the turns) never wait for it."""
         messages = _messages(messages)
         rules = self._rules(messages, constraints)
         if self.llm is None:
-            return self._offline_segment(messages, rules)
-        prompt = self.segment_prompt(messages)
-        return self._judge(await self._acall(prompt), messages_covered(messages), 2, rules)
+            return await asyncio.to_thread(self._offline_segment, messages, rules)
+        prompt = await asyncio.to_thread(self.segment_prompt, messages)
+        reply = await self._acall(prompt)
+        return await asyncio.to_thread(lambda: self._judge(reply, messages_covered(messages), 2, rules))
 
     def summarize_global(self, segments: Sequence[str], rules: Sequence[str] = ()) -> Summary | Rejected:
         """A global (level 3) summary made from the segment summaries
@@ -203,13 +208,15 @@ class Summarizer:
     async def asummarize_global(
         self, segments: Sequence[str], rules: Sequence[str] = ()
     ) -> Summary | Rejected:
-        """:meth:`summarize_global` without blocking the event loop."""
+        """:meth:`summarize_global` without blocking the event loop (as
+        :meth:`asummarize`)."""
         segments, rules = _texts("segments", segments), _texts("rules", rules)
         keyed = list(enumerate(rules))
         if self.llm is None:
-            return self._offline_global(segments, rules, keyed)
+            return await asyncio.to_thread(self._offline_global, segments, rules, keyed)
         reply = await self._acall(global_prompt(segments, rules))
-        return self._judge(reply, "\n".join([*segments, *rules]), 3, keyed)
+        covered = "\n".join([*segments, *rules])
+        return await asyncio.to_thread(self._judge, reply, covered, 3, keyed)
 
     # -- the parts -----------------------------------------------------------------------------
 
