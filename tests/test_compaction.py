@@ -461,6 +461,56 @@ def test_aclose_waits_for_the_job_in_flight_which_writes_and_nothing_after(tmp_p
     assert len(log) == 62
 
 
+@pytest.mark.parametrize("cancel", ["task", "aclose"])
+def test_a_cancel_during_the_write_leaves_it_whole_or_not_at_all(tmp_path: Path, monkeypatch, cancel: str):
+    """Cancelled once the summary passed and its write began (in its
+    thread): the lock stays held until the write ends, so no other job runs
+    beside it. A bare cancel of ``acompact()`` lets the write finish whole
+    and counts it; ``aclose(wait=False)`` of a scheduled job stops it before
+    the append, so nothing is written. Never half of one."""
+    log = new_log(tmp_path, turns(20))
+    before = len(log)
+    writing, release = threading.Event(), threading.Event()
+    remember = Compactor._remember
+
+    def held(self: Compactor, job: Any, prepared: Any) -> int:
+        writing.set()
+        assert release.wait(10)
+        return remember(self, job, prepared)
+
+    monkeypatch.setattr(Compactor, "_remember", held)
+    written = cancel == "task"
+
+    async def main() -> None:
+        compactor = Compactor(log, Summarizer(CallableLLM(good_reply)))
+        task = asyncio.ensure_future(compactor.acompact()) if written else compactor.aschedule()
+        assert task is not None
+        assert await asyncio.to_thread(writing.wait, 10)
+        closing = None
+        if written:
+            task.cancel()
+        else:
+            closing = asyncio.ensure_future(compactor.aclose(wait=False))
+        await asyncio.sleep(0.05)
+        assert not task.done()  # still waiting for the write's thread
+        assert closing is None or not closing.done()
+        assert Compactor(log).compact().status == "busy"  # the job lock is held
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        if closing is not None:
+            await closing
+        assert compactor.status.written[2] == int(written)
+        last = compactor.status.last  # an abandoned step is not an outcome to remember
+        assert (last.status if last else None) == ("written" if written else None)
+
+    asyncio.run(main())
+    assert len(log) == before + int(written)  # one summary node, or none
+    assert log.last_summary_index == (20 if written else None)  # the first segment, covered whole
+    monkeypatch.undo()
+    assert Compactor(log).compact().status == ("idle" if written else "written")  # nothing left half-done
+
+
 def test_aschedule_writes_in_the_background(tmp_path: Path):
     log = new_log(tmp_path, turns(30))
 

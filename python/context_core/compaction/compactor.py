@@ -402,8 +402,11 @@ class Compactor:
                 return self._record(await asyncio.shield(finish))
             except asyncio.CancelledError:
                 # The write is under way in its thread: the lock stays held
-                # until it ends, so no other job starts beside it.
+                # until it ends, so no other job starts beside it, and what
+                # it did is recorded (a summary it wrote counts as written).
                 await asyncio.wait([finish])
+                if not finish.cancelled() and finish.exception() is None:
+                    self._record(finish.result())
                 raise
         except LogClosedError as error:
             return self._record(Outcome("abandoned", reason=str(error)))
@@ -481,7 +484,9 @@ class Compactor:
             messages, rules = prepared
             if self.summarizer.llm is None:
                 return await asyncio.to_thread(self.summarizer.summarize, messages, constraints=rules)
-            return await self.summarizer.asummarize(messages, constraints=rules)
+            if _takes_between(self.summarizer.asummarize):
+                return await self.summarizer.asummarize(messages, constraints=rules, between=_yield_to_others)
+            return await self.summarizer.asummarize(messages, constraints=rules)  # a subclass's own
         segments, rules = prepared
         if self.summarizer.llm is None:
             return await asyncio.to_thread(self.summarizer.summarize_global, segments, rules)
@@ -507,8 +512,10 @@ class Compactor:
             return Outcome(
                 "stale", job.level, job.covers, reason="the log changed while the summary was made"
             )
+        _yield_to_others()
         try:
             facts = self._remember(job, prepared) if job.level == 2 else 0
+            _yield_to_others()
             with self._state:  # no write once close() gave up waiting
                 if self._abandon:
                     return Outcome(

@@ -179,19 +179,31 @@ class Summarizer:
         return self._judge(reply, covered, 2, rules)
 
     async def asummarize(
-        self, messages: Sequence[Mapping[str, Any]], *, constraints: Sequence[tuple[int, str]] | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        constraints: Sequence[tuple[int, str]] | None = None,
+        between: Callable[[], None] | None = None,
     ) -> Summary | Rejected:
         """:meth:`summarize` without blocking the event loop: the model is
         awaited on it, and the rest (rendering the transcript, the guard, or
         the whole offline summary) runs in a worker thread, so other tasks
-        on the loop (the turns) never wait for it."""
+        on the loop (the turns) never wait for it. ``between`` is called in
+        that thread as :meth:`summarize` calls it."""
         messages = _messages(messages)
         rules = self._rules(messages, constraints)
         if self.llm is None:
             return await asyncio.to_thread(self._offline_segment, messages, rules)
-        prompt = await asyncio.to_thread(self.segment_prompt, messages)
+        prompt = await asyncio.to_thread(self.segment_prompt, messages, between=between)
         reply = await self._acall(prompt)
-        return await asyncio.to_thread(lambda: self._judge(reply, messages_covered(messages), 2, rules))
+
+        def judge() -> Summary | Rejected:
+            covered = messages_covered(messages)
+            if between is not None:
+                between()
+            return self._judge(reply, covered, 2, rules)
+
+        return await asyncio.to_thread(judge)
 
     def summarize_global(self, segments: Sequence[str], rules: Sequence[str] = ()) -> Summary | Rejected:
         """A global (level 3) summary made from the segment summaries
