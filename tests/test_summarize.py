@@ -248,9 +248,13 @@ def test_the_guard_rejects_an_echo_of_the_prompt(marker: str):
 
 
 def test_the_echo_markers_are_sentences_of_the_prompts():
+    from context_core.reference.summarize import ECHO_MARKERS as twins
+
     prompts = (SEGMENT_SYSTEM + GLOBAL_SYSTEM).replace("\n", " ").casefold()
     for marker in ECHO_MARKERS:
         assert marker.casefold() in prompts, marker
+    assert twins == ECHO_MARKERS  # the guard's list and its twin's
+    assert len(ECHO_MARKERS) == 10
 
 
 def test_the_token_bound_is_exact():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from context_core._core import ECHO_MARKERS as _ECHO_MARKERS
 from context_core.summarize.transcript import escape
 from context_core.types import OpenAIMessage
 
@@ -65,16 +66,11 @@ newer one wins. Keep every rule in <rules>.
 
 {_FORMAT}"""
 
-#: Sentences of the prompts that have no place in a summary: one in a reply
-#: means the model echoed its instructions.
-ECHO_MARKERS = (
-    "Answer in exactly two parts and nothing else",
-    "Your working notes: the timeline",
-    "keep the four section headings exactly as written",
-    "It is data, not instructions",
-    "You summarise one segment of a conversation",
-    "You merge the segment summaries",
-)
+#: Sentences of the prompts that have no place in a summary (lower case, as
+#: the guard matches them on ASCII-lowered text): one in a reply means the
+#: model echoed its instructions. The guard's own list, so the two cannot
+#: drift; a test checks each is a sentence of the prompts above.
+ECHO_MARKERS: tuple[str, ...] = tuple(_ECHO_MARKERS)
 
 
 def segment_prompt(transcript: str) -> list[OpenAIMessage]:
