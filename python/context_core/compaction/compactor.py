@@ -55,11 +55,9 @@ def _takes_between(summarize: Callable[..., Any]) -> bool:
     return any(p.name == "between" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _raised(job: Job, error: Exception) -> Outcome:
-    log.error("compaction: the summarizer raised", exc_info=error)
-    return Outcome(
-        "failed", job.level, job.covers, reason=f"the summarizer raised {type(error).__name__}: {error}"
-    )
+def _raised(job: Job, error: Exception, what: str = "the summarizer") -> Outcome:
+    log.error("compaction: %s raised", what, exc_info=error)
+    return Outcome("failed", job.level, job.covers, reason=f"{what} raised {type(error).__name__}: {error}")
 
 
 def _log_lock(message_log: MessageLog) -> threading.Lock:
@@ -145,6 +143,20 @@ def _yield_to_others() -> None:
     a job's stages, rather than after the switch interval (5 ms): each
     stage holds it for well under a millisecond."""
     time.sleep(0)
+
+
+async def _until_set(ended: threading.Event, finish: asyncio.Future[Any]) -> None:
+    """Wait until ``ended`` is set by a worker thread, through any further
+    cancels (a second cancel, or the loop's shutdown cancelling ``finish``
+    itself while its thread still runs): the write takes milliseconds."""
+    while not ended.is_set():
+        try:
+            if finish.done():
+                await asyncio.sleep(0.001)
+            else:
+                await asyncio.wait([finish])
+        except asyncio.CancelledError:
+            continue
 
 
 def _is_rule(seq: int, text: str, job: Job) -> bool:
@@ -374,7 +386,7 @@ class Compactor:
             except Exception as error:  # a summarizer's bug backs off like a failure
                 return self._record(_raised(job, error))
             _yield_to_others()
-            return self._record(self._finish(job, prepared, result))
+            return self._finish_recorded(job, prepared, result)
         except LogClosedError as error:
             return self._record(Outcome("abandoned", reason=str(error)))
         finally:
@@ -386,6 +398,7 @@ class Compactor:
         lock = self._claim()
         if isinstance(lock, Outcome):
             return lock
+        handed_over = False  # once the write's thread owns the lock, it releases it
         try:
             job = await asyncio.to_thread(self.due)
             if job is None:
@@ -397,21 +410,42 @@ class Compactor:
                 result = Rejected(f"timed out after {self.timeout:g} s")
             except Exception as error:  # a summarizer's bug backs off like a failure
                 return self._record(_raised(job, error))
-            finish = asyncio.ensure_future(asyncio.to_thread(self._finish, job, prepared, result))
+            ended = threading.Event()
+
+            def write() -> Outcome:
+                try:
+                    return self._finish_recorded(job, prepared, result)
+                finally:
+                    lock.release()
+                    ended.set()
+
+            handed_over = True
+            finish = asyncio.ensure_future(asyncio.to_thread(write))
             try:
-                return self._record(await asyncio.shield(finish))
+                return await asyncio.shield(finish)
             except asyncio.CancelledError:
-                # The write is under way in its thread: the lock stays held
-                # until it ends, so no other job starts beside it, and what
-                # it did is recorded (a summary it wrote counts as written).
-                await asyncio.wait([finish])
-                if not finish.cancelled() and finish.exception() is None:
-                    self._record(finish.result())
+                # The write is under way in its thread, which records what
+                # it did and then releases the lock: no other job starts
+                # beside it. The task ends only after it, so a closed
+                # compactor writes nothing later, whatever else is cancelled.
+                await _until_set(ended, finish)
                 raise
         except LogClosedError as error:
             return self._record(Outcome("abandoned", reason=str(error)))
         finally:
-            lock.release()
+            if not handed_over:
+                lock.release()
+
+    def _finish_recorded(self, job: Job, prepared: Any, result: Summary | Rejected) -> Outcome:
+        """:meth:`_finish`, its outcome recorded; an error from it (a
+        ``facts`` callable's bug) backs off like any failure."""
+        try:
+            outcome = self._finish(job, prepared, result)
+        except LogClosedError as error:
+            outcome = Outcome("abandoned", job.level, job.covers, reason=str(error))
+        except Exception as error:
+            outcome = _raised(job, error, "writing the summary (or its facts)")
+        return self._record(outcome)
 
     def _prepare(self, job: Job) -> Any:
         """What the summarizer reads for ``job``: the messages and their
