@@ -1189,7 +1189,14 @@ def test_asummarize_leaves_the_event_loop_to_the_turns(monkeypatch, offline: boo
 
         return run
 
-    for name in ("render_transcript", "check_reply", "offline_segment", "offline_global"):
+    for name in (
+        "render_transcript",
+        "check_reply",
+        "offline_segment",
+        "offline_global",
+        "constraint_messages",
+        "global_prompt",
+    ):
         monkeypatch.setattr(module, name, watched(name, getattr(module, name)))
 
     async def model(messages: list[dict[str, Any]]) -> str:
@@ -1205,7 +1212,12 @@ def test_asummarize_leaves_the_event_loop_to_the_turns(monkeypatch, offline: boo
     assert isinstance(segment, Summary)
     assert isinstance(whole, Summary)
     main = threading.main_thread()
-    worked = {"offline_segment", "offline_global"} if offline else {"render_transcript", "check_reply"}
+    worked = (
+        {"offline_segment", "offline_global"}
+        if offline
+        else {"render_transcript", "check_reply", "global_prompt"}
+    )
+    worked.add("constraint_messages")  # the rules, found by the tagger when not given
     assert set(threads) == worked | (set() if offline else {"model"})
     for name, seen in threads.items():
         if name == "model":
@@ -1213,6 +1225,16 @@ def test_asummarize_leaves_the_event_loop_to_the_turns(monkeypatch, offline: boo
         else:
             assert seen, name
             assert main not in seen, name
+
+
+def test_asummarize_takes_a_subclass_whose_segment_prompt_has_no_between():
+    class Older(Summarizer):
+        def segment_prompt(self, messages, first=0):  # type: ignore[override]
+            return super().segment_prompt(messages, first)
+
+    result = asyncio.run(Older(llm=lambda messages: GOOD).asummarize(MESSAGES))
+    assert isinstance(result, Summary)
+    assert result.text == GOOD_BODY
 
 
 def test_llm_errors_of_a_callable_become_rejections():

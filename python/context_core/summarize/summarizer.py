@@ -191,10 +191,18 @@ class Summarizer:
         on the loop (the turns) never wait for it. ``between`` is called in
         that thread as :meth:`summarize` calls it."""
         messages = _messages(messages)
-        rules = self._rules(messages, constraints)
         if self.llm is None:
-            return await asyncio.to_thread(self._offline_segment, messages, rules)
-        prompt = await asyncio.to_thread(self.segment_prompt, messages, between=between)
+            return await asyncio.to_thread(
+                lambda: self._offline_segment(messages, self._rules(messages, constraints))
+            )
+
+        def prepare() -> tuple[list[tuple[int, str]], list[OpenAIMessage]]:
+            rules = self._rules(messages, constraints)  # the tagger, when not given
+            if between is None:  # a subclass's segment_prompt may not take it
+                return rules, self.segment_prompt(messages)
+            return rules, self.segment_prompt(messages, between=between)
+
+        rules, prompt = await asyncio.to_thread(prepare)
         reply = await self._acall(prompt)
 
         def judge() -> Summary | Rejected:
@@ -226,7 +234,7 @@ class Summarizer:
         keyed = list(enumerate(rules))
         if self.llm is None:
             return await asyncio.to_thread(self._offline_global, segments, rules, keyed)
-        reply = await self._acall(global_prompt(segments, rules))
+        reply = await self._acall(await asyncio.to_thread(global_prompt, segments, rules))
         covered = "\n".join([*segments, *rules])
         return await asyncio.to_thread(self._judge, reply, covered, 3, keyed)
 
