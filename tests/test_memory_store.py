@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_core import EmbeddingError, InvalidInputError, InvalidTypeError, MemoryStore, Tokenizer
+from context_core import (
+    ContextCoreError,
+    EmbeddingError,
+    InvalidInputError,
+    InvalidTypeError,
+    MemoryStore,
+    StoreVersionError,
+    Tokenizer,
+)
 from context_core.memory_store import CallableEmbedder, HashingEmbedder, search_terms
 from context_core.memory_store.store import ACCESS_FLUSH_MEMORIES, ACCESS_FLUSH_SECONDS
 from killed import reports_until_killed
@@ -411,8 +419,15 @@ def test_a_newer_schema_is_refused(tmp_path):
     db = sqlite3.connect(path)
     db.execute("PRAGMA user_version = 99")
     db.close()
-    with pytest.raises(sqlite3.DatabaseError):
+    with pytest.raises(StoreVersionError) as caught:
         MemoryStore(path, embedder=HashingEmbedder(8))
+    assert isinstance(caught.value, ContextCoreError)
+    assert isinstance(caught.value, sqlite3.DatabaseError)
+    assert caught.value.found == 99
+    assert caught.value.supported >= 3
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 99  # refused, not written
+    db.close()
 
 
 def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):

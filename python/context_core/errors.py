@@ -8,6 +8,7 @@ do not know this library, and ``except ContextCoreError`` catches all of ours.
 from __future__ import annotations
 
 import os
+import sqlite3
 from typing import Any, TypeVar
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "OverBudgetError",
     "PromptCacheWarning",
     "StoreBusyError",
+    "StoreVersionError",
     "UnknownEncodingError",
     "UnknownModelError",
     "UnknownSkillError",
@@ -347,6 +349,17 @@ class StoreBusyError(ContextCoreError, TimeoutError):
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)
         self.path = path
+
+
+class StoreVersionError(ContextCoreError, sqlite3.DatabaseError):
+    """The memory store's database was written by a newer version of this
+    library (schema ``found``, this one knows up to ``supported``): it is
+    refused, never written, so nothing a newer version keeps is lost."""
+
+    def __init__(self, message: str, *, found: int, supported: int) -> None:
+        super().__init__(message)
+        self.found = found
+        self.supported = supported
 
 
 class MemoryStorageError(ContextCoreError, _OSFields):

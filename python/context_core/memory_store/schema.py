@@ -13,6 +13,8 @@ import hashlib
 import sqlite3
 from collections.abc import Callable, Iterable
 
+from context_core.errors import StoreVersionError
+
 __all__ = ["SCHEMA_VERSION", "entity_key", "migrate"]
 
 _STEPS: tuple[str, ...] = (
@@ -111,8 +113,11 @@ def migrate(connection: sqlite3.Connection) -> int:
     try:
         found = connection.execute("PRAGMA user_version").fetchone()[0]
         if found > SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(
-                f"schema version {found} is newer than this library's {SCHEMA_VERSION}"
+            raise StoreVersionError(
+                f"the memory store's schema version {found} is newer than this library's"
+                f" {SCHEMA_VERSION}: upgrade context_core to open it",
+                found=int(found),
+                supported=SCHEMA_VERSION,
             )
         for number, step in enumerate(_STEPS[found:], start=found + 1):
             for statement in step.split(";"):
