@@ -10,7 +10,7 @@ import numpy as np
 import openai
 import pytest
 
-from context_core import EmbeddingError, MemoryStore
+from context_core import EmbeddingError, InvalidInputError, MemoryStore
 from context_core.memory_store import (
     CallableEmbedder,
     HashingEmbedder,
@@ -81,6 +81,64 @@ def test_async_embeddings(server):
     assert rows.tolist() == [[0.5, 0.5]]
     local = asyncio.run(aembed(HashingEmbedder(8), ["x", "y"]))
     assert np.array_equal(local, HashingEmbedder(8).embed(["x", "y"]))
+
+
+def test_a_store_on_an_async_client_writes_and_searches_through_its_async_methods(server, tmp_path):
+    """An ``AsyncOpenAI`` client backs a store through ``aremember``,
+    ``aremember_many`` and ``asearch``: the embeddings are awaited, the
+    database work runs in a worker thread. A wrong width writes nothing."""
+    client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="k", max_retries=0)
+    server.script(
+        Reply(body=embeddings_body([[1.0, 0.0, 0.0]])),
+        Reply(body=embeddings_body([[0.0, 1.0, 0.0], [0.0, 0.0, 3.0]])),
+        Reply(body=embeddings_body([[0.0, 0.0, 1.0]])),
+        Reply(body=embeddings_body([[1.0, 0.0]])),
+    )
+
+    async def main(store: MemoryStore) -> None:
+        first = await store.aremember("order A-8812 was refunded", kind="episodic")
+        assert first.kind == "episodic"
+        many = await store.aremember_many(["the second memory", {"text": "the third memory"}])
+        assert [m.text for m in many] == ["the second memory", "the third memory"]
+        hits = await store.asearch("which one?", k=1)
+        assert [h.text for h in hits] == ["the third memory"]
+        assert hits[0].cosine == pytest.approx(1.0)
+        with pytest.raises(EmbeddingError) as wide:
+            await store.aremember("the wrong width")
+        assert wide.value.expected == 3
+
+    with MemoryStore(tmp_path / "m.db", embedder=OpenAIEmbedder(client, "emb")) as store:
+        asyncio.run(main(store))
+        assert store.count() == 3
+    assert [r.json["input"] for r in server.received] == [
+        ["order A-8812 was refunded"],
+        ["the second memory", "the third memory"],
+        ["which one?"],
+        ["the wrong width"],
+    ]
+
+
+def test_the_async_methods_find_what_the_sync_ones_do(tmp_path):
+    """With an embedder that has no async form (its ``embed`` runs in a
+    worker thread), ``asearch`` ranks as ``search`` does."""
+    texts = [f"memory {i} about services/payments/retry.go and order A-{8800 + i}" for i in range(40)]
+
+    def store(name: str) -> MemoryStore:  # the same clock: the same recency, so the same scores
+        return MemoryStore(tmp_path / name, embedder=HashingEmbedder(64), clock=lambda: 1_000_000.0)
+
+    with store("a.db") as a, store("s.db") as b:
+        asyncio.run(a.aremember_many(texts))
+        b.remember_many(texts)
+        for query in ("order A-8812", "retry.go", "something else entirely"):
+            ours = asyncio.run(a.asearch(query, k=5))
+            theirs = b.search(query, k=5)
+            assert [h.text for h in ours] == [h.text for h in theirs]
+            assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], rel=1e-6)
+            assert ours[0].reasons == theirs[0].reasons
+        with pytest.raises(InvalidInputError):
+            asyncio.run(a.asearch("x", k=0))
+    with MemoryStore(tmp_path / "empty.db", embedder=HashingEmbedder(64)) as empty:
+        assert asyncio.run(empty.asearch("anything")) == []
 
 
 def test_a_callable_that_returns_garbage_is_refused():

@@ -37,7 +37,7 @@ import numpy as np
 from context_core._core import Tokenizer, _entities, _entities_many
 from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError, StoreBusyError
 from context_core.memory_store import ranking
-from context_core.memory_store.embedders import Embedder, checked, default_embedder
+from context_core.memory_store.embedders import Embedder, aembed, checked, default_embedder
 from context_core.memory_store.extract import KINDS, aextract_memories, extract_memories
 from context_core.memory_store.keywords import count_terms, match_query
 from context_core.memory_store.schema import entity_key, migrate
@@ -210,6 +210,54 @@ class _Rows:
     terms: dict[int, str]
     changes: list[int]
     unindexed: list[str]  # the old terms of memories indexed before the batch
+
+
+def _search_arguments(
+    query: Any, namespace: Any, k: Any, kinds: Any, max_tokens: Any
+) -> tuple[str, str, int, tuple[str, ...] | None, int | None]:
+    """:meth:`MemoryStore.search`'s arguments, checked."""
+    query = _check_str(query, "query")
+    namespace = _check_str(namespace, "namespace")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InvalidInputError(f"k must be a positive int, not {k!r}")
+    if kinds is not None:
+        kinds = tuple(kinds)
+        bad = [x for x in kinds if x not in KINDS]
+        if bad:
+            raise InvalidInputError(f"kinds must be among {', '.join(KINDS)}, not {bad[0]!r}")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
+    ):
+        raise InvalidInputError(f"max_tokens must be a non-negative int, not {max_tokens!r}")
+    return query, namespace, k, kinds, max_tokens
+
+
+def _entries(items: Iterable[str | Mapping[str, Any]]) -> list[_Entry]:
+    """:meth:`MemoryStore.remember_many`'s items, checked: each a text or a
+    mapping of :meth:`MemoryStore.remember`'s arguments."""
+    entries = []
+    for i, item in enumerate(items):
+        where = f"items[{i}]."
+        if isinstance(item, str):
+            entries.append(_entry(item, "semantic", 0.5, None, (), False, where))
+        elif isinstance(item, Mapping):
+            unknown = set(item) - {"text", "kind", "importance", "source", "tags", "pinned"}
+            if unknown:
+                raise InvalidInputError(f"{where[:-1]} has unknown keys: {', '.join(sorted(unknown))}")
+            entries.append(
+                _entry(
+                    item.get("text"),
+                    item.get("kind", "semantic"),
+                    item.get("importance", 0.5),
+                    item.get("source"),
+                    item.get("tags", ()),
+                    item.get("pinned", False),
+                    where,
+                )
+            )
+        else:
+            raise InvalidTypeError(f"items[{i}] must be str or a mapping, not {type(item).__name__}")
+    return entries
 
 
 def _entry(text: Any, kind: Any, importance: Any, source: Any, tags: Any, pinned: Any, where: str) -> _Entry:
@@ -401,7 +449,23 @@ class MemoryStore:
             raise
         except Exception as error:
             raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
-        array = checked(vectors, len(texts), self._dim)
+        return self._unit_rows(vectors, len(texts))
+
+    async def _aembed(self, texts: list[str]) -> np.ndarray:
+        """:meth:`_embed` through the embedder's async form (or its ``embed``
+        in a worker thread): an async client never blocks the loop."""
+        try:
+            vectors = await aembed(self.embedder, texts)
+        except EmbeddingError:
+            raise
+        except Exception as error:
+            raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
+        return self._unit_rows(vectors, len(texts))
+
+    def _unit_rows(self, vectors: Any, count: int) -> np.ndarray:
+        """``vectors`` checked (``count`` finite rows of the store's width)
+        and scaled to unit length."""
+        array = checked(vectors, count, self._dim)
         norms = np.linalg.norm(array, axis=1, keepdims=True)
         norms[norms == 0] = 1  # a zero vector stays zero
         return np.ascontiguousarray(array / norms, dtype=np.float32)
@@ -452,6 +516,25 @@ class MemoryStore:
         entry = _entry(text, kind, importance, source, tags, pinned, "")
         return self._remember([entry], _check_str(namespace, "namespace"), near=True)[0]
 
+    async def aremember(
+        self,
+        text: str,
+        *,
+        namespace: str = "default",
+        kind: str = "semantic",
+        importance: float = 0.5,
+        source: str | None = None,
+        tags: Sequence[str] = (),
+        pinned: bool = False,
+    ) -> Memory:
+        """:meth:`remember` for asyncio: the embedder's async form is awaited
+        (an ``AsyncOpenAI`` client works), the write runs in a worker thread."""
+        entry = _entry(text, kind, importance, source, tags, pinned, "")
+        namespace = _check_str(namespace, "namespace")
+        vectors = await self._aembed([entry.text])
+        memories = await asyncio.to_thread(self._remember, [entry], namespace, near=True, vectors=vectors)
+        return memories[0]
+
     def remember_many(
         self, items: Iterable[str | Mapping[str, Any]], *, namespace: str = "default"
     ) -> list[Memory]:
@@ -460,34 +543,28 @@ class MemoryStore:
         found by text (up to case and spacing) and by shared entities; the
         search-term probe of :meth:`remember` is left out for speed."""
         namespace = _check_str(namespace, "namespace")
-        entries = []
-        for i, item in enumerate(items):
-            where = f"items[{i}]."
-            if isinstance(item, str):
-                entries.append(_entry(item, "semantic", 0.5, None, (), False, where))
-            elif isinstance(item, Mapping):
-                unknown = set(item) - {"text", "kind", "importance", "source", "tags", "pinned"}
-                if unknown:
-                    raise InvalidInputError(f"{where[:-1]} has unknown keys: {', '.join(sorted(unknown))}")
-                entries.append(
-                    _entry(
-                        item.get("text"),
-                        item.get("kind", "semantic"),
-                        item.get("importance", 0.5),
-                        item.get("source"),
-                        item.get("tags", ()),
-                        item.get("pinned", False),
-                        where,
-                    )
-                )
-            else:
-                raise InvalidTypeError(f"items[{i}] must be str or a mapping, not {type(item).__name__}")
-        return self._remember(entries, namespace, near=False)
+        return self._remember(_entries(items), namespace, near=False)
 
-    def _remember(self, entries: list[_Entry], namespace: str, *, near: bool) -> list[Memory]:
+    async def aremember_many(
+        self, items: Iterable[str | Mapping[str, Any]], *, namespace: str = "default"
+    ) -> list[Memory]:
+        """:meth:`remember_many` for asyncio (as :meth:`aremember`)."""
+        namespace = _check_str(namespace, "namespace")
+        entries = _entries(items)
         if not entries:
             return []
-        vectors = self._embed([e.text for e in entries])
+        vectors = await self._aembed([e.text for e in entries])
+        return await asyncio.to_thread(self._remember, entries, namespace, near=False, vectors=vectors)
+
+    def _remember(
+        self, entries: list[_Entry], namespace: str, *, near: bool, vectors: np.ndarray | None = None
+    ) -> list[Memory]:
+        if not entries:
+            return []
+        if vectors is None:
+            vectors = self._embed([e.text for e in entries])
+        else:  # embedded before the lock: the width may have become known since
+            checked(vectors, len(entries), self._dim)
         found = _entities_many([e.text for e in entries])
         items = []
         for e, v, names in zip(entries, vectors, found, strict=True):
@@ -837,19 +914,33 @@ class MemoryStore:
         kinds; with ``max_tokens`` only whole memories whose texts fit in
         that many tokens together are returned. Returned memories count one
         more access."""
-        query = _check_str(query, "query")
-        namespace = _check_str(namespace, "namespace")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidInputError(f"k must be a positive int, not {k!r}")
-        if kinds is not None:
-            kinds = tuple(kinds)
-            bad = [x for x in kinds if x not in KINDS]
-            if bad:
-                raise InvalidInputError(f"kinds must be among {', '.join(KINDS)}, not {bad[0]!r}")
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
-        ):
-            raise InvalidInputError(f"max_tokens must be a non-negative int, not {max_tokens!r}")
+        return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None)
+
+    async def asearch(
+        self,
+        query: str,
+        *,
+        namespace: str = "default",
+        k: int = 8,
+        kinds: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+    ) -> list[Hit]:
+        """:meth:`search` for asyncio: the query's embedding is awaited
+        through the embedder's async form, the search runs in a worker
+        thread."""
+        arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
+        vector = (await self._aembed([arguments[0]]))[0]
+        return await asyncio.to_thread(self._search, *arguments, vector)
+
+    def _search(
+        self,
+        query: str,
+        namespace: str,
+        k: int,
+        kinds: tuple[str, ...] | None,
+        max_tokens: int | None,
+        vector: np.ndarray | None,
+    ) -> list[Hit]:
         wanted = [v for _, v in _entities(query)]
         terms = search_terms(query)
         now = float(self.clock())
@@ -858,7 +949,10 @@ class MemoryStore:
                 self._dim = self._read_dim()
             if self._dim is None:
                 return []
-            vector = self._embed([query])[0]
+            if vector is None:
+                vector = self._embed([query])[0]
+            else:  # embedded before the store's width was known
+                checked(vector[None, :], 1, self._dim)
 
             def work(db: sqlite3.Connection) -> list[Hit]:
                 ranked = self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
