@@ -198,3 +198,19 @@ def test_bad_messages():
         extract_facts(["not a dict"])  # type: ignore[list-item]
     assert extract_facts([]) == []
     assert extract_facts([{"role": "user", "content": None}]) == []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_long_agent_session_leaves_its_rules_and_no_requests(seed: int):
+    """On a generated 300-turn coding session (hundreds of one-off
+    requests such as "Fix the failing test in tests/test_refund.py."),
+    what memory files keep is the user's rules: each one, once, and
+    nothing else."""
+    from compaction_sessions import TASKS, compaction_session
+
+    session = compaction_session(seed)
+    facts = extract_facts(session.messages)
+    kept = [marker for marker in session.rules if any(marker in fact.text for fact in facts)]
+    assert kept == session.rules
+    assert len(facts) == len(session.rules)
+    assert not [fact.text for fact in facts if any(task in fact.text for task in TASKS)]

@@ -384,6 +384,68 @@ def test_eight_processes_write_and_search_one_store(tmp_path):
         assert s.integrity() == "ok"
 
 
+RACED = [f"the user prefers deploys on Tuesdays, ticket R-{i:03d}" for i in range(30)]
+
+
+def _racer(path: str, worker: int, queue) -> None:
+    import random
+
+    order = list(RACED)
+    random.Random(worker).shuffle(order)
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        queue.put([s.remember(text, namespace="race").id for text in order])
+
+
+def test_processes_racing_the_same_texts_keep_one_memory_each(tmp_path):
+    """Four processes remember the same 30 texts in different orders: the
+    duplicate check and the write are one transaction, so each text is
+    stored once, every process is given that one id, and each repeat
+    counts one access (none lost)."""
+    path = str(tmp_path / "m.db")
+    MemoryStore(path, embedder=HashingEmbedder(32)).close()
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    workers = [context.Process(target=_racer, args=(path, w, queue)) for w in range(4)]
+    for w in workers:
+        w.start()
+    answers = [queue.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        query = "SELECT id, text, access_count FROM memories WHERE namespace = 'race'"
+        rows = s._db.execute(query).fetchall()
+        assert sorted(text for _, text, _ in rows) == sorted(RACED)
+        assert {mid for answer in answers for mid in answer} == {mid for mid, _, _ in rows}
+        assert [count for _, _, count in rows] == [3] * len(RACED)
+        assert s.integrity() == "ok"
+
+
+def _updates(path: str, report_fd: int) -> None:
+    import os
+
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        for i in range(1_000_000):
+            # After the first round each of these updates its duplicate.
+            s.remember(RACED[i % len(RACED)], namespace="race")
+            s.remember(f"new memory {i}: order N-{i}", namespace="race")
+            os.write(report_fd, i.to_bytes(8, "little"))
+
+
+def test_a_writer_killed_while_updating_duplicates_loses_nothing(tmp_path):
+    path = str(tmp_path / "m.db")
+    MemoryStore(path, embedder=HashingEmbedder(32)).close()
+    for after in (0.3, 0.5):
+        acknowledged = reports_until_killed(lambda fd: _updates(path, fd), after)
+        with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+            assert s.integrity() == "ok"
+            texts = [row[0] for row in s._db.execute("SELECT text FROM memories")]
+            assert len(texts) == len(set(texts))  # no update became a second copy
+            for i in acknowledged:
+                assert f"new memory {i}: order N-{i}" in texts
+            assert set(RACED[: min(len(RACED), len(acknowledged))]) <= set(texts)
+
+
 def _remembers(path: str, report_fd: int) -> None:
     import os
 
