@@ -1021,11 +1021,14 @@ class MemoryStore:
             ).fetchall()
             unscored = [r[0] for r in rows if r[0] not in cosines]
             if unscored:  # entity or keyword matches the vector scan did not reach
-                marks = ",".join("?" * len(unscored))
-                for rowid, blob in db.execute(
-                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks})", unscored
-                ):
-                    cosines[rowid] = float(np.frombuffer(blob, dtype=np.float32) @ vector)
+                cosines.update(index.scores(vector, unscored))  # synced above: all held
+                missing = [rowid for rowid in unscored if rowid not in cosines]
+                if missing:
+                    marks = ",".join("?" * len(missing))
+                    for rowid, blob in db.execute(
+                        f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks})", missing
+                    ):
+                        cosines[rowid] = float(np.frombuffer(blob, dtype=np.float32) @ vector)
             for rowid, mid, kind, importance, last, count in rows:
                 if kinds is not None and kind not in kinds:
                     continue

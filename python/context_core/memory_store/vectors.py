@@ -97,6 +97,15 @@ class NamespaceVectors:
             self.rowids[index] = last
             self.position[last] = index
 
+    def scores(self, query: npt.NDArray[np.float32], rowids: list[int]) -> dict[int, float]:
+        """The exact cosine of each of ``rowids`` held here, from the
+        matrix (no database read)."""
+        held = [rowid for rowid in rowids if rowid in self.position]
+        if not held:
+            return {}
+        found = self.rows.scores(query.tobytes(), [self.position[rowid] for rowid in held])
+        return dict(zip(held, found, strict=True))
+
     def nearest(
         self, query: npt.NDArray[np.float32], k: int, *, quantise_from: int
     ) -> list[tuple[int, float]]:

@@ -220,6 +220,19 @@ impl VectorIndex {
         self.scales.truncate(last);
     }
 
+    /// The exact score of each of `rows` for `query` (a row past the end
+    /// scores NaN).
+    pub fn scores(&self, query: &[f32], rows: &[usize]) -> Vec<f32> {
+        rows.iter()
+            .map(
+                |&i| match self.exact.get(i * self.dim..(i + 1) * self.dim) {
+                    Some(row) => dot(row, query),
+                    None => f32::NAN,
+                },
+            )
+            .collect()
+    }
+
     /// The exact best `k` rows for `query`, best first.
     pub fn top_k(&self, query: &[f32], k: usize) -> Vec<(usize, f32)> {
         top_k_f32(&self.exact, self.dim, query, k)
@@ -248,6 +261,15 @@ impl VectorIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scores_are_the_rows_exact_dot_products() {
+        let mut index = VectorIndex::new(2);
+        index.extend(&[1.0, 0.0, 0.6, 0.8, 0.0, 1.0]);
+        let found = index.scores(&[0.6, 0.8], &[1, 0, 2, 3]);
+        assert_eq!(&found[..3], &[1.0, 0.6, 0.8]);
+        assert!(found[3].is_nan());
+    }
 
     #[test]
     fn best_first_and_ties_by_row() {

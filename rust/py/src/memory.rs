@@ -140,6 +140,21 @@ impl PyVectorIndex {
         Ok(())
     }
 
+    /// The exact score of each of `rows` for `query`.
+    fn scores(&self, query: &[u8], rows: Vec<usize>) -> PyResult<Vec<f32>> {
+        let q = floats(query, self.inner.dim(), "query")?;
+        if q.len() != self.inner.dim() {
+            return Err(invalid_input("the query is not one row"));
+        }
+        if let Some(&bad) = rows.iter().find(|&&i| i >= self.inner.len()) {
+            return Err(invalid_input(format!(
+                "no row {bad} of {}",
+                self.inner.len()
+            )));
+        }
+        Ok(self.inner.scores(&q, &rows))
+    }
+
     /// `(row, score)` of the `k` best rows, best first: exact, or (with
     /// `candidates`) an int8 scan of that many rescored exactly.
     #[pyo3(signature = (query, k, candidates=None))]
