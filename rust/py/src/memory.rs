@@ -141,6 +141,7 @@ impl PyVectorIndex {
     }
 
     /// The exact score of each of `rows` for `query`.
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
     fn scores(&self, query: &[u8], rows: Vec<usize>) -> PyResult<Vec<f32>> {
         let q = floats(query, self.inner.dim(), "query")?;
         if q.len() != self.inner.dim() {
