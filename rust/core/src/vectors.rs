@@ -127,6 +127,8 @@ pub fn top_k_i8(matrix: &[i8], dim: usize, query: &[i8], k: usize) -> Vec<(usize
 /// An int8 dot product. Each product fits in i16 (at most 128 * 128), and
 /// written that way the compiler multiplies 16 bits wide and adds pairs
 /// into i32 lanes (`pmaddwd`), several times faster than 32-bit products.
+#[allow(clippy::inline_always)] // it must be inlined into the AVX2 copy of `int8_scores`
+#[inline(always)]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let mut lanes = [0i32; 16];
     let (head_a, tail_a) = a.split_at(a.len() - a.len() % 16);
@@ -142,6 +144,37 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         .map(|(x, y)| i32::from(i16::from(*x) * i16::from(*y)))
         .sum();
     lanes.iter().sum::<i32>() + tail
+}
+
+/// The scaled int8 score of each row of `rows`, into `out`: the hot loop
+/// of the quantised scan. `multiversion` compiles it for AVX2 too and picks
+/// that copy at run time where the CPU has it (1.5x in a probe), with no
+/// unsafe code here.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+fn int8_scores(rows: &[i8], dim: usize, query: &[i8], scales: &[f32], out: &mut [f32]) {
+    for ((row, scale), score) in rows.chunks_exact(dim).zip(scales).zip(out.iter_mut()) {
+        *score = dot_i8(row, query) as f32 * scale;
+    }
+}
+
+/// [`int8_scores`] of every row, split over the cores for a large matrix.
+fn all_int8_scores(rows: &[i8], dim: usize, query: &[i8], scales: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; scales.len()];
+    let threads = crate::parallel::thread_count();
+    if threads > 1 && rows.len() >= PARALLEL_MIN_VALUES {
+        let per = scales.len().div_ceil(threads);
+        thread::scope(|s| {
+            for (t, part) in out.chunks_mut(per).enumerate() {
+                let start = t * per;
+                let end = start + part.len();
+                let (rows, scales) = (&rows[start * dim..end * dim], &scales[start..end]);
+                s.spawn(move || int8_scores(rows, dim, query, scales, part));
+            }
+        });
+    } else {
+        int8_scores(rows, dim, query, scales, &mut out);
+    }
+    out
 }
 
 /// Rows of one width, kept twice: float32 for exact scores, and int8 with a
@@ -244,10 +277,8 @@ impl VectorIndex {
     pub fn top_k_quantised(&self, query: &[f32], k: usize, candidates: usize) -> Vec<(usize, f32)> {
         let mut q = vec![0i8; self.dim];
         quantise(query, &mut q);
-        let scales = &self.scales;
-        let rough = scan_indexed(&self.quantised, self.dim, candidates.max(k), |i, row| {
-            dot_i8(row, &q) as f32 * scales[i]
-        });
+        let scores = all_int8_scores(&self.quantised, self.dim, &q, &self.scales);
+        let rough = scan(&scores, 1, candidates.max(k), |score| score[0]);
         let mut exact: Vec<(usize, f32)> = rough
             .into_iter()
             .map(|(i, _)| (i, dot(&self.exact[i * self.dim..(i + 1) * self.dim], query)))
