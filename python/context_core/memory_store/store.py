@@ -212,6 +212,17 @@ class _Rows:
     unindexed: list[str]  # the old terms of memories indexed before the batch
 
 
+@contextlib.contextmanager
+def _embedder_errors() -> Iterator[None]:
+    """Any error of the embedder's own as an :class:`EmbeddingError`."""
+    try:
+        yield
+    except EmbeddingError:
+        raise
+    except Exception as error:
+        raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
+
+
 def _search_arguments(
     query: Any, namespace: Any, k: Any, kinds: Any, max_tokens: Any
 ) -> tuple[str, str, int, tuple[str, ...] | None, int | None]:
@@ -443,23 +454,15 @@ class MemoryStore:
                 self._db.execute("COMMIT")
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        try:
+        with _embedder_errors():
             vectors = self.embedder.embed(texts)
-        except EmbeddingError:
-            raise
-        except Exception as error:
-            raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
         return self._unit_rows(vectors, len(texts))
 
     async def _aembed(self, texts: list[str]) -> np.ndarray:
         """:meth:`_embed` through the embedder's async form (or its ``embed``
         in a worker thread): an async client never blocks the loop."""
-        try:
+        with _embedder_errors():
             vectors = await aembed(self.embedder, texts)
-        except EmbeddingError:
-            raise
-        except Exception as error:
-            raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
         return self._unit_rows(vectors, len(texts))
 
     def _unit_rows(self, vectors: Any, count: int) -> np.ndarray:
