@@ -48,15 +48,6 @@ fn scan<T: Copy + Sync>(
     k: usize,
     score: impl Fn(&[T]) -> f32 + Sync,
 ) -> Vec<(usize, f32)> {
-    scan_indexed(matrix, dim, k, |_, row| score(row))
-}
-
-fn scan_indexed<T: Copy + Sync>(
-    matrix: &[T],
-    dim: usize,
-    k: usize,
-    score: impl Fn(usize, &[T]) -> f32 + Sync,
-) -> Vec<(usize, f32)> {
     let rows = matrix.len().checked_div(dim).unwrap_or(0);
     if k == 0 || rows == 0 {
         return Vec::new();
@@ -65,7 +56,7 @@ fn scan_indexed<T: Copy + Sync>(
         let score = &score;
         let mut heap = BinaryHeap::with_capacity(k + 1);
         for (i, row) in chunk.chunks_exact(dim).enumerate() {
-            keep(&mut heap, k, Scored(score(first + i, row), first + i));
+            keep(&mut heap, k, Scored(score(row), first + i));
         }
         heap
     };
