@@ -63,7 +63,7 @@ if _typing.TYPE_CHECKING:
     from context_core.llm import LLM, AnthropicChat, CallableLLM, OpenAIChat, as_llm
     from context_core.log import MessageLog
     from context_core.memory import MemoryFiles
-    from context_core.memory_store import MemoryStore
+    from context_core.memory_store import MemoryStore, Namespace
     from context_core.prompt import PromptBuilder
     from context_core.session import AsyncSession, Request, Session, ToolCall, TurnReport
     from context_core.summarize import Summarizer
@@ -77,7 +77,7 @@ _LAZY = {
     **dict.fromkeys(("LLM", "AnthropicChat", "CallableLLM", "OpenAIChat", "as_llm"), "llm"),
     "MessageLog": "log",
     "MemoryFiles": "memory",
-    "MemoryStore": "memory_store",
+    **dict.fromkeys(("MemoryStore", "Namespace"), "memory_store"),
     "PromptBuilder": "prompt",
     "Summarizer": "summarize",
     "Compactor": "compaction",
@@ -162,6 +162,7 @@ __all__ = [
     "MemoryStorageError",
     "MemoryStore",
     "MessageLog",
+    "Namespace",
     "OpenAIChat",
     "OverBudgetError",
     "Policy",

@@ -1,10 +1,11 @@
 """The memory store: what the agent learns (preferences, past tasks, tool
 lessons), kept in SQLite and found again when it matters.
 
-:class:`MemoryStore` holds typed memories (:data:`KINDS`) per namespace,
-searched entity first (an id, a path or a name the query shares is never
-lost), then by vector and keyword, then reranked by importance, recency and
-use (:mod:`~context_core.memory_store.ranking`). Entities and the offline
+:class:`MemoryStore` holds typed memories (:data:`KINDS`) per namespace (a
+:class:`Namespace`: a tenant, a user of it, an agent of that user), searched
+entity first (an id, a path or a name the query shares is never lost), then
+by vector and keyword, then reranked by importance, recency and use
+(:mod:`~context_core.memory_store.ranking`). Entities and the offline
 hashing embedder run in Rust (:func:`entities`).
 """
 
@@ -21,6 +22,7 @@ from context_core.memory_store.embedders import (
     default_embedder,
 )
 from context_core.memory_store.extract import Extracted, aextract_memories, extract_memories
+from context_core.memory_store.namespaces import Namespace
 from context_core.memory_store.store import KINDS, ForgetReport, Hit, Memory, MemoryStore, search_terms
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "Hit",
     "Memory",
     "MemoryStore",
+    "Namespace",
     "OpenAIEmbedder",
     "WordLlamaEmbedder",
     "aembed",

@@ -37,9 +37,18 @@ import numpy as np
 from context_core._core import Tokenizer, _entities, _entities_many
 from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError, StoreBusyError
 from context_core.memory_store import ranking
+from context_core.memory_store.checks import check_str as _check_str
+from context_core.memory_store.checks import check_unit as _check_unit
 from context_core.memory_store.embedders import Embedder, aembed, checked, default_embedder
 from context_core.memory_store.extract import KINDS, aextract_memories, extract_memories
 from context_core.memory_store.keywords import count_terms, match_query
+from context_core.memory_store.namespaces import (
+    NamespaceLike,
+    namespace_key,
+    namespace_keys,
+    namespace_of,
+    scope,
+)
 from context_core.memory_store.schema import entity_key, migrate
 from context_core.memory_store.vectors import NamespaceVectors
 
@@ -97,11 +106,13 @@ def _text_key(text: str) -> bytes:
 
 @dataclass(frozen=True)
 class Memory:
-    """One memory. ``entities`` are ``(kind, value)`` in normal form, by value;
+    """One memory. ``namespace`` reads back as it was written (a plain
+    string, or a :class:`~context_core.memory_store.Namespace` of more than
+    a tenant); ``entities`` are ``(kind, value)`` in normal form, by value;
     ``created`` and ``last_access`` are Unix times from the store's clock."""
 
     id: str
-    namespace: str
+    namespace: NamespaceLike
     kind: str
     text: str
     importance: float
@@ -142,26 +153,6 @@ class ForgetReport:
     purged: bool
 
 
-def _check_str(value: Any, what: str, *, empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise InvalidTypeError(f"{what} must be str, not {type(value).__name__}")
-    if not empty and not value.strip():
-        raise InvalidInputError(f"{what} must not be empty")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInputError(f"{what} holds a lone surrogate") from None
-    return value
-
-
-def _check_unit(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidTypeError(f"{what} must be a number, not {type(value).__name__}")
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise InvalidInputError(f"{what} must be between 0 and 1, not {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class _Entry:
     text: str
@@ -196,6 +187,10 @@ class _Ranked:
     keyword: float
     near: bool  # found by the vector scan
 
+    def order(self) -> tuple[int, float, int]:
+        """Best first: most shared entities, then score, then oldest row."""
+        return (-self.shared, -self.score, self.rowid)
+
 
 def _chunks(rowids: list[int], size: int = 900) -> Iterator[list[int]]:
     for start in range(0, len(rowids), size):
@@ -225,10 +220,10 @@ def _embedder_errors() -> Iterator[None]:
 
 def _search_arguments(
     query: Any, namespace: Any, k: Any, kinds: Any, max_tokens: Any
-) -> tuple[str, str, int, tuple[str, ...] | None, int | None]:
-    """:meth:`MemoryStore.search`'s arguments, checked."""
+) -> tuple[str, tuple[str, ...], int, tuple[str, ...] | None, int | None]:
+    """:meth:`MemoryStore.search`'s arguments, checked (``namespace`` as its keys)."""
     query = _check_str(query, "query")
-    namespace = _check_str(namespace, "namespace")
+    namespace = namespace_keys(namespace)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise InvalidInputError(f"k must be a positive int, not {k!r}")
     if kinds is not None:
@@ -483,7 +478,7 @@ class MemoryStore:
         count, last = self._accessed(mid, count, last)
         return Memory(
             mid,
-            namespace,
+            namespace_of(namespace),
             kind,
             text,
             importance,
@@ -502,7 +497,7 @@ class MemoryStore:
         self,
         text: str,
         *,
-        namespace: str = "default",
+        namespace: NamespaceLike = "default",
         kind: str = "semantic",
         importance: float = 0.5,
         source: str | None = None,
@@ -517,13 +512,13 @@ class MemoryStore:
         cosine of at least ``near_duplicate`` with it; it is looked for
         among memories that share an entity or search terms."""
         entry = _entry(text, kind, importance, source, tags, pinned, "")
-        return self._remember([entry], _check_str(namespace, "namespace"), near=True)[0]
+        return self._remember([entry], namespace_key(namespace), near=True)[0]
 
     async def aremember(
         self,
         text: str,
         *,
-        namespace: str = "default",
+        namespace: NamespaceLike = "default",
         kind: str = "semantic",
         importance: float = 0.5,
         source: str | None = None,
@@ -533,26 +528,26 @@ class MemoryStore:
         """:meth:`remember` for asyncio: the embedder's async form is awaited
         (an ``AsyncOpenAI`` client works), the write runs in a worker thread."""
         entry = _entry(text, kind, importance, source, tags, pinned, "")
-        namespace = _check_str(namespace, "namespace")
+        namespace = namespace_key(namespace)
         vectors = await self._aembed([entry.text])
         memories = await asyncio.to_thread(self._remember, [entry], namespace, near=True, vectors=vectors)
         return memories[0]
 
     def remember_many(
-        self, items: Iterable[str | Mapping[str, Any]], *, namespace: str = "default"
+        self, items: Iterable[str | Mapping[str, Any]], *, namespace: NamespaceLike = "default"
     ) -> list[Memory]:
         """Stores many memories in one transaction (all or none): each item
         a text, or a mapping of :meth:`remember`'s arguments. Duplicates are
         found by text (up to case and spacing) and by shared entities; the
         search-term probe of :meth:`remember` is left out for speed."""
-        namespace = _check_str(namespace, "namespace")
+        namespace = namespace_key(namespace)
         return self._remember(_entries(items), namespace, near=False)
 
     async def aremember_many(
-        self, items: Iterable[str | Mapping[str, Any]], *, namespace: str = "default"
+        self, items: Iterable[str | Mapping[str, Any]], *, namespace: NamespaceLike = "default"
     ) -> list[Memory]:
         """:meth:`remember_many` for asyncio (as :meth:`aremember`)."""
-        namespace = _check_str(namespace, "namespace")
+        namespace = namespace_key(namespace)
         entries = _entries(items)
         if not entries:
             return []
@@ -649,7 +644,18 @@ class MemoryStore:
         e = item.entry
         ents = tuple(sorted(item.entities, key=lambda pair: pair[1]))
         return Memory(
-            mid, namespace, e.kind, e.text, e.importance, ents, e.source, e.tags, e.pinned, now, now, 0
+            mid,
+            namespace_of(namespace),
+            e.kind,
+            e.text,
+            e.importance,
+            ents,
+            e.source,
+            e.tags,
+            e.pinned,
+            now,
+            now,
+            0,
         )
 
     @staticmethod
@@ -801,7 +807,7 @@ class MemoryStore:
         kind = old[3] if old is not None else entry.kind
         return Memory(
             mid,
-            namespace,
+            namespace_of(namespace),
             kind,
             entry.text,
             importance,
@@ -838,7 +844,7 @@ class MemoryStore:
         self,
         messages: Iterable[Mapping[str, Any]],
         *,
-        namespace: str = "default",
+        namespace: NamespaceLike = "default",
         llm: Any = None,
         source: str | None = None,
     ) -> list[Memory]:
@@ -853,7 +859,7 @@ class MemoryStore:
         self,
         messages: Iterable[Mapping[str, Any]],
         *,
-        namespace: str = "default",
+        namespace: NamespaceLike = "default",
         llm: Any = None,
         source: str | None = None,
     ) -> list[Memory]:
@@ -861,10 +867,12 @@ class MemoryStore:
         found = await aextract_memories(messages, llm)
         return await asyncio.to_thread(self._remember_extracted, found, namespace, source)
 
-    def _remember_extracted(self, found: list[Any], namespace: str, source: str | None) -> list[Memory]:
+    def _remember_extracted(
+        self, found: list[Any], namespace: NamespaceLike, source: str | None
+    ) -> list[Memory]:
         # A conversation leaves a few memories: each gets remember()'s full
         # near-duplicate search, search terms included.
-        namespace = _check_str(namespace, "namespace")
+        namespace = namespace_key(namespace)
         entries = [
             _entry(item.text, item.kind, item.importance, source, (), False, f"memories[{i}].")
             for i, item in enumerate(found)
@@ -889,16 +897,14 @@ class MemoryStore:
         result: Memory | None = self._read(work)
         return result
 
-    def count(self, namespace: str | None = None) -> int:
-        """Memories in ``namespace`` (or in all)."""
+    def count(self, namespace: NamespaceLike | None = None) -> int:
+        """Memories in ``namespace`` and the namespaces under it (or in all)."""
         if namespace is None:
             found = self._read(lambda db: db.execute("SELECT count(*) FROM memories").fetchone())
         else:
-            _check_str(namespace, "namespace")
+            where, args = scope(namespace_key(namespace))
             found = self._read(
-                lambda db: db.execute(
-                    "SELECT count(*) FROM memories WHERE namespace = ?", (namespace,)
-                ).fetchone()
+                lambda db: db.execute(f"SELECT count(*) FROM memories WHERE {where}", args).fetchone()
             )
         return int(found[0])
 
@@ -906,24 +912,26 @@ class MemoryStore:
         self,
         query: str,
         *,
-        namespace: str = "default",
+        namespace: NamespaceLike | Sequence[NamespaceLike] = "default",
         k: int = 8,
         kinds: Sequence[str] | None = None,
         max_tokens: int | None = None,
     ) -> list[Hit]:
         """The ``k`` best memories for ``query``: those that share an entity
         with it first (most shared first), then by score (see
-        :mod:`~context_core.memory_store.ranking`). ``kinds`` limits the
-        kinds; with ``max_tokens`` only whole memories whose texts fit in
-        that many tokens together are returned. Returned memories count one
-        more access."""
+        :mod:`~context_core.memory_store.ranking`). ``namespace`` is read
+        exactly (not the namespaces under it); a sequence of namespaces
+        searches them together, as an agent's own memories beside its
+        user's. ``kinds`` limits the kinds; with ``max_tokens`` only whole
+        memories whose texts fit in that many tokens together are returned.
+        Returned memories count one more access."""
         return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None)
 
     async def asearch(
         self,
         query: str,
         *,
-        namespace: str = "default",
+        namespace: NamespaceLike | Sequence[NamespaceLike] = "default",
         k: int = 8,
         kinds: Sequence[str] | None = None,
         max_tokens: int | None = None,
@@ -938,7 +946,7 @@ class MemoryStore:
     def _search(
         self,
         query: str,
-        namespace: str,
+        namespaces: tuple[str, ...],
         k: int,
         kinds: tuple[str, ...] | None,
         max_tokens: int | None,
@@ -958,7 +966,13 @@ class MemoryStore:
                 checked(vector[None, :], 1, self._dim)
 
             def work(db: sqlite3.Connection) -> list[Hit]:
-                ranked = self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
+                ranked = [
+                    hit
+                    for namespace in namespaces
+                    for hit in self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
+                ]
+                if len(namespaces) > 1:
+                    ranked.sort(key=_Ranked.order)
                 return self._hits(db, ranked, k, max_tokens)
 
             hits: list[Hit] = self._read(work)
@@ -1041,7 +1055,7 @@ class MemoryStore:
                 score = ranking.rerank(relevance, importance, now - last, count)
                 matched = tuple(shared.get(rowid, ()))
                 ranked.append(_Ranked(len(matched), score, rowid, matched, cosine, kw, rowid not in unscored))
-        ranked.sort(key=lambda r: (-r.shared, -r.score, r.rowid))
+        ranked.sort(key=_Ranked.order)
         return ranked
 
     def _hits(
@@ -1091,24 +1105,41 @@ class MemoryStore:
 
     # -- deleting and forgetting ------------------------------------------
 
-    def delete(self, memory_id: str | None = None, *, namespace: str | None = None) -> int:
-        """Deletes one memory by id, or every memory of ``namespace`` (one
-        user's whole store); returns how many went."""
+    def delete(self, memory_id: str | None = None, *, namespace: NamespaceLike | None = None) -> int:
+        """Deletes one memory by id, or every memory of ``namespace`` and of
+        the namespaces under it (``Namespace(tenant, user)``: one user's
+        whole store, every agent's included); returns how many went."""
         if (memory_id is None) == (namespace is None):
             raise InvalidInputError("give exactly one of memory_id and namespace")
         if memory_id is not None:
             _check_str(memory_id, "memory_id")
             return int(self._write(lambda db: self._delete_ids(db, [memory_id])))
-        ns = _check_str(namespace, "namespace")
+        where, args = scope(namespace_key(namespace))
 
         def work(db: sqlite3.Connection) -> int:
-            db.execute("DELETE FROM entities WHERE namespace = ?", (ns,))
-            db.execute("DELETE FROM terms WHERE namespace = ?", (ns,))
-            db.execute("DELETE FROM term_docs WHERE namespace = ?", (ns,))
-            gone = db.execute("DELETE FROM memories WHERE namespace = ?", (ns,)).rowcount
-            db.execute("DELETE FROM changes WHERE namespace = ?", (ns,))
-            db.execute("INSERT INTO changes (namespace, memory) VALUES (?, -1)", (ns,))
-            return int(gone)
+            # Every key the scope holds, memories or not (a namespace whose
+            # memories all went still has counters and changes).
+            keys = [
+                key
+                for (key,) in db.execute(
+                    f"SELECT namespace FROM memories WHERE {where}"
+                    f" UNION SELECT namespace FROM changes WHERE {where}",
+                    args * 2,
+                )
+            ]
+            gone = 0
+            for ns in keys:
+                db.execute("DELETE FROM entities WHERE namespace = ?", (ns,))
+                # The search terms by rowid: their namespace column is not indexed.
+                db.execute(
+                    "DELETE FROM terms WHERE rowid IN (SELECT rowid FROM memories WHERE namespace = ?)",
+                    (ns,),
+                )
+                db.execute("DELETE FROM term_docs WHERE namespace = ?", (ns,))
+                gone += db.execute("DELETE FROM memories WHERE namespace = ?", (ns,)).rowcount
+                db.execute("DELETE FROM changes WHERE namespace = ?", (ns,))
+                db.execute("INSERT INTO changes (namespace, memory) VALUES (?, -1)", (ns,))
+            return gone
 
         return int(self._write(work))
 
@@ -1135,7 +1166,7 @@ class MemoryStore:
         self,
         threshold: float,
         *,
-        namespace: str | None = None,
+        namespace: NamespaceLike | None = None,
         dry_run: bool = True,
         importance_floor: float = 0.8,
         half_life_days: float = ranking.HALF_LIFE_DAYS,
@@ -1153,6 +1184,7 @@ class MemoryStore:
         if not half_life_days > 0:
             raise InvalidInputError(f"half_life_days must be positive, not {half_life_days!r}")
         floor = _check_unit(importance_floor, "importance_floor")
+        within = None if namespace is None else scope(namespace_key(namespace))
         now = float(self.clock())
         if dry_run:  # retention counts every access (a purge writes them in its own transaction)
             with contextlib.suppress(StoreBusyError):
@@ -1164,9 +1196,9 @@ class MemoryStore:
                 " WHERE pinned = 0 AND importance < ?"
             )
             args: tuple[Any, ...] = (floor,)
-            if namespace is not None:
-                sql += " AND namespace = ?"
-                args += (_check_str(namespace, "namespace"),)
+            if within is not None:
+                sql += f" AND {within[0]}"
+                args += within[1]
             rows = db.execute(sql, args).fetchall()
             scored = sorted(
                 (

@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from context_core._core import Tokenizer
 from context_core.budget import Budget
@@ -39,6 +39,9 @@ from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistor
 from context_core.session.report import Request, TurnReport
 from context_core.session.tool_calls import ToolCall, calls_of, pending_in, result_message
 from context_core.summarize.offline import own_text
+
+if TYPE_CHECKING:  # the store (numpy, sqlite3) loads only when a session has one
+    from context_core.memory_store.namespaces import NamespaceLike
 
 __all__ = ["Session"]
 
@@ -116,7 +119,7 @@ class Session:
         memory: MemoryFiles | None,
         store: Any,
         compactor: Any,
-        namespace: str,
+        namespace: NamespaceLike,
         memory_k: int,
         memory_tokens: int | None,
         max_tokens: int | None,
@@ -185,7 +188,7 @@ class Session:
         compact: bool = True,
         policy: PolicyName | Policy = "priority",
         budget: Budget | None = None,
-        namespace: str = "default",
+        namespace: NamespaceLike = "default",
         memory_k: int = 8,
         memory_tokens: int | None = None,
         max_tokens: int | None = None,

@@ -1,0 +1,185 @@
+"""Namespaces of the memory store: a tenant, a user, an agent as one key;
+deleting, counting and forgetting a namespace with everything under it;
+searching one or several; bad keys refused before anything is written."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_core import ContextCoreError, InvalidInputError, InvalidTypeError, MemoryStore, Namespace
+from context_core.memory_store import HashingEmbedder
+from context_core.memory_store.namespaces import SEPARATOR, namespace_of, scope
+
+
+@pytest.fixture
+def store(tmp_path):
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=lambda: 1_700_000_000.0) as s:
+        yield s
+
+
+def test_a_memory_reads_back_the_namespace_it_was_written_to(store):
+    agent = Namespace("acme", "u42", "support")
+    memory = store.remember("the user prefers replies in French", namespace=agent)
+    assert memory.namespace == agent
+    assert store.get(memory.id).namespace == agent
+    assert store.search("replies in French", namespace=agent)[0].memory.namespace == agent
+    plain = store.remember("a tenant of its own", namespace="user-42")
+    assert store.get(plain.id).namespace == "user-42"
+    # A tenant alone is the plain string: one key, whichever way it is named.
+    assert Namespace("user-42").key == "user-42"
+    assert store.count(Namespace("user-42")) == 1
+    assert str(agent) == "acme/u42/support"
+
+
+def _fill(store: MemoryStore) -> dict[str | Namespace, str]:
+    """One memory in each namespace, by a text naming it."""
+    spaces: list[str | Namespace] = [
+        Namespace("acme", "u42"),
+        Namespace("acme", "u42", "support"),
+        Namespace("acme", "u42", "coder"),
+        Namespace("acme", "u4"),  # a prefix of u42's name, not of its key
+        Namespace("acme", "u420", "support"),
+        Namespace("acme"),
+        Namespace("other", "u42", "support"),
+        "acme-two",
+    ]
+    made = {}
+    for i, ns in enumerate(spaces):
+        made[ns] = store.remember(f"order Q-{i:03d} refund note for {ns}", namespace=ns).id
+    return made
+
+
+def test_deleting_a_user_removes_every_agent_of_that_user_and_nothing_else(store):
+    made = _fill(store)
+    user = Namespace("acme", "u42")
+    mine = {ns for ns in made if isinstance(ns, Namespace) and ns.tenant == "acme" and ns.user == "u42"}
+    assert store.count(user) == 3
+    assert store.delete(namespace=user) == 3
+    for ns, mid in made.items():
+        assert (store.get(mid) is None) == (ns in mine), ns
+    # Its rows in every table went with it: entities, search terms, counters.
+    db = store._db
+    gone_keys = [ns.key for ns in mine]
+    marks = ",".join("?" * len(gone_keys))
+    for table in ("memories", "entities", "term_docs"):
+        assert db.execute(
+            f"SELECT count(*) FROM {table} WHERE namespace IN ({marks})", gone_keys
+        ).fetchone() == (0,)
+    assert db.execute(
+        "SELECT count(*) FROM terms WHERE rowid NOT IN (SELECT rowid FROM memories)"
+    ).fetchone() == (0,)
+    for ns in mine:
+        assert store.search("order refund note", namespace=ns) == []
+    # Every other namespace still searches as before, and a deleted one is
+    # written to afresh.
+    for ns in set(made) - mine:
+        assert [h.memory.id for h in store.search("refund note", namespace=ns)] == [made[ns]]
+    again = store.remember("a fresh start", namespace=Namespace("acme", "u42", "support"))
+    assert [h.memory.id for h in store.search("fresh start", namespace=again.namespace)] == [again.id]
+    assert store.integrity() == "ok"
+
+
+def test_a_tenant_scope_covers_all_its_users_and_a_plain_string_is_that_tenant(store):
+    made = _fill(store)
+    assert store.count("acme") == 6
+    assert store.count(Namespace("acme", "u42", "support")) == 1
+    assert store.delete(namespace="acme") == 6
+    assert {ns for ns, mid in made.items() if store.get(mid) is not None} == {
+        Namespace("other", "u42", "support"),
+        "acme-two",
+    }
+
+
+def test_forget_covers_the_namespace_and_those_under_it(store):
+    made = _fill(store)
+    report = store.forget(2.0, namespace=Namespace("acme", "u42"))  # every unpinned memory
+    assert sorted(mid for mid, _ in report.candidates) == sorted(
+        made[ns] for ns in made if isinstance(ns, Namespace) and ns.tenant == "acme" and ns.user == "u42"
+    )
+
+
+def test_search_reads_its_namespace_exactly_or_several_together(store):
+    user = Namespace("acme", "u42")
+    agent = Namespace("acme", "u42", "support")
+    shared = store.remember("the user wants refunds for order A-8812 in EUR", namespace=user)
+    own = store.remember("support lesson: check the refund queue before replying", namespace=agent)
+    store.remember("order A-8812 belongs to someone else here", namespace=Namespace("acme", "u7"))
+    assert [h.memory.id for h in store.search("order A-8812", namespace=agent)] == [own.id]
+    together = store.search("refund for order A-8812", namespace=[agent, user, agent])
+    # The entity match comes first across namespaces, each memory once.
+    assert [h.memory.id for h in together] == [shared.id, own.id]
+    assert together[0].reasons[0] == "entity"
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        (lambda: Namespace("acme", agent="support"), InvalidInputError),
+        (lambda: Namespace("acme", ""), InvalidInputError),
+        (lambda: Namespace("acme", "u" + SEPARATOR + "x"), InvalidInputError),
+        (lambda: Namespace("acme", 42), InvalidTypeError),
+        (lambda: Namespace(" "), InvalidInputError),
+    ],
+)
+def test_a_bad_namespace_is_refused_when_made(bad, error):
+    with pytest.raises(error) as caught:
+        bad()
+    assert isinstance(caught.value, ContextCoreError)
+
+
+def test_bad_namespaces_write_nothing(store):
+    store.remember("the one memory")
+    for bad, error in [
+        ("a" + SEPARATOR + "b", InvalidInputError),
+        (42, InvalidTypeError),
+        ("", InvalidInputError),
+    ]:
+        with pytest.raises(error):
+            store.remember("x", namespace=bad)
+        with pytest.raises(error):
+            store.remember_many(["x"], namespace=bad)
+        with pytest.raises(error):
+            store.delete(namespace=bad)
+        with pytest.raises(error):
+            store.forget(2.0, namespace=bad, dry_run=False)
+    for bad, error in [([], InvalidTypeError), (["ok", 3], InvalidTypeError), (b"bytes", InvalidTypeError)]:
+        with pytest.raises(error):
+            store.search("x", namespace=bad)
+    assert store.count() == 1
+
+
+# Parts that are prefixes of each other, or end just below, at or above the
+# separator, where a range over the key could go wrong.
+_PART = st.sampled_from(["a", "a ", "a a", "a\x1e", "a!", "aé", "a中", "b"])
+_SPACES = st.builds(
+    lambda t, u, a: Namespace(t, u, a if u is not None else None),
+    _PART,
+    st.none() | _PART,
+    st.none() | _PART,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_SPACES, min_size=1, max_size=12), _SPACES)
+def test_a_scope_holds_exactly_the_namespace_and_those_under_it(spaces, within):
+    """The SQL range of a scope against its definition, in SQLite's own
+    ordering of text."""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE memories (namespace TEXT NOT NULL)")
+    db.execute("CREATE INDEX by_namespace ON memories (namespace)")
+    db.executemany("INSERT INTO memories VALUES (?)", [(ns.key,) for ns in spaces])
+    where, args = scope(within.key)
+    found = sorted(key for (key,) in db.execute(f"SELECT namespace FROM memories WHERE {where}", args))
+
+    def under(ns: Namespace) -> bool:
+        parts = [p for p in (ns.tenant, ns.user, ns.agent) if p is not None]
+        mine = [p for p in (within.tenant, within.user, within.agent) if p is not None]
+        return parts[: len(mine)] == mine
+
+    assert found == sorted(ns.key for ns in spaces if under(ns))
+    for ns in spaces:
+        assert namespace_of(ns.key) == (ns if ns.user is not None else ns.tenant)
