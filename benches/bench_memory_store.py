@@ -14,6 +14,7 @@ Without ``--benchmark-enable`` (the test run's smoke pass) the stores have
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -202,12 +203,13 @@ def test_wordllama_on_the_same_memories(request, tmp_path):
 def test_mem0_with_the_same_vectors(request, tmp_path, monkeypatch):
     """mem0 (``infer=False``: no model call, offline; its embedded Qdrant
     on disk, telemetry off) given the same memories and the same hashing
-    vectors, beside our store on the same corpus. 10,000 memories: its
-    ingest runs at a few hundred a second."""
+    vectors, beside our store on the same corpus. 10,000 memories unless
+    ``BENCH_MEM0_MEMORIES`` says otherwise: its ingest runs at a few
+    hundred a second."""
     import logging
     import warnings
 
-    n = 10_000 if _enabled(request) else 300
+    n = int(os.environ.get("BENCH_MEM0_MEMORIES", "10000")) if _enabled(request) else 300
     data = corpus(n, seed=5, queries=100)
     vectors = Precomputed(data.texts)
     monkeypatch.setenv("MEM0_TELEMETRY", "False")
