@@ -77,7 +77,7 @@ GISTS: tuple[tuple[str, str], ...] = (
     ("the user prefers video calls over phone calls", "how do they like to meet"),
     ("the quarterly report is due on the fifteenth", "when must the three-month summary be submitted"),
     ("emails to customers must be reviewed by legal", "who checks messages before they go to clients"),
-    ("the API rate limit is a hundred requests per minute", "how many calls can a client make before throttling"),
+    ("the API allows a hundred requests per minute", "how many calls can a client make before throttling"),
     ("backups are copied to a second region nightly", "is there an off-site copy of our data"),
     ("the user is learning Japanese", "which foreign language are they studying"),
     ("用户喜欢简短的回答", "这个人希望回复写多长"),

@@ -850,7 +850,6 @@ def test_the_compactor_lets_others_run_while_it_reads_and_summarises(tmp_path: P
     from context_core.compaction import compactor as module
 
     yields: list[str] = []
-    monkeypatch.setattr(module, "_yield_to_others", lambda: yields.append("yield"))
     seen: list[Any] = []
 
     class Watching(Summarizer):
@@ -860,10 +859,12 @@ def test_the_compactor_lets_others_run_while_it_reads_and_summarises(tmp_path: P
 
     log = new_log(tmp_path, turns(20))
     compactor = Compactor(log, Watching(CallableLLM(good_reply)))
+    monkeypatch.setattr(compactor._gate, "wait", lambda *owner: yields.append("yield"))
     job = compactor.due()
     assert job is not None
     assert compactor.compact().status == "written"
-    assert seen == [module._yield_to_others]
+    assert len(seen) == 1
+    assert seen[0].func is compactor._gate.wait  # waiting on behalf of the compacting thread
     rendered = len(job.messages)  # one yield after each message rendered
     reads = (len(job.messages) - 1) // module._READ_STEP  # one between reads of a few
     assert rendered >= 10

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,6 +40,8 @@ from context_core.summarize import Rejected, Summarizer, Summary
 from context_core.summarize.offline import MAX_LOG_RULE_CHARS, own_text
 
 __all__ = ["Compactor", "CompactorStatus", "Outcome"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("context_core.compaction")
 
@@ -138,11 +141,102 @@ def _counted_arrays(new: np.ndarray, length: int, head: int | None) -> tuple[int
     return int(turn_starts(new).sum()), int(new["tokens"].sum())
 
 
-def _yield_to_others() -> None:
-    """Let a thread waiting for the interpreter (the turn) run now, between
-    a job's stages, rather than after the switch interval (5 ms): each
-    stage holds it for well under a millisecond."""
-    time.sleep(0)
+#: The longest a job's step waits at a yield for a turn to end: a turn
+#: takes milliseconds, and a caller that never ends one must not stop
+#: compaction for good.
+TURN_WAIT = 0.25
+
+#: The longest a turn waits, as it starts, for a worker in the middle of a
+#: stage to reach its next yield (stages hold the interpreter well under a
+#: millisecond). A worker that left its last yield longer ago than this is
+#: taken to be waiting on something else (the model's reply), holding
+#: neither the interpreter nor a core, and is not waited for.
+STAGE_WAIT = 0.002
+
+
+class _TurnGate:
+    """The turns in progress, and the workers between two yields.
+
+    While a turn runs, a worker waits at each of its yields. Otherwise, each
+    time the turn lets go of the interpreter (every SQLite call, every scan
+    in Rust) the worker would take it, and the turn would wait up to the
+    switch interval (5 ms) to get it back; the worker's own Rust work would
+    take a core from the turn's threads. A turn that starts while a worker
+    is in the middle of a stage waits (at most :data:`STAGE_WAIT`) for it
+    to reach its next yield, for the same reason."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._state = threading.Condition(threading.Lock())
+        self._holders: dict[int, int] = {}
+        self._working: dict[int, float] = {}  # thread -> when it left its last yield
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._state:
+            self._holders[me] = self._holders.get(me, 0) + 1
+            until = self._clock() + STAGE_WAIT
+            while True:
+                now = self._clock()
+                busy = [t for t, since in self._working.items() if t != me and now - since < STAGE_WAIT]
+                if not busy or now >= until:
+                    break
+                self._state.wait(until - now)
+        try:
+            yield
+        finally:
+            with self._state:
+                left = self._holders.pop(me) - 1
+                if left:
+                    self._holders[me] = left
+                else:
+                    self._state.notify_all()
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """This thread runs a job's stages until the block ends: a turn that
+        starts meanwhile waits for its next yield."""
+        me = threading.get_ident()
+        with self._state:
+            self._working[me] = self._clock()
+        try:
+            yield
+        finally:
+            with self._state:
+                self._working.pop(me, None)
+                self._state.notify_all()
+
+    def wait(self, owner: int | None = None) -> None:
+        """Between a job's stages: let a thread waiting for the interpreter
+        (the turn) run now, rather than after the switch interval, then wait
+        for the turns to end (not for one this thread runs, or ``owner``:
+        the thread a helper thread works for)."""
+        time.sleep(0)
+        me = threading.get_ident() if owner is None else owner
+        with self._state:
+            working = self._working.pop(me, None) is not None
+            if working:
+                self._state.notify_all()
+            if any(t != me for t in self._holders):
+                self._state.wait_for(lambda: not any(t != me for t in self._holders), TURN_WAIT)
+            if working:
+                self._working[me] = self._clock()
+
+    def waiter(self) -> Callable[[], None]:
+        """:meth:`wait` on behalf of this thread, for a helper thread to call
+        (the model call's, which runs the summarizer): a turn this thread
+        holds must not make its own work wait."""
+        return functools.partial(self.wait, threading.get_ident())
+
+    def staged(self, fn: Callable[..., _T]) -> Callable[..., _T]:
+        """``fn`` run as :meth:`working` stages (for a worker thread's target)."""
+
+        def run(*args: Any) -> _T:
+            with self.working():
+                return fn(*args)
+
+        return run
 
 
 async def _until_set(ended: threading.Event, finish: asyncio.Future[Any]) -> None:
@@ -260,6 +354,7 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self._wait: tuple[int, int | None, Wait] | None = None
         self._task: asyncio.Task[Outcome] | None = None
+        self._gate = _TurnGate()
 
     def __repr__(self) -> str:
         return f"Compactor({self.log!r}, {self.summarizer!r})"
@@ -368,6 +463,14 @@ class Compactor:
             return Outcome("busy")
         return lock
 
+    def turn(self) -> contextlib.AbstractContextManager[None]:
+        """A context manager around one turn of the agent loop (``Session``
+        wraps ``prepare`` and ``record`` in it): while it is held, the
+        worker's steps wait at their next yield, at most :data:`TURN_WAIT`
+        seconds, so the turn has the interpreter and the cores to itself.
+        Turns on several threads may overlap."""
+        return self._gate.held()
+
     def compact(self) -> Outcome:
         """Run the next due step now, on this thread (the summarizer's model
         call is bounded by ``timeout``)."""
@@ -378,14 +481,14 @@ class Compactor:
             job = self.due()
             if job is None:
                 return self._record(Outcome("idle"))
-            _yield_to_others()
+            self._gate.wait()
             prepared = self._prepare(job)
-            _yield_to_others()
+            self._gate.wait()
             try:
                 result = self._run_sync(job, prepared)
             except Exception as error:  # a summarizer's bug backs off like a failure
                 return self._record(_raised(job, error))
-            _yield_to_others()
+            self._gate.wait()
             return self._finish_recorded(job, prepared, result)
         except LogClosedError as error:
             return self._record(Outcome("abandoned", reason=str(error)))
@@ -400,10 +503,10 @@ class Compactor:
             return lock
         handed_over = False  # once the write's thread owns the lock, it releases it
         try:
-            job = await asyncio.to_thread(self.due)
+            job = await asyncio.to_thread(self._gate.staged(self.due))
             if job is None:
                 return self._record(Outcome("idle"))
-            prepared = await asyncio.to_thread(self._prepare, job)
+            prepared = await asyncio.to_thread(self._gate.staged(self._prepare), job)
             try:
                 result = await asyncio.wait_for(self._asummarize(job, prepared), self.timeout)
             except asyncio.TimeoutError:
@@ -420,7 +523,7 @@ class Compactor:
                     ended.set()
 
             handed_over = True
-            finish = asyncio.ensure_future(asyncio.to_thread(write))
+            finish = asyncio.ensure_future(asyncio.to_thread(self._gate.staged(write)))
             try:
                 return await asyncio.shield(finish)
             except asyncio.CancelledError:
@@ -488,18 +591,20 @@ class Compactor:
         out: list[Any] = []
         for start in range(0, len(seqs), _READ_STEP):
             if start:
-                _yield_to_others()
+                self._gate.wait()
             out.extend(self.log.read(seqs[start : start + _READ_STEP]))
         return out
 
     def _run_sync(self, job: Job, prepared: Any) -> Summary | Rejected:
         from context_core.llm._deadline import DeadlinePassed, call_within
 
+        between = self._gate.waiter()  # work() may run in the model call's own thread
+
         def work() -> Summary | Rejected:
             if job.level == 2:
                 messages, rules = prepared
                 if _takes_between(self.summarizer.summarize):
-                    return self.summarizer.summarize(messages, constraints=rules, between=_yield_to_others)
+                    return self.summarizer.summarize(messages, constraints=rules, between=between)
                 return self.summarizer.summarize(messages, constraints=rules)  # a subclass's own
             segments, rules = prepared
             return self.summarizer.summarize_global(segments, rules)
@@ -519,7 +624,9 @@ class Compactor:
             if self.summarizer.llm is None:
                 return await asyncio.to_thread(self.summarizer.summarize, messages, constraints=rules)
             if _takes_between(self.summarizer.asummarize):
-                return await self.summarizer.asummarize(messages, constraints=rules, between=_yield_to_others)
+                return await self.summarizer.asummarize(
+                    messages, constraints=rules, between=self._gate.waiter()
+                )
             return await self.summarizer.asummarize(messages, constraints=rules)  # a subclass's own
         segments, rules = prepared
         if self.summarizer.llm is None:
@@ -546,10 +653,10 @@ class Compactor:
             return Outcome(
                 "stale", job.level, job.covers, reason="the log changed while the summary was made"
             )
-        _yield_to_others()
+        self._gate.wait()
         try:
             facts = self._remember(job, prepared) if job.level == 2 else 0
-            _yield_to_others()
+            self._gate.wait()
             with self._state:  # no write once close() gave up waiting
                 if self._abandon:
                     return Outcome(
@@ -635,15 +742,16 @@ class Compactor:
 
     def _drain(self) -> None:
         """Steps until nothing is due or one fails (a failure waits for its backoff)."""
-        _yield_to_others()  # the thread that started this one goes on with its turn first
-        while True:
-            try:
-                outcome = self.compact()
-            except Exception:  # a bug must not kill the thread silently
-                log.exception("compaction step raised")
-                return
-            if outcome.status != "written" or self._closing:
-                return
+        with self._gate.working():
+            self._gate.wait()  # the thread that started this one goes on with its turn first
+            while True:
+                try:
+                    outcome = self.compact()
+                except Exception:  # a bug must not kill the thread silently
+                    log.exception("compaction step raised")
+                    return
+                if outcome.status != "written" or self._closing:
+                    return
 
     def aschedule(self) -> asyncio.Task[Outcome] | None:
         """Start the next due steps as a task on the running event loop

@@ -20,6 +20,7 @@ Each part can be given instead, or turned off with ``False``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -303,8 +304,22 @@ class Session:
         appended to the log first, and the memory store searched with it);
         with none, the next call of the same turn (after the tool results
         were recorded) reuses the turn's memories. ``now``: the prompt's
-        date line (default: the current time)."""
+        date line (default: the current time). Background compaction waits
+        while it runs."""
         self._check_open()
+        with self._quiet():
+            return self._prepare(user_input, now, attachments)
+
+    def _quiet(self) -> contextlib.AbstractContextManager[None]:
+        """Compaction's worker paused for the span of a turn's call."""
+        return contextlib.nullcontext() if self.compactor is None else self.compactor.turn()
+
+    def _prepare(
+        self,
+        user_input: str | Mapping[str, Any] | None,
+        now: datetime | str | None,
+        attachments: Sequence[Any],
+    ) -> Request:
         clock = self._clock
         started = clock()
         timings: dict[str, float] = {}
@@ -458,6 +473,10 @@ class Session:
         usage. Returns the tool calls to run; record each result with
         :meth:`record_tool_result`."""
         self._check_open()
+        with self._quiet():
+            return self._record(response)
+
+    def _record(self, response: Any) -> tuple[ToolCall, ...]:
         message = message_of(response)
         if message.get("role") != "assistant":
             raise InvalidInputError(f"a reply is an assistant message, got role {message.get('role')!r}")

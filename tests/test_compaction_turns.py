@@ -1,0 +1,191 @@
+"""Compaction's worker and the agent's turns: while a turn runs the worker
+waits at its yields, a turn that starts mid-stage waits for the next one,
+and neither can stall the other for long."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from context_core import CallableLLM, MessageLog, Session
+from context_core.compaction import Compactor
+from context_core.compaction import compactor as module
+from context_core.summarize import Summarizer
+
+
+def _log(tmp_path: Path, turns: int = 20) -> MessageLog:
+    log = MessageLog.open(tmp_path / "log", create=True)
+    log.append({"role": "system", "content": "You are an agent."})
+    for t in range(turns):
+        log.append_many(
+            [
+                {"role": "user", "content": f"Task {t}: look at item-{t}."},
+                {"role": "assistant", "content": f"Item-{t} is done."},
+            ]
+        )
+    return log
+
+
+def _reply(messages) -> str:
+    return (
+        "<summary>\nConstraints:\n- none\nDecisions:\n- done\n"
+        "Current state:\n- ok\nNext steps:\n- go on\n</summary>"
+    )
+
+
+def _joined(thread: threading.Thread, seconds: float = 20.0) -> bool:
+    thread.join(seconds)
+    return not thread.is_alive()
+
+
+def test_the_worker_waits_while_a_turn_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(module, "TURN_WAIT", 60.0)
+    asked = threading.Event()
+
+    def model(messages):
+        asked.set()
+        return _reply(messages)
+
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(model)))
+    with compactor.turn():
+        assert compactor.schedule()
+        time.sleep(0.2)  # the worker is started and parked at its first yield
+        assert not asked.is_set()
+        assert compactor.status.written == {2: 0, 3: 0}
+    compactor.close(wait=True)
+    assert asked.is_set()
+    assert compactor.status.written[2] >= 1
+    log.close()
+
+
+def test_a_turn_that_starts_mid_stage_waits_for_the_next_yield(monkeypatch):
+    monkeypatch.setattr(module, "STAGE_WAIT", 60.0)
+    monkeypatch.setattr(module, "TURN_WAIT", 60.0)
+    gate = module._TurnGate()
+    order: list[str] = []
+    in_stage, go_on, in_turn, end_turn = (threading.Event() for _ in range(4))
+
+    def worker():
+        with gate.working():
+            order.append("stage")
+            in_stage.set()
+            go_on.wait(20)
+            order.append("yield")
+            gate.wait()  # parked here while the turn runs
+            order.append("resumed")
+
+    def turn():
+        in_stage.wait(20)
+        with gate.held():
+            order.append("turn")
+            in_turn.set()
+            end_turn.wait(20)
+            order.append("turn ended")
+
+    threads = [threading.Thread(target=worker), threading.Thread(target=turn)]
+    for thread in threads:
+        thread.start()
+    in_stage.wait(20)
+    time.sleep(0.1)
+    assert not in_turn.is_set()  # the worker is mid-stage: the turn waits
+    go_on.set()
+    assert in_turn.wait(20)
+    time.sleep(0.1)
+    assert "resumed" not in order  # the turn runs: the worker waits
+    end_turn.set()
+    assert all(_joined(thread) for thread in threads)
+    assert order == ["stage", "yield", "turn", "turn ended", "resumed"]
+
+
+def test_a_worker_quiet_for_longer_than_a_stage_is_not_waited_for():
+    """A worker waiting on the model's reply holds no interpreter: a turn
+    must not wait for it."""
+    now = [0.0]
+    gate = module._TurnGate(clock=lambda: now[0])
+    ready, finish = threading.Event(), threading.Event()
+
+    def worker():
+        with gate.working():
+            ready.set()
+            finish.wait(20)  # "the model call"
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ready.wait(20)
+    now[0] += module.STAGE_WAIT * 2
+    entered = threading.Event()
+
+    def turn():
+        with gate.held():
+            entered.set()
+
+    turner = threading.Thread(target=turn)
+    turner.start()
+    assert entered.wait(10)  # with the clock stopped, waiting would never end
+    finish.set()
+    assert _joined(thread)
+    assert _joined(turner)
+
+
+def test_a_thread_in_its_own_turn_compacts_without_waiting_for_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(module, "TURN_WAIT", 60.0)
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    outcome = []
+
+    def run():
+        with compactor.turn():
+            outcome.append(compactor.compact())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert _joined(thread, 10)  # a wait for its own turn would last a minute per yield
+    assert outcome[0].status == "written"
+    log.close()
+
+
+def test_a_turn_never_ended_delays_compaction_only_by_turn_wait(tmp_path, monkeypatch):
+    monkeypatch.setattr(module, "TURN_WAIT", 0.01)
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    stuck = compactor.turn()
+    stuck.__enter__()  # a caller that never leaves its turn
+    try:
+        assert compactor.schedule()
+        thread = compactor._thread
+        assert thread is not None
+        assert _joined(thread)
+        assert compactor.status.written[2] >= 1
+    finally:
+        stuck.__exit__(None, None, None)
+        compactor.close()
+        log.close()
+
+
+@pytest.mark.parametrize("step", ["prepare", "record"])
+def test_the_session_holds_the_turn_for_prepare_and_record(tmp_path, step):
+    session = Session.open(tmp_path / "s", model="gpt-4o", identity="You are an agent.", store=False)
+    assert session.compactor is not None
+    held: list[str] = []
+    turn = session.compactor.turn
+
+    @contextlib.contextmanager
+    def watched():
+        with turn():
+            held.append("in")
+            yield
+            held.append("out")
+
+    session.compactor.turn = watched  # type: ignore[method-assign]
+    session.prepare("Fix the refund job.")
+    if step == "record":
+        held.clear()
+        session.record({"role": "assistant", "content": "Done."})
+    assert held == ["in", "out"]
+    assert not session.compactor._gate._holders  # released
+    session.close(persist=False)
