@@ -1,7 +1,8 @@
-//! Exact top-k by dot product over a row-major matrix, in float32 or in
-//! int8 (the quantised copy, scored in i32 and reranked exactly by the
-//! caller). Rows are split over the machine's cores when the matrix is
-//! large; each thread keeps its own k best, merged at the end.
+//! Top-k by dot product: exact over float32 rows, or over the int8 copy
+//! (kept in blocks stored column by column, so a sparse query reads only
+//! its non-zero dimensions) and then rescored exactly. Large scans are
+//! split over the machine's cores; each thread keeps its own best, merged
+//! at the end.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -109,16 +110,10 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// [`top_k_f32`] over int8 rows and an int8 query, scored exactly in i32.
-pub fn top_k_i8(matrix: &[i8], dim: usize, query: &[i8], k: usize) -> Vec<(usize, f32)> {
-    assert_eq!(query.len(), dim, "the query has the matrix's width");
-    scan(matrix, dim, k, |row| dot_i8(row, query) as f32)
-}
-
 /// An int8 dot product. Each product fits in i16 (at most 128 * 128), and
 /// written that way the compiler multiplies 16 bits wide and adds pairs
 /// into i32 lanes (`pmaddwd`), several times faster than 32-bit products.
-#[allow(clippy::inline_always)] // it must be inlined into the AVX2 copy of `int8_scores`
+#[allow(clippy::inline_always)] // it must be inlined into the AVX2 copy of `tail_scores`
 #[inline(always)]
 fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let mut lanes = [0i32; 16];
@@ -137,45 +132,116 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     lanes.iter().sum::<i32>() + tail
 }
 
-/// The scaled int8 score of each row of `rows`, into `out`: the hot loop
-/// of the quantised scan. `multiversion` compiles it for AVX2 too and picks
-/// that copy at run time where the CPU has it (1.5x in a probe), with no
-/// unsafe code here.
+/// The int8 score (before scaling) of each row-major row of `rows`.
 #[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
-fn int8_scores(rows: &[i8], dim: usize, query: &[i8], scales: &[f32], out: &mut [f32]) {
-    for ((row, scale), score) in rows.chunks_exact(dim).zip(scales).zip(out.iter_mut()) {
-        *score = dot_i8(row, query) as f32 * scale;
+fn tail_scores(rows: &[i8], dim: usize, query: &[i8], out: &mut Vec<i32>) {
+    out.clear();
+    out.extend(rows.chunks_exact(dim).map(|row| dot_i8(row, query)));
+}
+
+/// Rows per full block of the int8 copy. A full block is stored dimension
+/// by dimension (each dimension's `BLOCK` values contiguous), so a query
+/// reads only the dimensions where it is non-zero (the hashing embedder's
+/// queries are about one in eight), in runs long enough (4 KB) that the
+/// memory's latency is paid once a run, not once a row.
+pub const BLOCK: usize = 4096;
+
+/// The int8 scores (before scaling) of one full block's rows, into `acc`:
+/// for each non-zero query dimension `(j, q)`, `acc[r] += column_j[r] * q`.
+/// Dimensions go in pairs, whose two products fit in i16 together (at most
+/// 2 * 127 * 127), so the loop multiplies and adds 16 bits wide before
+/// widening. `multiversion` compiles it for AVX2 too and picks that copy at
+/// run time where the CPU has it, with no unsafe code here.
+#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+fn block_scores(block: &[i8], terms: &[(usize, i16)], acc: &mut [i32]) {
+    let acc: &mut [i32; BLOCK] = acc.try_into().expect("one block of accumulators");
+    acc.fill(0);
+    let column = |j: usize| -> &[i8; BLOCK] {
+        block[j * BLOCK..(j + 1) * BLOCK]
+            .try_into()
+            .expect("a whole column")
+    };
+    let mut pairs = terms.chunks_exact(2);
+    for pair in &mut pairs {
+        let ((j1, q1), (j2, q2)) = (pair[0], pair[1]);
+        let (c1, c2) = (column(j1), column(j2));
+        for r in 0..BLOCK {
+            acc[r] += i32::from(i16::from(c1[r]) * q1 + i16::from(c2[r]) * q2);
+        }
+    }
+    for &(j, q) in pairs.remainder() {
+        let c = column(j);
+        for r in 0..BLOCK {
+            acc[r] += i32::from(i16::from(c[r]) * q);
+        }
     }
 }
 
-/// [`int8_scores`] of every row, split over the cores for a large matrix.
-fn all_int8_scores(rows: &[i8], dim: usize, query: &[i8], scales: &[f32]) -> Vec<f32> {
-    let mut out = vec![0f32; scales.len()];
-    let threads = crate::parallel::thread_count();
-    if threads > 1 && rows.len() >= PARALLEL_MIN_VALUES {
-        let per = scales.len().div_ceil(threads);
-        thread::scope(|s| {
-            for (t, part) in out.chunks_mut(per).enumerate() {
-                let start = t * per;
-                let end = start + part.len();
-                let (rows, scales) = (&rows[start * dim..end * dim], &scales[start..end]);
-                s.spawn(move || int8_scores(rows, dim, query, scales, part));
-            }
-        });
-    } else {
-        int8_scores(rows, dim, query, scales, &mut out);
-    }
-    out
+/// The best `k` offered so far, rows offered in increasing order: a score
+/// must beat the worst kept (an equal one is the later row, so worse), one
+/// float comparison for most rows.
+struct Best {
+    k: usize,
+    heap: BinaryHeap<Scored>,
+    floor: f32,
 }
 
-/// Rows of one width, kept twice: float32 for exact scores, and int8 with a
-/// scale per row for a scan a quarter the size. Removing a row moves the
-/// last one into its place (the caller's row ids do the same).
+impl Best {
+    fn new(k: usize) -> Self {
+        Self {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+            floor: f32::NEG_INFINITY,
+        }
+    }
+
+    #[inline]
+    fn offer(&mut self, score: f32, row: usize) {
+        if self.k == 0 || (self.heap.len() == self.k && score <= self.floor) {
+            return;
+        }
+        self.heap.push(Scored(score, row));
+        if self.heap.len() > self.k {
+            self.heap.pop();
+        }
+        if self.heap.len() == self.k {
+            self.floor = self.heap.peek().map_or(f32::NEG_INFINITY, |worst| worst.0);
+        }
+    }
+}
+
+/// A query quantised as the rows are, and its non-zero dimensions.
+struct Quantised {
+    values: Vec<i8>,
+    terms: Vec<(usize, i16)>,
+}
+
+impl Quantised {
+    fn new(query: &[f32]) -> Self {
+        let mut values = vec![0i8; query.len()];
+        quantise(query, &mut values);
+        let terms = values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != 0)
+            .map(|(j, v)| (j, i16::from(*v)))
+            .collect();
+        Self { values, terms }
+    }
+}
+
+/// Rows of one width, kept twice: float32 (row by row) for exact scores,
+/// and int8 with a scale per row for a scan a quarter the size or less.
+/// The int8 rows are in full blocks of [`BLOCK`] rows stored column by
+/// column, and a tail of fewer than `BLOCK` rows stored row by row (so a
+/// small index holds no padding). Removing a row moves the last one into
+/// its place (the caller's row ids do the same).
 #[derive(Debug, Default)]
 pub struct VectorIndex {
     dim: usize,
     exact: Vec<f32>,
-    quantised: Vec<i8>,
+    blocks: Vec<i8>,
+    tail: Vec<i8>,
     scales: Vec<f32>,
 }
 
@@ -189,6 +255,27 @@ fn quantise(row: &[f32], out: &mut [i8]) -> f32 {
         *q = (v * 127.0 / largest).round() as i8;
     }
     largest / 127.0
+}
+
+/// Row-major rows into one column-major block, and back.
+fn to_columns(rows: &[i8], dim: usize) -> Vec<i8> {
+    let mut out = vec![0i8; rows.len()];
+    for (r, row) in rows.chunks_exact(dim).enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            out[j * BLOCK + r] = *v;
+        }
+    }
+    out
+}
+
+fn to_rows(block: &[i8], dim: usize) -> Vec<i8> {
+    let mut out = vec![0i8; block.len()];
+    for (r, row) in out.chunks_exact_mut(dim).enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = block[j * BLOCK + r];
+        }
+    }
+    out
 }
 
 impl VectorIndex {
@@ -211,36 +298,71 @@ impl VectorIndex {
         self.scales.is_empty()
     }
 
+    /// Rows held in full blocks.
+    fn in_blocks(&self) -> usize {
+        self.blocks.len() / self.dim.max(1)
+    }
+
+    /// Writes row `index`'s int8 values where it is held.
+    fn put_quantised(&mut self, index: usize, values: &[i8]) {
+        let d = self.dim;
+        let full = self.in_blocks();
+        if index < full {
+            let (block, r) = (index / BLOCK, index % BLOCK);
+            let base = block * d * BLOCK + r;
+            for (j, v) in values.iter().enumerate() {
+                self.blocks[base + j * BLOCK] = *v;
+            }
+        } else {
+            let at = (index - full) * d;
+            self.tail[at..at + d].copy_from_slice(values);
+        }
+    }
+
     /// Appends `rows` (a whole number of rows).
     pub fn extend(&mut self, rows: &[f32]) {
         assert!(rows.len().is_multiple_of(self.dim.max(1)), "whole rows");
-        for row in rows.chunks_exact(self.dim) {
+        let d = self.dim;
+        let mut values = vec![0i8; d];
+        for row in rows.chunks_exact(d) {
             self.exact.extend_from_slice(row);
-            let at = self.quantised.len();
-            self.quantised.resize(at + self.dim, 0);
-            let scale = quantise(row, &mut self.quantised[at..]);
-            self.scales.push(scale);
+            self.scales.push(quantise(row, &mut values));
+            self.tail.extend_from_slice(&values);
+            if self.tail.len() == d * BLOCK {
+                let block = to_columns(&self.tail, d);
+                self.blocks.extend_from_slice(&block);
+                self.tail.clear();
+            }
         }
     }
 
     /// Replaces row `index`.
     pub fn set(&mut self, index: usize, row: &[f32]) {
         let span = index * self.dim..(index + 1) * self.dim;
-        self.exact[span.clone()].copy_from_slice(row);
-        self.scales[index] = quantise(row, &mut self.quantised[span]);
+        self.exact[span].copy_from_slice(row);
+        let mut values = vec![0i8; self.dim];
+        self.scales[index] = quantise(row, &mut values);
+        self.put_quantised(index, &values);
     }
 
     /// Removes row `index`, moving the last row into its place.
     pub fn swap_remove(&mut self, index: usize) {
+        let d = self.dim;
+        if self.tail.is_empty() {
+            // The last row is in the last full block: that block becomes the tail.
+            let from = self.blocks.len() - d * BLOCK;
+            self.tail = to_rows(&self.blocks[from..], d);
+            self.blocks.truncate(from);
+        }
         let last = self.len() - 1;
+        let moved = self.tail.split_off(self.tail.len() - d);
         if index != last {
-            let (d, from) = (self.dim, last * self.dim);
+            let from = last * d;
             self.exact.copy_within(from..from + d, index * d);
-            self.quantised.copy_within(from..from + d, index * d);
+            self.put_quantised(index, &moved);
             self.scales[index] = self.scales[last];
         }
-        self.exact.truncate(last * self.dim);
-        self.quantised.truncate(last * self.dim);
+        self.exact.truncate(last * d);
         self.scales.truncate(last);
     }
 
@@ -262,14 +384,101 @@ impl VectorIndex {
         top_k_f32(&self.exact, self.dim, query, k)
     }
 
+    /// Each int8 score of blocks `blocks` (then of the tail, if `tail`),
+    /// scaled, handed to `each` in row order.
+    fn each_quantised(
+        &self,
+        q: &Quantised,
+        blocks: std::ops::Range<usize>,
+        tail: bool,
+        mut each: impl FnMut(f32, usize),
+    ) {
+        let span = self.dim * BLOCK;
+        let mut acc = vec![0i32; BLOCK];
+        for block in blocks {
+            block_scores(
+                &self.blocks[block * span..(block + 1) * span],
+                &q.terms,
+                &mut acc,
+            );
+            let first = block * BLOCK;
+            for (r, (a, scale)) in acc
+                .iter()
+                .zip(&self.scales[first..first + BLOCK])
+                .enumerate()
+            {
+                each(*a as f32 * scale, first + r);
+            }
+        }
+        if tail && !self.tail.is_empty() {
+            tail_scores(&self.tail, self.dim, &q.values, &mut acc);
+            let first = self.in_blocks();
+            for (r, (a, scale)) in acc.iter().zip(&self.scales[first..]).enumerate() {
+                each(*a as f32 * scale, first + r);
+            }
+        }
+    }
+
+    /// The int8 score of every row for `query` (quantised as the rows are):
+    /// the sum of products in i32, times the row's scale.
+    pub fn quantised_scores(&self, query: &[f32]) -> Vec<f32> {
+        let q = Quantised::new(query);
+        let mut out = Vec::with_capacity(self.len());
+        self.each_quantised(&q, 0..self.in_blocks() / BLOCK, true, |score, _| {
+            out.push(score);
+        });
+        out
+    }
+
+    /// The `candidates` best rows by int8 score, best first (ties: the
+    /// earlier row), the blocks split over the cores for a large index.
+    pub fn quantised_best(&self, query: &[f32], candidates: usize) -> Vec<(usize, f32)> {
+        let q = Quantised::new(query);
+        let blocks = self.in_blocks() / BLOCK;
+        let threads = crate::parallel::thread_count();
+        // The work is the columns the query reads, not the whole matrix.
+        let mut best =
+            if threads > 1 && blocks >= 2 && self.len() * q.terms.len() >= PARALLEL_MIN_VALUES {
+                let per = blocks.div_ceil(threads);
+                let q = &q;
+                let parts: Vec<BinaryHeap<Scored>> = thread::scope(|s| {
+                    let handles: Vec<_> = (0..threads)
+                        .map(|t| {
+                            let range = (t * per).min(blocks)..((t + 1) * per).min(blocks);
+                            s.spawn(move || {
+                                let mut best = Best::new(candidates);
+                                self.each_quantised(q, range, t + 1 == threads, |score, row| {
+                                    best.offer(score, row);
+                                });
+                                best.heap
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("a scan thread does not panic"))
+                        .collect()
+                });
+                let mut all = BinaryHeap::with_capacity(candidates + 1);
+                for item in parts.into_iter().flatten() {
+                    keep(&mut all, candidates, item);
+                }
+                all
+            } else {
+                let mut best = Best::new(candidates);
+                self.each_quantised(&q, 0..blocks, true, |score, row| best.offer(score, row));
+                best.heap
+            };
+        let mut out: Vec<Scored> = std::iter::from_fn(|| best.pop()).collect();
+        out.reverse();
+        out.into_iter().map(|Scored(s, i)| (i, s)).collect()
+    }
+
     /// The best `k` by the int8 scan of `candidates` rows, then rescored
     /// exactly: the same answer as [`top_k`](Self::top_k) unless the
     /// quantisation moved a row out of the candidates.
     pub fn top_k_quantised(&self, query: &[f32], k: usize, candidates: usize) -> Vec<(usize, f32)> {
-        let mut q = vec![0i8; self.dim];
-        quantise(query, &mut q);
-        let scores = all_int8_scores(&self.quantised, self.dim, &q, &self.scales);
-        let rough = scan(&scores, 1, candidates.max(k), |score| score[0]);
+        let rough = self.quantised_best(query, candidates.max(k));
         let mut exact: Vec<(usize, f32)> = rough
             .into_iter()
             .map(|(i, _)| (i, dot(&self.exact[i * self.dim..(i + 1) * self.dim], query)))
@@ -298,8 +507,6 @@ mod tests {
         let matrix = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.5, 0.5];
         let found = top_k_f32(&matrix, 2, &[1.0, 0.0], 3);
         assert_eq!(found, [(0, 1.0), (2, 1.0), (3, 0.5)]);
-        let quantised = [10i8, 0, 0, 10, 10, 0];
-        assert_eq!(top_k_i8(&quantised, 2, &[0, 1], 1), [(1, 10.0)]);
         assert!(top_k_f32(&[], 2, &[1.0, 0.0], 3).is_empty());
     }
 
@@ -307,23 +514,151 @@ mod tests {
     fn parallel_scan_agrees_with_one_thread() {
         let dim = 16;
         let rows = PARALLEL_MIN_VALUES / dim + 7;
-        let matrix: Vec<i8> = (0..rows * dim).map(|i| ((i * 7919) % 255) as i8).collect();
-        let query: Vec<i8> = (0..dim).map(|i| (i as i8) - 8).collect();
-        let found = top_k_i8(&matrix, dim, &query, 5);
+        let matrix: Vec<f32> = (0..rows * dim)
+            .map(|i| ((i * 7919) % 255) as f32 - 127.0)
+            .collect();
+        let query: Vec<f32> = (0..dim).map(|i| i as f32 - 8.0).collect();
+        let found = top_k_f32(&matrix, dim, &query, 5);
         let mut all: Vec<(usize, f32)> = matrix
             .chunks_exact(dim)
             .enumerate()
-            .map(|(i, r)| {
-                (
-                    i,
-                    r.iter()
-                        .zip(&query)
-                        .map(|(a, b)| i32::from(*a) * i32::from(*b))
-                        .sum::<i32>() as f32,
-                )
-            })
+            .map(|(i, r)| (i, r.iter().zip(&query).map(|(a, b)| a * b).sum::<f32>()))
             .collect();
         all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         assert_eq!(found, all[..5]);
+    }
+
+    /// A small deterministic generator (no dependency for tests).
+    fn values(seed: u64, n: usize) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // One value in four is zero, as in a sparse embedding.
+                if x.is_multiple_of(4) {
+                    0.0
+                } else {
+                    (x % 2001) as f32 / 1000.0 - 1.0
+                }
+            })
+            .collect()
+    }
+
+    /// The int8 score of each row, row by row: what the columns must give.
+    fn row_scores(rows: &[f32], dim: usize, query: &[f32]) -> Vec<f32> {
+        let mut q = vec![0i8; dim];
+        quantise(query, &mut q);
+        rows.chunks_exact(dim)
+            .map(|row| {
+                let mut r = vec![0i8; dim];
+                let scale = quantise(row, &mut r);
+                r.iter()
+                    .zip(&q)
+                    .map(|(a, b)| i32::from(*a) * i32::from(*b))
+                    .sum::<i32>() as f32
+                    * scale
+            })
+            .collect()
+    }
+
+    #[test]
+    fn column_scores_equal_the_row_by_row_int8_scores() {
+        for (dim, rows) in [
+            (3, 1),
+            (16, BLOCK - 1),
+            (16, BLOCK),
+            (17, BLOCK + 1),
+            (64, 3 * BLOCK + 5),
+        ] {
+            let matrix = values(dim as u64, rows * dim);
+            let mut index = VectorIndex::new(dim);
+            index.extend(&matrix);
+            for seed in 0..4 {
+                let mut query = values(100 + seed, dim);
+                if seed == 3 {
+                    query.iter_mut().skip(1).for_each(|v| *v = 0.0); // one term
+                }
+                assert_eq!(
+                    index.quantised_scores(&query),
+                    row_scores(&matrix, dim, &query)
+                );
+            }
+        }
+        let index = VectorIndex::new(8);
+        assert!(index.quantised_scores(&[0.0; 8]).is_empty());
+    }
+
+    #[test]
+    fn set_and_swap_remove_keep_the_columns_in_step() {
+        let dim = 12;
+        let mut rows: Vec<Vec<f32>> = (0..2 * BLOCK + 3).map(|i| values(i as u64, dim)).collect();
+        let mut index = VectorIndex::new(dim);
+        index.extend(&rows.concat());
+        for (step, at) in [5usize, 2 * BLOCK + 2, 0, BLOCK, 17]
+            .into_iter()
+            .enumerate()
+        {
+            let at = at.min(rows.len() - 1);
+            if step % 2 == 0 {
+                index.swap_remove(at);
+                rows.swap_remove(at);
+            } else {
+                let row = values(1000 + step as u64, dim);
+                index.set(at, &row);
+                rows[at] = row;
+            }
+        }
+        while rows.len() > BLOCK - 2 {
+            index.swap_remove(0); // empties the last blocks
+            rows.swap_remove(0);
+        }
+        let query = values(99, dim);
+        assert_eq!(index.len(), rows.len());
+        assert_eq!(
+            index.quantised_scores(&query),
+            row_scores(&rows.concat(), dim, &query)
+        );
+        assert_eq!(index.blocks.len(), rows.len() / BLOCK * dim * BLOCK);
+        assert_eq!(index.tail.len(), rows.len() % BLOCK * dim);
+        let exact = index.top_k(&query, 3);
+        assert_eq!(index.top_k_quantised(&query, 3, rows.len()), exact);
+    }
+
+    /// The candidates as the scores sorted: best first, ties by row.
+    fn sorted_best(index: &VectorIndex, query: &[f32], candidates: usize) -> Vec<(usize, f32)> {
+        let mut all: Vec<(usize, f32)> = index
+            .quantised_scores(query)
+            .into_iter()
+            .enumerate()
+            .collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        all.truncate(candidates);
+        all
+    }
+
+    #[test]
+    fn the_best_candidates_are_the_best_scores_on_one_thread_or_several() {
+        // Small scores repeat, so ties are broken by row across the threads' parts.
+        let large = PARALLEL_MIN_VALUES / 8 + 5; // with 3 in 4 dimensions non-zero: split
+        for (dim, rows) in [(4, 10), (8, 3 * BLOCK + 17), (32, large)] {
+            let matrix: Vec<f32> = values(dim as u64 + 50, rows * dim)
+                .into_iter()
+                .map(|v| (v * 4.0).round())
+                .collect();
+            let mut index = VectorIndex::new(dim);
+            index.extend(&matrix);
+            let query = values(3, dim);
+            if rows == large {
+                assert!(rows * Quantised::new(&query).terms.len() >= PARALLEL_MIN_VALUES);
+            }
+            for candidates in [0, 1, 7, 64] {
+                assert_eq!(
+                    index.quantised_best(&query, candidates),
+                    sorted_best(&index, &query, candidates)
+                );
+            }
+        }
     }
 }

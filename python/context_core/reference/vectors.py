@@ -1,0 +1,99 @@
+"""The twin of the store's vector index (``context_core._core._VectorIndex``),
+written from its contract in numpy, for the differential tests.
+
+Rows are kept in float32. The int8 copy quantises each row by its largest
+magnitude (``round(v * 127 / largest)``, halves away from zero, scale
+``largest / 127``); an int8 score is the exact integer dot product with the
+query quantised the same way, as float32, times the row's scale. The
+quantised search keeps the ``candidates`` best int8 scores (ties: the
+earlier row) and rescores them exactly. Exact scores are float32 dot
+products summed as the Rust side sums them: eight lanes over the whole
+groups of eight, the lanes added in order, then the rest; so the two agree
+bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["VectorIndex", "quantise"]
+
+F32 = np.float32
+
+
+def quantise(rows: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """Each row's int8 values (as int64) and scale (``rows``: 2-D)."""
+    rows = np.asarray(rows, dtype=F32)
+    largest = np.abs(rows).max(axis=1, initial=F32(0)).astype(F32)
+    safe = np.where(largest == 0, F32(1), largest).astype(F32)
+    scaled = (rows * F32(127.0)).astype(F32) / safe[:, None]
+    values = (np.sign(scaled) * np.floor(np.abs(scaled) + F32(0.5))).astype(np.int64)
+    values[largest == 0] = 0
+    scales = np.where(largest == 0, F32(0), largest / F32(127.0)).astype(F32)
+    return values, scales
+
+
+def _dots(rows: npt.NDArray[np.float32], query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """Float32 dot products in the Rust order of summation."""
+    n, dim = rows.shape
+    head = dim - dim % 8
+    lanes = np.zeros((n, 8), dtype=F32)
+    for at in range(0, head, 8):
+        lanes += rows[:, at : at + 8] * query[at : at + 8]
+    total = np.zeros(n, dtype=F32)
+    for lane in range(8):
+        total += lanes[:, lane]
+    tail = np.zeros(n, dtype=F32)
+    for at in range(head, dim):
+        tail += rows[:, at] * query[at]
+    return (total + tail).astype(F32)
+
+
+def _best(scores: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
+    """The ``k`` highest, ties by the earlier row."""
+    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))[:k]
+    return [(i, float(scores[i])) for i in order]
+
+
+class VectorIndex:
+    """Rows of one width; removing a row moves the last one into its place."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.rows = np.zeros((0, dim), dtype=F32)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def extend(self, rows: npt.NDArray[np.float32]) -> None:
+        self.rows = np.concatenate([self.rows, np.asarray(rows, dtype=F32).reshape(-1, self.dim)])
+
+    def set(self, index: int, row: npt.NDArray[np.float32]) -> None:
+        self.rows[index] = row
+
+    def swap_remove(self, index: int) -> None:
+        self.rows[index] = self.rows[-1]
+        self.rows = self.rows[:-1]
+
+    def scores(self, query: npt.NDArray[np.float32], rows: list[int]) -> list[float]:
+        return [float(s) for s in _dots(self.rows[rows], np.asarray(query, dtype=F32))]
+
+    def top_k(self, query: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
+        return _best(_dots(self.rows, np.asarray(query, dtype=F32)), k)
+
+    def quantised_scores(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        if not len(self.rows):
+            return np.zeros(0, dtype=F32)
+        values, scales = quantise(self.rows)
+        q, _ = quantise(np.asarray(query, dtype=F32)[None, :])
+        scores: npt.NDArray[np.float32] = ((values @ q[0]).astype(F32) * scales).astype(F32)
+        return scores
+
+    def top_k_quantised(
+        self, query: npt.NDArray[np.float32], k: int, candidates: int
+    ) -> list[tuple[int, float]]:
+        rough = [i for i, _ in _best(self.quantised_scores(query), max(candidates, k))]
+        exact = _dots(self.rows[rough], np.asarray(query, dtype=F32)) if rough else np.zeros(0, F32)
+        rescored = sorted(zip(rough, exact, strict=True), key=lambda p: (-float(p[1]), p[0]))
+        return [(i, float(s)) for i, s in rescored[:k]]

@@ -1,0 +1,95 @@
+"""The store's vector index in Rust against its numpy twin
+(``context_core.reference.vectors``): exact and int8 top-k, after appends,
+replacements and removals, on row counts around the int8 copy's block of
+4,096 rows and on sparse queries (most dimensions zero, as the hashing
+embedder's are) and dense ones. Both sides must agree exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_core._core import _VectorIndex
+from context_core.reference.vectors import VectorIndex
+
+BLOCK = 4096
+
+
+def _rows(rng: np.random.Generator, n: int, dim: int, zeros: float) -> np.ndarray:
+    rows = rng.standard_normal((n, dim)).astype(np.float32)
+    rows[rng.random((n, dim)) < zeros] = 0
+    if n:
+        rows[rng.integers(0, n)] = 0  # an all-zero row
+    return rows
+
+
+def _agree(ours: _VectorIndex, twin: VectorIndex, query: np.ndarray, k: int, candidates: int) -> None:
+    q = query.astype(np.float32).tobytes()
+    assert ours.top_k(q, k) == twin.top_k(query, k)
+    assert ours.top_k(q, k, candidates) == twin.top_k_quantised(query, k, candidates)
+    some = list(range(0, len(twin), max(1, len(twin) // 7)))
+    assert ours.scores(q, some) == twin.scores(query, some)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 24),
+    st.sampled_from([0, 1, 9, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 3]),
+    st.lists(st.tuples(st.sampled_from(["set", "remove", "extend"]), st.integers(0, 10**6)), max_size=6),
+    st.floats(0.0, 0.95),
+    st.integers(1, 12),
+    st.integers(1, 80),
+)
+def test_the_index_agrees_with_its_twin(seed, dim, n, steps, sparsity, k, candidates):
+    rng = np.random.default_rng(seed)
+    ours, twin = _VectorIndex(dim), VectorIndex(dim)
+    rows = _rows(rng, n, dim, 0.3)
+    ours.extend(rows.tobytes())
+    twin.extend(rows)
+    for step, at in steps:
+        if step == "extend":
+            more = _rows(rng, 1 + at % 40, dim, 0.3)
+            ours.extend(more.tobytes())
+            twin.extend(more)
+        elif len(twin) and step == "set":
+            row = _rows(rng, 1, dim, 0.3)[0]
+            ours.set(at % len(twin), row.tobytes())
+            twin.set(at % len(twin), row)
+        elif len(twin):
+            ours.swap_remove(at % len(twin))
+            twin.swap_remove(at % len(twin))
+    assert len(ours) == len(twin)
+    query = _rows(rng, 1, dim, sparsity)[0] if len(twin) else rng.standard_normal(dim).astype(np.float32)
+    _agree(ours, twin, query, k, candidates)
+
+
+def test_a_large_index_split_over_the_cores_agrees_with_its_twin():
+    """Enough rows times query dimensions that the scan runs on several threads."""
+    rng = np.random.default_rng(5)
+    dim = 64
+    rows = _rows(rng, 40_000, dim, 0.3)
+    ours, twin = _VectorIndex(dim), VectorIndex(dim)
+    ours.extend(rows.tobytes())
+    twin.extend(rows)
+    for sparsity in (0.0, 0.5, 0.9):
+        _agree(ours, twin, _rows(rng, 1, dim, sparsity)[0], 8, 64)
+    # Ties: rows that are copies of one another score alike and go by row.
+    copies = np.repeat(rows[:3], 5000, axis=0)
+    ours.extend(copies.tobytes())
+    twin.extend(copies)
+    _agree(ours, twin, rows[1], 8, 64)
+
+
+def test_quantising_rounds_halves_away_from_zero():
+    """127 * 0.5 / 127 is exactly one half: it rounds to 1, not to 0 (the
+    even neighbour), so the second row is the one int8 candidate."""
+    rows = np.array([[127.0, 0.4, 0.0], [127.0, 0.5, 0.0], [127.0, -2.5, 0.0]], dtype=np.float32)
+    ours, twin = _VectorIndex(3), VectorIndex(3)
+    ours.extend(rows.tobytes())
+    twin.extend(rows)
+    query = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+    assert ours.top_k(query.tobytes(), 1, 1) == twin.top_k_quantised(query, 1, 1) == [(1, 0.5)]
+    assert twin.quantised_scores(-query)[2] == 3 * 127  # -2.5 -> -3: away from zero both ways
+    assert ours.top_k((-query).tobytes(), 1, 1) == [(2, 2.5)]
