@@ -17,9 +17,11 @@ from context_core import (
     OverBudgetError,
     PriorityAssembly,
     ShapeHistory,
+    Tokenizer,
     WeightedWindow,
     _log_selection,
 )
+from context_core._core import LOG_CACHED_BYTES
 from context_core._log_selection import count_cut_results, from_view
 
 BUDGETS = [2_000, 8_000, 32_000, 10**9]
@@ -370,3 +372,23 @@ def test_huge_turn_counts_report_the_turns_a_list_reports(tmp_path):
                 same_choice(log, lambda source, b, now, p=policy: p.select(source, b), budget, None)
                 turns.add(policy.select(log, budget).turns)
             assert len(turns) >= 2  # both passes were taken
+
+
+def test_an_append_leaves_the_count_of_a_long_text_for_selection_to_cap(tmp_path):
+    """A long tool output is capped by selection, and the cap needs its
+    whole count: the log's append leaves that count in the shared cache.
+    Short texts (most of a log) are counted without it."""
+    tokenizer = Tokenizer()
+    tokenizer.cache_clear()
+    log = MessageLog.open(tmp_path / "log", create=True)
+    long_text = "".join(f"row {i}: order A-{i:05d} refunded\n" for i in range(LOG_CACHED_BYTES // 20))
+    short_text = "a short tool output, " * ((LOG_CACHED_BYTES - 1) // 21)
+    assert len(long_text) >= LOG_CACHED_BYTES > len(short_text) >= 256
+    log.append({"role": "user", "content": short_text})
+    assert tokenizer.cache_info().size == 0
+    log.append({"role": "user", "content": long_text})
+    assert tokenizer.cache_info().size == 1
+    before = tokenizer.cache_info()
+    assert tokenizer.count_messages([{"role": "user", "content": long_text}]) > 0
+    assert tokenizer.cache_info().hits == before.hits + 1
+    log.close()

@@ -27,6 +27,7 @@ MIN_CACHED_BYTES: Final[int]
 SUMMARY_PREFIX: Final[str]
 SEGMENT_PREFIX: Final[str]
 SEGMENTS_KEPT: Final[int]
+LOG_CACHED_BYTES: Final[int]
 ECHO_MARKERS: Final[list[str]]
 PARALLEL_MIN_BYTES: Final[int]
 

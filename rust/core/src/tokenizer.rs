@@ -17,8 +17,9 @@ pub const DROPPED_PLACEHOLDER: &str = "{dropped}";
 #[derive(Clone, Copy)]
 pub struct Tokenizer {
     engine: &'static Engine,
-    /// Whether cached counts go through the encoding's shared count cache.
-    cached: bool,
+    /// Texts of at least this many bytes go through the encoding's shared
+    /// count cache (`usize::MAX`: none).
+    cache_from: usize,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -32,13 +33,17 @@ impl Tokenizer {
     pub fn new(encoding: Encoding) -> Self {
         Self {
             engine: engine(encoding),
-            cached: true,
+            cache_from: 0,
         }
     }
 
     /// Whether counts go through the shared count cache (see [`Tokenizer::uncached`]).
     pub fn caches(&self) -> bool {
-        self.cached
+        self.cache_from != usize::MAX
+    }
+
+    fn cached_for(&self, text: &str) -> bool {
+        text.len() >= self.cache_from
     }
 
     /// This tokenizer, counting without the shared count cache: for texts
@@ -48,7 +53,19 @@ impl Tokenizer {
     #[must_use]
     pub fn uncached(self) -> Self {
         Self {
-            cached: false,
+            cache_from: usize::MAX,
+            ..self
+        }
+    }
+
+    /// This tokenizer, caching only the counts of texts of at least `bytes`
+    /// (and [`MIN_CACHED_BYTES`](crate::MIN_CACHED_BYTES)): a log's appends
+    /// leave behind the counts of long tool outputs, which selection needs
+    /// again to cap them, and few enough not to evict the rest.
+    #[must_use]
+    pub fn cached_from(self, bytes: usize) -> Self {
+        Self {
+            cache_from: bytes,
             ..self
         }
     }
@@ -107,7 +124,7 @@ impl Tokenizer {
 
     /// `count(text)` through the per-encoding count cache.
     pub fn count_cached(&self, text: &str) -> usize {
-        if !self.cached {
+        if !self.cached_for(text) {
             return self.engine.count(text);
         }
         self.engine
@@ -117,7 +134,7 @@ impl Tokenizer {
 
     /// `count_cached(text)` with its [`text_key`](crate::text_key) already computed.
     pub fn count_keyed(&self, text: &str, key: u128) -> usize {
-        if text.len() < crate::MIN_CACHED_BYTES || !self.cached {
+        if text.len() < crate::MIN_CACHED_BYTES || !self.cached_for(text) {
             return self.engine.count(text);
         }
         self.engine
@@ -128,7 +145,7 @@ impl Tokenizer {
     /// `count_cached` of a string value's text, under the value's own
     /// [`JsonValue::text_key`].
     pub fn count_str_value<J: crate::JsonValue>(&self, value: &J, text: &str) -> usize {
-        if !self.cached {
+        if !self.cached_for(text) {
             return self.engine.count(text);
         }
         match value
