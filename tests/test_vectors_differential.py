@@ -24,10 +24,14 @@ def _rows(rng: np.random.Generator, n: int, dim: int, zeros: float) -> np.ndarra
     return rows
 
 
-def _agree(ours: _VectorIndex, twin: VectorIndex, query: np.ndarray, k: int, candidates: int) -> None:
+def _agree(
+    ours: _VectorIndex, twin: VectorIndex, query: np.ndarray, k: int, candidates: int, mask: int | None = None
+) -> None:
     q = query.astype(np.float32).tobytes()
     assert ours.top_k(q, k) == twin.top_k(query, k)
     assert ours.top_k(q, k, candidates) == twin.top_k_quantised(query, k, candidates)
+    assert ours.top_k(q, k, None, mask) == twin.top_k(query, k, mask)
+    assert ours.top_k(q, k, candidates, mask) == twin.top_k_quantised(query, k, candidates, mask)
     some = list(range(0, len(twin), max(1, len(twin) // 7)))
     assert ours.scores(q, some) == twin.scores(query, some)
 
@@ -41,28 +45,30 @@ def _agree(ours: _VectorIndex, twin: VectorIndex, query: np.ndarray, k: int, can
     st.floats(0.0, 0.95),
     st.integers(1, 12),
     st.integers(1, 80),
+    st.integers(0, 7),
 )
-def test_the_index_agrees_with_its_twin(seed, dim, n, steps, sparsity, k, candidates):
+def test_the_index_agrees_with_its_twin(seed, dim, n, steps, sparsity, k, candidates, mask):
     rng = np.random.default_rng(seed)
     ours, twin = _VectorIndex(dim), VectorIndex(dim)
     rows = _rows(rng, n, dim, 0.3)
-    ours.extend(rows.tobytes())
-    twin.extend(rows)
+    tags = [int(t) for t in rng.integers(0, 3, n)]
+    ours.extend(rows.tobytes(), bytes(tags))
+    twin.extend(rows, tags)
     for step, at in steps:
         if step == "extend":
             more = _rows(rng, 1 + at % 40, dim, 0.3)
-            ours.extend(more.tobytes())
+            ours.extend(more.tobytes())  # tagged 0
             twin.extend(more)
         elif len(twin) and step == "set":
             row = _rows(rng, 1, dim, 0.3)[0]
-            ours.set(at % len(twin), row.tobytes())
-            twin.set(at % len(twin), row)
+            ours.set(at % len(twin), row.tobytes(), at % 3)
+            twin.set(at % len(twin), row, at % 3)
         elif len(twin):
             ours.swap_remove(at % len(twin))
             twin.swap_remove(at % len(twin))
     assert len(ours) == len(twin)
     query = _rows(rng, 1, dim, sparsity)[0] if len(twin) else rng.standard_normal(dim).astype(np.float32)
-    _agree(ours, twin, query, k, candidates)
+    _agree(ours, twin, query, k, candidates, mask)
 
 
 def test_a_large_index_split_over_the_cores_agrees_with_its_twin():

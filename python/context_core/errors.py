@@ -40,6 +40,7 @@ __all__ = [
     "OverBudgetError",
     "PromptCacheWarning",
     "StoreBusyError",
+    "StoreStorageError",
     "StoreVersionError",
     "UnknownEncodingError",
     "UnknownModelError",
@@ -345,6 +346,17 @@ class EmbeddingError(InvalidInputError):
 class StoreBusyError(ContextCoreError, TimeoutError):
     """Other processes held the memory store's database for longer than its
     busy timeout; the call changed nothing. ``path`` is the database."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreStorageError(ContextCoreError, sqlite3.DatabaseError):
+    """The memory store's database could not be opened, read or written:
+    not a database, a directory, a damaged file, a full disk, an I/O
+    error. A failed write changed nothing (its transaction rolled back).
+    ``path`` is the database; the SQLite error is the cause."""
 
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)

@@ -30,12 +30,19 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from context_core._core import Tokenizer, _entities, _entities_many
-from context_core.errors import EmbeddingError, InvalidInputError, InvalidTypeError, StoreBusyError
+from context_core.errors import (
+    ContextCoreError,
+    EmbeddingError,
+    InvalidInputError,
+    InvalidTypeError,
+    StoreBusyError,
+    StoreStorageError,
+)
 from context_core.memory_store import ranking
 from context_core.memory_store.checks import check_str as _check_str
 from context_core.memory_store.checks import check_unit as _check_unit
@@ -58,6 +65,16 @@ __all__ = ["KINDS", "ForgetReport", "Hit", "Memory", "MemoryStore", "search_term
 #: Rows from which a search scans the int8 copy of the vectors (then
 #: rescores its candidates exactly) rather than every float32 row.
 QUANTISE_FROM = 20_000
+
+#: The most hits one search returns.
+MAX_K = 100_000
+
+#: An entity named by at most this many memories brings every one of them
+#: into the search, whatever their vector scores: a rare id or path is
+#: never lost. One named by more (a common name, ``AWS``) counts only for
+#: the memories the vector and keyword searches found, so a search never
+#: reads thousands of rows for it.
+ENTITY_MATCHES = 256
 
 #: Searches count accesses in memory and write them together, in the next
 #: write or once this many memories are pending or this many seconds (by
@@ -224,10 +241,16 @@ def _search_arguments(
     """:meth:`MemoryStore.search`'s arguments, checked (``namespace`` as its keys)."""
     query = _check_str(query, "query")
     namespace = namespace_keys(namespace)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise InvalidInputError(f"k must be a positive int, not {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInputError(f"k must be an int from 1 to {MAX_K:,}, not {k!r}")
     if kinds is not None:
-        kinds = tuple(kinds)
+        if isinstance(kinds, str):
+            kinds = (kinds,)
+        elif not isinstance(kinds, Iterable):
+            raise InvalidTypeError(f"kinds must be kind names, not {type(kinds).__name__}")
+        kinds = tuple(dict.fromkeys(kinds))
+        if not kinds:
+            raise InvalidInputError("kinds must name at least one kind (None: every kind)")
         bad = [x for x in kinds if x not in KINDS]
         if bad:
             raise InvalidInputError(f"kinds must be among {', '.join(KINDS)}, not {bad[0]!r}")
@@ -318,6 +341,11 @@ def _held_keys(
     return texts, digests
 
 
+def _raw_sqlite(error: BaseException) -> TypeGuard[sqlite3.Error]:
+    """An error SQLite raised itself (not one of ours that subclasses it)."""
+    return isinstance(error, sqlite3.Error) and not isinstance(error, ContextCoreError)
+
+
 class MemoryStore:
     """Typed memories in one SQLite file, shared by any number of processes.
 
@@ -347,10 +375,19 @@ class MemoryStore:
             raise InvalidTypeError(
                 f"embedder must have an embed(texts) method, not {type(embedder).__name__}"
             )
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not 0 <= busy_timeout < math.inf
+        ):
+            raise InvalidInputError(f"busy_timeout must be a finite number of seconds, not {busy_timeout!r}")
+        if not callable(clock):
+            raise InvalidTypeError(f"clock must be callable, not {type(clock).__name__}")
         self.path = Path(path)
         self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.clock = clock
-        self.near_duplicate = near_duplicate
+        self.busy_timeout = float(busy_timeout)
+        self.near_duplicate = _check_unit(near_duplicate, "near_duplicate")
         self.tokenizer = tokenizer or Tokenizer("o200k_base")
         self._lock = threading.RLock()
         self._vectors: dict[str, NamespaceVectors] = {}
@@ -364,7 +401,7 @@ class MemoryStore:
             self._db = sqlite3.connect(
                 self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
-        except sqlite3.OperationalError as error:
+        except sqlite3.Error as error:
             raise self._busy(error) from error
         try:
             self._db.execute("PRAGMA journal_mode = WAL")
@@ -375,17 +412,18 @@ class MemoryStore:
             migrate(self._db)
         except BaseException as error:
             self._db.close()
-            if isinstance(error, sqlite3.OperationalError):
+            if _raw_sqlite(error):
                 raise self._busy(error) from error
             raise
         self._dim: int | None = self._read_dim()
 
     # -- plumbing ---------------------------------------------------------
 
-    def _busy(self, error: sqlite3.OperationalError) -> Exception:
-        if "locked" in str(error) or "busy" in str(error):
+    def _busy(self, error: sqlite3.Error) -> Exception:
+        """The library's error for what SQLite raised: busy, or storage."""
+        if isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error)):
             return StoreBusyError(f"{self.path}: {error}", path=str(self.path))
-        return error
+        return StoreStorageError(f"{self.path}: {error}", path=str(self.path))
 
     def _read_dim(self) -> int | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
@@ -396,15 +434,16 @@ class MemoryStore:
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
+            except sqlite3.Error as error:
                 raise self._busy(error) from error
             try:
                 pending = self._write_accesses(self._db)
                 result = work(self._db)
                 self._db.execute("COMMIT")
             except BaseException as error:
-                self._db.execute("ROLLBACK")
-                if isinstance(error, sqlite3.OperationalError):
+                if self._db.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                    self._db.execute("ROLLBACK")
+                if _raw_sqlite(error):
                     raise self._busy(error) from error
                 raise
             for mid in pending:  # written: what came in since stays pending
@@ -429,8 +468,19 @@ class MemoryStore:
             count, _ = self._accesses.get(mid, (0, now))
             self._accesses[mid] = (count + 1, now)
         if len(self._accesses) >= ACCESS_FLUSH_MEMORIES or now - self._accesses_since >= ACCESS_FLUSH_SECONDS:
-            with contextlib.suppress(StoreBusyError):  # another writer: the counts wait their turn
+            # Only if the database is free now: a search never waits out
+            # another writer's busy_timeout; the counts wait their turn.
+            with contextlib.suppress(StoreBusyError), self._not_waiting():
                 self.flush()
+
+    @contextlib.contextmanager
+    def _not_waiting(self) -> Iterator[None]:
+        """SQLite's busy timeout off for the block (restored after)."""
+        self._db.execute("PRAGMA busy_timeout = 0")
+        try:
+            yield
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 
     def flush(self) -> None:
         """Writes the access counts searches keep in memory (see
@@ -442,11 +492,16 @@ class MemoryStore:
     def _read(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """``work`` in one read transaction (one snapshot)."""
         with self._lock:
-            self._db.execute("BEGIN")
             try:
-                return work(self._db)
-            finally:
-                self._db.execute("COMMIT")
+                self._db.execute("BEGIN")
+                try:
+                    return work(self._db)
+                finally:
+                    self._db.execute("COMMIT")
+            except sqlite3.Error as error:
+                if _raw_sqlite(error):
+                    raise self._busy(error) from error
+                raise
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         with _embedder_errors():
@@ -804,7 +859,9 @@ class MemoryStore:
         )
         rows.terms[rowid] = item.words
         rows.changes.append(rowid)
+        # As stored: an update keeps the old kind, and the old source unless given one.
         kind = old[3] if old is not None else entry.kind
+        source = entry.source if entry.source is not None or old is None else old[7]
         return Memory(
             mid,
             namespace_of(namespace),
@@ -812,7 +869,7 @@ class MemoryStore:
             entry.text,
             importance,
             tuple(sorted(ents, key=lambda e: e[1])),
-            entry.source,
+            source,
             tags,
             pinned,
             created,
@@ -896,6 +953,15 @@ class MemoryStore:
 
         result: Memory | None = self._read(work)
         return result
+
+    def embedding(self, memory_id: str) -> np.ndarray | None:
+        """The memory's stored vector (float32, unit length), or ``None``
+        for an id the store does not hold."""
+        _check_str(memory_id, "memory_id")
+        row = self._read(
+            lambda db: db.execute("SELECT embedding FROM memories WHERE id = ?", (memory_id,)).fetchone()
+        )
+        return None if row is None else np.frombuffer(row[0], dtype=np.float32).copy()
 
     def count(self, namespace: NamespaceLike | None = None) -> int:
         """Memories in ``namespace`` and the namespaces under it (or in all)."""
@@ -1005,27 +1071,48 @@ class MemoryStore:
         index.sync(db)
         pool = max(4 * k, 32)
         shared: dict[int, list[str]] = {}
-        if wanted:
-            marks = ",".join("?" * len(wanted))
-            for rowid, value in db.execute(
-                f"SELECT memory, value FROM entities WHERE namespace = ? AND value IN ({marks})",
-                (namespace, *wanted),
-            ):
+        common: list[str] = []  # named by more than ENTITY_MATCHES memories
+        for value in dict.fromkeys(wanted):
+            found = db.execute(
+                "SELECT memory FROM entities WHERE namespace = ? AND value = ? LIMIT ?",
+                (namespace, value, ENTITY_MATCHES + 1),
+            ).fetchall()
+            if len(found) > ENTITY_MATCHES:
+                common.append(value)
+                continue
+            for (rowid,) in found:
                 shared.setdefault(rowid, []).append(value)
-        cosines = dict(
-            index.nearest(vector, pool if kinds is None else pool * 4, quantise_from=QUANTISE_FROM)
-        )
+        cosines = dict(index.nearest(vector, pool, quantise_from=QUANTISE_FROM, kinds=kinds))
         keyword: dict[int, float] = {}
         query = match_query(db, namespace, terms)
-        if query is not None:
+        if query is not None and kinds is None:
             found = db.execute(
                 "SELECT rowid, bm25(terms) FROM terms WHERE terms MATCH ? AND namespace = ?"
                 " ORDER BY rank LIMIT ?",
                 (query, namespace, pool),
             ).fetchall()
-            if found:
-                best = max(-score for _, score in found) or 1.0
-                keyword = {rowid: max(0.0, -score) / best for rowid, score in found}
+        elif query is not None and kinds is not None:  # the best of those kinds, not filtered after
+            marks = ",".join("?" * len(kinds))
+            found = db.execute(
+                "SELECT terms.rowid, bm25(terms) FROM terms JOIN memories ON memories.rowid = terms.rowid"
+                f" WHERE terms MATCH ? AND terms.namespace = ? AND memories.kind IN ({marks})"
+                " ORDER BY bm25(terms) LIMIT ?",
+                (query, namespace, *kinds, pool),
+            ).fetchall()
+        else:
+            found = []
+        if found:
+            best = max(-score for _, score in found) or 1.0
+            keyword = {rowid: max(0.0, -score) / best for rowid, score in found}
+        if common:  # marked on the candidates that name them, not read for every memory that does
+            found_ids = list({*cosines, *keyword} - set(shared))
+            for chunk in _chunks(found_ids):
+                marks, values = ",".join("?" * len(chunk)), ",".join("?" * len(common))
+                for rowid, value in db.execute(
+                    f"SELECT memory, value FROM entities WHERE memory IN ({marks}) AND value IN ({values})",
+                    (*chunk, *common),
+                ):
+                    shared.setdefault(rowid, []).append(value)
         rowids = list({*shared, *cosines, *keyword})
         ranked: list[_Ranked] = []
         for chunk in _chunks(rowids):
@@ -1115,6 +1202,7 @@ class MemoryStore:
             _check_str(memory_id, "memory_id")
             return int(self._write(lambda db: self._delete_ids(db, [memory_id])))
         where, args = scope(namespace_key(namespace))
+        emptied: list[str] = []
 
         def work(db: sqlite3.Connection) -> int:
             # Every key the scope holds, memories or not (a namespace whose
@@ -1139,9 +1227,14 @@ class MemoryStore:
                 gone += db.execute("DELETE FROM memories WHERE namespace = ?", (ns,)).rowcount
                 db.execute("DELETE FROM changes WHERE namespace = ?", (ns,))
                 db.execute("INSERT INTO changes (namespace, memory) VALUES (?, -1)", (ns,))
+            emptied[:] = keys
             return gone
 
-        return int(self._write(work))
+        gone = int(self._write(work))
+        with self._lock:  # their matrices go too, not kept until searched again
+            for key in emptied:
+                self._vectors.pop(key, None)
+        return gone
 
     @staticmethod
     def _delete_ids(db: sqlite3.Connection, ids: Sequence[str]) -> int:

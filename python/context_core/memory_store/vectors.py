@@ -15,8 +15,13 @@ import numpy as np
 import numpy.typing as npt
 
 from context_core._core import _VectorIndex
+from context_core.memory_store.extract import KINDS
 
 __all__ = ["NamespaceVectors"]
+
+# Each row is tagged with its memory's kind, so a search by kind scans only
+# those rows (a memory's kind never changes once written).
+_TAG = {kind: i for i, kind in enumerate(KINDS)}
 
 
 class NamespaceVectors:
@@ -49,28 +54,29 @@ class NamespaceVectors:
             self._load(connection)
             return
         rowids = list(dict.fromkeys(memory for _, memory in changed))
-        present: dict[int, bytes] = {}
+        present: dict[int, tuple[bytes, str]] = {}
         for start in range(0, len(rowids), 500):
             chunk = rowids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            present.update(
-                connection.execute(
-                    # A rowid freed by a delete can come back in another
-                    # namespace: then it has left this one.
-                    f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks}) AND +namespace = ?",
-                    (*chunk, self.namespace),
-                ).fetchall()
-            )
+            for rowid, embedding, kind in connection.execute(
+                # A rowid freed by a delete can come back in another
+                # namespace: then it has left this one.
+                f"SELECT rowid, embedding, kind FROM memories WHERE rowid IN ({marks}) AND +namespace = ?",
+                (*chunk, self.namespace),
+            ):
+                present[rowid] = (embedding, kind)
         for rowid in rowids:
-            embedding = present.get(rowid)
-            if embedding is None:
+            row = present.get(rowid)
+            if row is None:
                 self._remove(rowid)
-            elif rowid in self.position:
-                self.rows.set(self.position[rowid], embedding)
+                continue
+            embedding, kind = row
+            if rowid in self.position:
+                self.rows.set(self.position[rowid], embedding, _TAG[kind])
             else:
                 self.position[rowid] = len(self.rowids)
                 self.rowids.append(rowid)
-                self.rows.extend(embedding)
+                self.rows.extend(embedding, bytes([_TAG[kind]]))
         self.seq = changed[-1][0]
 
     def _load(self, connection: sqlite3.Connection) -> None:
@@ -78,13 +84,16 @@ class NamespaceVectors:
             "SELECT coalesce(max(seq), 0) FROM changes WHERE namespace = ?", (self.namespace,)
         ).fetchone()[0]
         found = connection.execute(
-            "SELECT rowid, embedding FROM memories WHERE namespace = ? ORDER BY rowid", (self.namespace,)
+            "SELECT rowid, embedding, kind FROM memories WHERE namespace = ? ORDER BY rowid",
+            (self.namespace,),
         ).fetchall()
         self.rows = _VectorIndex(self.dim)
-        self.rowids = [rowid for rowid, _ in found]
+        self.rowids = [rowid for rowid, _, _ in found]
         self.position = {rowid: i for i, rowid in enumerate(self.rowids)}
         if found:
-            self.rows.extend(b"".join(embedding for _, embedding in found))
+            self.rows.extend(
+                b"".join(embedding for _, embedding, _ in found), bytes(_TAG[kind] for _, _, kind in found)
+            )
         self.seq = int(last)
 
     def _remove(self, rowid: int) -> None:
@@ -107,13 +116,19 @@ class NamespaceVectors:
         return dict(zip(held, found, strict=True))
 
     def nearest(
-        self, query: npt.NDArray[np.float32], k: int, *, quantise_from: int
+        self,
+        query: npt.NDArray[np.float32],
+        k: int,
+        *,
+        quantise_from: int,
+        kinds: tuple[str, ...] | None = None,
     ) -> list[tuple[int, float]]:
-        """``(rowid, cosine)`` of the ``k`` nearest, best first: exact below
-        ``quantise_from`` rows, else an int8 scan of ``max(4k, 64)`` rescored
-        exactly."""
+        """``(rowid, cosine)`` of the ``k`` nearest (of ``kinds``, if given),
+        best first: exact below ``quantise_from`` rows, else an int8 scan of
+        ``max(4k, 64)`` rescored exactly."""
         if not self.rowids or k <= 0:
             return []
         candidates = max(4 * k, 64) if len(self.rowids) >= quantise_from else None
-        found = self.rows.top_k(query.tobytes(), k, candidates)
+        mask = None if kinds is None else sum(1 << _TAG[kind] for kind in set(kinds))
+        found = self.rows.top_k(query.tobytes(), k, candidates, mask)
         return [(self.rowids[i], score) for i, score in found]

@@ -6,7 +6,8 @@ magnitude (``round(v * 127 / largest)``, halves away from zero, scale
 ``largest / 127``); an int8 score is the exact integer dot product with the
 query quantised the same way, as float32, times the row's scale. The
 quantised search keeps the ``candidates`` best int8 scores (ties: the
-earlier row) and rescores them exactly. Exact scores are float32 dot
+earlier row) and rescores them exactly. Each row has a tag (0-7); a mask
+(bit ``t`` for tag ``t``) keeps only the rows of its tags. Exact scores are float32 dot
 products summed as the Rust side sums them: eight lanes over the whole
 groups of eight, the lanes added in order, then the rest; so the two agree
 bit for bit.
@@ -50,9 +51,9 @@ def _dots(rows: npt.NDArray[np.float32], query: npt.NDArray[np.float32]) -> npt.
     return (total + tail).astype(F32)
 
 
-def _best(scores: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
-    """The ``k`` highest, ties by the earlier row."""
-    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))[:k]
+def _best(scores: npt.NDArray[np.float32], k: int, rows: list[int]) -> list[tuple[int, float]]:
+    """The ``k`` highest of ``rows``, ties by the earlier row."""
+    order = sorted(rows, key=lambda i: (-float(scores[i]), i))[:k]
     return [(i, float(scores[i])) for i in order]
 
 
@@ -62,25 +63,36 @@ class VectorIndex:
     def __init__(self, dim: int) -> None:
         self.dim = dim
         self.rows = np.zeros((0, dim), dtype=F32)
+        self.tags: list[int] = []
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def extend(self, rows: npt.NDArray[np.float32]) -> None:
-        self.rows = np.concatenate([self.rows, np.asarray(rows, dtype=F32).reshape(-1, self.dim)])
+    def extend(self, rows: npt.NDArray[np.float32], tags: list[int] | None = None) -> None:
+        rows = np.asarray(rows, dtype=F32).reshape(-1, self.dim)
+        self.rows = np.concatenate([self.rows, rows])
+        self.tags += [0] * len(rows) if tags is None else list(tags)
 
-    def set(self, index: int, row: npt.NDArray[np.float32]) -> None:
+    def set(self, index: int, row: npt.NDArray[np.float32], tag: int = 0) -> None:
         self.rows[index] = row
+        self.tags[index] = tag
 
     def swap_remove(self, index: int) -> None:
         self.rows[index] = self.rows[-1]
         self.rows = self.rows[:-1]
+        self.tags[index] = self.tags[-1]
+        self.tags.pop()
+
+    def _kept(self, mask: int | None) -> list[int]:
+        return [i for i, t in enumerate(self.tags) if mask is None or mask & (1 << t)]
 
     def scores(self, query: npt.NDArray[np.float32], rows: list[int]) -> list[float]:
         return [float(s) for s in _dots(self.rows[rows], np.asarray(query, dtype=F32))]
 
-    def top_k(self, query: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
-        return _best(_dots(self.rows, np.asarray(query, dtype=F32)), k)
+    def top_k(
+        self, query: npt.NDArray[np.float32], k: int, mask: int | None = None
+    ) -> list[tuple[int, float]]:
+        return _best(_dots(self.rows, np.asarray(query, dtype=F32)), k, self._kept(mask))
 
     def quantised_scores(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         if not len(self.rows):
@@ -91,9 +103,9 @@ class VectorIndex:
         return scores
 
     def top_k_quantised(
-        self, query: npt.NDArray[np.float32], k: int, candidates: int
+        self, query: npt.NDArray[np.float32], k: int, candidates: int, mask: int | None = None
     ) -> list[tuple[int, float]]:
-        rough = [i for i, _ in _best(self.quantised_scores(query), max(candidates, k))]
+        rough = [i for i, _ in _best(self.quantised_scores(query), max(candidates, k), self._kept(mask))]
         exact = _dots(self.rows[rough], np.asarray(query, dtype=F32)) if rough else np.zeros(0, F32)
         rescored = sorted(zip(rough, exact, strict=True), key=lambda p: (-float(p[1]), p[0]))
         return [(i, float(s)) for i, s in rescored[:k]]

@@ -48,16 +48,20 @@ fn scan<T: Copy + Sync>(
     dim: usize,
     k: usize,
     score: impl Fn(&[T]) -> f32 + Sync,
+    wanted: impl Fn(usize) -> bool + Sync,
 ) -> Vec<(usize, f32)> {
     let rows = matrix.len().checked_div(dim).unwrap_or(0);
-    if k == 0 || rows == 0 {
+    let k = k.min(rows); // never more room than rows, whatever k a caller asks
+    if k == 0 {
         return Vec::new();
     }
     let part = |first: usize, chunk: &[T]| {
-        let score = &score;
+        let (score, wanted) = (&score, &wanted);
         let mut heap = BinaryHeap::with_capacity(k + 1);
         for (i, row) in chunk.chunks_exact(dim).enumerate() {
-            keep(&mut heap, k, Scored(score(row), first + i));
+            if wanted(first + i) {
+                keep(&mut heap, k, Scored(score(row), first + i));
+            }
         }
         heap
     };
@@ -92,7 +96,7 @@ fn scan<T: Copy + Sync>(
 /// `query`, best first (ties: the earlier row first).
 pub fn top_k_f32(matrix: &[f32], dim: usize, query: &[f32], k: usize) -> Vec<(usize, f32)> {
     assert_eq!(query.len(), dim, "the query has the matrix's width");
-    scan(matrix, dim, k, |row| dot(row, query))
+    scan(matrix, dim, k, |row| dot(row, query), |_| true)
 }
 
 /// A dot product in eight lanes, so the compiler can keep it in SIMD
@@ -161,7 +165,24 @@ fn block_scores(block: &[i8], terms: &[(usize, i16)], acc: &mut [i32]) {
             .try_into()
             .expect("a whole column")
     };
-    let mut pairs = terms.chunks_exact(2);
+    // Four dimensions a pass (two pairs), so the accumulators are read and
+    // written once per four columns.
+    let mut quads = terms.chunks_exact(4);
+    for quad in &mut quads {
+        let (c1, c2, c3, c4) = (
+            column(quad[0].0),
+            column(quad[1].0),
+            column(quad[2].0),
+            column(quad[3].0),
+        );
+        let (q1, q2, q3, q4) = (quad[0].1, quad[1].1, quad[2].1, quad[3].1);
+        for r in 0..BLOCK {
+            let low = i16::from(c1[r]) * q1 + i16::from(c2[r]) * q2;
+            let high = i16::from(c3[r]) * q3 + i16::from(c4[r]) * q4;
+            acc[r] += i32::from(low) + i32::from(high);
+        }
+    }
+    let mut pairs = quads.remainder().chunks_exact(2);
     for pair in &mut pairs {
         let ((j1, q1), (j2, q2)) = (pair[0], pair[1]);
         let (c1, c2) = (column(j1), column(j2));
@@ -243,7 +264,12 @@ pub struct VectorIndex {
     blocks: Vec<i8>,
     tail: Vec<i8>,
     scales: Vec<f32>,
+    /// A small tag per row (the store's memory kind), for masked searches.
+    tags: Vec<u8>,
 }
+
+/// A search mask over row tags: bit `t` set keeps the rows tagged `t`.
+pub const ALL_TAGS: u8 = u8::MAX;
 
 fn quantise(row: &[f32], out: &mut [i8]) -> f32 {
     let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -319,9 +345,18 @@ impl VectorIndex {
         }
     }
 
-    /// Appends `rows` (a whole number of rows).
+    /// Appends `rows` (a whole number of rows), tagged 0.
     pub fn extend(&mut self, rows: &[f32]) {
+        let count = rows.len() / self.dim.max(1);
+        self.extend_tagged(rows, &vec![0; count]);
+    }
+
+    /// Appends `rows`, one tag (below 8) per row.
+    pub fn extend_tagged(&mut self, rows: &[f32], tags: &[u8]) {
         assert!(rows.len().is_multiple_of(self.dim.max(1)), "whole rows");
+        assert_eq!(rows.len() / self.dim.max(1), tags.len(), "a tag per row");
+        assert!(tags.iter().all(|t| *t < 8), "tags are below 8");
+        self.tags.extend_from_slice(tags);
         let d = self.dim;
         let mut values = vec![0i8; d];
         for row in rows.chunks_exact(d) {
@@ -336,7 +371,14 @@ impl VectorIndex {
         }
     }
 
-    /// Replaces row `index`.
+    /// Replaces row `index` and its tag.
+    pub fn set_tagged(&mut self, index: usize, row: &[f32], tag: u8) {
+        assert!(tag < 8, "tags are below 8");
+        self.tags[index] = tag;
+        self.set(index, row);
+    }
+
+    /// Replaces row `index` (its tag kept).
     pub fn set(&mut self, index: usize, row: &[f32]) {
         let span = index * self.dim..(index + 1) * self.dim;
         self.exact[span].copy_from_slice(row);
@@ -361,9 +403,11 @@ impl VectorIndex {
             self.exact.copy_within(from..from + d, index * d);
             self.put_quantised(index, &moved);
             self.scales[index] = self.scales[last];
+            self.tags[index] = self.tags[last];
         }
         self.exact.truncate(last * d);
         self.scales.truncate(last);
+        self.tags.truncate(last);
     }
 
     /// The exact score of each of `rows` for `query` (a row past the end
@@ -381,7 +425,23 @@ impl VectorIndex {
 
     /// The exact best `k` rows for `query`, best first.
     pub fn top_k(&self, query: &[f32], k: usize) -> Vec<(usize, f32)> {
-        top_k_f32(&self.exact, self.dim, query, k)
+        self.top_k_masked(query, k, ALL_TAGS)
+    }
+
+    fn wanted(&self, mask: u8) -> impl Fn(usize) -> bool + Sync + '_ {
+        move |row| mask == ALL_TAGS || mask & (1 << self.tags[row]) != 0
+    }
+
+    /// [`top_k`](Self::top_k) among the rows whose tag is in `mask`.
+    pub fn top_k_masked(&self, query: &[f32], k: usize, mask: u8) -> Vec<(usize, f32)> {
+        assert_eq!(query.len(), self.dim, "the query has the matrix's width");
+        scan(
+            &self.exact,
+            self.dim,
+            k,
+            |row| dot(row, query),
+            self.wanted(mask),
+        )
     }
 
     /// Each int8 score of blocks `blocks` (then of the tail, if `tail`),
@@ -432,7 +492,10 @@ impl VectorIndex {
 
     /// The `candidates` best rows by int8 score, best first (ties: the
     /// earlier row), the blocks split over the cores for a large index.
-    pub fn quantised_best(&self, query: &[f32], candidates: usize) -> Vec<(usize, f32)> {
+    pub fn quantised_best(&self, query: &[f32], candidates: usize, mask: u8) -> Vec<(usize, f32)> {
+        let candidates = candidates.min(self.len());
+        let wanted = self.wanted(mask);
+        let wanted = &wanted;
         let q = Quantised::new(query);
         let blocks = self.in_blocks() / BLOCK;
         let threads = crate::parallel::thread_count();
@@ -448,7 +511,9 @@ impl VectorIndex {
                             s.spawn(move || {
                                 let mut best = Best::new(candidates);
                                 self.each_quantised(q, range, t + 1 == threads, |score, row| {
-                                    best.offer(score, row);
+                                    if wanted(row) {
+                                        best.offer(score, row);
+                                    }
                                 });
                                 best.heap
                             })
@@ -466,7 +531,11 @@ impl VectorIndex {
                 all
             } else {
                 let mut best = Best::new(candidates);
-                self.each_quantised(&q, 0..blocks, true, |score, row| best.offer(score, row));
+                self.each_quantised(&q, 0..blocks, true, |score, row| {
+                    if wanted(row) {
+                        best.offer(score, row);
+                    }
+                });
                 best.heap
             };
         let mut out: Vec<Scored> = std::iter::from_fn(|| best.pop()).collect();
@@ -478,7 +547,19 @@ impl VectorIndex {
     /// exactly: the same answer as [`top_k`](Self::top_k) unless the
     /// quantisation moved a row out of the candidates.
     pub fn top_k_quantised(&self, query: &[f32], k: usize, candidates: usize) -> Vec<(usize, f32)> {
-        let rough = self.quantised_best(query, candidates.max(k));
+        self.top_k_quantised_masked(query, k, candidates, ALL_TAGS)
+    }
+
+    /// [`top_k_quantised`](Self::top_k_quantised) among the rows whose tag
+    /// is in `mask`.
+    pub fn top_k_quantised_masked(
+        &self,
+        query: &[f32],
+        k: usize,
+        candidates: usize,
+        mask: u8,
+    ) -> Vec<(usize, f32)> {
+        let rough = self.quantised_best(query, candidates.max(k), mask);
         let mut exact: Vec<(usize, f32)> = rough
             .into_iter()
             .map(|(i, _)| (i, dot(&self.exact[i * self.dim..(i + 1) * self.dim], query)))
@@ -655,10 +736,47 @@ mod tests {
             }
             for candidates in [0, 1, 7, 64] {
                 assert_eq!(
-                    index.quantised_best(&query, candidates),
+                    index.quantised_best(&query, candidates, ALL_TAGS),
                     sorted_best(&index, &query, candidates)
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_mask_keeps_only_the_rows_of_its_tags() {
+        let dim = 8;
+        let rows = 2 * BLOCK + 100;
+        let matrix = values(11, rows * dim);
+        let tags: Vec<u8> = (0..rows).map(|i| (i % 3) as u8).collect();
+        let mut index = VectorIndex::new(dim);
+        index.extend_tagged(&matrix, &tags);
+        index.swap_remove(4); // the last row (tag 1) moves in, with its tag
+        let tags: Vec<u8> = (0..index.len())
+            .map(|i| {
+                if i == 4 {
+                    ((rows - 1) % 3) as u8
+                } else {
+                    (i % 3) as u8
+                }
+            })
+            .collect();
+        let query = values(12, dim);
+        for mask in [0b001u8, 0b110, 0b100, 0] {
+            let keep = |i: usize| mask & (1 << tags[i]) != 0;
+            let exact: Vec<(usize, f32)> = index
+                .top_k(&query, index.len())
+                .into_iter()
+                .filter(|(i, _)| keep(*i))
+                .take(5)
+                .collect();
+            assert_eq!(index.top_k_masked(&query, 5, mask), exact);
+            let rough: Vec<(usize, f32)> = sorted_best(&index, &query, index.len())
+                .into_iter()
+                .filter(|(i, _)| keep(*i))
+                .take(40)
+                .collect();
+            assert_eq!(index.quantised_best(&query, 40, mask), rough);
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use context_core::embed::hash_embed;
 use context_core::entities::{entities, entities_many};
-use context_core::vectors::VectorIndex;
+use context_core::vectors::{ALL_TAGS, VectorIndex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
@@ -108,15 +108,25 @@ impl PyVectorIndex {
         self.inner.len()
     }
 
-    /// Appends whole rows given as float32 bytes.
-    fn extend(&mut self, rows: &[u8]) -> PyResult<()> {
+    /// Appends whole rows given as float32 bytes, with a tag (0-7) per row
+    /// given as bytes (default: all 0).
+    #[pyo3(signature = (rows, tags=None))]
+    fn extend(&mut self, rows: &[u8], tags: Option<&[u8]>) -> PyResult<()> {
         let values = floats(rows, self.inner.dim(), "rows")?;
-        self.inner.extend(&values);
+        let count = values.len() / self.inner.dim();
+        let tags = tags.map_or_else(|| vec![0; count], <[u8]>::to_vec);
+        if tags.len() != count || tags.iter().any(|t| *t >= 8) {
+            return Err(invalid_input(format!(
+                "tags must be {count} bytes, each below 8"
+            )));
+        }
+        self.inner.extend_tagged(&values, &tags);
         Ok(())
     }
 
-    /// Replaces row `index`.
-    fn set(&mut self, index: usize, row: &[u8]) -> PyResult<()> {
+    /// Replaces row `index` and its tag.
+    #[pyo3(signature = (index, row, tag=0))]
+    fn set(&mut self, index: usize, row: &[u8], tag: u8) -> PyResult<()> {
         let values = floats(row, self.inner.dim(), "row")?;
         if values.len() != self.inner.dim() || index >= self.inner.len() {
             return Err(invalid_input(format!(
@@ -124,7 +134,10 @@ impl PyVectorIndex {
                 self.inner.len()
             )));
         }
-        self.inner.set(index, &values);
+        if tag >= 8 {
+            return Err(invalid_input("a tag is below 8"));
+        }
+        self.inner.set_tagged(index, &values, tag);
         Ok(())
     }
 
@@ -157,23 +170,26 @@ impl PyVectorIndex {
     }
 
     /// `(row, score)` of the `k` best rows, best first: exact, or (with
-    /// `candidates`) an int8 scan of that many rescored exactly.
-    #[pyo3(signature = (query, k, candidates=None))]
+    /// `candidates`) an int8 scan of that many rescored exactly; with
+    /// `mask`, only rows whose tag's bit is set.
+    #[pyo3(signature = (query, k, candidates=None, mask=None))]
     fn top_k(
         &self,
         py: Python<'_>,
         query: &[u8],
         k: usize,
         candidates: Option<usize>,
+        mask: Option<u8>,
     ) -> PyResult<Vec<(usize, f32)>> {
         let q = floats(query, self.inner.dim(), "query")?;
         if q.len() != self.inner.dim() {
             return Err(invalid_input("the query is not one row"));
         }
         let inner = &self.inner;
+        let mask = mask.unwrap_or(ALL_TAGS);
         Ok(py.detach(|| match candidates {
-            Some(c) => inner.top_k_quantised(&q, k, c),
-            None => inner.top_k(&q, k),
+            Some(c) => inner.top_k_quantised_masked(&q, k, c, mask),
+            None => inner.top_k_masked(&q, k, mask),
         }))
     }
 }
