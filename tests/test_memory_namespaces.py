@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from context_core import ContextCoreError, InvalidInputError, InvalidTypeError, MemoryStore, Namespace
 from context_core.memory_store import HashingEmbedder
-from context_core.memory_store.namespaces import SEPARATOR, namespace_of, scope
+from context_core.memory_store.keywords import plain_words
+from context_core.memory_store.namespaces import SEPARATOR, namespace_of, scope, space_token
 
 
 @pytest.fixture
@@ -183,3 +184,43 @@ def test_a_scope_holds_exactly_the_namespace_and_those_under_it(spaces, within):
     assert found == sorted(ns.key for ns in spaces if under(ns))
     for ns in spaces:
         assert namespace_of(ns.key) == (ns if ns.user is not None else ns.tenant)
+
+
+def test_a_keyword_query_reads_only_its_namespaces_postings(store):
+    """The index holds each memory's namespace as a word of its own, and
+    the query names it: another tenant's memories with the same word are
+    never matched, so they cost nothing."""
+    from context_core.memory_store.keywords import match_query
+
+    store.remember_many([f"zebra sighting number {i}" for i in range(300)], namespace="big-tenant")
+    mine = store.remember("a zebra crossed the road", namespace=Namespace("small", "u1"))
+    query = store._read(lambda db: match_query(db, Namespace("small", "u1").key, "zebra"))
+    assert query is not None
+    matched = store._read(
+        lambda db: db.execute("SELECT rowid FROM terms WHERE terms MATCH ?", (query,)).fetchall()
+    )
+    assert len(matched) == 1  # the index itself, before any namespace check
+    assert [h.memory.id for h in store.search("zebra", namespace=Namespace("small", "u1"))] == [mine.id]
+
+
+def test_a_version_3_store_gets_its_namespace_words_on_opening(tmp_path):
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        kept = s.remember("the refund job retries three times", namespace="a")
+        s.remember("the refund job in another tenant", namespace="b")
+    db = sqlite3.connect(path)  # back to the version 3 keyword index: words without namespace tags
+    for rowid, words in db.execute("SELECT rowid, words FROM terms").fetchall():
+        db.execute("UPDATE terms SET words = ? WHERE rowid = ?", (plain_words(words), rowid))
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+    with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert all(
+            words.startswith(space_token(ns))
+            for words, ns in s._db.execute("SELECT words, namespace FROM terms")
+        )
+        hits = s.search("retries", namespace="a")
+        assert [h.memory.id for h in hits] == [kept.id]
+        assert "keyword" in hits[0].reasons
+        assert s.integrity() == "ok"

@@ -493,9 +493,11 @@ def test_a_newer_schema_is_refused(tmp_path):
 
 
 def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
-    """Version 2 adds per-term document counts and version 3 the entity
-    digests; a store written before them gets both from what it holds,
-    the same values as writes keep."""
+    """Version 2 adds per-term document counts, version 3 the entity
+    digests and version 4 the namespace tags of indexed words; a store
+    written before them gets all three from what it holds, the same values
+    as writes keep."""
+    from context_core.memory_store.keywords import plain_words
     from context_core.memory_store.schema import SCHEMA_VERSION
 
     path = tmp_path / "m.db"
@@ -504,7 +506,9 @@ def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
         s.remember("deploy on Monday for Alice Chen", namespace="b")
         terms = sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs WHERE docs > 0"))
         keys = sorted(s._db.execute("SELECT rowid, entity_key FROM memories"))
-    db = sqlite3.connect(path)
+    db = sqlite3.connect(path)  # as version 1 wrote it: the indexed words without namespace tags
+    for rowid, words in db.execute("SELECT rowid, words FROM terms").fetchall():
+        db.execute("UPDATE terms SET words = ? WHERE rowid = ?", (plain_words(words), rowid))
     db.execute("DROP TABLE term_docs")
     db.execute("DROP INDEX memories_by_entities")
     db.execute("ALTER TABLE memories DROP COLUMN entity_key")
@@ -512,7 +516,7 @@ def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
     db.commit()
     db.close()
     with MemoryStore(path, embedder=HashingEmbedder(16)) as s:
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs")) == terms
         assert sorted(s._db.execute("SELECT rowid, entity_key FROM memories")) == keys
         again = s.remember("refund order A-1.", namespace="a")
@@ -524,12 +528,13 @@ def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
 
 def test_keyword_search_leaves_out_terms_most_memories_share(tmp_path):
     from context_core.memory_store.keywords import KEYWORD_POSTINGS, match_query
+    from context_core.memory_store.namespaces import space_token
 
     with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(16)) as s:
         s.remember_many([f"common words everywhere note {i}" for i in range(KEYWORD_POSTINGS + 1)])
         s.remember("common words and a rare zebra")
         query = s._read(lambda db: match_query(db, "default", "common zebra"))
-        assert query == '"zebra"'
+        assert query == f'"{space_token("default")}zebra"'
         assert s._read(lambda db: match_query(db, "default", "common words")) is None
         hit = s.search("zebra", k=1)[0]
         assert "keyword" in hit.reasons

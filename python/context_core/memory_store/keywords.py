@@ -7,6 +7,11 @@ counts the memories), and a query keeps only its rarest terms, in rising
 order, while the documents they match add up to at most
 :data:`KEYWORD_POSTINGS`. A word most memories share tells BM25 little
 anyway (its IDF is near zero); the vector still sees it.
+
+Each indexed word starts with its namespace's tag (:func:`space_token`), so
+the postings of ``refund`` in one tenant are a term of their own: a query
+never reads, let alone scores, another tenant's memories with the same
+words. ``term_docs`` counts the words themselves.
 """
 
 from __future__ import annotations
@@ -16,7 +21,26 @@ from collections import Counter
 from collections.abc import Iterable
 from itertools import chain
 
-__all__ = ["KEYWORD_POSTINGS", "count_terms", "match_query"]
+from context_core.memory_store.namespaces import space_token
+
+__all__ = ["KEYWORD_POSTINGS", "RANK", "count_terms", "indexed_words", "match_query", "plain_words"]
+
+#: A keyword match's score (BM25; lower is better, as FTS5 ranks).
+RANK = "bm25(terms)"
+
+_TAG = len(space_token(""))
+
+
+def indexed_words(namespace: str, words: str) -> str:
+    """``words`` (space-separated terms) as the index holds them for ``namespace``."""
+    tag = space_token(namespace)
+    return " ".join(tag + word for word in words.split())
+
+
+def plain_words(indexed: str) -> str:
+    """The terms of an indexed ``words`` value, without their namespace tag."""
+    return " ".join(word[_TAG:] for word in indexed.split())
+
 
 #: The most documents a keyword query's terms may match together.
 KEYWORD_POSTINGS = 1000
@@ -40,9 +64,9 @@ def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], re
 
 
 def match_query(db: sqlite3.Connection, namespace: str, terms: str, *, limit: int = 32) -> str | None:
-    """The FTS5 query for ``terms`` (from :func:`~context_core.memory_store.store.search_terms`):
-    its rarest terms, OR'ed, within :data:`KEYWORD_POSTINGS`; ``None`` when
-    no term is rare enough, or none is indexed."""
+    """The FTS5 query for ``terms`` (from :func:`~context_core.memory_store.store.search_terms`)
+    in ``namespace``: its rarest terms, OR'ed, within :data:`KEYWORD_POSTINGS`;
+    ``None`` when no term is rare enough, or none is indexed."""
     distinct = list(dict.fromkeys(terms.split()))[:limit]
     if not distinct:
         return None
@@ -59,4 +83,5 @@ def match_query(db: sqlite3.Connection, namespace: str, terms: str, *, limit: in
             break
         chosen.append(term)
         total += docs[term]
-    return " OR ".join(f'"{term}"' for term in chosen) or None
+    tag = space_token(namespace)
+    return " OR ".join(f'"{tag}{term}"' for term in chosen) or None

@@ -12,6 +12,7 @@ other user's rows.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,15 @@ from typing import Any
 from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.memory_store.checks import check_str
 
-__all__ = ["Namespace", "NamespaceLike", "namespace_key", "namespace_keys", "namespace_of", "scope"]
+__all__ = [
+    "Namespace",
+    "NamespaceLike",
+    "namespace_key",
+    "namespace_keys",
+    "namespace_of",
+    "scope",
+    "space_token",
+]
 
 #: Joins a namespace's parts in its key; refused inside a part.
 SEPARATOR = "\x1f"
@@ -107,3 +116,10 @@ def scope(key: str) -> tuple[str, tuple[str, str, str]]:
         key + SEPARATOR,
         key + _AFTER,
     )
+
+
+def space_token(key: str) -> str:
+    """The tag the keyword index puts before each word of a memory in
+    namespace ``key``: 21 letters and digits, an 80-bit digest, so two
+    namespaces share one only by chance (a query still checks the key)."""
+    return "n" + hashlib.blake2b(key.encode(), digest_size=10).hexdigest()

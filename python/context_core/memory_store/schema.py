@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from context_core.errors import StoreVersionError
+from context_core.memory_store.keywords import indexed_words
 
 __all__ = ["SCHEMA_VERSION", "entity_key", "migrate"]
 
@@ -65,6 +66,7 @@ _STEPS: tuple[str, ...] = (
     INSERT INTO term_docs (namespace, term, docs)
         SELECT t.namespace, v.term, count(DISTINCT v.doc)
         FROM temp.term_rows AS v JOIN terms AS t ON t.rowid = v.doc
+        WHERE v.col = 'words'
         GROUP BY t.namespace, v.term;
     INSERT INTO term_docs (namespace, term, docs)
         SELECT namespace, '', count(*) FROM memories GROUP BY namespace;
@@ -75,6 +77,11 @@ _STEPS: tuple[str, ...] = (
     """
     ALTER TABLE memories ADD COLUMN entity_key BLOB;
     CREATE INDEX memories_by_entities ON memories (namespace, entity_key) WHERE entity_key IS NOT NULL;
+    """,
+    # 4: each indexed word carries its memory's namespace as a prefix, so a
+    # query reads only its namespace's postings, not every tenant's.
+    """
+    UPDATE terms SET words = context_core_indexed(namespace, words);
     """,
 )
 
@@ -109,6 +116,7 @@ def migrate(connection: sqlite3.Connection) -> int:
     """Brings the database to :data:`SCHEMA_VERSION` (creating it when new);
     returns the version it found. A newer database than this code knows is
     refused rather than written."""
+    connection.create_function("context_core_indexed", 2, indexed_words, deterministic=True)
     connection.execute("BEGIN IMMEDIATE")
     try:
         found = connection.execute("PRAGMA user_version").fetchone()[0]

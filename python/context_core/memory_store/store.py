@@ -48,7 +48,7 @@ from context_core.memory_store.checks import check_str as _check_str
 from context_core.memory_store.checks import check_unit as _check_unit
 from context_core.memory_store.embedders import Embedder, aembed, checked, default_embedder
 from context_core.memory_store.extract import KINDS, aextract_memories, extract_memories
-from context_core.memory_store.keywords import count_terms, match_query
+from context_core.memory_store.keywords import RANK, count_terms, indexed_words, match_query, plain_words
 from context_core.memory_store.namespaces import (
     NamespaceLike,
     namespace_key,
@@ -642,7 +642,7 @@ class MemoryStore:
             out = self._put_all(db, namespace, items, now, near, rows)
             db.executemany(
                 "INSERT INTO terms (rowid, words, namespace) VALUES (?, ?, ?)",
-                [(rowid, words, namespace) for rowid, words in rows.terms.items()],
+                [(rowid, indexed_words(namespace, words), namespace) for rowid, words in rows.terms.items()],
             )
             db.executemany(
                 "INSERT INTO changes (namespace, memory) VALUES (?, ?)",
@@ -775,7 +775,7 @@ class MemoryStore:
             found = [
                 r[0]
                 for r in db.execute(
-                    "SELECT rowid FROM terms WHERE terms MATCH ? AND namespace = ? ORDER BY rank LIMIT 8",
+                    f"SELECT rowid FROM terms WHERE terms MATCH ? AND namespace = ? ORDER BY {RANK} LIMIT 8",
                     (query, namespace),
                 )
             ]
@@ -823,7 +823,7 @@ class MemoryStore:
             db.execute("DELETE FROM entities WHERE memory = ?", (rowid,))
             if rowid not in rows.terms:  # indexed before this batch
                 rows.unindexed += [
-                    w for (w,) in db.execute("SELECT words FROM terms WHERE rowid = ?", (rowid,))
+                    plain_words(w) for (w,) in db.execute("SELECT words FROM terms WHERE rowid = ?", (rowid,))
                 ]
                 db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
             created, count = old[9], old[11] + 1
@@ -1087,16 +1087,16 @@ class MemoryStore:
         query = match_query(db, namespace, terms)
         if query is not None and kinds is None:
             found = db.execute(
-                "SELECT rowid, bm25(terms) FROM terms WHERE terms MATCH ? AND namespace = ?"
-                " ORDER BY rank LIMIT ?",
+                f"SELECT rowid, {RANK} FROM terms WHERE terms MATCH ? AND namespace = ?"
+                f" ORDER BY {RANK} LIMIT ?",
                 (query, namespace, pool),
             ).fetchall()
         elif query is not None and kinds is not None:  # the best of those kinds, not filtered after
             marks = ",".join("?" * len(kinds))
             found = db.execute(
-                "SELECT terms.rowid, bm25(terms) FROM terms JOIN memories ON memories.rowid = terms.rowid"
+                f"SELECT terms.rowid, {RANK} FROM terms JOIN memories ON memories.rowid = terms.rowid"
                 f" WHERE terms MATCH ? AND terms.namespace = ? AND memories.kind IN ({marks})"
-                " ORDER BY bm25(terms) LIMIT ?",
+                f" ORDER BY {RANK} LIMIT ?",
                 (query, namespace, *kinds, pool),
             ).fetchall()
         else:
@@ -1247,7 +1247,9 @@ class MemoryStore:
             ).fetchall()
             for rowid, ns in rows:
                 db.execute("DELETE FROM entities WHERE memory = ?", (rowid,))
-                old = [w for (w,) in db.execute("SELECT words FROM terms WHERE rowid = ?", (rowid,))]
+                old = [
+                    plain_words(w) for (w,) in db.execute("SELECT words FROM terms WHERE rowid = ?", (rowid,))
+                ]
                 count_terms(db, ns, (), old)
                 db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
                 db.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
