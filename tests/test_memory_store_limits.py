@@ -163,3 +163,20 @@ def test_deleting_a_namespace_lets_its_matrix_go(store):
     store.delete(namespace="u7")
     assert "u7" not in store._vectors
     assert store.search("note", namespace="u7") == []
+
+
+def test_the_blocks_own_error_is_not_hidden_by_a_busy_close(tmp_path):
+    path = tmp_path / "m.db"
+    other = None
+    with (  # noqa: PT012
+        pytest.raises(ValueError, match="the caller's own"),
+        MemoryStore(path, embedder=HashingEmbedder(8), busy_timeout=0.05) as s,
+    ):
+        s.remember("a memory")
+        s.search("memory")  # a count pending for close to write
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # so close cannot
+        raise ValueError("the caller's own")
+    assert other is not None
+    other.execute("ROLLBACK")
+    other.close()

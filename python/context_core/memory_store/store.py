@@ -1339,5 +1339,11 @@ class MemoryStore:
     def __enter__(self) -> MemoryStore:
         return self
 
-    def __exit__(self, *_: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.close()
+            return
+        # The block's own error is the one to see: a busy final write of the
+        # access counts must not replace it (those counts are all it loses).
+        with contextlib.suppress(StoreBusyError):
+            self.close()
