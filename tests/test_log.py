@@ -670,3 +670,34 @@ def test_storage_errors_pickle_and_copy_with_their_class_and_fields():
             )
     assert isinstance(pickle.loads(pickle.dumps(made[0])), PermissionError)
     assert type(storage_error("m", errno.EAGAIN, "f")) is LogStorageError  # never a BlockingIOError
+
+
+@pytest.mark.parametrize(
+    ("payloads", "expected"),
+    [
+        (
+            [b'{"role": "user", "content": "hi"}', b"", b"[1, 2]"],
+            [{"role": "user", "content": "hi"}, None, [1, 2]],
+        ),
+        ([b"1,2", b"3"], None),  # one array of three values from two payloads: not taken
+        ([b'{"a": 1', b"}"], None),  # halves of one value
+        ([b'"x"]', b'["y"'], None),
+    ],
+)
+def test_payloads_read_together_decode_as_each_would_alone(tmp_path, payloads, expected):
+    """A read parses its payloads as one array, and keeps that only if it
+    gives one value per payload; a crafted payload still reads as corrupt."""
+
+    class Crafted(MessageLog):
+        def _read(self, seqs):
+            return [payloads[i] for i in seqs]
+
+    log = Crafted.open(tmp_path / "log", create=True)
+    try:
+        if expected is None:
+            with pytest.raises(LogCorruptError, match="not the JSON of a message"):
+                log.read(range(len(payloads)))
+        else:
+            assert log.read(range(len(payloads))) == expected
+    finally:
+        log.close()

@@ -48,6 +48,10 @@ __all__ = ["Session"]
 
 logger = logging.getLogger("context_core")
 
+#: The tokens a session first leaves under its room (it learns more if a
+#: request still comes out over, up to 1% of the limit).
+_FIRST_MARGIN = 16
+
 Provider = Literal["openai", "anthropic"]
 PolicyName = Literal["priority", "weighted", "shape"]
 
@@ -158,7 +162,10 @@ class Session:
         # time it had to shrink (joining the leading system messages into the
         # prompt's can cost a few): taken off the room up front, so a steady
         # session selects once a call, not twice.
-        self._render_margin = 0
+        # A request can come out a few tokens over its room (BPE is not
+        # additive where the prompt's parts meet the messages); starting a few
+        # under saves a second selection on most first calls of a full window.
+        self._render_margin = _FIRST_MARGIN
         self._cached: int | None = None
         self._prefix: str | None = None
         self._closed = False
