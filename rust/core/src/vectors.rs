@@ -68,28 +68,48 @@ fn scan<T: Copy + Sync>(
     let threads = crate::parallel::thread_count();
     let mut heap = if threads > 1 && matrix.len() >= PARALLEL_MIN_VALUES {
         let per = rows.div_ceil(threads);
-        thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (start, end) = ((t * per).min(rows), ((t + 1) * per).min(rows));
-                    let chunk = &matrix[start * dim..end * dim];
-                    s.spawn(move || part(start, chunk))
-                })
-                .collect();
-            let mut all = BinaryHeap::with_capacity(k * threads);
-            for handle in handles {
-                for item in handle.join().expect("a scan thread does not panic") {
-                    keep(&mut all, k, item);
-                }
-            }
-            all
-        })
+        let heaps = in_parts(threads, |t| {
+            let (start, end) = ((t * per).min(rows), ((t + 1) * per).min(rows));
+            part(start, &matrix[start * dim..end * dim])
+        });
+        let mut all = BinaryHeap::with_capacity(k * threads);
+        for item in heaps.into_iter().flatten() {
+            keep(&mut all, k, item);
+        }
+        all
     } else {
         part(0, matrix)
     };
     let mut best: Vec<Scored> = std::iter::from_fn(|| heap.pop()).collect();
     best.reverse();
     best.into_iter().map(|Scored(s, i)| (i, s)).collect()
+}
+
+/// `work(t)` for each part `t` of `0..parts`, in order: the first on the
+/// calling thread, the others on scoped threads. A part whose thread the OS
+/// refuses (a process limit in a container) runs on the calling thread too,
+/// so a scan never fails for want of a thread.
+fn in_parts<R: Send>(parts: usize, work: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    thread::scope(|s| {
+        let work = &work;
+        let spawned: Vec<_> = (1..parts)
+            .map(|t| {
+                (
+                    t,
+                    thread::Builder::new().spawn_scoped(s, move || work(t)).ok(),
+                )
+            })
+            .collect();
+        let mut out = Vec::with_capacity(parts.max(1));
+        out.push(work(0));
+        for (t, handle) in spawned {
+            out.push(match handle {
+                Some(handle) => handle.join().expect("a scan thread does not panic"),
+                None => work(t),
+            });
+        }
+        out
+    })
 }
 
 /// The `k` rows of `matrix` (`dim` wide) with the highest dot product with
@@ -504,25 +524,15 @@ impl VectorIndex {
             if threads > 1 && blocks >= 2 && self.len() * q.terms.len() >= PARALLEL_MIN_VALUES {
                 let per = blocks.div_ceil(threads);
                 let q = &q;
-                let parts: Vec<BinaryHeap<Scored>> = thread::scope(|s| {
-                    let handles: Vec<_> = (0..threads)
-                        .map(|t| {
-                            let range = (t * per).min(blocks)..((t + 1) * per).min(blocks);
-                            s.spawn(move || {
-                                let mut best = Best::new(candidates);
-                                self.each_quantised(q, range, t + 1 == threads, |score, row| {
-                                    if wanted(row) {
-                                        best.offer(score, row);
-                                    }
-                                });
-                                best.heap
-                            })
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|h| h.join().expect("a scan thread does not panic"))
-                        .collect()
+                let parts = in_parts(threads, |t| {
+                    let range = (t * per).min(blocks)..((t + 1) * per).min(blocks);
+                    let mut best = Best::new(candidates);
+                    self.each_quantised(q, range, t + 1 == threads, |score, row| {
+                        if wanted(row) {
+                            best.offer(score, row);
+                        }
+                    });
+                    best.heap
                 });
                 let mut all = BinaryHeap::with_capacity(candidates + 1);
                 for item in parts.into_iter().flatten() {
@@ -778,5 +788,11 @@ mod tests {
                 .collect();
             assert_eq!(index.quantised_best(&query, 40, mask), rough);
         }
+    }
+
+    #[test]
+    fn parts_come_back_in_order_whoever_ran_them() {
+        assert_eq!(in_parts(1, |t| t * 10), [0]);
+        assert_eq!(in_parts(4, |t| t * 10), [0, 10, 20, 30]);
     }
 }
