@@ -180,3 +180,29 @@ def test_the_blocks_own_error_is_not_hidden_by_a_busy_close(tmp_path):
     assert other is not None
     other.execute("ROLLBACK")
     other.close()
+
+
+def test_a_store_remembers_which_embedder_made_its_vectors(tmp_path):
+    """Two embedders of one width make vectors whose cosines mean nothing
+    together: a store records its embedder, reopens with it when none is
+    given, and refuses another."""
+    from context_core.memory_store import CallableEmbedder
+
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=HashingEmbedder(48)) as s:
+        kept = s.remember("the refund job retries three times")
+    with MemoryStore(path) as again:  # no embedder given: the one that made them
+        assert isinstance(again.embedder, HashingEmbedder)
+        assert again.embedder.dim == 48
+        assert again.search("refund job retries")[0].memory.id == kept.id
+    same_width = CallableEmbedder(lambda texts: np.ones((len(texts), 48), dtype=np.float32))
+    for other in (HashingEmbedder(32), same_width):
+        with pytest.raises(InvalidInputError, match="made by hashing-48"):
+            MemoryStore(path, embedder=other)
+    custom = tmp_path / "custom.db"
+    with MemoryStore(custom, embedder=same_width) as s:
+        s.remember("a memory")
+    with MemoryStore(custom, embedder=same_width) as s:
+        assert s.count() == 1
+    with pytest.raises(InvalidInputError, match="pass that embedder"):
+        MemoryStore(custom)

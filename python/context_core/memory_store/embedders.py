@@ -101,6 +101,11 @@ class HashingEmbedder:
             raise InvalidInputError(f"dim must be a positive int, not {dim!r}")
         self.dim = dim
 
+    @property
+    def name(self) -> str:
+        """What a store records as its vectors' maker."""
+        return f"hashing-{self.dim}"
+
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
         raw = _hash_embed(items, self.dim)
@@ -134,6 +139,11 @@ class OpenAIEmbedder:
         self.client = client
         self.model = model
         self.dimensions = dimensions
+
+    @property
+    def name(self) -> str:
+        """What a store records as its vectors' maker."""
+        return f"openai:{self.model}" + ("" if self.dimensions is None else f":{self.dimensions}")
 
     def _arguments(self, items: list[str]) -> dict[str, Any]:
         arguments: dict[str, Any] = {"model": self.model, "input": items}
@@ -171,6 +181,7 @@ class WordLlamaEmbedder:
         import wordllama  # type: ignore[import-untyped, import-not-found, unused-ignore]  # optional extra
 
         self.dim = dim
+        self.name = f"wordllama-{dim}"  # what a store records as its vectors' maker
         # The wheel bundles its weights and tokenizer in the layout of its own
         # cache (weights/, tokenizers/), while its lookup beside the package
         # expects tokenizer/: pointed at the package as its cache, it finds
@@ -188,6 +199,22 @@ class WordLlamaEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
         return checked(self._model.embed(items, norm=True), len(items), self.dim)
+
+
+def embedder_name(embedder: Any) -> str:
+    """What made a store's vectors, as the store records it: the embedder's
+    ``name`` if it has one (the built-in ones do), else its class's name."""
+    name = getattr(embedder, "name", None)
+    return name if isinstance(name, str) and name else type(embedder).__name__
+
+
+def embedder_named(name: str) -> Embedder | None:
+    """The built-in embedder a recorded ``name`` stands for (``None`` for
+    one the store cannot make itself). wordllama needs its extra."""
+    kind, _, dim = name.rpartition("-")
+    if kind in ("hashing", "wordllama") and dim.isdigit():
+        return HashingEmbedder(int(dim)) if kind == "hashing" else WordLlamaEmbedder(int(dim))
+    return None
 
 
 def default_embedder() -> Embedder:

@@ -46,7 +46,14 @@ from context_core.errors import (
 from context_core.memory_store import ranking
 from context_core.memory_store.checks import check_str as _check_str
 from context_core.memory_store.checks import check_unit as _check_unit
-from context_core.memory_store.embedders import Embedder, aembed, checked, default_embedder
+from context_core.memory_store.embedders import (
+    Embedder,
+    aembed,
+    checked,
+    default_embedder,
+    embedder_name,
+    embedder_named,
+)
 from context_core.memory_store.extract import KINDS, aextract_memories, extract_memories
 from context_core.memory_store.keywords import RANK, count_terms, indexed_words, match_query, plain_words
 from context_core.memory_store.namespaces import (
@@ -384,7 +391,6 @@ class MemoryStore:
         if not callable(clock):
             raise InvalidTypeError(f"clock must be callable, not {type(clock).__name__}")
         self.path = Path(path)
-        self.embedder: Embedder = embedder if embedder is not None else default_embedder()
         self.clock = clock
         self.busy_timeout = float(busy_timeout)
         self.near_duplicate = _check_unit(near_duplicate, "near_duplicate")
@@ -410,6 +416,7 @@ class MemoryStore:
             # write touches stay in memory past a few thousand memories.
             self._db.execute("PRAGMA cache_size = -65536")
             migrate(self._db)
+            self.embedder: Embedder = self._embedder_for(embedder)
         except BaseException as error:
             self._db.close()
             if _raw_sqlite(error):
@@ -428,6 +435,33 @@ class MemoryStore:
     def _read_dim(self) -> int | None:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
         return int(row[0]) if row else None
+
+    def _embedder_for(self, given: Embedder | None) -> Embedder:
+        """The embedder to use: the one given, which must be the kind that
+        made the stored vectors (their cosines mean nothing across two), or
+        with none given the built-in one that made them (else the default).
+        A store written before it recorded its embedder takes either."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+        recorded = str(row[0]) if row else None
+        if given is not None:
+            if recorded is not None and embedder_name(given) != recorded:
+                raise InvalidInputError(
+                    f"{self.path}: its vectors were made by {recorded}, not {embedder_name(given)};"
+                    " open it with that embedder (or copy its memories into a new store)"
+                )
+            return given
+        if recorded is None:
+            return default_embedder()
+        try:
+            made = embedder_named(recorded)
+        except ImportError:
+            made = None
+        if made is None:
+            raise InvalidInputError(
+                f"{self.path}: its vectors were made by {recorded}; pass that embedder as embedder="
+                + (" (pip install 'context-core[embed]')" if recorded.startswith("wordllama-") else "")
+            )
+        return made
 
     def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """``work`` in one immediate transaction: all of it or none."""
@@ -631,6 +665,10 @@ class MemoryStore:
                 stored = self._read_dim()
                 if stored is None:
                     db.execute("INSERT INTO meta (key, value) VALUES ('dim', ?)", (str(vectors.shape[1]),))
+                    db.execute(
+                        "INSERT OR IGNORE INTO meta (key, value) VALUES ('embedder', ?)",
+                        (embedder_name(self.embedder),),
+                    )
                 elif stored != vectors.shape[1]:
                     raise EmbeddingError(
                         f"the embedder returned vectors of {vectors.shape[1]} values; "
