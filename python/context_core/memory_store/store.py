@@ -28,7 +28,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -562,9 +562,15 @@ class MemoryStore:
         pending = self._accesses.get(mid)
         return (count, last) if pending is None else (count + pending[0], max(last, pending[1]))
 
-    def _memory(self, row: Sequence[Any], entities: tuple[tuple[str, str], ...] = ()) -> Memory:
+    def _memory(
+        self, row: Sequence[Any], entities: tuple[tuple[str, str], ...] = (), accessed: float | None = None
+    ) -> Memory:
+        """A memory from its row, with the accesses not yet written (and one
+        more, at ``accessed``, for a search returning it)."""
         _, mid, namespace, kind, text, importance, pinned, source, tags, created, last, count = row
         count, last = self._accessed(mid, count, last)
+        if accessed is not None:
+            count, last = count + 1, accessed
         return Memory(
             mid,
             namespace_of(namespace),
@@ -1077,18 +1083,12 @@ class MemoryStore:
                 ]
                 if len(namespaces) > 1:
                     ranked.sort(key=_Ranked.order)
-                return self._hits(db, ranked, k, max_tokens)
+                return self._hits(db, ranked, k, max_tokens, now)
 
             hits: list[Hit] = self._read(work)
             if hits:
                 self._count_accesses([hit.memory.id for hit in hits], now)
-        return [
-            replace(
-                hit,
-                memory=replace(hit.memory, access_count=hit.memory.access_count + 1, last_access=now),
-            )
-            for hit in hits
-        ]
+        return hits
 
     def _candidates(
         self,
@@ -1184,10 +1184,11 @@ class MemoryStore:
         return ranked
 
     def _hits(
-        self, db: sqlite3.Connection, ranked: list[_Ranked], k: int, max_tokens: int | None
+        self, db: sqlite3.Connection, ranked: list[_Ranked], k: int, max_tokens: int | None, now: float
     ) -> list[Hit]:
         """The first ``k`` of ``ranked`` as hits (with ``max_tokens``, the
-        first whose texts fit together), rows read only for those."""
+        first whose texts fit together), rows read only for those; each
+        memory counts the access this search makes at ``now``."""
         hits: list[Hit] = []
         used = 0
         at = 0
@@ -1208,7 +1209,7 @@ class MemoryStore:
             ):
                 named.setdefault(rowid, []).append((kind, value))
             for r in batch:
-                memory = self._memory(rows[r.rowid], tuple(named.get(r.rowid, ())))
+                memory = self._memory(rows[r.rowid], tuple(named.get(r.rowid, ())), accessed=now)
                 if max_tokens is not None:
                     tokens = self.tokenizer.count(memory.text)
                     if used + tokens > max_tokens:
