@@ -65,21 +65,36 @@ fn scan<T: Copy + Sync>(
         }
         heap
     };
-    let threads = crate::parallel::thread_count();
-    let mut heap = if threads > 1 && matrix.len() >= PARALLEL_MIN_VALUES {
-        let per = rows.div_ceil(threads);
-        let heaps = in_parts(threads, |t| {
+    let threads = if matrix.len() >= PARALLEL_MIN_VALUES {
+        crate::parallel::thread_count()
+    } else {
+        1
+    };
+    let per = rows.div_ceil(threads);
+    let heap = merged(
+        k,
+        in_parts(threads, |t| {
             let (start, end) = ((t * per).min(rows), ((t + 1) * per).min(rows));
             part(start, &matrix[start * dim..end * dim])
-        });
-        let mut all = BinaryHeap::with_capacity(k * threads);
-        for item in heaps.into_iter().flatten() {
-            keep(&mut all, k, item);
-        }
-        all
-    } else {
-        part(0, matrix)
-    };
+        }),
+    );
+    best_first(heap)
+}
+
+/// The best `k` of several parts' heaps (one part: that heap as it is).
+fn merged(k: usize, mut heaps: Vec<BinaryHeap<Scored>>) -> BinaryHeap<Scored> {
+    if heaps.len() == 1 {
+        return heaps.pop().expect("one heap");
+    }
+    let mut all = BinaryHeap::with_capacity(k + 1);
+    for item in heaps.into_iter().flatten() {
+        keep(&mut all, k, item);
+    }
+    all
+}
+
+/// `(row, score)` of a heap's items, best first.
+fn best_first(mut heap: BinaryHeap<Scored>) -> Vec<(usize, f32)> {
     let mut best: Vec<Scored> = std::iter::from_fn(|| heap.pop()).collect();
     best.reverse();
     best.into_iter().map(|Scored(s, i)| (i, s)).collect()
@@ -518,39 +533,25 @@ impl VectorIndex {
         let wanted = &wanted;
         let q = Quantised::new(query);
         let blocks = self.in_blocks() / BLOCK;
-        let threads = crate::parallel::thread_count();
         // The work is the columns the query reads, not the whole matrix.
-        let mut best =
-            if threads > 1 && blocks >= 2 && self.len() * q.terms.len() >= PARALLEL_MIN_VALUES {
-                let per = blocks.div_ceil(threads);
-                let q = &q;
-                let parts = in_parts(threads, |t| {
-                    let range = (t * per).min(blocks)..((t + 1) * per).min(blocks);
-                    let mut best = Best::new(candidates);
-                    self.each_quantised(q, range, t + 1 == threads, |score, row| {
-                        if wanted(row) {
-                            best.offer(score, row);
-                        }
-                    });
-                    best.heap
-                });
-                let mut all = BinaryHeap::with_capacity(candidates + 1);
-                for item in parts.into_iter().flatten() {
-                    keep(&mut all, candidates, item);
+        let threads = if blocks >= 2 && self.len() * q.terms.len() >= PARALLEL_MIN_VALUES {
+            crate::parallel::thread_count()
+        } else {
+            1
+        };
+        let per = blocks.div_ceil(threads);
+        let q = &q;
+        let parts = in_parts(threads, |t| {
+            let range = (t * per).min(blocks)..((t + 1) * per).min(blocks);
+            let mut best = Best::new(candidates);
+            self.each_quantised(q, range, t + 1 == threads, |score, row| {
+                if wanted(row) {
+                    best.offer(score, row);
                 }
-                all
-            } else {
-                let mut best = Best::new(candidates);
-                self.each_quantised(&q, 0..blocks, true, |score, row| {
-                    if wanted(row) {
-                        best.offer(score, row);
-                    }
-                });
-                best.heap
-            };
-        let mut out: Vec<Scored> = std::iter::from_fn(|| best.pop()).collect();
-        out.reverse();
-        out.into_iter().map(|Scored(s, i)| (i, s)).collect()
+            });
+            best.heap
+        });
+        best_first(merged(candidates, parts))
     }
 
     /// The best `k` by the int8 scan of `candidates` rows, then rescored
