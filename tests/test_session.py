@@ -18,6 +18,7 @@ from context_core import (
     InvalidTypeError,
     MessageLog,
     OverBudgetError,
+    PriorityAssembly,
     Session,
     Tokenizer,
     sanitize,
@@ -418,3 +419,39 @@ def test_a_cancelled_aclose_still_closes_the_log(tmp_path):
 
     asyncio.run(run())
     open_session(tmp_path, compact=False).close()
+
+
+class _CountingPolicy:
+    """A policy that records each call and fails while told to."""
+
+    def __init__(self, failing: bool) -> None:
+        self.calls: list[int] = []
+        self.failing = failing
+        self.inner = PriorityAssembly()
+
+    def select(self, messages, budget, *, now=None):
+        self.calls.append(len(messages))
+        if self.failing:
+            raise OverBudgetError("nothing fits")
+        return self.inner.select(messages, budget, now=now)
+
+
+def test_open_selects_once_so_the_first_turn_pays_no_one_time_work(tmp_path):
+    session = open_session(tmp_path)
+    session.prepare("Add a test for the parser.")
+    session.close()
+    policy = _CountingPolicy(failing=False)
+    session = open_session(tmp_path, policy=policy)
+    assert policy.calls == [1]  # at open, over the one message on disk
+    session.prepare("And run it.")
+    assert policy.calls == [1, 2]
+    session.close()
+
+
+def test_a_selection_that_fails_at_open_is_reported_by_the_turn(tmp_path):
+    policy = _CountingPolicy(failing=True)
+    session = open_session(tmp_path, policy=policy)
+    assert policy.calls == [0]
+    with pytest.raises(OverBudgetError):
+        session.prepare("Add a test for the parser.")
+    session.close()

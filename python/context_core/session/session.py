@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from context_core._core import Tokenizer
 from context_core.budget import Budget
-from context_core.errors import InvalidInputError, InvalidTypeError, OverBudgetError
+from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, OverBudgetError
 from context_core.log import MessageLog
 from context_core.memory import MemoryFiles
 from context_core.prompt import PromptBuilder, PromptParts
@@ -268,7 +268,7 @@ class Session:
         except BaseException:
             log.close()
             raise
-        return cls(
+        session = cls(
             log,
             builder,
             model=model,
@@ -287,6 +287,17 @@ class Session:
             wall=wall,
             path=root,
         )
+        session._warm_up()
+        return session
+
+    def _warm_up(self) -> None:
+        """Select once at open, result dropped, so the first turn costs what
+        the others do: a handle's first sweep checks the records a checkpoint
+        vouched for, counts the cut tool results and grows the buffers a
+        sweep reuses (at a million messages, ~30 ms on top of a turn). Bad
+        history is left to the turn, which reports it as turns do."""
+        with contextlib.suppress(ContextCoreError):
+            self._select(self.budget.messages(system_tokens=0))
 
     def _pending_on_open(self) -> dict[str, ToolCall]:
         seqs = self.log.path()[-_TAIL:]
