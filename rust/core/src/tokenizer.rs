@@ -132,6 +132,15 @@ impl Tokenizer {
             .get_or_count(text, |t| self.engine.count(t))
     }
 
+    /// Puts `tokens`, the known count of `text`, in the count cache (as
+    /// [`Tokenizer::count_cached`] would after counting it), so the next
+    /// count of the same text is a lookup.
+    pub fn remember_count(&self, text: &str, tokens: usize) {
+        if text.len() >= crate::MIN_CACHED_BYTES && self.cached_for(text) {
+            self.engine.cache.get_or_count(text, |_| tokens);
+        }
+    }
+
     /// `count_cached(text)` with its [`text_key`](crate::text_key) already computed.
     pub fn count_keyed(&self, text: &str, key: u128) -> usize {
         if text.len() < crate::MIN_CACHED_BYTES || !self.cached_for(text) {
@@ -251,9 +260,23 @@ impl Tokenizer {
         marker: Option<&str>,
         total: impl FnOnce() -> usize,
     ) -> Result<Cow<'t, str>> {
+        self.truncate_with_count(text, max_tokens, marker, total)
+            .map(|(cut, _)| cut)
+    }
+
+    /// [`Tokenizer::truncate_counted`] and the result's own count (`None`
+    /// for a text that fits as it is), which the cut's last check already
+    /// made: a caller need not count the cut again.
+    pub fn truncate_with_count<'t>(
+        &self,
+        text: &'t str,
+        max_tokens: usize,
+        marker: Option<&str>,
+        total: impl FnOnce() -> usize,
+    ) -> Result<(Cow<'t, str>, Option<usize>)> {
         let prefix = self.engine.count_pieces_up_to(text, max_tokens);
         if prefix.whole {
-            return Ok(Cow::Borrowed(text));
+            return Ok((Cow::Borrowed(text), None));
         }
         let n = total();
         let marker_for = |kept: usize| -> String {
@@ -270,7 +293,7 @@ impl Tokenizer {
                 let mut candidate = String::with_capacity(cut + marker_text.len());
                 candidate.push_str(&text[..cut]);
                 candidate.push_str(&marker_text);
-                return Ok(Cow::Owned(candidate));
+                return Ok((Cow::Owned(candidate), Some(tokens)));
             }
             if kept == 0 {
                 return Err(Error::MarkerTooLong {
@@ -413,6 +436,34 @@ mod tests {
             tok.truncate(&text, 2, Some("[a marker that is longer than two tokens]")),
             Err(Error::MarkerTooLong { .. })
         ));
+    }
+
+    #[test]
+    fn a_cut_comes_with_its_own_exact_count() {
+        let tok = Tokenizer::new(Encoding::O200kBase);
+        let texts = [
+            "日本語のテキストとEnglish混在。".repeat(40),
+            "fn main() {\n    println!(\"{}\", 1 + 2);\n}\n\n\n   ".repeat(60),
+            "word  \t\n".repeat(300) + &"x".repeat(900),
+            "ERROR 2026-12-04T10:00:00Z payment ord_123 failed: timeout\n".repeat(80),
+        ];
+        for text in &texts {
+            for max in [12, 40, 157, 600] {
+                for marker in [None, Some("…[truncated {dropped} tokens]"), Some("\n\n…")] {
+                    let (cut, counted) = tok
+                        .truncate_with_count(text, max, marker, || tok.count(text))
+                        .unwrap();
+                    if tok.count(text) <= max {
+                        assert_eq!((cut.as_ref(), counted), (text.as_str(), None));
+                    } else {
+                        assert_eq!(counted, Some(tok.count(&cut)), "{max} {marker:?}");
+                        assert!(counted.unwrap() <= max);
+                    }
+                }
+            }
+        }
+        let (whole, counted) = tok.truncate_with_count("short", 5, None, || 1).unwrap();
+        assert_eq!((whole.as_ref(), counted), ("short", None));
     }
 
     #[test]

@@ -707,18 +707,22 @@ fn cap_text(
         return None;
     }
     let mut cut_now = || -> Option<Arc<Cut>> {
-        let cut = match tokenizer.truncate_counted(text, cap, Some(TRUNCATION_MARKER), || before) {
-            Ok(cut) => cut,
-            Err(error) => {
-                // Named with the message it is in (as a path error is).
-                facts.error.get_or_insert(Error::InvalidValue {
-                    path: String::new(),
-                    reason: error.to_string(),
-                });
-                return None;
-            }
-        };
-        let after = tokenizer.count(&cut);
+        let (cut, counted) =
+            match tokenizer.truncate_with_count(text, cap, Some(TRUNCATION_MARKER), || before) {
+                Ok(found) => found,
+                Err(error) => {
+                    // Named with the message it is in (as a path error is).
+                    facts.error.get_or_insert(Error::InvalidValue {
+                        path: String::new(),
+                        reason: error.to_string(),
+                    });
+                    return None;
+                }
+            };
+        // The cut's count is the truncation's last check; left in the cache,
+        // counting the request that carries the cut is a lookup too.
+        let after = counted.unwrap_or_else(|| tokenizer.count(&cut));
+        tokenizer.remember_count(&cut, after);
         Some(Arc::new(Cut {
             text: Arc::from(cut.as_ref()),
             before,
