@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::select::{WeightRow, weights_of};
+use crate::select::{DEFAULT_TAGGER, WeightRow, weights_of};
 use context_core::log::{
-    AppendOptions, Durability, MessageLog, OpenOptions, Origin, Plan, PlanOptions, ViewPart,
-    ViewSeqs, Window,
+    AppendOptions, Durability, LOG_CACHED_BYTES, MessageLog, OpenOptions, Origin, Plan,
+    PlanOptions, ViewPart, ViewSeqs, Window,
 };
 use context_core::select::Extras;
 use context_core::tags::{Keywords, Tagger};
@@ -20,12 +20,14 @@ use crate::errors::{CoreError, invalid_input, invalid_type};
 use crate::json::PyJson;
 use crate::text::{as_str, sequence, text, type_name};
 
-/// The default keyword lists without a cache: a log tags each message once,
-/// into its header, and caching those would only evict what selection reuses.
+/// The default keyword lists: a log tags each message once, into its
+/// header, and only a long text's tags are left in the default tagger's
+/// cache (selection tags a long tool output again the turn it arrives;
+/// caching every message would evict what selection reuses).
 static LOG_TAGGER: LazyLock<Tagger> = LazyLock::new(|| {
     Tagger::new(&Keywords::default())
         .expect("the default keywords compile")
-        .uncached()
+        .sharing_cache(&DEFAULT_TAGGER, LOG_CACHED_BYTES)
 });
 
 /// Batches of fewer messages are appended on the calling thread.

@@ -12,6 +12,7 @@ pub mod normalize;
 
 use crate::cache::text_key;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use normalize::{forms, forms_for_tagging};
@@ -293,7 +294,10 @@ pub struct Tagger {
     /// Evidence and log markers, in the lowered form.
     markers: Patterns,
     /// Masks by text key, with the pass bits; `None`: [`Tagger::uncached`].
-    cache: Option<quick_cache::sync::Cache<u128, u8>>,
+    /// Shared with the taggers made by [`Tagger::sharing_cache`].
+    cache: Option<Arc<quick_cache::sync::Cache<u128, u8>>>,
+    /// Texts shorter than this are tagged without the cache.
+    cache_from: usize,
 }
 
 impl Tagger {
@@ -327,7 +331,8 @@ impl Tagger {
             words: Patterns::new(words, false)?,
             squeezed: Patterns::new(squeezed, true)?,
             markers: Patterns::new(markers, true)?,
-            cache: Some(quick_cache::sync::Cache::new(16_384)),
+            cache: Some(Arc::new(quick_cache::sync::Cache::new(16_384))),
+            cache_from: MIN_CACHED_BYTES,
         })
     }
 
@@ -342,6 +347,20 @@ impl Tagger {
     pub fn uncached(self) -> Self {
         Self {
             cache: None,
+            ..self
+        }
+    }
+
+    /// This tagger, leaving the tags of texts of at least `bytes` in
+    /// `other`'s cache: a log tags each message once, into its header, and
+    /// its long tool outputs are what selection tags again the turn they
+    /// arrive. `other` must tag alike (the same keyword lists); shorter texts
+    /// cost little to tag again and would only evict what selection reuses.
+    #[must_use]
+    pub fn sharing_cache(self, other: &Tagger, bytes: usize) -> Self {
+        Self {
+            cache: other.cache.clone(),
+            cache_from: bytes.max(MIN_CACHED_BYTES),
             ..self
         }
     }
@@ -366,7 +385,7 @@ impl Tagger {
         let Some(cache) = self
             .cache
             .as_ref()
-            .filter(|_| text.len() >= MIN_CACHED_BYTES)
+            .filter(|_| text.len() >= self.cache_from)
         else {
             return self.run_passes(text, needed) & wanted;
         };
@@ -521,6 +540,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_tagger_sharing_a_cache_leaves_only_long_texts_in_it() {
+        let owner = tagger();
+        let sharer = tagger().sharing_cache(&owner, 64);
+        let cached = || owner.cache.as_ref().map_or(0, |c| c.len());
+        let long = "the deploy must not run before the migration; ".repeat(3);
+        let short = "a shorter text: it must never be cached";
+        assert_eq!(sharer.tag(short), owner.tag(short));
+        assert_eq!(cached(), 1, "the short text, by its owner alone");
+        let tags = sharer.tag(&long);
+        assert_eq!(cached(), 2, "the long text, by the sharer");
+        assert_ne!(tags & CONSTRAINT, 0);
+        assert_eq!(owner.tag(&long), tags);
+        assert!(!tagger().sharing_cache(&tagger().uncached(), 64).caches());
     }
 
     #[test]
