@@ -172,7 +172,11 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// The int8 score (before scaling) of each row-major row of `rows`.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
 fn tail_scores(rows: &[i8], dim: usize, query: &[i8], out: &mut Vec<i32>) {
     out.clear();
     out.extend(rows.chunks_exact(dim).map(|row| dot_i8(row, query)));
@@ -191,7 +195,11 @@ pub const BLOCK: usize = 4096;
 /// 2 * 127 * 127), so the loop multiplies and adds 16 bits wide before
 /// widening. `multiversion` compiles it for AVX2 too and picks that copy at
 /// run time where the CPU has it, with no unsafe code here.
-#[multiversion::multiversion(targets("x86_64+avx2+fma", "x86_64+avx"))]
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma",
+    "x86_64+avx"
+))]
 fn block_scores(block: &[i8], terms: &[(usize, i16)], acc: &mut [i32]) {
     let acc: &mut [i32; BLOCK] = acc.try_into().expect("one block of accumulators");
     acc.fill(0);
@@ -251,6 +259,25 @@ impl Best {
         }
     }
 
+    /// Offers each wanted row of a block (`scores[i]` is row `first + i`).
+    /// Once the heap is full, a run of rows none of which beats the floor
+    /// is passed over with one vector comparison: those offers would all
+    /// have been refused, so the best kept are the same.
+    fn offer_block(&mut self, first: usize, scores: &[f32], wanted: impl Fn(usize) -> bool) {
+        const RUN: usize = 16;
+        for (n, run) in scores.chunks(RUN).enumerate() {
+            if self.heap.len() == self.k && !any_above(run, self.floor) {
+                continue;
+            }
+            let start = first + n * RUN;
+            for (i, &score) in run.iter().enumerate() {
+                if wanted(start + i) {
+                    self.offer(score, start + i);
+                }
+            }
+        }
+    }
+
     #[inline]
     fn offer(&mut self, score: f32, row: usize) {
         if self.k == 0 || (self.heap.len() == self.k && score <= self.floor) {
@@ -264,6 +291,29 @@ impl Best {
             self.floor = self.heap.peek().map_or(f32::NEG_INFINITY, |worst| worst.0);
         }
     }
+}
+
+/// `out[r] = acc[r] as f32 * scale[r]`: the int8 sums scaled, as one
+/// vector loop.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+fn scaled(acc: &[i32], scales: &[f32], out: &mut [f32]) {
+    for ((o, a), s) in out.iter_mut().zip(acc).zip(scales) {
+        *o = *a as f32 * s;
+    }
+}
+
+/// Whether any of `scores` is not at or below `floor` (a NaN counts, as
+/// [`Best::offer`] takes one), without a branch per value.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
+    "x86_64+avx2+fma"
+))]
+#[allow(clippy::neg_cmp_op_on_partial_ord, clippy::needless_bitwise_bool)] // NaN counts; no branch
+fn any_above(scores: &[f32], floor: f32) -> bool {
+    scores.iter().fold(false, |any, &s| any | !(s <= floor))
 }
 
 /// A query quantised as the rows are, and its non-zero dimensions.
@@ -479,17 +529,19 @@ impl VectorIndex {
         )
     }
 
-    /// Each int8 score of blocks `blocks` (then of the tail, if `tail`),
-    /// scaled, handed to `each` in row order.
+    /// The int8 scores of blocks `blocks` (then of the tail, if `tail`),
+    /// scaled, handed to `each` a block at a time: the first row's number
+    /// and the block's scores in row order.
     fn each_quantised(
         &self,
         q: &Quantised,
         blocks: std::ops::Range<usize>,
         tail: bool,
-        mut each: impl FnMut(f32, usize),
+        mut each: impl FnMut(usize, &[f32]),
     ) {
         let span = self.dim * BLOCK;
         let mut acc = vec![0i32; BLOCK];
+        let mut scores = vec![0f32; BLOCK];
         for block in blocks {
             block_scores(
                 &self.blocks[block * span..(block + 1) * span],
@@ -497,20 +549,15 @@ impl VectorIndex {
                 &mut acc,
             );
             let first = block * BLOCK;
-            for (r, (a, scale)) in acc
-                .iter()
-                .zip(&self.scales[first..first + BLOCK])
-                .enumerate()
-            {
-                each(*a as f32 * scale, first + r);
-            }
+            scaled(&acc, &self.scales[first..first + BLOCK], &mut scores);
+            each(first, &scores);
         }
         if tail && !self.tail.is_empty() {
             tail_scores(&self.tail, self.dim, &q.values, &mut acc);
             let first = self.in_blocks();
-            for (r, (a, scale)) in acc.iter().zip(&self.scales[first..]).enumerate() {
-                each(*a as f32 * scale, first + r);
-            }
+            let rows = acc.len();
+            scaled(&acc, &self.scales[first..], &mut scores[..rows]);
+            each(first, &scores[..rows]);
         }
     }
 
@@ -519,8 +566,8 @@ impl VectorIndex {
     pub fn quantised_scores(&self, query: &[f32]) -> Vec<f32> {
         let q = Quantised::new(query);
         let mut out = Vec::with_capacity(self.len());
-        self.each_quantised(&q, 0..self.in_blocks() / BLOCK, true, |score, _| {
-            out.push(score);
+        self.each_quantised(&q, 0..self.in_blocks() / BLOCK, true, |_, scores| {
+            out.extend_from_slice(scores);
         });
         out
     }
@@ -544,10 +591,8 @@ impl VectorIndex {
         let parts = in_parts(threads, |t| {
             let range = (t * per).min(blocks)..((t + 1) * per).min(blocks);
             let mut best = Best::new(candidates);
-            self.each_quantised(q, range, t + 1 == threads, |score, row| {
-                if wanted(row) {
-                    best.offer(score, row);
-                }
+            self.each_quantised(q, range, t + 1 == threads, |first, scores| {
+                best.offer_block(first, scores, wanted);
             });
             best.heap
         });
