@@ -21,7 +21,7 @@ from context_core import (
     WeightedWindow,
     _log_selection,
 )
-from context_core._core import LOG_CACHED_BYTES
+from context_core._core import LOG_CACHED_BYTES, PARALLEL_FACTS_FROM
 from context_core._log_selection import count_cut_results, from_view
 
 BUDGETS = [2_000, 8_000, 32_000, 10**9]
@@ -392,3 +392,32 @@ def test_an_append_leaves_the_count_of_a_long_text_for_selection_to_cap(tmp_path
     assert tokenizer.count_messages([{"role": "user", "content": long_text}]) > 0
     assert tokenizer.cache_info().hits == before.hits + 1
     log.close()
+
+
+@pytest.mark.parametrize("budget", [2_000, 32_000])
+def test_a_long_log_weighed_on_every_core_chooses_what_its_view_gives(tmp_path, budget):
+    """From PARALLEL_FACTS_FROM nodes on, with ages from timestamps, the
+    headers are read ahead on every core before grouping: the weights, and
+    so the window, must be the decoded view's (weighed one message at a
+    time by the list's policy), with rules, evidence and chatter of many
+    ages competing."""
+    count = PARALLEL_FACTS_FROM + 1_500
+    start = 1_700_000_000.0
+    messages = []
+    for i in range(count):
+        at = start + i * 0.37 + (i % 7) * 11.0  # not in order: ages interleave
+        if i % 997 == 0:
+            rule = f"You must keep rule {i} for order ord_{i}."
+            messages.append({"role": "user", "content": rule, "timestamp": at})
+        elif i % 2:
+            text = f"Traceback: error in step {i}" if i % 13 == 1 else f"step {i} done"
+            messages.append({"role": "assistant", "content": text, "timestamp": at})
+        else:
+            messages.append({"role": "user", "content": f"note {i}", "timestamp": at})
+    now = start + count * 0.37 + 120.0
+    weighted = WeightedWindow()
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        for at in range(0, count, 10_000):
+            log.append_many(messages[at : at + 10_000])
+        assert len(log) >= PARALLEL_FACTS_FROM
+        same_choice(log, lambda source, b, n: weighted.select(source, b, now=n), budget, now)

@@ -28,6 +28,7 @@ SUMMARY_PREFIX: Final[str]
 SEGMENT_PREFIX: Final[str]
 SEGMENTS_KEPT: Final[int]
 LOG_CACHED_BYTES: Final[int]
+PARALLEL_FACTS_FROM: Final[int]
 ECHO_MARKERS: Final[list[str]]
 PARALLEL_MIN_BYTES: Final[int]
 

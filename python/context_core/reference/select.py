@@ -5,6 +5,7 @@ written from README.md ("Context selection"), behind the same layout code
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,17 @@ Unit = tuple[int, int, int, str, int, bool]
 Truncation = tuple[int, int | None, int | None, str, int, int]
 #: Where a cut text goes in its message: (block, part, text).
 Cut = tuple[int | None, int | None, str]
+
+
+def decayed(decay: float, age: float) -> float:
+    """``decay ** age`` as the extension computes it, ``exp(age * log(decay))``
+    (the same C library's ``exp`` and ``log``, so the same bits); an age of 0
+    weighs 1, and a decay of 0 weighs 0 at any later age."""
+    if age == 0.0:
+        return 1.0
+    if decay == 0.0:
+        return 0.0
+    return math.exp(age * math.log(decay))
 
 
 class MessageInfo(TypedDict):
@@ -405,10 +417,8 @@ class Analysis:
             (LOG, weights[4]),
         ):
             if info["tags"] & tag:
-                tagged: float = weight * weights[6] ** age  # float ** float is typed Any
-                return tagged
-        decayed: float = weights[5] ** age
-        return decayed
+                return weight * decayed(weights[6], age)
+        return decayed(weights[5], age)
 
     def weighted(
         self, budget: int, weights: tuple[float, ...], max_anchors: int, recent_turns: int, now: float | None

@@ -36,16 +36,29 @@ pub fn map_into<T: Sync, R: Send>(
         }
         return;
     }
-    let queue = Mutex::new(items.chunks(BLOCK).zip(out.chunks_mut(BLOCK)));
+    fill_each(out, BLOCK, threads, |i| f(&items[i]));
+}
+
+/// `out[i] = f(i)` for all `i`, on `threads` threads (this one included):
+/// each takes blocks of `block` slots from a shared queue, so uneven work
+/// still balances.
+pub fn fill_each<R: Send>(
+    out: &mut [R],
+    block: usize,
+    threads: usize,
+    f: impl Fn(usize) -> R + Sync,
+) {
+    let block = block.max(1);
+    let queue = Mutex::new(out.chunks_mut(block).enumerate());
     let work = || {
         loop {
             let next = queue
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .next();
-            let Some((block, slots)) = next else { break };
-            for (slot, item) in slots.iter_mut().zip(block) {
-                *slot = f(item);
+            let Some((n, slots)) = next else { break };
+            for (j, slot) in slots.iter_mut().enumerate() {
+                *slot = f(n * block + j);
             }
         }
     };
@@ -69,5 +82,23 @@ mod tests {
         let mut out = vec![0usize; items.len()];
         map_into(&items, &mut out, usize::MAX, |x| x * 3);
         assert!(out.iter().enumerate().all(|(i, &v)| v == i * 3));
+    }
+
+    #[test]
+    fn fill_each_fills_every_slot_by_its_index() {
+        for (len, block, threads) in [
+            (0, 4, 2),
+            (1, 4, 3),
+            (1000, 7, 2),
+            (1000, 1000, 4),
+            (999, 1, 1),
+        ] {
+            let mut out = vec![usize::MAX; len];
+            fill_each(&mut out, block, threads, |i| i * 2 + 1);
+            assert!(
+                out.iter().enumerate().all(|(i, &v)| v == i * 2 + 1),
+                "{len} {block} {threads}"
+            );
+        }
     }
 }

@@ -64,6 +64,10 @@ mod _core {
         m.add("SEGMENT_PREFIX", context_core::log::SEGMENT_PREFIX)?;
         m.add("SEGMENTS_KEPT", context_core::log::SEGMENTS_KEPT)?;
         m.add("LOG_CACHED_BYTES", context_core::log::LOG_CACHED_BYTES)?;
+        m.add(
+            "PARALLEL_FACTS_FROM",
+            context_core::log::PARALLEL_FACTS_FROM,
+        )?;
         m.add("ECHO_MARKERS", context_core::summary::ECHO_MARKERS.to_vec())?;
         m.add("PARALLEL_MIN_BYTES", context_core::PARALLEL_MIN_BYTES)?;
         m.add(

@@ -34,7 +34,7 @@ pub use format::{
 };
 pub use plan::{Job as PlannedJob, Plan, PlanOptions};
 pub use repair::RepairReport;
-pub use window::{SEGMENTS_KEPT, ViewPart, ViewSeqs, Window};
+pub use window::{PARALLEL_FACTS_FROM, SEGMENTS_KEPT, ViewPart, ViewSeqs, Window};
 
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};
@@ -175,6 +175,8 @@ pub struct MessageLog {
     /// Kept between turns: a million units' keys and starts are 20 MB not
     /// to fault in again.
     scratch_keys: Vec<u128>,
+    /// The weighted window's facts read ahead on every core, kept between turns.
+    scratch_facts: Vec<crate::select::UnitFacts>,
     scratch_starts: Vec<u32>,
     scratch_units: Vec<crate::select::Unit>,
     /// Tool results over a policy's cap, counted as cut (see `capped`).
@@ -232,6 +234,7 @@ impl MessageLog {
             linear_len: 0,
             checked: 0,
             scratch_keys: Vec::new(),
+            scratch_facts: Vec::new(),
             scratch_starts: Vec::new(),
             scratch_units: Vec::new(),
             capped: capped::CappedCounts::default(),

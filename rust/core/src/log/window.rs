@@ -9,7 +9,7 @@ use super::{KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE};
 use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
 use crate::select::{
-    Role, Unit, UnitFacts, UnitKind, Weights, fill_by_weight, for_each_unit, recent_fits,
+    Role, Unit, UnitFacts, UnitKind, Weights, decayed, fill_by_weight, for_each_unit, recent_fits,
     tag_weight, weight_key,
 };
 use crate::tags::CONSTRAINT;
@@ -305,6 +305,7 @@ impl MessageLog {
         // decay^age underflows to exactly 0 past some age: no pow call there.
         let zero_from = first_zero_age(weights.decay);
         let tag_zero_from = first_zero_age(weights.tag_decay);
+        let (ln_decay, ln_tag_decay) = (weights.decay.ln(), weights.tag_decay.ln());
         let weigh = |record: Record<'_>, i: usize| -> f64 {
             if let Some(weight) = record.weight() {
                 return weight;
@@ -323,14 +324,26 @@ impl MessageLog {
             let age = ((now - record.timestamp()) / 60.0).max(0.0);
             match tagged {
                 Some(_) if age >= tag_zero_from => 0.0,
-                Some(weight) => weight * weights.tag_decay.powf(age),
+                Some(weight) => weight * decayed(ln_tag_decay, age),
                 None if age >= zero_from => 0.0,
-                None => weights.decay.powf(age),
+                None => decayed(ln_decay, age),
             }
         };
         // One sweep over the headers, grouped and weighed together; only the
         // units' order keys and starts are kept (16 + 4 bytes each).
-        let facts = self.facts_of(&view, cap, weigh);
+        // With ages from timestamps each node's weight is a pow call, most
+        // of a long view's sweep: its facts are read on every core first
+        // (the same calls, so the same weights), then grouped in order.
+        let mut read_ahead = std::mem::take(&mut self.scratch_facts);
+        let read = self.facts_of(&view, cap, weigh);
+        let ahead = now.is_some() && view.len() >= PARALLEL_FACTS_FROM;
+        if ahead {
+            fill_in_parallel(&mut read_ahead, view.len(), &read);
+        }
+        let read_ahead_ref = &read_ahead;
+        let facts = move |i: usize| {
+            if ahead { read_ahead_ref[i] } else { read(i) }
+        };
         keys.clear();
         starts.clear();
         let mut fixed: Vec<(usize, Unit)> = Vec::new();
@@ -362,6 +375,7 @@ impl MessageLog {
             .map(|kept| self.window_of(kept, &starts, &fixed, &view, cap));
         self.scratch_keys = keys;
         self.scratch_starts = starts;
+        self.scratch_facts = read_ahead;
         Ok(Some(Window {
             view: view.into(),
             ..window.map_err(Clone::clone)?
@@ -409,6 +423,22 @@ impl MessageLog {
         }
         window
     }
+}
+
+/// Views of at least this many nodes have their facts read on every core
+/// when each weight costs a pow call (a thread costs ~20 µs to start; a
+/// pow, ~15 ns).
+pub const PARALLEL_FACTS_FROM: usize = 1 << 16;
+
+/// `out[i] = facts(i)` for `i` in `0..count`, on every core.
+fn fill_in_parallel(
+    out: &mut Vec<UnitFacts>,
+    count: usize,
+    facts: &(impl Fn(usize) -> UnitFacts + Sync),
+) {
+    out.clear();
+    out.resize(count, UnitFacts::EMPTY);
+    crate::parallel::fill_each(out, 1 << 14, crate::parallel::thread_count(), facts);
 }
 
 /// What the units every policy keeps cost with the reply priming; an
@@ -479,8 +509,8 @@ fn choose(
     Ok(kept)
 }
 
-/// `decay.powf(k)` for whole ages `k`, up to where it is 0.0, kept between
-/// turns (a turn weighs every node; a pow call costs ~20 ns).
+/// [`decayed`] for whole ages `k`, up to where it is 0.0, kept between
+/// turns (a turn weighs every node; an `exp` call costs ~5 ns).
 #[derive(Default)]
 pub(super) struct DecayPowers {
     decay_bits: u64,
@@ -492,25 +522,26 @@ impl DecayPowers {
         if self.decay_bits != decay.to_bits() || self.powers.is_empty() {
             self.decay_bits = decay.to_bits();
             self.powers.clear();
-            self.powers.push(decay.powf(0.0));
+            self.powers.push(decayed(decay.ln(), 0.0));
         }
         let zero_from = first_zero_age(decay);
         while self.powers.len() < ages && (self.powers.len() as f64) < zero_from {
-            self.powers.push(decay.powf(self.powers.len() as f64));
+            self.powers
+                .push(decayed(decay.ln(), self.powers.len() as f64));
         }
     }
 }
 
-/// An age at and past which `decay.powf(age)` is 0.0 (infinity if none is
+/// An age at and past which [`decayed`] is 0.0 (infinity if none is
 /// found): near where the result falls below the smallest subnormal, 2^-1074,
-/// checked; the pow is monotonic in the age for 0 < decay < 1.
+/// checked; it is monotonic in the age for 0 < decay < 1.
 fn first_zero_age(decay: f64) -> f64 {
     if !(decay > 0.0 && decay < 1.0) {
         return f64::INFINITY;
     }
     let mut age = (-1075.0 * std::f64::consts::LN_2 / decay.ln()).ceil();
     for _ in 0..64 {
-        if decay.powf(age) == 0.0 {
+        if decayed(decay.ln(), age) == 0.0 {
             return age;
         }
         age += 1.0;
@@ -521,15 +552,15 @@ fn first_zero_age(decay: f64) -> f64 {
 #[cfg(test)]
 #[allow(clippy::float_cmp)] // exactly zero is the point
 mod tests {
-    use super::first_zero_age;
+    use super::{decayed, first_zero_age};
 
     #[test]
-    fn the_zero_age_is_where_pow_first_underflows() {
+    fn the_zero_age_is_where_the_decay_first_underflows() {
         for decay in [0.5, 0.85, 0.99, 0.999_9] {
             let age = first_zero_age(decay);
             assert!(age.is_finite(), "{decay}");
             for later in [age, age + 0.5, age + 10.0, age * 2.0] {
-                assert_eq!(decay.powf(later), 0.0, "{decay}^{later}");
+                assert_eq!(decayed(decay.ln(), later), 0.0, "{decay}^{later}");
             }
         }
         assert_eq!(first_zero_age(1.0), f64::INFINITY);

@@ -770,6 +770,20 @@ pub struct UnitFacts {
     pub has_text: bool,
 }
 
+impl UnitFacts {
+    /// A placeholder, for a buffer about to be filled.
+    pub const EMPTY: Self = Self {
+        weight: f64::NAN,
+        role: Role::Other,
+        tokens: 0,
+        tags: 0,
+        pinned: false,
+        calls: false,
+        results: false,
+        has_text: false,
+    };
+}
+
 impl MessageInfo {
     pub fn unit_facts(&self) -> UnitFacts {
         UnitFacts {

@@ -11,6 +11,6 @@ pub use analyze::{
 };
 pub use policies::{
     Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, Weights, build, build_extras,
-    fill_by_weight, greedy_by_weight, message_weight, recent_fits, recent_from, shape, shape_units,
-    tag_weight, weight_key, weighted_window,
+    decayed, fill_by_weight, greedy_by_weight, message_weight, recent_fits, recent_from, shape,
+    shape_units, tag_weight, weight_key, weighted_window,
 };

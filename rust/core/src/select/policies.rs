@@ -98,9 +98,22 @@ pub fn message_weight(
         _ => (analysis.messages.len() - 1 - message) as f64,
     };
     match tag_weight(info.tags, weights) {
-        Some(weight) => weight * weights.tag_decay.powf(age),
-        None => weights.decay.powf(age),
+        Some(weight) => weight * decayed(weights.tag_decay.ln(), age),
+        None => decayed(weights.decay.ln(), age),
     }
+}
+
+/// `decay ^ age` for `ln_decay = decay.ln()` (`decay` in [0, 1], `age` at
+/// least 0), computed as `exp(age * ln_decay)`: an `exp` costs a third of a
+/// `pow`, and a long log weighs every node each turn. The Python reference
+/// computes it the same way (`math.exp`, `math.log`, the same C library), so
+/// both give the same bits. An age of 0 weighs 1, as `0 ^ 0` does.
+#[inline]
+pub fn decayed(ln_decay: f64, age: f64) -> f64 {
+    if age == 0.0 {
+        return 1.0;
+    }
+    (age * ln_decay).exp()
 }
 
 /// The weight of a message's first tag, in the order constraint, evidence,
