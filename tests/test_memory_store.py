@@ -542,3 +542,30 @@ def test_keyword_search_leaves_out_terms_most_memories_share(tmp_path):
         s.delete(hit.memory.id)
         docs = dict(s._db.execute("SELECT term, docs FROM term_docs WHERE term IN ('zebra', '')"))
         assert docs == {"zebra": 0, "": KEYWORD_POSTINGS + 1}
+
+
+def test_preload_reads_a_namespaces_vectors_once_so_the_first_search_does_not(store, monkeypatch):
+    from context_core.memory_store.vectors import NamespaceVectors
+
+    store.preload()  # nothing stored yet: no width, nothing to read
+    assert store._vectors == {}
+    store.remember_many([f"order ord_{i} was refunded on day {i}" for i in range(40)])
+    store.remember("the deploy runs on Mondays", namespace="ops")
+    loads = []
+    real = NamespaceVectors._load
+    monkeypatch.setattr(
+        NamespaceVectors, "_load", lambda self, db: (loads.append(self.namespace), real(self, db))
+    )
+    store.preload(namespace=["default", "ops"])
+    assert sorted(loads) == ["default", "ops"]
+    assert len(store._vectors["default"]) == 40
+    assert len(store._vectors["ops"]) == 1
+    hits = store.search("which order was refunded on day 7", k=3)
+    assert "ord_7" in hits[0].memory.text
+    store.search("the deploy", namespace="ops")
+    assert sorted(loads) == ["default", "ops"], "a search after preload reads only what changed"
+    store.remember("order ord_99 was refunded late")  # a later write: synced, not reloaded
+    assert "ord_99" in store.search("ord_99 refunded", k=1)[0].memory.text
+    assert sorted(loads) == ["default", "ops"]
+    with pytest.raises(InvalidTypeError):
+        store.preload(namespace=3)

@@ -455,3 +455,29 @@ def test_a_selection_that_fails_at_open_is_reported_by_the_turn(tmp_path):
     with pytest.raises(OverBudgetError):
         session.prepare("Add a test for the parser.")
     session.close()
+
+
+def test_open_loads_the_stores_vectors_so_the_first_search_reads_none(tmp_path, monkeypatch):
+    from context_core import MemoryStore
+    from context_core.memory_store.vectors import NamespaceVectors
+
+    store = MemoryStore(tmp_path / "memories.db")
+    store.remember_many([f"Service {i} listens on port {5000 + i}." for i in range(30)])
+    loads = []
+    real = NamespaceVectors._load
+    monkeypatch.setattr(
+        NamespaceVectors, "_load", lambda self, db: (loads.append(self.namespace), real(self, db))
+    )
+    with open_session(tmp_path, store=store) as session:
+        assert loads == ["default"]  # at open
+        request = session.prepare("Which port does service 7 listen on?")
+        assert loads == ["default"]
+        assert request.report.memories > 0
+        assert "5007" in json.dumps(request["messages"])
+    store.close()
+    fresh = MemoryStore(tmp_path / "memories.db")  # nothing held yet
+    with open_session(tmp_path / "no-memories", store=fresh, memory_k=0):
+        assert loads == ["default"]  # a session that retrieves none loads none
+    with open_session(tmp_path / "more", store=fresh):
+        assert loads == ["default", "default"]
+    fresh.close()

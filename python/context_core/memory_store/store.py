@@ -1037,6 +1037,25 @@ class MemoryStore:
         Returned memories count one more access."""
         return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None)
 
+    def preload(self, *, namespace: NamespaceLike | Sequence[NamespaceLike] = "default") -> None:
+        """Loads the vectors of ``namespace`` (each of a sequence) now, so
+        the first :meth:`search` of it costs what later ones do: a store's
+        first search of a namespace reads all its vectors (at 100,000
+        memories, about two seconds). A server calls this at start; a
+        :class:`~context_core.Session` does at open."""
+        namespaces = namespace_keys(namespace)
+        with self._lock:
+            if self._dim is None:
+                self._dim = self._read_dim()
+            if self._dim is None:
+                return
+
+            def work(db: sqlite3.Connection) -> None:
+                for key in namespaces:
+                    self._namespace_vectors(key).sync(db)
+
+            self._read(work)
+
     async def asearch(
         self,
         query: str,
@@ -1090,6 +1109,13 @@ class MemoryStore:
                 self._count_accesses([hit.memory.id for hit in hits], now)
         return hits
 
+    def _namespace_vectors(self, namespace: str) -> NamespaceVectors:
+        """The held vectors of ``namespace`` (made empty, to be synced, if none are)."""
+        index = self._vectors.get(namespace)
+        if index is None or index.dim != self._dim:
+            index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
+        return index
+
     def _candidates(
         self,
         db: sqlite3.Connection,
@@ -1103,9 +1129,7 @@ class MemoryStore:
     ) -> list[_Ranked]:
         """Every candidate (an entity it shares, a near vector, a keyword
         match) scored from the few columns ranking needs, best first."""
-        index = self._vectors.get(namespace)
-        if index is None or index.dim != self._dim:
-            index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
+        index = self._namespace_vectors(namespace)
         index.sync(db)
         pool = max(4 * k, 32)
         shared: dict[int, list[str]] = {}

@@ -294,10 +294,17 @@ class Session:
         """Select once at open, result dropped, so the first turn costs what
         the others do: a handle's first sweep checks the records a checkpoint
         vouched for, counts the cut tool results and grows the buffers a
-        sweep reuses (at a million messages, ~30 ms on top of a turn). Bad
+        sweep reuses (at a million messages, ~30 ms on top of a turn); and the
+        memory store's vectors are loaded (at 100,000 memories, ~2 s). Bad
         history is left to the turn, which reports it as turns do."""
         with contextlib.suppress(ContextCoreError):
             self._select(self.budget.messages(system_tokens=0))
+        # A store's first search of a namespace reads all its vectors (a
+        # store of the caller's own may have nothing to load ahead).
+        preload = getattr(self.store, "preload", None) if self.memory_k else None
+        if preload is not None:
+            with contextlib.suppress(ContextCoreError):
+                preload(namespace=self.namespace)
 
     def _pending_on_open(self) -> dict[str, ToolCall]:
         seqs = self.log.path()[-_TAIL:]
