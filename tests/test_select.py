@@ -20,6 +20,7 @@ from context_core import (
     ContextCoreError,
     InvalidInputError,
     InvalidTypeError,
+    MessageLog,
     OverBudgetError,
     PriorityAssembly,
     Tokenizer,
@@ -693,3 +694,72 @@ def test_an_int_past_a_floats_range_is_refused_as_input(impl):
         window_class(constraint=10**400)
     with pytest.raises(InvalidInputError, match="finite"):
         window_class().select(chat(2), 1000, now=10**400)
+
+
+def _aged(now: float, stamps: list[float], texts: list[str]) -> list[dict]:
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": text, "timestamp": at}
+        for i, (at, text) in enumerate(zip(stamps, texts, strict=True))
+    ]
+    return [*messages, {"role": "user", "content": "and now?", "timestamp": now}]
+
+
+@pytest.mark.parametrize(
+    ("weights", "now", "stamps"),
+    [
+        # A decay of 1 weighs 1 at any age, an infinite one too (exp(inf * 0) would be NaN).
+        (
+            {"decay": 1.0, "tag_decay": 1.0},
+            1.7e308,
+            [-1.7e308 if i % 3 == 0 else 1.7e308 - 60.0 * (40 - i) for i in range(40)],
+        ),
+        ({"decay": 1.0}, 1.7e308, [-1.7e308 if i % 3 == 0 else 1.7e308 - 60.0 * i for i in range(40)]),
+        # A negative tag weight decayed to nothing is -0.0, which weighs what 0.0 does.
+        (
+            {"constraint": -1.0, "decay": 0.0, "tag_decay": 0.0},
+            10_000.0,
+            [100.0 + 100.0 * i for i in range(40)],
+        ),
+        ({"constraint": -1.0, "decay": 0.5, "tag_decay": 0.5}, 1e9, [100.0 * i for i in range(40)]),
+    ],
+)
+def test_extreme_ages_and_signed_zero_weights_agree_with_the_reference(tmp_path, weights, now, stamps):
+    texts = [
+        f"You must keep rule {i}." if i % 4 == 1 else f"plain note {i} " + "y" * (i % 7) for i in range(40)
+    ]
+    messages = _aged(now, stamps, texts)
+    policy = WeightedWindow(max_anchors=0, recent_turns=0, **weights)
+    twin = reference.WeightedWindow(max_anchors=0, recent_turns=0, **weights)
+    for budget in (16, 120, 400):
+        listed = both(
+            lambda b=budget: policy.select(messages, b, now=now),
+            lambda b=budget: twin.select(messages, b, now=now),
+        )
+        with MessageLog.open(tmp_path / f"log-{budget}", create=True, durability="never") as log:
+            log.append_many(messages)
+            logged = policy.select(log, budget, now=now)
+        assert listed is not None
+        assert logged.kept == listed.kept
+        assert logged.breakdown == listed.breakdown
+
+
+def test_a_negative_tag_weight_decayed_to_nothing_ties_with_zero_as_in_the_reference(tmp_path):
+    """-0.0 (the rule's weight, -1, times a decay that underflowed) and the
+    note's 0.0 tie, and a tie goes to the newer unit: here the rule."""
+    messages = [
+        {"role": "user", "content": "hello", "timestamp": 50.0},
+        {"role": "assistant", "content": "plain note", "timestamp": 100.0},
+        {"role": "user", "content": "You must keep it", "timestamp": 200.0},
+        {"role": "assistant", "content": "ok", "timestamp": 300.0},
+        {"role": "user", "content": "go on", "timestamp": 9_000.0},
+    ]
+    weights = {"constraint": -1.0, "decay": 0.0, "tag_decay": 0.0, "max_anchors": 0, "recent_turns": 0}
+    for budget in (16, 24):
+        listed = both(
+            lambda b=budget: WeightedWindow(**weights).select(messages, b, now=10_000.0),
+            lambda b=budget: reference.WeightedWindow(**weights).select(messages, b, now=10_000.0),
+        )
+        assert listed is not None
+        with MessageLog.open(tmp_path / f"log-{budget}", create=True, durability="never") as log:
+            log.append_many(messages)
+            assert WeightedWindow(**weights).select(log, budget, now=10_000.0).kept == listed.kept

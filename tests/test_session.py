@@ -481,3 +481,18 @@ def test_open_loads_the_stores_vectors_so_the_first_search_reads_none(tmp_path, 
     with open_session(tmp_path / "more", store=fresh):
         assert loads == ["default", "default"]
     fresh.close()
+
+
+def test_a_store_failing_its_own_way_at_open_leaves_the_log_closed(tmp_path):
+    class OddStore:
+        def search(self, *args, **kwargs):
+            return []
+
+        def preload(self, **kwargs):
+            raise RuntimeError("not this way")
+
+    with pytest.raises(RuntimeError, match="not this way") as caught:
+        open_session(tmp_path, store=OddStore(), compact=False)
+    # The traceback (kept) holds the failed session: its log was closed, not left to the collector.
+    assert caught.traceback
+    open_session(tmp_path, compact=False).close()

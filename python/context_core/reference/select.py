@@ -41,8 +41,9 @@ Cut = tuple[int | None, int | None, str]
 def decayed(decay: float, age: float) -> float:
     """``decay ** age`` as the extension computes it, ``exp(age * log(decay))``
     (the same C library's ``exp`` and ``log``, so the same bits); an age of 0
-    weighs 1, and a decay of 0 weighs 0 at any later age."""
-    if age == 0.0:
+    weighs 1, as does any age at a decay of 1, and a decay of 0 weighs 0 at
+    any later age."""
+    if age == 0.0 or decay == 1.0:
         return 1.0
     if decay == 0.0:
         return 0.0

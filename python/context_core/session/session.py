@@ -287,7 +287,11 @@ class Session:
             wall=wall,
             path=root,
         )
-        session._warm_up()
+        try:
+            session._warm_up()
+        except BaseException:  # an interrupt, or a store of the caller's own failing its own way
+            session.close(persist=False, wait=False)
+            raise
         return session
 
     def _warm_up(self) -> None:

@@ -302,7 +302,6 @@ impl MessageLog {
         let powers = &self.decay_powers.powers;
         let tag_powers = &self.tag_decay_powers.powers;
         let last = view.len().saturating_sub(1);
-        // decay^age underflows to exactly 0 past some age: no pow call there.
         let zero_from = first_zero_age(weights.decay);
         let tag_zero_from = first_zero_age(weights.tag_decay);
         let (ln_decay, ln_tag_decay) = (weights.decay.ln(), weights.tag_decay.ln());
@@ -322,10 +321,12 @@ impl MessageLog {
                 };
             };
             let age = ((now - record.timestamp()) / 60.0).max(0.0);
+            // Past the underflow age the power is 0.0: no exp call there
+            // (an infinite zero age, at a decay of 0 or 1, is never reached).
             match tagged {
-                Some(_) if age >= tag_zero_from => 0.0,
+                Some(weight) if tag_zero_from.is_finite() && age >= tag_zero_from => weight * 0.0,
                 Some(weight) => weight * decayed(ln_tag_decay, age),
-                None if age >= zero_from => 0.0,
+                None if zero_from.is_finite() && age >= zero_from => 0.0,
                 None => decayed(ln_decay, age),
             }
         };

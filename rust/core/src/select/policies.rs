@@ -107,10 +107,12 @@ pub fn message_weight(
 /// least 0), computed as `exp(age * ln_decay)`: an `exp` costs a third of a
 /// `pow`, and a long log weighs every node each turn. The Python reference
 /// computes it the same way (`math.exp`, `math.log`, the same C library), so
-/// both give the same bits. An age of 0 weighs 1, as `0 ^ 0` does.
+/// both give the same bits. An age of 0 weighs 1, as `0 ^ 0` does, and so
+/// does any age at a decay of 1 (an infinite age too, where the product
+/// would be NaN).
 #[inline]
 pub fn decayed(ln_decay: f64, age: f64) -> f64 {
-    if age == 0.0 {
+    if age == 0.0 || ln_decay == 0.0 {
         return 1.0;
     }
     (age * ln_decay).exp()
@@ -238,7 +240,9 @@ pub fn greedy_by_weight(
 /// number), with the unit's tokens in the low bits so filtering by size reads
 /// the key alone. Sort keys descending.
 pub fn weight_key(weight: f64, unit: usize, tokens: usize) -> u128 {
-    let bits = weight.to_bits();
+    // -0.0 (a negative weight decayed to nothing) weighs what 0.0 does, as
+    // the comparison of the floats themselves has it.
+    let bits = (weight + 0.0).to_bits();
     let ordered = if bits >> 63 == 1 {
         !bits
     } else {
@@ -492,4 +496,32 @@ pub fn build_extras(budget: usize, extras: &Extras, cost: &mut usize) -> Build {
     }
     out.segments.sort_unstable();
     out
+}
+
+#[cfg(test)]
+#[allow(clippy::float_cmp)] // exact values are the point
+mod tests {
+    use super::{decayed, weight_key};
+
+    #[test]
+    fn decay_edges_weigh_as_powers_do() {
+        for age in [0.0, 1e-300, 0.5, 3.0, 1e9, f64::INFINITY] {
+            assert_eq!(decayed(1.0f64.ln(), age), 1.0, "1^{age}");
+            assert_eq!(
+                decayed(0.0f64.ln(), age),
+                if age == 0.0 { 1.0 } else { 0.0 },
+                "0^{age}"
+            );
+            assert!(decayed(0.85f64.ln(), age) <= 1.0);
+        }
+        assert_eq!(decayed(0.5f64.ln(), f64::INFINITY), 0.0);
+        assert_eq!(decayed(0.5f64.ln(), 2.0), (2.0 * 0.5f64.ln()).exp());
+    }
+
+    #[test]
+    fn a_negative_zero_weight_orders_as_zero() {
+        assert_eq!(weight_key(-0.0, 3, 7), weight_key(0.0, 3, 7));
+        assert!(weight_key(-1e-300, 3, 7) < weight_key(0.0, 3, 7));
+        assert!(weight_key(0.0, 3, 7) < weight_key(1e-300, 3, 7));
+    }
 }
