@@ -569,3 +569,26 @@ def test_preload_reads_a_namespaces_vectors_once_so_the_first_search_does_not(st
     assert sorted(loads) == ["default", "ops"]
     with pytest.raises(InvalidTypeError):
         store.preload(namespace=3)
+
+
+def test_a_namespace_loaded_in_batches_holds_what_one_batch_does(tmp_path, monkeypatch):
+    import context_core.memory_store.vectors as vectors
+
+    texts = [f"invoice INV-{i:04d} was paid by card on day {i}" for i in range(23)]
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as writer:
+        writer.remember_many(texts)
+    found = {}
+    for batch in (3, 8192):
+        monkeypatch.setattr(vectors, "_LOAD_BATCH", batch)
+        with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as store:
+            store.preload()
+            held = store._vectors["default"]
+            assert len(held) == len(texts)
+            assert held.position == {rowid: i for i, rowid in enumerate(held.rowids)}
+            queries = store._embed([f"paid on day {day}" for day in (0, 11, 22)])
+            found[batch] = (
+                held.rowids,
+                [held.nearest(q, 8, quantise_from=0) for q in queries],  # the int8 scan and its rescore
+                [held.nearest(q, 8, quantise_from=10**9) for q in queries],  # exact
+            )
+    assert found[3] == found[8192]

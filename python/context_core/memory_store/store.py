@@ -1041,7 +1041,7 @@ class MemoryStore:
         """Loads the vectors of ``namespace`` (each of a sequence) now, so
         the first :meth:`search` of it costs what later ones do: a store's
         first search of a namespace reads all its vectors (at 100,000
-        memories, about two seconds). A server calls this at start; a
+        memories, about a second). A server calls this at start; a
         :class:`~context_core.Session` does at open."""
         namespaces = namespace_keys(namespace)
         with self._lock:

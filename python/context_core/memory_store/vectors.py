@@ -23,6 +23,9 @@ __all__ = ["NamespaceVectors"]
 # those rows (a memory's kind never changes once written).
 _TAG = {kind: i for i, kind in enumerate(KINDS)}
 
+#: Rows read and added at a time when a namespace is first loaded.
+_LOAD_BATCH = 8192
+
 
 class NamespaceVectors:
     """The vectors of one namespace, by the memories' rowids."""
@@ -83,17 +86,20 @@ class NamespaceVectors:
         last = connection.execute(
             "SELECT coalesce(max(seq), 0) FROM changes WHERE namespace = ?", (self.namespace,)
         ).fetchone()[0]
-        found = connection.execute(
+        cursor = connection.execute(
             "SELECT rowid, embedding, kind FROM memories WHERE namespace = ? ORDER BY rowid",
             (self.namespace,),
-        ).fetchall()
+        )
         self.rows = _VectorIndex(self.dim)
-        self.rowids = [rowid for rowid, _, _ in found]
-        self.position = {rowid: i for i, rowid in enumerate(self.rowids)}
-        if found:
+        self.rowids = []
+        # In batches: the rows' bytes are held a batch at a time, not all
+        # of them twice over (a list of blobs and their join) beside the matrix.
+        while found := cursor.fetchmany(_LOAD_BATCH):
+            self.rowids += [rowid for rowid, _, _ in found]
             self.rows.extend(
                 b"".join(embedding for _, embedding, _ in found), bytes(_TAG[kind] for _, _, kind in found)
             )
+        self.position = {rowid: i for i, rowid in enumerate(self.rowids)}
         self.seq = int(last)
 
     def _remove(self, rowid: int) -> None:

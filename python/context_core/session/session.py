@@ -299,7 +299,7 @@ class Session:
         the others do: a handle's first sweep checks the records a checkpoint
         vouched for, counts the cut tool results and grows the buffers a
         sweep reuses (at a million messages, ~30 ms on top of a turn); and the
-        memory store's vectors are loaded (at 100,000 memories, ~2 s). Bad
+        memory store's vectors are loaded (at 100,000 memories, ~1 s). Bad
         history is left to the turn, which reports it as turns do."""
         with contextlib.suppress(ContextCoreError):
             self._select(self.budget.messages(system_tokens=0))

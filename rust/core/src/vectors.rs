@@ -441,6 +441,14 @@ impl VectorIndex {
         assert!(rows.len().is_multiple_of(self.dim.max(1)), "whole rows");
         assert_eq!(rows.len() / self.dim.max(1), tags.len(), "a tag per row");
         assert!(tags.iter().all(|t| *t < 8), "tags are below 8");
+        // Room for the batch at once: a load of 100,000 rows otherwise
+        // copies the growing float32 rows (100 MB) several times over.
+        let count = tags.len();
+        self.exact.reserve(rows.len());
+        self.scales.reserve(count);
+        self.tags.reserve(count);
+        self.blocks
+            .reserve((self.tail.len() / self.dim.max(1) + count) / BLOCK * BLOCK * self.dim);
         self.tags.extend_from_slice(tags);
         let d = self.dim;
         let mut values = vec![0i8; d];

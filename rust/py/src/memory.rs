@@ -111,7 +111,7 @@ impl PyVectorIndex {
     /// Appends whole rows given as float32 bytes, with a tag (0-7) per row
     /// given as bytes (default: all 0).
     #[pyo3(signature = (rows, tags=None))]
-    fn extend(&mut self, rows: &[u8], tags: Option<&[u8]>) -> PyResult<()> {
+    fn extend(&mut self, py: Python<'_>, rows: &[u8], tags: Option<&[u8]>) -> PyResult<()> {
         let values = floats(rows, self.inner.dim(), "rows")?;
         let count = values.len() / self.inner.dim();
         let tags = tags.map_or_else(|| vec![0; count], <[u8]>::to_vec);
@@ -120,7 +120,10 @@ impl PyVectorIndex {
                 "tags must be {count} bytes, each below 8"
             )));
         }
-        self.inner.extend_tagged(&values, &tags);
+        // A store's first load of a namespace quantises every row: other
+        // threads (a server's event loop) go on meanwhile.
+        let inner = &mut self.inner;
+        py.detach(|| inner.extend_tagged(&values, &tags));
         Ok(())
     }
 
