@@ -136,7 +136,7 @@ impl Tokenizer {
     /// [`Tokenizer::count_cached`] would after counting it), so the next
     /// count of the same text is a lookup.
     pub fn remember_count(&self, text: &str, tokens: usize) {
-        if text.len() >= crate::MIN_CACHED_BYTES && self.cached_for(text) {
+        if self.cached_for(text) {
             self.engine.cache.get_or_count(text, |_| tokens);
         }
     }
@@ -240,7 +240,8 @@ impl Tokenizer {
         max_tokens: usize,
         marker: Option<&str>,
     ) -> Result<Cow<'t, str>> {
-        self.truncate_counted(text, max_tokens, marker, || self.count_cached(text))
+        self.truncate_with_count(text, max_tokens, marker, || self.count_cached(text))
+            .map(|(cut, _)| cut)
     }
 
     /// [`Tokenizer::truncate`], with `total` giving `count(text)` when it is
@@ -252,21 +253,11 @@ impl Tokenizer {
     /// counted as the tokens of the pieces before a [`stable_cut`] (reused)
     /// plus BPE on the few characters after it.
     ///
+    /// With the cut comes its own count (`None` for a text that fits as it
+    /// is), which the cut's last check already made: a caller need not count
+    /// the cut again.
+    ///
     /// [`stable_cut`]: crate::pretokenize::stable_cut
-    pub fn truncate_counted<'t>(
-        &self,
-        text: &'t str,
-        max_tokens: usize,
-        marker: Option<&str>,
-        total: impl FnOnce() -> usize,
-    ) -> Result<Cow<'t, str>> {
-        self.truncate_with_count(text, max_tokens, marker, total)
-            .map(|(cut, _)| cut)
-    }
-
-    /// [`Tokenizer::truncate_counted`] and the result's own count (`None`
-    /// for a text that fits as it is), which the cut's last check already
-    /// made: a caller need not count the cut again.
     pub fn truncate_with_count<'t>(
         &self,
         text: &'t str,

@@ -220,7 +220,9 @@ impl PyTokenizer {
             None => tokenizer.count_cached(text),
         };
         let cut = maybe_detach(py, body.len(), || {
-            tokenizer.truncate_counted(&body, max_tokens, marker.as_deref(), || total(&body))
+            tokenizer
+                .truncate_with_count(&body, max_tokens, marker.as_deref(), || total(&body))
+                .map(|(cut, _)| cut)
         })
         .map_err(CoreError)?;
         Ok(match cut {

@@ -437,7 +437,7 @@ fn fill_in_parallel(
     count: usize,
     facts: &(impl Fn(usize) -> UnitFacts + Sync),
 ) {
-    out.clear();
+    // Every slot is written below: only slots the buffer never had are made.
     out.resize(count, UnitFacts::EMPTY);
     crate::parallel::fill_each(out, 1 << 14, crate::parallel::thread_count(), facts);
 }
@@ -523,12 +523,12 @@ impl DecayPowers {
         if self.decay_bits != decay.to_bits() || self.powers.is_empty() {
             self.decay_bits = decay.to_bits();
             self.powers.clear();
-            self.powers.push(decayed(decay.ln(), 0.0));
+            self.powers.push(1.0); // decay^0
         }
-        let zero_from = first_zero_age(decay);
+        let (ln_decay, zero_from) = (decay.ln(), first_zero_age(decay));
         while self.powers.len() < ages && (self.powers.len() as f64) < zero_from {
             self.powers
-                .push(decayed(decay.ln(), self.powers.len() as f64));
+                .push(decayed(ln_decay, self.powers.len() as f64));
         }
     }
 }
@@ -540,9 +540,10 @@ fn first_zero_age(decay: f64) -> f64 {
     if !(decay > 0.0 && decay < 1.0) {
         return f64::INFINITY;
     }
-    let mut age = (-1075.0 * std::f64::consts::LN_2 / decay.ln()).ceil();
+    let ln_decay = decay.ln();
+    let mut age = (-1075.0 * std::f64::consts::LN_2 / ln_decay).ceil();
     for _ in 0..64 {
-        if decayed(decay.ln(), age) == 0.0 {
+        if decayed(ln_decay, age) == 0.0 {
             return age;
         }
         age += 1.0;

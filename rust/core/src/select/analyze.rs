@@ -719,9 +719,10 @@ fn cap_text(
                     return None;
                 }
             };
-        // The cut's count is the truncation's last check; left in the cache,
-        // counting the request that carries the cut is a lookup too.
-        let after = counted.unwrap_or_else(|| tokenizer.count(&cut));
+        // The cut's count is the truncation's last check (a text that fits
+        // is its own cut); left in the cache, counting the request that
+        // carries the cut is a lookup too.
+        let after = counted.unwrap_or(before);
         tokenizer.remember_count(&cut, after);
         Some(Arc::new(Cut {
             text: Arc::from(cut.as_ref()),
