@@ -436,6 +436,13 @@ class MemoryStore:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
         return int(row[0]) if row else None
 
+    def _width(self) -> int | None:
+        """The stored vectors' width, read again while none is known (another
+        process may have written the first since); ``None``: none stored yet."""
+        if self._dim is None:
+            self._dim = self._read_dim()
+        return self._dim
+
     def _embedder_for(self, given: Embedder | None) -> Embedder:
         """The embedder to use: the one given, which must be the kind that
         made the stored vectors (their cosines mean nothing across two), or
@@ -1045,9 +1052,7 @@ class MemoryStore:
         :class:`~context_core.Session` does at open."""
         namespaces = namespace_keys(namespace)
         with self._lock:
-            if self._dim is None:
-                self._dim = self._read_dim()
-            if self._dim is None:
+            if self._width() is None:
                 return
 
             def work(db: sqlite3.Connection) -> None:
@@ -1085,9 +1090,7 @@ class MemoryStore:
         terms = search_terms(query)
         now = float(self.clock())
         with self._lock:
-            if self._dim is None:
-                self._dim = self._read_dim()
-            if self._dim is None:
+            if self._width() is None:
                 return []
             if vector is None:
                 vector = self._embed([query])[0]
