@@ -592,3 +592,51 @@ def test_a_namespace_loaded_in_batches_holds_what_one_batch_does(tmp_path, monke
                 [held.nearest(q, 8, quantise_from=10**9) for q in queries],  # exact
             )
     assert found[3] == found[8192]
+
+
+@pytest.mark.parametrize("k, max_tokens", [(1, None), (8, None), (8, 300), (5, 60)])
+def test_search_texts_are_what_search_returns_with_the_same_accesses(tmp_path, k, max_tokens):
+    """Two stores written alike, one asked by ``search`` and one by
+    ``search_texts`` in step: the same texts each time, so the accesses
+    they count (which move later rankings) are the same too."""
+    from memory_corpus import corpus
+
+    data = corpus(400, seed=5, queries=30)
+    clocks = Clock(), Clock()
+    stores = [
+        MemoryStore(tmp_path / f"{i}.db", embedder=HashingEmbedder(64), clock=clocks[i]) for i in range(2)
+    ]
+    try:
+        for s in stores:
+            s.remember_many(
+                [{"text": t, "kind": kind} for t, kind in zip(data.texts, data.kinds, strict=True)]
+            )
+            s.remember("Carol wants refunds in euros", namespace="carol")
+        queries = [q for q, _ in data.entity_queries + data.paraphrase_queries]
+        returned = 0
+        for n, query in enumerate(queries * 2):
+            for c in clocks:
+                c.now += 3_600
+            kinds = ("episodic", "procedural") if n % 5 == 0 else None
+            namespace = ("default", "carol") if n % 7 == 0 else "default"
+            asked = dict(k=k, max_tokens=max_tokens, kinds=kinds, namespace=namespace)
+            hits = stores[0].search(query, **asked)
+            texts = stores[1].search_texts(query, **asked)
+            assert texts == [hit.memory.text for hit in hits]
+            returned += len(texts)
+        assert returned >= (1 if max_tokens is not None else 2 * len(queries))
+        for s in stores:
+            s.flush()
+        counts = [
+            sorted((m.text, m.access_count, m.last_access) for m in (s.get(i) for i in _ids(s)))
+            for s in stores
+        ]
+        assert counts[0] == counts[1]
+        assert sum(count for _, count, _ in counts[0]) == returned
+    finally:
+        for s in stores:
+            s.close()
+
+
+def _ids(store: MemoryStore) -> list[str]:
+    return [row[0] for row in store._db.execute("SELECT id FROM memories").fetchall()]

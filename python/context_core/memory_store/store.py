@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeAlias, TypeGuard, TypeVar
 
 import numpy as np
 
@@ -99,6 +99,7 @@ _ASCII_WORDS = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in range(25
 _COLUMNS = (
     "rowid, id, namespace, kind, text, importance, pinned, source, tags, created, last_access, access_count"
 )
+_TEXT = 4  # where the text is in a row of _COLUMNS
 
 
 def search_terms(text: str) -> str:
@@ -214,6 +215,16 @@ class _Ranked:
     def order(self) -> tuple[int, float, int]:
         """Best first: most shared entities, then score, then oldest row."""
         return (-self.shared, -self.score, self.rowid)
+
+
+def _texts(db: sqlite3.Connection, chosen: list[tuple[_Ranked, tuple[Any, ...]]], now: float) -> list[str]:
+    """The chosen candidates' texts (a ``_search`` finish)."""
+    return [row[_TEXT] for _, row in chosen]
+
+
+_T = TypeVar("_T")
+#: What a search makes of its chosen candidates and their rows, at ``now``.
+_Finish: TypeAlias = Callable[[sqlite3.Connection, list[tuple[_Ranked, tuple[Any, ...]]], float], list[_T]]
 
 
 def _chunks(rowids: list[int], size: int = 900) -> Iterator[list[int]]:
@@ -1042,7 +1053,21 @@ class MemoryStore:
         user's. ``kinds`` limits the kinds; with ``max_tokens`` only whole
         memories whose texts fit in that many tokens together are returned.
         Returned memories count one more access."""
-        return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None)
+        return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None, self._hits)
+
+    def search_texts(
+        self,
+        query: str,
+        *,
+        namespace: NamespaceLike | Sequence[NamespaceLike] = "default",
+        k: int = 8,
+        kinds: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+    ) -> list[str]:
+        """The texts of what :meth:`search` returns, in its order, with the
+        same accesses counted: for a prompt, which needs only the texts. It
+        reads no entities and builds no :class:`Memory`, so it costs less."""
+        return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None, _texts)
 
     def preload(self, *, namespace: NamespaceLike | Sequence[NamespaceLike] = "default") -> None:
         """Loads the vectors of ``namespace`` (each of a sequence) now, so
@@ -1075,7 +1100,11 @@ class MemoryStore:
         thread."""
         arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
         vector = (await self._aembed([arguments[0]]))[0]
-        return await asyncio.to_thread(self._search, *arguments, vector)
+
+        def search() -> list[Hit]:
+            return self._search(*arguments, vector, self._hits)
+
+        return await asyncio.to_thread(search)
 
     def _search(
         self,
@@ -1085,7 +1114,10 @@ class MemoryStore:
         kinds: tuple[str, ...] | None,
         max_tokens: int | None,
         vector: np.ndarray | None,
-    ) -> list[Hit]:
+        finish: _Finish[_T],
+    ) -> list[_T]:
+        """The search itself: ``finish`` makes the results from the chosen
+        candidates and their rows, in the same read (one snapshot)."""
         wanted = [v for _, v in _entities(query)]
         terms = search_terms(query)
         now = float(self.clock())
@@ -1097,7 +1129,7 @@ class MemoryStore:
             else:  # embedded before the store's width was known
                 checked(vector[None, :], 1, self._dim)
 
-            def work(db: sqlite3.Connection) -> list[Hit]:
+            def work(db: sqlite3.Connection) -> tuple[list[_T], list[str]]:
                 ranked = [
                     hit
                     for namespace in namespaces
@@ -1105,12 +1137,14 @@ class MemoryStore:
                 ]
                 if len(namespaces) > 1:
                     ranked.sort(key=_Ranked.order)
-                return self._hits(db, ranked, k, max_tokens, now)
+                chosen = self._chosen(db, ranked, k, max_tokens)
+                return finish(db, chosen, now), [row[1] for _, row in chosen]
 
-            hits: list[Hit] = self._read(work)
-            if hits:
-                self._count_accesses([hit.memory.id for hit in hits], now)
-        return hits
+            found: tuple[list[_T], list[str]] = self._read(work)
+            results, ids = found
+            if ids:
+                self._count_accesses(ids, now)
+        return results
 
     def _namespace_vectors(self, namespace: str) -> NamespaceVectors:
         """The held vectors of ``namespace`` (made empty, to be synced, if none are)."""
@@ -1210,50 +1244,58 @@ class MemoryStore:
         ranked.sort(key=_Ranked.order)
         return ranked
 
-    def _hits(
-        self, db: sqlite3.Connection, ranked: list[_Ranked], k: int, max_tokens: int | None, now: float
-    ) -> list[Hit]:
-        """The first ``k`` of ``ranked`` as hits (with ``max_tokens``, the
-        first whose texts fit together), rows read only for those; each
-        memory counts the access this search makes at ``now``."""
-        hits: list[Hit] = []
+    def _chosen(
+        self, db: sqlite3.Connection, ranked: list[_Ranked], k: int, max_tokens: int | None
+    ) -> list[tuple[_Ranked, tuple[Any, ...]]]:
+        """The first ``k`` of ``ranked`` (with ``max_tokens``, the first
+        whose texts fit together) with their rows, read only for those."""
+        chosen: list[tuple[_Ranked, tuple[Any, ...]]] = []
         used = 0
         at = 0
-        while at < len(ranked) and len(hits) < k:
-            batch = ranked[at : at + (k - len(hits)) * (1 if max_tokens is None else 2)]
+        while at < len(ranked) and len(chosen) < k:
+            batch = ranked[at : at + (k - len(chosen)) * (1 if max_tokens is None else 2)]
             at += len(batch)
-            marks = ",".join("?" * len(batch))
             rows = {
                 row[0]: row
                 for row in db.execute(
-                    f"SELECT {_COLUMNS} FROM memories WHERE rowid IN ({marks})", [r.rowid for r in batch]
+                    f"SELECT {_COLUMNS} FROM memories WHERE rowid IN ({','.join('?' * len(batch))})",
+                    [r.rowid for r in batch],
                 )
             }
-            named: dict[int, list[tuple[str, str]]] = {}
-            for rowid, kind, value in db.execute(
-                f"SELECT memory, kind, value FROM entities WHERE memory IN ({marks}) ORDER BY value",
-                [r.rowid for r in batch],
-            ):
-                named.setdefault(rowid, []).append((kind, value))
             for r in batch:
-                memory = self._memory(rows[r.rowid], tuple(named.get(r.rowid, ())), accessed=now)
+                row = rows[r.rowid]
                 if max_tokens is not None:
-                    tokens = self.tokenizer.count(memory.text)
+                    tokens = self.tokenizer.count(row[_TEXT])
                     if used + tokens > max_tokens:
                         continue
                     used += tokens
-                reasons = tuple(
-                    name
-                    for name, on in (
-                        ("entity", bool(r.matched)),
-                        ("vector", r.near),
-                        ("keyword", r.keyword > 0),
-                    )
-                    if on
-                )
-                hits.append(Hit(memory, r.score, reasons, r.matched, r.cosine, r.keyword))
-                if len(hits) == k:
+                chosen.append((r, row))
+                if len(chosen) == k:
                     break
+        return chosen
+
+    def _hits(
+        self, db: sqlite3.Connection, chosen: list[tuple[_Ranked, tuple[Any, ...]]], now: float
+    ) -> list[Hit]:
+        """The chosen candidates as hits, with their entities; each memory
+        counts the access this search makes at ``now``."""
+        named: dict[int, list[tuple[str, str]]] = {}
+        for chunk in _chunks([r.rowid for r, _ in chosen]):
+            for rowid, kind, value in db.execute(
+                f"SELECT memory, kind, value FROM entities WHERE memory IN ({','.join('?' * len(chunk))})"
+                " ORDER BY value",
+                chunk,
+            ):
+                named.setdefault(rowid, []).append((kind, value))
+        hits = []
+        for r, row in chosen:
+            memory = self._memory(row, tuple(named.get(r.rowid, ())), accessed=now)
+            reasons = tuple(
+                name
+                for name, on in (("entity", bool(r.matched)), ("vector", r.near), ("keyword", r.keyword > 0))
+                if on
+            )
+            hits.append(Hit(memory, r.score, reasons, r.matched, r.cosine, r.keyword))
         return hits
 
     # -- deleting and forgetting ------------------------------------------

@@ -442,10 +442,13 @@ class Session:
     def _search(self, query: str) -> list[str]:
         if self.store is None or not query.strip() or self.memory_k == 0:
             return []
-        hits = self.store.search(
-            query, namespace=self.namespace, k=self.memory_k, max_tokens=self.memory_tokens
-        )
-        return [hit.memory.text for hit in hits]
+        arguments = {"namespace": self.namespace, "k": self.memory_k, "max_tokens": self.memory_tokens}
+        # Only the texts go in the prompt: a MemoryStore gives just those,
+        # for less; a store of the caller's own may have only `search`.
+        texts = getattr(self.store, "search_texts", None)
+        if texts is not None:
+            return list(texts(query, **arguments))
+        return [hit.memory.text for hit in self.store.search(query, **arguments)]
 
     def _select(self, room: int) -> Selection:
         """The window within ``room`` tokens (priority assembly places the memories)."""
