@@ -120,6 +120,36 @@ def test_search_latency_and_recall(benchmark, store_100k):
     benchmark(lambda: store.search(next(queries), k=8))
 
 
+def test_search_texts_against_search(benchmark, store_100k):
+    """``search_texts`` (what a prompt takes: the texts, no entities read,
+    no ``Memory`` built) against ``search`` on the same fresh queries,
+    alternated query by query so both see the same machine."""
+    n, data, store, _ = store_100k
+    store.search_texts("warm up the vectors", k=8)
+    queries = [q for q, _ in data.entity_queries + data.paraphrase_queries]
+    hits, texts = [], []
+    for query in queries:
+        started = time.perf_counter()
+        found = store.search(query, k=8, max_tokens=600)
+        hits.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        said = store.search_texts(query, k=8, max_tokens=600)
+        texts.append(time.perf_counter() - started)
+        assert len(said) == len(found)
+
+    def row(times: list[float]) -> str:
+        return f"p50 {statistics.median(times) * 1e3:.2f} / p99 {_percentile(times, 0.99) * 1e3:.2f} ms"
+
+    REPORTS.append(
+        f"memory store, {n:,} memories, k=8, max_tokens=600, {len(queries)} queries alternated: "
+        f"search {row(hits)}, search_texts {row(texts)} "
+        f"({statistics.median(hits) / statistics.median(texts):.2f}x)"
+    )
+    cycle = iter(queries * 1000)
+    register(benchmark, f"memory search, {n:,} memories, top 8", "ours, search_texts")
+    benchmark(lambda: store.search_texts(next(cycle), k=8))
+
+
 def test_chromadb_with_the_same_vectors(benchmark, request, store_100k, tmp_path):
     """chromadb (embedded, persistent; telemetry off) given the same
     memories and the same hashing vectors: its ingest, its query latency,
