@@ -594,7 +594,7 @@ def test_a_namespace_loaded_in_batches_holds_what_one_batch_does(tmp_path, monke
     assert found[3] == found[8192]
 
 
-@pytest.mark.parametrize("k, max_tokens", [(1, None), (8, None), (8, 300), (5, 60)])
+@pytest.mark.parametrize(("k", "max_tokens"), [(1, None), (8, None), (8, 300), (5, 60)])
 def test_search_texts_are_what_search_returns_with_the_same_accesses(tmp_path, k, max_tokens):
     """Two stores written alike, one asked by ``search`` and one by
     ``search_texts`` in step: the same texts each time, so the accesses
@@ -619,7 +619,7 @@ def test_search_texts_are_what_search_returns_with_the_same_accesses(tmp_path, k
                 c.now += 3_600
             kinds = ("episodic", "procedural") if n % 5 == 0 else None
             namespace = ("default", "carol") if n % 7 == 0 else "default"
-            asked = dict(k=k, max_tokens=max_tokens, kinds=kinds, namespace=namespace)
+            asked = {"k": k, "max_tokens": max_tokens, "kinds": kinds, "namespace": namespace}
             hits = stores[0].search(query, **asked)
             texts = stores[1].search_texts(query, **asked)
             assert texts == [hit.memory.text for hit in hits]

@@ -4,6 +4,7 @@ an agent loop does and checks the request it hands over."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -496,3 +497,54 @@ def test_a_store_failing_its_own_way_at_open_leaves_the_log_closed(tmp_path):
     # The traceback (kept) holds the failed session: its log was closed, not left to the collector.
     assert caught.traceback
     open_session(tmp_path, compact=False).close()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, monkeypatch, provider, policy):
+    """Each call's total reuses the selection's own exact count for the
+    messages it hands on; counted whole, every request comes to the same.
+    A replayed agent session (tool calls, long outputs, Chinese, defects)
+    under a small window, so the window moves and compaction runs."""
+    from agent_sessions import generate
+    from context_core.session import request_count
+
+    lined_up: list[bool] = []
+    shared_run = request_count._shared_run
+
+    def spy(messages, chosen):
+        found = shared_run(messages, chosen)
+        lined_up.append(found is not None)
+        return found
+
+    monkeypatch.setattr(request_count, "_shared_run", spy)
+    agent = generate(300, provider, seed=4)
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    budget = Budget(window=24_000, soft_ratio=1.0, system_reserve=800, pinned_reserve=400, input_reserve=400)
+    tokenizer = Tokenizer("o200k_base")
+    with open_session(tmp_path, model=model, policy=policy, budget=budget, compact=True) as session:
+        session.log.append({"role": "system", "content": "Stored rule: never drop the order_id."})
+        calls = 0
+        previous = 0
+        for end in agent.calls:
+            said = None
+            for message in agent.messages[previous:end]:
+                if message["role"] == "tool":
+                    with contextlib.suppress(InvalidInputError):
+                        session.record_tool_result(message["tool_call_id"], message["content"])
+                elif message["role"] == "user" and isinstance(message["content"], list):
+                    for block in message["content"]:
+                        if block.get("type") == "tool_result":
+                            with contextlib.suppress(InvalidInputError):
+                                session.record_tool_result(block["tool_use_id"], block["content"])
+                elif message["role"] == "user":
+                    said = message["content"]
+            request = session.prepare(said)
+            assert request.report.total == recount(request, tokenizer)
+            assert request.report.total <= request.report.limit
+            calls += 1
+            if end < len(agent.messages):
+                session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
+            previous = end + 1
+    assert calls > 100
+    assert sum(lined_up) > len(lined_up) // 2  # the selection's count was used on most calls

@@ -38,6 +38,7 @@ from context_core.prompt.context_part import SEPARATOR
 from context_core.sdk_messages import message_of, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.report import Request, TurnReport
+from context_core.session.request_count import request_tokens
 from context_core.session.tool_calls import ToolCall, calls_of, pending_in, result_message
 from context_core.summarize.offline import own_text
 
@@ -149,6 +150,13 @@ class Session:
         self.memory_tokens = memory_tokens
         self.max_tokens = max_tokens
         self.tokenizer = Tokenizer(log.encoding)  # type: ignore[arg-type]  # a log's is a known one
+        # A selection by one of the library's policies counted in this
+        # encoding is exact (``breakdown.total``); a policy of the caller's
+        # own is not relied on, and its request is counted whole.
+        backend = getattr(policy, "_backend", None)
+        self._selection_counted = type(policy) in (PriorityAssembly, WeightedWindow, ShapeHistory) and (
+            getattr(getattr(backend, "tokenizer", None), "name", None) == self.tokenizer.name
+        )
         self._owned = list(owned)
         self._clock = clock
         self._wall = wall
@@ -391,7 +399,7 @@ class Session:
             mark = self._lap(timings, "select", mark)
             arguments = self._render(parts, selection, extra)
             mark = self._lap(timings, "render", mark)
-            total = self._count(arguments)
+            total = self._count(arguments, selection)
             mark = self._lap(timings, "count", mark)
             if total <= limit:
                 break
@@ -476,14 +484,10 @@ class Session:
             request["max_tokens"] = self.max_tokens
         return request
 
-    def _count(self, request: Mapping[str, Any]) -> int:
-        messages = list(request["messages"])
-        system = request.get("system")
-        if system:
-            messages.insert(
-                0, {"role": "system", "content": [{"type": "text", "text": b["text"]} for b in system]}
-            )
-        return self.tokenizer.count_messages(messages, request.get("tools"))
+    def _count(self, request: Mapping[str, Any], selection: Selection) -> int:
+        """The request's exact tokens; the selection's own count is used
+        where this session's policy counted it in the request's encoding."""
+        return request_tokens(self.tokenizer, request, selection if self._selection_counted else None)
 
     def _compaction(self) -> dict[str, Any]:
         if self.compactor is None:
