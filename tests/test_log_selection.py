@@ -421,3 +421,40 @@ def test_a_long_log_weighed_on_every_core_chooses_what_its_view_gives(tmp_path, 
             log.append_many(messages[at : at + 10_000])
         assert len(log) >= PARALLEL_FACTS_FROM
         same_choice(log, lambda source, b, n: weighted.select(source, b, now=n), budget, now)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("name", ["priority", "shape"])
+def test_units_kept_between_selections_give_what_the_view_gives(tmp_path, provider, name):
+    """A handle keeps a plain log's units from one selection to the next and
+    groups only what came since the turn in progress began. One message at
+    a time (a call's results land after it), some with a priority or pinned,
+    the cap changed and then a summary added midway: after every
+    append the answer is the decoded view's, and a fresh handle's."""
+    session = generate(220, provider, seed=13)
+    path = tmp_path / "log"
+    budgets = [3_000, 24_000]
+    with MessageLog.open(path, create=True, durability="never") as log:
+        for i, message in enumerate(session.messages):
+            if i % 41 == 7 and message["role"] != "tool":
+                message = {**message, "pinned": True}
+            if i % 17 == 5:
+                message = {**message, "priority": float(i % 5)}
+            log.append(message)
+            if i == 150:
+                log.add_summary("The first part: the worker was read and fixed.", (0, 99), level=3)
+            cap = 2000 if i < 110 else 400
+            select = policies(provider, cap)[name]
+            budget = budgets[i % 2]
+            same_choice(log, select, budget, None)
+            if i % 23 == 0:
+                with MessageLog.open(path, readonly=True) as fresh:
+                    assert _answer(select, fresh, budget) == _answer(select, log, budget)
+
+
+def _answer(select, log: MessageLog, budget: int):
+    try:
+        chosen = select(log, budget, None)
+    except OverBudgetError as error:
+        return str(error)
+    return chosen.kept, chosen.messages, chosen.breakdown, chosen.truncated

@@ -5,28 +5,29 @@
 
 use super::MessageLog;
 use super::format::FLAG_PINNED;
+use super::stable::Weighing;
 use super::window::mandatory_cost;
 use super::window::{Record, View, Window};
 use crate::error::Result;
 use crate::select::{
-    Build, Extras, Shape, Unit, UnitKind, build_extras, fill_by_weight, for_each_unit, shape_units,
+    Build, Extras, Shape, Unit, UnitKind, build_extras, fill_by_weight, shape_units,
 };
 use crate::tags::CONSTRAINT;
 
 impl MessageLog {
     /// The context view's units, counted as a policy with `cap` counts
     /// them, each weighing `weigh` of its heaviest node, into `units`.
-    fn view_units(
-        &self,
-        view: &View,
-        cap: Option<usize>,
-        weigh: impl Fn(Record<'_>, usize) -> f64,
-        units: &mut Vec<Unit>,
-    ) {
+    fn view_units(&mut self, view: &View, cap: Option<usize>, units: &mut Vec<Unit>) {
         units.clear();
-        for_each_unit(view.len(), self.facts_of(view, cap, weigh), |unit| {
-            units.push(unit);
-        });
+        self.for_each_view_unit(
+            view,
+            cap,
+            Weighing::Unweighed,
+            |_, _| f64::NAN,
+            |unit| {
+                units.push(unit);
+            },
+        );
     }
 
     /// ShapeHistory over the context view, as [`crate::select::shape`]
@@ -46,7 +47,7 @@ impl MessageLog {
             return Ok(None);
         }
         let mut units = std::mem::take(&mut self.scratch_units);
-        self.view_units(&view, cap, |_, _| f64::NAN, &mut units);
+        self.view_units(&view, cap, &mut units);
         let chosen = shape_units(&units, budget, keep_last, min_keep, summary_tokens);
         let window = chosen
             .as_ref()
@@ -84,8 +85,8 @@ impl MessageLog {
         starts.clear();
         let mut fixed: Vec<(usize, Unit)> = Vec::new();
         let mut number = 0;
-        let facts = self.facts_of(&view, cap, |record, _| record.priority());
-        for_each_unit(view.len(), facts, |unit| {
+        let priority = |record: Record<'_>, _| record.priority();
+        self.for_each_view_unit(&view, cap, Weighing::Priority, priority, |unit| {
             starts.push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
             if unit.kind == UnitKind::Normal {
                 keys.push(priority_key(&unit, number));

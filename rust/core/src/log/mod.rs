@@ -18,6 +18,7 @@ mod plan;
 mod read;
 mod recover;
 mod repair;
+mod stable;
 mod sync;
 mod window;
 mod write;
@@ -179,6 +180,8 @@ pub struct MessageLog {
     scratch_facts: Vec<crate::select::UnitFacts>,
     scratch_starts: Vec<u32>,
     scratch_units: Vec<crate::select::Unit>,
+    /// A plain view's units that appends cannot change (see `stable`).
+    stable_units: stable::StableUnits,
     /// Tool results over a policy's cap, counted as cut (see `capped`).
     capped: capped::CappedCounts,
 }
@@ -237,6 +240,7 @@ impl MessageLog {
             scratch_facts: Vec::new(),
             scratch_starts: Vec::new(),
             scratch_units: Vec::new(),
+            stable_units: stable::StableUnits::default(),
             capped: capped::CappedCounts::default(),
         };
         let stored = log.read_file_headers()?;

@@ -820,8 +820,22 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
 /// back until the end and its normal units are marked [`UnitKind::Current`]:
 /// every policy keeps it, as it keeps system and pinned messages.
 pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit: impl FnMut(Unit)) {
+    for_each_unit_from(0, count, facts, |unit, _| emit(unit));
+}
+
+/// [`for_each_unit`] over messages `first..count` only, each unit handed
+/// on with whether it is the turn in progress's (held back to the end).
+/// The units before the turn in progress never change as messages are
+/// appended (the message that starts it ends the unit before), so from a
+/// message that starts a turn the units are those of the whole pass.
+pub fn for_each_unit_from(
+    first: usize,
+    count: usize,
+    facts: impl Fn(usize) -> UnitFacts,
+    mut emit: impl FnMut(Unit, bool),
+) {
     let mut in_progress: Vec<Unit> = Vec::new();
-    let mut i = 0;
+    let mut i = first;
     while i < count {
         let m = facts(i);
         let mut end = i + 1;
@@ -860,12 +874,12 @@ pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit:
         };
         if unit.turn_start {
             // A newer turn begins: the one held back is history now.
-            in_progress.drain(..).for_each(&mut emit);
+            in_progress.drain(..).for_each(|unit| emit(unit, false));
         }
         if unit.turn_start || !in_progress.is_empty() {
             in_progress.push(unit);
         } else {
-            emit(unit); // before the first turn: never in progress
+            emit(unit, false); // before the first turn: never in progress
         }
         i = end;
     }
@@ -873,6 +887,6 @@ pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit:
         if unit.kind == UnitKind::Normal {
             unit.kind = UnitKind::Current;
         }
-        emit(unit);
+        emit(unit, true);
     }
 }

@@ -7,7 +7,8 @@ mod policies;
 
 pub use analyze::{
     Analysis, METADATA_KEYS, MessageInfo, Role, TRUNCATION_MARKER, Truncation, Unit, UnitFacts,
-    UnitKind, analyze, analyze_message, assemble, for_each_unit, group_units, read_message,
+    UnitKind, analyze, analyze_message, assemble, for_each_unit, for_each_unit_from, group_units,
+    read_message,
 };
 pub use policies::{
     Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, Weights, build, build_extras,
