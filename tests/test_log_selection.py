@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from agent_sessions import generate, turn_in_progress
@@ -23,6 +24,7 @@ from context_core import (
 )
 from context_core._core import LOG_CACHED_BYTES, PARALLEL_FACTS_FROM
 from context_core._log_selection import count_cut_results, from_view
+from context_core.reference import log as reference_log
 
 BUDGETS = [2_000, 8_000, 32_000, 10**9]
 MEMORIES = ["The refund worker retries on a queue.", "Deploys never happen on Fridays."]
@@ -458,3 +460,20 @@ def _answer(select, log: MessageLog, budget: int):
     except OverBudgetError as error:
         return str(error)
     return chosen.kept, chosen.messages, chosen.breakdown, chosen.truncated
+
+
+@pytest.mark.parametrize("implementation", [MessageLog, reference_log.MessageLog], ids=["rust", "twin"])
+def test_a_batch_and_a_clock_behind_the_log_never_stamp_a_node_earlier(tmp_path, implementation):
+    """Nodes appended without a timestamp are stamped with the clock but
+    never before the node ahead of them: a large batch is built on every
+    core, and a node given a later time than the clock's holds the ones
+    after it to that time. Ages from such times keep the log's order."""
+    future = 4_000_000_000.0
+    with implementation.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append_many([{"role": "user", "content": f"note {i} " + "x" * 200} for i in range(5_000)])
+        log.append({"role": "user", "content": "from a later clock", "timestamp": future})
+        log.append({"role": "assistant", "content": "after it"})
+        log.append_many([{"role": "user", "content": "a batch after it"}] * 3)
+        stamps = log.headers()["timestamp"]
+    assert (np.diff(stamps) >= 0).all()
+    assert list(stamps[-4:]) == [future] * 4

@@ -1279,9 +1279,10 @@ class MessageLog:
             raise InvalidTypeError(f"messages must be an iterable of dicts, not {type(messages).__name__}")
         drafts: list[tuple[Node, bytes]] = []
         parent, seq = self._head, len(self._nodes)
+        stamp = self._stamp()  # one time for the batch
         for i, message in enumerate(messages):
             try:
-                drafts.append(self._message_node(seq, parent, message))
+                drafts.append(self._message_node(seq, parent, message, stamp=stamp))
             except (InvalidInputError, InvalidTypeError) as error:
                 raise type(error)(f"messages[{i}]: {error}") from None
             parent, seq = seq, seq + 1
@@ -1312,7 +1313,7 @@ class MessageLog:
             role=SYSTEM,
             tags=facts["tags"],
             flags=(HAS_TEXT if facts["has_text"] else 0) | level << LEVEL_SHIFT,
-            timestamp=time.time(),
+            timestamp=self._stamp(),
         )
         return self._commit([(node, payload)])[0]
 
@@ -1321,8 +1322,15 @@ class MessageLog:
         target = self._position(seq, negative=True)
         if self._nodes[target].kind == BRANCH:
             raise InvalidInputError(f"node {target} is a branch marker, not a message")
-        marker = self._node(len(self._nodes), target, BRANCH, b"", timestamp=time.time())
+        marker = self._node(len(self._nodes), target, BRANCH, b"", timestamp=self._stamp())
         self._commit([(marker, b"")])
+
+    def _stamp(self) -> float:
+        """The time of a node appended without one: the clock, but never
+        before the last node's, so the log's times do not go back."""
+        now = time.time()
+        last = self._nodes[-1].timestamp if self._nodes else math.nan
+        return last if math.isfinite(last) and now < last else now
 
     def _read_message(self, message: dict[str, Any]) -> MessageInfo:
         """The facts selection reads from one message (reference.select, no tool-result cap)."""
@@ -1341,6 +1349,7 @@ class MessageLog:
         pinned: bool | None = False,
         priority: float | None = None,
         timestamp: float | None = None,
+        stamp: float | None = None,
     ) -> tuple[Node, bytes]:
         if not isinstance(message, dict):
             raise InvalidTypeError(f"a message must be a dict, not {type(message).__name__}")
@@ -1356,6 +1365,8 @@ class MessageLog:
         else:
             facts = self._read_message(message)
         payload = encode_json(message)
+        if timestamp is None and facts["timestamp"] is None:
+            timestamp = self._stamp() if stamp is None else stamp
         flags = (
             (PINNED if pinned or facts["pinned"] else 0)
             | (CALLS if facts["calls"] else 0)
@@ -1373,7 +1384,7 @@ class MessageLog:
             flags=flags,
             weight=facts["weight"] if weight is None else number(weight, "weight"),
             priority=facts["priority"] if priority is None else number(priority, "priority"),
-            timestamp=facts["timestamp"] if timestamp is None else number(timestamp, "timestamp"),
+            timestamp=number(timestamp, "timestamp") if timestamp is not None else facts["timestamp"],
         )
         return node, payload
 

@@ -112,7 +112,7 @@ impl Record<'_> {
     fn u32_at(&self, at: usize) -> u32 {
         u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
     }
-    fn timestamp(&self) -> f64 {
+    pub(super) fn timestamp(&self) -> f64 {
         f64::from_le_bytes(self.0[16..24].try_into().expect("8 bytes"))
     }
     pub(super) fn tokens(&self) -> usize {

@@ -62,8 +62,9 @@ impl MessageLog {
             self.writable_unmapped()?;
             self.position.head
         };
+        let stamp = self.default_stamp();
         let (node, payload) = self
-            .message_node(message, options, tagger, self.count, parent)
+            .message_node(message, options, tagger, self.count, parent, stamp)
             .map_err(|e| e.within("message"))?;
         self.write_nodes(vec![(node, payload)])?;
         Ok(self.count - 1)
@@ -78,9 +79,10 @@ impl MessageLog {
         self.writable()?;
         let first = self.count;
         let head = self.position.head;
+        let stamp = self.default_stamp();
         let mut nodes = Vec::with_capacity(messages.len());
         for (i, message) in messages.iter().enumerate() {
-            nodes.push(self.batch_node(message, tagger, first, head, i)?);
+            nodes.push(self.batch_node(message, tagger, (first, head, stamp), i)?);
         }
         self.write_nodes(nodes)?;
         Ok(first..self.count)
@@ -99,11 +101,12 @@ impl MessageLog {
         self.writable()?;
         let first = self.count;
         let head = self.position.head;
+        let stamp = self.default_stamp();
         let this = &*self;
         let indexed: Vec<(usize, &J)> = messages.iter().enumerate().collect();
         let mut built: Vec<Option<Result<BuiltNode>>> = vec![None; messages.len()];
         crate::parallel::map_into(&indexed, &mut built, text_bytes, |&(i, message)| {
-            Some(this.batch_node(message, tagger, first, head, i))
+            Some(this.batch_node(message, tagger, (first, head, stamp), i))
         });
         // map_into fills every slot; the first error in order wins, as in a serial run.
         let nodes = built.into_iter().flatten().collect::<Result<Vec<_>>>()?;
@@ -127,19 +130,27 @@ impl MessageLog {
         Ok(batch.first..self.count)
     }
 
-    /// The node of `messages[i]` of a batch appended at `first` after `head`.
+    /// The node of `messages[i]` of a batch appended at `first` after `head`,
+    /// stamped `stamp` unless it has a timestamp: one time for the batch, so
+    /// its nodes' times do not go back and forth as threads build them.
     pub(super) fn batch_node<J: JsonValue>(
         &self,
         message: &J,
         tagger: &Tagger,
-        first: u64,
-        head: u64,
+        (first, head, stamp): (u64, u64, f64),
         i: usize,
     ) -> Result<(Node, Vec<u8>)> {
         let seq = first + i as u64;
         let parent = if i == 0 { head } else { seq - 1 };
-        self.message_node(message, &AppendOptions::default(), tagger, seq, parent)
-            .map_err(|e| e.within(&format!("messages[{i}]")))
+        self.message_node(
+            message,
+            &AppendOptions::default(),
+            tagger,
+            seq,
+            parent,
+            stamp,
+        )
+        .map_err(|e| e.within(&format!("messages[{i}]")))
     }
 
     pub(super) fn parent_for(&self, parent: u64) -> Result<u64> {
@@ -166,6 +177,7 @@ impl MessageLog {
         tagger: &Tagger,
         seq: u64,
         parent: u64,
+        stamp: f64,
     ) -> Result<(Node, Vec<u8>)> {
         check_role(message)?;
         let info = analyze_message(message, &self.tokenizer, Some(tagger))?;
@@ -184,7 +196,7 @@ impl MessageLog {
         let node = Node {
             seq,
             parent,
-            timestamp: options.timestamp.or(info.timestamp).unwrap_or_else(now),
+            timestamp: options.timestamp.or(info.timestamp).unwrap_or(stamp),
             offset: 0,
             stored_len: 0,
             raw_len: 0,
@@ -245,7 +257,7 @@ impl MessageLog {
         let node = Node {
             seq: self.count,
             parent: self.position.head,
-            timestamp: now(),
+            timestamp: self.default_stamp(),
             offset: 0,
             stored_len: 0,
             raw_len: 0,
@@ -305,7 +317,7 @@ impl MessageLog {
         let node = Node {
             seq: self.count,
             parent: target,
-            timestamp: now(),
+            timestamp: self.default_stamp(),
             offset: 0,
             stored_len: 0,
             raw_len: 0,
@@ -418,7 +430,26 @@ impl MessageLog {
     }
 }
 
-/// Seconds since the epoch: a node's default timestamp.
+impl MessageLog {
+    /// The timestamp of a node appended without one: the wall clock, but
+    /// never before the last node's. A clock stepped back would otherwise
+    /// make the log's times go back, and ages from them would no longer
+    /// follow the order the messages came in.
+    pub(super) fn default_stamp(&self) -> f64 {
+        let now = now();
+        let last = match self.count {
+            0 => return now,
+            count => self.record(count - 1).timestamp(),
+        };
+        if last.is_finite() && now < last {
+            last
+        } else {
+            now
+        }
+    }
+}
+
+/// Seconds since the epoch.
 fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
