@@ -462,6 +462,75 @@ def _answer(select, log: MessageLog, budget: int):
     return chosen.kept, chosen.messages, chosen.breakdown, chosen.truncated
 
 
+WEIGHTED_VARIANTS = {
+    "default": {},
+    "one anchor, one recent turn": {"max_anchors": 1, "recent_turns": 1},
+    "no anchors, no recent turns": {"max_anchors": 0, "recent_turns": 0},
+    "every anchor, tags equal and undecayed": {
+        "max_anchors": 10**6,
+        "constraint": 1.0,
+        "evidence": 1.0,
+        "pulse": 1.0,
+        "log": 1.0,
+        "tag_decay": 1.0,
+    },
+    "zero weights, no decay at all": {"constraint": 0.0, "log": 0.0, "decay": 0.0},
+}
+
+TAGGED_TEXT = [
+    " You must always keep the order_id.",  # constraint
+    " THINK: the retry loop drops the id. PLAN: keep it. VERIFY: the test passes.",  # evidence
+    " Fix it and deploy it now.",  # pulse
+    " curl https://ci.example/job/42 failed at line 7",  # log
+]
+
+
+def _weighed_session(provider: str, stamps: str) -> list[dict]:
+    """A replayed session whose user turns carry each tag in turn, some
+    messages a weight of their own; ``stamps``: "rising", "none" (no
+    timestamps: the log stamps them), or "back" (some go back an hour)."""
+    out = []
+    for i, message in enumerate(generate(200, provider, seed=17).messages):
+        message = dict(message)
+        if message["role"] == "user" and isinstance(message["content"], str) and i % 3:
+            message["content"] += TAGGED_TEXT[i % 4]
+        if i % 19 == 4 and message["role"] != "tool":
+            message["weight"] = float(i % 4) / 2
+        if stamps == "none":
+            message.pop("timestamp", None)
+        elif stamps == "back" and i % 29 == 11 and "timestamp" in message:
+            message["timestamp"] -= 3600
+        out.append(message)
+    return out
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("stamps", ["rising", "none", "back"])
+@pytest.mark.parametrize("variant", list(WEIGHTED_VARIANTS))
+def test_the_weighted_window_from_kept_units_gives_what_the_view_gives(tmp_path, provider, stamps, variant):
+    """The weighted window keeps each weight class's final units between
+    selections and merges them newest first, weighing only what it reaches.
+    One message at a time, with every tag, weights of their own, ages from
+    the clock and from places, and timestamps that go back (where the
+    handle weighs every node instead): after every append the answer is the
+    decoded view's, and a fresh handle's."""
+    messages = _weighed_session(provider, stamps)
+    window = WeightedWindow(provider=provider, tool_result_cap=600, **WEIGHTED_VARIANTS[variant])
+    path = tmp_path / "log"
+    budgets = [1_500, 6_000, 20_000]
+    with MessageLog.open(path, create=True, durability="never") as log:
+        for i, message in enumerate(messages):
+            log.append(message)
+            stamps_now = now_of(messages[: i + 1])
+            for now in (stamps_now, None):
+                select = lambda source, b, n: window.select(source, b, now=n)  # noqa: E731
+                budget = budgets[i % 3]
+                same_choice(log, select, budget, now)
+            if i % 37 == 0:
+                with MessageLog.open(path, readonly=True) as fresh:
+                    assert _answer(select, fresh, budget) == _answer(select, log, budget)
+
+
 @pytest.mark.parametrize("implementation", [MessageLog, reference_log.MessageLog], ids=["rust", "twin"])
 def test_a_batch_and_a_clock_behind_the_log_never_stamp_a_node_earlier(tmp_path, implementation):
     """Nodes appended without a timestamp are stamped with the clock but

@@ -20,6 +20,7 @@ mod recover;
 mod repair;
 mod stable;
 mod sync;
+mod weighed;
 mod window;
 mod write;
 
@@ -182,6 +183,8 @@ pub struct MessageLog {
     scratch_units: Vec<crate::select::Unit>,
     /// A plain view's units that appends cannot change (see `stable`).
     stable_units: stable::StableUnits,
+    /// A plain view's final units by weight class (see `weighed`).
+    weighed: weighed::WeighedUnits,
     /// Tool results over a policy's cap, counted as cut (see `capped`).
     capped: capped::CappedCounts,
 }
@@ -241,6 +244,7 @@ impl MessageLog {
             scratch_starts: Vec::new(),
             scratch_units: Vec::new(),
             stable_units: stable::StableUnits::default(),
+            weighed: weighed::WeighedUnits::default(),
             capped: capped::CappedCounts::default(),
         };
         let stored = log.read_file_headers()?;

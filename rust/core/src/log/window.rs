@@ -122,7 +122,7 @@ impl Record<'_> {
     pub(super) fn priority(&self) -> f64 {
         f64::from(f32::from_bits(self.u32_at(48)))
     }
-    fn weight(&self) -> Option<f64> {
+    pub(super) fn weight(&self) -> Option<f64> {
         let weight = f32::from_bits(self.u32_at(44));
         (!weight.is_nan()).then_some(f64::from(weight))
     }
@@ -132,7 +132,7 @@ impl Record<'_> {
     pub(super) fn kind(&self) -> u8 {
         self.0[57]
     }
-    fn tags(&self) -> u8 {
+    pub(super) fn tags(&self) -> u8 {
         self.0[58]
     }
     pub(super) fn flags(&self) -> u8 {
@@ -297,39 +297,30 @@ impl MessageLog {
             self.decay_powers.prepare(weights.decay, view.len());
             self.tag_decay_powers.prepare(weights.tag_decay, view.len());
         }
+        if let Some(window) = self.weighted_from_kept_units(
+            &view,
+            budget,
+            weights,
+            max_anchors,
+            recent_turns,
+            now,
+            cap,
+        ) {
+            return Ok(Some(Window {
+                view: view.into(),
+                ..window?
+            }));
+        }
         let mut keys = std::mem::take(&mut self.scratch_keys);
         let mut starts = std::mem::take(&mut self.scratch_starts);
-        let powers = &self.decay_powers.powers;
-        let tag_powers = &self.tag_decay_powers.powers;
-        let last = view.len().saturating_sub(1);
-        let zero_from = first_zero_age(weights.decay);
-        let tag_zero_from = first_zero_age(weights.tag_decay);
-        let (ln_decay, ln_tag_decay) = (weights.decay.ln(), weights.tag_decay.ln());
-        let weigh = |record: Record<'_>, i: usize| -> f64 {
-            if let Some(weight) = record.weight() {
-                return weight;
-            }
-            if record.role() == Role::System {
-                return weights.system;
-            }
-            let tagged = tag_weight(record.tags(), weights);
-            let Some(now) = now else {
-                // Whole minutes back from the end: the same pow, from a table.
-                return match tagged {
-                    Some(weight) => weight * tag_powers.get(last - i).copied().unwrap_or(0.0),
-                    None => powers.get(last - i).copied().unwrap_or(0.0),
-                };
-            };
-            let age = ((now - record.timestamp()) / 60.0).max(0.0);
-            // Past the underflow age the power is 0.0: no exp call there
-            // (an infinite zero age, at a decay of 0 or 1, is never reached).
-            match tagged {
-                Some(weight) if tag_zero_from.is_finite() && age >= tag_zero_from => weight * 0.0,
-                Some(weight) => weight * decayed(ln_tag_decay, age),
-                None if zero_from.is_finite() && age >= zero_from => 0.0,
-                None => decayed(ln_decay, age),
-            }
-        };
+        let weigher = Weigher::new(
+            weights,
+            now,
+            view.len(),
+            &self.decay_powers.powers,
+            &self.tag_decay_powers.powers,
+        );
+        let weigh = |record: Record<'_>, i: usize| weigher.of_record(record, i);
         // One sweep over the headers, grouped and weighed together; only the
         // units' order keys and starts are kept (16 + 4 bytes each).
         // With ages from timestamps each node's weight is a pow call, most
@@ -426,6 +417,86 @@ impl MessageLog {
     }
 }
 
+/// A node's weight in the weighted window, from its header: given at
+/// append, else the system weight, else its tag's weight or 1, decayed by
+/// its age (in minutes from its timestamp to `now`, else one minute a node
+/// back from the end of the view). Both ways of choosing on a log weigh
+/// through this one place, so they give the same bits.
+pub(super) struct Weigher<'a> {
+    weights: &'a Weights,
+    now: Option<f64>,
+    last: usize,
+    powers: &'a [f64],
+    tag_powers: &'a [f64],
+    zero_from: f64,
+    tag_zero_from: f64,
+    ln_decay: f64,
+    ln_tag_decay: f64,
+}
+
+impl<'a> Weigher<'a> {
+    /// For a view of `len` nodes; the powers are the whole-minute tables
+    /// (used when `now` is `None`), prepared for at least `len` ages.
+    pub(super) fn new(
+        weights: &'a Weights,
+        now: Option<f64>,
+        len: usize,
+        powers: &'a [f64],
+        tag_powers: &'a [f64],
+    ) -> Self {
+        Self {
+            weights,
+            now,
+            last: len.saturating_sub(1),
+            powers,
+            tag_powers,
+            zero_from: first_zero_age(weights.decay),
+            tag_zero_from: first_zero_age(weights.tag_decay),
+            ln_decay: weights.decay.ln(),
+            ln_tag_decay: weights.tag_decay.ln(),
+        }
+    }
+
+    /// The weight of the view's `i`-th node, `record`.
+    pub(super) fn of_record(&self, record: Record<'_>, i: usize) -> f64 {
+        if let Some(weight) = record.weight() {
+            return weight;
+        }
+        if record.role() == Role::System {
+            return self.weights.system;
+        }
+        self.decaying(
+            tag_weight(record.tags(), self.weights),
+            record.timestamp(),
+            i,
+        )
+    }
+
+    /// The weight of a node with no weight of its own and no system role:
+    /// `tagged` (its tag's weight, if any) decayed by its age, from
+    /// `timestamp` or from its place `i` in the view.
+    pub(super) fn decaying(&self, tagged: Option<f64>, timestamp: f64, i: usize) -> f64 {
+        let Some(now) = self.now else {
+            // Whole minutes back from the end: the same pow, from a table.
+            return match tagged {
+                Some(weight) => weight * self.tag_powers.get(self.last - i).copied().unwrap_or(0.0),
+                None => self.powers.get(self.last - i).copied().unwrap_or(0.0),
+            };
+        };
+        let age = ((now - timestamp) / 60.0).max(0.0);
+        // Past the underflow age the power is 0.0: no exp call there
+        // (an infinite zero age, at a decay of 0 or 1, is never reached).
+        match tagged {
+            Some(weight) if self.tag_zero_from.is_finite() && age >= self.tag_zero_from => {
+                weight * 0.0
+            }
+            Some(weight) => weight * decayed(self.ln_tag_decay, age),
+            None if self.zero_from.is_finite() && age >= self.zero_from => 0.0,
+            None => decayed(self.ln_decay, age),
+        }
+    }
+}
+
 /// Views of at least this many nodes have their facts read on every core
 /// when each weight costs a pow call (a thread costs ~20 µs to start; a
 /// pow, ~15 ns).
@@ -515,7 +586,7 @@ fn choose(
 #[derive(Default)]
 pub(super) struct DecayPowers {
     decay_bits: u64,
-    powers: Vec<f64>,
+    pub(super) powers: Vec<f64>,
 }
 
 impl DecayPowers {

@@ -1,0 +1,590 @@
+//! The weighted window on a long plain log without weighing every node.
+//!
+//! Weights move with the clock, but not their order within one class of node:
+//! untagged nodes all weigh `decay ^ age`, and the nodes of one tag all weigh
+//! that tag's weight times `tag_decay ^ age`, so (with the weights at least 0
+//! and the decays in [0, 1]) a newer node of a class never weighs less than
+//! an older one. A unit weighs its heaviest node, which is, class by class,
+//! its newest; nodes given a weight at append keep it.
+//!
+//! So the handle keeps, for each class, the final units of a plain view that
+//! hold a node of it (those before the turn in progress: no append changes
+//! them), oldest first, with that class's newest node; and the units with a
+//! given weight, by weight. A selection merges these lists newest first,
+//! weighing only the heads it reaches, and takes each unit the first time it
+//! comes up (at its heaviest) wherever it fits. Units too large for the room
+//! left are passed over a block at a time (each list keeps the fewest tokens
+//! of each block of 64 entries, of 64 blocks, and so on), and the merge ends
+//! when no list holds one that fits. A turn on a million-message log then
+//! weighs about as many units as it keeps.
+//!
+//! Where the order could differ this is not used and every node is weighed,
+//! as before: ages from timestamps that go back somewhere in the log, a
+//! negative tag weight or a decay outside [0, 1], a view with summaries or
+//! branches, or no turn in progress (the last unit may still grow). Within
+//! the merge each list's weights are checked to fall as it goes; if one ever
+//! rose (a rounding of `exp` that is not monotonic), the full sweep answers.
+
+use std::collections::BTreeSet;
+
+use super::MessageLog;
+use super::window::{Record, View, Weigher, Window, mandatory_cost};
+use crate::error::Result;
+use crate::select::{Role, Unit, UnitKind, Weights, for_each_unit_from, recent_fits, weight_key};
+use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
+
+/// The tags in the order a node's weight takes the first it has (as
+/// [`crate::select::tag_weight`] reads them); class 0 is untagged.
+const TAG_ORDER: [u8; 4] = [CONSTRAINT, EVIDENCE, PULSE, LOG];
+const CLASSES: usize = 1 + TAG_ORDER.len();
+
+/// A node's class: 0 untagged, else 1 + the index of its first tag.
+fn class_of(tags: u8) -> usize {
+    TAG_ORDER
+        .iter()
+        .position(|&tag| tags & tag != 0)
+        .map_or(0, |i| i + 1)
+}
+
+/// The weight a class's decay multiplies (`None`: untagged, 1 undecayed).
+fn class_weight(class: usize, weights: &Weights) -> Option<f64> {
+    [
+        None,
+        Some(weights.constraint),
+        Some(weights.evidence),
+        Some(weights.pulse),
+        Some(weights.log),
+    ][class]
+}
+
+/// Whether newer nodes of a class never weigh less under `weights`.
+fn order_kept_by(weights: &Weights) -> bool {
+    let decays = [weights.decay, weights.tag_decay];
+    let tags = [
+        weights.constraint,
+        weights.evidence,
+        weights.pulse,
+        weights.log,
+    ];
+    decays.iter().all(|d| (0.0..=1.0).contains(d))
+        && tags.iter().all(|w| w.is_finite() && *w >= 0.0)
+}
+
+/// A unit in one class's list: its newest node of that class.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    unit: u32,
+    /// The node's place in the view and its timestamp.
+    index: u32,
+    at: f64,
+}
+
+/// The tokens of a list's units, with the fewest of each block of 64, of
+/// each 64 blocks and so on: the newest entry at or before a place that
+/// could still fit is found in a few hundred steps, not by walking the list.
+#[derive(Debug, Default)]
+struct Fewest {
+    /// `levels[0]`: each entry's tokens; `levels[k + 1][i]`: the fewest of
+    /// `levels[k][FAN * i..FAN * i + FAN]`. The top row has at most `FAN`.
+    levels: Vec<Vec<u32>>,
+}
+
+const FAN: usize = 64;
+
+impl Fewest {
+    fn push(&mut self, tokens: u32) {
+        let Some(first) = self.levels.first() else {
+            self.levels.push(vec![tokens]);
+            return;
+        };
+        let (mut value, mut at, mut level) = (tokens, first.len(), 0);
+        loop {
+            let top = level + 1 == self.levels.len();
+            let row = &mut self.levels[level];
+            if at == row.len() {
+                row.push(value);
+            } else {
+                // Entries are only added: a block's fewest only falls.
+                row[at] = row[at].min(value);
+                value = row[at];
+            }
+            if top {
+                if row.len() > FAN {
+                    let top = row.chunks(FAN).map(block_min).collect();
+                    self.levels.push(top);
+                }
+                return;
+            }
+            at /= FAN;
+            level += 1;
+        }
+    }
+
+    /// The last entry at or before `upto` with at most `most` tokens.
+    fn last_at_most(&self, upto: usize, most: u32) -> Option<usize> {
+        let top = self.levels.len() - 1;
+        let (mut level, mut i) = (0, upto);
+        // Up: the rest of this block, else the blocks before it, a level up.
+        let (mut level, mut j) = loop {
+            let row = &self.levels[level];
+            let start = if level == top { 0 } else { i - i % FAN };
+            if let Some(j) = (start..=i).rev().find(|&j| row[j] <= most) {
+                break (level, j);
+            }
+            if start == 0 {
+                return None;
+            }
+            (level, i) = (level + 1, start / FAN - 1);
+        };
+        // Down: the last entry of the block that holds one.
+        while level > 0 {
+            level -= 1;
+            let row = &self.levels[level];
+            let start = j * FAN;
+            j = (start..(start + FAN).min(row.len()))
+                .rev()
+                .find(|&k| row[k] <= most)
+                .expect("a block holds its fewest");
+        }
+        Some(j)
+    }
+}
+
+fn block_min(block: &[u32]) -> u32 {
+    block.iter().copied().min().unwrap_or(u32::MAX)
+}
+
+/// The final units of a plain view, nodes `0..nodes`, as the merge reads them.
+#[derive(Debug, Default)]
+pub(super) struct WeighedUnits {
+    cap: Option<usize>,
+    nodes: usize,
+    /// The last timestamp seen, and whether none before it was later.
+    last_at: f64,
+    timestamps_rise: bool,
+    /// A unit's tokens did not fit in 32 bits: the full sweep counts it.
+    oversized: bool,
+    starts: Vec<u32>,
+    tokens: Vec<u32>,
+    /// Per unit: neither system nor pinned (weights decide it).
+    normal: Vec<bool>,
+    /// System and pinned units, by number: every selection keeps them.
+    fixed: Vec<(usize, Unit)>,
+    /// Normal units tagged constraint, in order: the first are the anchors.
+    constraints: Vec<u32>,
+    turn_starts: Vec<u32>,
+    classes: [Vec<Entry>; CLASSES],
+    fewest: [Fewest; CLASSES],
+    /// Units with a node given its weight at append: the heaviest such
+    /// node's [`weight_key`].
+    given: BTreeSet<u128>,
+    given_floor: u32,
+    /// Per unit, set once it is kept or passed over in a selection.
+    seen: Vec<u64>,
+}
+
+impl WeighedUnits {
+    fn reset(&mut self, cap: Option<usize>) {
+        *self = Self {
+            cap,
+            timestamps_rise: true,
+            last_at: f64::NEG_INFINITY,
+            given_floor: u32::MAX,
+            ..Self::default()
+        };
+    }
+
+    fn units(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Add the next final unit, reading its nodes' headers.
+    fn push(&mut self, log: &MessageLog, unit: &Unit) {
+        let number = self.units();
+        let number32 = u32::try_from(number).expect("a view of under 2^32 nodes");
+        let tokens = u32::try_from(unit.tokens).unwrap_or_else(|_| {
+            self.oversized = true;
+            u32::MAX
+        });
+        self.starts
+            .push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
+        self.tokens.push(tokens);
+        let normal = unit.kind == UnitKind::Normal;
+        let constraint = normal && unit.tags & CONSTRAINT != 0;
+        self.normal.push(normal);
+        if !normal {
+            self.fixed.push((number, unit.clone()));
+        }
+        if constraint {
+            self.constraints.push(number32);
+        }
+        if unit.turn_start {
+            self.turn_starts.push(number32);
+        }
+        let mut newest: [Option<(u32, f64)>; CLASSES] = [None; CLASSES];
+        let mut given: Option<f64> = None;
+        for i in unit.start..unit.end {
+            let record = log.record(i as u64);
+            let at = record.timestamp();
+            // NaN or earlier than a node before it: ages from timestamps
+            // would not keep each class's order.
+            if at.is_nan() || at < self.last_at {
+                self.timestamps_rise = false;
+            }
+            self.last_at = at;
+            if let Some(weight) = record.weight() {
+                given = Some(given.map_or(weight, |g| g.max(weight)));
+            } else if record.role() != Role::System {
+                newest[class_of(record.tags())] = Some((i as u32, at));
+            }
+        }
+        if !normal {
+            return; // kept whatever it weighs
+        }
+        for (class, newest) in newest.iter().enumerate() {
+            if let Some((index, at)) = *newest {
+                self.classes[class].push(Entry {
+                    unit: number32,
+                    index,
+                    at,
+                });
+                self.fewest[class].push(tokens);
+            }
+        }
+        if let Some(weight) = given {
+            self.given
+                .insert(weight_key(weight, number, tokens as usize));
+            self.given_floor = self.given_floor.min(tokens);
+        }
+    }
+
+    fn is_seen(&self, unit: usize) -> bool {
+        self.seen[unit / 64] & (1 << (unit % 64)) != 0
+    }
+
+    fn see(&mut self, unit: usize) {
+        self.seen[unit / 64] |= 1 << (unit % 64);
+    }
+}
+
+/// Where the merge has got to in one list: the entries before `left` are
+/// still to come; `head` is the one last reached, weighed, not yet taken.
+struct Cursor {
+    left: usize,
+    head: Option<(u128, f64)>,
+}
+
+impl MessageLog {
+    /// The weighted window from the kept units' lists (see the module's
+    /// doc), as the full sweep would choose it; `None` where the full sweep
+    /// must answer. Ages from `now`, else the whole-minute tables, which the
+    /// caller has prepared for the view.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn weighted_from_kept_units(
+        &mut self,
+        view: &View,
+        budget: usize,
+        weights: &Weights,
+        max_anchors: usize,
+        recent_turns: usize,
+        now: Option<f64>,
+        cap: Option<usize>,
+    ) -> Option<Result<Window>> {
+        if !matches!(view, View::All(_)) {
+            self.weighed = WeighedUnits::default(); // not kept for a view with summaries
+            return None;
+        }
+        if !order_kept_by(weights) {
+            return None;
+        }
+        let mut units = std::mem::take(&mut self.weighed);
+        if units.nodes == 0 || units.cap != cap || units.nodes > view.len() {
+            units.reset(cap);
+        }
+        let held = self.extend_weighed(&mut units, view, cap);
+        let answer =
+            if held.is_empty() || units.oversized || (now.is_some() && !units.timestamps_rise) {
+                None
+            } else {
+                let weigher = Weigher::new(
+                    weights,
+                    now,
+                    view.len(),
+                    &self.decay_powers.powers,
+                    &self.tag_decay_powers.powers,
+                );
+                let chosen = Choice {
+                    units: &mut units,
+                    held: &held,
+                    weights,
+                    weigher: &weigher,
+                    budget,
+                }
+                .choose(max_anchors, recent_turns);
+                chosen.map(|kept| {
+                    kept.map(|(kept, fixed)| {
+                        let stable = units.starts.len();
+                        units
+                            .starts
+                            .extend(held.iter().map(|u| u32::try_from(u.start).expect("2^32")));
+                        let window = self.window_of(&kept, &units.starts, &fixed, view, cap);
+                        units.starts.truncate(stable);
+                        window
+                    })
+                })
+            };
+        self.weighed = units;
+        answer
+    }
+
+    /// Group the view from where the kept units end: the final units join
+    /// them; the turn in progress's units are returned (none: there is no
+    /// turn in progress, and nothing is added, as the last unit may grow).
+    fn extend_weighed(
+        &self,
+        units: &mut WeighedUnits,
+        view: &View,
+        cap: Option<usize>,
+    ) -> Vec<Unit> {
+        let (mut fresh, mut held) = (Vec::new(), Vec::new());
+        let facts = self.facts_of(view, cap, |_: Record<'_>, _| f64::NAN);
+        for_each_unit_from(units.nodes, view.len(), facts, |unit, in_progress| {
+            if in_progress {
+                held.push(unit);
+            } else {
+                fresh.push(unit);
+            }
+        });
+        if let Some(first) = held.first() {
+            for unit in &fresh {
+                units.push(self, unit);
+            }
+            units.nodes = first.start;
+        }
+        held
+    }
+}
+
+/// One selection over the kept units and the turn in progress.
+struct Choice<'a> {
+    units: &'a mut WeighedUnits,
+    held: &'a [Unit],
+    weights: &'a Weights,
+    weigher: &'a Weigher<'a>,
+    budget: usize,
+}
+
+impl Choice<'_> {
+    /// The kept unit numbers in order and the fixed units (for the layout),
+    /// as the full sweep's `choose` picks them; `None` if a list's weights
+    /// rose along it.
+    #[allow(clippy::type_complexity)]
+    fn choose(
+        mut self,
+        max_anchors: usize,
+        recent_turns: usize,
+    ) -> Option<Result<(Vec<usize>, Vec<(usize, Unit)>)>> {
+        let stable = self.units.units();
+        let mut fixed = self.units.fixed.clone();
+        fixed.extend(
+            self.held
+                .iter()
+                .enumerate()
+                .map(|(k, u)| (stable + k, u.clone())),
+        );
+        let mut cost = match mandatory_cost(&fixed, self.budget) {
+            Ok(cost) => cost,
+            Err(error) => return Some(Err(error)),
+        };
+        let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
+        self.units.seen.clear();
+        self.units.seen.resize(stable.div_ceil(64), 0);
+        // The anchors: the first constraint units, wherever they fit; the
+        // ones that do not fit compete no further.
+        let anchors = self.units.constraints.len().min(max_anchors);
+        let anchors: Vec<usize> = self.units.constraints[..anchors]
+            .iter()
+            .map(|&n| n as usize)
+            .collect();
+        for n in anchors {
+            let tokens = self.units.tokens[n] as usize;
+            if cost + tokens <= self.budget {
+                cost += tokens;
+                kept.push(n);
+            }
+            self.units.see(n);
+        }
+        // The newest turns, newest first, within half the budget.
+        let recent = self.recent(recent_turns);
+        let mut recent_cost = 0;
+        for n in (recent..stable).rev() {
+            let tokens = self.units.tokens[n] as usize;
+            if !self.units.normal[n] || self.units.is_seen(n) {
+                continue;
+            }
+            if recent_fits(recent_cost, tokens, cost, self.budget) {
+                cost += tokens;
+                recent_cost += tokens;
+                kept.push(n);
+                self.units.see(n);
+            }
+        }
+        if !self.fill_by_weight(&mut cost, &mut kept) {
+            return None;
+        }
+        kept.sort_unstable();
+        Some(Ok((kept, fixed)))
+    }
+
+    /// The first unit of the newest `recent_turns` turns (the turn in
+    /// progress among them); past every unit if there are none.
+    fn recent(&self, recent_turns: usize) -> usize {
+        let stable = self.units.units();
+        let mut starts = self.units.turn_starts.iter().map(|&n| n as usize).chain(
+            (0..self.held.len())
+                .filter(|&k| self.held[k].turn_start)
+                .map(|k| stable + k),
+        );
+        let all = self.units.turn_starts.len() + self.held.iter().filter(|u| u.turn_start).count();
+        if recent_turns == 0 || all == 0 {
+            return stable + self.held.len();
+        }
+        starts
+            .nth(all - recent_turns.min(all))
+            .expect("a turn start")
+    }
+
+    /// Take the units not yet seen in weight order wherever they fit;
+    /// `false` if a list's weights rose along it.
+    fn fill_by_weight(&mut self, cost: &mut usize, kept: &mut Vec<usize>) -> bool {
+        let given = std::mem::take(&mut self.units.given);
+        let ordered = self.merge(&given, cost, kept);
+        self.units.given = given;
+        ordered
+    }
+
+    fn merge(&mut self, given: &BTreeSet<u128>, cost: &mut usize, kept: &mut Vec<usize>) -> bool {
+        let mut cursors: Vec<Cursor> = (0..CLASSES)
+            .map(|class| Cursor {
+                left: self.units.classes[class].len(),
+                head: None,
+            })
+            .collect();
+        for (class, cursor) in cursors.iter_mut().enumerate() {
+            self.advance(class, cursor, self.budget - *cost);
+        }
+        let mut given = given.iter().rev().copied().peekable();
+        loop {
+            let room = self.budget - *cost;
+            // Units given a weight are few: walked in order while any could fit.
+            let next_given = if self.units.given_floor as usize <= room {
+                given.peek().copied()
+            } else {
+                None
+            };
+            let best = cursors
+                .iter()
+                .enumerate()
+                .filter_map(|(class, c)| c.head.map(|(key, _)| (class, key)))
+                .max_by_key(|&(_, key)| key);
+            let key = match (best, next_given) {
+                (Some((_, key)), Some(g)) if g > key => given.next().expect("peeked"),
+                (Some((class, key)), _) => {
+                    let before = cursors[class].head.expect("a head").1;
+                    self.advance(class, &mut cursors[class], room);
+                    if cursors[class].head.is_some_and(|(_, w)| w > before) {
+                        return false;
+                    }
+                    key
+                }
+                (None, Some(_)) => given.next().expect("peeked"),
+                (None, None) => return true, // nothing still to come can fit
+            };
+            let unit = (key >> 32) as u32 as usize;
+            if self.units.is_seen(unit) {
+                continue; // came up before, at least as heavy
+            }
+            self.units.see(unit);
+            let tokens = key as u32 as usize;
+            if tokens <= room {
+                *cost += tokens;
+                kept.push(unit);
+            }
+        }
+    }
+
+    /// Move `class`'s head to the newest entry still to come that `room`
+    /// tokens can hold, weighed (the ones passed over never fit: the room
+    /// only shrinks).
+    fn advance(&self, class: usize, cursor: &mut Cursor, room: usize) {
+        let most = u32::try_from(room).unwrap_or(u32::MAX);
+        let found = match cursor.left {
+            0 => None,
+            left => self.units.fewest[class].last_at_most(left - 1, most),
+        };
+        let Some(at) = found else {
+            (cursor.left, cursor.head) = (0, None);
+            return;
+        };
+        cursor.left = at;
+        let entry = self.units.classes[class][at];
+        let weight = self.weigher.decaying(
+            class_weight(class, self.weights),
+            entry.at,
+            entry.index as usize,
+        );
+        let unit = entry.unit as usize;
+        let key = weight_key(weight, unit, self.units.tokens[unit] as usize);
+        cursor.head = Some((key, weight + 0.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLASSES, FAN, Fewest, class_of, class_weight};
+    use crate::select::{Weights, tag_weight};
+
+    #[test]
+    fn the_fewest_index_finds_what_a_walk_back_finds() {
+        // Sizes around the block edges, values from a small LCG.
+        let mut state = 7u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (state >> 33) as u32 % 40
+        };
+        for len in [1, 2, FAN - 1, FAN, FAN + 1, FAN * FAN, FAN * FAN + 3, 9_000] {
+            let (mut fewest, mut values) = (Fewest::default(), Vec::new());
+            for _ in 0..len {
+                let value = next();
+                fewest.push(value);
+                values.push(value);
+            }
+            for upto in (0..len).step_by(len / 50 + 1).chain([len - 1]) {
+                for most in [0, 1, 3, 10, 39, u32::MAX] {
+                    let walked = (0..=upto).rev().find(|&i| values[i] <= most);
+                    assert_eq!(
+                        fewest.last_at_most(upto, most),
+                        walked,
+                        "{len} {upto} {most}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_class_weighs_what_its_first_tag_does() {
+        let weights = Weights::default();
+        for tags in 0..=u8::MAX {
+            let class = class_of(tags);
+            assert!(class < CLASSES);
+            assert_eq!(
+                class_weight(class, &weights),
+                tag_weight(tags, &weights),
+                "{tags:#b}"
+            );
+        }
+    }
+}
