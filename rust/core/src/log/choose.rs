@@ -79,6 +79,16 @@ impl MessageLog {
         if self.uncounted(cap) {
             return Ok(None);
         }
+        if let Some(chosen) = self.priority_by_class(&view, budget, extras, cap) {
+            let (window, build) = chosen?;
+            return Ok(Some((
+                Window {
+                    view: view.into(),
+                    ..window
+                },
+                build,
+            )));
+        }
         let mut keys = std::mem::take(&mut self.scratch_keys);
         let mut starts = std::mem::take(&mut self.scratch_starts);
         keys.clear();
@@ -119,6 +129,13 @@ impl MessageLog {
     }
 }
 
+/// The class of a unit in the priority builder's order: the high bits of
+/// its [`priority_key`] (its priority, then whether it is a constraint).
+/// All of one class come before the next, newest first within it.
+pub(super) fn priority_class(unit: &Unit) -> u64 {
+    (priority_key(unit, 0) >> 95) as u64
+}
+
 /// The priority builder's order as one integer per unit, for
 /// [`fill_by_weight`]: the priority's order-preserving bits (a header holds
 /// an `f32`, so the unit's heaviest is one exactly), a constraint next, then
@@ -141,7 +158,74 @@ fn priority_key(unit: &Unit, number: usize) -> u128 {
         | u128::from(tokens)
 }
 
+/// Past this many priority classes among the kept units, filling class by
+/// class costs more than ordering the units: the priority builder sweeps.
+const MOST_CLASSES: usize = 256;
+
 impl MessageLog {
+    /// The priority builder from the kept units' classes (see
+    /// [`super::stable::PriorityClasses`]): the same choice as the sweep
+    /// below, without ordering every unit. `None` where the sweep answers:
+    /// a view with summaries or branches, no turn in progress, or more
+    /// than [`MOST_CLASSES`] classes.
+    fn priority_by_class(
+        &mut self,
+        view: &View,
+        budget: usize,
+        extras: &Extras,
+        cap: Option<usize>,
+    ) -> Option<Result<(Window, Build)>> {
+        if !matches!(view, View::All(_)) {
+            return None;
+        }
+        self.keep_stable_units(view, cap, Weighing::Priority);
+        let mut held = Vec::new();
+        let priority = |record: Record<'_>, _| record.priority();
+        self.extend_stable_units(view, cap, priority, |unit, in_progress| {
+            if in_progress {
+                held.push(unit);
+            }
+        });
+        let mut stable = std::mem::take(&mut self.stable_units);
+        let chosen =
+            (!held.is_empty() && stable.by_priority.classes.len() <= MOST_CLASSES).then(|| {
+                let first_held = stable.len();
+                let classes = &mut stable.by_priority;
+                let mut fixed = classes.fixed.clone();
+                fixed.extend(
+                    held.iter()
+                        .enumerate()
+                        .map(|(k, u)| (first_held + k, u.clone())),
+                );
+                let mut cost = mandatory_cost(&fixed, budget)?;
+                let mut build = build_extras(budget, extras, &mut cost);
+                let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
+                // Heaviest class first; in each, from the newest unit that fits.
+                for (units, fewest) in classes.classes.values().rev() {
+                    let mut before = units.len();
+                    while before > 0 {
+                        let room = u32::try_from(budget - cost).unwrap_or(u32::MAX);
+                        let Some(at) = fewest.last_at_most(before - 1, room) else {
+                            break;
+                        };
+                        cost += fewest.tokens(at) as usize;
+                        kept.push(units[at] as usize);
+                        before = at;
+                    }
+                }
+                kept.sort_unstable();
+                build.units = kept;
+                let stable_count = classes.starts.len();
+                let held_starts = held.iter().map(|u| u32::try_from(u.start).expect("2^32"));
+                classes.starts.extend(held_starts);
+                let window = self.window_of(&build.units, &classes.starts, &fixed, view, cap);
+                classes.starts.truncate(stable_count);
+                Ok((window, build))
+            });
+        self.stable_units = stable;
+        chosen
+    }
+
     /// The kept units' nodes, in the view's order (sections are the caller's:
     /// it lays the nodes out and counts them), and which are pinned units' nodes.
     fn window_of_units(&self, kept: &[usize], units: &[Unit], view: &View) -> Window {

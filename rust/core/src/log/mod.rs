@@ -10,6 +10,7 @@
 mod capped;
 mod choose;
 mod codec;
+mod fewest;
 mod files;
 mod fork;
 mod format;

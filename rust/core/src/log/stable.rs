@@ -11,9 +11,13 @@
 //! summaries or branches, another cap or weighing, a shorter view) groups
 //! the view whole, as before.
 
+use std::collections::BTreeMap;
+
 use super::MessageLog;
+use super::choose::priority_class;
+use super::fewest::Fewest;
 use super::window::{Record, View};
-use crate::select::{Unit, for_each_unit_from};
+use crate::select::{Unit, UnitKind, for_each_unit_from};
 
 /// What a policy weighs units by while grouping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -32,6 +36,8 @@ pub(super) struct StableUnits {
     weighing: Weighing,
     nodes: usize,
     units: Vec<Unit>,
+    /// For the priority builder: the units in its order classes.
+    pub(super) by_priority: PriorityClasses,
 }
 
 impl StableUnits {
@@ -40,6 +46,49 @@ impl StableUnits {
         self.weighing = weighing;
         self.nodes = 0;
         self.units.clear();
+        self.by_priority = PriorityClasses::default();
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.units.len()
+    }
+
+    fn push(&mut self, unit: Unit) {
+        if self.weighing == Weighing::Priority {
+            self.by_priority.push(self.units.len(), &unit);
+        }
+        self.units.push(unit);
+    }
+}
+
+/// The final units as the priority builder orders them: all of one class
+/// (one priority, with or without a constraint) before the next, and
+/// within a class the newest first. Kept as each class's units, oldest
+/// first, with an index of their tokens, so a turn fills the budget class
+/// by class, from the newest unit that fits, without ordering every unit.
+#[derive(Debug, Default)]
+pub(super) struct PriorityClasses {
+    /// Every final unit's first node.
+    pub(super) starts: Vec<u32>,
+    /// The system and pinned units, by number.
+    pub(super) fixed: Vec<(usize, Unit)>,
+    /// By class (heaviest last): the class's unit numbers and their tokens.
+    pub(super) classes: BTreeMap<u64, (Vec<u32>, Fewest)>,
+}
+
+impl PriorityClasses {
+    fn push(&mut self, number: usize, unit: &Unit) {
+        self.starts
+            .push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
+        match unit.kind {
+            UnitKind::Normal => {
+                let class = priority_class(unit);
+                let (units, fewest) = self.classes.entry(class).or_default();
+                units.push(u32::try_from(number).expect("a view of under 2^32 nodes"));
+                fewest.push(u32::try_from(unit.tokens).unwrap_or(u32::MAX));
+            }
+            _ => self.fixed.push((number, unit.clone())),
+        }
     }
 }
 
@@ -56,14 +105,44 @@ impl MessageLog {
         weigh: impl Fn(Record<'_>, usize) -> f64,
         mut emit: impl FnMut(Unit),
     ) {
-        let mut stable = std::mem::take(&mut self.stable_units);
+        self.keep_stable_units(view, cap, weighing);
+        for unit in &self.stable_units.units {
+            emit(unit.clone());
+        }
+        self.extend_stable_units(view, cap, weigh, |unit, _| emit(unit));
+    }
+
+    /// Start the kept units again unless they are this view's, for this cap
+    /// and weighing.
+    pub(super) fn keep_stable_units(
+        &mut self,
+        view: &View,
+        cap: Option<usize>,
+        weighing: Weighing,
+    ) {
+        let stable = &mut self.stable_units;
         let plain = matches!(view, View::All(_));
         if !plain || stable.cap != cap || stable.weighing != weighing || stable.nodes > view.len() {
             stable.reset(cap, weighing);
         }
-        for unit in &stable.units {
-            emit(unit.clone());
+        if !plain {
+            stable.units = Vec::new(); // a view with summaries: not kept
         }
+    }
+
+    /// Group the view from where the kept units end, each unit to `emit`
+    /// with whether it is the turn in progress's; the final ones join the
+    /// kept units when there is a turn in progress (else the last unit may
+    /// still grow).
+    pub(super) fn extend_stable_units(
+        &mut self,
+        view: &View,
+        cap: Option<usize>,
+        weigh: impl Fn(Record<'_>, usize) -> f64,
+        mut emit: impl FnMut(Unit, bool),
+    ) {
+        let mut stable = std::mem::take(&mut self.stable_units);
+        let plain = matches!(view, View::All(_));
         let mut fresh: Vec<Unit> = Vec::new();
         let mut held_from = None;
         for_each_unit_from(
@@ -76,17 +155,14 @@ impl MessageLog {
                 } else if plain {
                     fresh.push(unit.clone());
                 }
-                emit(unit);
+                emit(unit, held);
             },
         );
-        // Without a turn in progress the last unit may still grow (results
-        // to come): nothing new is final then.
         if let (true, Some(from)) = (plain, held_from) {
-            stable.units.append(&mut fresh);
+            for unit in fresh {
+                stable.push(unit);
+            }
             stable.nodes = from;
-        }
-        if !plain {
-            stable.units = Vec::new(); // a view with summaries: not kept
         }
         self.stable_units = stable;
     }
