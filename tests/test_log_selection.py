@@ -7,6 +7,8 @@ the log, errors alike."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -543,6 +545,33 @@ def test_a_batch_and_a_clock_behind_the_log_never_stamp_a_node_earlier(tmp_path,
         log.append({"role": "user", "content": "from a later clock", "timestamp": future})
         log.append({"role": "assistant", "content": "after it"})
         log.append_many([{"role": "user", "content": "a batch after it"}] * 3)
+        log.append_many(
+            [
+                {"role": "user", "content": "given a later time still", "timestamp": future + 60},
+                {"role": "assistant", "content": "in the same batch, after it"},
+                {"role": "user", "content": "and one more"},
+            ]
+        )
         stamps = log.headers()["timestamp"]
     assert (np.diff(stamps) >= 0).all()
-    assert list(stamps[-4:]) == [future] * 4
+    assert list(stamps[-7:]) == [future] * 4 + [future + 60] * 3
+
+
+def test_an_append_after_the_index_was_cut_under_the_writer_does_not_crash(tmp_path):
+    """The default stamp reads the last node's time from the handle, not
+    through the map: a plain append does not check the file's length first,
+    and a read past a cut file's end is a SIGBUS that kills the process."""
+    script = f"""
+import os
+from context_core import MessageLog
+log = MessageLog.open({str(tmp_path / "log")!r}, create=True, durability="never")
+for i in range(3):
+    log.append({{"role": "user", "content": f"m{{i}}"}})
+os.truncate({str(tmp_path / "log" / "index")!r}, 0)
+try:
+    log.append({{"role": "user", "content": "after the cut"}})
+except Exception as error:
+    print(type(error).__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr)

@@ -685,6 +685,11 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _not_before(now: float, before: float) -> float:
+    """``now``, or ``before`` where that is a later (finite) time."""
+    return before if math.isfinite(before) and now < before else now
+
+
 class MessageLog:
     """An append-only tree of messages in a directory (open it with ``MessageLog.open``)."""
 
@@ -1279,10 +1284,11 @@ class MessageLog:
             raise InvalidTypeError(f"messages must be an iterable of dicts, not {type(messages).__name__}")
         drafts: list[tuple[Node, bytes]] = []
         parent, seq = self._head, len(self._nodes)
-        stamp = self._stamp()  # one time for the batch
+        now = time.time()  # one clock reading for the batch
         for i, message in enumerate(messages):
+            before = drafts[-1][0].timestamp if drafts else self._last_stamp()
             try:
-                drafts.append(self._message_node(seq, parent, message, stamp=stamp))
+                drafts.append(self._message_node(seq, parent, message, stamp=_not_before(now, before)))
             except (InvalidInputError, InvalidTypeError) as error:
                 raise type(error)(f"messages[{i}]: {error}") from None
             parent, seq = seq, seq + 1
@@ -1328,9 +1334,10 @@ class MessageLog:
     def _stamp(self) -> float:
         """The time of a node appended without one: the clock, but never
         before the last node's, so the log's times do not go back."""
-        now = time.time()
-        last = self._nodes[-1].timestamp if self._nodes else math.nan
-        return last if math.isfinite(last) and now < last else now
+        return _not_before(time.time(), self._last_stamp())
+
+    def _last_stamp(self) -> float:
+        return self._nodes[-1].timestamp if self._nodes else math.nan
 
     def _read_message(self, message: dict[str, Any]) -> MessageInfo:
         """The facts selection reads from one message (reference.select, no tool-result cap)."""

@@ -171,6 +171,10 @@ pub struct MessageLog {
     origin: fork::Origin,
     decay_powers: window::DecayPowers,
     tag_decay_powers: window::DecayPowers,
+    /// The last node's timestamp (NaN for none): a node appended without
+    /// one is never stamped earlier (see `default_stamp`). Kept here, not
+    /// read through the map, which a plain append does not check first.
+    last_stamp: f64,
     /// Leading records that form one chain (see `extend_linear`).
     linear_len: u64,
     /// Leading records checked whole (see `ensure_checked`).
@@ -238,6 +242,7 @@ impl MessageLog {
             origin: fork::Origin::here(),
             decay_powers: window::DecayPowers::default(),
             tag_decay_powers: window::DecayPowers::default(),
+            last_stamp: f64::NAN,
             linear_len: 0,
             checked: 0,
             scratch_keys: Vec::new(),
@@ -329,6 +334,9 @@ impl MessageLog {
             position = self.advance(position, &self.node(seq)?)?;
         }
         self.position = position;
+        if self.count > 0 {
+            self.last_stamp = self.record(self.count - 1).timestamp();
+        }
         if !self.readonly && self.count != start {
             self.write_checkpoint()?;
         }

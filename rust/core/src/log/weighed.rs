@@ -366,18 +366,21 @@ impl Choice<'_> {
     /// progress among them); past every unit if there are none.
     fn recent(&self, recent_turns: usize) -> usize {
         let stable = self.units.units();
-        let mut starts = self.units.turn_starts.iter().map(|&n| n as usize).chain(
-            (0..self.held.len())
-                .filter(|&k| self.held[k].turn_start)
-                .map(|k| stable + k),
-        );
-        let all = self.units.turn_starts.len() + self.held.iter().filter(|u| u.turn_start).count();
+        let kept = &self.units.turn_starts;
+        let held: Vec<usize> = (0..self.held.len())
+            .filter(|&k| self.held[k].turn_start)
+            .map(|k| stable + k)
+            .collect();
+        let all = kept.len() + held.len();
         if recent_turns == 0 || all == 0 {
             return stable + self.held.len();
         }
-        starts
-            .nth(all - recent_turns.min(all))
-            .expect("a turn start")
+        // The oldest of the newest `recent_turns` turn starts, by index.
+        let at = all - recent_turns.min(all);
+        match at.checked_sub(kept.len()) {
+            Some(k) => held[k],
+            None => kept[at] as usize,
+        }
     }
 
     /// Take the units not yet seen in weight order wherever they fit;

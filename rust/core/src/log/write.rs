@@ -63,7 +63,7 @@ impl MessageLog {
             self.position.head
         };
         let stamp = self.default_stamp();
-        let (node, payload) = self
+        let (node, payload, _) = self
             .message_node(message, options, tagger, self.count, parent, stamp)
             .map_err(|e| e.within("message"))?;
         self.write_nodes(vec![(node, payload)])?;
@@ -79,11 +79,12 @@ impl MessageLog {
         self.writable()?;
         let first = self.count;
         let head = self.position.head;
-        let stamp = self.default_stamp();
-        let mut nodes = Vec::with_capacity(messages.len());
+        let now = now();
+        let mut built = Vec::with_capacity(messages.len());
         for (i, message) in messages.iter().enumerate() {
-            nodes.push(self.batch_node(message, tagger, (first, head, stamp), i)?);
+            built.push(self.batch_node(message, tagger, (first, head, now), i)?);
         }
+        let nodes = self.stamp_batch(built);
         self.write_nodes(nodes)?;
         Ok(first..self.count)
     }
@@ -101,15 +102,16 @@ impl MessageLog {
         self.writable()?;
         let first = self.count;
         let head = self.position.head;
-        let stamp = self.default_stamp();
+        let now = now();
         let this = &*self;
         let indexed: Vec<(usize, &J)> = messages.iter().enumerate().collect();
-        let mut built: Vec<Option<Result<BuiltNode>>> = vec![None; messages.len()];
+        let mut built: Vec<Option<Result<(BuiltNode, bool)>>> = vec![None; messages.len()];
         crate::parallel::map_into(&indexed, &mut built, text_bytes, |&(i, message)| {
-            Some(this.batch_node(message, tagger, (first, head, stamp), i))
+            Some(this.batch_node(message, tagger, (first, head, now), i))
         });
         // map_into fills every slot; the first error in order wins, as in a serial run.
-        let nodes = built.into_iter().flatten().collect::<Result<Vec<_>>>()?;
+        let built = built.into_iter().flatten().collect::<Result<Vec<_>>>()?;
+        let nodes = self.stamp_batch(built);
         Ok(PreparedBatch { first, head, nodes })
     }
 
@@ -131,26 +133,38 @@ impl MessageLog {
     }
 
     /// The node of `messages[i]` of a batch appended at `first` after `head`,
-    /// stamped `stamp` unless it has a timestamp: one time for the batch, so
-    /// its nodes' times do not go back and forth as threads build them.
+    /// and whether it has no timestamp of its own (it holds `now` for now:
+    /// [`MessageLog::stamp_batch`] settles it, in order).
     pub(super) fn batch_node<J: JsonValue>(
         &self,
         message: &J,
         tagger: &Tagger,
-        (first, head, stamp): (u64, u64, f64),
+        (first, head, now): (u64, u64, f64),
         i: usize,
-    ) -> Result<(Node, Vec<u8>)> {
+    ) -> Result<(BuiltNode, bool)> {
         let seq = first + i as u64;
         let parent = if i == 0 { head } else { seq - 1 };
-        self.message_node(
-            message,
-            &AppendOptions::default(),
-            tagger,
-            seq,
-            parent,
-            stamp,
-        )
-        .map_err(|e| e.within(&format!("messages[{i}]")))
+        self.message_node(message, &AppendOptions::default(), tagger, seq, parent, now)
+            .map(|(node, payload, stamped)| ((node, payload), stamped))
+            .map_err(|e| e.within(&format!("messages[{i}]")))
+    }
+
+    /// A batch's nodes with no timestamp of their own stamped as appended
+    /// one by one at the batch's time: never before the node ahead of them.
+    /// One clock reading for the whole batch, so nodes built on several
+    /// threads do not go back and forth.
+    fn stamp_batch(&self, built: Vec<(BuiltNode, bool)>) -> Vec<BuiltNode> {
+        let mut before = self.last_stamp;
+        built
+            .into_iter()
+            .map(|((mut node, payload), stamped)| {
+                if stamped {
+                    node.timestamp = not_before(node.timestamp, before);
+                }
+                before = node.timestamp;
+                (node, payload)
+            })
+            .collect()
     }
 
     pub(super) fn parent_for(&self, parent: u64) -> Result<u64> {
@@ -178,7 +192,7 @@ impl MessageLog {
         seq: u64,
         parent: u64,
         stamp: f64,
-    ) -> Result<(Node, Vec<u8>)> {
+    ) -> Result<(Node, Vec<u8>, bool)> {
         check_role(message)?;
         let info = analyze_message(message, &self.tokenizer, Some(tagger))?;
         let payload = message.to_compact_exact()?.into_bytes();
@@ -193,10 +207,11 @@ impl MessageLog {
                 flags |= flag;
             }
         }
+        let given = options.timestamp.or(info.timestamp);
         let node = Node {
             seq,
             parent,
-            timestamp: options.timestamp.or(info.timestamp).unwrap_or(stamp),
+            timestamp: given.unwrap_or(stamp),
             offset: 0,
             stored_len: 0,
             raw_len: 0,
@@ -209,7 +224,7 @@ impl MessageLog {
             tags: options.tags.unwrap_or(info.tags),
             flags,
         };
-        Ok((node, payload))
+        Ok((node, payload, given.is_none()))
     }
 
     /// Add a summary node covering `first..=last`, child of the head.
@@ -393,6 +408,9 @@ impl MessageLog {
         }
         self.count += written.len() as u64;
         self.data_end = offset;
+        if let Some(last) = written.last() {
+            self.last_stamp = last.timestamp;
+        }
         for node in &written {
             position = self.advance(position, node)?;
         }
@@ -436,16 +454,16 @@ impl MessageLog {
     /// make the log's times go back, and ages from them would no longer
     /// follow the order the messages came in.
     pub(super) fn default_stamp(&self) -> f64 {
-        let now = now();
-        let last = match self.count {
-            0 => return now,
-            count => self.record(count - 1).timestamp(),
-        };
-        if last.is_finite() && now < last {
-            last
-        } else {
-            now
-        }
+        not_before(now(), self.last_stamp)
+    }
+}
+
+/// `now`, or `before` where that is a later time (a finite one).
+fn not_before(now: f64, before: f64) -> f64 {
+    if before.is_finite() && now < before {
+        before
+    } else {
+        now
     }
 }
 
