@@ -10,7 +10,8 @@ use super::window::mandatory_cost;
 use super::window::{Record, View, Window};
 use crate::error::Result;
 use crate::select::{
-    Build, Extras, Shape, Unit, UnitKind, build_extras, fill_by_weight, shape_units,
+    Build, Extras, Shape, ShapeUnits, Unit, UnitKind, Walked, build_extras, fill_by_weight,
+    shape_of,
 };
 use crate::tags::CONSTRAINT;
 
@@ -46,14 +47,43 @@ impl MessageLog {
         if self.uncounted(cap) {
             return Ok(None);
         }
-        let mut units = std::mem::take(&mut self.scratch_units);
-        self.view_units(&view, cap, &mut units);
-        let chosen = shape_units(&units, budget, keep_last, min_keep, summary_tokens);
-        let window = chosen
-            .as_ref()
-            .map(|shape| self.window_of_units(&shape.units, &units, &view));
-        self.scratch_units = units;
-        let (window, shape) = (window.map_err(Clone::clone)?, chosen?);
+        // A plain view with a turn in progress: the kept units and the
+        // turn's, without handing every unit on (see `stable`).
+        let mut held = Vec::new();
+        if matches!(view, View::All(_)) {
+            self.keep_stable_units(&view, cap, Weighing::Unweighed);
+            self.extend_stable_units(
+                &view,
+                cap,
+                |_, _| f64::NAN,
+                |unit, in_progress| {
+                    if in_progress {
+                        held.push(unit);
+                    }
+                },
+            );
+        }
+        let (chosen, window) = if held.is_empty() {
+            let mut units = std::mem::take(&mut self.scratch_units);
+            self.view_units(&view, cap, &mut units);
+            let walked = Walked::new(&units);
+            let chosen = shape_of(&walked, budget, keep_last, min_keep, summary_tokens);
+            let window = chosen
+                .as_ref()
+                .map(|shape| self.window_of_units(&shape.units, &walked, &view))
+                .map_err(Clone::clone);
+            self.scratch_units = units;
+            (chosen, window)
+        } else {
+            let units = self.stable_units.with_held(&held);
+            let chosen = shape_of(&units, budget, keep_last, min_keep, summary_tokens);
+            let window = chosen
+                .as_ref()
+                .map(|shape| self.window_of_units(&shape.units, &units, &view))
+                .map_err(Clone::clone);
+            (chosen, window)
+        };
+        let (window, shape) = (window?, chosen?);
         Ok(Some((
             Window {
                 view: view.into(),
@@ -228,10 +258,10 @@ impl MessageLog {
 
     /// The kept units' nodes, in the view's order (sections are the caller's:
     /// it lays the nodes out and counts them), and which are pinned units' nodes.
-    fn window_of_units(&self, kept: &[usize], units: &[Unit], view: &View) -> Window {
+    fn window_of_units(&self, kept: &[usize], units: &impl ShapeUnits, view: &View) -> Window {
         let mut window = Window::default();
         for &n in kept {
-            let unit = &units[n];
+            let unit = units.unit(n);
             for i in unit.start..unit.end {
                 let seq = view.seq(i);
                 if unit.kind == UnitKind::Pinned && self.record(seq).flags() & FLAG_PINNED != 0 {

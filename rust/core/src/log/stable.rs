@@ -17,7 +17,7 @@ use super::MessageLog;
 use super::choose::priority_class;
 use super::fewest::Fewest;
 use super::window::{Record, View};
-use crate::select::{Unit, UnitKind, for_each_unit_from};
+use crate::select::{ShapeUnits, Unit, UnitKind, for_each_unit_from};
 
 /// What a policy weighs units by while grouping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -36,6 +36,10 @@ pub(super) struct StableUnits {
     weighing: Weighing,
     nodes: usize,
     units: Vec<Unit>,
+    /// The units' tokens, summed; the system and pinned ones; where turns start.
+    tokens: usize,
+    fixed: Vec<usize>,
+    turn_starts: Vec<usize>,
     /// For the priority builder: the units in its order classes.
     pub(super) by_priority: PriorityClasses,
 }
@@ -46,6 +50,9 @@ impl StableUnits {
         self.weighing = weighing;
         self.nodes = 0;
         self.units.clear();
+        self.tokens = 0;
+        self.fixed.clear();
+        self.turn_starts.clear();
         self.by_priority = PriorityClasses::default();
     }
 
@@ -54,10 +61,66 @@ impl StableUnits {
     }
 
     fn push(&mut self, unit: Unit) {
+        let number = self.units.len();
         if self.weighing == Weighing::Priority {
-            self.by_priority.push(self.units.len(), &unit);
+            self.by_priority.push(number, &unit);
+        }
+        self.tokens += unit.tokens;
+        if unit.kind != UnitKind::Normal {
+            self.fixed.push(number);
+        }
+        if unit.turn_start {
+            self.turn_starts.push(number);
         }
         self.units.push(unit);
+    }
+
+    /// These units and then `held` (the turn in progress's), as ShapeHistory
+    /// reads them.
+    pub(super) fn with_held<'a>(&'a self, held: &'a [Unit]) -> KeptAndHeld<'a> {
+        KeptAndHeld {
+            kept: self,
+            held,
+            held_turns: (0..held.len()).filter(|&k| held[k].turn_start).collect(),
+        }
+    }
+}
+
+/// The kept units followed by the turn in progress's, numbered on.
+pub(super) struct KeptAndHeld<'a> {
+    kept: &'a StableUnits,
+    held: &'a [Unit],
+    held_turns: Vec<usize>,
+}
+
+impl ShapeUnits for KeptAndHeld<'_> {
+    fn count(&self) -> usize {
+        self.kept.units.len() + self.held.len()
+    }
+    fn unit(&self, n: usize) -> &Unit {
+        match n.checked_sub(self.kept.units.len()) {
+            Some(k) => &self.held[k],
+            None => &self.kept.units[n],
+        }
+    }
+    fn tokens(&self) -> usize {
+        self.kept.tokens + self.held.iter().map(|u| u.tokens).sum::<usize>()
+    }
+    fn mandatory(&self) -> Vec<usize> {
+        let first_held = self.kept.units.len();
+        let held = (0..self.held.len()).filter(|&k| self.held[k].kind != UnitKind::Normal);
+        let mut all = self.kept.fixed.clone();
+        all.extend(held.map(|k| first_held + k));
+        all
+    }
+    fn turns(&self) -> usize {
+        self.kept.turn_starts.len() + self.held_turns.len()
+    }
+    fn turn_start(&self, k: usize) -> usize {
+        match k.checked_sub(self.kept.turn_starts.len()) {
+            Some(h) => self.kept.units.len() + self.held_turns[h],
+            None => self.kept.turn_starts[k],
+        }
     }
 }
 

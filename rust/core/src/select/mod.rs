@@ -11,7 +11,7 @@ pub use analyze::{
     read_message,
 };
 pub use policies::{
-    Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, Weights, build, build_extras,
-    decayed, fill_by_weight, greedy_by_weight, message_weight, recent_fits, recent_from, shape,
-    shape_units, tag_weight, weight_key, weighted_window,
+    Build, DEFAULT_RECENT_TURNS, DEFAULT_TAG_DECAY, Extras, Shape, ShapeUnits, Walked, Weights,
+    build, build_extras, decayed, fill_by_weight, greedy_by_weight, message_weight, recent_fits,
+    recent_from, shape, shape_of, shape_units, tag_weight, weight_key, weighted_window,
 };

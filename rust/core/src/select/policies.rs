@@ -331,6 +331,65 @@ pub fn shape(
     shape_units(&analysis.units, budget, keep_last, min_keep, summary_tokens)
 }
 
+/// The units ShapeHistory chooses from, as it reads them: by number, with
+/// their tokens' sum, the ones every policy keeps and where turns start.
+/// A caller that keeps these between turns (a log's final units) answers
+/// without walking every unit; [`Walked`] walks a list once.
+pub trait ShapeUnits {
+    fn count(&self) -> usize;
+    fn unit(&self, n: usize) -> &Unit;
+    /// Every unit's tokens, summed.
+    fn tokens(&self) -> usize;
+    /// The units every policy keeps (system, pinned, the turn in progress), in order.
+    fn mandatory(&self) -> Vec<usize>;
+    /// How many units start a turn.
+    fn turns(&self) -> usize;
+    /// The `k`-th unit that starts a turn.
+    fn turn_start(&self, k: usize) -> usize;
+}
+
+/// [`ShapeUnits`] of a list of units, from one walk over it.
+pub struct Walked<'a> {
+    units: &'a [Unit],
+    tokens: usize,
+    mandatory: Vec<usize>,
+    turn_starts: Vec<usize>,
+}
+
+impl<'a> Walked<'a> {
+    pub fn new(units: &'a [Unit]) -> Self {
+        Self {
+            units,
+            tokens: units.iter().map(|u| u.tokens).sum(),
+            mandatory: (0..units.len())
+                .filter(|&u| units[u].kind != UnitKind::Normal)
+                .collect(),
+            turn_starts: (0..units.len()).filter(|&u| units[u].turn_start).collect(),
+        }
+    }
+}
+
+impl ShapeUnits for Walked<'_> {
+    fn count(&self) -> usize {
+        self.units.len()
+    }
+    fn unit(&self, n: usize) -> &Unit {
+        &self.units[n]
+    }
+    fn tokens(&self) -> usize {
+        self.tokens
+    }
+    fn mandatory(&self) -> Vec<usize> {
+        self.mandatory.clone()
+    }
+    fn turns(&self) -> usize {
+        self.turn_starts.len()
+    }
+    fn turn_start(&self, k: usize) -> usize {
+        self.turn_starts[k]
+    }
+}
+
 /// [`shape`] over any units (a log's, grouped from its headers).
 pub fn shape_units(
     units: &[Unit],
@@ -339,35 +398,73 @@ pub fn shape_units(
     min_keep: usize,
     summary_tokens: Option<usize>,
 ) -> Result<Shape> {
-    let all: usize = REPLY_PRIMING + units.iter().map(|u| u.tokens).sum::<usize>();
+    shape_of(
+        &Walked::new(units),
+        budget,
+        keep_last,
+        min_keep,
+        summary_tokens,
+    )
+}
+
+/// [`shape`] over units as [`ShapeUnits`] reads them: what it costs beyond
+/// their sums is the turns it tries, never a walk over every unit (but
+/// where everything fits, and every unit is listed).
+pub fn shape_of(
+    units: &impl ShapeUnits,
+    budget: usize,
+    keep_last: usize,
+    min_keep: usize,
+    summary_tokens: Option<usize>,
+) -> Result<Shape> {
+    let count = units.count();
+    let all: usize = REPLY_PRIMING + units.tokens();
     if all <= budget {
         return Ok(Shape {
-            units: (0..units.len()).collect(),
+            units: (0..count).collect(),
             turns: None,
             summary: false,
         });
     }
-    let (mandatory, _) = mandatory(units, budget)?;
-    let first_user = units.iter().position(|u| u.turn_start);
-    let turn_starts: Vec<usize> = (0..units.len()).filter(|&u| units[u].turn_start).collect();
+    let mandatory = units.mandatory();
+    let size = |kept: &[usize], kind: UnitKind| -> usize {
+        kept.iter()
+            .filter(|&&u| units.unit(u).kind == kind)
+            .map(|&u| units.unit(u).tokens)
+            .sum()
+    };
+    let over = |kept: &[usize]| Error::OverBudget {
+        system: size(kept, UnitKind::System),
+        pinned: size(kept, UnitKind::Pinned),
+        current: size(kept, UnitKind::Current),
+        budget,
+    };
+    let mandatory_cost = REPLY_PRIMING
+        + mandatory
+            .iter()
+            .map(|&u| units.unit(u).tokens)
+            .sum::<usize>();
+    if mandatory_cost > budget {
+        return Err(over(&mandatory));
+    }
+    let turns = units.turns();
+    let first_user = (turns > 0).then(|| units.turn_start(0));
     let candidate = |n: usize, with_summary: bool| -> Option<Shape> {
-        let from = if n == 0 {
-            units.len()
+        // The first unit of the newest n turns (n past them: all of them).
+        let from = if n == 0 || turns == 0 {
+            count
         } else {
-            turn_starts
-                .get(turn_starts.len().saturating_sub(n))
-                .copied()
-                .unwrap_or(units.len())
+            units.turn_start(turns.saturating_sub(n))
         };
         let mut kept: Vec<usize> = mandatory.clone();
         kept.extend(first_user);
-        kept.extend(from..units.len());
+        kept.extend(from..count);
         kept.sort_unstable();
         kept.dedup();
-        let dropped_any = kept.len() < units.len();
+        let dropped_any = kept.len() < count;
         let summary = with_summary && dropped_any && summary_tokens.is_some();
         let cost = REPLY_PRIMING
-            + kept.iter().map(|&u| units[u].tokens).sum::<usize>()
+            + kept.iter().map(|&u| units.unit(u).tokens).sum::<usize>()
             + if summary {
                 summary_tokens.unwrap_or(0)
             } else {
@@ -381,7 +478,6 @@ pub fn shape_units(
     };
     // Every n past the number of turns keeps what n = turns keeps: it is
     // tried once, for the first such n, so a huge keep_last costs nothing.
-    let turns = turn_starts.len();
     let search = |low: usize, high: usize, with_summary: bool| -> Option<Shape> {
         if low > high {
             return None;
@@ -400,11 +496,11 @@ pub fn shape_units(
         .or_else(|| search(0, min_keep, false))
         .ok_or_else(|| {
             // The first user message is kept as pinned ones are: named with them.
-            let mut error = over_budget(units, &mandatory, budget);
+            let mut error = over(&mandatory);
             if let (Error::OverBudget { pinned, .. }, Some(first)) = (&mut error, first_user)
                 && !mandatory.contains(&first)
             {
-                *pinned += units[first].tokens;
+                *pinned += units.unit(first).tokens;
             }
             error
         })
