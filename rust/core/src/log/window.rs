@@ -374,7 +374,8 @@ impl MessageLog {
         }))
     }
 
-    /// The kept units' nodes, in the view's order, and their tokens by section.
+    /// The kept units' nodes, in the view's order, and their tokens by
+    /// section; `fixed` (the mandatory units) in unit order.
     pub(super) fn window_of(
         &self,
         kept: &[usize],
@@ -387,10 +388,11 @@ impl MessageLog {
         for &n in kept {
             let start = starts[n] as usize;
             let end = starts.get(n + 1).map_or(view.len(), |&s| s as usize);
+            // `fixed` is in unit order: a search, not a walk per kept unit
+            // (a log with thousands of pinned messages keeps them all).
             let kind = fixed
-                .iter()
-                .find(|(f, _)| *f == n)
-                .map_or(UnitKind::Normal, |(_, u)| u.kind);
+                .binary_search_by_key(&n, |(f, _)| *f)
+                .map_or(UnitKind::Normal, |at| fixed[at].1.kind);
             let tokens: usize = (start..end)
                 .map(|i| {
                     let seq = view.seq(i);
