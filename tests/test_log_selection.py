@@ -575,3 +575,26 @@ except Exception as error:
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr)
+
+
+def test_shape_cutting_turns_after_the_repair_grew_the_window_adds_the_summary(tmp_path):
+    """Anthropic's repair puts a user turn before a leading assistant
+    message, so a window the kernel counted as fitting comes out over and is
+    chosen again for less: turns are cut then, and the summary goes in, from
+    a list as from a log (the list used to decide on the summary once, at
+    the budget, and leave it out)."""
+    messages = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "read", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "word " * 40}]},
+    ]
+    policy = ShapeHistory(
+        keep_last=10, min_keep=2, summary="Earlier work.", provider="anthropic", tool_result_cap=60
+    )
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append_many(messages)
+        for budget in (40, 60, 100):
+            same_choice(log, lambda source, b, now: policy.select(source, b), budget, None)
+    cut = policy.select(messages, 60)
+    assert cut.kept == ()
+    assert cut.system is not None
+    assert "Earlier work." in cut.system

@@ -465,14 +465,18 @@ def shape_history(
             raise InvalidTypeError(f"summary must be str or return str, not {type(text).__name__}")
         return {"role": "system", "content": SUMMARY_PREFIX + exact_text(text)}
 
-    # Made only when something must go (a callable is called at most once).
+    # Made only when something must go (a callable is called at most once):
+    # at the budget, or at the lower target a run is retried at when the
+    # repair made its output larger than the kernel's count (Anthropic's
+    # leading user turn, say), where turns are cut and the summary is due.
     extra: tuple[Msg, int] | None = None
-    if summary is not None and analysis.total_tokens + 3 > budget:
-        message = summary_message(summary)
-        extra = message, backend.count_message(message)
-    summary_tokens = None if extra is None else extra[1]
 
     def run(target: int) -> tuple[Selection, int]:
+        nonlocal extra
+        if extra is None and summary is not None and analysis.total_tokens + 3 > target:
+            message = summary_message(summary)
+            extra = message, backend.count_message(message)
+        summary_tokens = None if extra is None else extra[1]
         kept, turns, with_summary = shape(analysis, target, keep_last, min_keep, summary_tokens)
         return lay_out_shape(layout, kept, turns, with_summary, extra, budget)
 
