@@ -7,7 +7,7 @@ use super::MessageLog;
 use super::format::FLAG_PINNED;
 use super::stable::Weighing;
 use super::window::mandatory_cost;
-use super::window::{Record, View, Window};
+use super::window::{Record, View, Window, spans};
 use crate::error::Result;
 use crate::select::{
     Build, Extras, Shape, ShapeUnits, Unit, UnitKind, Walked, build_extras, fill_by_weight,
@@ -66,22 +66,19 @@ impl MessageLog {
         let (chosen, window) = if held.is_empty() {
             let mut units = std::mem::take(&mut self.scratch_units);
             self.view_units(&view, cap, &mut units);
-            let walked = Walked::new(&units);
-            let chosen = shape_of(&walked, budget, keep_last, min_keep, summary_tokens);
-            let window = chosen
-                .as_ref()
-                .map(|shape| self.window_of_units(&shape.units, &walked, &view))
-                .map_err(Clone::clone);
+            let chosen = self.shape_of_units(
+                &Walked::new(&units),
+                &view,
+                budget,
+                keep_last,
+                min_keep,
+                summary_tokens,
+            );
             self.scratch_units = units;
-            (chosen, window)
+            chosen
         } else {
             let units = self.stable_units.with_held(&held);
-            let chosen = shape_of(&units, budget, keep_last, min_keep, summary_tokens);
-            let window = chosen
-                .as_ref()
-                .map(|shape| self.window_of_units(&shape.units, &units, &view))
-                .map_err(Clone::clone);
-            (chosen, window)
+            self.shape_of_units(&units, &view, budget, keep_last, min_keep, summary_tokens)
         };
         let (window, shape) = (window?, chosen?);
         Ok(Some((
@@ -143,9 +140,9 @@ impl MessageLog {
             build.units = kept;
             build
         });
-        let window = chosen
-            .as_ref()
-            .map(|build| self.window_of(&build.units, &starts, &fixed, &view, cap));
+        let window = chosen.as_ref().map(|build| {
+            self.window_of(&build.units, spans(&starts, view.len()), &fixed, &view, cap)
+        });
         self.scratch_keys = keys;
         self.scratch_starts = starts;
         let (window, build) = (window.map_err(Clone::clone)?, chosen?);
@@ -216,44 +213,50 @@ impl MessageLog {
                 held.push(unit);
             }
         });
-        let mut stable = std::mem::take(&mut self.stable_units);
-        let chosen =
-            (!held.is_empty() && stable.by_priority.classes.len() <= MOST_CLASSES).then(|| {
-                let first_held = stable.len();
-                let classes = &mut stable.by_priority;
-                let mut fixed = classes.fixed.clone();
-                fixed.extend(
-                    held.iter()
-                        .enumerate()
-                        .map(|(k, u)| (first_held + k, u.clone())),
-                );
-                let mut cost = mandatory_cost(&fixed, budget)?;
-                let mut build = build_extras(budget, extras, &mut cost);
-                let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
-                // Heaviest class first; in each, from the newest unit that fits.
-                for (units, fewest) in classes.classes.values().rev() {
-                    let mut before = units.len();
-                    while before > 0 {
-                        let room = u32::try_from(budget - cost).unwrap_or(u32::MAX);
-                        let Some(at) = fewest.last_at_most(before - 1, room) else {
-                            break;
-                        };
-                        cost += fewest.tokens(at) as usize;
-                        kept.push(units[at] as usize);
-                        before = at;
-                    }
+        let stable = &self.stable_units;
+        let classes = &stable.by_priority.classes;
+        (!held.is_empty() && classes.len() <= MOST_CLASSES).then(|| {
+            let units = stable.with_held(&held);
+            let fixed = units.fixed();
+            let mut cost = mandatory_cost(&fixed, budget)?;
+            let mut build = build_extras(budget, extras, &mut cost);
+            let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
+            // Heaviest class first; in each, from the newest unit that fits.
+            for (members, fewest) in classes.values().rev() {
+                let mut before = members.len();
+                while before > 0 {
+                    let room = u32::try_from(budget - cost).unwrap_or(u32::MAX);
+                    let Some(at) = fewest.last_at_most(before - 1, room) else {
+                        break;
+                    };
+                    cost += fewest.tokens(at) as usize;
+                    kept.push(members[at] as usize);
+                    before = at;
                 }
-                kept.sort_unstable();
-                build.units = kept;
-                let stable_count = classes.starts.len();
-                let held_starts = held.iter().map(|u| u32::try_from(u.start).expect("2^32"));
-                classes.starts.extend(held_starts);
-                let window = self.window_of(&build.units, &classes.starts, &fixed, view, cap);
-                classes.starts.truncate(stable_count);
-                Ok((window, build))
-            });
-        self.stable_units = stable;
-        chosen
+            }
+            kept.sort_unstable();
+            build.units = kept;
+            let window = self.window_of(&build.units, |n| units.span(n), &fixed, view, cap);
+            Ok((window, build))
+        })
+    }
+
+    /// ShapeHistory over `units` and the kept nodes of its choice.
+    fn shape_of_units(
+        &self,
+        units: &impl ShapeUnits,
+        view: &View,
+        budget: usize,
+        keep_last: usize,
+        min_keep: usize,
+        summary_tokens: Option<usize>,
+    ) -> (Result<Shape>, Result<Window>) {
+        let chosen = shape_of(units, budget, keep_last, min_keep, summary_tokens);
+        let window = chosen
+            .as_ref()
+            .map(|shape| self.window_of_units(&shape.units, units, view))
+            .map_err(Clone::clone);
+        (chosen, window)
     }
 
     /// The kept units' nodes, in the view's order (sections are the caller's:

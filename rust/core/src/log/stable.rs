@@ -36,6 +36,9 @@ pub(super) struct StableUnits {
     weighing: Weighing,
     nodes: usize,
     units: Vec<Unit>,
+    /// Counts the resets, so an index built over these units (the weighted
+    /// window's) knows when to start again.
+    pub(super) generation: u64,
     /// The units' tokens, summed; the system and pinned ones; where turns start.
     tokens: usize,
     fixed: Vec<usize>,
@@ -49,6 +52,7 @@ impl StableUnits {
         self.cap = cap;
         self.weighing = weighing;
         self.nodes = 0;
+        self.generation += 1;
         self.units.clear();
         self.tokens = 0;
         self.fixed.clear();
@@ -58,6 +62,10 @@ impl StableUnits {
 
     pub(super) fn len(&self) -> usize {
         self.units.len()
+    }
+
+    pub(super) fn unit(&self, n: usize) -> &Unit {
+        &self.units[n]
     }
 
     fn push(&mut self, unit: Unit) {
@@ -91,6 +99,22 @@ pub(super) struct KeptAndHeld<'a> {
     kept: &'a StableUnits,
     held: &'a [Unit],
     held_turns: Vec<usize>,
+}
+
+impl KeptAndHeld<'_> {
+    /// The units every policy keeps, by number, in order.
+    pub(super) fn fixed(&self) -> Vec<(usize, Unit)> {
+        self.mandatory()
+            .into_iter()
+            .map(|n| (n, self.unit(n).clone()))
+            .collect()
+    }
+
+    /// Unit `n`'s nodes.
+    pub(super) fn span(&self, n: usize) -> (usize, usize) {
+        let unit = self.unit(n);
+        (unit.start, unit.end)
+    }
 }
 
 impl ShapeUnits for KeptAndHeld<'_> {
@@ -131,26 +155,16 @@ impl ShapeUnits for KeptAndHeld<'_> {
 /// by class, from the newest unit that fits, without ordering every unit.
 #[derive(Debug, Default)]
 pub(super) struct PriorityClasses {
-    /// Every final unit's first node.
-    pub(super) starts: Vec<u32>,
-    /// The system and pinned units, by number.
-    pub(super) fixed: Vec<(usize, Unit)>,
     /// By class (heaviest last): the class's unit numbers and their tokens.
     pub(super) classes: BTreeMap<u64, (Vec<u32>, Fewest)>,
 }
 
 impl PriorityClasses {
     fn push(&mut self, number: usize, unit: &Unit) {
-        self.starts
-            .push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
-        match unit.kind {
-            UnitKind::Normal => {
-                let class = priority_class(unit);
-                let (units, fewest) = self.classes.entry(class).or_default();
-                units.push(u32::try_from(number).expect("a view of under 2^32 nodes"));
-                fewest.push(u32::try_from(unit.tokens).unwrap_or(u32::MAX));
-            }
-            _ => self.fixed.push((number, unit.clone())),
+        if unit.kind == UnitKind::Normal {
+            let (units, fewest) = self.classes.entry(priority_class(unit)).or_default();
+            units.push(u32::try_from(number).expect("a view of under 2^32 nodes"));
+            fewest.push(u32::try_from(unit.tokens).unwrap_or(u32::MAX));
         }
     }
 }

@@ -29,9 +29,10 @@ use std::collections::BTreeSet;
 
 use super::MessageLog;
 use super::fewest::Fewest;
-use super::window::{Record, View, Weigher, Window, mandatory_cost};
+use super::stable::{KeptAndHeld, StableUnits, Weighing};
+use super::window::{View, Weigher, Window, mandatory_cost};
 use crate::error::Result;
-use crate::select::{Role, Unit, UnitKind, Weights, for_each_unit_from, recent_fits, weight_key};
+use crate::select::{Role, ShapeUnits, Unit, UnitKind, Weights, recent_fits, weight_key};
 use crate::tags::{CONSTRAINT, EVIDENCE, LOG, PULSE};
 
 /// The tags in the order a node's weight takes the first it has (as
@@ -80,25 +81,21 @@ struct Entry {
     at: f64,
 }
 
-/// The final units of a plain view, nodes `0..nodes`, as the merge reads them.
+/// The weighted window's index over the handle's kept units (see
+/// `stable`): per class, the units holding a node of it; the units with a
+/// weight of their own; the constraint units (the first are the anchors).
 #[derive(Debug, Default)]
 pub(super) struct WeighedUnits {
-    cap: Option<usize>,
-    nodes: usize,
+    /// The kept units' generation this indexes, and how many of them.
+    generation: u64,
+    indexed: usize,
     /// The last timestamp seen, and whether none before it was later.
     last_at: f64,
     timestamps_rise: bool,
     /// A unit's tokens did not fit in 32 bits: the full sweep counts it.
     oversized: bool,
-    starts: Vec<u32>,
-    tokens: Vec<u32>,
-    /// Per unit: neither system nor pinned (weights decide it).
-    normal: Vec<bool>,
-    /// System and pinned units, by number: every selection keeps them.
-    fixed: Vec<(usize, Unit)>,
-    /// Normal units tagged constraint, in order: the first are the anchors.
+    /// Normal units tagged constraint, in order.
     constraints: Vec<u32>,
-    turn_starts: Vec<u32>,
     classes: [Vec<Entry>; CLASSES],
     fewest: [Fewest; CLASSES],
     /// Units with a node given its weight at append: the heaviest such
@@ -110,42 +107,33 @@ pub(super) struct WeighedUnits {
 }
 
 impl WeighedUnits {
-    fn reset(&mut self, cap: Option<usize>) {
-        *self = Self {
-            cap,
-            timestamps_rise: true,
-            last_at: f64::NEG_INFINITY,
-            given_floor: u32::MAX,
-            ..Self::default()
-        };
+    /// Index the kept units not yet indexed (all of them, after a reset).
+    fn catch_up(&mut self, log: &MessageLog, kept: &StableUnits) {
+        if self.generation != kept.generation || self.indexed > kept.len() {
+            *self = Self {
+                generation: kept.generation,
+                timestamps_rise: true,
+                last_at: f64::NEG_INFINITY,
+                given_floor: u32::MAX,
+                ..Self::default()
+            };
+        }
+        for number in self.indexed..kept.len() {
+            self.push(log, number, kept.unit(number));
+        }
+        self.indexed = kept.len();
     }
 
-    fn units(&self) -> usize {
-        self.starts.len()
-    }
-
-    /// Add the next final unit, reading its nodes' headers.
-    fn push(&mut self, log: &MessageLog, unit: &Unit) {
-        let number = self.units();
+    /// Index final unit `number`, reading its nodes' headers.
+    fn push(&mut self, log: &MessageLog, number: usize, unit: &Unit) {
         let number32 = u32::try_from(number).expect("a view of under 2^32 nodes");
         let tokens = u32::try_from(unit.tokens).unwrap_or_else(|_| {
             self.oversized = true;
             u32::MAX
         });
-        self.starts
-            .push(u32::try_from(unit.start).expect("a view of under 2^32 nodes"));
-        self.tokens.push(tokens);
         let normal = unit.kind == UnitKind::Normal;
-        let constraint = normal && unit.tags & CONSTRAINT != 0;
-        self.normal.push(normal);
-        if !normal {
-            self.fixed.push((number, unit.clone()));
-        }
-        if constraint {
+        if normal && unit.tags & CONSTRAINT != 0 {
             self.constraints.push(number32);
-        }
-        if unit.turn_start {
-            self.turn_starts.push(number32);
         }
         let mut newest: [Option<(u32, f64)>; CLASSES] = [None; CLASSES];
         let mut given: Option<f64> = None;
@@ -223,15 +211,26 @@ impl MessageLog {
         if !order_kept_by(weights) {
             return None;
         }
-        let mut units = std::mem::take(&mut self.weighed);
-        if units.nodes == 0 || units.cap != cap || units.nodes > view.len() {
-            units.reset(cap);
-        }
-        let held = self.extend_weighed(&mut units, view, cap);
+        // The units as ShapeHistory groups them (weights play no part), kept
+        // between calls; this index over them grows with them.
+        self.keep_stable_units(view, cap, Weighing::Unweighed);
+        let mut held = Vec::new();
+        self.extend_stable_units(
+            view,
+            cap,
+            |_, _| f64::NAN,
+            |unit, in_progress| {
+                if in_progress {
+                    held.push(unit);
+                }
+            },
+        );
+        let mut index = std::mem::take(&mut self.weighed);
+        index.catch_up(self, &self.stable_units);
+        let usable =
+            !(held.is_empty() || index.oversized || (now.is_some() && !index.timestamps_rise));
         let answer =
-            if held.is_empty() || units.oversized || (now.is_some() && !units.timestamps_rise) {
-                None
-            } else {
+            usable.then(|| {
                 let weigher = Weigher::new(
                     weights,
                     now,
@@ -239,62 +238,29 @@ impl MessageLog {
                     &self.decay_powers.powers,
                     &self.tag_decay_powers.powers,
                 );
+                let units = self.stable_units.with_held(&held);
                 let chosen = Choice {
-                    units: &mut units,
-                    held: &held,
+                    units: &units,
+                    index: &mut index,
                     weights,
                     weigher: &weigher,
                     budget,
                 }
-                .choose(max_anchors, recent_turns);
-                chosen.map(|kept| {
-                    kept.map(|(kept, fixed)| {
-                        let stable = units.starts.len();
-                        units
-                            .starts
-                            .extend(held.iter().map(|u| u32::try_from(u.start).expect("2^32")));
-                        let window = self.window_of(&kept, &units.starts, &fixed, view, cap);
-                        units.starts.truncate(stable);
-                        window
-                    })
-                })
-            };
-        self.weighed = units;
-        answer
-    }
-
-    /// Group the view from where the kept units end: the final units join
-    /// them; the turn in progress's units are returned (none: there is no
-    /// turn in progress, and nothing is added, as the last unit may grow).
-    fn extend_weighed(
-        &self,
-        units: &mut WeighedUnits,
-        view: &View,
-        cap: Option<usize>,
-    ) -> Vec<Unit> {
-        let (mut fresh, mut held) = (Vec::new(), Vec::new());
-        let facts = self.facts_of(view, cap, |_: Record<'_>, _| f64::NAN);
-        for_each_unit_from(units.nodes, view.len(), facts, |unit, in_progress| {
-            if in_progress {
-                held.push(unit);
-            } else {
-                fresh.push(unit);
-            }
-        });
-        if let Some(first) = held.first() {
-            for unit in &fresh {
-                units.push(self, unit);
-            }
-            units.nodes = first.start;
-        }
-        held
+                .choose(max_anchors, recent_turns)?;
+                Some(chosen.map(|(kept, fixed)| {
+                    self.window_of(&kept, |n| units.span(n), &fixed, view, cap)
+                }))
+            });
+        self.weighed = index;
+        answer.flatten()
     }
 }
 
 /// One selection over the kept units and the turn in progress.
 struct Choice<'a> {
-    units: &'a mut WeighedUnits,
-    held: &'a [Unit],
+    /// The kept units, then the turn in progress's.
+    units: &'a KeptAndHeld<'a>,
+    index: &'a mut WeighedUnits,
     weights: &'a Weights,
     weigher: &'a Weigher<'a>,
     budget: usize,
@@ -310,49 +276,40 @@ impl Choice<'_> {
         max_anchors: usize,
         recent_turns: usize,
     ) -> Option<Result<(Vec<usize>, Vec<(usize, Unit)>)>> {
-        let stable = self.units.units();
-        let mut fixed = self.units.fixed.clone();
-        fixed.extend(
-            self.held
-                .iter()
-                .enumerate()
-                .map(|(k, u)| (stable + k, u.clone())),
-        );
+        let stable = self.index.indexed;
+        let fixed = self.units.fixed();
         let mut cost = match mandatory_cost(&fixed, self.budget) {
             Ok(cost) => cost,
             Err(error) => return Some(Err(error)),
         };
         let mut kept: Vec<usize> = fixed.iter().map(|(n, _)| *n).collect();
-        self.units.seen.clear();
-        self.units.seen.resize(stable.div_ceil(64), 0);
+        self.index.seen.clear();
+        self.index.seen.resize(stable.div_ceil(64), 0);
         // The anchors: the first constraint units, wherever they fit; the
         // ones that do not fit compete no further.
-        let anchors = self.units.constraints.len().min(max_anchors);
-        let anchors: Vec<usize> = self.units.constraints[..anchors]
-            .iter()
-            .map(|&n| n as usize)
-            .collect();
-        for n in anchors {
-            let tokens = self.units.tokens[n] as usize;
+        let anchors = self.index.constraints.len().min(max_anchors);
+        for a in 0..anchors {
+            let n = self.index.constraints[a] as usize;
+            let tokens = self.units.unit(n).tokens;
             if cost + tokens <= self.budget {
                 cost += tokens;
                 kept.push(n);
             }
-            self.units.see(n);
+            self.index.see(n);
         }
         // The newest turns, newest first, within half the budget.
         let recent = self.recent(recent_turns);
         let mut recent_cost = 0;
         for n in (recent..stable).rev() {
-            let tokens = self.units.tokens[n] as usize;
-            if !self.units.normal[n] || self.units.is_seen(n) {
+            let unit = self.units.unit(n);
+            if unit.kind != UnitKind::Normal || self.index.is_seen(n) {
                 continue;
             }
-            if recent_fits(recent_cost, tokens, cost, self.budget) {
-                cost += tokens;
-                recent_cost += tokens;
+            if recent_fits(recent_cost, unit.tokens, cost, self.budget) {
+                cost += unit.tokens;
+                recent_cost += unit.tokens;
                 kept.push(n);
-                self.units.see(n);
+                self.index.see(n);
             }
         }
         if !self.fill_by_weight(&mut cost, &mut kept) {
@@ -365,37 +322,26 @@ impl Choice<'_> {
     /// The first unit of the newest `recent_turns` turns (the turn in
     /// progress among them); past every unit if there are none.
     fn recent(&self, recent_turns: usize) -> usize {
-        let stable = self.units.units();
-        let kept = &self.units.turn_starts;
-        let held: Vec<usize> = (0..self.held.len())
-            .filter(|&k| self.held[k].turn_start)
-            .map(|k| stable + k)
-            .collect();
-        let all = kept.len() + held.len();
-        if recent_turns == 0 || all == 0 {
-            return stable + self.held.len();
+        let turns = self.units.turns();
+        if recent_turns == 0 || turns == 0 {
+            return self.units.count();
         }
-        // The oldest of the newest `recent_turns` turn starts, by index.
-        let at = all - recent_turns.min(all);
-        match at.checked_sub(kept.len()) {
-            Some(k) => held[k],
-            None => kept[at] as usize,
-        }
+        self.units.turn_start(turns - recent_turns.min(turns))
     }
 
     /// Take the units not yet seen in weight order wherever they fit;
     /// `false` if a list's weights rose along it.
     fn fill_by_weight(&mut self, cost: &mut usize, kept: &mut Vec<usize>) -> bool {
-        let given = std::mem::take(&mut self.units.given);
+        let given = std::mem::take(&mut self.index.given);
         let ordered = self.merge(&given, cost, kept);
-        self.units.given = given;
+        self.index.given = given;
         ordered
     }
 
     fn merge(&mut self, given: &BTreeSet<u128>, cost: &mut usize, kept: &mut Vec<usize>) -> bool {
         let mut cursors: Vec<Cursor> = (0..CLASSES)
             .map(|class| Cursor {
-                left: self.units.classes[class].len(),
+                left: self.index.classes[class].len(),
                 head: None,
             })
             .collect();
@@ -406,7 +352,7 @@ impl Choice<'_> {
         loop {
             let room = self.budget - *cost;
             // Units given a weight are few: walked in order while any could fit.
-            let next_given = if self.units.given_floor as usize <= room {
+            let next_given = if self.index.given_floor as usize <= room {
                 given.peek().copied()
             } else {
                 None
@@ -430,10 +376,10 @@ impl Choice<'_> {
                 (None, None) => return true, // nothing still to come can fit
             };
             let unit = (key >> 32) as u32 as usize;
-            if self.units.is_seen(unit) {
+            if self.index.is_seen(unit) {
                 continue; // came up before, at least as heavy
             }
-            self.units.see(unit);
+            self.index.see(unit);
             let tokens = key as u32 as usize;
             if tokens <= room {
                 *cost += tokens;
@@ -449,21 +395,21 @@ impl Choice<'_> {
         let most = u32::try_from(room).unwrap_or(u32::MAX);
         let found = match cursor.left {
             0 => None,
-            left => self.units.fewest[class].last_at_most(left - 1, most),
+            left => self.index.fewest[class].last_at_most(left - 1, most),
         };
         let Some(at) = found else {
             (cursor.left, cursor.head) = (0, None);
             return;
         };
         cursor.left = at;
-        let entry = self.units.classes[class][at];
+        let entry = self.index.classes[class][at];
         let weight = self.weigher.decaying(
             class_weight(class, self.weights),
             entry.at,
             entry.index as usize,
         );
         let unit = entry.unit as usize;
-        let key = weight_key(weight, unit, self.units.tokens[unit] as usize);
+        let key = weight_key(weight, unit, self.units.unit(unit).tokens);
         cursor.head = Some((key, weight + 0.0));
     }
 }

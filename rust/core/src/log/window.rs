@@ -364,7 +364,7 @@ impl MessageLog {
         let kept = choose(&fixed, &anchors, recent, &mut keys, budget);
         let window = kept
             .as_ref()
-            .map(|kept| self.window_of(kept, &starts, &fixed, &view, cap));
+            .map(|kept| self.window_of(kept, spans(&starts, view.len()), &fixed, &view, cap));
         self.scratch_keys = keys;
         self.scratch_starts = starts;
         self.scratch_facts = read_ahead;
@@ -375,19 +375,19 @@ impl MessageLog {
     }
 
     /// The kept units' nodes, in the view's order, and their tokens by
-    /// section; `fixed` (the mandatory units) in unit order.
+    /// section; `span(n)` is unit `n`'s nodes, `fixed` (the mandatory units)
+    /// in unit order.
     pub(super) fn window_of(
         &self,
         kept: &[usize],
-        starts: &[u32],
+        span: impl Fn(usize) -> (usize, usize),
         fixed: &[(usize, Unit)],
         view: &View,
         cap: Option<usize>,
     ) -> Window {
         let mut window = Window::default();
         for &n in kept {
-            let start = starts[n] as usize;
-            let end = starts.get(n + 1).map_or(view.len(), |&s| s as usize);
+            let (start, end) = span(n);
             // `fixed` is in unit order: a search, not a walk per kept unit
             // (a log with thousands of pinned messages keeps them all).
             let kind = fixed
@@ -496,6 +496,15 @@ impl<'a> Weigher<'a> {
             None if self.zero_from.is_finite() && age >= self.zero_from => 0.0,
             None => decayed(self.ln_decay, age),
         }
+    }
+}
+
+/// Unit `n`'s nodes from the units' first nodes alone (the last runs to
+/// the end of a view of `len` nodes).
+pub(super) fn spans(starts: &[u32], len: usize) -> impl Fn(usize) -> (usize, usize) + '_ {
+    move |n| {
+        let end = starts.get(n + 1).map_or(len, |&s| s as usize);
+        (starts[n] as usize, end)
     }
 }
 
