@@ -54,18 +54,29 @@ fn mandatory(units: &[Unit], budget: usize) -> Result<(Vec<usize>, usize)> {
     let kept: Vec<usize> = (0..units.len())
         .filter(|&u| units[u].kind != UnitKind::Normal)
         .collect();
-    let cost = REPLY_PRIMING + kept.iter().map(|&u| units[u].tokens).sum::<usize>();
+    costed(|u| &units[u], kept, budget)
+}
+
+/// The mandatory units `kept` (read through `unit`) with their cost and the
+/// reply priming; an error if they alone are over `budget`.
+fn costed<'u>(
+    unit: impl Fn(usize) -> &'u Unit + Copy,
+    kept: Vec<usize>,
+    budget: usize,
+) -> Result<(Vec<usize>, usize)> {
+    let cost = REPLY_PRIMING + kept.iter().map(|&u| unit(u).tokens).sum::<usize>();
     if cost > budget {
-        return Err(over_budget(units, &kept, budget));
+        return Err(over_budget(unit, &kept, budget));
     }
     Ok((kept, cost))
 }
 
-fn over_budget(units: &[Unit], kept: &[usize], budget: usize) -> Error {
+fn over_budget<'u>(unit: impl Fn(usize) -> &'u Unit, kept: &[usize], budget: usize) -> Error {
     let size = |kind: UnitKind| -> usize {
         kept.iter()
-            .filter(|&&u| units[u].kind == kind)
-            .map(|&u| units[u].tokens)
+            .map(|&u| unit(u))
+            .filter(|u| u.kind == kind)
+            .map(|u| u.tokens)
             .sum()
     };
     Error::OverBudget {
@@ -426,27 +437,8 @@ pub fn shape_of(
             summary: false,
         });
     }
-    let mandatory = units.mandatory();
-    let size = |kept: &[usize], kind: UnitKind| -> usize {
-        kept.iter()
-            .filter(|&&u| units.unit(u).kind == kind)
-            .map(|&u| units.unit(u).tokens)
-            .sum()
-    };
-    let over = |kept: &[usize]| Error::OverBudget {
-        system: size(kept, UnitKind::System),
-        pinned: size(kept, UnitKind::Pinned),
-        current: size(kept, UnitKind::Current),
-        budget,
-    };
-    let mandatory_cost = REPLY_PRIMING
-        + mandatory
-            .iter()
-            .map(|&u| units.unit(u).tokens)
-            .sum::<usize>();
-    if mandatory_cost > budget {
-        return Err(over(&mandatory));
-    }
+    let unit = |u: usize| units.unit(u);
+    let (mandatory, _) = costed(unit, units.mandatory(), budget)?;
     let turns = units.turns();
     let first_user = (turns > 0).then(|| units.turn_start(0));
     let candidate = |n: usize, with_summary: bool| -> Option<Shape> {
@@ -496,7 +488,7 @@ pub fn shape_of(
         .or_else(|| search(0, min_keep, false))
         .ok_or_else(|| {
             // The first user message is kept as pinned ones are: named with them.
-            let mut error = over(&mandatory);
+            let mut error = over_budget(unit, &mandatory, budget);
             if let (Error::OverBudget { pinned, .. }, Some(first)) = (&mut error, first_user)
                 && !mandatory.contains(&first)
             {
