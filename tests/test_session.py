@@ -265,6 +265,86 @@ def test_a_reopened_session_knows_the_calls_still_waiting(tmp_path):
     assert pending_in([{"role": "user", "content": "hi"}]) == {}
 
 
+def test_a_reply_with_many_calls_is_still_waited_on_after_reopening(tmp_path):
+    session = open_session(tmp_path, compact=False)
+    session.prepare("Read every file")
+    session.record({"role": "assistant", "content": None, "tool_calls": [call(f"c{i}") for i in range(70)]})
+    for i in range(65):
+        session.record_tool_result(f"c{i}", f"file {i}")
+    session.close()
+    with open_session(tmp_path, compact=False) as again:
+        assert [c.id for c in again.pending] == [f"c{i}" for i in range(65, 70)]
+        again.record_tool_result("c65", "file 65")
+    assert pending_in([{"role": "tool", "tool_call_id": "c1", "content": "x"}]) is None  # undecided
+
+
+@pytest.mark.parametrize(
+    ("message", "error", "where"),
+    [
+        (
+            {"role": "assistant", "content": "x", "tool_calls": [{"type": "function", "function": {}}]},
+            InvalidInputError,
+            r"message\.tool_calls\[0\]\.id: required field is missing",
+        ),
+        (
+            {"role": "assistant", "content": None, "tool_calls": [{**call("c"), "id": 5}]},
+            InvalidTypeError,
+            r"tool_calls\[0\]\.id: expected a str",
+        ),
+        ({"role": "assistant", "tool_calls": [{**call("c"), "id": ""}]}, InvalidInputError, "empty"),
+        (
+            {"choices": [{"message": {"role": "assistant", "tool_calls": [{"type": "function"}]}}]},
+            InvalidInputError,
+            "required field is missing",
+        ),
+    ],
+)
+def test_a_reply_whose_call_has_no_id_is_refused_before_the_log(tmp_path, message, error, where):
+    session = open_session(tmp_path, compact=False)
+    session.prepare("Read a.py")
+    before = session.history()
+    with pytest.raises(error, match=where):
+        session.record(message)
+    assert session.history() == before  # nothing written: the session goes on
+    session.record({"role": "assistant", "content": "Nothing to read."})
+    assert session.prepare("And now?")["messages"][-1]["content"] == "And now?"
+    session.close()
+
+
+def test_anthropic_calls_and_results_without_ids_are_refused_before_the_log(tmp_path):
+    session = open_session(tmp_path, model="claude-sonnet-4-5", compact=False)
+    session.prepare("Read a.py")
+    before = session.history()
+    reply = anthropic_call("toolu_1")
+    del reply["content"][1]["id"]
+    with pytest.raises(InvalidInputError, match=r"message\.content\[1\]\.id"):
+        session.record(reply)
+    with pytest.raises(InvalidInputError, match=r"user_input\.content\[0\]\.tool_use_id"):
+        session.prepare({"role": "user", "content": [{"type": "tool_result", "content": "x"}]})
+    assert session.history() == before
+    session.record({"role": "assistant", "content": [{"type": "text", "text": "Done."}]})
+    assert session.prepare("plain")["messages"][-1]["content"] == "plain"
+    session.close()
+
+
+def test_a_tool_result_nested_too_deep_is_a_clear_type_error(tmp_path):
+    nested: list = []
+    for _ in range(5_000):
+        nested = [nested]
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Read a.py")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        with pytest.raises(InvalidTypeError, match="JSON-able"):
+            session.record_tool_result("c1", nested)
+        assert [c.id for c in session.pending] == ["c1"]  # still waiting
+
+
+@pytest.mark.parametrize(("option", "value"), [("memory_tokens", -5), ("max_tokens", 0), ("max_tokens", "x")])
+def test_token_options_are_checked_when_the_session_opens(tmp_path, option, value):
+    with pytest.raises(InvalidInputError, match=option):
+        open_session(tmp_path, **{option: value})
+
+
 def test_bad_input_is_refused_with_clear_errors(tmp_path):
     with pytest.raises(InvalidInputError, match="policy must be"):
         open_session(tmp_path, policy="fastest")

@@ -39,7 +39,7 @@ from context_core.sdk_messages import message_of, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
-from context_core.session.tool_calls import ToolCall, calls_of, pending_in, result_message
+from context_core.session.tool_calls import ToolCall, calls_of, check_call_ids, pending_in, result_message
 from context_core.summarize.offline import own_text
 
 if TYPE_CHECKING:  # the store (numpy, sqlite3) loads only when a session has one
@@ -241,6 +241,9 @@ class Session:
             raise InvalidTypeError(f"budget must be a Budget, got {type(budget).__name__}")
         if isinstance(memory_k, bool) or not isinstance(memory_k, int) or memory_k < 0:
             raise InvalidInputError(f"memory_k must be an int >= 0, got {memory_k!r}")
+        for name, value, least in (("memory_tokens", memory_tokens, 0), ("max_tokens", max_tokens, 1)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
         root = os.fspath(path)
         os.makedirs(root, exist_ok=True)
         owned: list[Any] = []
@@ -319,9 +322,17 @@ class Session:
                 preload(namespace=self.namespace)
 
     def _pending_on_open(self) -> dict[str, ToolCall]:
-        seqs = self.log.path()[-_TAIL:]
-        tail = [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
-        return pending_in(tail)
+        # The tail read grows until it reaches the reply that asked for
+        # tools (a reply may make more calls than the first tail holds).
+        path = self.log.path()
+        size = _TAIL
+        while True:
+            seqs = path[-size:]
+            tail = [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
+            found = pending_in(tail)
+            if found is not None or len(seqs) == len(path):
+                return found or {}
+            size *= 4
 
     # -- a turn ------------------------------------------------------------------
 
@@ -362,6 +373,7 @@ class Session:
         timings: dict[str, float] = {}
         if user_input is not None:
             message = _input_message(user_input, attachments)
+            check_call_ids(message, "user_input")
             self.last_seq = int(self.log.append(message, timestamp=self._wall()))
             self._pending.clear()  # the user spoke first: sanitize closes any call left open
             self._turn += 1
@@ -520,6 +532,7 @@ class Session:
         if shape is not None and shape != self.provider:
             # Sent back to the other API, its calls and results would be refused or repaired away.
             raise InvalidInputError(f"this reply is in {shape}'s shape; the session sends to {self.provider}")
+        check_call_ids(message)
         usage = usage_of(response)
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         calls = calls_of(message)
@@ -545,7 +558,7 @@ class Session:
         seq = self.log.append(
             result_message(self.provider, call_id, content, is_error), timestamp=self._wall()
         )
-        del self._pending[call_id]
+        self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
         self.last_seq = int(seq)
         return self.last_seq
 

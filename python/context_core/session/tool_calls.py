@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from context_core.errors import InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["ToolCall", "answered_ids", "calls_of", "pending_in", "result_message"]
+__all__ = ["ToolCall", "answered_ids", "calls_of", "check_call_ids", "pending_in", "result_message"]
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,42 @@ def answered_ids(message: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall]:
+def _check_id(value: Any, where: str) -> None:
+    if value is None:
+        raise InvalidInputError(f"{where}: required field is missing")
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{where}: expected a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidInputError(f"{where}: must not be empty")
+
+
+def check_call_ids(message: Mapping[str, Any], where: str = "message") -> None:
+    """Every tool call and tool result in ``message`` names its call by a
+    non-empty str. Checked before a message goes into the log: one without
+    would be refused by every later selection, and stay in the log."""
+    calls = message.get("tool_calls")
+    if isinstance(calls, Sequence) and not isinstance(calls, (str, bytes)):
+        for i, call in enumerate(calls):
+            if not isinstance(call, Mapping):
+                raise InvalidTypeError(f"{where}.tool_calls[{i}]: expected a dict, got {type(call).__name__}")
+            _check_id(call.get("id"), f"{where}.tool_calls[{i}].id")
+    if message.get("role") == "tool":
+        _check_id(message.get("tool_call_id"), f"{where}.tool_call_id")
+    content = message.get("content")
+    if isinstance(content, list):
+        for i, block in enumerate(content):
+            if not isinstance(block, Mapping):
+                continue
+            if block.get("type") == "tool_use":
+                _check_id(block.get("id"), f"{where}.content[{i}].id")
+            elif block.get("type") == "tool_result":
+                _check_id(block.get("tool_use_id"), f"{where}.content[{i}].tool_use_id")
+
+
+def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall] | None:
     """The calls of the newest assistant message that asked for tools and
-    that no later message answers (what a reopened session still waits on)."""
+    that no later message answers (what a reopened session still waits on);
+    ``None`` when ``messages`` (the tail of a history) ends before deciding."""
     answered: set[str] = set()
     for message in reversed(messages):
         calls = calls_of(message)
@@ -86,7 +119,7 @@ def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall]:
         if message.get("role") == "user" and not answered_ids(message):
             return {}  # the user spoke since: nothing is waited on
         answered.update(answered_ids(message))
-    return {}
+    return None
 
 
 def _text(content: Any) -> str | list[Any]:
@@ -105,7 +138,7 @@ def _text(content: Any) -> str | list[Any]:
         return content
     try:
         return json.dumps(content, ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # unserialisable, or nested too deep
         raise InvalidTypeError(
             f"a tool result must be a str, content blocks or JSON-able data, got {type(content).__name__}"
         ) from None
