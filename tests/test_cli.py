@@ -105,6 +105,19 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys):
     assert "messages[0].content" in capsys.readouterr().err
 
 
+def test_an_empty_json_file_is_an_error_not_text(tmp_path, capsys):
+    empty, blank, text = tmp_path / "empty.json", tmp_path / "blank.jsonl", tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    blank.write_text("\n\n", encoding="utf-8")
+    text.write_text("", encoding="utf-8")
+    assert run(["count", str(empty)])[0] == 2
+    assert "empty.json: empty, not JSON" in capsys.readouterr().err
+    assert run(["count", str(blank)])[0] == 2
+    assert "blank.jsonl: empty, not JSON" in capsys.readouterr().err
+    code, out = run(["count", str(text)])  # an empty text file is 0 tokens of text
+    assert (code, out.split()) == (0, ["0", str(text)])
+
+
 def test_line_endings_are_counted_as_they_are(tmp_path):
     raw = "a\rb\rc\rd\r\r\r\re \r\n \r\n"
     path = tmp_path / "crlf.txt"

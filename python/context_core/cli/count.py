@@ -47,6 +47,8 @@ def parse_chat(text: str, source: str = "-") -> tuple[list[Any], list[Any] | Non
     :class:`InputError` (with the line), never counted as plain text."""
     stripped = text.strip()
     if not stripped:
+        if _json_files(source):
+            raise InputError(f"{source}: empty, not JSON or JSONL")
         return None
     try:
         document = json.loads(stripped)
