@@ -5,6 +5,9 @@ what an embedder must not return."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import subprocess
+import sys
 
 import numpy as np
 import openai
@@ -176,3 +179,17 @@ def test_wordllama_loads_its_bundled_model_with_no_network(tmp_path, monkeypatch
 def test_wordllama_refuses_a_width_it_does_not_have():
     with pytest.raises(EmbeddingError, match="did not load"):
         WordLlamaEmbedder(dim=100)
+
+
+def test_loading_wordllama_leaves_the_programs_logging_as_it_was():
+    """wordllama's import calls ``logging.basicConfig(level=INFO)``: a host
+    program would start printing every library's INFO lines."""
+    probe = (
+        "import logging\n"
+        "from context_core.memory_store import WordLlamaEmbedder\n"
+        "WordLlamaEmbedder()\n"
+        "root = logging.getLogger()\n"
+        "print(len(root.handlers), root.level)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["0", str(logging.WARNING)]

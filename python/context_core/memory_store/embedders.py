@@ -13,7 +13,9 @@ written.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -173,12 +175,26 @@ class OpenAIEmbedder:
         return self._rows(response, len(items))
 
 
+@contextlib.contextmanager
+def _root_logging_kept() -> Iterator[None]:
+    """The root logger's handlers and level as they were before the block:
+    a library's import must not turn on logging for the host program."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 class WordLlamaEmbedder:
     """The ``wordllama`` package's bundled static embedding model (no
     network): ``pip install 'context-core[embed]'``."""
 
     def __init__(self, dim: int = 256) -> None:
-        import wordllama  # type: ignore[import-untyped, import-not-found, unused-ignore]  # optional extra
+        with _root_logging_kept():  # its import calls logging.basicConfig(level=INFO)
+            import wordllama  # type: ignore[import-untyped, import-not-found, unused-ignore]  # optional extra
 
         self.dim = dim
         self.name = f"wordllama-{dim}"  # what a store records as its vectors' maker
