@@ -465,6 +465,57 @@ def test_a_session_keeps_its_provider_and_its_models_encoding(tmp_path):
             claude.record({"role": "assistant", "content": None, "tool_calls": [call("call_1")]})
 
 
+def test_a_turn_whose_request_fails_leaves_its_input_out_of_the_history(tmp_path):
+    class FlakyStore:
+        failing = False
+
+        def search(self, *args, **kwargs):
+            if self.failing:
+                raise OSError("store unreachable")
+            return []
+
+        def conversation_ended(self, *args, **kwargs):
+            return None
+
+    store = FlakyStore()
+    session = open_session(tmp_path, store=store, compact=False)
+    session.prepare("Read a.py")
+    session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+    store.failing = True
+    with pytest.raises(OSError, match="unreachable"):
+        session.prepare("This question never reached the model")
+    assert [c.id for c in session.pending] == ["c1"]  # the call still waits, as before the turn
+    assert all("never reached" not in str(m.get("content")) for m in session.history())
+    store.failing = False
+    session.record_tool_result("c1", "print('a')")
+    sent = session.prepare()["messages"]
+    assert all("never reached" not in str(m.get("content")) for m in sent)
+    assert sent[-1]["role"] == "tool"
+    session.close()
+
+
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_an_input_over_the_limit_is_refused_before_the_log(tmp_path, policy):
+    budget = Budget.for_model("gpt-4o", window=4_000)
+    with open_session(tmp_path, policy=policy, budget=budget, compact=False) as session:
+        with pytest.raises(OverBudgetError, match="the input alone") as raised:
+            session.prepare("log line\n" * 4_000)
+        assert raised.value.budget == budget.messages(system_tokens=0)
+        assert raised.value.turn_in_progress > raised.value.budget
+        assert session.history() == []
+        assert session.prepare("hello")["messages"][-1]["content"] == "hello"
+        session.record({"role": "assistant", "content": "Hello."})
+        # Over once the prompt and the turn are laid out, though not alone:
+        # the failed input is left out of the view, and the session goes on.
+        limit = budget.messages(system_tokens=0)
+        near = "word " * (limit - 40)
+        assert session.tokenizer.count_messages([{"role": "user", "content": near}]) <= limit
+        with pytest.raises(OverBudgetError):
+            session.prepare(near)
+        assert [m["content"] for m in session.history() if m["role"] == "user"] == ["hello"]
+        assert session.prepare("still here")["messages"][-1]["content"] == "still here"
+
+
 def test_a_failing_store_still_lets_memory_persist_and_the_log_close(tmp_path):
     class BrokenStore:
         def search(self, *args, **kwargs):

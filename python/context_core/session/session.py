@@ -25,6 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -106,6 +107,17 @@ def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[An
             blocks = list(content)
         message["content"] = [*blocks, *attachments]
     return message
+
+
+@dataclass(frozen=True)
+class _Before:
+    """A session's state before a turn's input was logged."""
+
+    head: int | None
+    last_seq: int | None
+    pending: dict[str, ToolCall]
+    turn: int
+    step: int
 
 
 class Session:
@@ -371,11 +383,15 @@ class Session:
         clock = self._clock
         started = clock()
         timings: dict[str, float] = {}
+        message: dict[str, Any] = {}
+        undo: _Before | None = None
         if user_input is not None:
             message = _input_message(user_input, attachments)
             check_call_ids(message, "user_input")
+            self._check_fits(message)
+            undo = _Before(self.log.head, self.last_seq, self._pending, self._turn, self._step)
             self.last_seq = int(self.log.append(message, timestamp=self._wall()))
-            self._pending.clear()  # the user spoke first: sanitize closes any call left open
+            self._pending = {}  # the user spoke first: sanitize closes any call left open
             self._turn += 1
             self._step = 0
         elif attachments:
@@ -387,9 +403,47 @@ class Session:
                 self._step += 1
         mark = clock()
         timings["append"] = mark - started
+        try:
+            return self._request(message if user_input is not None else None, now, timings, started, mark)
+        except BaseException:
+            if undo is not None:
+                self._undo_input(undo)
+            raise
 
-        said = own_text(message) if user_input is not None else ""
-        if user_input is not None:
+    def _check_fits(self, message: Mapping[str, Any]) -> None:
+        """An input that alone is over the request's limit could never be
+        sent: refused before it is logged (where a policy that pins the first
+        user message would keep it in every later window)."""
+        limit = self.budget.messages(system_tokens=0)
+        tokens = self.tokenizer.count_messages([dict(message)])
+        if tokens > limit:
+            error = OverBudgetError(
+                f"the input alone counts {tokens} tokens, over the request's limit of {limit}"
+            )
+            error.turn_in_progress, error.budget = tokens, limit
+            raise error
+
+    def _undo_input(self, before: _Before) -> None:
+        """A turn whose request failed leaves its input out of the view: the
+        head goes back to the node before it (a branch, the input kept in
+        the file), so the next turn does not carry it. The first message
+        of a log has no node before it to go back to."""
+        if before.head is not None:
+            with contextlib.suppress(ContextCoreError):
+                self.log.rewind(before.head)
+        self.last_seq, self._pending = before.last_seq, before.pending
+        self._turn, self._step = before.turn, before.step
+
+    def _request(
+        self,
+        message: Mapping[str, Any] | None,
+        now: datetime | str | None,
+        timings: dict[str, float],
+        started: float,
+        mark: float,
+    ) -> Request:
+        said = own_text(message) if message is not None else ""
+        if message is not None:
             self._memories = self._search(said)
         mark = self._lap(timings, "memory", mark)
 
