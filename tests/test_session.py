@@ -465,6 +465,56 @@ def test_a_session_keeps_its_provider_and_its_models_encoding(tmp_path):
             claude.record({"role": "assistant", "content": None, "tool_calls": [call("call_1")]})
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_a_call_id_a_server_gives_again_keeps_each_turns_tool_loop(tmp_path, provider, policy):
+    """Some OpenAI-compatible servers number calls per reply (``call_0``
+    every turn): the session stores each again-given id fresh, so the
+    repair never drops the turn in progress's call as a duplicate."""
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    with open_session(tmp_path, model=model, policy=policy, compact=False) as session:
+        for turn in range(3):
+            session.prepare(f"turn {turn}")
+            if provider == "openai":
+                reply = {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c1", "b.py")]}
+            else:
+                reply = anthropic_call("c1")
+                reply["content"].append({**reply["content"][1], "input": {"path": "b.py"}})
+            calls = session.record(reply)
+            assert len({c.id for c in calls}) == 2  # unique, within the reply and across turns
+            session.record_tool_result("c1", f"a.py of turn {turn}")  # by the id the server gave
+            session.record_tool_result("c1", f"b.py of turn {turn}")
+            assert session.pending == ()
+            request = session.prepare()
+            actions = [change.action for change in request.report.repairs]
+            assert "drop_duplicate_call" not in actions
+            assert "drop_result" not in actions
+            if provider == "openai":
+                assert validators.openai(request["messages"]) == []
+                tail = [m["content"] for m in request["messages"][-2:]]
+            else:
+                assert validators.anthropic(request["messages"], request.get("system")) == []
+                tail = [b["content"] for b in request["messages"][-1]["content"]]
+            assert tail == [f"a.py of turn {turn}", f"b.py of turn {turn}"]
+            session.record({"role": "assistant", "content": f"Read both, turn {turn}."})
+    assert [c.id for c in calls] == ["c1_5", "c1_6"]  # the third turn's, after c1, c1_2 ... c1_4
+
+
+def test_a_reopened_session_knows_the_call_ids_of_its_last_turns(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Read a.py")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("call_0")]})
+        session.record_tool_result("call_0", "first")
+        session.record({"role": "assistant", "content": "Done."})
+    with open_session(tmp_path, compact=False) as again:
+        again.prepare("Read it again")
+        calls = again.record({"role": "assistant", "content": None, "tool_calls": [call("call_0")]})
+        assert [c.id for c in calls] == ["call_0_2"]
+        again.record_tool_result("call_0", "second")
+        sent = again.prepare()["messages"]
+        assert [m["content"] for m in sent if m["role"] == "tool"] == ["first", "second"]
+
+
 def test_a_turn_whose_request_fails_leaves_its_input_out_of_the_history(tmp_path):
     class FlakyStore:
         failing = False

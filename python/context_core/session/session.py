@@ -40,7 +40,15 @@ from context_core.sdk_messages import message_of, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
-from context_core.session.tool_calls import ToolCall, calls_of, check_call_ids, pending_in, result_message
+from context_core.session.tool_calls import (
+    ToolCall,
+    call_ids_in,
+    calls_of,
+    check_call_ids,
+    pending_in,
+    result_message,
+    with_fresh_ids,
+)
 from context_core.summarize.offline import own_text
 
 if TYPE_CHECKING:  # the store (numpy, sqlite3) loads only when a session has one
@@ -173,7 +181,13 @@ class Session:
         self._clock = clock
         self._wall = wall
         self._first_seq = len(log)
+        # Call ids the session has seen (the tail read at open, and every
+        # reply since), so an id a server gives again is stored fresh.
+        self._call_ids: set[str] = set()
         self._pending = self._pending_on_open()
+        # A renamed call's id as its server gave it -> the stored ids, so
+        # a result recorded under either answers it.
+        self._renamed: dict[str, list[str]] = {}
         self._memories: list[str] = []
         self._turn = -1
         self._step = 0
@@ -343,6 +357,7 @@ class Session:
             tail = [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
             found = pending_in(tail)
             if found is not None or len(seqs) == len(path):
+                self._call_ids = call_ids_in(tail)
                 return found or {}
             size *= 4
 
@@ -588,9 +603,14 @@ class Session:
             raise InvalidInputError(f"this reply is in {shape}'s shape; the session sends to {self.provider}")
         check_call_ids(message)
         usage = usage_of(response)
+        message, made, renamed = with_fresh_ids(message, self._call_ids)
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
+        self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
+        self._renamed = {}
+        for given, stored in renamed:
+            self._renamed.setdefault(given, []).append(stored)
         if usage is not None:
             self._cached = usage.cached
             if self._counted and usage.prompt:
@@ -606,6 +626,10 @@ class Session:
             raise InvalidTypeError(f"call_id must be a str, got {type(call_id).__name__}")
         if not isinstance(is_error, bool):
             raise InvalidTypeError(f"is_error must be a bool, got {type(is_error).__name__}")
+        if call_id not in self._pending:  # a renamed call, by the id its server gave
+            call_id = next(
+                (stored for stored in self._renamed.get(call_id, ()) if stored in self._pending), call_id
+            )
         if call_id not in self._pending:
             waiting = ", ".join(self._pending) or "none"
             raise InvalidInputError(f"no tool call {call_id!r} is waiting for a result (waiting: {waiting})")

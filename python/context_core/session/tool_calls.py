@@ -9,7 +9,16 @@ from typing import Any
 
 from context_core.errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["ToolCall", "answered_ids", "calls_of", "check_call_ids", "pending_in", "result_message"]
+__all__ = [
+    "ToolCall",
+    "answered_ids",
+    "call_ids_in",
+    "calls_of",
+    "check_call_ids",
+    "pending_in",
+    "result_message",
+    "with_fresh_ids",
+]
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,52 @@ def check_call_ids(message: Mapping[str, Any], where: str = "message") -> None:
                 _check_id(block.get("id"), f"{where}.content[{i}].id")
             elif block.get("type") == "tool_result":
                 _check_id(block.get("tool_use_id"), f"{where}.content[{i}].tool_use_id")
+
+
+def with_fresh_ids(
+    message: Mapping[str, Any], taken: set[str]
+) -> tuple[dict[str, Any], list[str], list[tuple[str, str]]]:
+    """``message`` with each call id already in ``taken`` (an id a server
+    gave again, as some OpenAI-compatible ones number calls per reply), or
+    made twice in it, made unique as ``id_2``, ``id_3``...; the ids it now
+    makes (for the caller to add to ``taken`` once it is kept); and the
+    ``(given, stored)`` pairs renamed.
+
+    Two calls of one id in a request would be repaired away as duplicates,
+    the newer one with its result: the turn in progress would lose its
+    tool loop."""
+    made: list[str] = []
+    renamed: list[tuple[str, str]] = []
+
+    def fresh(given: str) -> str:
+        stored, n = given, 1
+        while stored in taken or stored in made:
+            n += 1
+            stored = f"{given}_{n}"
+        made.append(stored)
+        if stored != given:
+            renamed.append((given, stored))
+        return stored
+
+    out = dict(message)
+    calls = message.get("tool_calls")
+    if isinstance(calls, Sequence) and not isinstance(calls, (str, bytes)) and calls:
+        out["tool_calls"] = [{**call, "id": fresh(call["id"])} for call in calls]
+    content = message.get("content")
+    if isinstance(content, list) and any(_is_call_block(block) for block in content):
+        out["content"] = [
+            {**block, "id": fresh(block["id"])} if _is_call_block(block) else block for block in content
+        ]
+    return (out if renamed else dict(message)), made, renamed
+
+
+def _is_call_block(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "tool_use"
+
+
+def call_ids_in(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Every call id the messages' replies make."""
+    return {call.id for message in messages for call in calls_of(message)}
 
 
 def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall] | None:
