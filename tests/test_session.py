@@ -17,6 +17,7 @@ from context_core import (
     Budget,
     InvalidInputError,
     InvalidTypeError,
+    LogStorageError,
     MessageLog,
     OverBudgetError,
     PriorityAssembly,
@@ -343,6 +344,50 @@ def test_a_tool_result_nested_too_deep_is_a_clear_type_error(tmp_path):
 def test_token_options_are_checked_when_the_session_opens(tmp_path, option, value):
     with pytest.raises(InvalidInputError, match=option):
         open_session(tmp_path, **{option: value})
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [("gpt-4o", "max_tokens"), ("o3-mini", "max_completion_tokens"), ("gpt-5", "max_completion_tokens")],
+)
+def test_the_reply_cap_goes_in_the_field_the_model_takes(tmp_path, model, field):
+    with open_session(tmp_path, model=model, max_tokens=1_000, compact=False) as session:
+        request = session.prepare("hi")
+    assert request[field] == 1_000
+    assert {"max_tokens", "max_completion_tokens"} - {field} <= {"max_tokens", "max_completion_tokens"} - set(
+        request
+    )
+
+
+def test_a_bad_session_path_is_a_clear_error(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(LogStorageError, match="a file, not a session directory") as raised:
+        Session.open(afile, model="gpt-4o", store=False)
+    assert isinstance(raised.value, NotADirectoryError)
+    for bad in ("", "a\0b"):
+        with pytest.raises(InvalidInputError, match="path must be"):
+            Session.open(bad, model="gpt-4o", store=False)
+    with pytest.raises(InvalidTypeError, match="path must be"):
+        Session.open(None, model="gpt-4o", store=False)  # type: ignore[arg-type]
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "provider").write_bytes(b"\xff\xfe")
+    with pytest.raises(InvalidInputError, match="not UTF-8"):
+        Session.open(tmp_path / "odd", model="gpt-4o", store=False)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "provider").mkdir()
+    with pytest.raises(LogStorageError) as raised:
+        Session.open(tmp_path / "dir", model="gpt-4o", store=False)
+    assert isinstance(raised.value, IsADirectoryError)
+
+
+def test_a_failed_open_does_not_tie_the_directory_to_its_provider(tmp_path):
+    with pytest.raises(InvalidTypeError):
+        open_session(tmp_path, model="claude-sonnet-4-5", tools=5)
+    with open_session(
+        tmp_path, model="gpt-4o", compact=False
+    ) as session:  # not "holds a session for anthropic"
+        assert session.prepare("hi")["messages"][-1]["content"] == "hi"
 
 
 def test_bad_input_is_refused_with_clear_errors(tmp_path):

@@ -21,6 +21,7 @@ Each part can be given instead, or turned off with ``False``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import time
@@ -31,7 +32,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from context_core._core import Tokenizer
 from context_core.budget import Budget
-from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, OverBudgetError
+from context_core.errors import (
+    ContextCoreError,
+    InvalidInputError,
+    InvalidTypeError,
+    OverBudgetError,
+    storage_error,
+)
 from context_core.log import MessageLog
 from context_core.memory import MemoryFiles
 from context_core.prompt import PromptBuilder, PromptParts
@@ -270,10 +277,8 @@ class Session:
         for name, value, least in (("memory_tokens", memory_tokens, 0), ("max_tokens", max_tokens, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
-        root = os.fspath(path)
-        os.makedirs(root, exist_ok=True)
+        root = _session_directory(path)
         owned: list[Any] = []
-        _check_provider(root, provider)
         where = os.path.join(root, "log")
         # A new log counts in the model's encoding (o200k_base for models
         # whose tokenizer is not public); an existing one keeps its own.
@@ -293,6 +298,9 @@ class Session:
                 memory=files,
                 session_facts=session_facts,
             )
+            # Marked once every option is known good: a failed open leaves
+            # the directory free for another provider.
+            _check_provider(root, provider)
             memory_store = _store(store, root)
             if memory_store is not None and store is None:
                 owned.append(memory_store)
@@ -562,7 +570,7 @@ class Session:
             return request
         request = dict(parts.to_openai(selection.messages, model=self.model, system=extra or None))
         if self.max_tokens is not None:
-            request["max_tokens"] = self.max_tokens
+            request[_reply_cap_field(self.model)] = self.max_tokens
         return request
 
     def _count(self, request: Mapping[str, Any], selection: Selection) -> int:
@@ -696,6 +704,15 @@ class Session:
         self.close(persist=exc[0] is None)
 
 
+#: OpenAI models that refuse ``max_tokens`` for ``max_completion_tokens`` (the
+#: reasoning models: their cap covers the hidden reasoning too).
+_COMPLETION_CAP_MODELS = ("o1", "o3", "o4", "gpt-5")
+
+
+def _reply_cap_field(model: str) -> str:
+    return "max_completion_tokens" if model.startswith(_COMPLETION_CAP_MODELS) else "max_tokens"
+
+
 def _memory_text(memories: Sequence[str]) -> str:
     return "Relevant memory:\n" + "\n".join(f"- {text}" for text in memories) if memories else ""
 
@@ -713,17 +730,41 @@ def _shape(message: Mapping[str, Any]) -> Provider | None:
     return None
 
 
+def _session_directory(path: str | os.PathLike[str]) -> str:
+    """``path`` as a str, made a directory if it is not one yet."""
+    try:
+        root = os.fspath(path)
+    except TypeError:
+        raise InvalidTypeError(f"path must be a str or a path, got {type(path).__name__}") from None
+    if not isinstance(root, str) or not root or "\0" in root:
+        raise InvalidInputError(f"path must be a directory's name, got {root!r}")
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise storage_error(f"{root}: a file, not a session directory", errno.ENOTDIR, root)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as error:
+        raise storage_error(
+            f"{root}: cannot use it as a session directory: {error.strerror or error}", error.errno, root
+        ) from error
+    return root
+
+
 def _check_provider(root: str, provider: Provider) -> None:
     """A session directory keeps the provider it was made for: its log holds
     that provider's message shapes, which the other API refuses."""
     marker = os.path.join(root, "provider")
     try:
-        with open(marker, encoding="utf-8") as handle:
-            kept = handle.read().strip()
-    except FileNotFoundError:
-        with open(marker, "w", encoding="utf-8") as handle:
-            handle.write(provider + "\n")
-        return
+        try:
+            with open(marker, encoding="utf-8") as handle:
+                kept = handle.read().strip()
+        except FileNotFoundError:
+            with open(marker, "w", encoding="utf-8") as handle:
+                handle.write(provider + "\n")
+            return
+    except OSError as error:
+        raise storage_error(f"{marker}: {error.strerror or error}", error.errno, marker) from error
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{marker}: not a provider's name (not UTF-8 text)") from None
     if kept != provider:
         raise InvalidInputError(
             f"{root} holds a session for {kept}; it cannot be sent to {provider} (open a new directory)"
