@@ -86,6 +86,22 @@ def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
     assert run(["replay", str(anthropic), "--provider", "openai"])[0] == 2  # the wrong shape, said
 
 
+def test_replay_passes_over_an_empty_user_message(tmp_path):
+    chat = [
+        {"role": "user", "content": "Read a.py"},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "  "},
+        {"role": "assistant", "content": "Anything else?"},
+        {"role": "user", "content": "No, thanks."},
+        {"role": "assistant", "content": "Bye."},
+    ]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(chat), encoding="utf-8")
+    code, out = run(["replay", str(path), "--json"])
+    assert code == 0
+    assert json.loads(out)["summary"]["calls"] == 3
+
+
 def test_build_prints_the_last_request_ready_to_send(tmp_path):
     path = tmp_path / "chat.jsonl"
     write_session(path, 15, seed=4)

@@ -390,6 +390,16 @@ def test_a_failed_open_does_not_tie_the_directory_to_its_provider(tmp_path):
         assert session.prepare("hi")["messages"][-1]["content"] == "hi"
 
 
+@pytest.mark.parametrize("model", ["gpt-4o", "claude-sonnet-4-5"])
+def test_an_empty_input_is_refused_and_logs_nothing(tmp_path, model):
+    with open_session(tmp_path, model=model, compact=False) as session:
+        for empty in ("", "  \n"):
+            with pytest.raises(InvalidInputError, match="user_input is empty"):
+                session.prepare(empty)
+        assert session.history() == []
+        assert session.prepare("hi")["messages"][-1]["content"] == "hi"
+
+
 def test_bad_input_is_refused_with_clear_errors(tmp_path):
     with pytest.raises(InvalidInputError, match="policy must be"):
         open_session(tmp_path, policy="fastest")

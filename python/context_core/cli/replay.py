@@ -250,6 +250,10 @@ def replay(
                     said = {"role": "user", "content": rest_of_it}
             elif role in ("system", "developer"):
                 session.log.append({k: v for k, v in message.items() if k != "timestamp"})
+            elif (
+                role == "user" and isinstance(message.get("content"), str) and not message["content"].strip()
+            ):
+                pass  # an empty input, which a session refuses: the reply after it continues the turn
             elif role == "user":
                 text = message.get("content")
                 if said is not None:  # two inputs with no reply between: the first goes in unanswered

@@ -106,6 +106,10 @@ def _policy(policy: PolicyName | Policy, provider: Provider, tokenizer: Tokenize
 
 def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[Any]) -> dict[str, Any]:
     if isinstance(user_input, str):
+        if not user_input.strip() and not attachments:
+            # Repaired away, it would leave nothing to answer (and Anthropic
+            # refuses a request with no messages); prepare() continues a turn.
+            raise InvalidInputError("user_input is empty; call prepare() to continue the turn")
         message: dict[str, Any] = {"role": "user", "content": user_input}
     elif isinstance(user_input, Mapping):
         message = dict(user_input)
