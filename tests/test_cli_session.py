@@ -218,7 +218,27 @@ def test_a_closed_pipe_and_the_version(tmp_path):
         assert command in helped.stdout
 
 
-@pytest.mark.parametrize("argv", [["demo", "--turns", "0"], ["replay", "/no/such/file.json"], ["build", "-"]])
+def test_a_closed_pipe_under_a_table_ends_quietly_with_141(tmp_path):
+    """rich's own handling of a closed pipe exits with status 1."""
+    path = tmp_path / "chat.jsonl"
+    write_session(path, 3, seed=1)
+    probe = (
+        "import io, sys\n"
+        "from context_core.cli import main\n"
+        "class Closed(io.StringIO):\n"
+        "    def write(self, text):\n"
+        "        raise BrokenPipeError\n"
+        f"sys.exit(main(['replay', {str(path)!r}, '--rows', '2'], stdout=Closed()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 141
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["demo", "--turns", "0"], ["replay", "/no/such/file.json"], ["build", "-"], ["demo", "--rows", "0"]],
+)
 def test_bad_arguments_exit_2_without_a_traceback(argv, capsys):
     assert run(argv)[0] == 2
     assert "Traceback" not in capsys.readouterr().err

@@ -120,8 +120,9 @@ def run_eval(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         json.dump(rows, stdout, indent=2)
         stdout.write("\n")
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from context_core.cli.console import console
 
     table = Table(
         title=f"Constraints kept at the last call ({args.sessions} sessions of {args.turns} turns;"
@@ -138,5 +139,5 @@ def run_eval(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
                 "n/a" if row["retention"] is None else f"{row['retention']:.0%} ({row['lowest']:.0%})"
             )
         table.add_row(policy, *cells)
-    Console(file=stdout, width=120, highlight=False).print(table)
+    console(stdout, 120).print(table)
     return 0

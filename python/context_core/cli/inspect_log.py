@@ -76,10 +76,11 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         json.dump(facts, stdout, ensure_ascii=False, indent=2)
         stdout.write("\n")
         return 0 if facts["check"] == "ok" else 2
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=stdout, width=120, highlight=False)
+    from context_core.cli.console import console
+
+    screen = console(stdout, 120)
     table = Table(title=f"Message log {facts['path']}", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -98,7 +99,7 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         ("check", facts["check"]),
     ]:
         table.add_row(what, value)
-    console.print(table)
+    screen.print(table)
     if facts["tail"]:
         last = Table(title=f"Last {len(facts['tail'])} messages")
         for name in ("seq", "role", "tokens", "text"):
@@ -106,5 +107,5 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         for row in facts["tail"]:
             text = row["text"] if len(row["text"]) <= 200 else row["text"][:200] + "…"
             last.add_row(str(row["seq"]), str(row["role"]), f"{row['tokens']:,}", text)
-        console.print(last)
+        screen.print(last)
     return 0 if facts["check"] == "ok" else 2

@@ -319,15 +319,16 @@ def _progress(stderr: TextIO) -> tuple[Any, Any]:
 
 
 def print_replay(result: Replay, rows: int, out: TextIO) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=out, width=120, highlight=False)
-    table = Table(title=f"Per call ({rows} of {len(result.calls)}, evenly spaced)")
-    for name in ("turn", "call", "msgs", "sent", "naive", "last 20", "kept rules", "ms", "prefix"):
-        table.add_column(name, justify="right")
+    from context_core.cli.console import console
+
+    screen = console(out, 120)
     calls = result.calls
     pick = sorted({round(i * (len(calls) - 1) / max(1, rows - 1)) for i in range(rows)}) if calls else []
+    table = Table(title=f"Per call ({len(pick)} of {len(calls)}, evenly spaced)")
+    for name in ("turn", "call", "msgs", "sent", "naive", "last 20", "kept rules", "ms", "prefix"):
+        table.add_column(name, justify="right")
     for i in pick:
         c = calls[i]
         table.add_row(
@@ -341,7 +342,7 @@ def print_replay(result: Replay, rows: int, out: TextIO) -> None:
             f"{c.latency_ms:.2f}",
             "changed" if c.prefix_changed else "kept",
         )
-    console.print(table)
+    screen.print(table)
     s = result.summary()
     report = Table(title="Report", show_header=False)
     report.add_column("what")
@@ -366,7 +367,7 @@ def print_replay(result: Replay, rows: int, out: TextIO) -> None:
     ]
     for what, value in rows_out:
         report.add_row(what, value)
-    console.print(report)
+    screen.print(report)
 
 
 def _ratio(value: float | None) -> str:
@@ -421,6 +422,11 @@ def _run(
             stop()
 
 
+def _check_rows(args: argparse.Namespace) -> None:
+    if args.rows < 1:
+        raise InputError(f"--rows must be at least 1, got {args.rows}")
+
+
 def _emit(result: Replay, args: argparse.Namespace, out: TextIO) -> None:
     if args.json:
         document = {"summary": result.summary(), "calls": [vars(c) for c in result.calls]}
@@ -435,6 +441,7 @@ def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
     if args.turns < 1:
         raise InputError(f"--turns must be at least 1, got {args.turns}")
+    _check_rows(args)
     path = Path(tempfile.gettempdir()) / f"context-core-demo-{args.seed}.jsonl"
     messages = write_session(path, args.turns, args.seed)
     print(f"wrote a {args.turns}-turn agent session ({len(messages):,} messages) to {path}", file=sys.stderr)
@@ -443,6 +450,7 @@ def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def run_replay(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    _check_rows(args)
     messages, tools = load_transcript(args.file)
     if not any(m.get("role") == "assistant" for m in messages):
         raise InputError(f"{args.file}: no assistant message, so no model call to replay")
@@ -472,8 +480,9 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         json.dump(request, stdout, ensure_ascii=False, indent=2)
         stdout.write("\n")
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from context_core.cli.console import console
 
     table = Table(title=f"Request for the last turn ({result.model}, {result.provider}, {result.policy})")
     table.add_column("section")
@@ -482,8 +491,8 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         table.add_row(name, f"{tokens:,}")
     table.add_row("total (exact, as sent)", f"{report.total:,}")
     table.add_row("limit", f"{report.limit:,}")
-    console = Console(file=stdout, width=100, highlight=False)
-    console.print(table)
+    screen = console(stdout, 100)
+    screen.print(table)
     summary = f"{len(request['messages'])} messages, prefix {report.prefix_hash[:16]}"
-    console.print(f"{summary}, {len(report.repairs)} repairs")
+    screen.print(f"{summary}, {len(report.repairs)} repairs")
     return 0

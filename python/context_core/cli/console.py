@@ -1,0 +1,26 @@
+"""The rich console the commands print their tables on.
+
+rich handles a closed pipe (``| head``) itself by exiting with status 1;
+the commands report it as a ``BrokenPipeError`` instead, which ends the
+command quietly with the status a shell gives a writer killed by SIGPIPE.
+Imported only by commands that print a table (rich costs its import).
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+
+__all__ = ["console"]
+
+
+class _PipeConsole(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more is written to the closed pipe
+        raise BrokenPipeError
+
+
+def console(file: TextIO, width: int) -> Console:
+    """A console writing to ``file``, ``width`` columns wide, no highlighting."""
+    return _PipeConsole(file=file, width=width, highlight=False)
