@@ -359,6 +359,23 @@ def test_the_reply_cap_goes_in_the_field_the_model_takes(tmp_path, model, field)
     )
 
 
+@pytest.mark.parametrize(("model", "cap"), [("gpt-4o", 100_000), ("claude-sonnet-4-5", 180_000)])
+def test_the_prompt_leaves_the_reply_its_cap_in_the_window(tmp_path, model, cap):
+    """The APIs refuse a prompt and a max_tokens that together exceed the window."""
+    with open_session(tmp_path, model=model, max_tokens=cap, compact=False) as session:
+        window, ratio = session.budget.window, session.budget.ratio
+        session.prepare("Read the logs.")
+        for turn in range(6):
+            session.record({"role": "assistant", "content": "noted " * 2_000})
+            request = session.prepare(f"Next log, part {turn}: " + "line of output " * 1_500)
+            assert request.report.total * ratio + cap <= window
+        assert request.report.limit < session.budget.messages(
+            system_tokens=0
+        )  # the cap, not the budget, bound
+    with pytest.raises(InvalidInputError, match="leaves no room"):
+        open_session(tmp_path / "other", model=model, max_tokens=window)
+
+
 def test_a_bad_session_path_is_a_clear_error(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")

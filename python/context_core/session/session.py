@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -281,6 +282,10 @@ class Session:
         for name, value, least in (("memory_tokens", memory_tokens, 0), ("max_tokens", max_tokens, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
+        if max_tokens is not None and max_tokens >= budget.window:
+            raise InvalidInputError(
+                f"max_tokens {max_tokens} leaves no room for a prompt in a {budget.window}-token window"
+            )
         root = _session_directory(path)
         owned: list[Any] = []
         where = os.path.join(root, "log")
@@ -351,7 +356,7 @@ class Session:
         memory store's vectors are loaded (at 100,000 memories, ~1 s). Bad
         history is left to the turn, which reports it as turns do."""
         with contextlib.suppress(ContextCoreError):
-            self._select(self.budget.messages(system_tokens=0))
+            self._select(self._room(0))
         # A store's first search of a namespace reads all its vectors (a
         # store of the caller's own may have nothing to load ahead).
         preload = getattr(self.store, "preload", None) if self.memory_k else None
@@ -437,11 +442,29 @@ class Session:
                 self._undo_input(undo)
             raise
 
+    def _reply_cap(self) -> int | None:
+        """The reply's token cap the request carries (Anthropic's default when none is given)."""
+        if self.max_tokens is None and self.provider == "anthropic":
+            return DEFAULT_ANTHROPIC_MAX_TOKENS
+        return self.max_tokens
+
+    def _room(self, system_tokens: int) -> int:
+        """Tokens for the messages, the system part taking ``system_tokens``:
+        the budget's, and never more than the window holds beside the
+        reply's cap (the APIs refuse a prompt and ``max_tokens`` that
+        together exceed the window)."""
+        room = self.budget.messages(system_tokens=system_tokens)
+        cap = self._reply_cap()
+        if cap is None:
+            return room
+        beside = math.floor((self.budget.window - cap) / self.budget.ratio) - system_tokens
+        return max(0, min(room, beside))
+
     def _check_fits(self, message: Mapping[str, Any]) -> None:
         """An input that alone is over the request's limit could never be
         sent: refused before it is logged (where a policy that pins the first
         user message would keep it in every later window)."""
-        limit = self.budget.messages(system_tokens=0)
+        limit = self._room(0)
         tokens = self.tokenizer.count_messages([dict(message)])
         if tokens > limit:
             error = OverBudgetError(
@@ -478,8 +501,8 @@ class Session:
         parts = self.builder.build(now=now, skills=skills)
         mark = self._lap(timings, "prompt", mark)
 
-        limit = self.budget.messages(system_tokens=0)
-        room = self.budget.messages(system_tokens=parts.breakdown.total)
+        limit = self._room(0)
+        room = self._room(parts.breakdown.total)
         # Memories for a policy that does not place them: rendered after the
         # volatile part, their tokens taken off the room once.
         extra = "" if isinstance(self.policy, PriorityAssembly) else _memory_text(self._memories)
@@ -568,9 +591,7 @@ class Session:
             request: dict[str, Any] = dict(
                 parts.to_anthropic(selection.messages, model=self.model, system=system)
             )
-            request["max_tokens"] = (
-                DEFAULT_ANTHROPIC_MAX_TOKENS if self.max_tokens is None else self.max_tokens
-            )
+            request["max_tokens"] = self._reply_cap()
             return request
         request = dict(parts.to_openai(selection.messages, model=self.model, system=extra or None))
         if self.max_tokens is not None:
