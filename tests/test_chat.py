@@ -127,12 +127,20 @@ openai_part = st.one_of(
         }
     ),
 )
-tool_call = st.fixed_dictionaries(
-    {
-        "id": ids,
-        "type": st.just("function"),
-        "function": st.fixed_dictionaries({"name": ids, "arguments": st.one_of(texts, json_values.map(str))}),
-    }
+tool_call = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "id": ids,
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries(
+                {"name": ids, "arguments": st.one_of(texts, json_values.map(str))}
+            ),
+        }
+    ),
+    # A custom tool's call: free-text input where a function has arguments.
+    st.fixed_dictionaries(
+        {"id": ids, "type": st.just("custom"), "custom": st.fixed_dictionaries({"name": ids, "input": texts})}
+    ),
 )
 openai_message = st.one_of(
     st.fixed_dictionaries(
@@ -251,6 +259,22 @@ def test_anthropic_histories_count_as_the_reference(encoding, messages, tool_lis
     assert rust.count_messages(messages, tool_list) == ref.count_messages(messages, tool_list)
     for message in messages:
         assert rust.count_message(message) == ref.count_message(message)
+
+
+def test_a_custom_tool_call_counts_its_input_as_a_function_counts_its_arguments():
+    tok = Tokenizer()
+    function = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "apply_patch", "arguments": "+x = 1"},
+    }
+    custom = {"id": "call_1", "type": "custom", "custom": {"name": "apply_patch", "input": "+x = 1"}}
+    as_function = tok.count_message({"role": "assistant", "tool_calls": [function]})
+    assert tok.count_message({"role": "assistant", "tool_calls": [custom]}) == as_function
+    with pytest.raises(InvalidInputError, match=r"tool_calls\[0\]\.custom\.name"):
+        tok.count_message({"role": "assistant", "tool_calls": [{"id": "c", "custom": {"input": "x"}}]})
+    with pytest.raises(InvalidInputError, match=r"tool_calls\[0\]\.function"):
+        tok.count_message({"role": "assistant", "tool_calls": [{"id": "c", "type": "custom"}]})
 
 
 def test_block_rules():

@@ -572,6 +572,37 @@ def test_a_call_id_a_server_gives_again_keeps_each_turns_tool_loop(tmp_path, pro
     assert [c.id for c in calls] == ["c1_5", "c1_6"]  # the third turn's, after c1, c1_2 ... c1_4
 
 
+def test_a_custom_tool_call_from_the_sdk_runs_its_loop(tmp_path):
+    from openai.types.chat import ChatCompletion
+
+    reply = {"role": "assistant", "content": None}
+    reply["tool_calls"] = [
+        {"id": "call_1", "type": "custom", "custom": {"name": "apply_patch", "input": "+x = 1"}}
+    ]
+    completion = ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-5",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": reply}],
+        }
+    )
+    with open_session(tmp_path, model="gpt-5", compact=False) as session:
+        session.prepare("Patch it")
+        (patch,) = session.record(completion)
+        assert (patch.id, patch.name, patch.arguments) == ("call_1", "apply_patch", "+x = 1")
+        session.record_tool_result("call_1", "applied")
+        request = session.prepare()
+        assert validators.openai(request["messages"]) == []
+        assert request["messages"][-2]["tool_calls"][0]["custom"] == {
+            "name": "apply_patch",
+            "input": "+x = 1",
+        }
+        assert request["messages"][-1] == {"role": "tool", "tool_call_id": "call_1", "content": "applied"}
+        assert request.report.total == recount(request)
+
+
 def test_a_reopened_session_knows_the_call_ids_of_its_last_turns(tmp_path):
     with open_session(tmp_path, compact=False) as session:
         session.prepare("Read a.py")

@@ -163,9 +163,12 @@ class Tokenizer:
             for call in calls:
                 if not isinstance(call, dict):
                     raise InvalidTypeError("a tool call must be a dict")
-                if "function" not in call:
+                if "function" in call:
+                    total += self._function(call["function"])
+                elif "custom" in call:  # a custom tool's call: its input counted as arguments are
+                    total += self._function(call["custom"], "input")
+                else:
                     raise InvalidInputError("tool call without function")
-                total += self._function(call["function"])
         if message.get("function_call") is not None:
             total += self._function(message["function_call"])
         return total
@@ -223,12 +226,12 @@ class Tokenizer:
             return TOKENS_PER_TOOL_CALL + (0 if content is None else self._content(content, depth + 1))
         return self.count(_json_text(block))
 
-    def _function(self, function: Any) -> int:
+    def _function(self, function: Any, field: str = "arguments") -> int:
         if not isinstance(function, dict):
             raise InvalidTypeError("a function call must be a dict")
         if "name" not in function:
             raise InvalidInputError("function call without name")
-        arguments = function.get("arguments")
+        arguments = function.get(field)
         if arguments is None:
             argument_tokens = 0
         elif isinstance(arguments, str):

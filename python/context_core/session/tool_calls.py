@@ -51,9 +51,12 @@ def calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
     for call in message.get("tool_calls") or ():
         if isinstance(call, Mapping) and isinstance(call.get("id"), str):
             function = call.get("function")
-            if not isinstance(function, Mapping):
-                function = {}
-            name, arguments = str(function.get("name", "")), _arguments(function.get("arguments"))
+            if isinstance(function, Mapping):
+                name, arguments = str(function.get("name", "")), _arguments(function.get("arguments"))
+            else:  # a custom tool's call: its input is free text, passed on as it came
+                custom = call.get("custom")
+                custom = custom if isinstance(custom, Mapping) else {}
+                name, arguments = str(custom.get("name", "")), custom.get("input")
             calls.append(ToolCall(call["id"], name, arguments))
     content = message.get("content")
     if isinstance(content, list):

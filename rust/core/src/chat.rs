@@ -265,29 +265,44 @@ impl Tokenizer {
         }
     }
 
+    /// A function call (`{"function": {"name", "arguments"}}`), or a custom
+    /// tool's call (`{"custom": {"name", "input"}}`), its input counted as
+    /// a function's arguments are.
     fn tool_call_tokens<J: JsonValue>(&self, call: &J) -> Result<usize> {
         if call.kind() != Kind::Object {
             return Err(wrong_type("", "a tool call dict", call));
         }
-        let function = call.get("function").ok_or_else(|| missing("function"))?;
-        self.function_tokens(&function)
-            .map_err(|e| e.within("function"))
+        if let Some(function) = call.get("function") {
+            return self
+                .call_tokens(&function, "arguments")
+                .map_err(|e| e.within("function"));
+        }
+        if let Some(custom) = call.get("custom") {
+            return self
+                .call_tokens(&custom, "input")
+                .map_err(|e| e.within("custom"));
+        }
+        Err(missing("function"))
     }
 
     /// `{"name": ..., "arguments": ...}` of a tool call or legacy function call.
     fn function_tokens<J: JsonValue>(&self, function: &J) -> Result<usize> {
+        self.call_tokens(function, "arguments")
+    }
+
+    /// A call's name and its `arguments` (or a custom call's `input`).
+    fn call_tokens<J: JsonValue>(&self, function: &J, arguments: &'static str) -> Result<usize> {
         if function.kind() != Kind::Object {
             return Err(wrong_type("", "a dict with name and arguments", function));
         }
         let name = function.get("name").ok_or_else(|| missing("name"))?;
         let name = self.count_cached(&required_str(&name, "name")?);
-        let arguments = match present(function.get("arguments")) {
+        let field = arguments;
+        let arguments = match present(function.get(field)) {
             None => 0,
             Some(arguments) => match arguments.as_str() {
                 Some(text) => self.count_cached(&text),
-                None => {
-                    self.count_cached(&arguments.to_compact().map_err(|e| e.within("arguments"))?)
-                }
+                None => self.count_cached(&arguments.to_compact().map_err(|e| e.within(field))?),
             },
         };
         Ok(TOKENS_PER_TOOL_CALL + name + arguments)
