@@ -376,6 +376,21 @@ def test_the_prompt_leaves_the_reply_its_cap_in_the_window(tmp_path, model, cap)
         open_session(tmp_path / "other", model=model, max_tokens=window)
 
 
+def test_anthropics_default_reply_cap_must_leave_room_at_open(tmp_path):
+    with pytest.raises(InvalidInputError, match="default max_tokens for Anthropic"):
+        open_session(
+            tmp_path, model="claude-sonnet-4-5", budget=Budget.for_model("claude-sonnet-4-5", window=4_000)
+        )
+
+
+def test_a_learned_ratio_under_one_never_lets_prompt_and_cap_pass_the_window(tmp_path):
+    with open_session(tmp_path, model="gpt-4o", max_tokens=100_000, compact=False) as session:
+        for _ in range(5):
+            session.budget.observe(10_000, 5_000)  # usage saying the provider counts half as many
+        assert session.budget.ratio < 1
+        assert session._room(0) <= session.budget.window - 100_000
+
+
 def test_a_bad_session_path_is_a_clear_error(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -401,6 +416,8 @@ def test_a_bad_session_path_is_a_clear_error(tmp_path):
 def test_a_failed_open_does_not_tie_the_directory_to_its_provider(tmp_path):
     with pytest.raises(InvalidTypeError):
         open_session(tmp_path, model="claude-sonnet-4-5", tools=5)
+    with pytest.raises(InvalidTypeError):
+        open_session(tmp_path, model="claude-sonnet-4-5", store=5)
     with open_session(
         tmp_path, model="gpt-4o", compact=False
     ) as session:  # not "holds a session for anthropic"
@@ -409,8 +426,15 @@ def test_a_failed_open_does_not_tie_the_directory_to_its_provider(tmp_path):
 
 @pytest.mark.parametrize("model", ["gpt-4o", "claude-sonnet-4-5"])
 def test_an_empty_input_is_refused_and_logs_nothing(tmp_path, model):
+    blank = [{"type": "text", "text": "  "}]
     with open_session(tmp_path, model=model, compact=False) as session:
-        for empty in ("", "  \n"):
+        for empty in (
+            "",
+            "  \n",
+            {"role": "user", "content": ""},
+            {"role": "user", "content": []},
+            {"role": "user", "content": blank},
+        ):
             with pytest.raises(InvalidInputError, match="user_input is empty"):
                 session.prepare(empty)
         assert session.history() == []
@@ -603,19 +627,120 @@ def test_a_custom_tool_call_from_the_sdk_runs_its_loop(tmp_path):
         assert request.report.total == recount(request)
 
 
-def test_a_reopened_session_knows_the_call_ids_of_its_last_turns(tmp_path):
+def test_ids_a_server_gives_beside_a_renamed_one_keep_their_own_calls(tmp_path):
     with open_session(tmp_path, compact=False) as session:
-        session.prepare("Read a.py")
-        session.record({"role": "assistant", "content": None, "tool_calls": [call("call_0")]})
-        session.record_tool_result("call_0", "first")
+        session.prepare("turn 1")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("a")]})
+        session.record_tool_result("a", "one.py")
         session.record({"role": "assistant", "content": "Done."})
+        session.prepare("turn 2")
+        calls = session.record(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call("a", "two.py"), call("a_2", "three.py")],
+            }
+        )
+        assert [(c.id, c.arguments["path"]) for c in calls] == [("a_3", "two.py"), ("a_2", "three.py")]
+        session.record_tool_result("a_2", "contents of three.py")  # the server's own a_2
+        session.record_tool_result("a", "contents of two.py")  # the server's a, given again
+        sent = session.prepare()["messages"]
+        answers = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
+        assert answers == {"a": "one.py", "a_2": "contents of three.py", "a_3": "contents of two.py"}
+
+
+def test_after_a_reopen_an_id_in_the_window_given_again_is_stored_fresh(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Read zero.py")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("call_0", "zero.py")]})
+        session.record_tool_result("call_0", "contents of zero.py")
+        session.record({"role": "assistant", "content": "Read."})
+        for turn in range(40):  # past the tail a reopen reads for waiting calls
+            session.prepare(f"chat {turn}")
+            session.record({"role": "assistant", "content": f"reply {turn}"})
     with open_session(tmp_path, compact=False) as again:
-        again.prepare("Read it again")
-        calls = again.record({"role": "assistant", "content": None, "tool_calls": [call("call_0")]})
-        assert [c.id for c in calls] == ["call_0_2"]
-        again.record_tool_result("call_0", "second")
-        sent = again.prepare()["messages"]
-        assert [m["content"] for m in sent if m["role"] == "tool"] == ["first", "second"]
+        again.prepare("Read new.py")
+        (fresh,) = again.record(
+            {"role": "assistant", "content": None, "tool_calls": [call("call_0", "new.py")]}
+        )
+        assert fresh.id == "call_0_2"
+        again.record_tool_result("call_0", "contents of new.py")
+        request = again.prepare()
+        assert [c.action for c in request.report.repairs] == []
+        results = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+        assert results == ["contents of zero.py", "contents of new.py"]
+    with open_session(
+        tmp_path, compact=False
+    ) as third:  # waiting across a reopen, answered by the server's id
+        third.prepare("Read last.py")
+        third.record({"role": "assistant", "content": None, "tool_calls": [call("call_0", "last.py")]})
+    with open_session(tmp_path, compact=False) as fourth:
+        assert [c.id for c in fourth.pending] == ["call_0_3"]
+        fourth.record_tool_result("call_0", "contents of last.py")
+        assert fourth.pending == ()
+
+
+def test_a_failing_store_on_the_first_turn_logs_nothing(tmp_path):
+    class FlakyStore:
+        failures = 2
+
+        def search(self, *args, **kwargs):
+            if self.failures:
+                self.failures -= 1
+                raise OSError("store unreachable")
+            return []
+
+        def conversation_ended(self, *args, **kwargs):
+            return None
+
+    with open_session(tmp_path, store=FlakyStore(), compact=False) as session:
+        for _ in range(2):
+            with pytest.raises(OSError, match="unreachable"):
+                session.prepare("What is in a.py?")
+            assert session.history() == []
+        sent = session.prepare("What is in a.py?")["messages"]
+        assert [m["content"] for m in sent if m["role"] == "user"] == ["What is in a.py?"]
+
+
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_a_first_input_that_cannot_fit_beside_the_prompt_is_not_logged(tmp_path, policy):
+    budget = Budget.for_model("gpt-4o", window=8_000)
+    identity = "You are an agent. Rule: keep every order_id exactly as written. " * 120
+    with open_session(tmp_path, identity=identity, policy=policy, budget=budget, compact=False) as session:
+        near = "word " * (
+            budget.messages(system_tokens=0) - 100
+        )  # under the bare limit, not beside the prompt
+        with pytest.raises(OverBudgetError, match="beside the prompt"):
+            session.prepare(near)
+        assert session.history() == []
+    with open_session(tmp_path, identity=identity, policy=policy, budget=budget, compact=False) as again:
+        assert again.prepare("short question")["messages"][-1]["content"] == "short question"
+
+
+def test_a_failed_turn_leaves_no_memories_behind(tmp_path):
+    class EchoStore:
+        def search(self, query, **kwargs):
+            return []
+
+        def search_texts(self, query, **kwargs):
+            return [f"memory about: {query[:24]}"]
+
+        def conversation_ended(self, *args, **kwargs):
+            return None
+
+    budget = Budget.for_model("gpt-4o", window=4_000)
+    for policy in ("weighted", "shape"):
+        with open_session(
+            tmp_path / policy, store=EchoStore(), policy=policy, budget=budget, compact=False
+        ) as session:
+            session.prepare("Read a.py please")
+            session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+            with pytest.raises(OverBudgetError):
+                session.prepare("SECRET doomed " + "word " * 3_000)
+            session.record_tool_result("c1", "print(1)")
+            sent = json.dumps(session.prepare())
+            assert "SECRET" not in sent
+            assert "memory about: Read a.py please" in sent
 
 
 def test_a_turn_whose_request_fails_leaves_its_input_out_of_the_history(tmp_path):
@@ -651,9 +776,9 @@ def test_a_turn_whose_request_fails_leaves_its_input_out_of_the_history(tmp_path
 def test_an_input_over_the_limit_is_refused_before_the_log(tmp_path, policy):
     budget = Budget.for_model("gpt-4o", window=4_000)
     with open_session(tmp_path, policy=policy, budget=budget, compact=False) as session:
-        with pytest.raises(OverBudgetError, match="the input alone") as raised:
+        with pytest.raises(OverBudgetError, match="beside the prompt") as raised:
             session.prepare("log line\n" * 4_000)
-        assert raised.value.budget == budget.messages(system_tokens=0)
+        assert raised.value.budget < budget.messages(system_tokens=0)  # less the prompt
         assert raised.value.turn_in_progress > raised.value.budget
         assert session.history() == []
         assert session.prepare("hello")["messages"][-1]["content"] == "hello"

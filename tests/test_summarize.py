@@ -48,6 +48,7 @@ from context_core.summarize.guard import check_sections
 from context_core.summarize.prompts import ECHO_MARKERS, GLOBAL_SYSTEM, SEGMENT_SYSTEM
 from context_core.summarize.rules import carried as carried_by
 from context_core.summarize.summarizer import messages_covered
+from context_core.summarize.transcript import message_text
 from llm_server import FakeLLMServer, Reply, anthropic_body, openai_body
 from sdk_clients import async_client
 
@@ -1541,3 +1542,14 @@ def test_adding_rules_keeps_the_sections_whole(separator: str):
     if isinstance(result, Summary):
         assert check_sections(result.text) is None
         assert result.added == (7,)
+
+
+def test_a_custom_tool_call_reaches_the_transcript_and_the_guard_by_name_and_input():
+    patch = {"name": "apply_patch", "input": "+order_id = 'ord_42'"}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "custom", "custom": patch}],
+    }
+    assert "[tool call call_1: apply_patch(+order_id = 'ord_42')]" in render_transcript([message])
+    assert message_text(message) == "call_1 apply_patch +order_id = 'ord_42'"

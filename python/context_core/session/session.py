@@ -107,15 +107,15 @@ def _policy(policy: PolicyName | Policy, provider: Provider, tokenizer: Tokenize
 
 def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[Any]) -> dict[str, Any]:
     if isinstance(user_input, str):
-        if not user_input.strip() and not attachments:
-            # Repaired away, it would leave nothing to answer (and Anthropic
-            # refuses a request with no messages); prepare() continues a turn.
-            raise InvalidInputError("user_input is empty; call prepare() to continue the turn")
         message: dict[str, Any] = {"role": "user", "content": user_input}
     elif isinstance(user_input, Mapping):
         message = dict(user_input)
     else:
         raise InvalidTypeError(f"user_input must be a str or a message dict, got {type(user_input).__name__}")
+    if not attachments and _says_nothing(message.get("content")):
+        # Repaired away, it would leave nothing to answer (and Anthropic
+        # refuses a request with no messages); prepare() continues a turn.
+        raise InvalidInputError("user_input is empty; call prepare() to continue the turn")
     if isinstance(attachments, (str, bytes, Mapping)) or not isinstance(attachments, Sequence):
         raise InvalidTypeError(
             f"attachments must be a list of content blocks, got {type(attachments).__name__}"
@@ -138,6 +138,21 @@ class _Before:
     pending: dict[str, ToolCall]
     turn: int
     step: int
+    memories: list[str]
+
+
+def _says_nothing(content: Any) -> bool:
+    """Content the repair drops as empty: no text, blank text, or only
+    text blocks of blank text."""
+    if content is None or (isinstance(content, str) and not content.strip()):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(block, Mapping)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+        and not block["text"].strip()
+        for block in content
+    )
 
 
 class Session:
@@ -282,9 +297,11 @@ class Session:
         for name, value, least in (("memory_tokens", memory_tokens, 0), ("max_tokens", max_tokens, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
-        if max_tokens is not None and max_tokens >= budget.window:
+        cap = DEFAULT_ANTHROPIC_MAX_TOKENS if max_tokens is None and provider == "anthropic" else max_tokens
+        if cap is not None and cap >= budget.window:
+            named = "max_tokens" if max_tokens is not None else "the default max_tokens for Anthropic"
             raise InvalidInputError(
-                f"max_tokens {max_tokens} leaves no room for a prompt in a {budget.window}-token window"
+                f"{named} ({cap}) leaves no room for a prompt in a {budget.window}-token window"
             )
         root = _session_directory(path)
         owned: list[Any] = []
@@ -307,9 +324,6 @@ class Session:
                 memory=files,
                 session_facts=session_facts,
             )
-            # Marked once every option is known good: a failed open leaves
-            # the directory free for another provider.
-            _check_provider(root, provider)
             memory_store = _store(store, root)
             if memory_store is not None and store is None:
                 owned.append(memory_store)
@@ -319,8 +333,13 @@ class Session:
                 from context_core.summarize import Summarizer
 
                 compactor = Compactor(log, summarizer or Summarizer(), memory=files)
+            # Marked once every option is known good: a failed open leaves
+            # the directory free for another provider.
+            _check_provider(root, provider)
         except BaseException:
-            log.close()
+            for part in reversed(owned):  # the store this open made, then the log
+                with contextlib.suppress(Exception):
+                    part.close()
             raise
         session = cls(
             log,
@@ -356,7 +375,9 @@ class Session:
         memory store's vectors are loaded (at 100,000 memories, ~1 s). Bad
         history is left to the turn, which reports it as turns do."""
         with contextlib.suppress(ContextCoreError):
-            self._select(self._room(0))
+            # The ids of the calls in the window: a server that gives one
+            # of them again has it stored fresh (a window only moves on).
+            self._call_ids |= call_ids_in(self._select(self._room(0)).messages)
         # A store's first search of a namespace reads all its vectors (a
         # store of the caller's own may have nothing to load ahead).
         preload = getattr(self.store, "preload", None) if self.memory_k else None
@@ -415,32 +436,42 @@ class Session:
         clock = self._clock
         started = clock()
         timings: dict[str, float] = {}
-        message: dict[str, Any] = {}
-        undo: _Before | None = None
-        if user_input is not None:
-            message = _input_message(user_input, attachments)
-            check_call_ids(message, "user_input")
-            self._check_fits(message)
-            undo = _Before(self.log.head, self.last_seq, self._pending, self._turn, self._step)
-            self.last_seq = int(self.log.append(message, timestamp=self._wall()))
-            self._pending = {}  # the user spoke first: sanitize closes any call left open
-            self._turn += 1
-            self._step = 0
-        elif attachments:
-            raise InvalidInputError("attachments come with a user input")
-        else:
-            if self._turn < 0:
-                self._turn = 0
-            else:
-                self._step += 1
-        mark = clock()
-        timings["append"] = mark - started
+        if user_input is None:
+            if attachments:
+                raise InvalidInputError("attachments come with a user input")
+            timings["append"] = timings["memory"] = 0.0  # the same stages, nothing to do
+            parts, mark = self._prompt("", now, timings, started)
+            self._turn, self._step = (0, 0) if self._turn < 0 else (self._turn, self._step + 1)
+            return self._request(parts, timings, started, mark)
+        message = _input_message(user_input, attachments)
+        check_call_ids(message, "user_input")
+        # The search and the prompt need only the input: done before it is
+        # logged, so a store that fails, or an input that cannot fit beside
+        # the prompt, leaves the log as it was.
+        said = own_text(message)
+        memories = self._search(said)
+        mark = self._lap(timings, "memory", started)
+        parts, mark = self._prompt(said, now, timings, mark)
+        self._check_fits(message, parts, memories)
+        undo = _Before(self.log.head, self.last_seq, self._pending, self._turn, self._step, self._memories)
+        self.last_seq = int(self.log.append(message, timestamp=self._wall()))
+        self._pending = {}  # the user spoke first: sanitize closes any call left open
+        self._turn, self._step, self._memories = self._turn + 1, 0, memories
+        mark = self._lap(timings, "append", mark)
         try:
-            return self._request(message if user_input is not None else None, now, timings, started, mark)
+            return self._request(parts, timings, started, mark)
         except BaseException:
-            if undo is not None:
-                self._undo_input(undo)
+            self._undo_input(undo)
             raise
+
+    def _prompt(
+        self, said: str, now: datetime | str | None, timings: dict[str, float], mark: float
+    ) -> tuple[PromptParts, float]:
+        """The prompt's parts, with the skills ``said`` names loaded, and the
+        clock after them."""
+        skills = [skill.name for skill in self.builder.skills.match(said)] if said else []
+        parts = self.builder.build(now=now, skills=skills)
+        return parts, self._lap(timings, "prompt", mark)
 
     def _reply_cap(self) -> int | None:
         """The reply's token cap the request carries (Anthropic's default when none is given)."""
@@ -452,60 +483,58 @@ class Session:
         """Tokens for the messages, the system part taking ``system_tokens``:
         the budget's, and never more than the window holds beside the
         reply's cap (the APIs refuse a prompt and ``max_tokens`` that
-        together exceed the window)."""
+        together exceed the window), in our tokens and in the provider's."""
         room = self.budget.messages(system_tokens=system_tokens)
         cap = self._reply_cap()
         if cap is None:
             return room
-        beside = math.floor((self.budget.window - cap) / self.budget.ratio) - system_tokens
+        left = self.budget.window - cap
+        beside = min(math.floor(left / self.budget.ratio), left) - system_tokens
         return max(0, min(room, beside))
 
-    def _check_fits(self, message: Mapping[str, Any]) -> None:
-        """An input that alone is over the request's limit could never be
-        sent: refused before it is logged (where a policy that pins the first
-        user message would keep it in every later window)."""
-        limit = self._room(0)
-        tokens = self.tokenizer.count_messages([dict(message)])
-        if tokens > limit:
+    def _extra(self, memories: list[str] | None = None) -> str:
+        """The memories' text for a policy that does not place them itself
+        (rendered after the volatile part, their tokens off the room)."""
+        memories = self._memories if memories is None else memories
+        return "" if isinstance(self.policy, PriorityAssembly) else _memory_text(memories)
+
+    def _check_fits(self, message: Mapping[str, Any], parts: PromptParts, memories: list[str]) -> None:
+        """An input that cannot fit beside the prompt (and the memories a
+        policy does not place itself) could never be sent: refused before it
+        is logged, where a policy that pins the first user message would
+        keep it in every later window."""
+        room = self._room(parts.breakdown.total)
+        extra = self._extra(memories)
+        if extra:
+            room -= self.tokenizer.count(extra)
+        tokens = self.tokenizer.count_messages([dict(message)])  # with the reply priming
+        if tokens > room:
             error = OverBudgetError(
-                f"the input alone counts {tokens} tokens, over the request's limit of {limit}"
+                f"the input counts {tokens} tokens with the reply priming, over the {max(0, room)}"
+                " tokens the request has for messages beside the prompt"
             )
-            error.turn_in_progress, error.budget = tokens, limit
+            error.turn_in_progress, error.budget = tokens, max(0, room)
             raise error
 
     def _undo_input(self, before: _Before) -> None:
         """A turn whose request failed leaves its input out of the view: the
         head goes back to the node before it (a branch, the input kept in
         the file), so the next turn does not carry it. The first message
-        of a log has no node before it to go back to."""
+        of a log has no node before it to go back to. A log with a branch
+        is read through its path from then on: the selection's fast paths,
+        which need one unbroken chain, no longer apply to it."""
         if before.head is not None:
             with contextlib.suppress(ContextCoreError):
                 self.log.rewind(before.head)
-        self.last_seq, self._pending = before.last_seq, before.pending
+        self.last_seq, self._pending, self._memories = before.last_seq, before.pending, before.memories
         self._turn, self._step = before.turn, before.step
 
-    def _request(
-        self,
-        message: Mapping[str, Any] | None,
-        now: datetime | str | None,
-        timings: dict[str, float],
-        started: float,
-        mark: float,
-    ) -> Request:
-        said = own_text(message) if message is not None else ""
-        if message is not None:
-            self._memories = self._search(said)
-        mark = self._lap(timings, "memory", mark)
-
-        skills = [skill.name for skill in self.builder.skills.match(said)] if said else []
-        parts = self.builder.build(now=now, skills=skills)
-        mark = self._lap(timings, "prompt", mark)
-
+    def _request(self, parts: PromptParts, timings: dict[str, float], started: float, mark: float) -> Request:
         limit = self._room(0)
         room = self._room(parts.breakdown.total)
         # Memories for a policy that does not place them: rendered after the
         # volatile part, their tokens taken off the room once.
-        extra = "" if isinstance(self.policy, PriorityAssembly) else _memory_text(self._memories)
+        extra = self._extra()
         extra_tokens = self.tokenizer.count(extra) if extra else 0
         room = max(0, room - extra_tokens - self._render_margin)
         first_room = room
@@ -661,7 +690,7 @@ class Session:
             raise InvalidTypeError(f"is_error must be a bool, got {type(is_error).__name__}")
         if call_id not in self._pending:  # a renamed call, by the id its server gave
             call_id = next(
-                (stored for stored in self._renamed.get(call_id, ()) if stored in self._pending), call_id
+                (stored for stored in self._renamed_as(call_id) if stored in self._pending), call_id
             )
         if call_id not in self._pending:
             waiting = ", ".join(self._pending) or "none"
@@ -672,6 +701,20 @@ class Session:
         self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
         self.last_seq = int(seq)
         return self.last_seq
+
+    def _renamed_as(self, given: str) -> list[str]:
+        """The stored ids of calls whose server gave ``given``: as renamed
+        by this session's last reply, or (after a reopen, the renaming not
+        kept) the pending ``given_2``, ``given_3``..."""
+        known = self._renamed.get(given)
+        if known:
+            return known
+        prefix = given + "_"
+        return [
+            stored
+            for stored in self._pending
+            if stored.startswith(prefix) and stored[len(prefix) :].isdigit()
+        ]
 
     # -- closing -----------------------------------------------------------------
 

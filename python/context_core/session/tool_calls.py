@@ -133,10 +133,13 @@ def with_fresh_ids(
     tool loop."""
     made: list[str] = []
     renamed: list[tuple[str, str]] = []
+    # A new name is never one the reply itself gives (a server's own `a_2`
+    # beside an `a` given again): each given id keeps answering its own call.
+    given_here = {call.id for call in calls_of(message)}
 
     def fresh(given: str) -> str:
         stored, n = given, 1
-        while stored in taken or stored in made:
+        while stored in taken or stored in made or (stored != given and stored in given_here):
             n += 1
             stored = f"{given}_{n}"
         made.append(stored)

@@ -19,7 +19,7 @@ from typing import Any
 from context_core._core import Tagger, Tokenizer
 from context_core.summarize.exact import named_files
 from context_core.summarize.prompts import SECTIONS
-from context_core.summarize.transcript import message_text, tool_calls
+from context_core.summarize.transcript import call_parts, message_text, tool_calls
 
 __all__ = [
     "MAX_LOG_RULE_CHARS",
@@ -95,8 +95,9 @@ def _call_arguments(message: Mapping[str, Any]) -> str:
     """The arguments of a message's tool calls (OpenAI and Anthropic)."""
     parts = []
     for call in tool_calls(message):
-        if isinstance(call.get("function"), Mapping):
-            parts.append(str(call["function"].get("arguments", "")))
+        arguments = call_parts(call)[1]
+        if arguments is not None:
+            parts.append(str(arguments))
     content = message.get("content")
     if isinstance(content, Sequence) and not isinstance(content, str):
         parts.extend(

@@ -61,6 +61,20 @@ def tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list(calls)
 
 
+def call_parts(call: Mapping[str, Any]) -> tuple[Any, Any]:
+    """A tool call's name and arguments: a function's, or a custom tool's
+    name and free-text input."""
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        custom = call.get("custom")
+        function = (
+            {"name": custom.get("name"), "arguments": custom.get("input")}
+            if isinstance(custom, Mapping)
+            else {}
+        )
+    return function.get("name"), function.get("arguments")
+
+
 def _text_of(content: Any, depth: int = 0) -> str:
     """The plain text of a content value: a string, or its text parts."""
     if depth > MAX_NESTING:
@@ -92,8 +106,8 @@ def message_text(message: Mapping[str, Any]) -> str:
     parts = [_text_of(message.get("content"))]
     for call in tool_calls(message):
         if isinstance(call, Mapping):
-            function = call.get("function") or {}
-            parts.append(f"{call.get('id', '')} {function.get('name', '')} {function.get('arguments', '')}")
+            name, arguments = call_parts(call)
+            parts.append(f"{call.get('id', '')} {name or ''} {'' if arguments is None else arguments}")
     content = message.get("content")
     if isinstance(content, Sequence) and not isinstance(content, str):
         for block in content:
@@ -166,8 +180,7 @@ class _Renderer:
             lines.append(str(content))
         for call in tool_calls(message):
             if isinstance(call, Mapping):
-                function = call.get("function") or {}
-                lines.append(self.call(call.get("id"), function.get("name"), function.get("arguments")))
+                lines.append(self.call(call.get("id"), *call_parts(call)))
         return role, "\n".join(line for line in lines if line)
 
 
