@@ -92,6 +92,10 @@ def test_replay_passes_over_an_empty_user_message(tmp_path):
         {"role": "assistant", "content": "Done."},
         {"role": "user", "content": "  "},
         {"role": "assistant", "content": "Anything else?"},
+        {"role": "user", "content": [{"type": "text", "text": " "}]},
+        {"role": "assistant", "content": "Still here."},
+        {"role": "user", "content": None},
+        {"role": "assistant", "content": "Say when."},
         {"role": "user", "content": "No, thanks."},
         {"role": "assistant", "content": "Bye."},
     ]
@@ -99,7 +103,7 @@ def test_replay_passes_over_an_empty_user_message(tmp_path):
     path.write_text(json.dumps(chat), encoding="utf-8")
     code, out = run(["replay", str(path), "--json"])
     assert code == 0
-    assert json.loads(out)["summary"]["calls"] == 3
+    assert json.loads(out)["summary"]["calls"] == 5
 
 
 def test_build_prints_the_last_request_ready_to_send(tmp_path):

@@ -627,6 +627,52 @@ def test_a_custom_tool_call_from_the_sdk_runs_its_loop(tmp_path):
         assert request.report.total == recount(request)
 
 
+def test_a_result_given_twice_is_refused_not_routed_to_a_sibling(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("go")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("a"), call("a_2", "b.py")]})
+        session.record_tool_result("a", "A result")
+        with pytest.raises(InvalidInputError, match="no tool call 'a' is waiting"):
+            session.record_tool_result("a", "A result again")
+        assert [c.id for c in session.pending] == ["a_2"]
+
+
+def test_a_failed_step_is_no_step(tmp_path):
+    class Failing(PriorityAssembly):
+        fail = False
+
+        def select(self, *args, **kwargs):
+            if self.fail:
+                raise OverBudgetError("no room")
+            return super().select(*args, **kwargs)
+
+    policy = Failing()
+    with open_session(tmp_path, policy=policy, compact=False) as session:
+        policy.fail = True
+        with pytest.raises(OverBudgetError):
+            session.prepare()
+        policy.fail = False
+        first = session.prepare("hello")
+        assert (first.report.turn, first.report.step) == (0, 0)
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        session.record_tool_result("c1", "x")
+        policy.fail = True
+        for _ in range(2):
+            with pytest.raises(OverBudgetError):
+                session.prepare()
+        policy.fail = False
+        inner = session.prepare()
+        assert (inner.report.turn, inner.report.step) == (0, 1)
+
+
+@pytest.mark.parametrize("role", ["assistant", "tool", "system"])
+def test_an_input_of_another_role_is_refused(tmp_path, role):
+    with open_session(tmp_path, compact=False) as session:
+        with pytest.raises(InvalidInputError, match=f"not role '{role}'"):
+            session.prepare({"role": role, "content": "x", "tool_call_id": "t"})
+        assert session.history() == []
+
+
 def test_ids_a_server_gives_beside_a_renamed_one_keep_their_own_calls(tmp_path):
     with open_session(tmp_path, compact=False) as session:
         session.prepare("turn 1")
@@ -715,6 +761,26 @@ def test_a_first_input_that_cannot_fit_beside_the_prompt_is_not_logged(tmp_path,
         assert session.history() == []
     with open_session(tmp_path, identity=identity, policy=policy, budget=budget, compact=False) as again:
         assert again.prepare("short question")["messages"][-1]["content"] == "short question"
+
+
+@pytest.mark.parametrize("policy", ["priority", "shape"])
+def test_an_input_at_the_edge_of_the_room_is_sent_or_refused_before_the_log(tmp_path, policy):
+    """The check before logging uses the room the selection gets (its
+    margin included): an input either goes out or is never logged."""
+    budget = Budget.for_model("gpt-4o", window=3_000)
+    outcomes = set()
+    for words in range(1_500, 2_100, 4):
+        text = "word " * words
+        with open_session(tmp_path / str(words), policy=policy, budget=budget, compact=False) as session:
+            try:
+                request = session.prepare(text)
+            except OverBudgetError:
+                outcomes.add("refused")
+                assert len(session.log) == 0
+                continue
+            outcomes.add("sent")
+            assert request["messages"][-1]["content"] == text
+    assert outcomes == {"sent", "refused"}  # the sweep crosses the edge
 
 
 def test_a_failed_turn_leaves_no_memories_behind(tmp_path):

@@ -158,6 +158,7 @@ def replay(
     from context_core import Budget, MemoryStore, OverBudgetError, Session, Tokenizer
     from context_core.memory_store import HashingEmbedder
     from context_core.select import tag
+    from context_core.session.session import says_nothing
 
     identity, rest = _identity(messages)
     Path(directory).mkdir(parents=True, exist_ok=True)
@@ -246,13 +247,11 @@ def replay(
                 for block in _results_of(message):
                     is_error = bool(block.get("is_error", False))
                     _result(session, block.get("tool_use_id"), block.get("content"), is_error)
-                if rest_of_it:  # text said after the results: the turn's input too
+                if not says_nothing(rest_of_it):  # text said after the results: the turn's input too
                     said = {"role": "user", "content": rest_of_it}
             elif role in ("system", "developer"):
                 session.log.append({k: v for k, v in message.items() if k != "timestamp"})
-            elif (
-                role == "user" and isinstance(message.get("content"), str) and not message["content"].strip()
-            ):
+            elif role == "user" and says_nothing(message.get("content")):
                 pass  # an empty input, which a session refuses: the reply after it continues the turn
             elif role == "user":
                 text = message.get("content")

@@ -112,7 +112,13 @@ def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[An
         message = dict(user_input)
     else:
         raise InvalidTypeError(f"user_input must be a str or a message dict, got {type(user_input).__name__}")
-    if not attachments and _says_nothing(message.get("content")):
+    role = message.get("role")
+    if role in _OTHER_ROLES:
+        raise InvalidInputError(
+            f"user_input must be a user message, not role {role!r}"
+            " (record() takes replies, record_tool_result() tool results)"
+        )
+    if not attachments and says_nothing(message.get("content")):
         # Repaired away, it would leave nothing to answer (and Anthropic
         # refuses a request with no messages); prepare() continues a turn.
         raise InvalidInputError("user_input is empty; call prepare() to continue the turn")
@@ -141,7 +147,11 @@ class _Before:
     memories: list[str]
 
 
-def _says_nothing(content: Any) -> bool:
+#: Roles a turn's input cannot have (an unknown one is refused by the log).
+_OTHER_ROLES = ("assistant", "tool", "function", "system", "developer")
+
+
+def says_nothing(content: Any) -> bool:
     """Content the repair drops as empty: no text, blank text, or only
     text blocks of blank text."""
     if content is None or (isinstance(content, str) and not content.strip()):
@@ -213,8 +223,10 @@ class Session:
         self._call_ids: set[str] = set()
         self._pending = self._pending_on_open()
         # A renamed call's id as its server gave it -> the stored ids, so
-        # a result recorded under either answers it.
+        # a result recorded under either answers it; before this process
+        # recorded a reply (after a reopen) the renaming is inferred.
         self._renamed: dict[str, list[str]] = {}
+        self._replied = False
         self._memories: list[str] = []
         self._turn = -1
         self._step = 0
@@ -441,8 +453,13 @@ class Session:
                 raise InvalidInputError("attachments come with a user input")
             timings["append"] = timings["memory"] = 0.0  # the same stages, nothing to do
             parts, mark = self._prompt("", now, timings, started)
+            before = self._turn, self._step
             self._turn, self._step = (0, 0) if self._turn < 0 else (self._turn, self._step + 1)
-            return self._request(parts, timings, started, mark)
+            try:
+                return self._request(parts, timings, started, mark)
+            except BaseException:
+                self._turn, self._step = before  # a failed call is no step
+                raise
         message = _input_message(user_input, attachments)
         check_call_ids(message, "user_input")
         # The search and the prompt need only the input: done before it is
@@ -503,7 +520,9 @@ class Session:
         policy does not place itself) could never be sent: refused before it
         is logged, where a policy that pins the first user message would
         keep it in every later window."""
-        room = self._room(parts.breakdown.total)
+        # The room the selection gets, margin included: the same bound its
+        # own check of the turn in progress uses.
+        room = self._room(parts.breakdown.total) - self._render_margin
         extra = self._extra(memories)
         if extra:
             room -= self.tokenizer.count(extra)
@@ -670,7 +689,7 @@ class Session:
         self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
-        self._renamed = {}
+        self._renamed, self._replied = {}, True
         for given, stored in renamed:
             self._renamed.setdefault(given, []).append(stored)
         if usage is not None:
@@ -704,11 +723,10 @@ class Session:
 
     def _renamed_as(self, given: str) -> list[str]:
         """The stored ids of calls whose server gave ``given``: as renamed
-        by this session's last reply, or (after a reopen, the renaming not
-        kept) the pending ``given_2``, ``given_3``..."""
-        known = self._renamed.get(given)
-        if known:
-            return known
+        by this session's last reply, or (after a reopen, before any reply,
+        the renaming not kept) the pending ``given_2``, ``given_3``..."""
+        if self._replied:
+            return self._renamed.get(given, [])
         prefix = given + "_"
         return [
             stored
