@@ -106,6 +106,22 @@ def test_replay_passes_over_an_empty_user_message(tmp_path):
     assert json.loads(out)["summary"]["calls"] == 5
 
 
+def test_replay_of_an_anthropic_transcript_that_opens_with_a_reply(tmp_path):
+    chat = {
+        "system": "You are terse.",
+        "messages": [
+            {"role": "assistant", "content": "Hi, how can I help?"},
+            {"role": "user", "content": "Fix the build."},
+            {"role": "assistant", "content": "Done."},
+        ],
+    }
+    path = tmp_path / "claude.json"
+    path.write_text(json.dumps(chat), encoding="utf-8")
+    code, out = run(["replay", str(path), "--json", "--model", "claude-sonnet-4-5"])
+    assert code == 0
+    assert json.loads(out)["summary"]["calls"] == 1  # the opening reply answered nothing
+
+
 def test_build_prints_the_last_request_ready_to_send(tmp_path):
     path = tmp_path / "chat.jsonl"
     write_session(path, 15, seed=4)

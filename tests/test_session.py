@@ -637,6 +637,24 @@ def test_a_result_given_twice_is_refused_not_routed_to_a_sibling(tmp_path):
         assert [c.id for c in session.pending] == ["a_2"]
 
 
+def test_after_a_reopen_a_result_given_twice_is_still_refused(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("go")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("a"), call("a_2", "b.py")]})
+    with open_session(tmp_path, compact=False) as again:
+        again.record_tool_result("a", "A result")
+        with pytest.raises(InvalidInputError, match="no tool call 'a' is waiting"):
+            again.record_tool_result("a", "A result again")
+        assert [c.id for c in again.pending] == ["a_2"]
+
+
+def test_an_anthropic_call_with_nothing_to_answer_is_refused(tmp_path):
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        with pytest.raises(InvalidInputError, match="nothing to answer"):
+            session.prepare()
+        assert session.prepare("hi")["messages"] == [{"role": "user", "content": "hi"}]
+
+
 def test_a_failed_step_is_no_step(tmp_path):
     class Failing(PriorityAssembly):
         fail = False
@@ -781,6 +799,42 @@ def test_an_input_at_the_edge_of_the_room_is_sent_or_refused_before_the_log(tmp_
             outcomes.add("sent")
             assert request["messages"][-1]["content"] == text
     assert outcomes == {"sent", "refused"}  # the sweep crosses the edge
+
+
+def test_a_margin_learned_from_one_request_does_not_refuse_a_later_input(tmp_path):
+    """A request that came out over its room once makes the session leave
+    more room spare (up to 1% of the limit); an input that fits the room
+    at the least margin is still sent, not refused."""
+
+    class OverOnce(PriorityAssembly):
+        over = 0
+
+        def select(self, log, room, **kwargs):
+            room, self.over = room + self.over, 0
+            return super().select(log, room, **kwargs)
+
+    policy = OverOnce()
+    budget = Budget.for_model("gpt-4o", window=64_000)
+    tok = Tokenizer()
+    with open_session(tmp_path, policy=policy, budget=budget, compact=False) as session:
+        for turn in range(30):  # more history than the room holds
+            session.prepare(f"filler {turn} " + "word " * 2_000)
+            session.record({"role": "assistant", "content": "ok"})
+        policy.over = 5_000
+        assert session.prepare("next").report.shrunk == 1
+        session.record({"role": "assistant", "content": "ok"})
+        assert session._render_margin > 100  # learned
+        room = session._room(session.builder.build(now="2026-01-01T00:00").breakdown.total)
+        wanted = room - 40  # past the learned margin, within the least one
+        words = next(
+            n
+            for n in range(wanted, 0, -1)
+            if tok.count_messages([{"role": "user", "content": "word " * n}]) <= wanted
+        )
+        big = "word " * words
+        request = session.prepare(big, now="2026-01-01T00:00")
+        assert request["messages"][-1]["content"] == big
+        assert request.report.total <= request.report.limit
 
 
 def test_a_failed_turn_leaves_no_memories_behind(tmp_path):

@@ -184,9 +184,18 @@ def replay(
     result = Replay(model=model, provider=provider, policy=policy)
     assistants = sum(m.get("role") == "assistant" for m in rest)
     done = 0
+    spoke = False  # a user input or a tool result went in: a reply has something to answer
     try:
         for message in rest:
             role = message.get("role")
+            if role == "assistant" and said is None and not spoke:
+                # A reply with nothing before it to answer: no call could have
+                # made it (Anthropic refuses a request with no message). Kept.
+                session.record({k: v for k, v in message.items() if k != "timestamp"})
+                history.append(message)
+                running += tok.count_message(message)
+                done += 1
+                continue
             if role == "assistant":
                 try:
                     request = session.prepare(said)
@@ -248,7 +257,7 @@ def replay(
                     is_error = bool(block.get("is_error", False))
                     _result(session, block.get("tool_use_id"), block.get("content"), is_error)
                 if not says_nothing(rest_of_it):  # text said after the results: the turn's input too
-                    said = {"role": "user", "content": rest_of_it}
+                    said, spoke = {"role": "user", "content": rest_of_it}, True
             elif role in ("system", "developer"):
                 session.log.append({k: v for k, v in message.items() if k != "timestamp"})
             elif role == "user" and says_nothing(message.get("content")):
@@ -261,6 +270,7 @@ def replay(
                 said = (
                     text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
                 )
+                spoke = True
                 if isinstance(text, str) and "constraint" in tag(text):
                     constraints.append(text)
             history.append(message)

@@ -221,6 +221,7 @@ class Session:
         # Call ids the session has seen (the tail read at open, and every
         # reply since), so an id a server gives again is stored fresh.
         self._call_ids: set[str] = set()
+        self._last_calls: set[str] = set()  # the ids the newest reply with calls made, at open
         self._pending = self._pending_on_open()
         # A renamed call's id as its server gave it -> the stored ids, so
         # a result recorded under either answers it; before this process
@@ -408,6 +409,8 @@ class Session:
             found = pending_in(tail)
             if found is not None or len(seqs) == len(path):
                 self._call_ids = call_ids_in(tail)
+                replies = [calls_of(node) for node in tail if calls_of(node)]
+                self._last_calls = {call.id for call in replies[-1]} if replies else set()
                 return found or {}
             size *= 4
 
@@ -520,9 +523,10 @@ class Session:
         policy does not place itself) could never be sent: refused before it
         is logged, where a policy that pins the first user message would
         keep it in every later window."""
-        # The room the selection gets, margin included: the same bound its
-        # own check of the turn in progress uses.
-        room = self._room(parts.breakdown.total) - self._render_margin
+        # The room the selection gets at the least margin (a larger margin
+        # learned from an earlier request is given back for an input that
+        # needs it): the same bound the selection's own check then uses.
+        room = self._room(parts.breakdown.total) - _FIRST_MARGIN
         extra = self._extra(memories)
         if extra:
             room -= self.tokenizer.count(extra)
@@ -555,13 +559,28 @@ class Session:
         # volatile part, their tokens taken off the room once.
         extra = self._extra()
         extra_tokens = self.tokenizer.count(extra) if extra else 0
-        room = max(0, room - extra_tokens - self._render_margin)
-        first_room = room
+        room -= extra_tokens
+        # The least margin: what the check before logging allowed the input.
+        least = max(0, room - _FIRST_MARGIN)
+        room = first_room = max(0, room - self._render_margin)
         shrunk = 0
         while True:
-            selection = self._select(room)
+            try:
+                selection = self._select(room)
+            except OverBudgetError:
+                # A margin learned from an earlier turn's request can leave
+                # this turn's input no room; it goes back to the least once.
+                if shrunk or room >= least:
+                    raise
+                room = first_room = least
+                continue
             mark = self._lap(timings, "select", mark)
             arguments = self._render(parts, selection, extra)
+            if self.provider == "anthropic" and not arguments["messages"]:
+                raise InvalidInputError(
+                    "nothing to answer: Anthropic needs a message, and the history has none;"
+                    " start a turn with prepare(user_input)"
+                )
             mark = self._lap(timings, "render", mark)
             total = self._count(arguments, selection)
             mark = self._lap(timings, "count", mark)
@@ -727,6 +746,8 @@ class Session:
         the renaming not kept) the pending ``given_2``, ``given_3``..."""
         if self._replied:
             return self._renamed.get(given, [])
+        if given in self._last_calls:  # the server's own id in that reply: not renamed
+            return []
         prefix = given + "_"
         return [
             stored
