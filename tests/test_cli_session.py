@@ -122,6 +122,26 @@ def test_replay_of_an_anthropic_transcript_that_opens_with_a_reply(tmp_path):
     assert json.loads(out)["summary"]["calls"] == 1  # the opening reply answered nothing
 
 
+def test_replay_makes_the_call_that_answers_a_tool_result_before_any_input(tmp_path):
+    chat = [
+        {"role": "system", "content": "You are terse."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py b.py"},
+        {"role": "assistant", "content": "Two files."},
+        {"role": "user", "content": "Fix the build."},
+        {"role": "assistant", "content": "Done."},
+    ]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(chat), encoding="utf-8")
+    code, out = run(["replay", str(path), "--json"])
+    assert code == 0
+    assert json.loads(out)["summary"]["calls"] == 2  # the opening reply answered nothing; the next two did
+
+
 def test_build_prints_the_last_request_ready_to_send(tmp_path):
     path = tmp_path / "chat.jsonl"
     write_session(path, 15, seed=4)

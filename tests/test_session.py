@@ -648,6 +648,29 @@ def test_after_a_reopen_a_result_given_twice_is_still_refused(tmp_path):
         assert [c.id for c in again.pending] == ["a_2"]
 
 
+def test_after_a_reopen_an_ambiguous_server_id_is_refused_not_guessed(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("turn 1")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("a")]})
+        session.record_tool_result("a", "one")
+        session.record({"role": "assistant", "content": "Done."})
+        session.prepare("turn 2")
+        calls = session.record(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call("a_2", "two.py"), call("a", "three.py")],
+            }
+        )
+        assert [c.id for c in calls] == ["a_2", "a_3"]
+    with open_session(tmp_path, compact=False) as again:
+        with pytest.raises(InvalidInputError, match="waiting: a_2, a_3"):
+            again.record_tool_result("a", "three")  # a_3, or a stale a? the log cannot say
+        again.record_tool_result("a_2", "two")
+        again.record_tool_result("a_3", "three")
+        assert again.pending == ()
+
+
 def test_an_anthropic_call_with_nothing_to_answer_is_refused(tmp_path):
     with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
         with pytest.raises(InvalidInputError, match="nothing to answer"):

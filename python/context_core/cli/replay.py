@@ -247,6 +247,7 @@ def replay(
                     progress(done, assistants)
             elif role == "tool":
                 _result(session, message.get("tool_call_id"), message.get("content"), False)
+                spoke = True
             elif role == "user" and _results_of(message):
                 rest_of_it = [
                     b
@@ -256,6 +257,7 @@ def replay(
                 for block in _results_of(message):
                     is_error = bool(block.get("is_error", False))
                     _result(session, block.get("tool_use_id"), block.get("content"), is_error)
+                spoke = True
                 if not says_nothing(rest_of_it):  # text said after the results: the turn's input too
                     said, spoke = {"role": "user", "content": rest_of_it}, True
             elif role in ("system", "developer"):

@@ -742,18 +742,21 @@ class Session:
 
     def _renamed_as(self, given: str) -> list[str]:
         """The stored ids of calls whose server gave ``given``: as renamed
-        by this session's last reply, or (after a reopen, before any reply,
-        the renaming not kept) the pending ``given_2``, ``given_3``..."""
+        by this session's last reply; after a reopen, before any reply (the
+        renaming not kept), the one pending ``given_N``, when the reply did
+        not itself make ``given`` and no other ``given_M`` waits (else the
+        caller answers by the id :attr:`pending` shows)."""
         if self._replied:
             return self._renamed.get(given, [])
         if given in self._last_calls:  # the server's own id in that reply: not renamed
             return []
         prefix = given + "_"
-        return [
+        found = [
             stored
             for stored in self._pending
             if stored.startswith(prefix) and stored[len(prefix) :].isdigit()
         ]
+        return found if len(found) == 1 else []
 
     # -- closing -----------------------------------------------------------------
 
