@@ -218,11 +218,10 @@ class Session:
         self._clock = clock
         self._wall = wall
         self._first_seq = len(log)
-        # Call ids the session has seen (the tail read at open, and every
-        # reply since), so an id a server gives again is stored fresh.
-        self._call_ids: set[str] = set()
-        self._last_calls: set[str] = set()  # the ids the newest reply with calls made, at open
-        self._pending = self._pending_on_open()
+        # The calls still waiting, the call ids seen (every reply since adds
+        # its own, so an id a server gives again is stored fresh) and those
+        # the newest reply made, all from the log's last turns.
+        self._pending, self._call_ids, self._last_calls = self._read_tail()
         # A renamed call's id as its server gave it -> the stored ids, so
         # a result recorded under either answers it; before this process
         # recorded a reply (after a reopen) the renaming is inferred.
@@ -398,9 +397,11 @@ class Session:
             with contextlib.suppress(ContextCoreError):
                 preload(namespace=self.namespace)
 
-    def _pending_on_open(self) -> dict[str, ToolCall]:
-        # The tail read grows until it reaches the reply that asked for
-        # tools (a reply may make more calls than the first tail holds).
+    def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], set[str]]:
+        """From the log's last turns: the calls still waiting, the call ids
+        made, and those of the newest reply that made calls. The read grows
+        until it reaches that reply (it may make more calls than the first
+        tail holds)."""
         path = self.log.path()
         size = _TAIL
         while True:
@@ -408,10 +409,9 @@ class Session:
             tail = [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
             found = pending_in(tail)
             if found is not None or len(seqs) == len(path):
-                self._call_ids = call_ids_in(tail)
-                replies = [calls_of(node) for node in tail if calls_of(node)]
-                self._last_calls = {call.id for call in replies[-1]} if replies else set()
-                return found or {}
+                replies = [calls for calls in map(calls_of, tail) if calls]
+                made = {call.id for calls in replies for call in calls}
+                return found or {}, made, {call.id for call in replies[-1]} if replies else set()
             size *= 4
 
     # -- a turn ------------------------------------------------------------------
@@ -554,12 +554,11 @@ class Session:
 
     def _request(self, parts: PromptParts, timings: dict[str, float], started: float, mark: float) -> Request:
         limit = self._room(0)
-        room = self._room(parts.breakdown.total)
         # Memories for a policy that does not place them: rendered after the
         # volatile part, their tokens taken off the room once.
         extra = self._extra()
         extra_tokens = self.tokenizer.count(extra) if extra else 0
-        room -= extra_tokens
+        room = self._room(parts.breakdown.total) - extra_tokens
         # The least margin: what the check before logging allowed the input.
         least = max(0, room - _FIRST_MARGIN)
         room = first_room = max(0, room - self._render_margin)
