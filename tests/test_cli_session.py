@@ -86,6 +86,15 @@ def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
     assert run(["replay", str(anthropic), "--provider", "openai"])[0] == 2  # the wrong shape, said
 
 
+def replay_calls(tmp_path, transcript, *options: str) -> int:
+    """Replay ``transcript`` (written as JSON) and return how many calls it made."""
+    path = tmp_path / "transcript.json"
+    path.write_text(json.dumps(transcript), encoding="utf-8")
+    code, out = run(["replay", str(path), "--json", *options])
+    assert code == 0
+    return json.loads(out)["summary"]["calls"]
+
+
 def test_replay_passes_over_an_empty_user_message(tmp_path):
     chat = [
         {"role": "user", "content": "Read a.py"},
@@ -99,11 +108,7 @@ def test_replay_passes_over_an_empty_user_message(tmp_path):
         {"role": "user", "content": "No, thanks."},
         {"role": "assistant", "content": "Bye."},
     ]
-    path = tmp_path / "chat.json"
-    path.write_text(json.dumps(chat), encoding="utf-8")
-    code, out = run(["replay", str(path), "--json"])
-    assert code == 0
-    assert json.loads(out)["summary"]["calls"] == 5
+    assert replay_calls(tmp_path, chat) == 5
 
 
 def test_replay_of_an_anthropic_transcript_that_opens_with_a_reply(tmp_path):
@@ -115,11 +120,9 @@ def test_replay_of_an_anthropic_transcript_that_opens_with_a_reply(tmp_path):
             {"role": "assistant", "content": "Done."},
         ],
     }
-    path = tmp_path / "claude.json"
-    path.write_text(json.dumps(chat), encoding="utf-8")
-    code, out = run(["replay", str(path), "--json", "--model", "claude-sonnet-4-5"])
-    assert code == 0
-    assert json.loads(out)["summary"]["calls"] == 1  # the opening reply answered nothing
+    assert (
+        replay_calls(tmp_path, chat, "--model", "claude-sonnet-4-5") == 1
+    )  # the opening reply answered nothing
 
 
 def test_replay_makes_the_call_that_answers_a_tool_result_before_any_input(tmp_path):
@@ -135,11 +138,7 @@ def test_replay_makes_the_call_that_answers_a_tool_result_before_any_input(tmp_p
         {"role": "user", "content": "Fix the build."},
         {"role": "assistant", "content": "Done."},
     ]
-    path = tmp_path / "chat.json"
-    path.write_text(json.dumps(chat), encoding="utf-8")
-    code, out = run(["replay", str(path), "--json"])
-    assert code == 0
-    assert json.loads(out)["summary"]["calls"] == 2  # the opening reply answered nothing; the next two did
+    assert replay_calls(tmp_path, chat) == 2  # the opening reply answered nothing; the next two did
 
 
 def test_build_prints_the_last_request_ready_to_send(tmp_path):

@@ -648,20 +648,20 @@ def test_after_a_reopen_a_result_given_twice_is_still_refused(tmp_path):
         assert [c.id for c in again.pending] == ["a_2"]
 
 
+def a_then_a_again(session, second: list[dict]) -> tuple:
+    """Turn 1 calls `a` and has it answered ("one"); turn 2's reply makes
+    the ``second`` calls. Its ToolCalls, under the stored ids."""
+    session.prepare("turn 1")
+    session.record({"role": "assistant", "content": None, "tool_calls": [call("a")]})
+    session.record_tool_result("a", "one")
+    session.record({"role": "assistant", "content": "Done."})
+    session.prepare("turn 2")
+    return session.record({"role": "assistant", "content": None, "tool_calls": second})
+
+
 def test_after_a_reopen_an_ambiguous_server_id_is_refused_not_guessed(tmp_path):
     with open_session(tmp_path, compact=False) as session:
-        session.prepare("turn 1")
-        session.record({"role": "assistant", "content": None, "tool_calls": [call("a")]})
-        session.record_tool_result("a", "one")
-        session.record({"role": "assistant", "content": "Done."})
-        session.prepare("turn 2")
-        calls = session.record(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [call("a_2", "two.py"), call("a", "three.py")],
-            }
-        )
+        calls = a_then_a_again(session, [call("a_2", "two.py"), call("a", "three.py")])
         assert [c.id for c in calls] == ["a_2", "a_3"]
     with open_session(tmp_path, compact=False) as again:
         with pytest.raises(InvalidInputError, match="waiting: a_2, a_3"):
@@ -716,24 +716,13 @@ def test_an_input_of_another_role_is_refused(tmp_path, role):
 
 def test_ids_a_server_gives_beside_a_renamed_one_keep_their_own_calls(tmp_path):
     with open_session(tmp_path, compact=False) as session:
-        session.prepare("turn 1")
-        session.record({"role": "assistant", "content": None, "tool_calls": [call("a")]})
-        session.record_tool_result("a", "one.py")
-        session.record({"role": "assistant", "content": "Done."})
-        session.prepare("turn 2")
-        calls = session.record(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [call("a", "two.py"), call("a_2", "three.py")],
-            }
-        )
+        calls = a_then_a_again(session, [call("a", "two.py"), call("a_2", "three.py")])
         assert [(c.id, c.arguments["path"]) for c in calls] == [("a_3", "two.py"), ("a_2", "three.py")]
         session.record_tool_result("a_2", "contents of three.py")  # the server's own a_2
         session.record_tool_result("a", "contents of two.py")  # the server's a, given again
         sent = session.prepare()["messages"]
         answers = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
-        assert answers == {"a": "one.py", "a_2": "contents of three.py", "a_3": "contents of two.py"}
+        assert answers == {"a": "one", "a_2": "contents of three.py", "a_3": "contents of two.py"}
 
 
 def test_after_a_reopen_an_id_in_the_window_given_again_is_stored_fresh(tmp_path):
