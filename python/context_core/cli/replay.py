@@ -259,7 +259,7 @@ def replay(
                     _result(session, block.get("tool_use_id"), block.get("content"), is_error)
                 spoke = True
                 if not says_nothing(rest_of_it):  # text said after the results: the turn's input too
-                    said, spoke = {"role": "user", "content": rest_of_it}, True
+                    said = {"role": "user", "content": rest_of_it}
             elif role in ("system", "developer"):
                 session.log.append({k: v for k, v in message.items() if k != "timestamp"})
             elif role == "user" and says_nothing(message.get("content")):
