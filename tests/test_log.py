@@ -271,6 +271,37 @@ def test_one_writer_many_readers(where):
         assert len(again) == len(HISTORY) + 1
 
 
+@pytest.mark.parametrize("reference", [False, True], ids=["rust", "twin"])
+def test_numbers_the_header_cannot_hold_are_refused_by_both_logs(tmp_path, reference):
+    """A time that is not finite (every later default stamp would follow an
+    infinite one) and a finite weight or priority beyond f32's range are
+    refused, in the keywords and in the message alike; an infinite weight
+    is a value the header holds."""
+    from context_core import reference as twin
+
+    opened = (twin.MessageLog if reference else MessageLog).open(tmp_path / "log", create=True)
+    fine = {"role": "user", "content": "x"}
+    with opened as log:
+        for keywords in (
+            {"timestamp": float("inf")},
+            {"timestamp": float("-inf")},
+            {"timestamp": float("nan")},
+            {"weight": 1e300},
+            {"priority": -1e39},
+        ):
+            with pytest.raises(InvalidInputError):
+                log.append(fine, **keywords)
+            with pytest.raises(InvalidInputError):
+                log.append({**fine, **keywords})
+        assert len(log) == 0, "nothing was written by the refused calls"
+        log.append(fine, weight=float("inf"), timestamp=5.0)
+        log.append(fine)
+        later = log.headers()["timestamp"]
+        assert later[0] == 5.0
+        assert later[1] > 5.0
+        assert log.headers()["weight"][0] == float("inf")
+
+
 def test_bad_input_is_refused_cleanly(where):
     with pytest.raises(LogNotFoundError):
         MessageLog.open(where)

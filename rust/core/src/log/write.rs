@@ -208,16 +208,25 @@ impl MessageLog {
             }
         }
         let given = options.timestamp.or(info.timestamp);
+        let timestamp = given.unwrap_or(stamp);
+        if !timestamp.is_finite() {
+            // Ages come from it: one infinite time would make every later
+            // default stamp (never before the last) infinite too.
+            return Err(Error::InvalidValue {
+                path: "timestamp".into(),
+                reason: format!("must be finite, not {timestamp}"),
+            });
+        }
         let node = Node {
             seq,
             parent,
-            timestamp: given.unwrap_or(stamp),
+            timestamp,
             offset: 0,
             stored_len: 0,
             raw_len: 0,
             tokens: u32::try_from(info.tokens).unwrap_or(u32::MAX),
-            weight: finite_f32(options.weight.or(info.weight), f32::NAN),
-            priority: finite_f32(options.priority.or(Some(info.priority)), 0.0),
+            weight: header_f32(options.weight.or(info.weight), f32::NAN, "weight")?,
+            priority: header_f32(options.priority.or(Some(info.priority)), 0.0, "priority")?,
             hash: 0,
             role: format::role_byte(info.role),
             kind: KIND_MESSAGE,
@@ -474,8 +483,20 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn finite_f32(value: Option<f64>, default: f32) -> f32 {
-    value.map_or(default, |v| v as f32)
+/// The value as the header stores it: a finite value f32 cannot hold is
+/// refused rather than stored as an infinity.
+fn header_f32(value: Option<f64>, default: f32, what: &str) -> Result<f32> {
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    let stored = value as f32;
+    if stored.is_infinite() && value.is_finite() {
+        return Err(Error::InvalidValue {
+            path: what.into(),
+            reason: format!("{value} is out of the f32 range"),
+        });
+    }
+    Ok(stored)
 }
 
 /// The roles a chat message may have, in either provider's format.
