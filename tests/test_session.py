@@ -517,6 +517,10 @@ def test_the_async_session_has_the_same_turn(tmp_path):
             await session.record_tool_result("call_1", "x = 1")
             inner = await session.prepare()
             assert inner["messages"][-1]["role"] == "tool"
+            assert session.last_report is inner.report
+            roles = [m["role"] for m in await session.history()]
+            assert roles == ["user", "assistant", "tool"]
+            assert [m["role"] for m in await session.history(since=2)] == ["tool"]
 
     asyncio.run(run())
     with open_session(tmp_path, compact=False) as reopened:

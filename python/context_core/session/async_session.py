@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from context_core.session.report import Request
+from context_core.session.report import Request, TurnReport
 from context_core.session.session import Session
 from context_core.session.tool_calls import ToolCall
 
@@ -37,6 +37,16 @@ class AsyncSession:
     @property
     def pending(self) -> tuple[ToolCall, ...]:
         return self.session.pending
+
+    @property
+    def last_report(self) -> TurnReport | None:
+        """The last request's report (``None`` before the first)."""
+        return self.session.last_report
+
+    async def history(self, *, since: int = 0) -> list[dict[str, Any]]:
+        """As :meth:`Session.history`, read in a thread: it reads every
+        message of the path."""
+        return await asyncio.to_thread(self.session.history, since=since)
 
     async def prepare(
         self,
