@@ -293,6 +293,9 @@ def test_options_are_checked(tmp_path):
     for bad in ({"max_lines": 0}, {"lock_timeout": -1}, {"durability": "sometimes"}, {"max_line_bytes": 1.5}):
         with pytest.raises((InvalidInputError, TypeError)):
             MemoryFiles(tmp_path, **bad)
+    for name in ("gc_interval", "lock_timeout", "poll_interval"):
+        with pytest.raises(InvalidInputError, match=name):
+            MemoryFiles(tmp_path, **{name: float("nan")})
     with pytest.raises(TypeError):
         MemoryFiles(3)  # type: ignore[arg-type]
     with pytest.raises(MemoryPathError, match="does not exist"):

@@ -156,7 +156,8 @@ class MemoryFiles:
             ("lock_timeout", lock_timeout),
             ("poll_interval", poll_interval),
         ):
-            if not isinstance(number, (int, float)) or isinstance(number, bool) or number < 0:
+            # `not number >= 0`: NaN is refused too (it compares false with anything).
+            if not isinstance(number, (int, float)) or isinstance(number, bool) or not number >= 0:
                 raise InvalidInputError(f"{name} must be a number >= 0, got {number!r}")
         if durability not in ("always", "never"):
             raise InvalidInputError(f"durability must be 'always' or 'never', got {durability!r}")
