@@ -116,6 +116,22 @@ def test_search_reads_its_namespace_exactly_or_several_together(store):
     assert together[0].reasons[0] == "entity"
 
 
+def test_keyword_scores_are_scaled_by_the_best_match_of_the_whole_search(store):
+    """Keyword scores are BM25 over the best BM25 of the whole search, not
+    of each namespace: a namespace's weak match does not score 1 because it
+    is that namespace's best."""
+    best = store.remember("rollback the kafka consumer", namespace="a")
+    store.remember("rollback steps", namespace="a")
+    weak = store.remember("rollback steps", namespace="b")
+    for word in ("alpha", "beta", "gamma"):  # an index of some size, so IDFs are not all near zero
+        store.remember(f"{word} notes", namespace="b")
+    found = store.search("rollback kafka consumer", namespace=["a", "b"])
+    hits = {h.memory.id: h for h in found}
+    assert hits[best.id].keyword == 1.0
+    assert 0.0 < hits[weak.id].keyword < 1.0
+    assert found[0].memory.id == best.id
+
+
 @pytest.mark.parametrize(
     ("bad", "error"),
     [

@@ -3,7 +3,8 @@
 A search hit's score is its relevance, then a rerank:
 
 ``relevance = VECTOR_WEIGHT * cosine + KEYWORD_WEIGHT * keyword``, where
-``keyword`` is the hit's BM25 over the best BM25 of the query (0 to 1);
+``keyword`` is the hit's BM25 over the best BM25 of the search, across
+all the namespaces it reads (0 to 1);
 
 ``score = relevance + IMPORTANCE_WEIGHT * importance
 + RECENCY_WEIGHT * freshness(last access) + FREQUENCY_WEIGHT * frequency``.

@@ -227,6 +227,28 @@ _T = TypeVar("_T")
 _Finish: TypeAlias = Callable[[sqlite3.Connection, list[tuple[_Ranked, tuple[Any, ...]]], float], list[_T]]
 
 
+def _keyword_hits(
+    db: sqlite3.Connection, namespace: str, terms: str, kinds: tuple[str, ...] | None, pool: int
+) -> list[tuple[int, float]]:
+    """``(rowid, bm25)`` of the ``pool`` best keyword matches in
+    ``namespace`` (of ``kinds``: the best of those, not filtered after)."""
+    query = match_query(db, namespace, terms)
+    if query is None:
+        return []
+    if kinds is None:
+        return db.execute(
+            f"SELECT rowid, {RANK} FROM terms WHERE terms MATCH ? AND namespace = ? ORDER BY {RANK} LIMIT ?",
+            (query, namespace, pool),
+        ).fetchall()
+    marks = ",".join("?" * len(kinds))
+    return db.execute(
+        f"SELECT terms.rowid, {RANK} FROM terms JOIN memories ON memories.rowid = terms.rowid"
+        f" WHERE terms MATCH ? AND terms.namespace = ? AND memories.kind IN ({marks})"
+        f" ORDER BY {RANK} LIMIT ?",
+        (query, namespace, *kinds, pool),
+    ).fetchall()
+
+
 def _chunks(rowids: list[int], size: int = 900) -> Iterator[list[int]]:
     for start in range(0, len(rowids), size):
         yield rowids[start : start + size]
@@ -1130,10 +1152,25 @@ class MemoryStore:
                 checked(vector[None, :], 1, self._dim)
 
             def work(db: sqlite3.Connection) -> tuple[list[_T], list[str]]:
+                pool = max(4 * k, 32)
+                found = {ns: _keyword_hits(db, ns, terms, kinds, pool) for ns in namespaces}
+                # Keyword scores over the best BM25 of the whole search: a
+                # namespace's weak best match does not score 1 beside another
+                # namespace's strong one.
+                best = max((-score for hits in found.values() for _, score in hits), default=0.0) or 1.0
                 ranked = [
                     hit
                     for namespace in namespaces
-                    for hit in self._candidates(db, namespace, vector, wanted, terms, k, kinds, now)
+                    for hit in self._candidates(
+                        db,
+                        namespace,
+                        vector,
+                        wanted,
+                        {rowid: max(0.0, -score) / best for rowid, score in found[namespace]},
+                        pool,
+                        kinds,
+                        now,
+                    )
                 ]
                 if len(namespaces) > 1:
                     ranked.sort(key=_Ranked.order)
@@ -1159,16 +1196,16 @@ class MemoryStore:
         namespace: str,
         vector: np.ndarray,
         wanted: list[str],
-        terms: str,
-        k: int,
+        keyword: dict[int, float],
+        pool: int,
         kinds: tuple[str, ...] | None,
         now: float,
     ) -> list[_Ranked]:
-        """Every candidate (an entity it shares, a near vector, a keyword
-        match) scored from the few columns ranking needs, best first."""
+        """Every candidate (an entity it shares, one of the ``pool`` nearest
+        vectors, a ``keyword`` match: rowid to its keyword score) scored from
+        the few columns ranking needs, best first."""
         index = self._namespace_vectors(namespace)
         index.sync(db)
-        pool = max(4 * k, 32)
         shared: dict[int, list[str]] = {}
         common: list[str] = []  # named by more than ENTITY_MATCHES memories
         for value in dict.fromkeys(wanted):
@@ -1182,27 +1219,6 @@ class MemoryStore:
             for (rowid,) in found:
                 shared.setdefault(rowid, []).append(value)
         cosines = dict(index.nearest(vector, pool, quantise_from=QUANTISE_FROM, kinds=kinds))
-        keyword: dict[int, float] = {}
-        query = match_query(db, namespace, terms)
-        if query is not None and kinds is None:
-            found = db.execute(
-                f"SELECT rowid, {RANK} FROM terms WHERE terms MATCH ? AND namespace = ?"
-                f" ORDER BY {RANK} LIMIT ?",
-                (query, namespace, pool),
-            ).fetchall()
-        elif query is not None and kinds is not None:  # the best of those kinds, not filtered after
-            marks = ",".join("?" * len(kinds))
-            found = db.execute(
-                f"SELECT terms.rowid, {RANK} FROM terms JOIN memories ON memories.rowid = terms.rowid"
-                f" WHERE terms MATCH ? AND terms.namespace = ? AND memories.kind IN ({marks})"
-                f" ORDER BY {RANK} LIMIT ?",
-                (query, namespace, *kinds, pool),
-            ).fetchall()
-        else:
-            found = []
-        if found:
-            best = max(-score for _, score in found) or 1.0
-            keyword = {rowid: max(0.0, -score) / best for rowid, score in found}
         if common:  # marked on the candidates that name them, not read for every memory that does
             found_ids = list({*cosines, *keyword} - set(shared))
             for chunk in _chunks(found_ids):
