@@ -6,8 +6,12 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
+import shutil
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -299,3 +303,122 @@ def test_build_says_when_the_last_turn_cannot_fit(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "over the budget" in err
     assert "Traceback" not in err
+
+
+def test_a_pipe_closed_before_the_buffered_output_is_written_ends_with_141(tmp_path):
+    """Output smaller than the buffer is written when the command ends, not
+    at the interpreter's exit, where the error escaped the handler (exit 120)."""
+    small = tmp_path / "a.txt"
+    small.write_text("hi", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    argv = [sys.executable, "-m", "context_core", "count", str(small)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as child:
+        assert child.stdout is not None
+        child.stdout.close()  # as `| true` does, before the child writes
+        _, err = child.communicate()
+    assert child.returncode == 141
+    assert err == b""
+
+
+def test_json_output_is_json_whatever_text_it_holds(tmp_path):
+    lone = tmp_path / "lone.json"
+    lone.write_text(json.dumps([{"role": "user", "content": "hi \ud800 there 你好"}]), encoding="ascii")
+    code, out = run(["sanitize", str(lone)])
+    assert code == 0
+    assert json.loads(out)["messages"][0]["content"] == "hi \ud800 there 你好"
+    # A strict UTF-8 stdout and a file name that is not UTF-8: written, not a traceback.
+    odd = tmp_path.joinpath(os.fsdecode(b"\xff.txt"))
+    odd.write_text("hi", encoding="utf-8")
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    for argv in (["count", str(odd)], ["sanitize", str(lone)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "context_core", *argv], capture_output=True, env=env, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert b"Traceback" not in done.stderr
+        done.stdout.decode("utf-8")  # valid UTF-8
+    assert json.loads(done.stdout)["messages"][0]["content"] == "hi \ud800 there 你好"
+
+
+def test_the_baselines_count_in_the_models_encoding_with_the_priming_once(tmp_path):
+    chat = [
+        {"role": "user", "content": "请把订单 A-88 的退款写进报告，金额保持人民币。" * 4},
+        {"role": "assistant", "content": "好的，我会把退款写进报告。"},
+        {"role": "user", "content": "再检查一遍所有的金额。"},
+        {"role": "assistant", "content": "已经检查过了。"},
+    ]
+    path = tmp_path / "zh.json"
+    path.write_text(json.dumps(chat, ensure_ascii=False), encoding="utf-8")
+    naive = {}
+    for model in ("gpt-4o", "gpt-4"):
+        code, out = run(["replay", str(path), "--json", "--model", model])
+        assert code == 0
+        calls = json.loads(out)["calls"]
+        assert all(c["last_n"] == c["naive"] for c in calls)  # fewer than 20 messages: the same count
+        naive[model] = calls[0]["naive"]
+    cl100k, o200k = Tokenizer("cl100k_base"), Tokenizer("o200k_base")
+    assert cl100k.count(chat[0]["content"]) > o200k.count(chat[0]["content"])
+    assert naive["gpt-4"] > naive["gpt-4o"]  # gpt-4 counts Chinese in cl100k_base, as `sent` is
+
+
+def test_the_progress_bar_is_drawn_on_the_terminal_it_was_checked_for(monkeypatch):
+    from context_core.cli.replay import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stdout, stderr = io.StringIO(), Terminal()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    update, stop = _progress(stderr)
+    update(3, 10)
+    stop()
+    assert "replaying" in stderr.getvalue()
+    assert stdout.getvalue() == ""
+
+
+def test_replay_reads_a_sessions_directory_and_warns_of_a_damaged_log(tmp_path, capsys):
+    from context_core import Session
+
+    with Session.open(tmp_path / "s", model="gpt-4o", store=False, compact=False) as session:
+        for i in range(3):
+            session.prepare(f"question {i}")
+            session.record({"role": "assistant", "content": f"answer {i}"})
+    code, out = run(["replay", str(tmp_path / "s"), "--json"])
+    assert code == 0
+    assert json.loads(out)["summary"]["calls"] == 3
+    code, _ = run(["inspect", str(tmp_path / "s"), "--json"])
+    assert code == 0
+    index = tmp_path / "s" / "log" / "index"
+    index.write_bytes(index.read_bytes()[: 64 + 4 * 72])  # the header and the first four records
+    capsys.readouterr()
+    code, out = run(["replay", str(tmp_path / "s"), "--json"])
+    err = capsys.readouterr().err
+    assert "warning" in err
+    assert code == 0
+    assert json.loads(out)["summary"]["calls"] == 2  # what the index still holds
+
+
+def test_the_demo_writes_its_session_in_a_private_directory(capsys):
+    paths = []
+    for _ in range(2):
+        assert run(["demo", "--turns", "1", "--seed", "5", "--json"])[0] == 0
+        said = capsys.readouterr().err
+        paths.append(Path(said.split(" to ", 1)[1].split()[0]))
+    assert paths[0] != paths[1]  # the same seed twice: two files, neither a fixed name
+    for path in paths:
+        assert path.is_file()
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        shutil.rmtree(path.parent)
+
+
+def test_eval_checks_for_the_plot_extra_before_it_runs(tmp_path, monkeypatch, capsys):
+    import context_core.cli.evaluate as evaluate
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the evaluation ran")
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    monkeypatch.setattr(evaluate, "score", never)
+    assert run(["eval", "--plot", str(tmp_path / "x.png")])[0] == 2
+    assert "matplotlib" in capsys.readouterr().err

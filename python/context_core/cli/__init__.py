@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -150,9 +151,18 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     module, function = COMMANDS[args.command]
     from context_core.errors import ContextCoreError
 
+    if stdout is sys.stdout and isinstance(stdout, io.TextIOWrapper):
+        # A text the terminal's encoding cannot hold (a lone surrogate from
+        # JSON or a file name that is not UTF-8) is written as its escape,
+        # which inside a JSON string is the same character.
+        stdout.reconfigure(errors="backslashreplace")
     try:
         command = getattr(importlib.import_module(f"context_core.cli.{module}"), function)
-        return int(command(args, stdin, stdout))
+        status = int(command(args, stdin, stdout))
+        # Written while the pipe may still close under us, not at the
+        # interpreter's exit, where the error would escape the handler.
+        stdout.flush()
+        return status
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, as a pipeline expects.
         try:
@@ -161,7 +171,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         except (OSError, ValueError):
             pass
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
-    except (ContextCoreError, OSError, UnicodeDecodeError) as error:
+    except (ContextCoreError, OSError, UnicodeError) as error:
         print(f"context-core: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -21,6 +21,7 @@ class _PipeConsole(Console):
         raise BrokenPipeError
 
 
-def console(file: TextIO, width: int) -> Console:
-    """A console writing to ``file``, ``width`` columns wide, no highlighting."""
+def console(file: TextIO, width: int | None) -> Console:
+    """A console writing to ``file``, ``width`` columns wide (``None``: the
+    terminal's), no highlighting."""
     return _PipeConsole(file=file, width=width, highlight=False)

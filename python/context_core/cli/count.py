@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from context_core import ContextCoreError, Tokenizer, UnknownModelError, sanitize
+from context_core.cli.output import write_json
 from context_core.tokens import ENCODINGS, REPLY_PRIMING
 
 
@@ -155,8 +156,7 @@ def run_count(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             "inputs": [report.as_json() for report in reports],
             "total": sum(report.total for report in reports),
         }
-        json.dump(document, stdout, ensure_ascii=False, indent=2)
-        stdout.write("\n")
+        write_json(document, stdout)
     elif reports:
         print_table(reports, tokenizer.name, stdout)
     return 2 if failed else 0
@@ -177,6 +177,5 @@ def run_sanitize(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int
             for c in result.changes
         ],
     }
-    json.dump(document, stdout, ensure_ascii=False, indent=2)
-    stdout.write("\n")
+    write_json(document, stdout)
     return 0

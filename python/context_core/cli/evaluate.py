@@ -10,13 +10,13 @@ word for word, at the last call (and the lowest share on any call).
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
 from context_core.cli.count import InputError
+from context_core.cli.output import write_json
 
 __all__ = ["run_eval", "score"]
 
@@ -75,7 +75,9 @@ def score(
     return rows
 
 
-def _plot(rows: list[dict[str, Any]], path: str) -> None:
+def _pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files only; checked before the
+    evaluation runs, so a missing extra does not throw its results away."""
     try:
         import matplotlib  # type: ignore[import-not-found]  # the plot extra
 
@@ -83,6 +85,10 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
         import matplotlib.pyplot as plt  # type: ignore[import-not-found]
     except ImportError:
         raise InputError("--plot needs matplotlib: pip install 'context-core[plot]'") from None
+    return plt
+
+
+def _plot(rows: list[dict[str, Any]], path: str, plt: Any) -> None:
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for policy in dict.fromkeys(r["policy"] for r in rows):
         mine = [r for r in rows if r["policy"] == policy and r["retention"] is not None]
@@ -108,17 +114,17 @@ def run_eval(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if args.sessions < 1 or args.turns < 1:
         raise InputError("--sessions and --turns must be at least 1")
     budgets = _budgets(args.budgets)
+    plt = _pyplot() if args.plot else None
     update, stop = _progress(sys.stderr)
     try:
         rows = score(args.sessions, args.turns, budgets, POLICIES, update)
     finally:
         stop()
     if args.plot:
-        _plot(rows, args.plot)
+        _plot(rows, args.plot, plt)
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.json:
-        json.dump(rows, stdout, indent=2)
-        stdout.write("\n")
+        write_json(rows, stdout)
         return 0
     from rich.table import Table
 

@@ -9,6 +9,8 @@ import json
 from typing import Any, TextIO
 
 from context_core.cli.count import InputError
+from context_core.cli.log_dir import open_log
+from context_core.cli.output import write_json
 
 __all__ = ["run_inspect"]
 
@@ -16,14 +18,9 @@ _KINDS = {0: "message", 1: "summary", 2: "branch"}
 
 
 def describe(path: str, tail: int) -> dict[str, Any]:
-    from context_core import LogCorruptError, LogNotFoundError
-    from context_core.log import MessageLog
+    from context_core import LogCorruptError
 
-    try:
-        log = MessageLog.open(path, readonly=True)
-    except LogNotFoundError:
-        raise InputError(f"{path}: no message log there") from None
-    with log:
+    with open_log(path) as log:
         headers = log.headers()
         kinds = headers["kind"]
         path_seqs = log.path()
@@ -73,8 +70,7 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         raise InputError(f"--tail must be >= 0, got {args.tail}")
     facts = describe(args.log, args.tail)
     if args.json:
-        json.dump(facts, stdout, ensure_ascii=False, indent=2)
-        stdout.write("\n")
+        write_json(facts, stdout)
         return 0 if facts["check"] == "ok" else 2
     from rich.table import Table
 

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from context_core.cli.count import InputError, parse_chat
+from context_core.cli.log_dir import open_log
+from context_core.cli.output import write_json
 
 __all__ = ["Replay", "load_transcript", "replay", "run_build", "run_demo", "run_replay"]
 
@@ -103,9 +105,14 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
     Anthropic, a request body) or of a message log directory."""
     where = Path(path)
     if where.is_dir():
-        from context_core.log import MessageLog
+        from context_core import LogCorruptError
 
-        with MessageLog.open(where, readonly=True) as log:
+        with open_log(path) as log:
+            try:
+                log.verify()
+            except LogCorruptError as error:
+                # What can be read is still replayed; the user is told it is partial.
+                print(f"context-core: warning: {error}; replaying what can be read", file=sys.stderr)
             nodes = log.read(log.path())
         return [n for n in nodes if isinstance(n, dict) and "role" in n], []
     try:
@@ -155,7 +162,7 @@ def replay(
     progress: Any = None,
 ) -> Replay:
     """Drive a session in ``directory`` through ``messages``."""
-    from context_core import Budget, MemoryStore, OverBudgetError, Session, Tokenizer
+    from context_core import Budget, MemoryStore, OverBudgetError, Session
     from context_core.memory_store import HashingEmbedder
     from context_core.select import tag
     from context_core.session.session import says_nothing
@@ -174,7 +181,7 @@ def replay(
         # Hashing vectors: no model to load, the same on every host.
         store=MemoryStore(Path(directory) / "memory.db", embedder=HashingEmbedder()),
     )
-    tok = Tokenizer()
+    tok = session.tokenizer  # the model's encoding: the baselines in the units `sent` is in
     fixed = tok.count_messages([{"role": "system", "content": identity}] if identity else [], tools or None)
     history: list[dict[str, Any]] = []
     running = 0  # tokens of the history so far, message by message
@@ -226,7 +233,8 @@ def replay(
                         step=report.step,
                         sent=report.total,
                         naive=fixed + running,
-                        last_n=fixed + tok.count_messages(history[-LAST_N:]),
+                        # `fixed` holds the reply priming once; the messages are counted alone.
+                        last_n=fixed + sum(map(tok.count_message, history[-LAST_N:])),
                         latency_ms=(report.timings["total"] + recorded) * 1e3,
                         prefix_changed=report.prefix_changed,
                         constraints=len(constraints),
@@ -311,7 +319,18 @@ def _progress(stderr: TextIO) -> tuple[Any, Any]:
     if stderr.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        bar = Progress("replaying", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
+        from context_core.cli.console import console
+
+        # On stderr, the terminal it was checked for: stdout may be a file
+        # the report goes to.
+        bar = Progress(
+            "replaying",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            transient=True,
+            console=console(stderr, None),
+        )
         task = bar.add_task("replay", total=None)
         bar.start()
 
@@ -336,6 +355,7 @@ def print_replay(result: Replay, rows: int, out: TextIO) -> None:
 
     screen = console(out, 120)
     calls = result.calls
+    rows = min(rows, len(calls))  # evenly spaced calls: never more rows than calls
     pick = sorted({round(i * (len(calls) - 1) / max(1, rows - 1)) for i in range(rows)}) if calls else []
     table = Table(title=f"Per call ({len(pick)} of {len(calls)}, evenly spaced)")
     for name in ("turn", "call", "msgs", "sent", "naive", "last 20", "kept rules", "ms", "prefix"):
@@ -441,8 +461,7 @@ def _check_rows(args: argparse.Namespace) -> None:
 def _emit(result: Replay, args: argparse.Namespace, out: TextIO) -> None:
     if args.json:
         document = {"summary": result.summary(), "calls": [vars(c) for c in result.calls]}
-        json.dump(document, out, ensure_ascii=False, indent=2)
-        out.write("\n")
+        write_json(document, out)
     else:
         print_replay(result, args.rows, out)
 
@@ -453,7 +472,9 @@ def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if args.turns < 1:
         raise InputError(f"--turns must be at least 1, got {args.turns}")
     _check_rows(args)
-    path = Path(tempfile.gettempdir()) / f"context-core-demo-{args.seed}.jsonl"
+    # A directory of its own (0700): a fixed name in a shared /tmp could be
+    # another user's file, or a link to one.
+    path = Path(tempfile.mkdtemp(prefix="context-core-demo-")) / f"session-{args.seed}.jsonl"
     messages = write_session(path, args.turns, args.seed)
     print(f"wrote a {args.turns}-turn agent session ({len(messages):,} messages) to {path}", file=sys.stderr)
     _emit(_run(args, messages, TOOLS, sys.stderr), args, stdout)
@@ -488,8 +509,7 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             f"{args.file}: the last turn's input alone is over the budget; no request can be built"
         )
     if args.json:
-        json.dump(request, stdout, ensure_ascii=False, indent=2)
-        stdout.write("\n")
+        write_json(request, stdout)
         return 0
     from rich.table import Table
 
