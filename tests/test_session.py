@@ -760,6 +760,34 @@ def test_after_a_reopen_an_id_in_the_window_given_again_is_stored_fresh(tmp_path
         assert fourth.pending == ()
 
 
+def test_after_a_reopen_an_id_outside_the_window_given_again_is_stored_fresh(tmp_path):
+    """An old turn can come back into a window that widens (here a larger
+    budget; a learned ratio under 1 does the same): an id given again beside
+    it must not be repaired away with the turn in progress's result."""
+    narrow = Budget.for_model("gpt-4o", window=6_000)
+    with open_session(tmp_path, compact=False, budget=narrow) as session:
+        session.prepare("Read zero.py")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("call_0", "zero.py")]})
+        session.record_tool_result("call_0", "contents of zero.py")
+        session.record({"role": "assistant", "content": "Read."})
+        for turn in range(40):
+            session.prepare(f"chat {turn} " + "words " * 150)
+            session.record({"role": "assistant", "content": f"reply {turn}"})
+    with open_session(tmp_path, compact=False, budget=narrow) as again:
+        first = again.prepare("Look again")
+        assert "contents of zero.py" not in json.dumps(first["messages"])  # outside the window at open
+        (fresh,) = again.record(
+            {"role": "assistant", "content": None, "tool_calls": [call("call_0", "new.py")]}
+        )
+        assert fresh.id == "call_0_2"
+        again.record_tool_result("call_0", "contents of new.py")
+    with open_session(tmp_path, compact=False) as wide:  # the whole history fits again
+        request = wide.prepare()
+        assert [c.action for c in request.report.repairs] == []
+        results = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+        assert results == ["contents of zero.py", "contents of new.py"]
+
+
 def test_a_failing_store_on_the_first_turn_logs_nothing(tmp_path):
     class FlakyStore:
         failures = 2

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+
 from context_core._core import Tokenizer
 from context_core.budget import Budget
 from context_core.errors import (
@@ -50,7 +52,7 @@ from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
 from context_core.session.tool_calls import (
     ToolCall,
-    call_ids_in,
+    call_ids_in_payloads,
     calls_of,
     check_call_ids,
     pending_in,
@@ -77,6 +79,10 @@ PolicyName = Literal["priority", "weighted", "shape"]
 _MAX_SHRINKS = 4
 #: The newest nodes read on open to find the tool calls still waited on.
 _TAIL = 64
+#: A log header's flag bit: the message holds tool calls (docs/log-format.md).
+_FLAG_CALLS = 1 << 1
+#: Payloads read at a time when the open gathers the log's call ids.
+_ID_BATCH = 4096
 #: The reply room Anthropic requires a request to name, when none is given.
 DEFAULT_ANTHROPIC_MAX_TOKENS = 4096
 
@@ -218,10 +224,11 @@ class Session:
         self._clock = clock
         self._wall = wall
         self._first_seq = len(log)
-        # The calls still waiting, the call ids seen (every reply since adds
-        # its own, so an id a server gives again is stored fresh) and those
-        # the newest reply made, all from the log's last turns.
-        self._pending, self._call_ids, self._last_calls = self._read_tail()
+        # The calls still waiting and the ids the newest reply made, from the
+        # log's last turns; and every call id the log holds (each reply
+        # since adds its own), so an id a server gives again is stored fresh.
+        self._pending, self._last_calls = self._read_tail()
+        self._call_ids = self._ids_in_log()
         # A renamed call's id as its server gave it -> the stored ids, so
         # a result recorded under either answers it; before this process
         # recorded a reply (after a reopen) the renaming is inferred.
@@ -387,9 +394,7 @@ class Session:
         memory store's vectors are loaded (at 100,000 memories, ~1 s). Bad
         history is left to the turn, which reports it as turns do."""
         with contextlib.suppress(ContextCoreError):
-            # The ids of the calls in the window: a server that gives one
-            # of them again has it stored fresh (a window only moves on).
-            self._call_ids |= call_ids_in(self._select(self._room(0)).messages)
+            self._select(self._room(0))
         # A store's first search of a namespace reads all its vectors (a
         # store of the caller's own may have nothing to load ahead).
         preload = getattr(self.store, "preload", None) if self.memory_k else None
@@ -397,11 +402,24 @@ class Session:
             with contextlib.suppress(ContextCoreError):
                 preload(namespace=self.namespace)
 
-    def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], set[str]]:
-        """From the log's last turns: the calls still waiting, the call ids
-        made, and those of the newest reply that made calls. The read grows
-        until it reaches that reply (it may make more calls than the first
-        tail holds)."""
+    def _ids_in_log(self) -> set[str]:
+        """Every call id the log's replies made, dead branches' too: an old
+        turn can come back into a window (a learned ratio under 1 widens
+        it, a weighted policy readmits a heavy unit), and an id given again
+        beside it would be repaired away with the turn in progress's result.
+        Read from the payloads' text, a batch at a time (at 1,000 messages,
+        about a millisecond)."""
+        flags = self.log.headers()["flags"]
+        seqs = np.flatnonzero(flags & _FLAG_CALLS).tolist()
+        found: set[str] = set()
+        for start in range(0, len(seqs), _ID_BATCH):
+            found |= call_ids_in_payloads(self.log._read(seqs[start : start + _ID_BATCH]))
+        return found
+
+    def _read_tail(self) -> tuple[dict[str, ToolCall], set[str]]:
+        """From the log's last turns: the calls still waiting, and the ids
+        of the newest reply that made calls. The read grows until it reaches
+        that reply (it may make more calls than the first tail holds)."""
         path = self.log.path()
         size = _TAIL
         while True:
@@ -410,8 +428,7 @@ class Session:
             found = pending_in(tail)
             if found is not None or len(seqs) == len(path):
                 replies = [calls for calls in map(calls_of, tail) if calls]
-                made = {call.id for calls in replies for call in calls}
-                return found or {}, made, {call.id for call in replies[-1]} if replies else set()
+                return found or {}, {call.id for call in replies[-1]} if replies else set()
             size *= 4
 
     # -- a turn ------------------------------------------------------------------

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ __all__ = [
     "ToolCall",
     "answered_ids",
     "call_ids_in",
+    "call_ids_in_payloads",
     "calls_of",
     "check_call_ids",
     "pending_in",
@@ -166,6 +168,23 @@ def _is_call_block(block: Any) -> bool:
 def call_ids_in(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     """Every call id the messages' replies make."""
     return {call.id for message in messages for call in calls_of(message)}
+
+
+#: A string value under the key ``id`` in compact JSON (the log's payloads):
+#: a call's id, in ``tool_calls`` and ``tool_use`` blocks alike. A key
+#: ``id`` elsewhere (in a tool's input) matches too, which only makes a
+#: later reply's id be renamed where it need not be.
+_ID_VALUE = re.compile(rb'"id":"((?:[^"\\]|\\.)*)"')
+
+
+def call_ids_in_payloads(payloads: Iterable[bytes]) -> set[str]:
+    """Every call id in the log payloads (a superset: see :data:`_ID_VALUE`),
+    read from the JSON text without decoding the messages (several times
+    faster, and an open reads every reply the log holds)."""
+    found: set[str] = set()
+    for raw in _ID_VALUE.findall(b"\n".join(payloads)):
+        found.add(json.loads(b'"' + raw + b'"') if b"\\" in raw else raw.decode("utf-8", "replace"))
+    return found
 
 
 def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall] | None:
