@@ -788,6 +788,40 @@ def test_after_a_reopen_an_id_outside_the_window_given_again_is_stored_fresh(tmp
         assert results == ["contents of zero.py", "contents of new.py"]
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_message_the_repair_would_refuse_is_refused_before_the_log(tmp_path, provider):
+    """The log holds any JSON; the repair each selection runs refuses a block
+    that is not a dict, an id that is not a str... Logged, such a message
+    failed every later turn (as a first message, for good)."""
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    with open_session(tmp_path, model=model, compact=False) as session:
+        for bad in (
+            {"role": "user", "content": ["a", "b"]},
+            {"role": "user", "content": "x", "tool_call_id": 5},
+        ):
+            with pytest.raises(InvalidTypeError, match=r"^user_input\."):
+                session.prepare(bad)
+        assert session.history() == []
+        session.prepare("Read a.py")
+        for bad in (
+            {"role": "assistant", "content": ["Hi"]},
+            {"role": "assistant", "content": "Hi", "tool_call_id": 5},
+        ):
+            with pytest.raises(InvalidTypeError, match=r"^reply\."):
+                session.record(bad)
+        reply = (
+            anthropic_call("t1")
+            if provider == "anthropic"
+            else {"role": "assistant", "content": None, "tool_calls": [call("t1")]}
+        )
+        session.record(reply)
+        with pytest.raises(InvalidTypeError, match=r"\.text: expected str"):
+            session.record_tool_result("t1", [{"type": "text", "text": 5}])
+        session.record_tool_result("t1", "x = 1")
+        assert len(session.history()) == 3  # the input, the call, its result: nothing refused was logged
+        assert session.prepare()["messages"][-1]["role"] in ("tool", "user")
+
+
 def test_a_failing_store_on_the_first_turn_logs_nothing(tmp_path):
     class FlakyStore:
         failures = 2

@@ -55,6 +55,7 @@ from context_core.session.tool_calls import (
     call_ids_in_payloads,
     calls_of,
     check_call_ids,
+    check_sendable,
     pending_in,
     result_message,
     with_fresh_ids,
@@ -482,6 +483,7 @@ class Session:
                 raise
         message = _input_message(user_input, attachments)
         check_call_ids(message, "user_input")
+        check_sendable(message, self.provider, "user_input")
         # The search and the prompt need only the input: done before it is
         # logged, so a store that fails, or an input that cannot fit beside
         # the prompt, leaves the log as it was.
@@ -718,6 +720,7 @@ class Session:
             # Sent back to the other API, its calls and results would be refused or repaired away.
             raise InvalidInputError(f"this reply is in {shape}'s shape; the session sends to {self.provider}")
         check_call_ids(message)
+        check_sendable(message, self.provider, "reply")
         usage = usage_of(response)
         message, made, renamed = with_fresh_ids(message, self._call_ids)
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
@@ -749,9 +752,9 @@ class Session:
         if call_id not in self._pending:
             waiting = ", ".join(self._pending) or "none"
             raise InvalidInputError(f"no tool call {call_id!r} is waiting for a result (waiting: {waiting})")
-        seq = self.log.append(
-            result_message(self.provider, call_id, content, is_error), timestamp=self._wall()
-        )
+        result = result_message(self.provider, call_id, content, is_error)
+        check_sendable(result, self.provider, "result")
+        seq = self.log.append(result, timestamp=self._wall())
         self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
         self.last_seq = int(seq)
         return self.last_seq

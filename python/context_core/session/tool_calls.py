@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.sanitize import sanitize
 
 __all__ = [
     "ToolCall",
@@ -17,6 +18,7 @@ __all__ = [
     "call_ids_in_payloads",
     "calls_of",
     "check_call_ids",
+    "check_sendable",
     "pending_in",
     "result_message",
     "with_fresh_ids",
@@ -119,6 +121,19 @@ def check_call_ids(message: Mapping[str, Any], where: str = "message") -> None:
                 _check_id(block.get("id"), f"{where}.content[{i}].id")
             elif block.get("type") == "tool_result":
                 _check_id(block.get("tool_use_id"), f"{where}.content[{i}].tool_use_id")
+
+
+def check_sendable(message: Mapping[str, Any], provider: str, where: str) -> None:
+    """``message`` passes the repair's checks of one message (every block a
+    dict, every id a str...), as each later selection runs them: one it
+    refuses, once logged, would fail every turn after, a reopen too."""
+    try:
+        sanitize([message], provider)  # type: ignore[arg-type]  # a provider the session checked
+    except (InvalidTypeError, InvalidInputError) as error:
+        text = str(error)
+        head = "messages[0]"
+        said = where + text.removeprefix(head) if text.startswith(head) else f"{where}: {text}"
+        raise type(error)(said) from None
 
 
 def with_fresh_ids(
