@@ -631,6 +631,19 @@ def test_a_custom_tool_call_from_the_sdk_runs_its_loop(tmp_path):
         assert request.report.total == recount(request)
 
 
+def test_a_gpt5_request_stays_within_the_input_the_api_takes(tmp_path):
+    """gpt-5's 400K window holds a 128K reply: the API refuses an input over
+    272K tokens, and a learned ratio under 1 must not lift the limit past it."""
+    with open_session(tmp_path, model="gpt-5", compact=False) as session:
+        for turn in range(4):
+            request = session.prepare(f"question {turn}")
+            assert request.report.limit <= 272_000
+            usage = {"prompt_tokens": int(request.report.total * 0.8), "completion_tokens": 3}
+            session.record({"choices": [{"message": {"role": "assistant", "content": "ok"}}], "usage": usage})
+        assert session.budget.ratio < 1.0
+        assert session.prepare("again").report.limit <= 272_000
+
+
 def test_a_result_given_twice_is_refused_not_routed_to_a_sibling(tmp_path):
     with open_session(tmp_path, compact=False) as session:
         session.prepare("go")

@@ -33,10 +33,14 @@ from context_core.types import Tool
 
 __all__ = ["CLAUDE_SAFETY_FACTOR", "MODEL_WINDOWS", "RATIO_RANGE", "Budget"]
 
-# Context windows in tokens, matched by the longest prefix of the model name.
-# Sources: the providers' model pages (OpenAI "Models", Anthropic "Models overview").
+# Context windows in tokens, matched by the longest prefix of the model name:
+# what a request's input may fill. Sources: the providers' model pages (OpenAI
+# "Models", Anthropic "Models overview").
 MODEL_WINDOWS: Mapping[str, int] = {
-    "gpt-5": 400_000,
+    # The gpt-5 family's 400K window holds a 128K reply: the API refuses an
+    # input over the other 272K, whatever max_completion_tokens says.
+    "gpt-5": 272_000,
+    "gpt-5-chat": 128_000,
     "gpt-4.1": 1_047_576,
     "gpt-4o": 128_000,
     "chatgpt-4o": 128_000,
