@@ -644,6 +644,46 @@ def test_a_gpt5_request_stays_within_the_input_the_api_takes(tmp_path):
         assert session.prepare("again").report.limit <= 272_000
 
 
+class _DeployMemory:
+    """A store of the caller's own: one memory, for inputs about deploying."""
+
+    def search_texts(self, query: str, **options: object) -> list[str]:
+        return ["The staging password rotates every Monday."] if "deploy" in query else []
+
+    def search(self, query: str, **options: object) -> list[object]:
+        return []
+
+    def conversation_ended(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_the_turns_skills_and_memories_stay_for_its_inner_steps_a_reopen_too(tmp_path, policy):
+    from context_core.prompt import Skill
+
+    skill = Skill("deploys", "Deploy a service", "ALWAYS run the dry run first.")
+
+    def opened():
+        return open_session(tmp_path, compact=False, policy=policy, store=_DeployMemory(), skills=[skill])
+
+    def shows(request, text: str) -> bool:
+        return text in json.dumps(dict(request))
+
+    with opened() as session:
+        first = session.prepare("Use deploys to deploy the api to staging.")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        session.record_tool_result("c1", "ok")
+        inner = session.prepare()
+        for request in (first, inner):
+            assert shows(request, "ALWAYS run the dry run first.")
+            assert shows(request, "password rotates")
+    with opened() as again:  # reopened within the turn: its input is read back from the log
+        reopened = again.prepare()
+        assert shows(reopened, "ALWAYS run the dry run first.")
+        assert shows(reopened, "password rotates")
+        assert reopened.report.memories == 1
+
+
 def test_a_result_given_twice_is_refused_not_routed_to_a_sibling(tmp_path):
     with open_session(tmp_path, compact=False) as session:
         session.prepare("go")

@@ -152,6 +152,7 @@ class _Before:
     turn: int
     step: int
     memories: list[str]
+    said: str | None
 
 
 #: Roles a turn's input cannot have (an unknown one is refused by the log).
@@ -236,6 +237,9 @@ class Session:
         self._renamed: dict[str, list[str]] = {}
         self._replied = False
         self._memories: list[str] = []
+        # The turn's input text, for its skills and memories on the inner
+        # steps (``None``: not read yet, after an open).
+        self._said: str | None = None
         self._turn = -1
         self._step = 0
         self._counted: int | None = None
@@ -417,6 +421,21 @@ class Session:
             found |= call_ids_in_payloads(self.log._read(seqs[start : start + _ID_BATCH]))
         return found
 
+    def _input_in_log(self) -> str:
+        """The text of the newest user message that says something of its
+        own (not only tool results): the turn in progress's input."""
+        path = self.log.path()
+        end = len(path)
+        while end > 0:
+            start = max(0, end - _TAIL)
+            for node in reversed(self.log.read(path[start:end])):
+                if isinstance(node, dict) and node.get("role") == "user":
+                    said = own_text(node)
+                    if said.strip():
+                        return said
+            end = start
+        return ""
+
     def _read_tail(self) -> tuple[dict[str, ToolCall], set[str]]:
         """From the log's last turns: the calls still waiting, and the ids
         of the newest reply that made calls. The read grows until it reaches
@@ -472,8 +491,16 @@ class Session:
         if user_input is None:
             if attachments:
                 raise InvalidInputError("attachments come with a user input")
-            timings["append"] = timings["memory"] = 0.0  # the same stages, nothing to do
-            parts, mark = self._prompt("", now, timings, started)
+            timings["append"] = 0.0  # the same stages, nothing to append
+            mark = started
+            if self._said is None:
+                # Opened within a turn: its input is in the log, and the
+                # turn's memories are searched as the first step had them.
+                said = self._input_in_log()
+                self._memories = self._search(said)
+                self._said = said
+            mark = self._lap(timings, "memory", mark)
+            parts, mark = self._prompt(self._said, now, timings, mark)
             before = self._turn, self._step
             self._turn, self._step = (0, 0) if self._turn < 0 else (self._turn, self._step + 1)
             try:
@@ -492,10 +519,12 @@ class Session:
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
         self._check_fits(message, parts, memories)
-        undo = _Before(self.log.head, self.last_seq, self._pending, self._turn, self._step, self._memories)
+        undo = _Before(
+            self.log.head, self.last_seq, self._pending, self._turn, self._step, self._memories, self._said
+        )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         self._pending = {}  # the user spoke first: sanitize closes any call left open
-        self._turn, self._step, self._memories = self._turn + 1, 0, memories
+        self._turn, self._step, self._memories, self._said = self._turn + 1, 0, memories, said
         mark = self._lap(timings, "append", mark)
         try:
             return self._request(parts, timings, started, mark)
@@ -569,6 +598,7 @@ class Session:
             with contextlib.suppress(ContextCoreError):
                 self.log.rewind(before.head)
         self.last_seq, self._pending, self._memories = before.last_seq, before.pending, before.memories
+        self._said = before.said
         self._turn, self._step = before.turn, before.step
 
     def _request(self, parts: PromptParts, timings: dict[str, float], started: float, mark: float) -> Request:
