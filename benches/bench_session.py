@@ -115,6 +115,12 @@ def replay_ours(session: Session, agent, limit: int | None = None) -> tuple[list
                         _result(session, block["tool_use_id"], block["content"])
             elif message["role"] == "user":
                 said = message["content"]
+        if said is None and not session.needs_reply:
+            # The transcript's defect: results no call waited on, so nothing
+            # to answer; a server would make no call. The reply is kept.
+            if reply is not None:
+                session.record({k: v for k, v in reply.items() if k != "timestamp"})
+            continue
         started = time.perf_counter()
         request = session.prepare(said)
         if reply is not None:

@@ -684,6 +684,40 @@ def test_the_turns_skills_and_memories_stay_for_its_inner_steps_a_reopen_too(tmp
         assert reopened.report.memories == 1
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_inner_step_needs_something_to_answer(tmp_path, provider):
+    """After a reply with no tool result since, the request would end with
+    the model's own reply: Anthropic takes it as a prefill (and refuses one
+    that ends in whitespace), OpenAI answers its own answer."""
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    with open_session(tmp_path, model=model, compact=False) as session:
+        assert not session.needs_reply
+        session.prepare("Say hi")
+        assert session.needs_reply
+        session.record({"role": "assistant", "content": "Hi there!\n"})
+        assert not session.needs_reply
+        with pytest.raises(InvalidInputError, match="nothing to answer"):
+            session.prepare()
+        session.prepare("Read a.py")
+        reply = (
+            anthropic_call("t1")
+            if provider == "anthropic"
+            else {"role": "assistant", "content": None, "tool_calls": [call("t1")]}
+        )
+        session.record(reply)
+        with pytest.raises(InvalidInputError, match="record the tool results"):
+            session.prepare()  # the call waits for its result
+        session.record_tool_result("t1", "x = 1")
+        assert session.needs_reply
+    with open_session(tmp_path, model=model, compact=False) as again:  # read back from the log
+        assert again.needs_reply
+        last = again.prepare()["messages"][-1]
+        assert last["role"] == ("tool" if provider == "openai" else "user")
+        again.record({"role": "assistant", "content": "It sets x."})
+    with open_session(tmp_path, model=model, compact=False) as third:
+        assert not third.needs_reply
+
+
 def test_a_result_given_twice_is_refused_not_routed_to_a_sibling(tmp_path):
     with open_session(tmp_path, compact=False) as session:
         session.prepare("go")
@@ -746,10 +780,8 @@ def test_a_failed_step_is_no_step(tmp_path):
 
     policy = Failing()
     with open_session(tmp_path, policy=policy, compact=False) as session:
-        policy.fail = True
-        with pytest.raises(OverBudgetError):
+        with pytest.raises(InvalidInputError, match="nothing to answer"):
             session.prepare()
-        policy.fail = False
         first = session.prepare("hello")
         assert (first.report.turn, first.report.step) == (0, 0)
         session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
@@ -1199,6 +1231,11 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
                                 session.record_tool_result(block["tool_use_id"], block["content"])
                 elif message["role"] == "user":
                     said = message["content"]
+            if said is None and not session.needs_reply:  # results no call waited on: no call to make
+                previous = end + 1
+                if end < len(agent.messages):
+                    session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
+                continue
             request = session.prepare(said)
             assert request.report.total == recount(request, tokenizer)
             assert request.report.total <= request.report.limit

@@ -191,13 +191,13 @@ def replay(
     result = Replay(model=model, provider=provider, policy=policy)
     assistants = sum(m.get("role") == "assistant" for m in rest)
     done = 0
-    spoke = False  # a user input or a tool result went in: a reply has something to answer
     try:
         for message in rest:
             role = message.get("role")
-            if role == "assistant" and said is None and not spoke:
-                # A reply with nothing before it to answer: no call could have
-                # made it (Anthropic refuses a request with no message). Kept.
+            if role == "assistant" and said is None and not session.needs_reply:
+                # A reply with nothing before it to answer (the first, one
+                # after another, one after results no call waited on): no
+                # call could have made it. Kept.
                 session.record({k: v for k, v in message.items() if k != "timestamp"})
                 history.append(message)
                 running += tok.count_message(message)
@@ -255,7 +255,6 @@ def replay(
                     progress(done, assistants)
             elif role == "tool":
                 _result(session, message.get("tool_call_id"), message.get("content"), False)
-                spoke = True
             elif role == "user" and _results_of(message):
                 rest_of_it = [
                     b
@@ -265,7 +264,6 @@ def replay(
                 for block in _results_of(message):
                     is_error = bool(block.get("is_error", False))
                     _result(session, block.get("tool_use_id"), block.get("content"), is_error)
-                spoke = True
                 if not says_nothing(rest_of_it):  # text said after the results: the turn's input too
                     said = {"role": "user", "content": rest_of_it}
             elif role in ("system", "developer"):
@@ -280,7 +278,6 @@ def replay(
                 said = (
                     text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
                 )
-                spoke = True
                 if isinstance(text, str) and "constraint" in tag(text):
                     constraints.append(text)
             history.append(message)

@@ -39,6 +39,11 @@ class AsyncSession:
         return self.session.pending
 
     @property
+    def needs_reply(self) -> bool:
+        """As :attr:`Session.needs_reply`."""
+        return self.session.needs_reply
+
+    @property
     def last_report(self) -> TurnReport | None:
         """The last request's report (``None`` before the first)."""
         return self.session.last_report

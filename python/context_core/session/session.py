@@ -153,6 +153,7 @@ class _Before:
     step: int
     memories: list[str]
     said: str | None
+    to_answer: bool
 
 
 #: Roles a turn's input cannot have (an unknown one is refused by the log).
@@ -229,7 +230,7 @@ class Session:
         # The calls still waiting and the ids the newest reply made, from the
         # log's last turns; and every call id the log holds (each reply
         # since adds its own), so an id a server gives again is stored fresh.
-        self._pending, self._last_calls = self._read_tail()
+        self._pending, self._last_calls, self._to_answer = self._read_tail()
         self._call_ids = self._ids_in_log()
         # A renamed call's id as its server gave it -> the stored ids, so
         # a result recorded under either answers it; before this process
@@ -436,10 +437,11 @@ class Session:
             end = start
         return ""
 
-    def _read_tail(self) -> tuple[dict[str, ToolCall], set[str]]:
-        """From the log's last turns: the calls still waiting, and the ids
-        of the newest reply that made calls. The read grows until it reaches
-        that reply (it may make more calls than the first tail holds)."""
+    def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], bool]:
+        """From the log's last turns: the calls still waiting, the ids of
+        the newest reply that made calls, and whether a message after the
+        last reply waits for the model. The read grows until it reaches that
+        reply (it may make more calls than the first tail holds)."""
         path = self.log.path()
         size = _TAIL
         while True:
@@ -448,7 +450,8 @@ class Session:
             found = pending_in(tail)
             if found is not None or len(seqs) == len(path):
                 replies = [calls for calls in map(calls_of, tail) if calls]
-                return found or {}, {call.id for call in replies[-1]} if replies else set()
+                waiting = bool(tail) and tail[-1].get("role") != "assistant"
+                return found or {}, {call.id for call in replies[-1]} if replies else set(), waiting
             size *= 4
 
     # -- a turn ------------------------------------------------------------------
@@ -457,6 +460,12 @@ class Session:
     def pending(self) -> tuple[ToolCall, ...]:
         """The tool calls the last reply made that have no result yet."""
         return tuple(self._pending.values())
+
+    @property
+    def needs_reply(self) -> bool:
+        """Whether a message since the last reply (an input, a tool result)
+        waits for the model: what :meth:`prepare` with no input needs."""
+        return self._to_answer
 
     def prepare(
         self,
@@ -491,6 +500,14 @@ class Session:
         if user_input is None:
             if attachments:
                 raise InvalidInputError("attachments come with a user input")
+            if not self._to_answer:
+                # The request would end with the model's own reply: Anthropic
+                # takes it as a prefill to continue (and refuses one ending
+                # in whitespace), OpenAI answers its own answer.
+                raise InvalidInputError(
+                    "nothing to answer: no input or tool result since the last reply;"
+                    " record the tool results, or start a turn with prepare(user_input)"
+                )
             timings["append"] = 0.0  # the same stages, nothing to append
             mark = started
             if self._said is None:
@@ -520,11 +537,19 @@ class Session:
         parts, mark = self._prompt(said, now, timings, mark)
         self._check_fits(message, parts, memories)
         undo = _Before(
-            self.log.head, self.last_seq, self._pending, self._turn, self._step, self._memories, self._said
+            self.log.head,
+            self.last_seq,
+            self._pending,
+            self._turn,
+            self._step,
+            self._memories,
+            self._said,
+            self._to_answer,
         )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         self._pending = {}  # the user spoke first: sanitize closes any call left open
         self._turn, self._step, self._memories, self._said = self._turn + 1, 0, memories, said
+        self._to_answer = True
         mark = self._lap(timings, "append", mark)
         try:
             return self._request(parts, timings, started, mark)
@@ -598,7 +623,7 @@ class Session:
             with contextlib.suppress(ContextCoreError):
                 self.log.rewind(before.head)
         self.last_seq, self._pending, self._memories = before.last_seq, before.pending, before.memories
-        self._said = before.said
+        self._said, self._to_answer = before.said, before.to_answer
         self._turn, self._step = before.turn, before.step
 
     def _request(self, parts: PromptParts, timings: dict[str, float], started: float, mark: float) -> Request:
@@ -757,7 +782,7 @@ class Session:
         self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
-        self._renamed, self._replied = {}, True
+        self._renamed, self._replied, self._to_answer = {}, True, False
         for given, stored in renamed:
             self._renamed.setdefault(given, []).append(stored)
         if usage is not None:
@@ -786,6 +811,7 @@ class Session:
         check_sendable(result, self.provider, "result")
         seq = self.log.append(result, timestamp=self._wall())
         self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
+        self._to_answer = True
         self.last_seq = int(seq)
         return self.last_seq
 
