@@ -22,7 +22,9 @@ from context_core import (
     OverBudgetError,
     PriorityAssembly,
     Session,
+    ShapeHistory,
     Tokenizer,
+    WeightedWindow,
     sanitize,
 )
 from context_core.session.tool_calls import pending_in
@@ -716,6 +718,19 @@ def test_an_inner_step_needs_something_to_answer(tmp_path, provider):
         again.record({"role": "assistant", "content": "It sets x."})
     with open_session(tmp_path, model=model, compact=False) as third:
         assert not third.needs_reply
+
+
+@pytest.mark.parametrize("made", [WeightedWindow, PriorityAssembly, ShapeHistory])
+def test_a_policy_counting_in_another_encoding_is_refused_at_open(tmp_path, made):
+    """gpt-4's log counts in cl100k_base; a policy made with the default
+    tokenizer counts in o200k_base. Refused at open, nothing logged."""
+    with pytest.raises(InvalidInputError, match="counts tokens in o200k_base"):
+        open_session(tmp_path, model="gpt-4", policy=made(), compact=False)
+    with open_session(
+        tmp_path, model="gpt-4", policy=made(tokenizer=Tokenizer("cl100k_base")), compact=False
+    ) as session:
+        assert session.prepare("first question")["messages"][-1]["content"] == "first question"
+        assert len(session.history()) == 1
 
 
 def test_a_result_given_twice_is_refused_not_routed_to_a_sibling(tmp_path):

@@ -112,6 +112,21 @@ def _policy(policy: PolicyName | Policy, provider: Provider, tokenizer: Tokenize
     return policy
 
 
+def _check_counts_like(policy: Policy, encoding: str) -> None:
+    """A policy given as an object counts in the log's encoding: its window
+    would be measured in other tokens than the request (and a weighted one
+    refuses the log at every turn, after the input is logged)."""
+    # The library's policies keep it on their backend; a caller's own may
+    # have one of its own, or none (then it counts as it likes).
+    counting = getattr(policy, "_backend", policy)
+    name = getattr(getattr(counting, "tokenizer", None), "name", encoding)
+    if name != encoding:
+        raise InvalidInputError(
+            f"the policy counts tokens in {name}; this session's log counts in {encoding}"
+            f" (give the policy tokenizer=Tokenizer({encoding!r}))"
+        )
+
+
 def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[Any]) -> dict[str, Any]:
     if isinstance(user_input, str):
         message: dict[str, Any] = {"role": "user", "content": user_input}
@@ -339,6 +354,7 @@ class Session:
         if isinstance(policy, str):
             chosen = _policy(policy, provider, Tokenizer(log.encoding))  # type: ignore[arg-type]
         try:
+            _check_counts_like(chosen, log.encoding)
             files = _memory_files(memory, root)
             builder = PromptBuilder(
                 identity,
