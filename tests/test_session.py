@@ -602,6 +602,21 @@ def test_a_call_id_a_server_gives_again_keeps_each_turns_tool_loop(tmp_path, pro
     assert [c.id for c in calls] == ["c1_5", "c1_6"]  # the third turn's, after c1, c1_2 ... c1_4
 
 
+def test_arguments_given_as_an_object_are_stored_as_the_json_text_the_api_takes(tmp_path):
+    """Ollama's own API and some proxies give a call's arguments as an
+    object; Chat Completions refuses one in a request."""
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Read a.py")
+        reply = {"role": "assistant", "content": None, "tool_calls": [call("c1")]}
+        reply["tool_calls"][0]["function"]["arguments"] = {"path": "a.py", "note": "é"}
+        (made,) = session.record(reply)
+        assert made.arguments == {"path": "a.py", "note": "é"}
+        session.record_tool_result("c1", "x = 1")
+        sent = session.prepare()["messages"][-2]["tool_calls"][0]["function"]["arguments"]
+        assert sent == '{"path": "a.py", "note": "é"}'
+        assert validators.openai(session.prepare()["messages"]) == []
+
+
 def test_a_custom_tool_call_from_the_sdk_runs_its_loop(tmp_path):
     from openai.types.chat import ChatCompletion
 

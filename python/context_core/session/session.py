@@ -59,6 +59,7 @@ from context_core.session.tool_calls import (
     pending_in,
     result_message,
     with_fresh_ids,
+    with_text_arguments,
 )
 from context_core.summarize.offline import own_text
 
@@ -791,6 +792,7 @@ class Session:
             # Sent back to the other API, its calls and results would be refused or repaired away.
             raise InvalidInputError(f"this reply is in {shape}'s shape; the session sends to {self.provider}")
         check_call_ids(message)
+        message = with_text_arguments(message)
         check_sendable(message, self.provider, "reply")
         usage = usage_of(response)
         message, made, renamed = with_fresh_ids(message, self._call_ids)

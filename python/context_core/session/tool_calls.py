@@ -22,6 +22,7 @@ __all__ = [
     "pending_in",
     "result_message",
     "with_fresh_ids",
+    "with_text_arguments",
 ]
 
 
@@ -121,6 +122,28 @@ def check_call_ids(message: Mapping[str, Any], where: str = "message") -> None:
                 _check_id(block.get("id"), f"{where}.content[{i}].id")
             elif block.get("type") == "tool_result":
                 _check_id(block.get("tool_use_id"), f"{where}.content[{i}].tool_use_id")
+
+
+def with_text_arguments(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` with each function call's ``arguments`` as JSON text, the
+    form Chat Completions takes back: some servers (Ollama's own API, some
+    proxies) give them as an object, which the API refuses in a request."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not any(
+        isinstance(call, Mapping)
+        and isinstance(call.get("function"), Mapping)
+        and isinstance(call["function"].get("arguments"), (Mapping, list))
+        for call in calls
+    ):
+        return message
+    fixed = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping) and isinstance(function.get("arguments"), (Mapping, list)):
+            arguments = json.dumps(function["arguments"], ensure_ascii=False)
+            call = {**call, "function": {**function, "arguments": arguments}}
+        fixed.append(call)
+    return {**message, "tool_calls": fixed}
 
 
 def check_sendable(message: Mapping[str, Any], provider: str, where: str) -> None:
