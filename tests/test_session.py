@@ -617,6 +617,37 @@ def test_arguments_given_as_an_object_are_stored_as_the_json_text_the_api_takes(
         assert validators.openai(session.prepare()["messages"]) == []
 
 
+class _LongMemories:
+    """A store of the caller's own that ignores the token cap it is given."""
+
+    def search_texts(self, query: str, *, k: int = 8, **options: object) -> list[str]:
+        short = [f"Short fact {i}: deploys need approval." for i in range(2)]
+        return short + [f"Fact {i}: " + "the payments deploy requires approval " * 150 for i in range(k)]
+
+    def search(self, query: str, **options: object) -> list[object]:
+        return []
+
+    def conversation_ended(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_long_memories_never_leave_an_input_no_room(tmp_path, policy):
+    """On gpt-4's 8K window, eight memories of ~900 tokens: priority fits
+    what it can itself; the others get whole memories within an eighth of
+    the room (they went in whole, and every input was refused)."""
+    with open_session(
+        tmp_path, model="gpt-4", store=_LongMemories(), policy=policy, compact=False
+    ) as session:
+        request = session.prepare("How do I deploy?")
+        sent = json.dumps(dict(request))
+        assert "Short fact 0" in sent
+        assert request.report.total <= request.report.limit
+        if policy != "priority":
+            assert "Fact 0: the payments" not in sent  # over the cap, left out whole
+            assert request.report.memories == 2
+
+
 def test_a_custom_tool_call_from_the_sdk_runs_its_loop(tmp_path):
     from openai.types.chat import ChatCompletion
 

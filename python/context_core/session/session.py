@@ -81,6 +81,9 @@ PolicyName = Literal["priority", "weighted", "shape"]
 _MAX_SHRINKS = 4
 #: The newest nodes read on open to find the tool calls still waited on.
 _TAIL = 64
+#: With no ``memory_tokens``, a turn's memories take at most this fraction
+#: (one over it) of the room for messages.
+_MEMORY_SHARE = 8
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
 #: Payloads read at a time when the open gathers the log's call ids.
@@ -319,8 +322,10 @@ class Session:
         offline one); ``compact=False`` turns compaction off. ``policy``:
         ``"priority"``, ``"weighted"``, ``"shape"`` or a policy object.
         ``memory_k`` / ``memory_tokens``: how many memories a turn retrieves,
-        and their token cap. ``max_tokens``: the reply's (Anthropic requires
-        one; 4096 when not given). ``clock``: seconds for the report's
+        and their token cap (default: none for ``"priority"``, which fits
+        them itself; an eighth of the room for messages for the others).
+        ``max_tokens``: the reply's (Anthropic requires one; 4096 when not
+        given). ``clock``: seconds for the report's
         timings; ``wall``: epoch seconds for timestamps.
         """
         if not isinstance(model, str) or not model:
@@ -618,13 +623,14 @@ class Session:
         # needs it): the same bound the selection's own check then uses.
         room = self._room(parts.breakdown.total) - _FIRST_MARGIN
         extra = self._extra(memories)
-        if extra:
-            room -= self.tokenizer.count(extra)
+        memory = self.tokenizer.count(extra) if extra else 0
+        room -= memory
         tokens = self.tokenizer.count_messages([dict(message)])  # with the reply priming
         if tokens > room:
+            beside = f"the prompt and the turn's memories ({memory} tokens)" if memory else "the prompt"
             error = OverBudgetError(
                 f"the input counts {tokens} tokens with the reply priming, over the {max(0, room)}"
-                " tokens the request has for messages beside the prompt"
+                f" tokens the request has for messages beside {beside}"
             )
             error.turn_in_progress, error.budget = tokens, max(0, room)
             raise error
@@ -723,13 +729,30 @@ class Session:
     def _search(self, query: str) -> list[str]:
         if self.store is None or not query.strip() or self.memory_k == 0:
             return []
-        arguments = {"namespace": self.namespace, "k": self.memory_k, "max_tokens": self.memory_tokens}
+        cap = self.memory_tokens
+        if cap is None and not isinstance(self.policy, PriorityAssembly):
+            # Memories a policy does not place itself go in whole: uncapped,
+            # they could leave an input no room at all.
+            cap = max(1, self._room(0) // _MEMORY_SHARE)
+        arguments = {"namespace": self.namespace, "k": self.memory_k, "max_tokens": cap}
         # Only the texts go in the prompt: a MemoryStore gives just those,
         # for less; a store of the caller's own may have only `search`.
         texts = getattr(self.store, "search_texts", None)
         if texts is not None:
-            return list(texts(query, **arguments))
-        return [hit.memory.text for hit in self.store.search(query, **arguments)]
+            found = list(texts(query, **arguments))
+        else:
+            found = [hit.memory.text for hit in self.store.search(query, **arguments)]
+        # Whole memories within the cap, in this session's encoding: a store
+        # of the caller's own may not keep to it, and ours counts in its own.
+        if cap is None:
+            return found
+        kept, used = [], 0
+        for text in found:
+            tokens = self.tokenizer.count(text)
+            if used + tokens <= cap:
+                kept.append(text)
+                used += tokens
+        return kept
 
     def _select(self, room: int) -> Selection:
         """The window within ``room`` tokens (priority assembly places the memories)."""
