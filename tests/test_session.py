@@ -348,6 +348,13 @@ def test_token_options_are_checked_when_the_session_opens(tmp_path, option, valu
         open_session(tmp_path, **{option: value})
 
 
+@pytest.mark.parametrize("option", ["clock", "wall"])
+def test_clocks_are_checked_when_the_session_opens(tmp_path, option):
+    with pytest.raises(InvalidTypeError, match=option):
+        open_session(tmp_path, **{option: None})
+    assert not (tmp_path / "session").exists()  # refused before anything is written
+
+
 @pytest.mark.parametrize(
     ("model", "field"),
     [("gpt-4o", "max_tokens"), ("o3-mini", "max_completion_tokens"), ("gpt-5", "max_completion_tokens")],

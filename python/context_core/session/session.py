@@ -340,6 +340,11 @@ class Session:
             raise InvalidTypeError(f"budget must be a Budget, got {type(budget).__name__}")
         if isinstance(memory_k, bool) or not isinstance(memory_k, int) or memory_k < 0:
             raise InvalidInputError(f"memory_k must be an int >= 0, got {memory_k!r}")
+        for name, given in (("clock", clock), ("wall", wall)):
+            if not callable(given):
+                raise InvalidTypeError(
+                    f"{name} must be callable (seconds as a float), got {type(given).__name__}"
+                )
         for name, value, least in (("memory_tokens", memory_tokens, 0), ("max_tokens", max_tokens, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
