@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 
+import numpy as np
 import pytest
 
 import validators
@@ -973,6 +974,56 @@ def test_a_message_the_repair_would_refuse_is_refused_before_the_log(tmp_path, p
         session.record_tool_result("t1", "x = 1")
         assert len(session.history()) == 3  # the input, the call, its result: nothing refused was logged
         assert session.prepare()["messages"][-1]["role"] in ("tool", "user")
+
+
+def test_a_damaged_old_reply_does_not_keep_the_session_from_opening(tmp_path):
+    """The open reads every reply's call ids; a record damaged since (one
+    byte of an old turn) is passed over, and the later replies' ids are
+    still known."""
+    with open_session(tmp_path, compact=False) as session:
+        for turn in range(3):
+            session.prepare(f"question {turn}")
+            (made,) = session.record({"role": "assistant", "content": None, "tool_calls": [call(f"c{turn}")]})
+            session.record_tool_result(made.id, "ok")
+            session.record({"role": "assistant", "content": "done"})
+        for turn in range(40):  # past the tail an open reads, and the window
+            session.prepare(f"chat {turn} " + "words " * 60)
+            session.record({"role": "assistant", "content": f"reply {turn}"})
+    headers = MessageLog.open(tmp_path / "session" / "log", readonly=True).headers().copy()
+    first = int(np.flatnonzero(headers["flags"] & 2)[0])  # the first reply that made calls
+    with open(tmp_path / "session" / "log" / "data", "r+b") as data:
+        data.seek(int(headers["offset"][first]) + 80 + 10)  # inside its payload, past the frame's head
+        byte = data.read(1)
+        data.seek(-1, 1)
+        data.write(bytes([byte[0] ^ 0xFF]))
+    with open_session(tmp_path, compact=False, budget=Budget.for_model("gpt-4o", window=4_000)) as again:
+        again.prepare("next question")
+        (fresh,) = again.record({"role": "assistant", "content": None, "tool_calls": [call("c2")]})
+        assert fresh.id == "c2_2"  # a later reply's id is still known
+
+
+@pytest.mark.parametrize(("batch_bytes", "batches"), [(1, 12), (8 << 20, 1)])
+def test_the_open_reads_call_ids_in_batches_bounded_by_bytes(tmp_path, monkeypatch, batch_bytes, batches):
+    from context_core.session import session as module
+
+    with open_session(tmp_path, compact=False) as session:
+        for turn in range(12):
+            session.prepare(f"question {turn}")
+            (made,) = session.record({"role": "assistant", "content": None, "tool_calls": [call(f"c{turn}")]})
+            session.record_tool_result(made.id, "ok")
+    monkeypatch.setattr(module, "_ID_BATCH_BYTES", batch_bytes)
+    with open_session(tmp_path, compact=False) as again:
+        reads: list[int] = []
+        original = again.log._read
+
+        def counted(seqs):
+            reads.append(len(seqs))
+            return original(seqs)
+
+        monkeypatch.setattr(again.log, "_read", counted)
+        assert again._ids_in_log() == {f"c{turn}" for turn in range(12)}
+        assert len(reads) == batches
+        assert sum(reads) == 12
 
 
 def test_a_failing_store_on_the_first_turn_logs_nothing(tmp_path):

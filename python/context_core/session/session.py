@@ -39,6 +39,7 @@ from context_core.errors import (
     ContextCoreError,
     InvalidInputError,
     InvalidTypeError,
+    LogCorruptError,
     OverBudgetError,
     storage_error,
 )
@@ -86,8 +87,8 @@ _TAIL = 64
 _MEMORY_SHARE = 8
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
-#: Payloads read at a time when the open gathers the log's call ids.
-_ID_BATCH = 4096
+#: Payload bytes read at a time when the open gathers the log's call ids.
+_ID_BATCH_BYTES = 8 << 20
 #: The reply room Anthropic requires a request to name, when none is given.
 DEFAULT_ANTHROPIC_MAX_TOKENS = 4096
 
@@ -440,13 +441,28 @@ class Session:
         turn can come back into a window (a learned ratio under 1 widens
         it, a weighted policy readmits a heavy unit), and an id given again
         beside it would be repaired away with the turn in progress's result.
-        Read from the payloads' text, a batch at a time (at 1,000 messages,
-        about a millisecond)."""
-        flags = self.log.headers()["flags"]
-        seqs = np.flatnonzero(flags & _FLAG_CALLS).tolist()
+        Read from the payloads' text in batches of at most ``_ID_BATCH_BYTES``
+        (at 1,000 messages, about a millisecond). A damaged record is passed
+        over: a window that reaches it reports it, and the open must not fail
+        for an old turn's byte."""
+        headers = self.log.headers()
+        seqs = np.flatnonzero(headers["flags"] & _FLAG_CALLS)
+        sizes = np.cumsum(headers["raw_len"][seqs], dtype=np.int64)
         found: set[str] = set()
-        for start in range(0, len(seqs), _ID_BATCH):
-            found |= call_ids_in_payloads(self.log._read(seqs[start : start + _ID_BATCH]))
+        start = 0
+        while start < len(seqs):
+            base = int(sizes[start - 1]) if start else 0
+            end = max(start + 1, int(np.searchsorted(sizes, base + _ID_BATCH_BYTES, side="right")))
+            batch = seqs[start:end].tolist()
+            try:
+                payloads = self.log._read(batch)
+            except LogCorruptError:
+                payloads = []
+                for seq in batch:
+                    with contextlib.suppress(LogCorruptError):
+                        payloads += self.log._read([seq])
+            found |= call_ids_in_payloads(payloads)
+            start = end
         return found
 
     def _input_in_log(self) -> str:
