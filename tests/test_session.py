@@ -698,6 +698,15 @@ def test_a_gpt5_request_stays_within_the_input_the_api_takes(tmp_path):
             session.record({"choices": [{"message": {"role": "assistant", "content": "ok"}}], "usage": usage})
         assert session.budget.ratio < 1.0
         assert session.prepare("again").report.limit <= 272_000
+    # Its reply room is apart from the 272K: a cap up to 128K takes nothing off the prompt's.
+    limits = []
+    for cap in (None, 32_000, 128_000):
+        with open_session(tmp_path / str(cap), model="gpt-5", max_tokens=cap, compact=False) as session:
+            limits.append(session.prepare("hi").report.limit)
+    assert limits[0] == limits[1] == limits[2]
+    for chat in ("gpt-5-chat-latest", "gpt-5.1-chat-latest"):
+        assert Budget.for_model(chat).window == 128_000
+        assert Budget.for_model(chat).reply_room == 0
 
 
 class _DeployMemory:

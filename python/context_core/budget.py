@@ -31,16 +31,19 @@ from context_core.errors import (
 )
 from context_core.types import Tool
 
-__all__ = ["CLAUDE_SAFETY_FACTOR", "MODEL_WINDOWS", "RATIO_RANGE", "Budget"]
+__all__ = ["CLAUDE_SAFETY_FACTOR", "MODEL_REPLY_ROOM", "MODEL_WINDOWS", "RATIO_RANGE", "Budget"]
 
 # Context windows in tokens, matched by the longest prefix of the model name:
 # what a request's input may fill. Sources: the providers' model pages (OpenAI
 # "Models", Anthropic "Models overview").
 MODEL_WINDOWS: Mapping[str, int] = {
     # The gpt-5 family's 400K window holds a 128K reply: the API refuses an
-    # input over the other 272K, whatever max_completion_tokens says.
+    # input over the other 272K, whatever max_completion_tokens says. Its
+    # chat models have 128K for both.
     "gpt-5": 272_000,
     "gpt-5-chat": 128_000,
+    "gpt-5.1-chat": 128_000,
+    "gpt-5.2-chat": 128_000,
     "gpt-4.1": 1_047_576,
     "gpt-4o": 128_000,
     "chatgpt-4o": 128_000,
@@ -64,6 +67,16 @@ MODEL_WINDOWS: Mapping[str, int] = {
     "claude-3-opus": 200_000,
     "claude-3-sonnet": 200_000,
     "claude-3-haiku": 200_000,
+}
+
+# The reply room a model keeps outside the window MODEL_WINDOWS gives it (by
+# the same longest prefix): a reply cap up to this takes nothing from the
+# prompt's room. gpt-5's 272K input sits beside a 128K reply.
+MODEL_REPLY_ROOM: Mapping[str, int] = {
+    "gpt-5": 128_000,
+    "gpt-5-chat": 0,
+    "gpt-5.1-chat": 0,
+    "gpt-5.2-chat": 0,
 }
 
 CLAUDE_SAFETY_FACTOR = 1.2
@@ -170,6 +183,9 @@ class Budget:
     """Tokens kept for the current input (default: a sixteenth, at most 3,000)."""
     safety_factor: float
     estimated: bool
+    reply_room: int
+    """Tokens the model keeps for its reply outside ``window`` (gpt-5:
+    128,000): a reply cap up to this takes nothing from the prompt's room."""
     observations: int = field(default=0, init=False)
     """Usage samples learned from."""
     rejected: int = field(default=0, init=False)
@@ -185,8 +201,10 @@ class Budget:
         input_reserve: int | None = None,
         safety_factor: float = 1.0,
         estimated: bool = False,
+        reply_room: int = 0,
     ) -> None:
         self.window = _count(window, "window")
+        self.reply_room = _count(reply_room, "reply_room")
         # Reserves scale with the window: fixed 8K/5K/3K reserves would leave
         # an 8K model (gpt-4) no room for a single message.
         given = {"system_reserve": system_reserve, "pinned_reserve": pinned_reserve}
@@ -243,6 +261,10 @@ class Budget:
         }
         if matches:
             options["window"] = windows[max(matches, key=len)]
+            if table is None:
+                apart = [prefix for prefix in MODEL_REPLY_ROOM if model.startswith(prefix)]
+                if apart:
+                    options["reply_room"] = MODEL_REPLY_ROOM[max(apart, key=len)]
         options.update(overrides)
         return cls(**options)
 

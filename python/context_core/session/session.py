@@ -350,7 +350,7 @@ class Session:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
         cap = DEFAULT_ANTHROPIC_MAX_TOKENS if max_tokens is None and provider == "anthropic" else max_tokens
-        if cap is not None and cap >= budget.window:
+        if cap is not None and cap - budget.reply_room >= budget.window:
             named = "max_tokens" if max_tokens is not None else "the default max_tokens for Anthropic"
             raise InvalidInputError(
                 f"{named} ({cap}) leaves no room for a prompt in a {budget.window}-token window"
@@ -624,7 +624,7 @@ class Session:
         cap = self._reply_cap()
         if cap is None:
             return room
-        left = self.budget.window - cap
+        left = self.budget.window - max(0, cap - self.budget.reply_room)
         beside = min(math.floor(left / self.budget.ratio), left) - system_tokens
         return max(0, min(room, beside))
 
