@@ -399,6 +399,22 @@ def test_replay_reads_a_sessions_directory_and_warns_of_a_damaged_log(tmp_path, 
     assert "warning" in err
     assert code == 0
     assert json.loads(out)["summary"]["calls"] == 2  # what the index still holds
+    # A payload damaged in the middle: the messages around it are still replayed.
+    with Session.open(tmp_path / "t", model="gpt-4o", store=False, compact=False) as session:
+        for i in range(3):
+            session.prepare(f"question {i}")
+            session.record({"role": "assistant", "content": f"answer {i}"})
+    with MessageLog.open(tmp_path / "t" / "log", readonly=True) as log:
+        offset = int(log.headers()["offset"][1])  # the first answer's frame
+    with open(tmp_path / "t" / "log" / "data", "r+b") as data:
+        data.seek(offset + 80 + 2)  # inside its payload, past the frame's head
+        byte = data.read(1)
+        data.seek(-1, 1)
+        data.write(bytes([byte[0] ^ 0xFF]))
+    code, out = run(["replay", str(tmp_path / "t"), "--json"])
+    assert code == 0
+    assert "5 of 6 messages that read (1 left out)" in capsys.readouterr().err
+    assert json.loads(out)["summary"]["calls"] == 2  # the answer left out made no call
 
 
 def test_the_demo_writes_its_session_in_a_private_directory(capsys):

@@ -108,12 +108,22 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
         from context_core import LogCorruptError
 
         with open_log(path) as log:
+            seqs = log.path()
             try:
                 log.verify()
+                nodes = log.read(seqs)
             except LogCorruptError as error:
                 # What can be read is still replayed; the user is told it is partial.
-                print(f"context-core: warning: {error}; replaying what can be read", file=sys.stderr)
-            nodes = log.read(log.path())
+                nodes = []
+                for seq in seqs:
+                    with contextlib.suppress(LogCorruptError):
+                        nodes += log.read([seq])
+                lost = len(seqs) - len(nodes)
+                print(
+                    f"context-core: warning: {error}; replaying the {len(nodes)} of {len(seqs)}"
+                    f" messages that read ({lost} left out)",
+                    file=sys.stderr,
+                )
         return [n for n in nodes if isinstance(n, dict) and "role" in n], []
     try:
         text = where.read_text(encoding="utf-8")
