@@ -796,6 +796,22 @@ def test_a_policy_counting_in_another_encoding_is_refused_at_open(tmp_path, made
         assert len(session.history()) == 1
 
 
+def test_a_reopened_turn_whose_input_has_no_text_loads_no_older_turns_skill(tmp_path):
+    from context_core.prompt import Skill
+
+    skill = Skill("deploys", "Deploy a service", "ALWAYS run the dry run first.")
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    with open_session(tmp_path, compact=False, skills=[skill]) as session:
+        session.prepare("Use deploys to deploy the api.")
+        session.record({"role": "assistant", "content": "done"})
+        session.prepare({"role": "user", "content": [image]})  # a new turn: a screenshot alone
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        session.record_tool_result("c1", "ok")
+        assert "dry run" not in json.dumps(dict(session.prepare()))
+    with open_session(tmp_path, compact=False, skills=[skill]) as again:
+        assert "dry run" not in json.dumps(dict(again.prepare()))
+
+
 def test_a_result_given_twice_is_refused_not_routed_to_a_sibling(tmp_path):
     with open_session(tmp_path, compact=False) as session:
         session.prepare("go")
@@ -1033,6 +1049,31 @@ def test_the_open_reads_call_ids_in_batches_bounded_by_bytes(tmp_path, monkeypat
         assert again._ids_in_log() == {f"c{turn}" for turn in range(12)}
         assert len(reads) == batches
         assert sum(reads) == 12
+
+
+def test_a_first_input_that_stays_after_a_failed_turn_is_the_turns(tmp_path):
+    """The first message of a log has no node to go back to: it stays, so
+    the session treats it as logged (the next prepare() answers it), not as
+    undone (a retry would log it twice, and prepare() found nothing to answer)."""
+
+    class Failing(PriorityAssembly):
+        fail = True
+
+        def select(self, *args, **kwargs):
+            if self.fail:
+                raise OverBudgetError("no room")
+            return super().select(*args, **kwargs)
+
+    policy = Failing()
+    with open_session(tmp_path, policy=policy, compact=False) as session:
+        with pytest.raises(OverBudgetError):
+            session.prepare("first question")
+        policy.fail = False
+        assert [m["content"] for m in session.history()] == ["first question"]
+        assert session.needs_reply
+        request = session.prepare()
+        assert request["messages"][-1]["content"] == "first question"
+        assert (request.report.turn, request.report.step) == (0, 0)
 
 
 def test_a_failing_store_on_the_first_turn_logs_nothing(tmp_path):

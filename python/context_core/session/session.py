@@ -132,6 +132,16 @@ def _check_counts_like(policy: Policy, encoding: str) -> None:
         )
 
 
+def _only_results(message: Mapping[str, Any]) -> bool:
+    """Whether a user message carries tool results and nothing of its own."""
+    content = message.get("content")
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(block, Mapping) and block.get("type") == "tool_result" for block in content)
+    )
+
+
 def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[Any]) -> dict[str, Any]:
     if isinstance(user_input, str):
         message: dict[str, Any] = {"role": "user", "content": user_input}
@@ -466,17 +476,16 @@ class Session:
         return found
 
     def _input_in_log(self) -> str:
-        """The text of the newest user message that says something of its
-        own (not only tool results): the turn in progress's input."""
+        """The text of the newest user input (a user message that is not
+        only tool results): the turn in progress's; ``""`` when it has no
+        text (an image alone) or there is none."""
         path = self.log.path()
         end = len(path)
         while end > 0:
             start = max(0, end - _TAIL)
             for node in reversed(self.log.read(path[start:end])):
-                if isinstance(node, dict) and node.get("role") == "user":
-                    said = own_text(node)
-                    if said.strip():
-                        return said
+                if isinstance(node, dict) and node.get("role") == "user" and not _only_results(node):
+                    return own_text(node)
             end = start
         return ""
 
@@ -662,10 +671,17 @@ class Session:
         the file), so the next turn does not carry it. The first message
         of a log has no node before it to go back to. A log with a branch
         is read through its path from then on: the selection's fast paths,
-        which need one unbroken chain, no longer apply to it."""
+        which need one unbroken chain, no longer apply to it. An input that
+        stays (the first, or a rewind that failed) is the turn's: the next
+        ``prepare()`` answers it as the turn's first step."""
+        undone = False
         if before.head is not None:
             with contextlib.suppress(ContextCoreError):
                 self.log.rewind(before.head)
+                undone = True
+        if not undone:
+            self._turn, self._step = max(before.turn + 1, 0), -1  # the failed call is no step
+            return
         self.last_seq, self._pending, self._memories = before.last_seq, before.pending, before.memories
         self._said, self._to_answer = before.said, before.to_answer
         self._turn, self._step = before.turn, before.step
