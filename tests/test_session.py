@@ -994,7 +994,7 @@ def test_a_message_the_repair_would_refuse_is_refused_before_the_log(tmp_path, p
             else {"role": "assistant", "content": None, "tool_calls": [call("t1")]}
         )
         session.record(reply)
-        with pytest.raises(InvalidTypeError, match=r"\.text: expected str"):
+        with pytest.raises(InvalidTypeError, match=r"^result\.content\[0\]"):
             session.record_tool_result("t1", [{"type": "text", "text": 5}])
         session.record_tool_result("t1", "x = 1")
         assert len(session.history()) == 3  # the input, the call, its result: nothing refused was logged

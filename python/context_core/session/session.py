@@ -58,6 +58,7 @@ from context_core.session.tool_calls import (
     check_call_ids,
     check_sendable,
     pending_in,
+    relocated,
     result_message,
     with_fresh_ids,
     with_text_arguments,
@@ -887,7 +888,10 @@ class Session:
             raise InvalidInputError(f"no tool call {call_id!r} is waiting for a result (waiting: {waiting})")
         result = result_message(self.provider, call_id, content, is_error)
         check_sendable(result, self.provider, "result")
-        seq = self.log.append(result, timestamp=self._wall())
+        try:
+            seq = self.log.append(result, timestamp=self._wall())
+        except (InvalidTypeError, InvalidInputError) as error:  # a block inside the result
+            raise relocated(error, "message", "result") from None
         self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
         self._to_answer = True
         self.last_seq = int(seq)

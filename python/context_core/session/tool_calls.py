@@ -20,6 +20,7 @@ __all__ = [
     "check_call_ids",
     "check_sendable",
     "pending_in",
+    "relocated",
     "result_message",
     "with_fresh_ids",
     "with_text_arguments",
@@ -153,10 +154,15 @@ def check_sendable(message: Mapping[str, Any], provider: str, where: str) -> Non
     try:
         sanitize([message], provider)  # type: ignore[arg-type]  # a provider the session checked
     except (InvalidTypeError, InvalidInputError) as error:
-        text = str(error)
-        head = "messages[0]"
-        said = where + text.removeprefix(head) if text.startswith(head) else f"{where}: {text}"
-        raise type(error)(said) from None
+        raise relocated(error, "messages[0]", where) from None
+
+
+def relocated(error: InvalidTypeError | InvalidInputError, head: str, where: str) -> Exception:
+    """``error`` (of the same class) with the location ``head`` it names
+    (a list the check wrapped the message in) given as ``where``, the
+    argument the caller passed."""
+    text = str(error)
+    return type(error)(where + text.removeprefix(head) if text.startswith(head) else f"{where}: {text}")
 
 
 def with_fresh_ids(
