@@ -216,13 +216,21 @@ def node_problem(node: Node, expected_offset: int | None) -> str | None:
     return None
 
 
+#: The latest timestamp a node may have, in seconds since the epoch (the
+#: year 5138): a time in milliseconds is refused, not taken as the far future.
+MAX_TIMESTAMP = 1e11
+
+
 def f32(value: float, what: str) -> float:
-    """The value as the header stores it (refusing a finite value f32 cannot hold)."""
+    """The value as the header stores it (refusing one that is not finite,
+    or that f32 cannot hold)."""
     try:
         stored: float = F32.unpack(F32.pack(value))[0]
-        return stored
     except OverflowError:
-        raise InvalidInputError(f"{what}: {value} is out of the f32 range") from None
+        stored = math.inf
+    if not math.isfinite(stored):
+        raise InvalidInputError(f"{what}: must be a finite number within the f32 range, not {value}")
+    return stored
 
 
 def number(value: Any, what: str) -> float:
@@ -1413,8 +1421,10 @@ class MessageLog:
         """A header for the payload, stored raw (its offset is set on commit)."""
         if timestamp is None:
             timestamp = time.time()
-        if not math.isfinite(timestamp):
-            raise InvalidInputError(f"timestamp must be finite, not {timestamp}")
+        if not 0 <= timestamp < MAX_TIMESTAMP:
+            raise InvalidInputError(
+                f"timestamp: must be seconds since the epoch, from 0 to {MAX_TIMESTAMP:e}, not {timestamp}"
+            )
         if len(payload) > U32_MAX or tokens > U32_MAX:
             raise InvalidInputError("the message is too large for the log (4 GiB or 2^32 tokens)")
         return Node(

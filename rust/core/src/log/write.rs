@@ -209,12 +209,15 @@ impl MessageLog {
         }
         let given = options.timestamp.or(info.timestamp);
         let timestamp = given.unwrap_or(stamp);
-        if !timestamp.is_finite() {
-            // Ages come from it: one infinite time would make every later
-            // default stamp (never before the last) infinite too.
+        if !(0.0..MAX_TIMESTAMP).contains(&timestamp) {
+            // Ages come from it, and every later default stamp is never
+            // before it: one time in milliseconds (1.7e12) or an infinite
+            // one would put the rest of the log in the far future.
             return Err(Error::InvalidValue {
                 path: "timestamp".into(),
-                reason: format!("must be finite, not {timestamp}"),
+                reason: format!(
+                    "must be seconds since the epoch, from 0 to {MAX_TIMESTAMP:e} (the year 5138), not {timestamp}"
+                ),
             });
         }
         let node = Node {
@@ -483,17 +486,20 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The value as the header stores it: a finite value f32 cannot hold is
-/// refused rather than stored as an infinity.
+/// The latest timestamp a node may have, in seconds since the epoch.
+const MAX_TIMESTAMP: f64 = 1e11;
+
+/// The value as the header stores it: one that is not finite, or that f32
+/// cannot hold, is refused (as in a message's own fields).
 fn header_f32(value: Option<f64>, default: f32, what: &str) -> Result<f32> {
     let Some(value) = value else {
         return Ok(default);
     };
     let stored = value as f32;
-    if stored.is_infinite() && value.is_finite() {
+    if !stored.is_finite() {
         return Err(Error::InvalidValue {
             path: what.into(),
-            reason: format!("{value} is out of the f32 range"),
+            reason: format!("must be a finite number within the f32 range, not {value}"),
         });
     }
     Ok(stored)
