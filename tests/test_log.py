@@ -307,6 +307,44 @@ def test_numbers_the_header_cannot_hold_are_refused_by_both_logs(tmp_path, refer
         assert log.headers()["weight"][0] == 3.5
 
 
+def _restamp_last(directory, when: float) -> None:
+    """Sets the last node's timestamp in its index record and its frame's
+    copy (checksums made again): a log an earlier version wrote."""
+    import struct
+    import zlib
+
+    with MessageLog.open(directory, readonly=True) as log:
+        last = len(log) - 1
+        frame = int(log.headers()["offset"][last])
+    for name, at in (("index", 64 + 64 * last), ("data", frame + 8)):
+        path = directory / name
+        raw = bytearray(path.read_bytes())
+        record = raw[at : at + 64]
+        record[16:24] = struct.pack("<d", when)
+        record[60:64] = struct.pack("<I", zlib.crc32(bytes(record[:60])))
+        raw[at : at + 64] = record
+        path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["rust", "twin"])
+def test_a_log_holding_a_time_out_of_range_still_takes_default_stamps(tmp_path, reference):
+    """A log written before times were checked may end in milliseconds;
+    only a time given is checked, so its default stamps still go in."""
+    from context_core import reference as twin
+
+    made = twin.MessageLog if reference else MessageLog
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "user", "content": "x"}, timestamp=5.0)
+    _restamp_last(tmp_path / "log", 1.8e12)
+    with made.open(tmp_path / "log") as log:
+        log.append({"role": "assistant", "content": "y"})
+        log.append_many([{"role": "user", "content": "z"}])
+        assert list(log.headers()["timestamp"]) == [1.8e12] * 3  # never before the last
+        with pytest.raises(InvalidInputError, match="seconds since the epoch"):
+            log.append({"role": "user", "content": "w"}, timestamp=1.8e12)
+        log.verify()
+
+
 def test_bad_input_is_refused_cleanly(where):
     with pytest.raises(LogNotFoundError):
         MessageLog.open(where)

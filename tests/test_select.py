@@ -721,6 +721,9 @@ def _aged(now: float, stamps: list[float], texts: list[str]) -> list[dict]:
             [100.0 + 100.0 * i for i in range(40)],
         ),
         ({"constraint": -1.0, "decay": 0.5, "tag_decay": 0.5}, 1e9, [100.0 * i for i in range(40)]),
+        # The oldest ages a log's times allow (up to 1e11 seconds).
+        ({"decay": 1.0, "tag_decay": 1.0}, 1e11 - 1.0, [60.0 * i for i in range(40)]),
+        ({"decay": 0.5, "tag_decay": 0.999}, 1e11 - 1.0, [1e10 + 60.0 * i for i in range(40)]),
     ],
 )
 def test_extreme_ages_and_signed_zero_weights_agree_with_the_reference(tmp_path, weights, now, stamps):
@@ -735,10 +738,14 @@ def test_extreme_ages_and_signed_zero_weights_agree_with_the_reference(tmp_path,
             lambda b=budget: policy.select(messages, b, now=now),
             lambda b=budget: twin.select(messages, b, now=now),
         )
+        assert listed is not None
         with MessageLog.open(tmp_path / f"log-{budget}", create=True, durability="never") as log:
+            if not all(0 <= m["timestamp"] < 1e11 for m in messages):
+                with pytest.raises(InvalidInputError, match="seconds since the epoch"):
+                    log.append_many(messages)  # a log holds times from 0 to 1e11 seconds
+                continue
             log.append_many(messages)
             logged = policy.select(log, budget, now=now)
-        assert listed is not None
         assert logged.kept == listed.kept
         assert logged.breakdown == listed.breakdown
 

@@ -1380,8 +1380,15 @@ class MessageLog:
         else:
             facts = self._read_message(message)
         payload = encode_json(message)
-        if timestamp is None and facts["timestamp"] is None:
-            timestamp = self._stamp() if stamp is None else stamp
+        given = number(timestamp, "timestamp") if timestamp is not None else facts["timestamp"]
+        if given is not None and not 0 <= given < MAX_TIMESTAMP:
+            # Checked as given: a default stamp follows the last node's,
+            # which a log written before this check may hold out of range.
+            raise InvalidInputError(
+                f"timestamp: must be seconds since the epoch, from 0 to {MAX_TIMESTAMP:e}, not {given}"
+            )
+        if given is None:
+            given = self._stamp() if stamp is None else stamp
         flags = (
             (PINNED if pinned or facts["pinned"] else 0)
             | (CALLS if facts["calls"] else 0)
@@ -1399,7 +1406,7 @@ class MessageLog:
             flags=flags,
             weight=facts["weight"] if weight is None else number(weight, "weight"),
             priority=facts["priority"] if priority is None else number(priority, "priority"),
-            timestamp=number(timestamp, "timestamp") if timestamp is not None else facts["timestamp"],
+            timestamp=given,
         )
         return node, payload
 
@@ -1421,10 +1428,8 @@ class MessageLog:
         """A header for the payload, stored raw (its offset is set on commit)."""
         if timestamp is None:
             timestamp = time.time()
-        if not 0 <= timestamp < MAX_TIMESTAMP:
-            raise InvalidInputError(
-                f"timestamp: must be seconds since the epoch, from 0 to {MAX_TIMESTAMP:e}, not {timestamp}"
-            )
+        if not math.isfinite(timestamp):
+            raise InvalidInputError(f"timestamp must be finite, not {timestamp}")
         if len(payload) > U32_MAX or tokens > U32_MAX:
             raise InvalidInputError("the message is too large for the log (4 GiB or 2^32 tokens)")
         return Node(

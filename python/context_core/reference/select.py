@@ -89,7 +89,13 @@ def _number(message: Mapping[str, Any], key: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(f"{key}: expected a number, got {type(value).__name__}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past a float's range, as the extension says it
+        raise InvalidInputError(f"{key}: {value.bit_length()}-bit int is out of a float's range") from None
+    if not math.isfinite(number):
+        raise InvalidTypeError(f"{key}: expected a finite number, got {number}")
+    return number
 
 
 class Analysis:

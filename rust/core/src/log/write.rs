@@ -209,10 +209,12 @@ impl MessageLog {
         }
         let given = options.timestamp.or(info.timestamp);
         let timestamp = given.unwrap_or(stamp);
-        if !(0.0..MAX_TIMESTAMP).contains(&timestamp) {
-            // Ages come from it, and every later default stamp is never
-            // before it: one time in milliseconds (1.7e12) or an infinite
-            // one would put the rest of the log in the far future.
+        // Ages come from it, and every later default stamp is never before
+        // it: one time in milliseconds (1.7e12) or an infinite one would put
+        // the rest of the log in the far future. A default stamp is not
+        // checked: it follows the last node's, which a log written before
+        // this check may hold out of range.
+        if given.is_some() && !(0.0..MAX_TIMESTAMP).contains(&timestamp) {
             return Err(Error::InvalidValue {
                 path: "timestamp".into(),
                 reason: format!(
