@@ -92,7 +92,8 @@ def _number(message: Mapping[str, Any], key: str) -> float | None:
     try:
         number = float(value)
     except OverflowError:  # an int past a float's range, as the extension says it
-        raise InvalidInputError(f"{key}: {value.bit_length()}-bit int is out of a float's range") from None
+        bits = int(value).bit_length()
+        raise InvalidInputError(f"{key}: {bits}-bit int is out of a float's range") from None
     if not math.isfinite(number):
         raise InvalidTypeError(f"{key}: expected a finite number, got {number}")
     return number
