@@ -1064,16 +1064,23 @@ def test_a_first_input_that_stays_after_a_failed_turn_is_the_turns(tmp_path):
                 raise OverBudgetError("no room")
             return super().select(*args, **kwargs)
 
-    policy = Failing()
-    with open_session(tmp_path, policy=policy, compact=False) as session:
-        with pytest.raises(OverBudgetError):
-            session.prepare("first question")
-        policy.fail = False
-        assert [m["content"] for m in session.history()] == ["first question"]
-        assert session.needs_reply
-        request = session.prepare()
-        assert request["messages"][-1]["content"] == "first question"
-        assert (request.report.turn, request.report.step) == (0, 0)
+    for retry in (None, "first question"):  # prepare(), or the same input again
+        policy = Failing()
+        with open_session(tmp_path / str(retry), policy=policy, compact=False) as session:
+            with pytest.raises(OverBudgetError):
+                session.prepare("first question")
+            with pytest.raises(OverBudgetError):
+                session.prepare(retry)  # failing again changes nothing
+            policy.fail = False
+            assert [m["content"] for m in session.history()] == ["first question"]
+            assert session.needs_reply
+            request = session.prepare(retry)
+            assert request["messages"][-1]["content"] == "first question"
+            assert (request.report.turn, request.report.step) == (0, 0)
+            assert [m["content"] for m in session.history()] == ["first question"]
+            session.record({"role": "assistant", "content": "answer"})
+            assert session.prepare("first question").report.turn == 1  # said again later: a new turn
+            assert len(session.history()) == 3
 
 
 def test_a_failing_store_on_the_first_turn_logs_nothing(tmp_path):

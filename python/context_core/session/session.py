@@ -272,6 +272,9 @@ class Session:
         # The turn's input text, for its skills and memories on the inner
         # steps (``None``: not read yet, after an open).
         self._said: str | None = None
+        # An input a failed turn left in the log (it could not be taken
+        # back), until anything else is logged: given again, it is retried.
+        self._kept: dict[str, Any] | None = None
         self._turn = -1
         self._step = 0
         self._counted: int | None = None
@@ -588,6 +591,16 @@ class Session:
         memories = self._search(said)
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
+        if self._kept == message:
+            # The input a failed turn could not take back, given again: the
+            # retry answers it where it is, not logged a second time.
+            self._step, self._memories, self._said = 0, memories, said
+            mark = self._lap(timings, "append", mark)
+            try:
+                return self._request(parts, timings, started, mark)
+            except BaseException:
+                self._step = -1  # a failed call is no step
+                raise
         self._check_fits(message, parts, memories)
         undo = _Before(
             self.log.head,
@@ -600,14 +613,15 @@ class Session:
             self._to_answer,
         )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
-        self._pending = {}  # the user spoke first: sanitize closes any call left open
+        self._pending, self._kept = {}, None  # the user spoke first: sanitize closes any call left open
         self._turn, self._step, self._memories, self._said = self._turn + 1, 0, memories, said
         self._to_answer = True
         mark = self._lap(timings, "append", mark)
         try:
             return self._request(parts, timings, started, mark)
         except BaseException:
-            self._undo_input(undo)
+            if not self._undo_input(undo):
+                self._kept = message
             raise
 
     def _prompt(
@@ -666,7 +680,7 @@ class Session:
             error.turn_in_progress, error.budget = tokens, max(0, room)
             raise error
 
-    def _undo_input(self, before: _Before) -> None:
+    def _undo_input(self, before: _Before) -> bool:
         """A turn whose request failed leaves its input out of the view: the
         head goes back to the node before it (a branch, the input kept in
         the file), so the next turn does not carry it. The first message
@@ -674,7 +688,8 @@ class Session:
         is read through its path from then on: the selection's fast paths,
         which need one unbroken chain, no longer apply to it. An input that
         stays (the first, or a rewind that failed) is the turn's: the next
-        ``prepare()`` answers it as the turn's first step."""
+        ``prepare()`` answers it as the turn's first step, as does the same
+        input given again. Whether the input was taken back."""
         undone = False
         if before.head is not None:
             with contextlib.suppress(ContextCoreError):
@@ -682,10 +697,11 @@ class Session:
                 undone = True
         if not undone:
             self._turn, self._step = max(before.turn + 1, 0), -1  # the failed call is no step
-            return
+            return False
         self.last_seq, self._pending, self._memories = before.last_seq, before.pending, before.memories
         self._said, self._to_answer = before.said, before.to_answer
         self._turn, self._step = before.turn, before.step
+        return True
 
     def _request(self, parts: PromptParts, timings: dict[str, float], started: float, mark: float) -> Request:
         limit = self._room(0)
@@ -861,7 +877,7 @@ class Session:
         self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
-        self._renamed, self._replied, self._to_answer = {}, True, False
+        self._renamed, self._replied, self._to_answer, self._kept = {}, True, False, None
         for given, stored in renamed:
             self._renamed.setdefault(given, []).append(stored)
         if usage is not None:
@@ -893,7 +909,7 @@ class Session:
         except (InvalidTypeError, InvalidInputError) as error:  # a block inside the result
             raise relocated(error, "message", "result") from None
         self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
-        self._to_answer = True
+        self._to_answer, self._kept = True, None
         self.last_seq = int(seq)
         return self.last_seq
 
