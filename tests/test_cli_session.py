@@ -413,8 +413,15 @@ def test_replay_reads_a_sessions_directory_and_warns_of_a_damaged_log(tmp_path, 
         data.write(bytes([byte[0] ^ 0xFF]))
     code, out = run(["replay", str(tmp_path / "t"), "--json"])
     assert code == 0
-    assert "5 of 6 messages that read (1 left out)" in capsys.readouterr().err
+    assert "(1 of the 6 records on the path do not)" in capsys.readouterr().err
     assert json.loads(out)["summary"]["calls"] == 2  # the answer left out made no call
+    # An index record damaged: the log does not open; the error says how to repair it.
+    index = tmp_path / "t" / "log" / "index"
+    damaged = bytearray(index.read_bytes())
+    damaged[64 + 64 + 5] ^= 0xFF  # inside the second record
+    index.write_bytes(bytes(damaged))
+    assert run(["replay", str(tmp_path / "t")])[0] == 2
+    assert "MessageLog.repair(" in capsys.readouterr().err
 
 
 def test_the_demo_writes_its_session_in_a_private_directory(capsys):

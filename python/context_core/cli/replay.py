@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from context_core.cli.count import InputError, parse_chat
-from context_core.cli.log_dir import open_log
+from context_core.cli.log_dir import open_log, unreadable
 from context_core.cli.output import write_json
 
 __all__ = ["Replay", "load_transcript", "replay", "run_build", "run_demo", "run_replay"]
@@ -108,20 +108,22 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
         from context_core import LogCorruptError
 
         with open_log(path) as log:
-            seqs = log.path()
             try:
                 log.verify()
-                nodes = log.read(seqs)
+                nodes = log.read(log.path())
             except LogCorruptError as error:
                 # What can be read is still replayed; the user is told it is partial.
+                try:
+                    seqs = log.path()
+                except LogCorruptError as damage:  # the index itself: no path to follow
+                    raise unreadable(path, damage) from None
                 nodes = []
                 for seq in seqs:
                     with contextlib.suppress(LogCorruptError):
                         nodes += log.read([seq])
-                lost = len(seqs) - len(nodes)
                 print(
-                    f"context-core: warning: {error}; replaying the {len(nodes)} of {len(seqs)}"
-                    f" messages that read ({lost} left out)",
+                    f"context-core: warning: {error}; replaying what reads"
+                    f" ({len(seqs) - len(nodes)} of the {len(seqs)} records on the path do not)",
                     file=sys.stderr,
                 )
         return [n for n in nodes if isinstance(n, dict) and "role" in n], []
