@@ -28,6 +28,7 @@ from context_core import (
     WeightedWindow,
     sanitize,
 )
+from context_core.budget import MODEL_WINDOWS
 from context_core.session.tool_calls import pending_in
 
 TOOLS = [
@@ -704,6 +705,10 @@ def test_a_gpt5_request_stays_within_the_input_the_api_takes(tmp_path):
         with open_session(tmp_path / str(cap), model="gpt-5", max_tokens=cap, compact=False) as session:
             limits.append(session.prepare("hi").report.limit)
     assert limits[0] == limits[1] == limits[2]
+    extended = Budget.for_model("gpt-5", table={**MODEL_WINDOWS, "my-model": 8_000})
+    assert extended.reply_room == 128_000  # the model's, whatever table gave the window
+    with pytest.raises(InvalidInputError, match="replies at most"):
+        open_session(tmp_path / "over", model="gpt-5", max_tokens=200_000)
     for chat in ("gpt-5-chat-latest", "gpt-5.1-chat-latest"):
         assert Budget.for_model(chat).window == 128_000
         assert Budget.for_model(chat).reply_room == 0

@@ -261,10 +261,10 @@ class Budget:
         }
         if matches:
             options["window"] = windows[max(matches, key=len)]
-            if table is None:
-                apart = [prefix for prefix in MODEL_REPLY_ROOM if model.startswith(prefix)]
-                if apart:
-                    options["reply_room"] = MODEL_REPLY_ROOM[max(apart, key=len)]
+        # The model's, whatever table gave the window (one extending ours).
+        apart = [prefix for prefix in MODEL_REPLY_ROOM if model.startswith(prefix)]
+        if apart:
+            options["reply_room"] = MODEL_REPLY_ROOM[max(apart, key=len)]
         options.update(overrides)
         return cls(**options)
 

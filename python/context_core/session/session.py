@@ -364,6 +364,10 @@ class Session:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
         cap = DEFAULT_ANTHROPIC_MAX_TOKENS if max_tokens is None and provider == "anthropic" else max_tokens
+        if cap is not None and 0 < budget.reply_room < cap:
+            raise InvalidInputError(
+                f"max_tokens ({cap}) is over the {budget.reply_room} tokens {model} replies at most"
+            )
         if cap is not None and cap - budget.reply_room >= budget.window:
             named = "max_tokens" if max_tokens is not None else "the default max_tokens for Anthropic"
             raise InvalidInputError(
