@@ -415,13 +415,20 @@ def test_replay_reads_a_sessions_directory_and_warns_of_a_damaged_log(tmp_path, 
     assert code == 0
     assert "(1 of the 6 records on the path do not)" in capsys.readouterr().err
     assert json.loads(out)["summary"]["calls"] == 2  # the answer left out made no call
-    # An index record damaged: the log does not open; the error says how to repair it.
+    code, out = run(["inspect", str(tmp_path / "t"), "--json", "--tail", "6"])
+    assert code == 2  # the check fails, and the report is still made
+    facts = json.loads(out)
+    assert facts["check"].startswith("corrupt")
+    assert [row["seq"] for row in facts["tail"]] == [0, 2, 3, 4, 5]  # the damaged one left out
+    # An index record damaged: the log does not read; the error names the repair of its directory.
     index = tmp_path / "t" / "log" / "index"
     damaged = bytearray(index.read_bytes())
     damaged[64 + 64 + 5] ^= 0xFF  # inside the second record
     index.write_bytes(bytes(damaged))
-    assert run(["replay", str(tmp_path / "t")])[0] == 2
-    assert "MessageLog.repair(" in capsys.readouterr().err
+    capsys.readouterr()
+    for command in ("replay", "inspect"):
+        assert run([command, str(tmp_path / "t")])[0] == 2
+        assert f"MessageLog.repair({str(tmp_path / 't' / 'log')!r})" in capsys.readouterr().err
 
 
 def test_the_demo_writes_its_session_in_a_private_directory(capsys):

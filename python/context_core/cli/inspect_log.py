@@ -9,7 +9,7 @@ import json
 from typing import Any, TextIO
 
 from context_core.cli.count import InputError
-from context_core.cli.log_dir import open_log
+from context_core.cli.log_dir import open_log, readable, unreadable
 from context_core.cli.output import write_json
 
 __all__ = ["run_inspect"]
@@ -20,24 +20,28 @@ _KINDS = {0: "message", 1: "summary", 2: "branch"}
 def describe(path: str, tail: int) -> dict[str, Any]:
     from context_core import LogCorruptError
 
-    with open_log(path) as log:
-        headers = log.headers()
-        kinds = headers["kind"]
-        path_seqs = log.path()
+    log, where = open_log(path)
+    with log:
+        try:
+            headers = log.headers()
+            kinds = headers["kind"]
+            path_seqs = log.path()
+        except LogCorruptError as error:  # the index itself: nothing to describe
+            raise unreadable(where, error) from None
         try:
             log.verify()
             check = "ok"
         except LogCorruptError as error:
             check = f"corrupt: {error}"
         summaries: dict[str, int] = {}
-        for payload in log.read([int(s) for s in range(len(log)) if kinds[s] == 1]):
+        for _, payload in readable(log, [int(s) for s in range(len(log)) if kinds[s] == 1]):
             level = f"L{payload['level']}"
             summaries[level] = summaries.get(level, 0) + 1
         messages = [int(s) for s in range(len(log)) if kinds[s] == 0]
         tail_rows = []
         if tail > 0:
             shown = [seq for seq in path_seqs if kinds[seq] == 0][-tail:]
-            for seq, message in zip(shown, log.read(shown), strict=True):
+            for seq, message in readable(log, shown):  # a damaged one is left out (`check` says so)
                 content = message.get("content")
                 text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
                 tail_rows.append(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from context_core.cli.count import InputError, parse_chat
-from context_core.cli.log_dir import open_log, unreadable
+from context_core.cli.log_dir import open_log, readable, unreadable
 from context_core.cli.output import write_json
 
 __all__ = ["Replay", "load_transcript", "replay", "run_build", "run_demo", "run_replay"]
@@ -107,7 +107,8 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
     if where.is_dir():
         from context_core import LogCorruptError
 
-        with open_log(path) as log:
+        log, where = open_log(path)
+        with log:
             try:
                 log.verify()
                 nodes = log.read(log.path())
@@ -116,11 +117,8 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
                 try:
                     seqs = log.path()
                 except LogCorruptError as damage:  # the index itself: no path to follow
-                    raise unreadable(path, damage) from None
-                nodes = []
-                for seq in seqs:
-                    with contextlib.suppress(LogCorruptError):
-                        nodes += log.read([seq])
+                    raise unreadable(where, damage) from None
+                nodes = [payload for _, payload in readable(log, seqs)]
                 print(
                     f"context-core: warning: {error}; replaying what reads"
                     f" ({len(seqs) - len(nodes)} of the {len(seqs)} records on the path do not)",
