@@ -299,12 +299,15 @@ def test_numbers_the_header_cannot_hold_are_refused_by_both_logs(tmp_path, refer
             with pytest.raises((InvalidInputError, InvalidTypeError)):
                 log.append({**fine, **keywords})
         assert len(log) == 0, "nothing was written by the refused calls"
+        # The keywords override the message's own fields: those are then not read.
+        log.append({**fine, "timestamp": float("inf"), "weight": 10**400}, timestamp=5.0, weight=1.0)
+        assert len(log) == 1
         log.append(fine, weight=3.5, timestamp=5.0)
         log.append(fine)
         later = log.headers()["timestamp"]
-        assert later[0] == 5.0
-        assert later[1] > 5.0
-        assert log.headers()["weight"][0] == 3.5
+        assert list(later[:2]) == [5.0, 5.0]
+        assert later[2] > 5.0
+        assert log.headers()["weight"][1] == 3.5
 
 
 def _restamp_last(directory, when: float) -> None:

@@ -5,6 +5,7 @@ and each policy's own rules."""
 from __future__ import annotations
 
 import copy
+import math
 import re
 import unicodedata
 
@@ -694,6 +695,20 @@ def test_an_int_past_a_floats_range_is_refused_as_input(impl):
         window_class(constraint=10**400)
     with pytest.raises(InvalidInputError, match="finite"):
         window_class().select(chat(2), 1000, now=10**400)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"timestamp": math.inf}, {"timestamp": math.nan}, {"weight": 10**400}, {"priority": -(10**400)}],
+)
+def test_numbers_past_a_float_in_a_messages_fields_read_alike(fields):
+    """A list's selection reads what a log refuses: an infinite or huge
+    field is an infinity (NaN as given) in the extension and the twin alike."""
+    messages = [{"role": "user", "content": "a", **fields}, {"role": "assistant", "content": "b"}]
+    both(
+        lambda: WeightedWindow().select(messages, 1000, now=100.0),
+        lambda: reference.WeightedWindow().select(messages, 1000, now=100.0),
+    )
 
 
 def _aged(now: float, stamps: list[float], texts: list[str]) -> list[dict]:
