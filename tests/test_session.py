@@ -705,8 +705,9 @@ def test_a_gpt5_request_stays_within_the_input_the_api_takes(tmp_path):
         with open_session(tmp_path / str(cap), model="gpt-5", max_tokens=cap, compact=False) as session:
             limits.append(session.prepare("hi").report.limit)
     assert limits[0] == limits[1] == limits[2]
-    extended = Budget.for_model("gpt-5", table={**MODEL_WINDOWS, "my-model": 8_000})
-    assert extended.reply_room == 128_000  # the model's, whatever table gave the window
+    extended = {**MODEL_WINDOWS, "my-model": 8_000, "gpt-5.3-chat": 128_000}
+    assert Budget.for_model("gpt-5", table=extended).reply_room == 128_000  # the model's
+    assert Budget.for_model("gpt-5.3-chat-latest", table=extended).reply_room == 0  # the table's model
     with pytest.raises(InvalidInputError, match="replies at most"):
         open_session(tmp_path / "over", model="gpt-5", max_tokens=200_000)
     for chat in ("gpt-5-chat-latest", "gpt-5.1-chat-latest"):

@@ -259,11 +259,14 @@ class Budget:
             "estimated": estimated,
             "safety_factor": CLAUDE_SAFETY_FACTOR if estimated else 1.0,
         }
+        named = max(matches, key=len) if matches else ""
         if matches:
-            options["window"] = windows[max(matches, key=len)]
-        # The model's, whatever table gave the window (one extending ours).
+            options["window"] = windows[named]
+        # The model's reply room, whatever table gave the window, unless the
+        # table names the model more closely (a model of its own that only
+        # shares the family's prefix): that window is the table's alone.
         apart = [prefix for prefix in MODEL_REPLY_ROOM if model.startswith(prefix)]
-        if apart:
+        if apart and len(max(apart, key=len)) >= len(named):
             options["reply_room"] = MODEL_REPLY_ROOM[max(apart, key=len)]
         options.update(overrides)
         return cls(**options)
