@@ -1087,6 +1087,36 @@ def test_a_first_input_that_stays_after_a_failed_turn_is_the_turns(tmp_path):
             session.record({"role": "assistant", "content": "answer"})
             assert session.prepare("first question").report.turn == 1  # said again later: a new turn
             assert len(session.history()) == 3
+    policy = Failing()
+    with open_session(tmp_path / "between", policy=policy, compact=False) as session:
+        with pytest.raises(OverBudgetError):
+            session.prepare("q")  # kept: the first message
+        with pytest.raises(OverBudgetError):
+            session.prepare("r")  # taken back
+    with open_session(tmp_path / "between", compact=False) as reopened:  # the log says what waits
+        assert reopened.needs_reply
+        assert reopened.prepare("q")["messages"][-1]["content"] == "q"
+        assert [m["content"] for m in reopened.history()] == ["q"]
+        mutable = {"role": "user", "content": [{"type": "text", "text": "delete file A"}]}
+        reopened.record({"role": "assistant", "content": "which file?"})
+        reopened.prepare(mutable)
+        mutable["content"][0]["text"] = "delete file B"  # changed by the caller after the call
+        sent = reopened.prepare(mutable)["messages"][-1]["content"]
+        assert "delete file B" in json.dumps(sent)  # the stored input is compared, not the caller's object
+
+
+def test_an_input_given_again_after_the_models_call_failed_is_logged_once(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Fix the build")
+        session.prepare("Fix the build")  # the model's call failed; the server tries the turn again
+        assert [m["content"] for m in session.history()] == ["Fix the build"]
+        request = session.prepare("Fix the build")
+        assert request["messages"][-1]["content"] == "Fix the build"
+        assert (request.report.turn, request.report.step) == (0, 0)
+        session.record({"role": "assistant", "content": "Fixed."})
+        session.prepare("Thanks")
+        session.prepare("Thanks, and the tests?")  # another input, not a retry: both kept
+        assert len(session.history()) == 4
 
 
 def test_a_failing_store_on_the_first_turn_logs_nothing(tmp_path):

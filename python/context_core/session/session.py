@@ -88,6 +88,8 @@ _TAIL = 64
 _MEMORY_SHARE = 8
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
+#: A log header's kind of a message node (not a summary or branch marker).
+_KIND_MESSAGE = 0
 #: Payload bytes read at a time when the open gathers the log's call ids.
 _ID_BATCH_BYTES = 8 << 20
 #: The reply room Anthropic requires a request to name, when none is given.
@@ -272,9 +274,6 @@ class Session:
         # The turn's input text, for its skills and memories on the inner
         # steps (``None``: not read yet, after an open).
         self._said: str | None = None
-        # An input a failed turn left in the log (it could not be taken
-        # back), until anything else is logged: given again, it is retried.
-        self._kept: dict[str, Any] | None = None
         self._turn = -1
         self._step = 0
         self._counted: int | None = None
@@ -483,6 +482,23 @@ class Session:
             start = end
         return found
 
+    def _input_waiting(self) -> Any:
+        """The newest message on the log's path if it is a user input (not
+        only tool results), as stored; else ``None``. From the head through
+        the headers' parents, past summaries and branch markers: no walk of
+        the path."""
+        headers = self.log.headers()
+        seq = self.log.head
+        while seq is not None and int(headers["kind"][seq]) != _KIND_MESSAGE:
+            parent = int(headers["parent"][seq])
+            seq = None if parent >= len(headers) else parent
+        if seq is None:
+            return None
+        node = self.log.read([seq])[0]
+        if isinstance(node, dict) and node.get("role") == "user" and not _only_results(node):
+            return node
+        return None
+
     def _input_in_log(self) -> str:
         """The text of the newest user input (a user message that is not
         only tool results): the turn in progress's; ``""`` when it has no
@@ -595,10 +611,11 @@ class Session:
         memories = self._search(said)
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
-        if self._kept == message:
-            # The input a failed turn could not take back, given again: the
-            # retry answers it where it is, not logged a second time.
-            self._step, self._memories, self._said = 0, memories, said
+        if self._to_answer and self._input_waiting() == message:
+            # The input still waiting for a reply, given again (a retry after
+            # the model's call failed, or after a failed turn that could not
+            # take its input back): answered where it is, not logged twice.
+            self._turn, self._step, self._memories, self._said = max(self._turn, 0), 0, memories, said
             mark = self._lap(timings, "append", mark)
             try:
                 return self._request(parts, timings, started, mark)
@@ -617,15 +634,14 @@ class Session:
             self._to_answer,
         )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
-        self._pending, self._kept = {}, None  # the user spoke first: sanitize closes any call left open
+        self._pending = {}  # the user spoke first: sanitize closes any call left open
         self._turn, self._step, self._memories, self._said = self._turn + 1, 0, memories, said
         self._to_answer = True
         mark = self._lap(timings, "append", mark)
         try:
             return self._request(parts, timings, started, mark)
         except BaseException:
-            if not self._undo_input(undo):
-                self._kept = message
+            self._undo_input(undo)
             raise
 
     def _prompt(
@@ -684,7 +700,7 @@ class Session:
             error.turn_in_progress, error.budget = tokens, max(0, room)
             raise error
 
-    def _undo_input(self, before: _Before) -> bool:
+    def _undo_input(self, before: _Before) -> None:
         """A turn whose request failed leaves its input out of the view: the
         head goes back to the node before it (a branch, the input kept in
         the file), so the next turn does not carry it. The first message
@@ -693,7 +709,7 @@ class Session:
         which need one unbroken chain, no longer apply to it. An input that
         stays (the first, or a rewind that failed) is the turn's: the next
         ``prepare()`` answers it as the turn's first step, as does the same
-        input given again. Whether the input was taken back."""
+        input given again."""
         undone = False
         if before.head is not None:
             with contextlib.suppress(ContextCoreError):
@@ -701,11 +717,10 @@ class Session:
                 undone = True
         if not undone:
             self._turn, self._step = max(before.turn + 1, 0), -1  # the failed call is no step
-            return False
+            return
         self.last_seq, self._pending, self._memories = before.last_seq, before.pending, before.memories
         self._said, self._to_answer = before.said, before.to_answer
         self._turn, self._step = before.turn, before.step
-        return True
 
     def _request(self, parts: PromptParts, timings: dict[str, float], started: float, mark: float) -> Request:
         limit = self._room(0)
@@ -881,7 +896,7 @@ class Session:
         self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
-        self._renamed, self._replied, self._to_answer, self._kept = {}, True, False, None
+        self._renamed, self._replied, self._to_answer = {}, True, False
         for given, stored in renamed:
             self._renamed.setdefault(given, []).append(stored)
         if usage is not None:
@@ -913,7 +928,7 @@ class Session:
         except (InvalidTypeError, InvalidInputError) as error:  # a block inside the result
             raise relocated(error, "message", "result") from None
         self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
-        self._to_answer, self._kept = True, None
+        self._to_answer = True
         self.last_seq = int(seq)
         return self.last_seq
 
