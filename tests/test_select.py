@@ -699,7 +699,13 @@ def test_an_int_past_a_floats_range_is_refused_as_input(impl):
 
 @pytest.mark.parametrize(
     "fields",
-    [{"timestamp": math.inf}, {"timestamp": math.nan}, {"weight": 10**400}, {"priority": -(10**400)}],
+    [
+        {"timestamp": math.inf},
+        {"timestamp": math.nan},
+        {"weight": 10**400},
+        {"priority": -(10**400)},
+        {"priority": math.nan},
+    ],
 )
 def test_numbers_past_a_float_in_a_messages_fields_read_alike(fields):
     """A list's selection reads what a log refuses: an infinite or huge
@@ -709,6 +715,19 @@ def test_numbers_past_a_float_in_a_messages_fields_read_alike(fields):
         lambda: WeightedWindow().select(messages, 1000, now=100.0),
         lambda: reference.WeightedWindow().select(messages, 1000, now=100.0),
     )
+    # The priority builder ranks by the largest priority a unit gives.
+    history = [
+        {"role": "user", "content": "first " * 8, **fields},
+        {"role": "assistant", "content": "one " * 8},
+        {"role": "user", "content": "second " * 8},
+        {"role": "assistant", "content": "two " * 8},
+        {"role": "user", "content": "now?"},
+    ]
+    for budget in (40, 60, 90):
+        both(
+            lambda b=budget: PriorityAssembly().select(history, b),
+            lambda b=budget: reference.PriorityAssembly().select(history, b),
+        )
 
 
 def _aged(now: float, stamps: list[float], texts: list[str]) -> list[dict]:

@@ -523,7 +523,10 @@ class Analysis:
         optional = [u for u, unit in enumerate(self.units) if unit[3] == "normal"]
 
         def priority(u: int) -> float:
-            return max(self.info[m]["priority"] for m in range(self.units[u][0], self.units[u][1]))
+            # The largest given, a NaN passed over (as f64::max does): a unit
+            # of NaNs alone ranks last.
+            given = (self.info[m]["priority"] for m in range(self.units[u][0], self.units[u][1]))
+            return max((p for p in given if not math.isnan(p)), default=-math.inf)
 
         def constraint(u: int) -> int:
             return 1 if self.units[u][4] & CONSTRAINT else 0
