@@ -1105,6 +1105,33 @@ def test_a_first_input_that_stays_after_a_failed_turn_is_the_turns(tmp_path):
         assert "delete file B" in json.dumps(sent)  # the stored input is compared, not the caller's object
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
+    """Whether an input is a retry is ruled out from the newest message's
+    header when it is a tool's output: a large one is never read for it."""
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    with open_session(tmp_path, model=model, compact=False) as session:
+        session.prepare("Read big.log")
+        reply = (
+            anthropic_call("t1")
+            if provider == "anthropic"
+            else {"role": "assistant", "content": None, "tool_calls": [call("t1")]}
+        )
+        session.record(reply)
+        session.record_tool_result("t1", "line\n" * 50_000)
+        reads: list[list[int]] = []
+        original = session.log.read
+
+        def counted(seqs):
+            seqs = list(seqs)
+            reads.append(seqs)
+            return original(seqs)
+
+        monkeypatch.setattr(session.log, "read", counted)
+        assert session._input_waiting() is None
+        assert reads == []
+
+
 def test_an_input_given_again_after_the_models_call_failed_is_logged_once(tmp_path):
     with open_session(tmp_path, compact=False) as session:
         session.prepare("Fix the build")

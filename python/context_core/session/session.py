@@ -88,8 +88,13 @@ _TAIL = 64
 _MEMORY_SHARE = 8
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
-#: A log header's kind of a message node (not a summary or branch marker).
+#: A log header's kind of a message node (not a summary or branch marker),
+#: its role byte for a user message, and its flags for tool results and for
+#: text of its own.
 _KIND_MESSAGE = 0
+_ROLE_USER = 1
+_FLAG_RESULTS = 1 << 2
+_FLAG_HAS_TEXT = 1 << 3
 #: Payload bytes read at a time when the open gathers the log's call ids.
 _ID_BATCH_BYTES = 8 << 20
 #: The reply room Anthropic requires a request to name, when none is given.
@@ -493,6 +498,12 @@ class Session:
             parent = int(headers["parent"][seq])
             seq = None if parent >= len(headers) else parent
         if seq is None:
+            return None
+        # Ruled out from its header where it can be: a reply, a tool's
+        # output, or results with no text of their own (megabytes, maybe)
+        # are never read only to be compared.
+        flags = int(headers["flags"][seq])
+        if int(headers["role"][seq]) != _ROLE_USER or (flags & _FLAG_RESULTS and not flags & _FLAG_HAS_TEXT):
             return None
         node = self.log.read([seq])[0]
         if isinstance(node, dict) and node.get("role") == "user" and not _only_results(node):
