@@ -117,6 +117,41 @@ def test_replay_passes_over_an_empty_user_message(tmp_path):
     assert replay_calls(tmp_path, chat) == 2
 
 
+def test_replay_logs_two_inputs_with_no_reply_between_as_a_session_does(tmp_path):
+    """The first goes in unanswered, through the session: the same input
+    twice is one retry, after a tool result or a reply alike."""
+    from context_core.cli.replay import replay
+
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    opening = [
+        {"role": "user", "content": "read a.py"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.py"},
+    ]
+    for between in ([], [{"role": "assistant", "content": "ok?"}]):
+        for second in ("yes", "yes, and b.py"):
+            chat = [
+                *opening,
+                *between,
+                {"role": "user", "content": "yes"},
+                {"role": "user", "content": second},
+                {"role": "assistant", "content": "done"},
+            ]
+            where = tmp_path / f"{len(between)}-{second}"
+            replay(
+                chat,
+                [],
+                model="gpt-4o",
+                provider="openai",
+                budget=None,
+                policy="priority",
+                directory=str(where),
+            )
+            with MessageLog.open(where / "log", readonly=True) as log:
+                said = [m["content"] for m in log.read(log.path()) if m.get("role") == "user"]
+            assert said == ["read a.py", *dict.fromkeys(["yes", second])]
+
+
 def test_replay_of_an_anthropic_transcript_that_opens_with_a_reply(tmp_path):
     chat = {
         "system": "You are terse.",

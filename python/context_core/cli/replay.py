@@ -282,8 +282,12 @@ def replay(
                 pass  # an empty input, which a session refuses: the reply after it continues the turn
             elif role == "user":
                 text = message.get("content")
-                if said is not None:  # two inputs with no reply between: the first goes in unanswered
-                    session.log.append(said if isinstance(said, dict) else {"role": "user", "content": said})
+                if said is not None:
+                    # Two inputs with no reply between: the first goes in
+                    # unanswered, through the session as a server's would (an
+                    # input it refuses stays out; the same one again is a retry).
+                    with contextlib.suppress(OverBudgetError):
+                        session.prepare(said)
                 # Text as a str; blocks (images, documents) as the message itself.
                 said = (
                     text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
