@@ -246,7 +246,10 @@ class Budget:
     @classmethod
     def for_model(cls, model: str, *, table: Mapping[str, int] | None = None, **overrides: Any) -> Budget:
         """The budget of a known model (``MODEL_WINDOWS``, or ``table``);
-        Claude models are marked estimated with :data:`CLAUDE_SAFETY_FACTOR`."""
+        Claude models are marked estimated with :data:`CLAUDE_SAFETY_FACTOR`.
+        ``reply_room`` comes from :data:`MODEL_REPLY_ROOM` unless ``table``
+        names the model more closely (its window then holds the reply too);
+        pass ``reply_room=`` to say otherwise."""
         if not isinstance(model, str):
             raise InvalidTypeError(f"model must be str, not {type(model).__name__}")
         windows = MODEL_WINDOWS if table is None else table
