@@ -1128,8 +1128,24 @@ def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
             return original(seqs)
 
         monkeypatch.setattr(session.log, "read", counted)
-        assert session._input_waiting() is None
+        assert not session._is_retry({"role": "user", "content": "Read big.log"})
         assert reads == []
+
+
+def test_results_sent_with_an_image_and_given_again_are_logged_once(tmp_path):
+    """A user message of tool results and an image (no text: its header has
+    no text flag) is still the input waiting, and its retry is not logged."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        session.prepare("list files")
+        session.record(anthropic_call("t1"))
+        answer = {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}, image],
+        }
+        session.prepare(answer)
+        session.prepare(answer)  # the model's call failed; the server tries again
+        assert len(session.history()) == 3
 
 
 def test_an_input_given_again_after_the_models_call_failed_is_logged_once(tmp_path):

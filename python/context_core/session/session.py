@@ -53,6 +53,7 @@ from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
 from context_core.session.tool_calls import (
     ToolCall,
+    answered_ids,
     call_ids_in_payloads,
     calls_of,
     check_call_ids,
@@ -89,12 +90,10 @@ _MEMORY_SHARE = 8
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
 #: A log header's kind of a message node (not a summary or branch marker),
-#: its role byte for a user message, and its flags for tool results and for
-#: text of its own.
+#: its role byte for a user message, and its flag for tool results.
 _KIND_MESSAGE = 0
 _ROLE_USER = 1
 _FLAG_RESULTS = 1 << 2
-_FLAG_HAS_TEXT = 1 << 3
 #: Payload bytes read at a time when the open gathers the log's call ids.
 _ID_BATCH_BYTES = 8 << 20
 #: The reply room Anthropic requires a request to name, when none is given.
@@ -487,28 +486,25 @@ class Session:
             start = end
         return found
 
-    def _input_waiting(self) -> Any:
-        """The newest message on the log's path if it is a user input (not
-        only tool results), as stored; else ``None``. From the head through
-        the headers' parents, past summaries and branch markers: no walk of
-        the path."""
+    def _is_retry(self, message: Mapping[str, Any]) -> bool:
+        """Whether ``message`` is the input still waiting for a reply: the
+        newest message on the log's path, a user input (not only tool
+        results), as stored. Found from the head through the headers'
+        parents, past summaries and branch markers (no walk of the path),
+        and ruled out from its header where it can be: a reply or a tool's
+        output, or results when ``message`` holds none, are never read
+        (megabytes, maybe) only to be compared."""
         headers = self.log.headers()
         seq = self.log.head
         while seq is not None and int(headers["kind"][seq]) != _KIND_MESSAGE:
             parent = int(headers["parent"][seq])
             seq = None if parent >= len(headers) else parent
-        if seq is None:
-            return None
-        # Ruled out from its header where it can be: a reply, a tool's
-        # output, or results with no text of their own (megabytes, maybe)
-        # are never read only to be compared.
-        flags = int(headers["flags"][seq])
-        if int(headers["role"][seq]) != _ROLE_USER or (flags & _FLAG_RESULTS and not flags & _FLAG_HAS_TEXT):
-            return None
+        if seq is None or int(headers["role"][seq]) != _ROLE_USER:
+            return False
+        if int(headers["flags"][seq]) & _FLAG_RESULTS and not answered_ids(message):
+            return False  # it holds results, the input none: not the same
         node = self.log.read([seq])[0]
-        if isinstance(node, dict) and node.get("role") == "user" and not _only_results(node):
-            return node
-        return None
+        return isinstance(node, dict) and not _only_results(node) and node == message
 
     def _input_in_log(self) -> str:
         """The text of the newest user input (a user message that is not
@@ -622,7 +618,7 @@ class Session:
         memories = self._search(said)
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
-        if self._to_answer and self._input_waiting() == message:
+        if self._to_answer and self._is_retry(message):
             # The input still waiting for a reply, given again (a retry after
             # the model's call failed, or after a failed turn that could not
             # take its input back): answered where it is, not logged twice.
