@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_core import MessageLog
-from context_core.session.tool_calls import call_ids_in, call_ids_in_payloads
+from context_core.session.tool_calls import call_ids_in_payloads, calls_of
 
 ids = st.text(min_size=1, max_size=12)  # quotes, backslashes, any code point a log holds
 replies = st.lists(
@@ -40,7 +40,7 @@ def test_the_payload_text_gives_every_call_id_the_messages_hold(tmp_path_factory
             log.append({"role": "user", "content": "go"})
             log.append(_reply(anthropic, call_ids))
         seqs = list(range(len(log)))
-        decoded = call_ids_in(log.read(seqs))
+        decoded = {call.id for message in log.read(seqs) for call in calls_of(message)}
         assert decoded == {i for _, call_ids in made for i in call_ids}
         # Exactly: a key `id` elsewhere is in an object the calls' text
         # escapes (OpenAI's arguments) or is not a string (none here).

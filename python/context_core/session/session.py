@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -58,6 +58,7 @@ from context_core.session.tool_calls import (
     calls_of,
     check_call_ids,
     check_sendable,
+    only_results,
     pending_in,
     relocated,
     result_message,
@@ -137,16 +138,6 @@ def _check_counts_like(policy: Policy, encoding: str) -> None:
             f"the policy counts tokens in {name}; this session's log counts in {encoding}"
             f" (give the policy tokenizer=Tokenizer({encoding!r}))"
         )
-
-
-def _only_results(message: Mapping[str, Any]) -> bool:
-    """Whether a user message carries tool results and nothing of its own."""
-    content = message.get("content")
-    return (
-        isinstance(content, list)
-        and bool(content)
-        and all(isinstance(block, Mapping) and block.get("type") == "tool_result" for block in content)
-    )
 
 
 def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[Any]) -> dict[str, Any]:
@@ -486,38 +477,43 @@ class Session:
             start = end
         return found
 
+    def _messages_back(self) -> Iterator[tuple[int, np.ndarray]]:
+        """The seqs of the messages on the log's path, newest first, with
+        the headers: from the head through the headers' parent links, past
+        summaries and branch markers, reading no payload and never building
+        the whole path (at a million messages, a quarter of a second)."""
+        headers = self.log.headers()
+        seq = self.log.head
+        while seq is not None:
+            if int(headers["kind"][seq]) == _KIND_MESSAGE:
+                yield seq, headers
+            parent = int(headers["parent"][seq])
+            seq = None if parent >= len(headers) else parent
+
     def _is_retry(self, message: Mapping[str, Any]) -> bool:
         """Whether ``message`` is the input still waiting for a reply: the
         newest message on the log's path, a user input (not only tool
-        results), as stored. Found from the head through the headers'
-        parents, past summaries and branch markers (no walk of the path),
-        and ruled out from its header where it can be: a reply or a tool's
-        output, or results when ``message`` holds none, are never read
-        (megabytes, maybe) only to be compared."""
-        headers = self.log.headers()
-        seq = self.log.head
-        while seq is not None and int(headers["kind"][seq]) != _KIND_MESSAGE:
-            parent = int(headers["parent"][seq])
-            seq = None if parent >= len(headers) else parent
-        if seq is None or int(headers["role"][seq]) != _ROLE_USER:
-            return False
-        if int(headers["flags"][seq]) & _FLAG_RESULTS and not answered_ids(message):
-            return False  # it holds results, the input none: not the same
-        node = self.log.read([seq])[0]
-        return isinstance(node, dict) and not _only_results(node) and node == message
+        results), as stored. Ruled out from its header where it can be: a
+        reply or a tool's output, or results when ``message`` holds none,
+        are never read (megabytes, maybe) only to be compared."""
+        for seq, headers in self._messages_back():
+            if int(headers["role"][seq]) != _ROLE_USER:
+                return False
+            if int(headers["flags"][seq]) & _FLAG_RESULTS and not answered_ids(message):
+                return False  # it holds results, the input none: not the same
+            node = self.log.read([seq])[0]
+            return isinstance(node, dict) and not only_results(node) and node == message
+        return False
 
     def _input_in_log(self) -> str:
         """The text of the newest user input (a user message that is not
         only tool results): the turn in progress's; ``""`` when it has no
         text (an image alone) or there is none."""
-        path = self.log.path()
-        end = len(path)
-        while end > 0:
-            start = max(0, end - _TAIL)
-            for node in reversed(self.log.read(path[start:end])):
-                if isinstance(node, dict) and node.get("role") == "user" and not _only_results(node):
+        for seq, headers in self._messages_back():
+            if int(headers["role"][seq]) == _ROLE_USER:
+                node = self.log.read([seq])[0]
+                if isinstance(node, dict) and not only_results(node):
                     return own_text(node)
-            end = start
         return ""
 
     def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], bool]:

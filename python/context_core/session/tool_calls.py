@@ -14,11 +14,11 @@ from context_core.sanitize import sanitize
 __all__ = [
     "ToolCall",
     "answered_ids",
-    "call_ids_in",
     "call_ids_in_payloads",
     "calls_of",
     "check_call_ids",
     "check_sendable",
+    "only_results",
     "pending_in",
     "relocated",
     "result_message",
@@ -76,6 +76,16 @@ def calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
     return calls
 
 
+def only_results(message: Mapping[str, Any]) -> bool:
+    """Whether a user message carries tool results and nothing of its own."""
+    content = message.get("content")
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(block, Mapping) and block.get("type") == "tool_result" for block in content)
+    )
+
+
 def answered_ids(message: Mapping[str, Any]) -> list[str]:
     """The call ids a message answers (an OpenAI tool message, Anthropic
     ``tool_result`` blocks)."""
@@ -130,21 +140,16 @@ def with_text_arguments(message: dict[str, Any]) -> dict[str, Any]:
     form Chat Completions takes back: some servers (Ollama's own API, some
     proxies) give them as an object, which the API refuses in a request."""
     calls = message.get("tool_calls")
-    if not isinstance(calls, list) or not any(
-        isinstance(call, Mapping)
-        and isinstance(call.get("function"), Mapping)
-        and isinstance(call["function"].get("arguments"), (Mapping, list))
-        for call in calls
-    ):
+    if not isinstance(calls, list):
         return message
-    fixed = []
+    fixed, changed = [], False
     for call in calls:
         function = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(function, Mapping) and isinstance(function.get("arguments"), (Mapping, list)):
             arguments = json.dumps(function["arguments"], ensure_ascii=False)
-            call = {**call, "function": {**function, "arguments": arguments}}
+            call, changed = {**call, "function": {**function, "arguments": arguments}}, True
         fixed.append(call)
-    return {**message, "tool_calls": fixed}
+    return {**message, "tool_calls": fixed} if changed else message
 
 
 def check_sendable(message: Mapping[str, Any], provider: str, where: str) -> None:
@@ -207,11 +212,6 @@ def with_fresh_ids(
 
 def _is_call_block(block: Any) -> bool:
     return isinstance(block, Mapping) and block.get("type") == "tool_use"
-
-
-def call_ids_in(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """Every call id the messages' replies make."""
-    return {call.id for message in messages for call in calls_of(message)}
 
 
 #: A string value under the key ``id`` in compact JSON (the log's payloads):
