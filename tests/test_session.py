@@ -58,6 +58,13 @@ def anthropic_call(call_id: str) -> dict:
     }
 
 
+def calling(call_id: str, provider: str) -> dict:
+    """A reply that calls one tool, in ``provider``'s shape."""
+    if provider == "anthropic":
+        return anthropic_call(call_id)
+    return {"role": "assistant", "content": None, "tool_calls": [call(call_id)]}
+
+
 # A short prompt is below Claude's cacheable minimum: the renderer says so once.
 pytestmark = pytest.mark.filterwarnings("ignore::context_core.PromptCacheWarning")
 
@@ -626,18 +633,22 @@ def test_arguments_given_as_an_object_are_stored_as_the_json_text_the_api_takes(
         assert validators.openai(session.prepare()["messages"]) == []
 
 
-class _LongMemories:
-    """A store of the caller's own that ignores the token cap it is given."""
-
-    def search_texts(self, query: str, *, k: int = 8, **options: object) -> list[str]:
-        short = [f"Short fact {i}: deploys need approval." for i in range(2)]
-        return short + [f"Fact {i}: " + "the payments deploy requires approval " * 150 for i in range(k)]
+class _TextStore:
+    """A store of the caller's own that gives texts only (``search_texts``)."""
 
     def search(self, query: str, **options: object) -> list[object]:
         return []
 
     def conversation_ended(self, *args: object, **kwargs: object) -> None:
         return None
+
+
+class _LongMemories(_TextStore):
+    """Ignores the token cap it is given."""
+
+    def search_texts(self, query: str, *, k: int = 8, **options: object) -> list[str]:
+        short = [f"Short fact {i}: deploys need approval." for i in range(2)]
+        return short + [f"Fact {i}: " + "the payments deploy requires approval " * 150 for i in range(k)]
 
 
 @pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
@@ -715,17 +726,11 @@ def test_a_gpt5_request_stays_within_the_input_the_api_takes(tmp_path):
         assert Budget.for_model(chat).reply_room == 0
 
 
-class _DeployMemory:
-    """A store of the caller's own: one memory, for inputs about deploying."""
+class _DeployMemory(_TextStore):
+    """One memory, for inputs about deploying."""
 
     def search_texts(self, query: str, **options: object) -> list[str]:
         return ["The staging password rotates every Monday."] if "deploy" in query else []
-
-    def search(self, query: str, **options: object) -> list[object]:
-        return []
-
-    def conversation_ended(self, *args: object, **kwargs: object) -> None:
-        return None
 
 
 @pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
@@ -749,7 +754,10 @@ def test_the_turns_skills_and_memories_stay_for_its_inner_steps_a_reopen_too(tmp
             assert shows(request, "ALWAYS run the dry run first.")
             assert shows(request, "password rotates")
     with opened() as again:  # reopened within the turn: its input is read back from the log
+        assert again._input_in_log() == "Use deploys to deploy the api to staging."
+        again.log.path = None  # read back through the headers' parents: the whole path is never built
         reopened = again.prepare()
+        del again.log.path
         assert shows(reopened, "ALWAYS run the dry run first.")
         assert shows(reopened, "password rotates")
         assert reopened.report.memories == 1
@@ -770,12 +778,7 @@ def test_an_inner_step_needs_something_to_answer(tmp_path, provider):
         with pytest.raises(InvalidInputError, match="nothing to answer"):
             session.prepare()
         session.prepare("Read a.py")
-        reply = (
-            anthropic_call("t1")
-            if provider == "anthropic"
-            else {"role": "assistant", "content": None, "tool_calls": [call("t1")]}
-        )
-        session.record(reply)
+        session.record(calling("t1", provider))
         with pytest.raises(InvalidInputError, match="record the tool results"):
             session.prepare()  # the call waits for its result
         session.record_tool_result("t1", "x = 1")
@@ -994,12 +997,7 @@ def test_a_message_the_repair_would_refuse_is_refused_before_the_log(tmp_path, p
         ):
             with pytest.raises(InvalidTypeError, match=r"^reply\."):
                 session.record(bad)
-        reply = (
-            anthropic_call("t1")
-            if provider == "anthropic"
-            else {"role": "assistant", "content": None, "tool_calls": [call("t1")]}
-        )
-        session.record(reply)
+        session.record(calling("t1", provider))
         with pytest.raises(InvalidTypeError, match=r"^result\.content\[0\]"):
             session.record_tool_result("t1", [{"type": "text", "text": 5}])
         session.record_tool_result("t1", "x = 1")
@@ -1112,12 +1110,7 @@ def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
     model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
     with open_session(tmp_path, model=model, compact=False) as session:
         session.prepare("Read big.log")
-        reply = (
-            anthropic_call("t1")
-            if provider == "anthropic"
-            else {"role": "assistant", "content": None, "tool_calls": [call("t1")]}
-        )
-        session.record(reply)
+        session.record(calling("t1", provider))
         session.record_tool_result("t1", "line\n" * 50_000)
         reads: list[list[int]] = []
         original = session.log.read
