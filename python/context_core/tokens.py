@@ -1,6 +1,6 @@
 """Exact token counting: the :class:`Tokenizer` and the constants it prices
 chat requests with (OpenAI's framing per message, name and tool call, the
-reply priming, image tiles), the encodings and models it knows, and the
+reply priming, image tiles, PDF pages), the encodings and models it knows, and the
 thresholds of its count cache and parallel path."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from context_core._core import (
     MIN_CACHED_BYTES,
     MODELS,
     PARALLEL_MIN_BYTES,
+    PDF_PAGE_TOKENS,
     REPLY_PRIMING,
     TOKENS_PER_MESSAGE,
     TOKENS_PER_NAME,
@@ -30,6 +31,7 @@ __all__ = [
     "MIN_CACHED_BYTES",
     "MODELS",
     "PARALLEL_MIN_BYTES",
+    "PDF_PAGE_TOKENS",
     "REPLY_PRIMING",
     "TOKENS_PER_MESSAGE",
     "TOKENS_PER_NAME",

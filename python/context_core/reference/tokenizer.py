@@ -15,6 +15,7 @@ from context_core.errors import (
     UnknownEncodingError,
     UnknownModelError,
 )
+from context_core.reference.document import pdf_tokens
 from context_core.reference.encodings import get_encoding, tiktoken_module
 
 # README.md, "Chat accounting".
@@ -224,7 +225,54 @@ class Tokenizer:
                 raise InvalidInputError("tool results nested too deep")
             content = block.get("content")
             return TOKENS_PER_TOOL_CALL + (0 if content is None else self._content(content, depth + 1))
-        return self.count(_json_text(block))
+        if kind == "document":
+            found = self._document(block, depth)
+        elif kind == "file":
+            file = block.get("file")
+            found = None if file is None else self._file(file)
+        elif kind == "input_file":
+            found = self._file(block)
+        else:
+            found = None
+        return self.count(_json_text(block)) if found is None else found
+
+    def _document(self, block: dict[str, Any], depth: int) -> int | None:
+        """An Anthropic document: a base64 PDF by its pages, a text source
+        by its text, a content source by its blocks, with ``title`` and
+        ``context``; ``None`` (its JSON text) otherwise."""
+        source = block.get("source")
+        if not isinstance(source, dict):
+            return None
+        kind, data = source.get("type"), source.get("data")
+        if kind == "base64":
+            body = pdf_tokens(data) if isinstance(data, str) else None
+        elif kind == "text":
+            body = self.count(data) if isinstance(data, str) else None
+        elif kind == "content":
+            if depth >= MAX_DEPTH:
+                raise InvalidInputError("content nested too deep")
+            content = source.get("content")
+            body = 0 if content is None else self._content(content, depth + 1)
+        else:
+            body = None
+        return None if body is None else body + self._texts_of(block, ("title", "context"))
+
+    def _file(self, fields: Any) -> int | None:
+        """An OpenAI file part's fields: a PDF in ``file_data`` by its pages,
+        with its ``filename``; ``None`` (the part's JSON text) otherwise."""
+        if not isinstance(fields, dict):
+            return None
+        data = fields.get("file_data")
+        pages = pdf_tokens(data) if isinstance(data, str) else None
+        return None if pages is None else pages + self._texts_of(fields, ("filename",))
+
+    def _texts_of(self, fields: dict[str, Any], names: tuple[str, ...]) -> int:
+        total = 0
+        for name in names:
+            value = fields.get(name)
+            if value is not None:
+                total += self.count(value if isinstance(value, str) else _json_text(value))
+        return total
 
     def _function(self, function: Any, field: str = "arguments") -> int:
         if not isinstance(function, dict):

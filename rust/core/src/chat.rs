@@ -261,8 +261,81 @@ impl Tokenizer {
                 };
                 Ok(TOKENS_PER_TOOL_CALL + content)
             }
+            "document" => self.document_tokens(block, depth),
+            "file" => match present(block.get("file")) {
+                Some(file) => self.file_tokens(&file, block),
+                None => Ok(self.count_cached(&block.to_compact()?)),
+            },
+            "input_file" => self.file_tokens(block, block),
             _ => Ok(self.count_cached(&block.to_compact()?)),
         }
+    }
+
+    /// An Anthropic `document`: a base64 PDF by its pages, a `text` source
+    /// by its text, a `content` source by its blocks, each with the
+    /// document's `title` and `context`. One by URL or file id, or a PDF
+    /// whose pages are not found, counts as its JSON text.
+    fn document_tokens<J: JsonValue>(&self, block: &J, depth: usize) -> Result<usize> {
+        let source = present(block.get("source")).filter(|s| s.kind() == Kind::Object);
+        let kind = source
+            .as_ref()
+            .and_then(|s| s.get("type"))
+            .and_then(|k| k.as_str().map(Cow::into_owned));
+        let data = || source.as_ref().and_then(|s| present(s.get("data")));
+        let body = match kind.as_deref() {
+            Some("base64") => {
+                data().and_then(|d| d.as_str().and_then(|text| self.pdf_tokens_cached(&text)))
+            }
+            Some("text") => {
+                data().and_then(|d| d.as_str().map(|text| self.count_str_value(&d, &text)))
+            }
+            Some("content") => {
+                if depth >= MAX_DEPTH {
+                    return Err(too_deep());
+                }
+                match source.as_ref().and_then(|s| present(s.get("content"))) {
+                    Some(content) => Some(
+                        self.content_tokens(&content, depth + 1)
+                            .map_err(|e| e.within("source.content"))?,
+                    ),
+                    None => Some(0),
+                }
+            }
+            _ => None,
+        };
+        match body {
+            Some(body) => Ok(body + self.texts_of(block, &["title", "context"])?),
+            None => Ok(self.count_cached(&block.to_compact()?)),
+        }
+    }
+
+    /// An OpenAI file part (`fields`: the `file` of a Chat Completions
+    /// `{"type": "file"}` part, or a Responses `input_file` itself): a PDF
+    /// in `file_data` by its pages, with its `filename`. One by file id or
+    /// URL, or not a PDF whose pages are found, counts as the whole part's
+    /// JSON text.
+    fn file_tokens<J: JsonValue>(&self, fields: &J, block: &J) -> Result<usize> {
+        let pages = present(fields.get("file_data"))
+            .and_then(|d| d.as_str().and_then(|text| self.pdf_tokens_cached(&text)));
+        match pages {
+            Some(pages) => Ok(pages + self.texts_of(fields, &["filename"])?),
+            None => Ok(self.count_cached(&block.to_compact()?)),
+        }
+    }
+
+    /// The tokens of the `names` fields present in `object`: a str as its
+    /// text, anything else as its JSON text.
+    fn texts_of<J: JsonValue>(&self, object: &J, names: &[&'static str]) -> Result<usize> {
+        let mut total = 0;
+        for &name in names {
+            if let Some(value) = present(object.get(name)) {
+                total += match value.as_str() {
+                    Some(text) => self.count_str_value(&value, &text),
+                    None => self.count_cached(&value.to_compact().map_err(|e| e.within(name))?),
+                };
+            }
+        }
+        Ok(total)
     }
 
     /// A function call (`{"function": {"name", "arguments"}}`), or a custom

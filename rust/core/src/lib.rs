@@ -5,6 +5,7 @@
 
 mod cache;
 mod chat;
+pub mod document;
 pub mod embed;
 mod encoding;
 mod engine;

@@ -12,6 +12,10 @@ use crate::parallel;
 /// The placeholder in a truncation marker replaced by the number of dropped tokens.
 pub const DROPPED_PLACEHOLDER: &str = "{dropped}";
 
+/// Set apart from the text keys ([`crate::cache::text_key`] of the same
+/// data XOR this) so a PDF's page cost and its text's count are two entries.
+const PDF_KEY: u128 = 0x7064_665f_7061_6765_735f_636f_7374_0001;
+
 /// A handle on one encoding. Cheap to copy: the loaded vocabulary is shared by
 /// every handle in the process.
 #[derive(Clone, Copy)]
@@ -130,6 +134,23 @@ impl Tokenizer {
         self.engine
             .cache
             .get_or_count(text, |t| self.engine.count(t))
+    }
+
+    /// The tokens of a PDF given as base64 (or a data URL), from its pages
+    /// ([`crate::document::pdf_tokens`]), through the count cache under a key
+    /// of its own (the same text counted as text keeps its entry): a request
+    /// recounted each turn reads its PDF once. `None` where no PDF's pages
+    /// are found in it.
+    pub fn pdf_tokens_cached(&self, data: &str) -> Option<usize> {
+        // Cached as 0 for "no PDF": a PDF with pages costs more than that.
+        let measure = |d: &str| crate::document::pdf_tokens(d).unwrap_or(0);
+        let tokens = if self.cached_for(data) && data.len() >= crate::MIN_CACHED_BYTES {
+            let key = crate::cache::text_key(data) ^ PDF_KEY;
+            self.engine.cache.get_or_count_keyed(key, data, measure)
+        } else {
+            measure(data)
+        };
+        (tokens > 0).then_some(tokens)
     }
 
     /// Puts `tokens`, the known count of `text`, in the count cache (as

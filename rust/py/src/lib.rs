@@ -59,6 +59,7 @@ mod _core {
             "ANTHROPIC_IMAGE_TOKENS",
             context_core::ANTHROPIC_IMAGE_TOKENS,
         )?;
+        m.add("PDF_PAGE_TOKENS", context_core::document::PDF_PAGE_TOKENS)?;
         m.add("MIN_CACHED_BYTES", context_core::MIN_CACHED_BYTES)?;
         m.add("SUMMARY_PREFIX", context_core::log::SUMMARY_PREFIX)?;
         m.add("SEGMENT_PREFIX", context_core::log::SEGMENT_PREFIX)?;

@@ -1,0 +1,244 @@
+//! What a PDF attachment costs: its pages, at a fixed estimate each.
+//!
+//! The providers read a PDF as each page's text plus a picture of the page,
+//! so its cost follows its pages, not its bytes. Counted as the text of its
+//! base64, a 750 KB PDF came to about 680,000 tokens, over any window; a
+//! text page is billed at about 2,300 tokens on Claude, a scanned one at
+//! 1,600. So a page is taken at [`PDF_PAGE_TOKENS`], an estimate from
+//! above like the images' fixed costs.
+//!
+//! Pages are found without parsing the file: each `/Type /Page` object, in
+//! the file as written and inside its Flate object streams (where PDF 1.5
+//! and later may keep them, compressed). A page object rewritten by an
+//! incremental update counts again: a page may be counted twice, not
+//! missed. A file that is not a PDF, or where no page is found (encrypted,
+//! or damaged), gives `None`, and the caller counts the block as text.
+
+use base64::Engine;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+use flate2::{Decompress, FlushDecompress, Status};
+use memchr::memmem;
+
+/// Tokens a PDF page is taken to cost: above a dense text page on Claude
+/// (about 2,300-2,500 tokens, text and picture), so a request with a PDF
+/// stays within the window.
+pub const PDF_PAGE_TOKENS: usize = 3_000;
+
+/// The most bytes one file's object streams are inflated to, together: a
+/// crafted stream that inflates without end costs this much, no more. A
+/// stream that would pass it is left out (its pages are not counted).
+pub const MAX_INFLATED_BYTES: usize = 64 << 20;
+
+/// A PDF starts `%PDF-` within its first 1,024 bytes (readers allow junk before it).
+const HEADER_WITHIN: usize = 1024;
+
+/// Standard base64, padding optional, stray low bits after the last
+/// character allowed (as Python's `base64.b64decode` allows them).
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// The tokens of a PDF given as base64 (or a `data:...;base64,` URL):
+/// [`PDF_PAGE_TOKENS`] a page; `None` where it holds no PDF whose pages
+/// are found.
+pub fn pdf_tokens(data: &str) -> Option<usize> {
+    pdf_pages(&decode(payload(data)?)?).map(|pages| pages.saturating_mul(PDF_PAGE_TOKENS))
+}
+
+/// The base64 of `data`: all of it, or what follows the comma of a data
+/// URL whose header ends `;base64`.
+fn payload(data: &str) -> Option<&str> {
+    let Some(url) = data.strip_prefix("data:") else {
+        return Some(data);
+    };
+    let (header, body) = url.split_once(',')?;
+    header
+        .to_ascii_lowercase()
+        .ends_with(";base64")
+        .then_some(body)
+}
+
+/// The bytes of standard base64, ASCII whitespace left out; `None` if it is not base64.
+fn decode(text: &str) -> Option<Vec<u8>> {
+    if text.bytes().any(|b| b.is_ascii_whitespace()) {
+        let packed: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        return BASE64.decode(packed).ok();
+    }
+    BASE64.decode(text).ok()
+}
+
+/// The pages of a PDF's bytes: `None` if it is not a PDF or none is found.
+pub fn pdf_pages(bytes: &[u8]) -> Option<usize> {
+    memmem::find(&bytes[..bytes.len().min(HEADER_WITHIN)], b"%PDF-")?;
+    let pages = page_objects(bytes) + pages_in_object_streams(bytes);
+    (pages > 0).then_some(pages)
+}
+
+/// PDF white space.
+fn is_white(byte: u8) -> bool {
+    matches!(byte, 0 | b'\t' | b'\n' | 0x0c | b'\r' | b' ')
+}
+
+/// Whether `byte` ends a PDF name (white space or a delimiter).
+fn ends_name(byte: u8) -> bool {
+    is_white(byte) || b"()<>[]{}/%".contains(&byte)
+}
+
+/// Where the name `name` (with its `/`) occurs whole in `bytes`.
+fn names<'a>(bytes: &'a [u8], name: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
+    memmem::find_iter(bytes, name)
+        .filter(move |&at| bytes.get(at + name.len()).is_none_or(|&b| ends_name(b)))
+}
+
+/// The `/Type /Page` entries in `bytes` (not `/Type /Pages`, the page tree's).
+fn page_objects(bytes: &[u8]) -> usize {
+    names(bytes, b"/Type")
+        .filter(|&at| {
+            let mut value = at + b"/Type".len();
+            while bytes.get(value).is_some_and(|&b| is_white(b)) {
+                value += 1;
+            }
+            bytes[value..].starts_with(b"/Page")
+                && bytes
+                    .get(value + b"/Page".len())
+                    .is_none_or(|&b| ends_name(b))
+        })
+        .count()
+}
+
+/// The page objects inside the file's object streams (`/Type /ObjStm`):
+/// each stream's data (after the `stream` keyword and its end of line, up
+/// to `endstream`) inflated, if it inflates whole within what is left of
+/// [`MAX_INFLATED_BYTES`].
+fn pages_in_object_streams(bytes: &[u8]) -> usize {
+    let mut left = MAX_INFLATED_BYTES;
+    let mut pages = 0;
+    let mut from = 0;
+    while let Some(found) = names(&bytes[from..], b"/ObjStm").next() {
+        let after = from + found + b"/ObjStm".len();
+        let Some(keyword) = memmem::find(&bytes[after..], b"stream") else {
+            break;
+        };
+        let mut start = after + keyword + b"stream".len();
+        if bytes[start..].starts_with(b"\r\n") {
+            start += 2;
+        } else if bytes[start..].starts_with(b"\n") {
+            start += 1;
+        } else {
+            from = start; // no stream's keyword: look further on
+            continue;
+        }
+        let end = memmem::find(&bytes[start..], b"endstream").map_or(bytes.len(), |n| start + n);
+        if let Some(objects) = inflate(&bytes[start..end], left) {
+            left -= objects.len();
+            pages += page_objects(&objects);
+        }
+        from = end;
+    }
+    pages
+}
+
+/// `data` inflated (zlib), if it ends within `limit` bytes: a stream that is
+/// damaged, cut short or longer than that gives `None`.
+fn inflate(data: &[u8], limit: usize) -> Option<Vec<u8>> {
+    // Room for one byte past the limit: a stream of exactly `limit` bytes
+    // then reaches its end, a longer one shows it is longer.
+    let room = limit.saturating_add(1);
+    let mut stream = Decompress::new(true);
+    let mut out = Vec::with_capacity(data.len().saturating_mul(4).clamp(1, room));
+    loop {
+        let (read, written) = (stream.total_in(), stream.total_out());
+        let rest = &data[usize::try_from(read).ok()?..];
+        let status = stream.decompress_vec(rest, &mut out, FlushDecompress::None);
+        if out.len() > limit {
+            return None;
+        }
+        match status {
+            Ok(Status::StreamEnd) => return Some(out),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+        if out.len() == out.capacity() {
+            out.reserve((room - out.len()).min(out.len().max(4096)));
+        } else if stream.total_in() == read && stream.total_out() == written {
+            return None; // no progress with room left: the data is cut short
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::Compression;
+    use flate2::write::ZlibEncoder;
+    use std::io::Write;
+
+    fn deflated(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = ZlibEncoder::new(Vec::new(), Compression::default());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap()
+    }
+
+    fn pdf(body: &[u8]) -> Vec<u8> {
+        [b"%PDF-1.7\n".as_slice(), body, b"\n%%EOF\n"].concat()
+    }
+
+    #[test]
+    fn pages_are_page_objects_not_the_page_tree() {
+        let body = b"1 0 obj <</Type /Pages /Count 2>> endobj\n\
+                     2 0 obj <</Type/Page /Parent 1 0 R>> endobj\n\
+                     3 0 obj <</Type\n/Page>> endobj\n4 0 obj <</Type /PageLabel>> endobj";
+        assert_eq!(pdf_pages(&pdf(body)), Some(2));
+        assert_eq!(pdf_pages(b"no header /Type /Page"), None);
+        assert_eq!(pdf_pages(&pdf(b"1 0 obj <</Type /Pages>> endobj")), None);
+    }
+
+    #[test]
+    fn pages_inside_object_streams_are_counted() {
+        let objects = deflated(b"5 0 6 40 <</Type /Page>> <</Type /Page /Rotate 90>>");
+        let mut body = b"7 0 obj <</Type /ObjStm /N 2 /Filter /FlateDecode>>\nstream\r\n".to_vec();
+        body.extend_from_slice(&objects);
+        body.extend_from_slice(b"\nendstream endobj 8 0 obj <</Type /Page>> endobj");
+        assert_eq!(pdf_pages(&pdf(&body)), Some(3));
+        // Damaged or cut short, the stream counts for nothing; the rest still does.
+        let cut = [
+            &body[..body.len() / 2],
+            b"\nendstream 9 0 obj <</Type /Page>>",
+        ]
+        .concat();
+        assert_eq!(pdf_pages(&pdf(&cut)), Some(1));
+    }
+
+    #[test]
+    fn a_stream_that_inflates_past_the_limit_is_left_out() {
+        let big = deflated(&vec![b'a'; 10_000]);
+        assert_eq!(inflate(&big, 10_000).map(|v| v.len()), Some(10_000));
+        assert_eq!(inflate(&big, 9_999), None);
+        assert_eq!(inflate(&big[..big.len() - 3], 20_000), None);
+    }
+
+    #[test]
+    fn base64_and_data_urls() {
+        let file = pdf(b"<</Type /Page>>");
+        let text = BASE64.encode(&file);
+        assert_eq!(pdf_tokens(&text), Some(PDF_PAGE_TOKENS));
+        let url = format!("data:application/pdf;base64,{text}");
+        assert_eq!(pdf_tokens(&url), Some(PDF_PAGE_TOKENS));
+        let wrapped: String = text
+            .as_bytes()
+            .chunks(8)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(pdf_tokens(&wrapped), Some(PDF_PAGE_TOKENS));
+        assert_eq!(
+            pdf_tokens(text.trim_end_matches('=')),
+            Some(PDF_PAGE_TOKENS)
+        );
+        assert_eq!(pdf_tokens("data:application/pdf,%25PDF-"), None);
+        assert_eq!(pdf_tokens("not base64!"), None);
+    }
+}
