@@ -5,14 +5,15 @@ Session takes a PDF that, counted as text, would not fit any window."""
 from __future__ import annotations
 
 import base64
+import json
 import zlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_core import Session, Tokenizer, reference
-from context_core.reference.document import pdf_pages
+from context_core import InvalidTypeError, Session, Tokenizer, reference
+from context_core.reference.document import MAX_INFLATED_BYTES, pdf_pages
 from context_core.tokens import PDF_PAGE_TOKENS
 
 KINDS = ["document", "document-text", "document-content", "document-url", "file", "input_file"]
@@ -23,8 +24,10 @@ def page(space: bytes = b" ", tail: bytes = b">>") -> bytes:
     return b"<</Type" + space + b"/Page" + tail
 
 
-def object_stream(objects: bytes, *, eol: bytes = b"\n", cut: int = 0, damage: bool = False) -> bytes:
-    data = zlib.compress(objects)
+def object_stream(
+    objects: bytes, *, eol: bytes = b"\n", cut: int = 0, damage: bool = False, level: int = -1
+) -> bytes:
+    data = zlib.compress(objects, level)
     if damage:
         data = data[:4] + bytes([data[4] ^ 0xFF]) + data[5:]
     data = data[: len(data) - cut]
@@ -41,6 +44,7 @@ pieces = st.one_of(
         eol=st.sampled_from([b"\n", b"\r\n", b" ", b"\r"]),
         cut=st.sampled_from([0, 0, 1, 5]),
         damage=st.booleans(),
+        level=st.sampled_from([-1, 0]),
     ),
 )
 
@@ -54,9 +58,16 @@ def pdf_files(draw: st.DrawFn) -> bytes:
 @st.composite
 def encoded(draw: st.DrawFn, file: bytes) -> str:
     text = base64.b64encode(file).decode()
-    how = draw(st.sampled_from(["plain", "url", "wrapped", "unpadded", "overpadded", "broken", "url-plain"]))
+    how = draw(
+        st.sampled_from(
+            ["plain", "url", "wrapped", "unpadded", "overpadded", "broken", "url-plain", "url-typed"]
+        )
+    )
     if how == "url":
         return "data:application/pdf;base64," + text
+    if how == "url-typed":
+        kind = draw(st.sampled_from(["", "APPLICATION/PDF", "text/plain", "application/pdf;name=a.pdf"]))
+        return f"data:{kind};base64," + text
     if how == "url-plain":
         return "data:application/pdf," + text
     if how == "wrapped":
@@ -89,6 +100,11 @@ def attachments(draw: st.DrawFn) -> dict:
     kind = draw(st.sampled_from(KINDS))
     if kind == "document":
         block = pdf_document(data)
+        media = draw(st.sampled_from(["application/pdf", "Application/PDF", "text/plain", None, 5]))
+        if media is None:
+            del block["source"]["media_type"]
+        else:
+            block["source"]["media_type"] = media
     elif kind == "document-text":
         block = {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain"}}
     elif kind == "document-content":
@@ -167,3 +183,43 @@ def test_object_streams_count_their_pages(inside_pages):
     file = b"%PDF-1.7\n" + object_stream(inside) + b"9 0 obj " + page() + b" endobj\n"
     url = "data:application/pdf;base64," + base64.b64encode(file).decode()
     assert cost({"type": "input_file", "file_data": url}) == (inside_pages + 1) * PDF_PAGE_TOKENS
+
+
+def test_a_count_past_a_u32_is_the_same_from_the_cache():
+    # 1,500,000 pages from a 30 KB object stream: 4.5 billion tokens, more
+    # than a cached count holds; the cache keeps the pages instead.
+    stream = object_stream(b"/Type/Page" * 1_500_000)
+    block = {"type": "input_file", "file_data": base64.b64encode(b"%PDF-1.7\n" + stream).decode()}
+    assert cost(block) == cost(block) == 1_500_000 * PDF_PAGE_TOKENS
+
+
+def test_a_stream_that_cannot_be_read_leaves_the_pages_unknown():
+    page_tree = b" ".join(page() for _ in range(20))
+    unreadable = {
+        "encrypted": object_stream(page_tree)[:60] + bytes(range(40)) + b"\nendstream\n",
+        "past the limit": object_stream(b"\0" * (MAX_INFLATED_BYTES + 1)),
+    }
+    for why, stream in unreadable.items():
+        # One page outside the stream (an incremental update's, say): not
+        # taken for the whole file's pages.
+        file = b"%PDF-1.7\n" + stream + b"3 0 obj " + page() + b" endobj\n"
+        block = {"type": "input_file", "file_data": base64.b64encode(file).decode()}
+        # Counted as its text, as a file with no page found is.
+        assert cost(block) == Tokenizer("o200k_base").count(json.dumps(block, separators=(",", ":"))), why
+
+
+def test_a_file_of_another_type_is_not_read_as_a_pdf():
+    text = base64.b64encode(b"%PDF- is how a PDF starts; /Type /Page names a page.").decode()
+    assert cost({"type": "input_file", "file_data": "data:application/pdf;base64," + text}) == PDF_PAGE_TOKENS
+    assert cost({"type": "input_file", "file_data": "data:text/x-python;base64," + text}) > 10
+    assert cost({"type": "input_file", "file_data": "data:text/x-python;base64," + text}) < PDF_PAGE_TOKENS
+    document = pdf_document(text)
+    document["source"]["media_type"] = "text/plain"
+    assert cost(document) < PDF_PAGE_TOKENS
+
+
+def test_a_file_parts_bad_filename_is_named_where_it_is():
+    data = base64.b64encode(big_pdf(1, 10)).decode()
+    message = {"role": "user", "content": [{"type": "file", "file": {"file_data": data, "filename": {1, 2}}}]}
+    with pytest.raises(InvalidTypeError, match=r"content\[0\]\.file\.filename"):
+        Tokenizer("o200k_base").count_message(message)

@@ -15,7 +15,7 @@ from context_core.errors import (
     UnknownEncodingError,
     UnknownModelError,
 )
-from context_core.reference.document import pdf_tokens
+from context_core.reference.document import PDF_TYPE, ascii_lower, pdf_tokens
 from context_core.reference.encodings import get_encoding, tiktoken_module
 
 # README.md, "Chat accounting".
@@ -244,7 +244,9 @@ class Tokenizer:
         if not isinstance(source, dict):
             return None
         kind, data = source.get("type"), source.get("data")
-        if kind == "base64":
+        media = source.get("media_type")
+        pdf_type = media is None or (isinstance(media, str) and ascii_lower(media) == PDF_TYPE)
+        if kind == "base64" and pdf_type:
             body = pdf_tokens(data) if isinstance(data, str) else None
         elif kind == "text":
             body = self.count(data) if isinstance(data, str) else None

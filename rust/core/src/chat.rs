@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 
+use crate::document::PDF_TYPE;
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};
 use crate::json::{JsonValue, Kind, MAX_DEPTH, key_text, wrong_type};
@@ -282,8 +283,15 @@ impl Tokenizer {
             .and_then(|s| s.get("type"))
             .and_then(|k| k.as_str().map(Cow::into_owned));
         let data = || source.as_ref().and_then(|s| present(s.get("data")));
+        // A base64 source of another type than a PDF is not read as one.
+        let pdf_type = || {
+            source
+                .as_ref()
+                .and_then(|s| present(s.get("media_type")))
+                .is_none_or(|t| t.as_str().is_some_and(|t| t.eq_ignore_ascii_case(PDF_TYPE)))
+        };
         let body = match kind.as_deref() {
-            Some("base64") => {
+            Some("base64") if pdf_type() => {
                 data().and_then(|d| d.as_str().and_then(|text| self.pdf_tokens_cached(&text)))
             }
             Some("text") => {
@@ -317,8 +325,15 @@ impl Tokenizer {
     fn file_tokens<J: JsonValue>(&self, fields: &J, block: &J) -> Result<usize> {
         let pages = present(fields.get("file_data"))
             .and_then(|d| d.as_str().and_then(|text| self.pdf_tokens_cached(&text)));
+        // A Chat Completions part's fields are under its `file`.
+        let nested = !std::ptr::eq(fields, block);
         match pages {
-            Some(pages) => Ok(pages + self.texts_of(fields, &["filename"])?),
+            Some(pages) => {
+                let named = self
+                    .texts_of(fields, &["filename"])
+                    .map_err(|e| if nested { e.within("file") } else { e })?;
+                Ok(pages + named)
+            }
             None => Ok(self.count_cached(&block.to_compact()?)),
         }
     }

@@ -8,11 +8,14 @@
 //! above like the images' fixed costs.
 //!
 //! Pages are found without parsing the file: each `/Type /Page` object, in
-//! the file as written and inside its Flate object streams (where PDF 1.5
-//! and later may keep them, compressed). A page object rewritten by an
-//! incremental update counts again: a page may be counted twice, not
-//! missed. A file that is not a PDF, or where no page is found (encrypted,
-//! or damaged), gives `None`, and the caller counts the block as text.
+//! the file as written and inside its object streams (where PDF 1.5 and
+//! later may keep them, Flate-compressed). Where an object stream cannot be
+//! read (encrypted, another filter, damaged, or inflating past
+//! [`MAX_INFLATED_BYTES`]) the pages are unknown: the file gives `None`, and
+//! the caller counts the block as its text, over- rather than
+//! under-counting. So does a file that is not a PDF, or has no page found.
+//! A page object rewritten by an incremental update counts again: a page
+//! may be counted twice.
 
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -41,25 +44,27 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
         .with_decode_allow_trailing_bits(true),
 );
 
-/// The tokens of a PDF given as base64 (or a `data:...;base64,` URL):
-/// [`PDF_PAGE_TOKENS`] a page; `None` where it holds no PDF whose pages
-/// are found.
-pub fn pdf_tokens(data: &str) -> Option<usize> {
-    pdf_pages(&decode(payload(data)?)?).map(|pages| pages.saturating_mul(PDF_PAGE_TOKENS))
+/// The pages of a PDF given as base64, or as a `data:` URL whose header
+/// ends `;base64` (and names `application/pdf`, if it names a type);
+/// `None` where its pages are not known (see the module's notes).
+pub fn pdf_pages_of(data: &str) -> Option<usize> {
+    pdf_pages(&decode(payload(data)?)?)
 }
 
 /// The base64 of `data`: all of it, or what follows the comma of a data
-/// URL whose header ends `;base64`.
+/// URL whose header ends `;base64`, of no type or the PDF type.
 fn payload(data: &str) -> Option<&str> {
     let Some(url) = data.strip_prefix("data:") else {
         return Some(data);
     };
     let (header, body) = url.split_once(',')?;
-    header
-        .to_ascii_lowercase()
-        .ends_with(";base64")
-        .then_some(body)
+    let header = header.to_ascii_lowercase();
+    let kind = header.split(';').next().unwrap_or_default();
+    (header.ends_with(";base64") && (kind.is_empty() || kind == PDF_TYPE)).then_some(body)
 }
+
+/// The media type of a PDF.
+pub const PDF_TYPE: &str = "application/pdf";
 
 /// The bytes of standard base64, ASCII whitespace left out; `None` if it is not base64.
 fn decode(text: &str) -> Option<Vec<u8>> {
@@ -70,10 +75,19 @@ fn decode(text: &str) -> Option<Vec<u8>> {
     BASE64.decode(text).ok()
 }
 
-/// The pages of a PDF's bytes: `None` if it is not a PDF or none is found.
+/// The pages of a PDF's bytes: `None` if it is not a PDF, an object
+/// stream cannot be read, or no page is found.
 pub fn pdf_pages(bytes: &[u8]) -> Option<usize> {
     memmem::find(&bytes[..bytes.len().min(HEADER_WITHIN)], b"%PDF-")?;
-    let pages = page_objects(bytes) + pages_in_object_streams(bytes);
+    let (inside, spans) = pages_in_object_streams(bytes)?;
+    // The rest of the file, the streams' data left out: a stream stored
+    // uncompressed (Flate level 0) shows its objects twice.
+    let mut pages = inside;
+    let mut from = 0;
+    for (start, end) in spans.into_iter().chain([(bytes.len(), bytes.len())]) {
+        pages += page_objects(&bytes[from..start]);
+        from = end;
+    }
     (pages > 0).then_some(pages)
 }
 
@@ -109,13 +123,14 @@ fn page_objects(bytes: &[u8]) -> usize {
         .count()
 }
 
-/// The page objects inside the file's object streams (`/Type /ObjStm`):
-/// each stream's data (after the `stream` keyword and its end of line, up
-/// to `endstream`) inflated, if it inflates whole within what is left of
-/// [`MAX_INFLATED_BYTES`].
-fn pages_in_object_streams(bytes: &[u8]) -> usize {
+/// The page objects inside the file's object streams (`/Type /ObjStm`),
+/// and where each stream's data lies (after the `stream` keyword and its
+/// end of line, up to `endstream`). `None` where one does not inflate
+/// whole within what the earlier ones left of [`MAX_INFLATED_BYTES`].
+fn pages_in_object_streams(bytes: &[u8]) -> Option<(usize, Vec<(usize, usize)>)> {
     let mut left = MAX_INFLATED_BYTES;
     let mut pages = 0;
+    let mut spans = Vec::new();
     let mut from = 0;
     while let Some(found) = names(&bytes[from..], b"/ObjStm").next() {
         let after = from + found + b"/ObjStm".len();
@@ -132,17 +147,18 @@ fn pages_in_object_streams(bytes: &[u8]) -> usize {
             continue;
         }
         let end = memmem::find(&bytes[start..], b"endstream").map_or(bytes.len(), |n| start + n);
-        if let Some(objects) = inflate(&bytes[start..end], left) {
-            left -= objects.len();
-            pages += page_objects(&objects);
-        }
+        let objects = inflate(&bytes[start..end], left)?;
+        left -= objects.len();
+        pages += page_objects(&objects);
+        spans.push((start, end));
         from = end;
     }
-    pages
+    Some((pages, spans))
 }
 
 /// `data` inflated (zlib), if it ends within `limit` bytes: a stream that is
-/// damaged, cut short or longer than that gives `None`.
+/// damaged, cut short or longer than that gives `None`. What it holds at
+/// once stays under `limit` plus a byte.
 fn inflate(data: &[u8], limit: usize) -> Option<Vec<u8>> {
     // Room for one byte past the limit: a stream of exactly `limit` bytes
     // then reaches its end, a longer one shows it is longer.
@@ -162,7 +178,7 @@ fn inflate(data: &[u8], limit: usize) -> Option<Vec<u8>> {
             Err(_) => return None,
         }
         if out.len() == out.capacity() {
-            out.reserve((room - out.len()).min(out.len().max(4096)));
+            out.reserve_exact((room - out.len()).min(out.len().max(4096)));
         } else if stream.total_in() == read && stream.total_out() == written {
             return None; // no progress with room left: the data is cut short
         }
@@ -203,13 +219,26 @@ mod tests {
         body.extend_from_slice(&objects);
         body.extend_from_slice(b"\nendstream endobj 8 0 obj <</Type /Page>> endobj");
         assert_eq!(pdf_pages(&pdf(&body)), Some(3));
-        // Damaged or cut short, the stream counts for nothing; the rest still does.
+        // Damaged or cut short, the stream's pages are unknown, so the file's are.
         let cut = [
             &body[..body.len() / 2],
             b"\nendstream 9 0 obj <</Type /Page>>",
         ]
         .concat();
-        assert_eq!(pdf_pages(&pdf(&cut)), Some(1));
+        assert_eq!(pdf_pages(&pdf(&cut)), None);
+    }
+
+    #[test]
+    fn a_stream_stored_uncompressed_counts_its_pages_once() {
+        let mut stored = ZlibEncoder::new(Vec::new(), Compression::none());
+        stored.write_all(b"5 0 <</Type /Page>>").unwrap();
+        let body = [
+            b"1 0 obj <</Type /ObjStm>>\nstream\n".as_slice(),
+            &stored.finish().unwrap(),
+            b"\nendstream endobj 2 0 obj <</Type /Page>> endobj",
+        ]
+        .concat();
+        assert_eq!(pdf_pages(&pdf(&body)), Some(2));
     }
 
     #[test]
@@ -224,21 +253,23 @@ mod tests {
     fn base64_and_data_urls() {
         let file = pdf(b"<</Type /Page>>");
         let text = BASE64.encode(&file);
-        assert_eq!(pdf_tokens(&text), Some(PDF_PAGE_TOKENS));
+        assert_eq!(pdf_pages_of(&text), Some(1));
         let url = format!("data:application/pdf;base64,{text}");
-        assert_eq!(pdf_tokens(&url), Some(PDF_PAGE_TOKENS));
+        assert_eq!(pdf_pages_of(&url), Some(1));
+        assert_eq!(pdf_pages_of(&format!("data:;base64,{text}")), Some(1));
+        assert_eq!(
+            pdf_pages_of(&format!("data:text/plain;base64,{text}")),
+            None
+        );
         let wrapped: String = text
             .as_bytes()
             .chunks(8)
             .map(|c| std::str::from_utf8(c).unwrap())
             .collect::<Vec<_>>()
             .join("\n");
-        assert_eq!(pdf_tokens(&wrapped), Some(PDF_PAGE_TOKENS));
-        assert_eq!(
-            pdf_tokens(text.trim_end_matches('=')),
-            Some(PDF_PAGE_TOKENS)
-        );
-        assert_eq!(pdf_tokens("data:application/pdf,%25PDF-"), None);
-        assert_eq!(pdf_tokens("not base64!"), None);
+        assert_eq!(pdf_pages_of(&wrapped), Some(1));
+        assert_eq!(pdf_pages_of(text.trim_end_matches('=')), Some(1));
+        assert_eq!(pdf_pages_of("data:application/pdf,%25PDF-"), None);
+        assert_eq!(pdf_pages_of("not base64!"), None);
     }
 }

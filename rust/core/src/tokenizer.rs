@@ -136,21 +136,24 @@ impl Tokenizer {
             .get_or_count(text, |t| self.engine.count(t))
     }
 
-    /// The tokens of a PDF given as base64 (or a data URL), from its pages
-    /// ([`crate::document::pdf_tokens`]), through the count cache under a key
-    /// of its own (the same text counted as text keeps its entry): a request
-    /// recounted each turn reads its PDF once. `None` where no PDF's pages
-    /// are found in it.
+    /// The tokens of a PDF given as base64 (or a data URL):
+    /// [`crate::document::PDF_PAGE_TOKENS`] a page. Its pages
+    /// ([`crate::document::pdf_pages_of`]) go through the count cache under
+    /// a key of their own (the same text counted as text keeps its entry),
+    /// so a request recounted each turn reads its PDF once. `None` where the
+    /// pages are not known.
     pub fn pdf_tokens_cached(&self, data: &str) -> Option<usize> {
-        // Cached as 0 for "no PDF": a PDF with pages costs more than that.
-        let measure = |d: &str| crate::document::pdf_tokens(d).unwrap_or(0);
-        let tokens = if self.cached_for(data) && data.len() >= crate::MIN_CACHED_BYTES {
+        // Cached as 0 for "not known": a PDF whose pages are known has one.
+        // Pages, not tokens: a cached count is a u32, and so many pages are
+        // not (each takes 10 bytes of a file, at least).
+        let measure = |d: &str| crate::document::pdf_pages_of(d).unwrap_or(0);
+        let pages = if self.cached_for(data) && data.len() >= crate::MIN_CACHED_BYTES {
             let key = crate::cache::text_key(data) ^ PDF_KEY;
             self.engine.cache.get_or_count_keyed(key, data, measure)
         } else {
             measure(data)
         };
-        (tokens > 0).then_some(tokens)
+        (pages > 0).then(|| pages.saturating_mul(crate::document::PDF_PAGE_TOKENS))
     }
 
     /// Puts `tokens`, the known count of `text`, in the count cache (as
