@@ -28,7 +28,15 @@ import time
 import pytest
 
 from agent_sessions import generate
-from context_core import Budget, InvalidInputError, MemoryStore, MessageLog, Session, Tokenizer
+from context_core import (
+    Budget,
+    InvalidInputError,
+    MemoryStore,
+    MessageLog,
+    OverBudgetError,
+    Session,
+    Tokenizer,
+)
 from context_core.memory_store import HashingEmbedder
 from memory_corpus import corpus
 from support import REPORTS, register
@@ -290,5 +298,25 @@ def test_session_turn_at_a_million(benchmark, request, tmp_path, policy):
         result["times"], result["sent"] = replay_ours(session, agent, 60 if big else 5)
 
     benchmark.pedantic(run, rounds=1, iterations=1)
-    session.close(persist=False)
     REPORTS.append(f"session {bulk + 1_000:,} messages {policy:<8}: {_row(result['times'], result['sent'])}")
+    # A turn that fails after its input is logged takes it back with a
+    # rewind; the turns after it must cost what the ones before did.
+    _fail_one_turn(session)
+    times, sent = replay_ours(session, generate(1_000, "openai", seed=22), 20 if big else 5)
+    session.close(persist=False)
+    REPORTS.append(f"session {bulk + 1_000:,} messages {policy:<8} after a failed turn: {_row(times, sent)}")
+
+
+def _fail_one_turn(session: Session) -> None:
+    """One turn whose selection fails after its input was logged."""
+    select = session._select
+
+    def failing(room: int):
+        raise OverBudgetError("a failure after logging, for the benchmark")
+
+    session._select = failing
+    try:
+        with contextlib.suppress(OverBudgetError):
+            session.prepare("a turn that fails")
+    finally:
+        session._select = select

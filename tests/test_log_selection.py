@@ -598,3 +598,83 @@ def test_shape_cutting_turns_after_the_repair_grew_the_window_adds_the_summary(t
     assert cut.kept == ()
     assert cut.system is not None
     assert "Earlier work." in cut.system
+
+
+def _view_from_the_walk(log: MessageLog) -> list[int]:
+    """The context view's seqs, from the path the parent links give (no
+    summary in these logs: every message on the path)."""
+    return [int(seq) for seq in log.path()]
+
+
+def _plain_view_of(selection) -> object:
+    """The view a log's selection was chosen from, as the extension gave it."""
+    return selection._dropped.view
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("name", ["priority", "shape", "weighted"])
+def test_a_log_rewound_at_its_newest_nodes_is_chosen_from_as_one_chain(tmp_path, provider, name):
+    """A turn that fails after its input is logged is rewound (the input
+    left behind); a log rewound so is still one chain with holes, chosen
+    from the headers and the units kept between selections, not walked. The
+    view is the walked path's, the answer the decoded view's and a fresh
+    handle's, after every append and rewind: single nodes and a few at a
+    time left behind, rewinds of rewinds, with a priority or pinned here
+    and there."""
+    session = generate(160, provider, seed=29)
+    path = tmp_path / "log"
+    budgets = [2_500, 20_000]
+    select = policies(provider, 1200)[name]
+    rewinds = 0
+    with MessageLog.open(path, create=True, durability="never") as log:
+        for i, message in enumerate(session.messages):
+            if i % 37 == 9 and message["role"] != "tool":
+                message = {**message, "pinned": True}
+            if i % 13 == 4:
+                message = {**message, "priority": float(i % 3)}
+            before = log.head
+            log.append(message)
+            if i % 3 and before is not None and message["role"] == "user":
+                log.rewind(before)  # the failed turn's input left behind
+                log.append(message)  # and given again
+                rewinds += 1
+            if i % 29 == 20:
+                # Turns back (into the units kept between selections), then
+                # the same messages again.
+                back = log.path()[-13]
+                log.rewind(int(back))
+                for again in session.messages[i - 11 : i + 1]:
+                    log.append(again)
+                rewinds += 1
+            assert log._view()
+            assert [seq for seq, _ in log._view()] == _view_from_the_walk(log)
+            budget = budgets[i % 2]
+            same_choice(log, select, budget, None)
+            if rewinds:
+                try:
+                    chosen = select(log, budget, None)
+                except OverBudgetError:
+                    continue  # the turn in progress alone is over (same_choice checked the error)
+                view = _plain_view_of(chosen)
+                assert isinstance(view, tuple), view  # one chain with holes, not a walked path
+                assert set(chosen.kept) | set(chosen.dropped) == set(_view_from_the_walk(log))
+            if i % 19 == 0:
+                with MessageLog.open(path, readonly=True) as fresh:
+                    assert _answer(select, fresh, budget) == _answer(select, log, budget)
+    assert rewinds > 15
+
+
+def test_a_log_rewound_too_often_is_walked_and_chooses_the_same(tmp_path):
+    """Past the holes a chain keeps, the path is walked: the same answer."""
+    window = WeightedWindow(tool_result_cap=600)
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        for i in range(300):
+            before = log.head
+            log.append({"role": "user", "content": f"question {i}: where is the order ord_{i}?"})
+            log.rewind(before if before is not None else log.head)
+            log.append({"role": "user", "content": f"question {i} again"})
+            log.append({"role": "assistant", "content": f"answer {i}"})
+        chosen = window.select(log, 3_000)
+        assert isinstance(_plain_view_of(chosen), bytes)  # walked
+        same_choice(log, lambda source, b, n: window.select(source, b, now=n), 3_000, None)
+        assert set(chosen.kept) | set(chosen.dropped) == set(_view_from_the_walk(log))

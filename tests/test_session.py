@@ -1103,6 +1103,35 @@ def test_a_first_input_that_stays_after_a_failed_turn_is_the_turns(tmp_path):
         assert "delete file B" in json.dumps(sent)  # the stored input is compared, not the caller's object
 
 
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_a_failed_turn_leaves_the_log_one_chain(tmp_path, policy):
+    """A turn whose request fails after its input is logged takes the input
+    back with a rewind; the log is still one chain (with holes) to every
+    policy, chosen from its headers rather than walked: at a million
+    messages a walk costs each later turn about 80 ms, the chain 5."""
+    with open_session(tmp_path, policy=policy, compact=False) as session:
+        for turn in range(3):
+            session.prepare(f"question {turn}")
+            session.record({"role": "assistant", "content": f"answer {turn}"})
+        original = session._select
+
+        def failing(room: int):
+            raise OverBudgetError("no room")
+
+        session._select = failing
+        with pytest.raises(OverBudgetError):
+            session.prepare("this turn fails")
+        session._select = original
+        assert [m["content"] for m in session.history()][-1] == "answer 2"  # taken back
+        request = session.prepare("the next question")
+        sent = json.dumps(request["messages"])
+        assert "the next question" in sent
+        assert "this turn fails" not in sent
+        chosen = session._select(10_000)
+        assert isinstance(chosen._dropped.view, tuple)  # the chain with its holes, not a walked path
+        assert list(chosen.kept) == [int(seq) for seq in session.log.path()]
+
+
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
     """Whether an input is a retry is ruled out from the newest message's

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from context_core.log import MessageLog
 
 Nodes = list[tuple[int, str]]
-#: The view a window was chosen from: a node count (every node ``0..n``), or its seqs as u64 bytes.
-View = int | bytes
+#: The view a window was chosen from: a node count (every node ``0..n``),
+#: a count and the seqs left out (a plain log rewound), or its seqs; seqs as u64 bytes.
+View = int | tuple[int, bytes] | bytes
 
 
 class ViewRest:
@@ -58,18 +59,25 @@ class ViewRest:
         self.kept = kept
 
     def __call__(self) -> tuple[int, ...]:
-        seqs: Sequence[int]
-        if isinstance(self.view, int):
-            seqs = range(self.view)
-        else:
-            seqs = array.array("Q", self.view)  # 8 bytes an item, as the extension writes
-            if sys.byteorder == "big":
-                seqs.byteswap()  # written little-endian
         chosen = set(self.kept)
-        return tuple(seq for seq in seqs if seq not in chosen)
+        if isinstance(self.view, int):
+            return tuple(seq for seq in range(self.view) if seq not in chosen)
+        if isinstance(self.view, tuple):
+            count, holes = self.view
+            chosen.update(_seqs(holes))
+            return tuple(seq for seq in range(count) if seq not in chosen)
+        return tuple(seq for seq in _seqs(self.view) if seq not in chosen)
 
     def __reduce__(self) -> tuple[type[ViewRest], tuple[View, tuple[int, ...]]]:
         return ViewRest, (self.view, self.kept)
+
+
+def _seqs(data: bytes) -> Sequence[int]:
+    """Seqs written as the extension writes them: 8 bytes each, little-endian."""
+    seqs = array.array("Q", data)
+    if sys.byteorder == "big":
+        seqs.byteswap()
+    return seqs
 
 
 class _Noting:

@@ -707,9 +707,9 @@ class Session:
         """A turn whose request failed leaves its input out of the view: the
         head goes back to the node before it (a branch, the input kept in
         the file), so the next turn does not carry it. The first message
-        of a log has no node before it to go back to. A log with a branch
-        is read through its path from then on: the selection's fast paths,
-        which need one unbroken chain, no longer apply to it. An input that
+        of a log has no node before it to go back to. The log stays one
+        chain (with the input as a hole in it) to the selection's fast
+        paths. An input that
         stays (the first, or a rewind that failed) is the turn's: the next
         ``prepare()`` answers it as the turn's first step, as does the same
         input given again."""

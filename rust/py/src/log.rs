@@ -127,8 +127,8 @@ fn durability(name: &str) -> PyResult<Durability> {
 }
 
 /// A window's kept `(seq, part)` pairs, and its view as a node count (every
-/// node `0..n`) or its seqs as little-endian u64 bytes (one copy, no Python
-/// int each).
+/// node `0..n`), a count and the seqs left out (a plain log rewound), or its
+/// seqs; seqs as little-endian u64 bytes (one copy, no Python int each).
 #[allow(clippy::type_complexity)]
 fn kept_and_view(window: &Window) -> PyResult<(Vec<(u64, &'static str)>, Py<PyAny>)> {
     let kept = window
@@ -139,13 +139,20 @@ fn kept_and_view(window: &Window) -> PyResult<(Vec<(u64, &'static str)>, Py<PyAn
     let view = Python::attach(|py| -> PyResult<Py<PyAny>> {
         Ok(match &window.view {
             ViewSeqs::All(n) => n.into_pyobject(py)?.into_any().unbind(),
-            ViewSeqs::Listed(seqs) => {
-                let bytes: Vec<u8> = seqs.iter().flat_map(|s| s.to_le_bytes()).collect();
-                PyBytes::new(py, &bytes).into_any().unbind()
-            }
+            ViewSeqs::AllBut(n, holes) => (*n, le_bytes(py, holes))
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            ViewSeqs::Listed(seqs) => le_bytes(py, seqs).into_any().unbind(),
         })
     })?;
     Ok((kept, view))
+}
+
+/// `seqs` as little-endian u64 bytes.
+fn le_bytes<'py>(py: Python<'py>, seqs: &[u64]) -> Bound<'py, PyBytes> {
+    let bytes: Vec<u8> = seqs.iter().flat_map(|s| s.to_le_bytes()).collect();
+    PyBytes::new(py, &bytes)
 }
 
 fn part_name(part: ViewPart) -> &'static str {

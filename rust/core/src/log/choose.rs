@@ -50,7 +50,7 @@ impl MessageLog {
         // A plain view with a turn in progress: the kept units and the
         // turn's, without handing every unit on (see `stable`).
         let mut held = Vec::new();
-        if matches!(view, View::All(_)) {
+        if view.is_plain() {
             self.keep_stable_units(&view, cap, Weighing::Unweighed);
             self.extend_stable_units(
                 &view,
@@ -202,7 +202,7 @@ impl MessageLog {
         extras: &Extras,
         cap: Option<usize>,
     ) -> Option<Result<(Window, Build)>> {
-        if !matches!(view, View::All(_)) {
+        if !view.is_plain() {
             return None;
         }
         self.keep_stable_units(view, cap, Weighing::Priority);

@@ -177,6 +177,12 @@ pub struct MessageLog {
     last_stamp: f64,
     /// Leading records that form one chain (see `extend_linear`).
     linear_len: u64,
+    /// That chain's newest node on the path: its last record's, or the
+    /// node a rewind (its last record) went back to.
+    chain_tail: u64,
+    /// The seqs among those records that are not on the chain's path,
+    /// ascending: branch markers, and the nodes a rewind left behind.
+    chain_holes: Vec<u64>,
     /// Leading records checked whole (see `ensure_checked`).
     checked: u64,
     /// Kept between turns: a million units' keys and starts are 20 MB not
@@ -244,6 +250,8 @@ impl MessageLog {
             tag_decay_powers: window::DecayPowers::default(),
             last_stamp: f64::NAN,
             linear_len: 0,
+            chain_tail: NONE,
+            chain_holes: Vec::new(),
             checked: 0,
             scratch_keys: Vec::new(),
             scratch_facts: Vec::new(),

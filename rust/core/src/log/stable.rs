@@ -35,6 +35,9 @@ pub(super) struct StableUnits {
     cap: Option<usize>,
     weighing: Weighing,
     nodes: usize,
+    /// The view's holes when the units were grouped (see [`View::All`]):
+    /// a rewind into the nodes they cover moves those nodes' seqs.
+    gaps: Vec<usize>,
     units: Vec<Unit>,
     /// Counts the resets, so an index built over these units (the weighted
     /// window's) knows when to start again.
@@ -52,6 +55,7 @@ impl StableUnits {
         self.cap = cap;
         self.weighing = weighing;
         self.nodes = 0;
+        self.gaps.clear();
         self.generation += 1;
         self.units.clear();
         self.tokens = 0;
@@ -198,9 +202,21 @@ impl MessageLog {
         weighing: Weighing,
     ) {
         let stable = &mut self.stable_units;
-        let plain = matches!(view, View::All(_));
-        if !plain || stable.cap != cap || stable.weighing != weighing || stable.nodes > view.len() {
+        let plain = view.is_plain();
+        let moved = match view {
+            View::All(_, gaps) => holes_moved_before(&stable.gaps, gaps, stable.nodes),
+            View::Listed(..) => true,
+        };
+        if !plain
+            || moved
+            || stable.cap != cap
+            || stable.weighing != weighing
+            || stable.nodes > view.len()
+        {
             stable.reset(cap, weighing);
+        }
+        if let View::All(_, gaps) = view {
+            stable.gaps.clone_from(gaps);
         }
         if !plain {
             stable.units = Vec::new(); // a view with summaries: not kept
@@ -219,7 +235,7 @@ impl MessageLog {
         mut emit: impl FnMut(Unit, bool),
     ) {
         let mut stable = std::mem::take(&mut self.stable_units);
-        let plain = matches!(view, View::All(_));
+        let plain = view.is_plain();
         let mut fresh: Vec<Unit> = Vec::new();
         let mut held_from = None;
         for_each_unit_from(
@@ -243,4 +259,16 @@ impl MessageLog {
         }
         self.stable_units = stable;
     }
+}
+
+/// Whether a node before `nodes` (a view index) is at another seq with
+/// holes `now` than with holes `before` (each as [`View::All`] gives them):
+/// the lists agree on every hole at or before it.
+fn holes_moved_before(before: &[usize], now: &[usize], nodes: usize) -> bool {
+    let same = before.iter().zip(now).take_while(|(a, b)| a == b).count();
+    let first_other = [before.get(same), now.get(same)]
+        .into_iter()
+        .flatten()
+        .min();
+    first_other.is_some_and(|&gap| gap < nodes)
 }

@@ -138,7 +138,7 @@ impl WeighedUnits {
         let mut newest: [Option<(u32, f64)>; CLASSES] = [None; CLASSES];
         let mut given: Option<f64> = None;
         for i in unit.start..unit.end {
-            let record = log.record(i as u64);
+            let record = log.record(log.chain_seq(i));
             let at = record.timestamp();
             // NaN or earlier than a node before it: ages from timestamps
             // would not keep each class's order.
@@ -204,7 +204,7 @@ impl MessageLog {
         now: Option<f64>,
         cap: Option<usize>,
     ) -> Option<Result<Window>> {
-        if !matches!(view, View::All(_)) {
+        if !view.is_plain() {
             self.weighed = WeighedUnits::default(); // not kept for a view with summaries
             return None;
         }

@@ -5,7 +5,7 @@
 use super::format::{
     FILE_HEADER_LEN, FLAG_CALLS, FLAG_HAS_TEXT, FLAG_PINNED, FLAG_RESULTS, RECORD_LEN,
 };
-use super::{KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE};
+use super::{KIND_BRANCH, KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE};
 use crate::chat::REPLY_PRIMING;
 use crate::error::{Error, Result};
 use crate::select::{
@@ -17,19 +17,35 @@ use crate::tags::CONSTRAINT;
 /// Records ahead of the sweep whose headers are fetched early.
 const PREFETCH_AHEAD: usize = 16;
 
+/// The most holes a chain keeps (see `MessageLog::extend_linear`): each
+/// is a search on every lookup of a seq, and a log rewound more is walked.
+const MOST_HOLES: usize = 256;
+
 /// Segment (level-2) summaries the context view keeps: the newest.
 pub const SEGMENTS_KEPT: usize = 3;
 
-/// The context view, listed, or every node of a plain log (`All(n)`).
+/// The context view, listed, or the nodes of a plain log: one chain with
+/// no summary on it (`All`).
 pub(super) enum View {
-    All(usize),
+    /// The chain's `len` nodes, in seq order: every seq but those the
+    /// chain leaves out (branch markers, nodes a rewind left behind). Each
+    /// left-out seq is given by how many chain nodes come before it
+    /// (ascending), so the `i`-th node is seq `i` plus those at or before `i`.
+    All(usize, Vec<usize>),
     Listed(Vec<u64>, Vec<ViewPart>),
 }
 
 impl From<View> for ViewSeqs {
     fn from(view: View) -> Self {
         match view {
-            View::All(n) => ViewSeqs::All(n),
+            View::All(n, gaps) if gaps.is_empty() => ViewSeqs::All(n),
+            View::All(n, gaps) => ViewSeqs::AllBut(
+                n + gaps.len(),
+                gaps.iter()
+                    .enumerate()
+                    .map(|(k, &g)| (g + k) as u64)
+                    .collect(),
+            ),
             View::Listed(seqs, _) => ViewSeqs::Listed(seqs),
         }
     }
@@ -38,21 +54,25 @@ impl From<View> for ViewSeqs {
 impl View {
     pub(super) fn len(&self) -> usize {
         match self {
-            View::All(n) => *n,
+            View::All(n, _) => *n,
             View::Listed(seqs, _) => seqs.len(),
         }
     }
     pub(super) fn seq(&self, i: usize) -> u64 {
         match self {
-            View::All(_) => i as u64,
+            View::All(_, gaps) => (i + gaps.partition_point(|&g| g <= i)) as u64,
             View::Listed(seqs, _) => seqs[i],
         }
     }
     pub(super) fn part(&self, i: usize) -> ViewPart {
         match self {
-            View::All(_) => ViewPart::Raw,
+            View::All(..) => ViewPart::Raw,
             View::Listed(_, parts) => parts[i],
         }
+    }
+    /// Whether this is a plain log's view (see [`View::All`]).
+    pub(super) fn is_plain(&self) -> bool {
+        matches!(self, View::All(..))
     }
 }
 
@@ -76,6 +96,8 @@ pub enum ViewPart {
 pub enum ViewSeqs {
     /// Every node `0..n` (a plain log).
     All(usize),
+    /// Every node `0..n` but these seqs (ascending): a plain log rewound.
+    AllBut(usize, Vec<u64>),
     Listed(Vec<u64>),
 }
 
@@ -172,20 +194,27 @@ impl MessageLog {
             .collect())
     }
 
-    /// The view without materialising it where it is simply every node:
-    /// a linear log (no branches) with no summary on its path.
+    /// The view without materialising it where it is simply the chain's
+    /// nodes: a log whose records form one chain (rewinds of its newest
+    /// nodes included), with no summary on its path.
     pub(super) fn compact_view(&mut self) -> Result<View> {
         self.refresh()?;
         self.ensure_checked()?;
         self.extend_linear();
         let linear = self.position.head != NONE
-            && self.position.head + 1 == self.count
+            && self.position.head == self.chain_tail
             && self.linear_len == self.count;
         if linear && self.position.summary == NONE {
-            return Ok(View::All(self.count as usize));
+            return Ok(View::All(
+                self.count as usize - self.chain_holes.len(),
+                self.chain_gaps(),
+            ));
         }
         let path = if linear {
-            (0..self.count).collect()
+            let holes = &self.chain_holes;
+            (0..self.count)
+                .filter(|seq| holes.binary_search(seq).is_err())
+                .collect()
         } else {
             self.path_to(None)?
         };
@@ -232,18 +261,84 @@ impl MessageLog {
     }
 
     /// Extend the count of leading records that form one chain of messages
-    /// and summaries (each the child of the one before): the path of a log
-    /// that was never rewound is then every node, with no walk.
+    /// and summaries (each the child of the one before), so the path of a
+    /// log that was never rewound is every node, with no walk. A branch
+    /// marker back to a node of the chain (a rewind) keeps it one chain:
+    /// the nodes it leaves behind, and the marker, are holes in it, while
+    /// they stay few ([`MOST_HOLES`]); a turn that failed after logging its
+    /// input leaves two. Past that, or at any other fork, the path is walked.
     fn extend_linear(&mut self) {
+        if self.linear_len > self.count {
+            // Fewer records than were read (not seen in a log that only
+            // grows): start again.
+            (self.linear_len, self.chain_tail) = (0, NONE);
+            self.chain_holes.clear();
+        }
         while self.linear_len < self.count {
-            let record = self.record(self.linear_len);
-            let expected = self.linear_len.checked_sub(1).unwrap_or(NONE);
-            if record.parent() != expected || !matches!(record.kind(), KIND_MESSAGE | KIND_SUMMARY)
-            {
+            let seq = self.linear_len;
+            let record = self.record(seq);
+            let parent = record.parent();
+            let kind = record.kind();
+            let joins = if matches!(kind, KIND_MESSAGE | KIND_SUMMARY) {
+                parent == self.chain_tail
+            } else {
+                kind == KIND_BRANCH && self.rewound_along_chain(seq, parent)
+            };
+            if !joins {
                 break;
+            }
+            if kind != KIND_BRANCH {
+                self.chain_tail = seq;
             }
             self.linear_len += 1;
         }
+    }
+
+    /// The chain's holes as [`View::All`] gives them: for each, how many
+    /// of the chain's nodes come before it.
+    fn chain_gaps(&self) -> Vec<usize> {
+        let holes = &self.chain_holes;
+        holes
+            .iter()
+            .enumerate()
+            .map(|(k, &h)| h as usize - k)
+            .collect()
+    }
+
+    /// The seq of the chain's `i`-th node (for a plain view's index).
+    pub(super) fn chain_seq(&self, i: usize) -> u64 {
+        let holes = &self.chain_holes;
+        // Holes before the node: those with fewer than `i + 1` chain nodes
+        // before them (how many do is ascending with the holes).
+        let before = holes.partition_point(|&h| {
+            let k = holes.partition_point(|&x| x < h);
+            h as usize - k <= i
+        });
+        (i + before) as u64
+    }
+
+    /// Takes branch marker `seq` back to `parent` into the chain, if
+    /// `parent` is on it: the chain's nodes after `parent` become holes, and
+    /// so does the marker. `false` (nothing changed) where `parent` is off
+    /// the chain or the holes would be too many.
+    fn rewound_along_chain(&mut self, seq: u64, parent: u64) -> bool {
+        let holes = &self.chain_holes;
+        let on_chain = |node: u64| node == NONE || holes.binary_search(&node).is_err();
+        if (parent != NONE && parent >= seq) || !on_chain(parent) {
+            return false;
+        }
+        let after = if parent == NONE { 0 } else { parent + 1 };
+        let holes_after = holes.len() - holes.partition_point(|&h| h < after);
+        let left = (seq - after) as usize - holes_after;
+        if holes.len() + left + 1 > MOST_HOLES {
+            return false;
+        }
+        let mut merged: Vec<u64> = Vec::with_capacity(holes.len() + left + 1);
+        merged.extend(holes.iter().copied().filter(|&h| h < after));
+        merged.extend(after..=seq); // the old holes after `parent` among them
+        self.chain_holes = merged;
+        self.chain_tail = parent; // a rewind's head: the node it went back to
+        true
     }
 
     /// The facts of the view's `i`-th node for grouping into units, read
@@ -258,8 +353,8 @@ impl MessageLog {
     ) -> impl Fn(usize) -> UnitFacts + 's {
         let records = &self.map.bytes()[FILE_HEADER_LEN..];
         let map = &self.map;
-        let all = matches!(view, View::All(_));
-        // A plain log's view is every node: no lookup for the seq.
+        let all = matches!(view, View::All(_, gaps) if gaps.is_empty());
+        // A plain log never rewound: its view is every node, no lookup.
         let seq_of = move |i: usize| if all { i } else { view.seq(i) as usize };
         move |i: usize| {
             if i + PREFETCH_AHEAD < view.len() {
