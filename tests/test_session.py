@@ -1134,8 +1134,9 @@ def test_a_failed_turn_leaves_the_log_one_chain(tmp_path, policy):
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
-    """Whether an input is a retry is ruled out from the newest message's
-    header when it is a tool's output: a large one is never read for it."""
+    """Whether an input is a retry is found past the turn's steps from their
+    headers: a tool's output, large maybe, is never read for it; only the
+    turn's input is."""
     model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
     with open_session(tmp_path, model=model, compact=False) as session:
         session.prepare("Read big.log")
@@ -1150,8 +1151,9 @@ def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
             return original(seqs)
 
         monkeypatch.setattr(session.log, "read", counted)
-        assert not session._is_retry({"role": "user", "content": "Read big.log"})
-        assert reads == []
+        assert session._retried_steps({"role": "user", "content": "Read other.log"}) is None
+        assert session._retried_steps({"role": "user", "content": "Read big.log"}) == 1
+        assert reads == [[0], [0]]  # the input, each time; never the result
 
 
 def test_results_sent_with_an_image_and_given_again_are_logged_once(tmp_path):
@@ -1181,6 +1183,47 @@ def test_an_input_given_again_after_the_models_call_failed_is_logged_once(tmp_pa
         session.record({"role": "assistant", "content": "Fixed."})
         session.prepare("Thanks")
         session.prepare("Thanks, and the tests?")  # another input, not a retry: both kept
+        assert len(session.history()) == 4
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("reopened", [False, True])
+def test_a_turn_retried_after_a_later_steps_call_failed_goes_on_where_it_was(tmp_path, provider, reopened):
+    """A server that retries the whole turn after the model's call failed at
+    a later step sends the turn's input again: the turn goes on from its
+    results, the input is not logged twice. Another input is a new message,
+    and after the answer the same input is a new turn."""
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    session = open_session(tmp_path, model=model, compact=False)
+    session.prepare("Read a.log and b.log")
+    session.record(calling("t1", provider))
+    session.record_tool_result("t1", "a.log: ok")
+    session.prepare()
+    session.record(calling("t2", provider))
+    session.record_tool_result("t2", "b.log: failed at line 7")
+    # The model's call for the next step fails; the server tries the turn again.
+    if reopened:
+        session.close()
+        session = open_session(tmp_path, model=model, compact=False)
+    with session:
+        logged = len(session.history())
+        request = session.prepare("Read a.log and b.log")
+        assert len(session.history()) == logged
+        assert "b.log: failed at line 7" in json.dumps(request["messages"][-1])
+        if not reopened:
+            assert (request.report.turn, request.report.step) == (0, 2)  # the next step
+        session.record({"role": "assistant", "content": "b.log failed at line 7."})
+        assert session.prepare("Read a.log and b.log").report.step == 0  # answered: a new turn
+        assert len(session.history()) == logged + 2
+
+
+def test_another_input_in_the_middle_of_a_turn_is_logged(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Read a.log")
+        session.record(calling("t1", "openai"))
+        session.record_tool_result("t1", "a.log: ok")
+        session.prepare("Also read b.log")
+        assert [m.get("content") for m in session.history()][-1] == "Also read b.log"
         assert len(session.history()) == 4
 
 

@@ -91,10 +91,13 @@ _MEMORY_SHARE = 8
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
 #: A log header's kind of a message node (not a summary or branch marker),
-#: its role byte for a user message, and its flag for tool results.
+#: its role bytes, and its flags for tool results and for text of its own.
 _KIND_MESSAGE = 0
 _ROLE_USER = 1
+_ROLE_ASSISTANT = 2
+_ROLE_TOOL = 3
 _FLAG_RESULTS = 1 << 2
+_FLAG_HAS_TEXT = 1 << 3
 #: Payload bytes read at a time when the open gathers the log's call ids.
 _ID_BATCH_BYTES = 8 << 20
 #: The reply room Anthropic requires a request to name, when none is given.
@@ -490,20 +493,33 @@ class Session:
             parent = int(headers["parent"][seq])
             seq = None if parent >= len(headers) else parent
 
-    def _is_retry(self, message: Mapping[str, Any]) -> bool:
-        """Whether ``message`` is the input still waiting for a reply: the
-        newest message on the log's path, a user input (not only tool
-        results), as stored. Ruled out from its header where it can be: a
-        reply or a tool's output, or results when ``message`` holds none,
-        are never read (megabytes, maybe) only to be compared."""
+    def _retried_steps(self, message: Mapping[str, Any]) -> int | None:
+        """How many of the turn's steps ``message`` comes after, if it is the
+        input of the turn in progress given again; ``None`` if it is not. The
+        turn's input is the newest user input on the log's path (compared as
+        stored), with only the turn's steps after it: replies that made
+        calls, and tool results. A server that retries a turn after the
+        model's call failed sends it again, before any step or after some.
+        Ruled out from the headers where it can be: an answer (a reply that
+        made no call) ends the search, and a tool's output, or a message of
+        results alone, is passed over without being read (megabytes, maybe)."""
+        holds_results = bool(answered_ids(message))
+        steps = 0
         for seq, headers in self._messages_back():
-            if int(headers["role"][seq]) != _ROLE_USER:
-                return False
-            if int(headers["flags"][seq]) & _FLAG_RESULTS and not answered_ids(message):
-                return False  # it holds results, the input none: not the same
+            role, flags = int(headers["role"][seq]), int(headers["flags"][seq])
+            if role == _ROLE_TOOL or (role == _ROLE_ASSISTANT and flags & _FLAG_CALLS):
+                steps += role == _ROLE_ASSISTANT
+                continue
+            if role != _ROLE_USER:
+                return None  # the turn was answered
+            results_only = flags & _FLAG_RESULTS and not flags & _FLAG_HAS_TEXT
+            if results_only and not holds_results:
+                continue  # the turn's results, not the same as an input that holds none
             node = self.log.read([seq])[0]
-            return isinstance(node, dict) and not only_results(node) and node == message
-        return False
+            if isinstance(node, dict) and only_results(node) and not holds_results:
+                continue
+            return steps if isinstance(node, dict) and node == message else None
+        return None
 
     def _input_in_log(self) -> str:
         """The text of the newest user input (a user message that is not
@@ -614,16 +630,20 @@ class Session:
         memories = self._search(said)
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
-        if self._to_answer and self._is_retry(message):
-            # The input still waiting for a reply, given again (a retry after
-            # the model's call failed, or after a failed turn that could not
-            # take its input back): answered where it is, not logged twice.
-            self._turn, self._step, self._memories, self._said = max(self._turn, 0), 0, memories, said
+        retried = self._retried_steps(message) if self._to_answer else None
+        if retried is not None:
+            # The input of the turn still in progress, given again (a retry
+            # after the model's call failed, at the turn's first step or a
+            # later one, or after a failed turn that could not take its
+            # input back): answered where the turn is, not logged twice.
+            step_before = self._step
+            step = 0 if not retried else max(self._step, retried - 1) + 1
+            self._turn, self._step, self._memories, self._said = max(self._turn, 0), step, memories, said
             mark = self._lap(timings, "append", mark)
             try:
                 return self._request(parts, timings, started, mark)
             except BaseException:
-                self._step = -1  # a failed call is no step
+                self._step = step_before if retried else -1  # a failed call is no step
                 raise
         self._check_fits(message, parts, memories)
         undo = _Before(
