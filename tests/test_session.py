@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from context_core import (
     Budget,
     InvalidInputError,
     InvalidTypeError,
+    LogCorruptError,
     LogStorageError,
     MessageLog,
     OverBudgetError,
@@ -1565,3 +1567,36 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
             previous = end + 1
     assert calls > 100
     assert sum(lined_up) > len(lined_up) // 2  # the selection's count was used on most calls
+
+
+def test_a_damaged_newest_record_fails_the_open_with_the_way_out(tmp_path):
+    """The newest turns are read at open: a record there that bit rot
+    damaged is reported then, naming the repair, and the log is let go so
+    the repair can run at once; after it the session opens and goes on."""
+    with open_session(tmp_path, compact=False) as session:
+        for turn in range(4):
+            session.prepare(f"question {turn} " + "x" * 200)
+            session.record({"role": "assistant", "content": f"answer {turn} " + "y" * 200})
+    where = tmp_path / "session" / "log"
+    with MessageLog.open(where) as log:
+        headers = log.headers()
+    original = (where / "data").read_bytes()
+    # The newest record (which the log's own open checks) or one before it
+    # (which the session's reading of its last turns finds).
+    for newest in (headers[-1], headers[-3]):
+        data = bytearray(original)
+        data[int(newest["offset"]) + int(newest["stored_len"]) // 2] ^= 0xFF
+        (where / "data").write_bytes(data)
+        with pytest.raises(LogCorruptError, match=re.escape(f"MessageLog.repair({str(where)!r})")) as raised:
+            open_session(tmp_path, compact=False)
+        assert raised.value.file == "data"
+        assert raised.value.offset is not None
+    try:
+        open_session(tmp_path, compact=False)
+    except LogCorruptError:
+        report = MessageLog.repair(where)  # the failed open holds no lock, even now
+    assert report.lost == 1
+    with open_session(tmp_path, compact=False) as session:
+        request = session.prepare("and now?")
+        assert request["messages"][-1]["content"] == "and now?"
+        assert "answer 1" in json.dumps(request["messages"])

@@ -376,7 +376,10 @@ class Session:
         # A new log counts in the model's encoding (o200k_base for models
         # whose tokenizer is not public); an existing one keeps its own.
         encoding = None if os.path.isdir(where) else Tokenizer.for_model(model, fallback="o200k_base").name
-        log = MessageLog.open(where, create=True, durability=durability, encoding=encoding)
+        try:
+            log = MessageLog.open(where, create=True, durability=durability, encoding=encoding)
+        except LogCorruptError as error:
+            raise _with_repair(error, where) from error
         owned.append(log)
         if isinstance(policy, str):
             chosen = _policy(policy, provider, Tokenizer(log.encoding))  # type: ignore[arg-type]
@@ -405,29 +408,37 @@ class Session:
             # the directory free for another provider.
             _check_provider(root, provider)
         except BaseException:
-            for part in reversed(owned):  # the store this open made, then the log
-                with contextlib.suppress(Exception):
-                    part.close()
+            _close_all(owned)
             raise
-        session = cls(
-            log,
-            builder,
-            model=model,
-            provider=provider,
-            policy=chosen,
-            budget=budget,
-            memory=files,
-            store=memory_store,
-            compactor=compactor,
-            namespace=namespace,
-            memory_k=memory_k,
-            memory_tokens=memory_tokens,
-            max_tokens=max_tokens,
-            owned=owned,
-            clock=clock,
-            wall=wall,
-            path=root,
-        )
+        try:
+            session = cls(
+                log,
+                builder,
+                model=model,
+                provider=provider,
+                policy=chosen,
+                budget=budget,
+                memory=files,
+                store=memory_store,
+                compactor=compactor,
+                namespace=namespace,
+                memory_k=memory_k,
+                memory_tokens=memory_tokens,
+                max_tokens=max_tokens,
+                owned=owned,
+                clock=clock,
+                wall=wall,
+                path=root,
+            )
+        except LogCorruptError as error:
+            # The newest turns are read at open: a damaged record there would
+            # fail every turn. Said now, with the way out; the log is let go
+            # first, so the repair can take it.
+            _close_all(owned)
+            raise _with_repair(error, where) from error
+        except BaseException:
+            _close_all(owned)
+            raise
         try:
             session._warm_up()
         except BaseException:  # an interrupt, or a store of the caller's own failing its own way
@@ -1053,6 +1064,20 @@ def _shape(message: Mapping[str, Any]) -> Provider | None:
     ):
         return "anthropic"
     return None
+
+
+def _with_repair(error: LogCorruptError, where: str) -> LogCorruptError:
+    """``error`` (its fields kept), naming the repair of the log at ``where``."""
+    hinted = LogCorruptError(f"{error}; MessageLog.repair({where!r}) keeps every intact record")
+    hinted.file, hinted.offset, hinted.reason = error.file, error.offset, error.reason
+    return hinted
+
+
+def _close_all(owned: Sequence[Any]) -> None:
+    """Closes what a failed open made: the store, then the log."""
+    for part in reversed(owned):
+        with contextlib.suppress(Exception):
+            part.close()
 
 
 def _session_directory(path: str | os.PathLike[str]) -> str:
