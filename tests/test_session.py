@@ -71,6 +71,21 @@ def calling(call_id: str, provider: str) -> dict:
 pytestmark = pytest.mark.filterwarnings("ignore::context_core.PromptCacheWarning")
 
 
+@contextlib.contextmanager
+def selection_failing(session: Session):
+    """The session's selection raising: a turn that fails after its input is logged."""
+    original = session._select
+
+    def failing(room: int):
+        raise OverBudgetError("no room")
+
+    session._select = failing
+    try:
+        yield
+    finally:
+        session._select = original
+
+
 def open_session(tmp_path, **options):
     options.setdefault("model", "gpt-4o")
     options.setdefault("identity", "You are a coding agent.")
@@ -1115,15 +1130,8 @@ def test_a_failed_turn_leaves_the_log_one_chain(tmp_path, policy):
         for turn in range(3):
             session.prepare(f"question {turn}")
             session.record({"role": "assistant", "content": f"answer {turn}"})
-        original = session._select
-
-        def failing(room: int):
-            raise OverBudgetError("no room")
-
-        session._select = failing
-        with pytest.raises(OverBudgetError):
+        with selection_failing(session), pytest.raises(OverBudgetError):
             session.prepare("this turn fails")
-        session._select = original
         assert [m["content"] for m in session.history()][-1] == "answer 2"  # taken back
         request = session.prepare("the next question")
         sent = json.dumps(request["messages"])
@@ -1135,10 +1143,10 @@ def test_a_failed_turn_leaves_the_log_one_chain(tmp_path, policy):
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
-    """Whether an input is a retry is found past the turn's steps from their
-    headers: a tool's output, large maybe, is never read for it; only the
-    turn's input is."""
+def test_the_retry_check_reads_no_tool_message(tmp_path, monkeypatch, provider):
+    """Whether an input is a retry is found past the turn's steps: a tool
+    message's output, large maybe, is never read for it. An Anthropic
+    message of results is read (it may hold an image, and be an input)."""
     model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
     with open_session(tmp_path, model=model, compact=False) as session:
         session.prepare("Read big.log")
@@ -1155,7 +1163,68 @@ def test_the_retry_check_reads_no_tool_output(tmp_path, monkeypatch, provider):
         monkeypatch.setattr(session.log, "read", counted)
         assert session._retried_steps({"role": "user", "content": "Read other.log"}) is None
         assert session._retried_steps({"role": "user", "content": "Read big.log"}) == 1
-        assert reads == [[0], [0]]  # the input, each time; never the result
+        assert reads == ([[0], [0]] if provider == "openai" else [[2], [0], [2], [0]])
+
+
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+
+
+def test_results_with_an_image_are_an_input_the_retry_check_stops_at(tmp_path):
+    """Results sent with an image are the turn's input from then on: the
+    first input said again after it is a new message, not a retry."""
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        session.prepare("Take a screenshot")
+        session.record(anthropic_call("t1"))
+        session.prepare(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "done"}, IMAGE],
+            }
+        )
+        session.record(anthropic_call("t2"))
+        session.record_tool_result("t2", "ok")
+        session.prepare("Take a screenshot")
+        assert session.history()[-1]["content"] == "Take a screenshot"
+        assert len(session.history()) == 6
+
+
+def test_an_input_with_results_retried_after_a_step_is_logged_once(tmp_path):
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        session.prepare("Read a.py")
+        session.record(anthropic_call("t1"))
+        given = {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "a.py: ok"},
+                {"type": "text", "text": "also check b.py"},
+            ],
+        }
+        session.prepare(given)
+        session.record(anthropic_call("t2"))
+        session.record_tool_result("t2", "b.py: ok")
+        logged = len(session.history())
+        request = session.prepare(given)  # the model's call failed; the server tries the turn again
+        assert len(session.history()) == logged
+        assert (request.report.turn, request.report.step) == (1, 1)
+
+
+def test_retries_of_a_later_step_report_that_step(tmp_path):
+    """The step a retry builds is the turn's next, however often it is
+    retried, live or reopened, and after a retry that failed."""
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Read a and b")
+        session.record(calling("t1", "openai"))
+        session.record_tool_result("t1", "ok")
+        session.prepare()
+        session.record(calling("t2", "openai"))
+        session.record_tool_result("t2", "ok")
+        assert session.prepare().report.step == 2  # its model call fails
+        assert session.prepare("Read a and b").report.step == 2
+        assert session.prepare("Read a and b").report.step == 2
+    with open_session(tmp_path, compact=False) as reopened:
+        with selection_failing(reopened), pytest.raises(OverBudgetError):
+            reopened.prepare("Read a and b")
+        assert (reopened.prepare().report.turn, reopened.last_report.step) == (0, 2)
 
 
 def test_results_sent_with_an_image_and_given_again_are_logged_once(tmp_path):
@@ -1569,24 +1638,46 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
     assert sum(lined_up) > len(lined_up) // 2  # the selection's count was used on most calls
 
 
-def test_a_damaged_newest_record_fails_the_open_with_the_way_out(tmp_path):
-    """The newest turns are read at open: a record there that bit rot
-    damaged is reported then, naming the repair, and the log is let go so
-    the repair can run at once; after it the session opens and goes on."""
+def session_of_turns(tmp_path, turns: int):
+    """A session's log of ``turns`` answered turns; its directory and headers."""
     with open_session(tmp_path, compact=False) as session:
-        for turn in range(4):
+        for turn in range(turns):
             session.prepare(f"question {turn} " + "x" * 200)
             session.record({"role": "assistant", "content": f"answer {turn} " + "y" * 200})
     where = tmp_path / "session" / "log"
     with MessageLog.open(where) as log:
-        headers = log.headers()
+        return where, log.headers()
+
+
+def damage(where, header, original: bytes | None = None) -> None:
+    """One byte of ``header``'s payload flipped (in ``original``, if given)."""
+    data = bytearray((where / "data").read_bytes() if original is None else original)
+    data[int(header["offset"]) + int(header["stored_len"]) // 2] ^= 0xFF
+    (where / "data").write_bytes(data)
+
+
+def test_a_damaged_older_record_fails_the_turn_with_the_way_out(tmp_path):
+    """A record older than the turns the open reads is found by the first
+    window that holds it: the turn's error names the repair too."""
+    where, headers = session_of_turns(tmp_path, 40)
+    damage(where, headers[2])
+    with open_session(tmp_path, compact=False) as session:
+        expected = re.escape(f"close the session, then MessageLog.repair({str(where)!r})")
+        with pytest.raises(LogCorruptError, match=expected) as raised:
+            session.prepare("and now?")
+        assert raised.value.offset is not None
+
+
+def test_a_damaged_newest_record_fails_the_open_with_the_way_out(tmp_path):
+    """The newest turns are read at open: a record there that bit rot
+    damaged is reported then, naming the repair, and the log is let go so
+    the repair can run at once; after it the session opens and goes on."""
+    where, headers = session_of_turns(tmp_path, 4)
     original = (where / "data").read_bytes()
     # The newest record (which the log's own open checks) or one before it
     # (which the session's reading of its last turns finds).
     for newest in (headers[-1], headers[-3]):
-        data = bytearray(original)
-        data[int(newest["offset"]) + int(newest["stored_len"]) // 2] ^= 0xFF
-        (where / "data").write_bytes(data)
+        damage(where, newest, original)
         with pytest.raises(LogCorruptError, match=re.escape(f"MessageLog.repair({str(where)!r})")) as raised:
             open_session(tmp_path, compact=False)
         assert raised.value.file == "data"

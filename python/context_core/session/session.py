@@ -53,7 +53,6 @@ from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
 from context_core.session.tool_calls import (
     ToolCall,
-    answered_ids,
     call_ids_in_payloads,
     calls_of,
     check_call_ids,
@@ -97,7 +96,6 @@ _ROLE_USER = 1
 _ROLE_ASSISTANT = 2
 _ROLE_TOOL = 3
 _FLAG_RESULTS = 1 << 2
-_FLAG_HAS_TEXT = 1 << 3
 #: Payload bytes read at a time when the open gathers the log's call ids.
 _ID_BATCH_BYTES = 8 << 20
 #: The reply room Anthropic requires a request to name, when none is given.
@@ -381,9 +379,9 @@ class Session:
         except LogCorruptError as error:
             raise _with_repair(error, where) from error
         owned.append(log)
-        if isinstance(policy, str):
-            chosen = _policy(policy, provider, Tokenizer(log.encoding))  # type: ignore[arg-type]
         try:
+            if isinstance(policy, str):
+                chosen = _policy(policy, provider, Tokenizer(log.encoding))  # type: ignore[arg-type]
             _check_counts_like(chosen, log.encoding)
             files = _memory_files(memory, root)
             builder = PromptBuilder(
@@ -507,14 +505,13 @@ class Session:
     def _retried_steps(self, message: Mapping[str, Any]) -> int | None:
         """How many of the turn's steps ``message`` comes after, if it is the
         input of the turn in progress given again; ``None`` if it is not. The
-        turn's input is the newest user input on the log's path (compared as
-        stored), with only the turn's steps after it: replies that made
-        calls, and tool results. A server that retries a turn after the
-        model's call failed sends it again, before any step or after some.
-        Ruled out from the headers where it can be: an answer (a reply that
-        made no call) ends the search, and a tool's output, or a message of
-        results alone, is passed over without being read (megabytes, maybe)."""
-        holds_results = bool(answered_ids(message))
+        turn's input is the newest user message on the log's path that is
+        not a step of the turn (a reply that made calls, tool results alone),
+        compared as stored. A server that retries a turn after the model's
+        call failed sends it again, before any step or after some. An answer
+        (a reply that made no call) ends the search. A tool message is
+        passed over unread; a user message of results is read, as it may
+        hold more than results (an image, a document) and so be an input."""
         steps = 0
         for seq, headers in self._messages_back():
             role, flags = int(headers["role"][seq]), int(headers["flags"][seq])
@@ -523,13 +520,13 @@ class Session:
                 continue
             if role != _ROLE_USER:
                 return None  # the turn was answered
-            results_only = flags & _FLAG_RESULTS and not flags & _FLAG_HAS_TEXT
-            if results_only and not holds_results:
-                continue  # the turn's results, not the same as an input that holds none
             node = self.log.read([seq])[0]
-            if isinstance(node, dict) and only_results(node) and not holds_results:
-                continue
-            return steps if isinstance(node, dict) and node == message else None
+            if not isinstance(node, dict):
+                return None
+            if node == message:
+                return steps
+            if not only_results(node):
+                return None  # another input is the turn's
         return None
 
     def _input_in_log(self) -> str:
@@ -588,7 +585,12 @@ class Session:
         while it runs."""
         self._check_open()
         with self._quiet():
-            return self._prepare(user_input, now, attachments)
+            try:
+                return self._prepare(user_input, now, attachments)
+            except LogCorruptError as error:
+                # A damaged record the open did not read (older than the
+                # last turns), in every window from now on.
+                raise _with_repair(error, self.log._path, close_first=True) from error
 
     def _quiet(self) -> contextlib.AbstractContextManager[None]:
         """Compaction's worker paused for the span of a turn's call."""
@@ -647,14 +649,13 @@ class Session:
             # after the model's call failed, at the turn's first step or a
             # later one, or after a failed turn that could not take its
             # input back): answered where the turn is, not logged twice.
-            step_before = self._step
-            step = 0 if not retried else max(self._step, retried - 1) + 1
-            self._turn, self._step, self._memories, self._said = max(self._turn, 0), step, memories, said
+            # The next step is the one after those the turn has made.
+            self._turn, self._step, self._memories, self._said = max(self._turn, 0), retried, memories, said
             mark = self._lap(timings, "append", mark)
             try:
                 return self._request(parts, timings, started, mark)
             except BaseException:
-                self._step = step_before if retried else -1  # a failed call is no step
+                self._step = retried - 1  # a failed call is no step
                 raise
         self._check_fits(message, parts, memories)
         undo = _Before(
@@ -1066,9 +1067,11 @@ def _shape(message: Mapping[str, Any]) -> Provider | None:
     return None
 
 
-def _with_repair(error: LogCorruptError, where: str) -> LogCorruptError:
-    """``error`` (its fields kept), naming the repair of the log at ``where``."""
-    hinted = LogCorruptError(f"{error}; MessageLog.repair({where!r}) keeps every intact record")
+def _with_repair(error: LogCorruptError, where: str, *, close_first: bool = False) -> LogCorruptError:
+    """``error`` (its fields kept), naming the repair of the log at ``where``
+    (``close_first``: once the session using it is closed)."""
+    then = "close the session, then " if close_first else ""
+    hinted = LogCorruptError(f"{error}; {then}MessageLog.repair({where!r}) keeps every intact record")
     hinted.file, hinted.offset, hinted.reason = error.file, error.offset, error.reason
     return hinted
 
