@@ -664,11 +664,40 @@ def test_a_log_rewound_at_its_newest_nodes_is_chosen_from_as_one_chain(tmp_path,
     assert rewinds > 15
 
 
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+}
+
+
+@pytest.mark.parametrize("name", ["priority", "shape", "weighted"])
+def test_a_rewind_to_the_last_kept_node_opens_its_unit_again(tmp_path, name):
+    """Units kept between selections end where the next turn started; a
+    rewind to just before that start opens the last of them again: a tool
+    result appended then joins its call's unit, and the last turn is the
+    turn in progress again."""
+    select = policies("openai", None)[name]
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append({"role": "user", "content": "read the file"})
+        log.append(CALL)
+        log.append({"role": "tool", "tool_call_id": "c1", "content": "part one " * 100})
+        log.append({"role": "user", "content": "a question that fails"})
+        _answer(select, log, 10**6)  # the units before the question kept
+        log.rewind(2)
+        for budget in (40, 120, 10**6):  # the call's turn in progress again
+            same_choice(log, select, budget, None)
+        log.append({"role": "tool", "tool_call_id": "c1", "content": "part two"})
+        log.append({"role": "user", "content": "next"})
+        for budget in (40, 120, 10**6):
+            same_choice(log, select, budget, None)
+
+
 def test_a_log_rewound_too_often_is_walked_and_chooses_the_same(tmp_path):
     """Past the holes a chain keeps, the path is walked: the same answer."""
     window = WeightedWindow(tool_result_cap=600)
     with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
-        for i in range(300):
+        for i in range(2_100):
             before = log.head
             log.append({"role": "user", "content": f"question {i}: where is the order ord_{i}?"})
             log.rewind(before if before is not None else log.head)

@@ -261,14 +261,17 @@ impl MessageLog {
     }
 }
 
-/// Whether a node before `nodes` (a view index) is at another seq with
-/// holes `now` than with holes `before` (each as [`View::All`] gives them):
-/// the lists agree on every hole at or before it.
+/// Whether the units kept over view indexes `0..nodes` no longer hold with
+/// holes `now` rather than `before` (each as [`View::All`] gives them): a
+/// node they cover is at another seq, or the node at `nodes` that ended
+/// them (the turn start after them) is gone, so the last of them may grow
+/// or be the turn in progress again. Either shows as a hole that differs
+/// at a gap of `nodes` or less.
 fn holes_moved_before(before: &[usize], now: &[usize], nodes: usize) -> bool {
     let same = before.iter().zip(now).take_while(|(a, b)| a == b).count();
     let first_other = [before.get(same), now.get(same)]
         .into_iter()
         .flatten()
         .min();
-    first_other.is_some_and(|&gap| gap < nodes)
+    first_other.is_some_and(|&gap| gap <= nodes)
 }

@@ -17,9 +17,11 @@ use crate::tags::CONSTRAINT;
 /// Records ahead of the sweep whose headers are fetched early.
 const PREFETCH_AHEAD: usize = 16;
 
-/// The most holes a chain keeps (see `MessageLog::extend_linear`): each
-/// is a search on every lookup of a seq, and a log rewound more is walked.
-const MOST_HOLES: usize = 256;
+/// The most holes a chain keeps over a log's life (see
+/// `MessageLog::extend_linear`): about 2,000 failed turns. A lookup of a
+/// seq searches them, and each selection copies their places (32 KB at
+/// most); a log rewound more is walked.
+const MOST_HOLES: usize = 4096;
 
 /// Segment (level-2) summaries the context view keeps: the newest.
 pub const SEGMENTS_KEPT: usize = 3;
@@ -265,7 +267,7 @@ impl MessageLog {
     /// log that was never rewound is every node, with no walk. A branch
     /// marker back to a node of the chain (a rewind) keeps it one chain:
     /// the nodes it leaves behind, and the marker, are holes in it, while
-    /// they stay few ([`MOST_HOLES`]); a turn that failed after logging its
+    /// they stay few enough ([`MOST_HOLES`]); a turn that failed after logging its
     /// input leaves two. Past that, or at any other fork, the path is walked.
     fn extend_linear(&mut self) {
         if self.linear_len > self.count {
