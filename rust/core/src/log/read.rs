@@ -157,7 +157,7 @@ impl MessageLog {
     /// The position after node `node` was appended.
     pub(super) fn advance(&self, position: Position, node: &Node) -> Result<Position> {
         if node.kind == KIND_BRANCH {
-            return self.position_at(node.parent);
+            return self.position_back_to(position, node.parent);
         }
         if node.parent != position.head {
             return self.position_at(node.seq);
@@ -169,6 +169,28 @@ impl MessageLog {
             next.summary_last = self.summary_covers(node)?.1;
         }
         Ok(next)
+    }
+
+    /// The position after a rewind from `position` to `target`. Where
+    /// `target` is on the current path, at or after the path's newest
+    /// summary (or the path has none), that summary stands: found by
+    /// walking back from the head to `target` (a failed turn's input taken
+    /// back: one step), not from `target` to the root (at a million
+    /// messages, tens of milliseconds a rewind).
+    fn position_back_to(&self, position: Position, target: u64) -> Result<Position> {
+        if position.summary == NONE || position.summary <= target {
+            let mut seq = position.head;
+            while seq != NONE && seq > target {
+                seq = self.parent_of(&self.node(seq)?)?;
+            }
+            if seq == target {
+                return Ok(Position {
+                    head: target,
+                    ..position
+                });
+            }
+        }
+        self.position_at(target)
     }
 
     /// The position with `head` as the head: the newest summary on its path.

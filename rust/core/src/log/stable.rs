@@ -17,7 +17,7 @@ use super::MessageLog;
 use super::choose::priority_class;
 use super::fewest::Fewest;
 use super::window::{Record, View};
-use crate::select::{ShapeUnits, Unit, UnitKind, for_each_unit_from};
+use crate::select::{Role, ShapeUnits, Unit, UnitKind, for_each_unit_from};
 
 /// What a policy weighs units by while grouping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -193,6 +193,15 @@ impl MessageLog {
         self.extend_stable_units(view, cap, weigh, |unit, _| emit(unit));
     }
 
+    /// Whether the view's `i`-th node starts a turn, as grouping into units
+    /// decides from its header (a user message with text, not results).
+    fn starts_turn(&self, view: &View, i: usize) -> bool {
+        i < view.len() && {
+            let facts = self.record(view.seq(i)).facts();
+            facts.role == Role::User && facts.has_text && !facts.results
+        }
+    }
+
     /// Start the kept units again unless they are this view's, for this cap
     /// and weighing.
     pub(super) fn keep_stable_units(
@@ -201,12 +210,22 @@ impl MessageLog {
         cap: Option<usize>,
         weighing: Weighing,
     ) {
-        let stable = &mut self.stable_units;
-        let plain = view.is_plain();
+        let nodes = self.stable_units.nodes;
         let moved = match view {
-            View::All(_, gaps) => holes_moved_before(&stable.gaps, gaps, stable.nodes),
+            View::All(_, gaps) => match first_changed_gap(&self.stable_units.gaps, gaps) {
+                // A node the kept units cover is at another seq.
+                Some(gap) if gap < nodes => true,
+                // The node that ended them (the next turn's start) is gone:
+                // they hold if another turn starts in its place (a failed
+                // turn's input taken back, the next input appended), else
+                // the last of them may grow or be the turn in progress.
+                Some(gap) if gap == nodes => !self.starts_turn(view, nodes),
+                _ => false,
+            },
             View::Listed(..) => true,
         };
+        let stable = &mut self.stable_units;
+        let plain = view.is_plain();
         if !plain
             || moved
             || stable.cap != cap
@@ -261,17 +280,14 @@ impl MessageLog {
     }
 }
 
-/// Whether the units kept over view indexes `0..nodes` no longer hold with
-/// holes `now` rather than `before` (each as [`View::All`] gives them): a
-/// node they cover is at another seq, or the node at `nodes` that ended
-/// them (the turn start after them) is gone, so the last of them may grow
-/// or be the turn in progress again. Either shows as a hole that differs
-/// at a gap of `nodes` or less.
-fn holes_moved_before(before: &[usize], now: &[usize], nodes: usize) -> bool {
+/// The least place (as [`View::All`] gives them) where holes `before` and
+/// holes `now` differ, if they do: the nodes before it are at the same
+/// seqs either way.
+fn first_changed_gap(before: &[usize], now: &[usize]) -> Option<usize> {
     let same = before.iter().zip(now).take_while(|(a, b)| a == b).count();
-    let first_other = [before.get(same), now.get(same)]
+    [before.get(same), now.get(same)]
         .into_iter()
         .flatten()
-        .min();
-    first_other.is_some_and(|&gap| gap <= nodes)
+        .min()
+        .copied()
 }

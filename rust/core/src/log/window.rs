@@ -165,7 +165,7 @@ impl Record<'_> {
     fn level(&self) -> u8 {
         self.0[59] >> 6
     }
-    fn facts(&self) -> UnitFacts {
+    pub(super) fn facts(&self) -> UnitFacts {
         let flags = self.flags();
         UnitFacts {
             weight: f64::NAN,
