@@ -107,8 +107,9 @@ pub(super) struct WeighedUnits {
 }
 
 impl WeighedUnits {
-    /// Index the kept units not yet indexed (all of them, after a reset).
-    fn catch_up(&mut self, log: &MessageLog, kept: &StableUnits) {
+    /// Index the kept units not yet indexed (all of them, after a reset), of
+    /// the plain `view`.
+    fn catch_up(&mut self, log: &MessageLog, view: &View, kept: &StableUnits) {
         if self.generation != kept.generation || self.indexed > kept.len() {
             *self = Self {
                 generation: kept.generation,
@@ -119,13 +120,13 @@ impl WeighedUnits {
             };
         }
         for number in self.indexed..kept.len() {
-            self.push(log, number, kept.unit(number));
+            self.push(log, view, number, kept.unit(number));
         }
         self.indexed = kept.len();
     }
 
     /// Index final unit `number`, reading its nodes' headers.
-    fn push(&mut self, log: &MessageLog, number: usize, unit: &Unit) {
+    fn push(&mut self, log: &MessageLog, view: &View, number: usize, unit: &Unit) {
         let number32 = u32::try_from(number).expect("a view of under 2^32 nodes");
         let tokens = u32::try_from(unit.tokens).unwrap_or_else(|_| {
             self.oversized = true;
@@ -138,7 +139,7 @@ impl WeighedUnits {
         let mut newest: [Option<(u32, f64)>; CLASSES] = [None; CLASSES];
         let mut given: Option<f64> = None;
         for i in unit.start..unit.end {
-            let record = log.record(log.chain_seq(i));
+            let record = log.record(view.seq(i));
             let at = record.timestamp();
             // NaN or earlier than a node before it: ages from timestamps
             // would not keep each class's order.
@@ -226,7 +227,7 @@ impl MessageLog {
             },
         );
         let mut index = std::mem::take(&mut self.weighed);
-        index.catch_up(self, &self.stable_units);
+        index.catch_up(self, view, &self.stable_units);
         let usable =
             !(held.is_empty() || index.oversized || (now.is_some() && !index.timestamps_rise));
         let answer =

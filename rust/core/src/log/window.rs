@@ -307,18 +307,6 @@ impl MessageLog {
             .collect()
     }
 
-    /// The seq of the chain's `i`-th node (for a plain view's index).
-    pub(super) fn chain_seq(&self, i: usize) -> u64 {
-        let holes = &self.chain_holes;
-        // Holes before the node: those with fewer than `i + 1` chain nodes
-        // before them (how many do is ascending with the holes).
-        let before = holes.partition_point(|&h| {
-            let k = holes.partition_point(|&x| x < h);
-            h as usize - k <= i
-        });
-        (i + before) as u64
-    }
-
     /// Takes branch marker `seq` back to `parent` into the chain, if
     /// `parent` is on it: the chain's nodes after `parent` become holes, and
     /// so does the marker. `false` (nothing changed) where `parent` is off
