@@ -144,8 +144,8 @@ impl Tokenizer {
     /// pages are not known.
     pub fn pdf_tokens_cached(&self, data: &str) -> Option<usize> {
         // Cached as 0 for "not known": a PDF whose pages are known has one.
-        // Pages, not tokens: a cached count is a u32, and so many pages are
-        // not (each takes 10 bytes of a file, at least).
+        // Pages, not tokens: a cached count is a u32, which tokens can pass
+        // and pages cannot (each takes at least 10 bytes of a file).
         let measure = |d: &str| crate::document::pdf_pages_of(d).unwrap_or(0);
         let pages = if self.cached_for(data) && data.len() >= crate::MIN_CACHED_BYTES {
             let key = crate::cache::text_key(data) ^ PDF_KEY;
