@@ -402,13 +402,6 @@ class Session:
                 from context_core.summarize import Summarizer
 
                 compactor = Compactor(log, summarizer or Summarizer(), memory=files)
-            # Marked once every option is known good: a failed open leaves
-            # the directory free for another provider.
-            _check_provider(root, provider)
-        except BaseException:
-            _close_all(owned)
-            raise
-        try:
             session = cls(
                 log,
                 builder,
@@ -428,6 +421,9 @@ class Session:
                 wall=wall,
                 path=root,
             )
+            # Marked once every option is known good: a failed open leaves
+            # the directory free for another provider.
+            _check_provider(root, provider)
         except LogCorruptError as error:
             # The newest turns are read at open: a damaged record there would
             # fail every turn. Said now, with the way out; the log is let go
