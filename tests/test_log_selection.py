@@ -440,10 +440,7 @@ def test_units_kept_between_selections_give_what_the_view_gives(tmp_path, provid
     budgets = [3_000, 24_000]
     with MessageLog.open(path, create=True, durability="never") as log:
         for i, message in enumerate(session.messages):
-            if i % 41 == 7 and message["role"] != "tool":
-                message = {**message, "pinned": True}
-            if i % 17 == 5:
-                message = {**message, "priority": float(i % 5)}
+            message = pinned_or_prioritised(message, i, pin=(41, 7), rank=(17, 5, 5))
             log.append(message)
             if i == 150:
                 log.add_summary("The first part: the worker was read and fixed.", (0, 99), level=3)
@@ -454,6 +451,16 @@ def test_units_kept_between_selections_give_what_the_view_gives(tmp_path, provid
             if i % 23 == 0:
                 with MessageLog.open(path, readonly=True) as fresh:
                     assert _answer(select, fresh, budget) == _answer(select, log, budget)
+
+
+def pinned_or_prioritised(message: dict, i: int, *, pin: tuple[int, int], rank: tuple[int, int, int]) -> dict:
+    """Message ``i``, pinned every ``pin[0]`` (at ``pin[1]``, not a tool's)
+    and given a priority every ``rank[0]`` (at ``rank[1]``: ``i % rank[2]``)."""
+    if i % pin[0] == pin[1] and message["role"] != "tool":
+        message = {**message, "pinned": True}
+    if i % rank[0] == rank[1]:
+        message = {**message, "priority": float(i % rank[2])}
+    return message
 
 
 def _answer(select, log: MessageLog, budget: int):
@@ -628,10 +635,7 @@ def test_a_log_rewound_at_its_newest_nodes_is_chosen_from_as_one_chain(tmp_path,
     rewinds = 0
     with MessageLog.open(path, create=True, durability="never") as log:
         for i, message in enumerate(session.messages):
-            if i % 37 == 9 and message["role"] != "tool":
-                message = {**message, "pinned": True}
-            if i % 13 == 4:
-                message = {**message, "priority": float(i % 3)}
+            message = pinned_or_prioritised(message, i, pin=(37, 9), rank=(13, 4, 3))
             before = log.head
             log.append(message)
             if i % 3 and before is not None and message["role"] == "user":
