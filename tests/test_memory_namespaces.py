@@ -14,6 +14,7 @@ from context_core import ContextCoreError, InvalidInputError, InvalidTypeError, 
 from context_core.memory_store import HashingEmbedder
 from context_core.memory_store.keywords import plain_words
 from context_core.memory_store.namespaces import SEPARATOR, namespace_of, scope, space_token
+from context_core.memory_store.schema import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -227,11 +228,12 @@ def test_a_version_3_store_gets_its_namespace_words_on_opening(tmp_path):
     db = sqlite3.connect(path)  # back to the version 3 keyword index: words without namespace tags
     for rowid, words in db.execute("SELECT rowid, words FROM terms").fetchall():
         db.execute("UPDATE terms SET words = ? WHERE rowid = ?", (plain_words(words), rowid))
+    db.execute("ALTER TABLE changes DROP COLUMN accessed")  # and without the later steps
     db.execute("PRAGMA user_version = 3")
     db.commit()
     db.close()
     with MemoryStore(path, embedder=HashingEmbedder(32)) as s:
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert all(
             words.startswith(space_token(ns))
             for words, ns in s._db.execute("SELECT words, namespace FROM terms")

@@ -23,7 +23,16 @@ from itertools import chain
 
 from context_core.memory_store.namespaces import space_token
 
-__all__ = ["KEYWORD_POSTINGS", "RANK", "count_terms", "indexed_words", "match_query", "plain_words"]
+__all__ = [
+    "HELD_TERMS",
+    "KEYWORD_POSTINGS",
+    "RANK",
+    "TermDocs",
+    "count_terms",
+    "indexed_words",
+    "match_query",
+    "plain_words",
+]
 
 #: A keyword match's score (BM25; lower is better, as FTS5 ranks).
 RANK = "bm25(terms)"
@@ -63,20 +72,44 @@ def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], re
     db.executemany(_UPSERT, [(namespace, term, n) for term, n in delta.items() if n])
 
 
-def match_query(db: sqlite3.Connection, namespace: str, terms: str, *, limit: int = 32) -> str | None:
+#: Terms a namespace's :class:`TermDocs` holds before it starts again.
+HELD_TERMS = 100_000
+
+
+class TermDocs(dict[str, int]):
+    """How many memories of one namespace hold each term a search asked
+    for (0: none), as read from ``term_docs``. The store drops it whenever
+    a memory of the namespace is written or removed, so what it holds is
+    what the database would say; a search then reads only terms it has not
+    seen, where most of a conversation's words come back turn after turn."""
+
+
+def match_query(
+    db: sqlite3.Connection, namespace: str, terms: str, *, limit: int = 32, known: TermDocs | None = None
+) -> str | None:
     """The FTS5 query for ``terms`` (from :func:`~context_core.memory_store.store.search_terms`)
     in ``namespace``: its rarest terms, OR'ed, within :data:`KEYWORD_POSTINGS`;
-    ``None`` when no term is rare enough, or none is indexed."""
+    ``None`` when no term is rare enough, or none is indexed. ``known``:
+    the counts already read, kept in step by the caller (see :class:`TermDocs`)."""
     distinct = list(dict.fromkeys(terms.split()))[:limit]
     if not distinct:
         return None
-    marks = ",".join("?" * len(distinct))
-    docs = dict(
-        db.execute(
-            f"SELECT term, docs FROM term_docs WHERE namespace = ? AND term IN ({marks}) AND docs > 0",
-            (namespace, *distinct),
-        ).fetchall()
-    )
+    if known is None:
+        known = TermDocs()
+    unread = [term for term in distinct if term not in known]
+    if len(known) + len(unread) > HELD_TERMS:
+        known.clear()
+        unread = distinct
+    if unread:
+        marks = ",".join("?" * len(unread))
+        read = dict(
+            db.execute(
+                f"SELECT term, docs FROM term_docs WHERE namespace = ? AND term IN ({marks})",
+                (namespace, *unread),
+            ).fetchall()
+        )
+        known.update((term, max(0, int(read.get(term, 0)))) for term in unread)
+    docs = {term: known[term] for term in distinct if known[term] > 0}
     chosen, total = [], 0
     for term in sorted(docs, key=lambda t: (docs[t], t)):
         if total + docs[term] > KEYWORD_POSTINGS:

@@ -3,8 +3,9 @@
 The version is ``PRAGMA user_version``; :func:`migrate` applies each step
 after it in one transaction, so a database is always at one version.
 ``changes`` records every write (a memory's rowid, or ``-1`` for a whole
-namespace): a process keeps its vector index in step by reading the rows
-after the last one it saw, whoever wrote them.
+namespace; ``accessed`` when only its access count moved): a process keeps
+its vector index and ranking columns in step by reading the rows after the
+last one it saw, whoever wrote them.
 """
 
 from __future__ import annotations
@@ -82,6 +83,12 @@ _STEPS: tuple[str, ...] = (
     # query reads only its namespace's postings, not every tenant's.
     """
     UPDATE terms SET words = context_core_indexed(namespace, words);
+    """,
+    # 5: a change that only wrote searches' access counts says so, so a
+    # process holding the namespace reads those few columns again, and
+    # keeps what a written memory would make it read afresh.
+    """
+    ALTER TABLE changes ADD COLUMN accessed INTEGER NOT NULL DEFAULT 0;
     """,
 )
 

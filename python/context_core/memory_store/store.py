@@ -55,7 +55,14 @@ from context_core.memory_store.embedders import (
     embedder_named,
 )
 from context_core.memory_store.extract import KINDS, aextract_memories, extract_memories
-from context_core.memory_store.keywords import RANK, count_terms, indexed_words, match_query, plain_words
+from context_core.memory_store.keywords import (
+    RANK,
+    TermDocs,
+    count_terms,
+    indexed_words,
+    match_query,
+    plain_words,
+)
 from context_core.memory_store.namespaces import (
     NamespaceLike,
     namespace_key,
@@ -228,11 +235,17 @@ _Finish: TypeAlias = Callable[[sqlite3.Connection, list[tuple[_Ranked, tuple[Any
 
 
 def _keyword_hits(
-    db: sqlite3.Connection, namespace: str, terms: str, kinds: tuple[str, ...] | None, pool: int
+    db: sqlite3.Connection,
+    namespace: str,
+    terms: str,
+    kinds: tuple[str, ...] | None,
+    pool: int,
+    known: TermDocs | None = None,
 ) -> list[tuple[int, float]]:
     """``(rowid, bm25)`` of the ``pool`` best keyword matches in
-    ``namespace`` (of ``kinds``: the best of those, not filtered after)."""
-    query = match_query(db, namespace, terms)
+    ``namespace`` (of ``kinds``: the best of those, not filtered after);
+    ``known``: its terms' counts already read."""
+    query = match_query(db, namespace, terms, known=known)
     if query is None:
         return []
     if kinds is None:
@@ -430,6 +443,7 @@ class MemoryStore:
         self.tokenizer = tokenizer or Tokenizer("o200k_base")
         self._lock = threading.RLock()
         self._vectors: dict[str, NamespaceVectors] = {}
+        self._term_docs: dict[str, TermDocs] = {}  # by namespace, dropped when one is written
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
         self._closed = False
@@ -532,6 +546,12 @@ class MemoryStore:
                 "UPDATE memories SET access_count = access_count + ?, last_access = max(last_access, ?)"
                 " WHERE id = ?",
                 [(count, last, mid) for mid, (count, last) in pending.items()],
+            )
+            # So every process holding the namespace ranks by the new counts.
+            db.executemany(
+                "INSERT INTO changes (namespace, memory, accessed) SELECT namespace, rowid, 1 FROM memories"
+                " WHERE id = ?",
+                [(mid,) for mid in pending],
             )
         return pending
 
@@ -1104,7 +1124,7 @@ class MemoryStore:
 
             def work(db: sqlite3.Connection) -> None:
                 for key in namespaces:
-                    self._namespace_vectors(key).sync(db)
+                    self._sync(db, key)
 
             self._read(work)
 
@@ -1153,7 +1173,11 @@ class MemoryStore:
 
             def work(db: sqlite3.Connection) -> tuple[list[_T], list[str]]:
                 pool = max(4 * k, 32)
-                found = {ns: _keyword_hits(db, ns, terms, kinds, pool) for ns in namespaces}
+                held = {ns: self._sync(db, ns) for ns in namespaces}
+                found = {
+                    ns: _keyword_hits(db, ns, terms, kinds, pool, self._term_docs.setdefault(ns, TermDocs()))
+                    for ns in namespaces
+                }
                 # Keyword scores over the best BM25 of the whole search: a
                 # namespace's weak best match does not score 1 beside another
                 # namespace's strong one.
@@ -1163,7 +1187,7 @@ class MemoryStore:
                     for namespace in namespaces
                     for hit in self._candidates(
                         db,
-                        namespace,
+                        held[namespace],
                         vector,
                         wanted,
                         {rowid: max(0.0, -score) / best for rowid, score in found[namespace]},
@@ -1183,17 +1207,21 @@ class MemoryStore:
                 self._count_accesses(ids, now)
         return results
 
-    def _namespace_vectors(self, namespace: str) -> NamespaceVectors:
-        """The held vectors of ``namespace`` (made empty, to be synced, if none are)."""
+    def _sync(self, db: sqlite3.Connection, namespace: str) -> NamespaceVectors:
+        """The held vectors of ``namespace``, moved to ``db``'s snapshot
+        (loaded, if none were held); its held term counts are dropped if a
+        memory of it was written since."""
         index = self._vectors.get(namespace)
         if index is None or index.dim != self._dim:
             index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
+        if index.sync(db):
+            self._term_docs.pop(namespace, None)
         return index
 
     def _candidates(
         self,
         db: sqlite3.Connection,
-        namespace: str,
+        index: NamespaceVectors,
         vector: np.ndarray,
         wanted: list[str],
         keyword: dict[int, float],
@@ -1202,10 +1230,10 @@ class MemoryStore:
         now: float,
     ) -> list[_Ranked]:
         """Every candidate (an entity it shares, one of the ``pool`` nearest
-        vectors, a ``keyword`` match: rowid to its keyword score) scored from
-        the few columns ranking needs, best first."""
-        index = self._namespace_vectors(namespace)
-        index.sync(db)
+        vectors, a ``keyword`` match: rowid to its keyword score) of the
+        namespace ``index`` holds (synced to ``db``), scored from its held
+        ranking columns, best first."""
+        namespace = index.namespace
         shared: dict[int, list[str]] = {}
         common: list[str] = []  # named by more than ENTITY_MATCHES memories
         for value in dict.fromkeys(wanted):
@@ -1228,35 +1256,25 @@ class MemoryStore:
                     (*chunk, *common),
                 ):
                     shared.setdefault(rowid, []).append(value)
-        rowids = list({*shared, *cosines, *keyword})
+        # Every memory of the namespace is held (synced in this snapshot); a
+        # rowid that is not (an entity row a crafted file left behind) names
+        # no memory of it, and is no candidate.
+        position, ranks = index.position, index.ranks
+        held = [rowid for rowid in {*shared, *cosines, *keyword} if rowid in position]
+        unscored = {rowid for rowid in held if rowid not in cosines}
+        if unscored:  # entity or keyword matches the vector scan did not reach
+            cosines.update(index.scores(vector, list(unscored)))
         ranked: list[_Ranked] = []
-        for chunk in _chunks(rowids):
-            # `+namespace`: a check on each row found by rowid. Without the
-            # plus, SQLite may walk the namespace's whole index instead.
-            rows = db.execute(
-                "SELECT rowid, id, kind, importance, last_access, access_count FROM memories"
-                f" WHERE rowid IN ({','.join('?' * len(chunk))}) AND +namespace = ?",
-                (*chunk, namespace),
-            ).fetchall()
-            unscored = [r[0] for r in rows if r[0] not in cosines]
-            if unscored:  # entity or keyword matches the vector scan did not reach
-                cosines.update(index.scores(vector, unscored))  # synced above: all held
-                missing = [rowid for rowid in unscored if rowid not in cosines]
-                if missing:
-                    marks = ",".join("?" * len(missing))
-                    for rowid, blob in db.execute(
-                        f"SELECT rowid, embedding FROM memories WHERE rowid IN ({marks})", missing
-                    ):
-                        cosines[rowid] = float(np.frombuffer(blob, dtype=np.float32) @ vector)
-            for rowid, mid, kind, importance, last, count in rows:
-                if kinds is not None and kind not in kinds:
-                    continue
-                count, last = self._accessed(mid, count, last)
-                cosine, kw = cosines[rowid], keyword.get(rowid, 0.0)
-                relevance = ranking.VECTOR_WEIGHT * cosine + ranking.KEYWORD_WEIGHT * kw
-                score = ranking.rerank(relevance, importance, now - last, count)
-                matched = tuple(shared.get(rowid, ()))
-                ranked.append(_Ranked(len(matched), score, rowid, matched, cosine, kw, rowid not in unscored))
+        for rowid in held:
+            mid, kind, importance, last, count = ranks[position[rowid]]
+            if kinds is not None and kind not in kinds:
+                continue
+            count, last = self._accessed(mid, count, last)
+            cosine, kw = cosines[rowid], keyword.get(rowid, 0.0)
+            relevance = ranking.VECTOR_WEIGHT * cosine + ranking.KEYWORD_WEIGHT * kw
+            score = ranking.rerank(relevance, importance, now - last, count)
+            matched = tuple(shared.get(rowid, ()))
+            ranked.append(_Ranked(len(matched), score, rowid, matched, cosine, kw, rowid not in unscored))
         ranked.sort(key=_Ranked.order)
         return ranked
 

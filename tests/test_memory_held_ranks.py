@@ -1,0 +1,145 @@
+"""What a search holds between calls: the ranking columns beside the
+vectors, and the keyword terms' document counts. Whoever writes (this
+store, another on the same file), a search ranks by what the database
+says, exactly as a store that read everything afresh would."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_core import MemoryStore
+from context_core.memory_store import HashingEmbedder
+
+WORDS = ["refund", "order", "deploy", "zebra", "payments", "retry", "日志", "轮转", "A-8812", "Monday"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _open(path: Path, clock: Clock) -> MemoryStore:
+    return MemoryStore(path, embedder=HashingEmbedder(32), clock=clock)
+
+
+def _held(store: MemoryStore, namespace: str = "default") -> dict[int, tuple]:
+    store.preload(namespace=namespace)  # synced to the database as it is now
+    index = store._vectors[namespace]
+    return {rowid: index.ranks[at] for rowid, at in index.position.items()}
+
+
+def _stored(store: MemoryStore, namespace: str = "default") -> dict[int, tuple]:
+    return {
+        row[0]: tuple(row[1:])
+        for row in store._db.execute(
+            "SELECT rowid, id, kind, importance, last_access, access_count FROM memories WHERE namespace = ?",
+            (namespace,),
+        )
+    }
+
+
+def _ranked(store: MemoryStore, query: str) -> list[tuple[str, float, float]]:
+    return [(h.memory.id, h.score, h.keyword) for h in store.search(query, k=6)]
+
+
+_TEXT = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
+_STEP = st.one_of(
+    st.tuples(st.just("remember"), _TEXT, st.sampled_from(["semantic", "episodic"])),
+    st.tuples(st.just("search"), _TEXT, st.sampled_from(["mine", "other"])),
+    st.tuples(st.just("flush"), st.sampled_from(["mine", "other"])),
+    st.tuples(st.just("delete"), st.integers(0, 20)),
+    st.tuples(st.just("wipe"), st.just("default")),
+    st.tuples(st.just("tick"), st.floats(0, 40 * 86_400.0)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_STEP, max_size=25), _TEXT)
+def test_held_ranks_match_the_database_whoever_writes(steps, query):
+    """Two stores on one file, one searching and both writing, searching
+    and flushing access counts: after each step the searcher's held
+    columns are the database's, and its ranking (its pending counts
+    written first) is that of a store opened afresh."""
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.db"
+        with _open(path, clock) as mine, _open(path, clock) as other:
+            mine.remember("the first memory, so the vectors have a width")
+            for step in steps:
+                action = step[0]
+                if action == "remember":
+                    other.remember(step[1], kind=step[2])
+                elif action == "search":
+                    (mine if step[2] == "mine" else other).search(step[1])
+                elif action == "flush":
+                    (mine if step[1] == "mine" else other).flush()
+                elif action == "delete":
+                    ids = [mid for (mid,) in other._db.execute("SELECT id FROM memories ORDER BY rowid")]
+                    if ids:
+                        other.delete(ids[step[1] % len(ids)])
+                elif action == "wipe":
+                    other.delete(namespace=step[1])
+                else:
+                    clock.now += step[1]
+                assert _held(mine) == _stored(mine)
+            mine.flush()
+            other.flush()
+            with _open(path, clock) as fresh:
+                assert _ranked(mine, query) == _ranked(fresh, query)
+
+
+def test_another_stores_access_counts_move_the_ranking(tmp_path):
+    """Accesses another process wrote change the frequency and recency
+    terms: the searcher's next search scores by them, not by the counts it
+    loaded."""
+    clock = Clock()
+    with _open(tmp_path / "m.db", clock) as mine, _open(tmp_path / "m.db", clock) as other:
+        mine.remember_many(["refund order notes", "refund payments notes", "deploy on Monday"])
+        before = _ranked(mine, "refund notes")
+        mine.flush()  # its own counts written: the fresh store sees them too
+        clock.now += 3 * 86_400.0
+        for _ in range(30):
+            other.search("refund payments")
+        other.flush()
+        with _open(tmp_path / "m.db", clock) as fresh:  # (its close writes its own counts)
+            expected = _ranked(fresh, "refund notes")
+            assert _ranked(mine, "refund notes") == expected
+        assert expected != before  # the counts did move the scores
+
+
+def test_a_term_written_elsewhere_is_searched_for_at_once(tmp_path):
+    """A term the searcher found in no memory (held as such) is looked up
+    again once another store writes a memory that holds it."""
+    clock = Clock()
+    with _open(tmp_path / "m.db", clock) as mine, _open(tmp_path / "m.db", clock) as other:
+        mine.remember("refund order notes")
+        assert all(hit.keyword == 0 for hit in mine.search("zebra"))
+        zebra = other.remember("a zebra crossing near the office")
+        hits = mine.search("zebra")
+        assert hits[0].memory.id == zebra.id
+        assert hits[0].keyword > 0
+        assert "keyword" in hits[0].reasons
+
+
+def test_written_access_counts_keep_the_held_term_counts(tmp_path):
+    """Writing searches' access counts changes no memory's terms: the held
+    counts stay (a search does not read them all again every second)."""
+    clock = Clock()
+    with _open(tmp_path / "m.db", clock) as store:
+        store.remember_many(["refund order notes", "deploy on Monday"])
+        store.search("refund order")
+        held = store._term_docs["default"]
+        assert held  # what the search read
+        store.flush()
+        store.search("refund order")
+        assert store._term_docs["default"] is held
+        store.remember("another refund")
+        store.search("refund order")
+        assert store._term_docs["default"] is not held  # a written memory: read again
