@@ -173,10 +173,12 @@ class NamespaceVectors:
     ) -> list[tuple[int, float]]:
         """``(rowid, cosine)`` of the ``k`` nearest (of ``kinds``, if given),
         best first: exact below ``quantise_from`` rows, else an int8 scan of
-        ``max(4k, 64)`` rescored exactly."""
+        ``max(2k, 64)`` rescored exactly (at 100,000 rows,
+        twice as many as wanted already found every exact best of the
+        replayed sessions' queries; four times cost 0.1 ms more cold)."""
         if not self.rowids or k <= 0:
             return []
-        candidates = max(4 * k, 64) if len(self.rowids) >= quantise_from else None
+        candidates = max(2 * k, 64) if len(self.rowids) >= quantise_from else None
         mask = None if kinds is None else sum(1 << _TAG[kind] for kind in set(kinds))
         found = self.rows.top_k(query.tobytes(), k, candidates, mask)
         return [(self.rowids[i], score) for i, score in found]
