@@ -143,3 +143,40 @@ def test_written_access_counts_keep_the_held_term_counts(tmp_path):
         store.remember("another refund")
         store.search("refund order")
         assert store._term_docs["default"] is not held  # a written memory: read again
+
+
+def test_a_deleted_memory_does_not_hide_the_next_flush(tmp_path):
+    """The newest flush wrote one memory, which is then deleted: the flush
+    after it still reaches a store that saw the first (its number is new)."""
+    clock = Clock()
+    with _open(tmp_path / "m.db", clock) as mine, _open(tmp_path / "m.db", clock) as other:
+        gone = other.remember("refund order A-1 notes")
+        kept = other.remember("deploy on Monday notes")
+        other.search("A-1", k=1)
+        other.flush()
+        assert _held(mine) == _stored(mine)  # saw that flush
+        other.delete(gone.id)
+        other.search("deploy Monday", k=1)
+        other.flush()
+        assert _held(mine) == _stored(mine)
+        assert _held(mine)[next(iter(_held(mine)))][4] == mine.get(kept.id).access_count == 1
+
+
+def test_searches_do_not_grow_the_database(tmp_path):
+    """However often memories are found and their counts written, each
+    keeps one ``accessed`` row and ``changes`` holds only writes."""
+    clock = Clock()
+    with _open(tmp_path / "m.db", clock) as store:
+        store.remember_many([f"note {i} about refund order {i}" for i in range(20)])
+        changes = store._db.execute("SELECT count(*) FROM changes").fetchone()[0]
+        for i in range(200):
+            store.search(f"refund order {i % 20}", k=4)
+            if i % 10 == 0:
+                store.flush()
+        store.flush()
+        assert store._db.execute("SELECT count(*) FROM changes").fetchone()[0] == changes
+        accessed = store._db.execute("SELECT count(*) FROM accessed").fetchone()[0]
+        assert 0 < accessed <= 20
+        store.delete(namespace="default")
+        assert store._db.execute("SELECT count(*) FROM accessed").fetchone()[0] == 0
+        assert store._term_docs == {}

@@ -228,7 +228,7 @@ def test_a_version_3_store_gets_its_namespace_words_on_opening(tmp_path):
     db = sqlite3.connect(path)  # back to the version 3 keyword index: words without namespace tags
     for rowid, words in db.execute("SELECT rowid, words FROM terms").fetchall():
         db.execute("UPDATE terms SET words = ? WHERE rowid = ?", (plain_words(words), rowid))
-    db.execute("ALTER TABLE changes DROP COLUMN accessed")  # and without the later steps
+    db.execute("DROP TABLE accessed")  # and without the later steps
     db.execute("PRAGMA user_version = 3")
     db.commit()
     db.close()

@@ -495,7 +495,7 @@ def test_a_newer_schema_is_refused(tmp_path):
 def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
     """Version 2 adds per-term document counts, version 3 the entity
     digests, version 4 the namespace tags of indexed words and version 5
-    the mark on changes that only counted accesses; a store written before
+    the table of memories whose access counts were written; a store written before
     them gets all of them from what it holds, the same values as writes
     keep."""
     from context_core.memory_store.keywords import plain_words
@@ -513,14 +513,14 @@ def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
     db.execute("DROP TABLE term_docs")
     db.execute("DROP INDEX memories_by_entities")
     db.execute("ALTER TABLE memories DROP COLUMN entity_key")
-    db.execute("ALTER TABLE changes DROP COLUMN accessed")
+    db.execute("DROP TABLE accessed")
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
     with MemoryStore(path, embedder=HashingEmbedder(16)) as s:
         assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         assert sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs")) == terms
-        assert {accessed for (accessed,) in s._db.execute("SELECT accessed FROM changes")} == {0}
+        assert s._db.execute("SELECT count(*) FROM accessed").fetchone()[0] == 0
         assert sorted(s._db.execute("SELECT rowid, entity_key FROM memories")) == keys
         again = s.remember("refund order A-1.", namespace="a")
         assert again.access_count == 1  # found by its entities after the migration

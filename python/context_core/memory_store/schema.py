@@ -3,9 +3,10 @@
 The version is ``PRAGMA user_version``; :func:`migrate` applies each step
 after it in one transaction, so a database is always at one version.
 ``changes`` records every write (a memory's rowid, or ``-1`` for a whole
-namespace; ``accessed`` when only its access count moved): a process keeps
-its vector index and ranking columns in step by reading the rows after the
-last one it saw, whoever wrote them.
+namespace), and ``accessed`` the memories whose access counts were last
+written by which flush: a process keeps its vector index and ranking
+columns in step by reading the rows of both after the last ones it saw,
+whoever wrote them.
 """
 
 from __future__ import annotations
@@ -84,11 +85,17 @@ _STEPS: tuple[str, ...] = (
     """
     UPDATE terms SET words = context_core_indexed(namespace, words);
     """,
-    # 5: a change that only wrote searches' access counts says so, so a
-    # process holding the namespace reads those few columns again, and
-    # keeps what a written memory would make it read afresh.
+    # 5: the memories whose access counts a flush wrote, one row each with
+    # the newest such flush's number, so a process holding the namespace
+    # reads those few columns again. One row a memory, however often it is
+    # found: a row per flush would grow with the searches.
     """
-    ALTER TABLE changes ADD COLUMN accessed INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE accessed (
+        memory INTEGER PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        seq INTEGER NOT NULL
+    );
+    CREATE INDEX accessed_by_namespace ON accessed (namespace, seq);
     """,
 )
 

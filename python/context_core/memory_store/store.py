@@ -71,7 +71,7 @@ from context_core.memory_store.namespaces import (
     scope,
 )
 from context_core.memory_store.schema import entity_key, migrate
-from context_core.memory_store.vectors import NamespaceVectors
+from context_core.memory_store.vectors import ACCESS_FLUSHES, NamespaceVectors
 
 __all__ = ["KINDS", "ForgetReport", "Hit", "Memory", "MemoryStore", "search_terms"]
 
@@ -547,11 +547,22 @@ class MemoryStore:
                 " WHERE id = ?",
                 [(count, last, mid) for mid, (count, last) in pending.items()],
             )
-            # So every process holding the namespace ranks by the new counts.
+            # So every process holding the namespace ranks by the new counts:
+            # each memory's row takes this flush's number (a memory found
+            # again keeps one row). The number is a counter of its own, not
+            # the rows' largest: deleting a memory must not hand its number
+            # to the next flush, which a reader that saw it would pass over.
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, '1')"
+                " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+                (ACCESS_FLUSHES,),
+            )
+            flush = int(db.execute("SELECT value FROM meta WHERE key = ?", (ACCESS_FLUSHES,)).fetchone()[0])
             db.executemany(
-                "INSERT INTO changes (namespace, memory, accessed) SELECT namespace, rowid, 1 FROM memories"
-                " WHERE id = ?",
-                [(mid,) for mid in pending],
+                "INSERT INTO accessed (memory, namespace, seq) SELECT rowid, namespace, ? FROM memories"
+                " WHERE id = ? ON CONFLICT (memory) DO UPDATE SET namespace = excluded.namespace,"
+                " seq = excluded.seq",
+                [(flush, mid) for mid in pending],
             )
         return pending
 
@@ -1368,6 +1379,7 @@ class MemoryStore:
                 db.execute("DELETE FROM term_docs WHERE namespace = ?", (ns,))
                 gone += db.execute("DELETE FROM memories WHERE namespace = ?", (ns,)).rowcount
                 db.execute("DELETE FROM changes WHERE namespace = ?", (ns,))
+                db.execute("DELETE FROM accessed WHERE namespace = ?", (ns,))
                 db.execute("INSERT INTO changes (namespace, memory) VALUES (?, -1)", (ns,))
             emptied[:] = keys
             return gone
@@ -1376,6 +1388,7 @@ class MemoryStore:
         with self._lock:  # their matrices go too, not kept until searched again
             for key in emptied:
                 self._vectors.pop(key, None)
+                self._term_docs.pop(key, None)
         return gone
 
     @staticmethod
@@ -1395,6 +1408,7 @@ class MemoryStore:
                 count_terms(db, ns, (), old)
                 db.execute("DELETE FROM terms WHERE rowid = ?", (rowid,))
                 db.execute("DELETE FROM memories WHERE rowid = ?", (rowid,))
+                db.execute("DELETE FROM accessed WHERE memory = ?", (rowid,))
                 db.execute("INSERT INTO changes (namespace, memory) VALUES (?, ?)", (ns, rowid))
                 gone += 1
         return gone
@@ -1471,6 +1485,7 @@ class MemoryStore:
             finally:
                 self._accesses.clear()
                 self._vectors.clear()
+                self._term_docs.clear()
                 self._db.close()
 
     def __del__(self) -> None:

@@ -4,9 +4,9 @@ by, held beside them; both kept in step with the database.
 Loaded once (one query), then moved forward by reading the ``changes``
 rows written since the last sync, by this process or any other: a search
 never rebuilds the matrix, and a write costs the search that follows one
-row's update. A change marked ``accessed`` moved only a memory's access
-count and last access (searches' counts, written together), so only those
-are read again. Removing a row moves the last one into its place, in the
+row's update. A memory in ``accessed`` past the last flush seen had only
+its access count and last access written (searches' counts, written
+together), so only those are read again. Removing a row moves the last one into its place, in the
 Rust rows and in every held column alike.
 
 Holding the ranking columns spares a search reading a row per candidate
@@ -26,7 +26,7 @@ import numpy.typing as npt
 from context_core._core import _VectorIndex
 from context_core.memory_store.extract import KINDS
 
-__all__ = ["NamespaceVectors", "Ranks"]
+__all__ = ["ACCESS_FLUSHES", "NamespaceVectors", "Ranks"]
 
 # Each row is tagged with its memory's kind, so a search by kind scans only
 # those rows (a memory's kind never changes once written).
@@ -44,6 +44,10 @@ Ranks = tuple[str, str, float, float, int]
 
 _RANK_COLUMNS = "id, kind, importance, last_access, access_count"
 
+#: The ``meta`` key counting the flushes of access counts (each memory in
+#: ``accessed`` carries the number of the newest flush that wrote it).
+ACCESS_FLUSHES = "access_flushes"
+
 
 class NamespaceVectors:
     """The vectors of one namespace, by the memories' rowids."""
@@ -56,6 +60,7 @@ class NamespaceVectors:
         self.ranks: list[Ranks] = []  # by position, as rowids
         self.position: dict[int, int] = {}
         self.seq = -1  # nothing loaded yet
+        self.flush = 0  # the newest flush of access counts seen
 
     def __len__(self) -> int:
         return len(self.rowids)
@@ -68,21 +73,25 @@ class NamespaceVectors:
             self._load(connection)
             return True
         changed = connection.execute(
-            "SELECT seq, memory, accessed FROM changes WHERE namespace = ? AND seq > ? ORDER BY seq",
+            "SELECT seq, memory FROM changes WHERE namespace = ? AND seq > ? ORDER BY seq",
             (self.namespace, self.seq),
         ).fetchall()
-        if not changed:
-            return False
-        if any(memory < 0 for _, memory, _ in changed):
+        if any(memory < 0 for _, memory in changed):
             self._load(connection)
             return True
-        written = list(dict.fromkeys(memory for _, memory, accessed in changed if not accessed))
-        self._write_rows(connection, written)  # read whole: the ranking columns come with them
-        done = set(written)
-        counted = {m for _, m, accessed in changed if accessed and m not in done and m in self.position}
-        self._count_rows(connection, list(counted))
-        self.seq = changed[-1][0]
-        return bool(written)
+        written = list(dict.fromkeys(memory for _, memory in changed))
+        if changed:
+            self._write_rows(connection, written)  # read whole: the ranking columns come with them
+            self.seq = changed[-1][0]
+        counted = connection.execute(
+            "SELECT seq, memory FROM accessed WHERE namespace = ? AND seq > ? ORDER BY seq",
+            (self.namespace, self.flush),
+        ).fetchall()
+        if counted:
+            done = set(written)
+            self._count_rows(connection, [m for _, m in counted if m not in done and m in self.position])
+            self.flush = counted[-1][0]
+        return bool(changed)
 
     def _select(self, connection: sqlite3.Connection, columns: str, rowids: list[int]) -> Iterator[Any]:
         """``columns`` of those of ``rowids`` in this namespace, 500 at a time."""
@@ -128,6 +137,7 @@ class NamespaceVectors:
         last = connection.execute(
             "SELECT coalesce(max(seq), 0) FROM changes WHERE namespace = ?", (self.namespace,)
         ).fetchone()[0]
+        flush = connection.execute("SELECT value FROM meta WHERE key = ?", (ACCESS_FLUSHES,)).fetchone()
         cursor = connection.execute(
             f"SELECT rowid, embedding, {_RANK_COLUMNS} FROM memories WHERE namespace = ? ORDER BY rowid",
             (self.namespace,),
@@ -142,7 +152,7 @@ class NamespaceVectors:
             self.ranks += [(mid, _KIND[kind], imp, seen, n) for _, _, mid, kind, imp, seen, n in found]
             self.rows.extend(b"".join(row[1] for row in found), bytes(_TAG[row[3]] for row in found))
         self.position = {rowid: i for i, rowid in enumerate(self.rowids)}
-        self.seq = int(last)
+        self.seq, self.flush = int(last), 0 if flush is None else int(flush[0])
 
     def _remove(self, rowid: int) -> None:
         index = self.position.pop(rowid, None)
