@@ -7,6 +7,8 @@ from __future__ import annotations
 import multiprocessing
 import re
 import sqlite3
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -149,10 +151,21 @@ def test_max_tokens_returns_whole_memories_within_the_budget(store):
     assert len(hits) < 6
 
 
+def _counts_written(store: MemoryStore) -> bool:
+    """Whether the store's own thread wrote the counts a search made due
+    (waited for, within a bound)."""
+    for _ in range(6000):
+        if not store._accesses:
+            return True
+        time.sleep(0.005)
+    return False
+
+
 def test_access_counts_are_written_together_and_never_lost_by_close(tmp_path, clock):
     """A search keeps its access counts in memory: the same store reads
     them at once, another sees them after the next write, a flush, the
-    clock passing ACCESS_FLUSH_SECONDS, or close."""
+    clock passing ACCESS_FLUSH_SECONDS (written by the store's own thread),
+    or close."""
     path = tmp_path / "m.db"
     with (
         MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as a,
@@ -168,7 +181,8 @@ def test_access_counts_are_written_together_and_never_lost_by_close(tmp_path, cl
         assert b.get(m.id).access_count == 2
         a.search("A-8812")
         clock.now += ACCESS_FLUSH_SECONDS
-        a.search("A-8812")  # the clock has passed: written now
+        a.search("A-8812")  # the clock has passed: written now, by the store's thread
+        assert _counts_written(a)
         assert b.get(m.id).access_count == 4
         assert b.get(m.id).last_access == clock.now
         a.search("A-8812")
@@ -184,9 +198,49 @@ def test_a_full_batch_of_accesses_is_written(tmp_path, clock):
         s.remember_many([f"ticket T-{i:03d} is about invoice export" for i in range(ACCESS_FLUSH_MEMORIES)])
         for i in range(ACCESS_FLUSH_MEMORIES):
             s.search(f"T-{i:03d}", k=1)
-        assert s._accesses == {}  # written once the batch was full
+        assert _counts_written(s)  # written once the batch was full
         counts = [c for (c,) in s._db.execute("SELECT access_count FROM memories")]
         assert sorted(counts) == [1] * ACCESS_FLUSH_MEMORIES
+
+
+def test_a_search_leaves_the_counts_write_to_the_stores_thread(tmp_path, clock):
+    """A search that makes the counts due does not write them itself (a
+    server whose turns are seconds apart would pay that write in each)."""
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock) as s:
+        m = s.remember("ticket PAY-77 is about the ledger export")
+        writers: list[threading.Thread] = []
+        write = s._write
+
+        def recorded(work):
+            writers.append(threading.current_thread())
+            return write(work)
+
+        s._write = recorded
+        for _ in range(3):
+            s.search("PAY-77")  # pending: not due yet
+            clock.now += ACCESS_FLUSH_SECONDS
+            s.search("PAY-77")  # due
+            assert _counts_written(s)
+        assert len(writers) == 3
+        assert threading.current_thread() not in writers
+        assert s.get(m.id).access_count == 6
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as again:
+        assert again.get(m.id).access_count == 6
+
+
+def test_closing_ends_the_counts_thread(tmp_path, clock):
+    s = MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock)
+    s.remember("ticket PAY-77 is about the ledger export")
+    clock.now += ACCESS_FLUSH_SECONDS
+    s.search("PAY-77")
+    clock.now += ACCESS_FLUSH_SECONDS
+    s.search("PAY-77")
+    writer = s._counts_writer
+    assert writer is not None
+    s.close()
+    assert not writer.is_alive()
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as again:
+        assert again.search("PAY-77")[0].memory.access_count == 3  # both, and this one
 
 
 def test_forgetting_counts_accesses_not_yet_written(store, clock):

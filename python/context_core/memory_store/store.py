@@ -19,6 +19,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -94,9 +95,16 @@ ENTITY_MATCHES = 256
 #: write or once this many memories are pending or this many seconds (by
 #: the store's clock) have passed, and at close: a search then costs no
 #: write transaction of its own. A killed process loses at most those
-#: counts (never a memory); reads by the same store include them.
+#: counts (never a memory); reads by the same store include them. The
+#: write a search makes due runs on the store's own thread (see
+#: :func:`_write_counts_when_asked`): a server whose turns are seconds apart
+#: would otherwise pay it in every turn's search (0.3-0.4 ms at the median
+#: at 100,000 memories, and 10-19 ms at the 99th percentile when SQLite
+#: checkpoints its log).
 ACCESS_FLUSH_MEMORIES = 256
 ACCESS_FLUSH_SECONDS = 1.0
+
+_log = logging.getLogger("context_core")
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORDS = re.compile(r"[^\W_]+")
@@ -356,6 +364,23 @@ def _entry(text: Any, kind: Any, importance: Any, source: Any, tags: Any, pinned
     return _Entry(text, kind, _check_unit(importance, f"{where}importance"), source, tags, pinned)
 
 
+def _write_counts_when_asked(store: weakref.ReferenceType[MemoryStore], asked: threading.Event) -> None:
+    """A store's writer of access counts: each time ``asked``, writes what is
+    pending, if the database is free (else they wait for the next time).
+    It holds the store only while writing, and ends with it, or at close."""
+    while True:
+        if not asked.wait(timeout=10.0):
+            if store() is None:
+                return
+            continue
+        asked.clear()
+        alive = store()
+        if alive is None or alive._closed or alive._closing:
+            return  # close() writes what is left
+        alive._write_counts_now()
+        del alive
+
+
 def _flush_at_exit(store: weakref.ReferenceType[MemoryStore]) -> None:
     alive = store()
     if alive is not None and not alive._closed:
@@ -447,6 +472,10 @@ class MemoryStore:
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
         self._closed = False
+        self._closing = False  # close() has asked the counts' thread to end
+        self._counts_asked = threading.Event()
+        self._counts_writer: threading.Thread | None = None
+        self._counts_writer_pid = 0
         # A store the program never closes still writes its pending counts at exit.
         self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
@@ -573,10 +602,38 @@ class MemoryStore:
             count, _ = self._accesses.get(mid, (0, now))
             self._accesses[mid] = (count + 1, now)
         if len(self._accesses) >= ACCESS_FLUSH_MEMORIES or now - self._accesses_since >= ACCESS_FLUSH_SECONDS:
-            # Only if the database is free now: a search never waits out
-            # another writer's busy_timeout; the counts wait their turn.
-            with contextlib.suppress(StoreBusyError), self._not_waiting():
-                self.flush()
+            self._ask_for_counts()
+
+    def _ask_for_counts(self) -> None:
+        """Has the store's thread write the pending counts (started on first
+        use, and again in a forked child, which has no threads)."""
+        writer = self._counts_writer
+        if writer is None or self._counts_writer_pid != os.getpid() or not writer.is_alive():
+            self._counts_asked = threading.Event()
+            writer = self._counts_writer = threading.Thread(
+                target=_write_counts_when_asked,
+                args=(weakref.ref(self), self._counts_asked),
+                name="context_core-memory-counts",
+                daemon=True,
+            )
+            self._counts_writer_pid = os.getpid()
+            writer.start()
+        self._counts_asked.set()
+
+    def _write_counts_now(self) -> None:
+        """The pending counts written, if the database is free now: the
+        write never waits out another writer's busy_timeout, and an error
+        keeps them pending (logged; the next flush, or close, tries again)."""
+        with self._lock:
+            if self._closed or not self._accesses:
+                return
+            try:
+                with self._not_waiting():
+                    self.flush()
+            except StoreBusyError:
+                pass
+            except Exception as error:  # on the store's own thread: nobody to raise it to
+                _log.warning("context_core: writing the memory store's access counts failed: %s", error)
 
     @contextlib.contextmanager
     def _not_waiting(self) -> Iterator[None]:
@@ -1475,6 +1532,12 @@ class MemoryStore:
 
     def close(self) -> None:
         """Writes pending access counts and closes the database; again, nothing."""
+        writer = self._counts_writer
+        if writer is not None and writer is not threading.current_thread():
+            # Not under the lock: a write in progress takes it to finish.
+            self._closing = True
+            self._counts_asked.set()
+            writer.join(timeout=60.0)
         with self._lock:
             if self._closed:
                 return
