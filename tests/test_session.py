@@ -1227,6 +1227,24 @@ def test_retries_of_a_later_step_report_that_step(tmp_path):
         assert (reopened.prepare().report.turn, reopened.last_report.step) == (0, 2)
 
 
+@pytest.mark.parametrize("made", [0, 1, 2])
+def test_a_session_reopened_within_a_turn_reports_its_next_step(tmp_path, made):
+    """Reopened after some of a turn's steps, the next call is the step
+    after them, as a retry of its input would report."""
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Read a and b")
+        for n in range(made):
+            if n:
+                session.prepare()
+            session.record(calling(f"t{n}", "openai"))
+            session.record_tool_result(f"t{n}", "ok")
+    with open_session(tmp_path, compact=False) as reopened:
+        assert reopened.prepare("Read a and b").report.step == made  # a retry of its input
+    with open_session(tmp_path, compact=False) as reopened:
+        assert reopened.prepare().report.step == made
+        assert reopened.prepare().report.step == made + 1
+
+
 def test_results_sent_with_an_image_and_given_again_are_logged_once(tmp_path):
     """A user message of tool results and an image (no text: its header has
     no text flag) is still the input waiting, and its retry is not logged."""

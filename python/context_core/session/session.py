@@ -525,16 +525,21 @@ class Session:
                 return None  # another input is the turn's
         return None
 
-    def _input_in_log(self) -> str:
+    def _input_in_log(self) -> tuple[str, int]:
         """The text of the newest user input (a user message that is not
-        only tool results): the turn in progress's; ``""`` when it has no
-        text (an image alone) or there is none."""
+        only tool results), the turn in progress's (``""`` when it has no
+        text, an image alone, or there is none), and how many of the turn's
+        steps (replies that made calls) came after it."""
+        steps = 0
         for seq, headers in self._messages_back():
-            if int(headers["role"][seq]) == _ROLE_USER:
+            role = int(headers["role"][seq])
+            if role == _ROLE_ASSISTANT and int(headers["flags"][seq]) & _FLAG_CALLS:
+                steps += 1
+            elif role == _ROLE_USER:
                 node = self.log.read([seq])[0]
                 if isinstance(node, dict) and not only_results(node):
-                    return own_text(node)
-        return ""
+                    return own_text(node), steps
+        return "", steps
 
     def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], bool]:
         """From the log's last turns: the calls still waiting, the ids of
@@ -614,16 +619,18 @@ class Session:
                 )
             timings["append"] = 0.0  # the same stages, nothing to append
             mark = started
+            steps = 0
             if self._said is None:
                 # Opened within a turn: its input is in the log, and the
                 # turn's memories are searched as the first step had them.
-                said = self._input_in_log()
+                said, steps = self._input_in_log()
                 self._memories = self._search(said)
                 self._said = said
             mark = self._lap(timings, "memory", mark)
             parts, mark = self._prompt(self._said, now, timings, mark)
             before = self._turn, self._step
-            self._turn, self._step = (0, 0) if self._turn < 0 else (self._turn, self._step + 1)
+            # Opened within a turn, this call is its step after those it made.
+            self._turn, self._step = (0, steps) if self._turn < 0 else (self._turn, self._step + 1)
             try:
                 return self._request(parts, timings, started, mark)
             except BaseException:
