@@ -771,13 +771,59 @@ def test_the_turns_skills_and_memories_stay_for_its_inner_steps_a_reopen_too(tmp
             assert shows(request, "ALWAYS run the dry run first.")
             assert shows(request, "password rotates")
     with opened() as again:  # reopened within the turn: its input is read back from the log
-        assert again._input_in_log() == "Use deploys to deploy the api to staging."
+        assert again._input_in_log() == ("Use deploys to deploy the api to staging.", 1)
         again.log.path = None  # read back through the headers' parents: the whole path is never built
         reopened = again.prepare()
         del again.log.path
         assert shows(reopened, "ALWAYS run the dry run first.")
         assert shows(reopened, "password rotates")
         assert reopened.report.memories == 1
+
+
+def test_results_given_as_the_input_are_the_turns_next_step(tmp_path):
+    """Tool results sent through ``prepare(user_input)``, as Anthropic's own
+    loop builds them, are a step of the turn: its memories and skills stay
+    in the request, its number stays, and the step goes on; given again
+    (the model's call failed) they are that step again, live or reopened."""
+    from context_core.prompt import Skill
+
+    skill = Skill("deploys", "Deploy a service", "ALWAYS run the dry run first.")
+
+    def opened():
+        return open_session(
+            tmp_path, model="claude-sonnet-4-5", compact=False, store=_DeployMemory(), skills=[skill]
+        )
+
+    def shows(request, text: str) -> bool:
+        return text in json.dumps(dict(request))
+
+    def results(call_id: str) -> dict:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "ok"}]}
+
+    with opened() as session:
+        first = session.prepare("Use deploys to deploy the api to staging.")
+        session.record(anthropic_call("t1"))
+        step = session.prepare(results("t1"))
+        logged = len(session.history())
+        again = session.prepare(results("t1"))  # the model's call failed
+        assert len(session.history()) == logged
+        session.record(anthropic_call("t2"))
+        later = session.prepare(results("t2"))
+        for request in (first, step, again, later):
+            assert shows(request, "ALWAYS run the dry run first.")
+            assert shows(request, "password rotates")
+        reported = [(r.report.turn, r.report.step) for r in (first, step, again, later)]
+        assert reported == [(0, 0), (0, 1), (0, 1), (0, 2)]
+        answered = session.prepare("Thanks. Now check the logs.")
+        assert (answered.report.turn, answered.report.step) == (1, 0)
+    with opened() as reopened:
+        reopened.prepare("Use deploys to deploy the api to staging, again.")
+        reopened.record(anthropic_call("t3"))
+    with opened() as reopened:  # reopened within the turn, its results then given
+        step = reopened.prepare(results("t3"))
+        assert (step.report.turn, step.report.step) == (0, 1)
+        assert shows(step, "password rotates")
+        assert shows(step, "ALWAYS run the dry run first.")
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -507,23 +507,31 @@ class Session:
         call failed sends it again, before any step or after some. An answer
         (a reply that made no call) ends the search. A tool message is
         passed over unread; a user message of results is read, as it may
-        hold more than results (an image, a document) and so be an input."""
+        hold more than results (an image, a document) and so be an input.
+        Results given as the input and given again are the step they began:
+        the turn's steps before them count too."""
         steps = 0
+        matched = False
         for seq, headers in self._messages_back():
             role, flags = int(headers["role"][seq]), int(headers["flags"][seq])
             if role == _ROLE_TOOL or (role == _ROLE_ASSISTANT and flags & _FLAG_CALLS):
                 steps += role == _ROLE_ASSISTANT
                 continue
             if role != _ROLE_USER:
-                return None  # the turn was answered
+                return steps if matched else None  # the turn was answered
             node = self.log.read([seq])[0]
             if not isinstance(node, dict):
                 return None
-            if node == message:
-                return steps
+            if node == message and not matched:
+                if not only_results(node):
+                    return steps
+                # Results given again: the step they began, after the
+                # turn's steps before them too.
+                matched = True
+                continue
             if not only_results(node):
-                return None  # another input is the turn's
-        return None
+                return steps if matched else None  # another input is the turn's
+        return steps if matched else None
 
     def _input_in_log(self) -> tuple[str, int]:
         """The text of the newest user input (a user message that is not
@@ -642,8 +650,18 @@ class Session:
         # The search and the prompt need only the input: done before it is
         # logged, so a store that fails, or an input that cannot fit beside
         # the prompt, leaves the log as it was.
-        said = own_text(message)
-        memories = self._search(said)
+        results = only_results(message)
+        made = 0
+        if not results:
+            said = own_text(message)
+            memories = self._search(said)
+        elif self._said is not None:
+            # Tool results given as the input (as Anthropic's own loop builds
+            # them) are the turn's next step: its memories and skills stay.
+            said, memories = self._said, self._memories
+        else:  # the same, in a session opened within the turn
+            said, made = self._input_in_log()
+            memories = self._search(said)
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
         retried = self._retried_steps(message) if self._to_answer else None
@@ -673,7 +691,11 @@ class Session:
         )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         self._pending = {}  # the user spoke first: sanitize closes any call left open
-        self._turn, self._step, self._memories, self._said = self._turn + 1, 0, memories, said
+        if not results:
+            self._turn, self._step = self._turn + 1, 0
+        else:
+            self._turn, self._step = (0, made) if self._turn < 0 else (self._turn, self._step + 1)
+        self._memories, self._said = memories, said
         self._to_answer = True
         mark = self._lap(timings, "append", mark)
         try:
