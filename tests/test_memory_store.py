@@ -5,6 +5,7 @@ killed one) on one database."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import re
 import sqlite3
 import threading
@@ -241,6 +242,38 @@ def test_closing_ends_the_counts_thread(tmp_path, clock):
     assert not writer.is_alive()
     with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as again:
         assert again.search("PAY-77")[0].memory.access_count == 3  # both, and this one
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_fork_waits_for_the_counts_thread_to_leave_sqlite(tmp_path, clock):
+    """A child forked while the store's thread writes would inherit
+    SQLite's process-wide mutexes held by a thread it does not have, and
+    hang in its first SQLite call: a fork waits for the store's lock,
+    under which that thread writes."""
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock) as s:
+        s.remember("ticket PAY-77 is about the ledger export")
+        s.search("PAY-77")
+        clock.now += ACCESS_FLUSH_SECONDS
+        s.search("PAY-77")
+        assert _counts_written(s)  # its thread has started
+        holding, done = threading.Event(), []
+
+        def writing() -> None:  # as the thread does: SQLite under the lock
+            with s._lock:
+                holding.set()
+                s._db.execute("SELECT count(*) FROM memories").fetchone()
+                time.sleep(0.2)
+                done.append(True)
+
+        writer = threading.Thread(target=writing)
+        writer.start()
+        holding.wait()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os._exit(0 if done else 1)
+        _, status = os.waitpid(pid, 0)
+        writer.join()
+        assert os.waitstatus_to_exitcode(status) == 0  # forked only once the write was done
 
 
 def test_forgetting_counts_accesses_not_yet_written(store, clock):

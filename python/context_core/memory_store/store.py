@@ -381,6 +381,28 @@ def _write_counts_when_asked(store: weakref.ReferenceType[MemoryStore], asked: t
         del alive
 
 
+# The stores whose counts' thread may be writing. A fork waits for each
+# one's lock (which the thread writes under), so no child starts while a
+# thread it does not have holds SQLite's own process-wide mutexes (a child
+# that then opened a store of its own would wait on them for ever).
+_FORK_GUARDED: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
+_HELD_FOR_FORK: list[MemoryStore] = []
+
+
+def _before_fork() -> None:
+    for store in list(_FORK_GUARDED):
+        store._lock.acquire()
+        _HELD_FOR_FORK.append(store)
+
+
+def _after_fork() -> None:
+    while _HELD_FOR_FORK:
+        _HELD_FOR_FORK.pop()._lock.release()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
 def _flush_at_exit(store: weakref.ReferenceType[MemoryStore]) -> None:
     alive = store()
     if alive is not None and not alive._closed:
@@ -617,6 +639,7 @@ class MemoryStore:
                 daemon=True,
             )
             self._counts_writer_pid = os.getpid()
+            _FORK_GUARDED.add(self)
             writer.start()
         self._counts_asked.set()
 
