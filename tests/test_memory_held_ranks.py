@@ -88,7 +88,8 @@ def test_held_ranks_match_the_database_whoever_writes(steps, query):
                     other.delete(namespace=step[1])
                 else:
                     clock.now += step[1]
-                assert _held(mine) == _stored(mine)
+                with mine._lock, other._lock:  # no counts written between the two reads
+                    assert _held(mine) == _stored(mine)
             mine.flush()
             other.flush()
             with _open(path, clock) as fresh:

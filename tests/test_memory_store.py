@@ -229,6 +229,58 @@ def test_a_search_leaves_the_counts_write_to_the_stores_thread(tmp_path, clock):
         assert again.get(m.id).access_count == 6
 
 
+def test_the_counts_thread_does_not_wait_for_a_busy_database(tmp_path, clock):
+    """The store's thread tries its write once, without SQLite's busy wait:
+    with another writer holding the database it gives up at once (the
+    counts stay pending), and writes them the next time they are due."""
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=HashingEmbedder(64), clock=clock, busy_timeout=3600.0) as s:
+        m = s.remember("ticket PAY-77 is about the ledger export")
+        tried = threading.Event()
+        attempt = s._write_counts_now
+
+        def recorded() -> None:
+            attempt()
+            tried.set()
+
+        s._write_counts_now = recorded
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process is writing
+        try:
+            s.search("PAY-77")
+            clock.now += ACCESS_FLUSH_SECONDS
+            s.search("PAY-77")  # due, and the database is busy
+            assert tried.wait(60)  # it gave up (waiting it out would take an hour)
+            assert s._accesses  # still pending
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        tried.clear()
+        clock.now += ACCESS_FLUSH_SECONDS
+        s.search("PAY-77")  # due again: the thread is still there, and writes them
+        assert tried.wait(60)
+        assert _counts_written(s)
+    with MemoryStore(path, embedder=HashingEmbedder(64)) as again:
+        assert again.get(m.id).access_count == 3
+
+
+def test_a_forked_childs_copy_writes_none_of_its_parents_counts(tmp_path, clock):
+    """A child that inherits a store and never uses it leaves the counts
+    to its parent: neither its close nor its exit writes them again."""
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock) as s:
+        m = s.remember("ticket PAY-77 is about the ledger export")
+        s.search("PAY-77")  # pending in the parent
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            s.close()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert s.get(m.id).access_count == 1
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as again:
+        assert again.get(m.id).access_count == 1  # written once, by the parent
+
+
 def test_closing_ends_the_counts_thread(tmp_path, clock):
     s = MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock)
     s.remember("ticket PAY-77 is about the ledger export")

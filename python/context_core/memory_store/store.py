@@ -369,15 +369,13 @@ def _write_counts_when_asked(store: weakref.ReferenceType[MemoryStore], asked: t
     pending, if the database is free (else they wait for the next time).
     It holds the store only while writing, and ends with it, or at close."""
     while True:
-        if not asked.wait(timeout=10.0):
-            if store() is None:
-                return
-            continue
+        woken = asked.wait(timeout=10.0)
         asked.clear()
         alive = store()
         if alive is None or alive._closed or alive._closing:
             return  # close() writes what is left
-        alive._write_counts_now()
+        if woken:
+            alive._write_counts_now()
         del alive
 
 
@@ -405,7 +403,7 @@ os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_c
 
 def _flush_at_exit(store: weakref.ReferenceType[MemoryStore]) -> None:
     alive = store()
-    if alive is not None and not alive._closed:
+    if alive is not None and not alive._closed and alive._pid == os.getpid():
         with contextlib.suppress(Exception):  # exiting: a busy or broken database keeps its counts
             alive.flush()
 
@@ -494,6 +492,7 @@ class MemoryStore:
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
         self._closed = False
+        self._pid = os.getpid()  # a forked child's copy writes nothing (its parent does)
         self._closing = False  # close() has asked the counts' thread to end
         self._counts_asked = threading.Event()
         self._counts_writer: threading.Thread | None = None
@@ -618,6 +617,11 @@ class MemoryStore:
         return pending
 
     def _count_accesses(self, ids: Iterable[str], now: float) -> None:
+        if self._pid != os.getpid():
+            # Searched in a forked child (a store is not fork-safe, but the
+            # counts at least stay right): those it inherited are its parent's.
+            self._accesses.clear()
+            self._pid = os.getpid()
         if not self._accesses:
             self._accesses_since = now
         for mid in ids:
@@ -1555,6 +1559,12 @@ class MemoryStore:
 
     def close(self) -> None:
         """Writes pending access counts and closes the database; again, nothing."""
+        if self._pid != os.getpid():
+            # A forked child's copy, never used there: the counts it holds
+            # are its parent's to write, and the connection its parent's.
+            self._closed = True
+            self._accesses.clear()
+            return
         writer = self._counts_writer
         if writer is not None and writer is not threading.current_thread():
             # Not under the lock: a write in progress takes it to finish.
