@@ -496,7 +496,6 @@ class MemoryStore:
         self._closing = False  # close() has asked the counts' thread to end
         self._counts_asked = threading.Event()
         self._counts_writer: threading.Thread | None = None
-        self._counts_writer_pid = 0
         # A store the program never closes still writes its pending counts at exit.
         self._at_exit = functools.partial(_flush_at_exit, weakref.ref(self))
         atexit.register(self._at_exit)
@@ -632,9 +631,9 @@ class MemoryStore:
 
     def _ask_for_counts(self) -> None:
         """Has the store's thread write the pending counts (started on first
-        use, and again in a forked child, which has no threads)."""
+        use, and again in a forked child, where its parent's is not alive)."""
         writer = self._counts_writer
-        if writer is None or self._counts_writer_pid != os.getpid() or not writer.is_alive():
+        if writer is None or not writer.is_alive():
             self._counts_asked = threading.Event()
             writer = self._counts_writer = threading.Thread(
                 target=_write_counts_when_asked,
@@ -642,7 +641,6 @@ class MemoryStore:
                 name="context_core-memory-counts",
                 daemon=True,
             )
-            self._counts_writer_pid = os.getpid()
             _FORK_GUARDED.add(self)
             writer.start()
         self._counts_asked.set()

@@ -6,8 +6,8 @@ rows written since the last sync, by this process or any other: a search
 never rebuilds the matrix, and a write costs the search that follows one
 row's update. A memory in ``accessed`` past the last flush seen had only
 its access count and last access written (searches' counts, written
-together), so only those are read again. Removing a row moves the last one into its place, in the
-Rust rows and in every held column alike.
+together), so only those are read again. Removing a row moves the last
+one into its place, in the Rust rows and in every held column alike.
 
 Holding the ranking columns spares a search reading a row per candidate
 from SQLite (about a hundred scattered pages a search at 100,000
@@ -43,6 +43,12 @@ _KIND = {kind: kind for kind in KINDS}
 Ranks = tuple[str, str, float, float, int]
 
 _RANK_COLUMNS = "id, kind, importance, last_access, access_count"
+
+
+def _ranks(mid: str, kind: str, importance: float, last: float, count: int) -> Ranks:
+    """A row's ``_RANK_COLUMNS`` as held (its kind the shared string)."""
+    return (mid, _KIND[kind], importance, last, count)
+
 
 #: The ``meta`` key counting the flushes of access counts (each memory in
 #: ``accessed`` carries the number of the newest flush that wrote it).
@@ -89,7 +95,7 @@ class NamespaceVectors:
         ).fetchall()
         if counted:
             done = set(written)
-            self._count_rows(connection, [m for _, m in counted if m not in done and m in self.position])
+            self._count_rows(connection, [m for _, m in counted if m not in done])
             self.flush = counted[-1][0]
         return bool(changed)
 
@@ -113,25 +119,24 @@ class NamespaceVectors:
             if row is None:
                 self._remove(rowid)
                 continue
-            embedding, mid, kind, importance, last, count = row
-            ranks = (mid, _KIND[kind], importance, last, count)
+            embedding, *columns = row
+            ranks = _ranks(*columns)
             at = self.position.get(rowid)
             if at is not None:
-                self.rows.set(at, embedding, _TAG[kind])
+                self.rows.set(at, embedding, _TAG[ranks[1]])
                 self.ranks[at] = ranks
             else:
                 self.position[rowid] = len(self.rowids)
                 self.rowids.append(rowid)
                 self.ranks.append(ranks)
-                self.rows.extend(embedding, bytes([_TAG[kind]]))
+                self.rows.extend(embedding, bytes([_TAG[ranks[1]]]))
 
     def _count_rows(self, connection: sqlite3.Connection, rowids: list[int]) -> None:
         """The ranking columns of held memories whose accesses were written."""
-        for rowid, *ranks in self._select(connection, _RANK_COLUMNS, rowids):
+        for rowid, *columns in self._select(connection, _RANK_COLUMNS, rowids):
             at = self.position.get(rowid)
-            if at is not None:
-                mid, kind, importance, last, count = ranks
-                self.ranks[at] = (mid, _KIND[kind], importance, last, count)
+            if at is not None:  # a rowid that left the namespace is not held
+                self.ranks[at] = _ranks(*columns)
 
     def _load(self, connection: sqlite3.Connection) -> None:
         last = connection.execute(
@@ -149,7 +154,7 @@ class NamespaceVectors:
         # of them twice over (a list of blobs and their join) beside the matrix.
         while found := cursor.fetchmany(_LOAD_BATCH):
             self.rowids += [row[0] for row in found]
-            self.ranks += [(mid, _KIND[kind], imp, seen, n) for _, _, mid, kind, imp, seen, n in found]
+            self.ranks += [_ranks(*row[2:]) for row in found]
             self.rows.extend(b"".join(row[1] for row in found), bytes(_TAG[row[3]] for row in found))
         self.position = {rowid: i for i, rowid in enumerate(self.rowids)}
         self.seq, self.flush = int(last), 0 if flush is None else int(flush[0])
