@@ -522,7 +522,7 @@ class Session:
             node = self.log.read([seq])[0]
             if not isinstance(node, dict):
                 return None
-            if node == message and not matched:
+            if node == message:
                 if not only_results(node):
                     return steps
                 # Results given again: the step they began, after the
@@ -548,6 +548,16 @@ class Session:
                 if isinstance(node, dict) and not only_results(node):
                     return own_text(node), steps
         return "", steps
+
+    def _next_step(self) -> tuple[str, list[str], int, int]:
+        """The turn in progress's input text and memories, and the turn and
+        step numbers of its next call. In a session opened within the turn
+        they are read back from the log: the memories searched as its first
+        step had them, the step the one after the replies with calls it made."""
+        if self._said is not None and self._turn >= 0:
+            return self._said, self._memories, self._turn, self._step + 1
+        said, made = self._input_in_log()
+        return said, self._search(said), 0, made
 
     def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], bool]:
         """From the log's last turns: the calls still waiting, the ids of
@@ -626,19 +636,12 @@ class Session:
                     " record the tool results, or start a turn with prepare(user_input)"
                 )
             timings["append"] = 0.0  # the same stages, nothing to append
-            mark = started
-            steps = 0
-            if self._said is None:
-                # Opened within a turn: its input is in the log, and the
-                # turn's memories are searched as the first step had them.
-                said, steps = self._input_in_log()
-                self._memories = self._search(said)
-                self._said = said
-            mark = self._lap(timings, "memory", mark)
-            parts, mark = self._prompt(self._said, now, timings, mark)
+            said, self._memories, turn, step = self._next_step()
+            self._said = said
+            mark = self._lap(timings, "memory", started)
+            parts, mark = self._prompt(said, now, timings, mark)
             before = self._turn, self._step
-            # Opened within a turn, this call is its step after those it made.
-            self._turn, self._step = (0, steps) if self._turn < 0 else (self._turn, self._step + 1)
+            self._turn, self._step = turn, step
             try:
                 return self._request(parts, timings, started, mark)
             except BaseException:
@@ -650,18 +653,14 @@ class Session:
         # The search and the prompt need only the input: done before it is
         # logged, so a store that fails, or an input that cannot fit beside
         # the prompt, leaves the log as it was.
-        results = only_results(message)
-        made = 0
-        if not results:
-            said = own_text(message)
-            memories = self._search(said)
-        elif self._said is not None:
+        if only_results(message):
             # Tool results given as the input (as Anthropic's own loop builds
             # them) are the turn's next step: its memories and skills stay.
-            said, memories = self._said, self._memories
-        else:  # the same, in a session opened within the turn
-            said, made = self._input_in_log()
+            said, memories, turn, step = self._next_step()
+        else:
+            said = own_text(message)
             memories = self._search(said)
+            turn, step = self._turn + 1, 0
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
         retried = self._retried_steps(message) if self._to_answer else None
@@ -691,11 +690,7 @@ class Session:
         )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         self._pending = {}  # the user spoke first: sanitize closes any call left open
-        if not results:
-            self._turn, self._step = self._turn + 1, 0
-        else:
-            self._turn, self._step = (0, made) if self._turn < 0 else (self._turn, self._step + 1)
-        self._memories, self._said = memories, said
+        self._turn, self._step, self._memories, self._said = turn, step, memories, said
         self._to_answer = True
         mark = self._lap(timings, "append", mark)
         try:
