@@ -1289,6 +1289,10 @@ def test_a_session_reopened_within_a_turn_reports_its_next_step(tmp_path, made):
     with open_session(tmp_path, compact=False) as reopened:
         assert reopened.prepare().report.step == made
         assert reopened.prepare().report.step == made + 1
+    with open_session(tmp_path, compact=False) as reopened:
+        with selection_failing(reopened), pytest.raises(OverBudgetError):
+            reopened.prepare()  # the first call fails: no step
+        assert reopened.prepare().report.step == made
 
 
 def test_results_sent_with_an_image_and_given_again_are_logged_once(tmp_path):
