@@ -235,6 +235,30 @@ def test_turn_big(benchmark, big_log):
             benchmark.extra_info["median_ms"] = round(benchmark.stats.stats.median * 1e3, 2)
 
 
+def test_turn_big_alternating(benchmark, big_log):
+    """The big log's turn with the policy changing every turn on one handle
+    (the priority builder, the weighted window, shape_history in turn): each
+    weighing's units are kept, so a change of policy groups only what came
+    since that policy last ran."""
+    path, size = big_log
+    register(benchmark, f"log turn, {size:,} messages, policies in turn", "ours")
+    chosen = [context_core.PriorityAssembly(), context_core.WeightedWindow(), context_core.ShapeHistory()]
+    with MessageLog.open(path, durability="never") as log:
+        for policy in chosen:
+            policy.select(log, BUDGET)
+        turns = iter(fresh_messages(1_000))
+        order = itertools.cycle(chosen)
+
+        def turn():
+            log.append(next(turns))
+            return next(order).select(log, BUDGET)
+
+        selection = benchmark.pedantic(turn, rounds=30)
+        assert selection.breakdown.total <= BUDGET
+        if benchmark.stats is not None:
+            benchmark.extra_info["median_ms"] = round(benchmark.stats.stats.median * 1e3, 2)
+
+
 PEAK_MEMORY = textwrap.dedent(
     """
     import json, sys

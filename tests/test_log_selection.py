@@ -668,6 +668,39 @@ def test_a_log_rewound_at_its_newest_nodes_is_chosen_from_as_one_chain(tmp_path,
     assert rewinds > 15
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_handle_that_alternates_policies_gives_each_the_views_answer(tmp_path, provider):
+    """A handle keeps each weighing's units (the priority builder's, and the
+    windows' unweighed ones), parking one while the other is used. Policies
+    taken in turn on one handle, while the log grows, rewinds into units a
+    parked set holds, and changes its cap: every answer is the decoded
+    view's, and a fresh handle's."""
+    session = generate(180, provider, seed=41)
+    path = tmp_path / "log"
+    budgets = [2_500, 20_000]
+    names = ["priority", "weighted", "priority", "shape", "weighted", "shape"]
+    rewinds = 0
+    with MessageLog.open(path, create=True, durability="never") as log:
+        for i, message in enumerate(session.messages):
+            message = pinned_or_prioritised(message, i, pin=(31, 5), rank=(11, 3, 3))
+            log.append(message)
+            if i % 31 == 25:
+                # Back into the kept units while the other weighing's are
+                # parked, then the same messages again.
+                log.rewind(int(log.path()[-9]))
+                for again in session.messages[i - 7 : i + 1]:
+                    log.append(again)
+                rewinds += 1
+            name = names[i % len(names)]
+            select = policies(provider, 1500 if i < 120 else 500)[name]
+            budget = budgets[i % 2]
+            same_choice(log, select, budget, None)
+            if i % 17 == 0:
+                with MessageLog.open(path, readonly=True) as fresh:
+                    assert _answer(select, fresh, budget) == _answer(select, log, budget)
+    assert rewinds >= 5
+
+
 CALL = {
     "role": "assistant",
     "content": None,

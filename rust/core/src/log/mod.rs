@@ -194,6 +194,8 @@ pub struct MessageLog {
     scratch_units: Vec<crate::select::Unit>,
     /// A plain view's units that appends cannot change (see `stable`).
     stable_units: stable::StableUnits,
+    /// The other weighing's (see `stable`).
+    parked_units: stable::StableUnits,
     /// A plain view's final units by weight class (see `weighed`).
     weighed: weighed::WeighedUnits,
     /// Tool results over a policy's cap, counted as cut (see `capped`).
@@ -258,6 +260,7 @@ impl MessageLog {
             scratch_starts: Vec::new(),
             scratch_units: Vec::new(),
             stable_units: stable::StableUnits::default(),
+            parked_units: stable::StableUnits::default(),
             weighed: weighed::WeighedUnits::default(),
             capped: capped::CappedCounts::default(),
         };

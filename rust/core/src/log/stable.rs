@@ -10,8 +10,13 @@
 //! priority builder's weights, or none). Anything else (a view with
 //! summaries or branches, another cap or weighing, a shorter view) groups
 //! the view whole, as before.
+//!
+//! Each weighing keeps its own units: a handle that alternates policies
+//! (the priority builder on one call, a window on the next) parks the
+//! other weighing's units rather than grouping a million headers again.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::MessageLog;
 use super::choose::priority_class;
@@ -29,6 +34,9 @@ pub(super) enum Weighing {
     Priority,
 }
 
+/// The next reset's generation (0 is a new, empty set's).
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
 /// The final units of a plain view, nodes `0..nodes`.
 #[derive(Debug, Default)]
 pub(super) struct StableUnits {
@@ -39,8 +47,10 @@ pub(super) struct StableUnits {
     /// a rewind into the nodes they cover moves those nodes' seqs.
     gaps: Vec<usize>,
     units: Vec<Unit>,
-    /// Counts the resets, so an index built over these units (the weighted
-    /// window's) knows when to start again.
+    /// Changes at each reset, never repeating across a process's units
+    /// (a parked set and the active one never share one), so an index
+    /// built over these units (the weighted window's) knows when to start
+    /// again.
     pub(super) generation: u64,
     /// The units' tokens, summed; the system and pinned ones; where turns start.
     tokens: usize,
@@ -56,7 +66,7 @@ impl StableUnits {
         self.weighing = weighing;
         self.nodes = 0;
         self.gaps.clear();
-        self.generation += 1;
+        self.generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         self.units.clear();
         self.tokens = 0;
         self.fixed.clear();
@@ -210,6 +220,10 @@ impl MessageLog {
         cap: Option<usize>,
         weighing: Weighing,
     ) {
+        if self.stable_units.weighing != weighing {
+            // The other weighing's units wait in the parked set; these go there.
+            std::mem::swap(&mut self.stable_units, &mut self.parked_units);
+        }
         let nodes = self.stable_units.nodes;
         let moved = match view {
             View::All(_, gaps) => match first_changed_gap(&self.stable_units.gaps, gaps) {
