@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import math
 import os
@@ -563,14 +564,16 @@ class Session:
         """From the log's last turns: the calls still waiting, the ids of
         the newest reply that made calls, and whether a message after the
         last reply waits for the model. The read grows until it reaches that
-        reply (it may make more calls than the first tail holds)."""
-        path = self.log.path()
+        reply (it may make more calls than the first tail holds). The
+        messages are found back from the head: building the whole path
+        would take a million-message log 40-60 ms."""
         size = _TAIL
         while True:
-            seqs = path[-size:]
+            seqs = [seq for seq, _ in itertools.islice(self._messages_back(), size)]
+            seqs.reverse()
             tail = [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
             found = pending_in(tail)
-            if found is not None or len(seqs) == len(path):
+            if found is not None or len(seqs) < size:
                 replies = [calls for calls in map(calls_of, tail) if calls]
                 waiting = bool(tail) and tail[-1].get("role") != "assistant"
                 return found or {}, {call.id for call in replies[-1]} if replies else set(), waiting
