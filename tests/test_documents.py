@@ -34,7 +34,46 @@ def object_stream(
     return b"<</Type /ObjStm /N 3 /Filter /FlateDecode>>\nstream" + eol + data + b"\nendstream\n"
 
 
+def numbered(number: int, generation: bytes, body: bytes, close: bool) -> bytes:
+    """An indirect object: ``number generation obj body [endobj]``."""
+    return b"%d %s obj " % (number, generation) + body + (b" endobj" if close else b"")
+
+
+def numbered_stream(numbers: list[int], *, first_shift: int = 0, header_junk: bytes = b"") -> bytes:
+    """An object stream whose objects (each a page, by its number) are
+    found by their offsets from ``/First`` (moved by ``first_shift``, the
+    pairs followed by ``header_junk``)."""
+    objects, offsets, at = [], [], 0
+    for number in numbers:
+        body = page(b" ", b" /N %d>>" % number)
+        offsets.append(b"%d %d" % (number, at))
+        objects.append(body)
+        at += len(body) + 1
+    header = b" ".join(offsets) + header_junk + b"\n"
+    data = zlib.compress(header + b" ".join(objects))
+    first = len(header) + first_shift
+    return (
+        b"<</Type /ObjStm /N %d /First %d /Filter /FlateDecode>>\nstream\n" % (len(numbers), first)
+        + data
+        + b"\nendstream\n"
+    )
+
+
 pieces = st.one_of(
+    st.builds(
+        numbered,
+        st.integers(1, 4),
+        st.sampled_from([b"0", b"1", b"00000000000"]),
+        st.builds(page, WHITE, st.sampled_from([b">>", b"/Rotate 90>>"])),
+        st.booleans(),
+    ),
+    st.builds(
+        numbered_stream,
+        st.lists(st.integers(1, 6), max_size=4),
+        first_shift=st.sampled_from([0, 0, 0, -3, 2, 10_000]),
+        header_junk=st.sampled_from([b"", b"", b" 7", b" x"]),
+    ),
+    st.sampled_from([b"1 0 obj", b"endobj", b"/First 3", b"12345678901 0 obj", b"1  0\nobj/Type /Page"]),
     st.builds(page, WHITE, st.sampled_from([b">>", b"/Parent 1 0 R>>", b"s /Count 3>>", b"Label>>", b""])),
     st.sampled_from([b"/Type", b"/ObjStm", b"stream\n", b"endstream", b"/Types /Page", b"%%EOF\n"]),
     st.binary(max_size=40),
@@ -183,6 +222,41 @@ def test_object_streams_count_their_pages(inside_pages):
     file = b"%PDF-1.7\n" + object_stream(inside) + b"9 0 obj " + page() + b" endobj\n"
     url = "data:application/pdf;base64," + base64.b64encode(file).decode()
     assert cost({"type": "input_file", "file_data": url}) == (inside_pages + 1) * PDF_PAGE_TOKENS
+
+
+def test_a_page_rewritten_by_an_incremental_update_counts_once():
+    """An update appends a new copy of each object it changes: the page
+    object 2 rewritten twice, and then once more into an object stream, is
+    still one page beside page 3; both tools count alike."""
+    original = b"%PDF-1.7\n1 0 obj <</Type /Pages /Count 2>> endobj\n" + numbered(2, b"0", page(), True)
+    original += b"\n" + numbered(3, b"0", page(), True) + b"\nxref\ntrailer\n%%EOF\n"
+    updated = original + numbered(2, b"0", page(b" ", b" /Rotate 90>>"), True) + b"\n%%EOF\n"
+    updated += numbered(2, b"0", page(b" ", b" /Rotate 180>>"), True) + b"\n%%EOF\n"
+    for file, pages in [(original, 2), (updated, 2), (updated + numbered_stream([2, 4]), 3)]:
+        assert pdf_pages(file) == pages
+        assert (
+            cost({"type": "input_file", "file_data": base64.b64encode(file).decode()})
+            == pages * PDF_PAGE_TOKENS
+        )
+
+
+def test_a_page_whose_object_is_not_known_counts_on_its_own():
+    closed = b"%PDF-1.7\n5 0 obj <<>> endobj " + page() + b" " + page()  # after endobj: in no object
+    assert pdf_pages(closed) == 2
+    # An object stream's pairs that do not read (an odd count, a word) give no numbers.
+    for junk in (b" 7", b" x"):
+        assert pdf_pages(b"%PDF-1.7\n" + numbered_stream([4, 4], header_junk=junk)) == 2
+    assert pdf_pages(b"%PDF-1.7\n" + numbered_stream([4, 4])) == 1
+
+
+def test_many_entries_in_one_object_are_read_in_one_pass():
+    # 200,000 entries after one header: each looks back for its header and
+    # an endobj through indexes, not by scanning the bytes between (which
+    # would take hours).
+    file = b"%PDF-1.7\n1 0 obj <<" + b"/Type/Page " * 200_000 + b">> endobj"
+    block = {"type": "input_file", "file_data": base64.b64encode(file).decode()}
+    assert pdf_pages(file) == 1
+    assert cost(block) == PDF_PAGE_TOKENS
 
 
 def test_a_count_past_a_u32_is_the_same_from_the_cache():

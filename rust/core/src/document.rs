@@ -14,8 +14,14 @@
 //! [`MAX_INFLATED_BYTES`]) the pages are unknown: the file gives `None`, and
 //! the caller counts the block as its text, over- rather than
 //! under-counting. So does a file that is not a PDF, or has no page found.
-//! A page object rewritten by an incremental update counts again: a page
-//! may be counted twice.
+//!
+//! A page counts once per object number: an incremental update appends a
+//! rewritten page as a new copy of its object (`12 0 obj`, or an entry of a
+//! new object stream), and the copies are one page. The number is that of
+//! the indirect object the entry is in (its `N G obj` header, no `endobj`
+//! between) or, in an object stream, the object its offset falls in (the
+//! stream's pairs of numbers and offsets, from `/First`). An entry whose
+//! object is not known counts on its own.
 
 use base64::Engine;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
@@ -79,16 +85,107 @@ fn decode(text: &str) -> Option<Vec<u8>> {
 /// stream cannot be read, or no page is found.
 pub fn pdf_pages(bytes: &[u8]) -> Option<usize> {
     memmem::find(&bytes[..bytes.len().min(HEADER_WITHIN)], b"%PDF-")?;
-    let (inside, spans) = pages_in_object_streams(bytes)?;
+    let mut pages = Pages::default();
+    let spans = pages_in_object_streams(bytes, &mut pages)?;
     // The rest of the file, the streams' data left out: a stream stored
     // uncompressed (Flate level 0) shows its objects twice.
-    let mut pages = inside;
     let mut from = 0;
     for (start, end) in spans.into_iter().chain([(bytes.len(), bytes.len())]) {
-        pages += page_objects(&bytes[from..start]);
+        top_level_pages(&bytes[from..start], &mut pages);
         from = end;
     }
-    (pages > 0).then_some(pages)
+    let count = pages.count();
+    (count > 0).then_some(count)
+}
+
+/// Pages found so far: the object numbers of the known ones (a number
+/// found again is the same page) and how many others.
+#[derive(Default)]
+struct Pages {
+    objects: std::collections::HashSet<u64>,
+    unknown: usize,
+}
+
+impl Pages {
+    fn add(&mut self, object: Option<u64>) {
+        match object {
+            Some(number) => {
+                self.objects.insert(number);
+            }
+            None => self.unknown += 1,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.objects.len() + self.unknown
+    }
+}
+
+/// The most digits an object number or offset is read with (more is not a number here).
+const MOST_DIGITS: usize = 10;
+
+/// The digits ending at `end`, if one to [`MOST_DIGITS`]: where they start, and their value.
+fn digits_before(bytes: &[u8], end: usize) -> Option<(usize, u64)> {
+    let start = bytes[..end]
+        .iter()
+        .rposition(|b| !b.is_ascii_digit())
+        .map_or(0, |at| at + 1);
+    (start < end && end - start <= MOST_DIGITS).then(|| {
+        let value = bytes[start..end]
+            .iter()
+            .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+        (start, value)
+    })
+}
+
+/// Where the white space ending at `end` starts, if there is any.
+fn white_before(bytes: &[u8], end: usize) -> Option<usize> {
+    let start = bytes[..end]
+        .iter()
+        .rposition(|&b| !is_white(b))
+        .map_or(0, |at| at + 1);
+    (start < end).then_some(start)
+}
+
+/// The indirect objects' headers (`12 0 obj`) in `bytes`, in order: where
+/// each header ends, and the object's number.
+fn object_headers(bytes: &[u8]) -> Vec<(usize, u64)> {
+    let mut headers = Vec::new();
+    for at in memmem::find_iter(bytes, b"obj") {
+        if !bytes.get(at + 3).is_none_or(|&b| ends_name(b)) {
+            continue;
+        }
+        let header = white_before(bytes, at)
+            .and_then(|end| digits_before(bytes, end))
+            .and_then(|(generation, _)| white_before(bytes, generation))
+            .and_then(|end| digits_before(bytes, end))
+            .filter(|&(start, _)| start == 0 || ends_name(bytes[start - 1]));
+        if let Some((_, number)) = header {
+            headers.push((at + 3, number));
+        }
+    }
+    headers
+}
+
+/// The pages of `bytes` outside the object streams, each known by the
+/// object it is in: the last header before it, with no `endobj` between.
+fn top_level_pages(bytes: &[u8], pages: &mut Pages) {
+    let entries = page_entries(bytes);
+    if entries.is_empty() {
+        return;
+    }
+    let headers = object_headers(bytes);
+    let ends: Vec<usize> = memmem::find_iter(bytes, b"endobj").collect();
+    for at in entries {
+        let before = headers.partition_point(|&(end, _)| end <= at);
+        let object = before.checked_sub(1).and_then(|h| {
+            let (end, number) = headers[h];
+            // An `endobj` at or after the header's end, before the entry, closed it.
+            let closed = ends.partition_point(|&e| e < end) < ends.partition_point(|&e| e < at);
+            (!closed).then_some(number)
+        });
+        pages.add(object);
+    }
 }
 
 /// PDF white space.
@@ -107,8 +204,8 @@ fn names<'a>(bytes: &'a [u8], name: &'a [u8]) -> impl Iterator<Item = usize> + '
         .filter(move |&at| bytes.get(at + name.len()).is_none_or(|&b| ends_name(b)))
 }
 
-/// The `/Type /Page` entries in `bytes` (not `/Type /Pages`, the page tree's).
-fn page_objects(bytes: &[u8]) -> usize {
+/// Where the `/Type /Page` entries in `bytes` are (not `/Type /Pages`, the page tree's).
+fn page_entries(bytes: &[u8]) -> Vec<usize> {
     names(bytes, b"/Type")
         .filter(|&at| {
             let mut value = at + b"/Type".len();
@@ -120,16 +217,15 @@ fn page_objects(bytes: &[u8]) -> usize {
                     .get(value + b"/Page".len())
                     .is_none_or(|&b| ends_name(b))
         })
-        .count()
+        .collect()
 }
 
-/// The page objects inside the file's object streams (`/Type /ObjStm`),
-/// and where each stream's data lies (after the `stream` keyword and its
-/// end of line, up to `endstream`). `None` where one does not inflate
-/// whole within what the earlier ones left of [`MAX_INFLATED_BYTES`].
-fn pages_in_object_streams(bytes: &[u8]) -> Option<(usize, Vec<(usize, usize)>)> {
+/// The pages inside the file's object streams (`/Type /ObjStm`), added to
+/// `pages`, and where each stream's data lies (after the `stream` keyword
+/// and its end of line, up to `endstream`). `None` where one does not
+/// inflate whole within what the earlier ones left of [`MAX_INFLATED_BYTES`].
+fn pages_in_object_streams(bytes: &[u8], pages: &mut Pages) -> Option<Vec<(usize, usize)>> {
     let mut left = MAX_INFLATED_BYTES;
-    let mut pages = 0;
     let mut spans = Vec::new();
     let mut from = 0;
     while let Some(found) = names(&bytes[from..], b"/ObjStm").next() {
@@ -137,7 +233,8 @@ fn pages_in_object_streams(bytes: &[u8]) -> Option<(usize, Vec<(usize, usize)>)>
         let Some(keyword) = memmem::find(&bytes[after..], b"stream") else {
             break;
         };
-        let mut start = after + keyword + b"stream".len();
+        let keyword = after + keyword;
+        let mut start = keyword + b"stream".len();
         if bytes[start..].starts_with(b"\r\n") {
             start += 2;
         } else if bytes[start..].starts_with(b"\n") {
@@ -149,11 +246,59 @@ fn pages_in_object_streams(bytes: &[u8]) -> Option<(usize, Vec<(usize, usize)>)>
         let end = memmem::find(&bytes[start..], b"endstream").map_or(bytes.len(), |n| start + n);
         let objects = inflate(&bytes[start..end], left)?;
         left -= objects.len();
-        pages += page_objects(&objects);
+        // The stream's dictionary ends at its keyword: its `/First` is the last before it.
+        let first = last_first(&bytes[from..keyword]);
+        stream_pages(&objects, first, pages);
         spans.push((start, end));
         from = end;
     }
-    Some((pages, spans))
+    Some(spans)
+}
+
+/// The value of the last `/First` entry in `bytes`, if it is a number.
+fn last_first(bytes: &[u8]) -> Option<usize> {
+    let at = names(bytes, b"/First").last()? + b"/First".len();
+    let value = at + bytes[at..].iter().take_while(|&&b| is_white(b)).count();
+    let digits = bytes[value..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let (_, number) = digits_before(bytes, value + digits)?;
+    (bytes.get(value + digits).is_none_or(|&b| ends_name(b)) && digits > 0)
+        .then(|| usize::try_from(number).ok())
+        .flatten()
+}
+
+/// The pages of one object stream's data, each known by the object its
+/// offset falls in: the stream starts with pairs of numbers (an object's
+/// number, its offset from `first`), white space apart.
+fn stream_pages(objects: &[u8], first: Option<usize>, pages: &mut Pages) {
+    let entries = page_entries(objects);
+    let mut offsets: Vec<(usize, u64)> = Vec::new();
+    if let Some(first) = first.filter(|&f| f <= objects.len()) {
+        let numbers: Option<Vec<u64>> = objects[..first]
+            .split(|&b| is_white(b))
+            .filter(|token| !token.is_empty())
+            .map(|token| {
+                digits_before(token, token.len())
+                    .filter(|&(s, _)| s == 0)
+                    .map(|(_, n)| n)
+            })
+            .collect();
+        if let Some(numbers) = numbers.filter(|n| n.len() % 2 == 0) {
+            offsets = numbers
+                .chunks_exact(2)
+                .filter_map(|pair| {
+                    Some((first.checked_add(usize::try_from(pair[1]).ok()?)?, pair[0]))
+                })
+                .collect();
+            offsets.sort_unstable();
+        }
+    }
+    for at in entries {
+        let before = offsets.partition_point(|&(start, _)| start <= at);
+        pages.add(before.checked_sub(1).map(|o| offsets[o].1));
+    }
 }
 
 /// `data` inflated (zlib), if it ends within `limit` bytes: a stream that is
@@ -226,6 +371,36 @@ mod tests {
         ]
         .concat();
         assert_eq!(pdf_pages(&pdf(&cut)), None);
+    }
+
+    #[test]
+    fn a_page_counts_once_per_object_number() {
+        let first = b"2 0 obj <</Type /Page>> endobj\n3 0 obj <</Type /Page>> endobj\n";
+        let update = b"2 0 obj <</Type /Page /Rotate 90>> endobj\n";
+        assert_eq!(
+            pdf_pages(&pdf(&[first.as_slice(), update].concat())),
+            Some(2)
+        );
+        // Page 2 again, and page 4, in an object stream read by its pairs.
+        let objects = deflated(b"2 0 4 16\n<</Type /Page>> <</Type /Page>>");
+        let stream = [
+            b"9 0 obj <</Type /ObjStm /N 2 /First 9 /Filter /FlateDecode>>\nstream\n".as_slice(),
+            &objects,
+            b"\nendstream endobj",
+        ]
+        .concat();
+        assert_eq!(
+            pdf_pages(&pdf(&[first.as_slice(), &stream].concat())),
+            Some(3)
+        );
+        // After an endobj an entry is in no object: it counts on its own.
+        assert_eq!(
+            pdf_pages(&pdf(b"5 0 obj <<>> endobj <</Type /Page>> <</Type /Page>>")),
+            Some(2)
+        );
+        // Numbers of more than ten digits are not read as numbers.
+        let long = b"12345678901 0 obj <</Type /Page>> endobj 12345678901 0 obj <</Type /Page>>";
+        assert_eq!(pdf_pages(&pdf(long)), Some(2));
     }
 
     #[test]
