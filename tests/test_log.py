@@ -294,10 +294,16 @@ def test_numbers_the_header_cannot_hold_are_refused_by_both_logs(tmp_path, refer
             {"priority": -1e39},
             {"priority": float("nan")},
         ):
-            with pytest.raises(InvalidInputError):
+            with pytest.raises(InvalidInputError) as keyword_error:
                 log.append(fine, **keywords)
-            with pytest.raises((InvalidInputError, InvalidTypeError)):
+            with pytest.raises((InvalidInputError, InvalidTypeError)) as field_error:
                 log.append({**fine, **keywords})
+            if not reference:
+                # Each named where it was given, the value in a few characters.
+                (key,) = keywords
+                assert str(keyword_error.value).startswith(f"{key}: ")
+                assert str(field_error.value).startswith(f"message.{key}: ")
+                assert len(str(keyword_error.value)) < 120
         assert len(log) == 0, "nothing was written by the refused calls"
         # The keywords override the message's own fields: those are then not read.
         log.append({**fine, "timestamp": float("inf"), "weight": 10**400}, timestamp=5.0, weight=1.0)

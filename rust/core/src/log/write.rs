@@ -63,6 +63,12 @@ impl MessageLog {
             self.position.head
         };
         let stamp = self.default_stamp();
+        // The keywords' own errors, named as such, not as the message's fields.
+        if let Some(given) = options.timestamp {
+            check_timestamp(given)?;
+        }
+        header_f32(options.weight, f32::NAN, "weight")?;
+        header_f32(options.priority, 0.0, "priority")?;
         let (node, payload, _) = self
             .message_node(message, options, tagger, self.count, parent, stamp)
             .map_err(|e| e.within("message"))?;
@@ -214,13 +220,8 @@ impl MessageLog {
         // the rest of the log in the far future. A default stamp is not
         // checked: it follows the last node's, which a log written before
         // this check may hold out of range.
-        if given.is_some() && !(0.0..MAX_TIMESTAMP).contains(&timestamp) {
-            return Err(Error::InvalidValue {
-                path: "timestamp".into(),
-                reason: format!(
-                    "must be seconds since the epoch, from 0 to {MAX_TIMESTAMP:e} (the year 5138), not {timestamp}"
-                ),
-            });
+        if given.is_some() {
+            check_timestamp(timestamp)?;
         }
         let node = Node {
             seq,
@@ -488,6 +489,31 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// Whether a node may be given `timestamp`: seconds since the epoch, from
+/// 0 up to [`MAX_TIMESTAMP`].
+fn check_timestamp(timestamp: f64) -> Result<()> {
+    if (0.0..MAX_TIMESTAMP).contains(&timestamp) {
+        return Ok(());
+    }
+    Err(Error::InvalidValue {
+        path: "timestamp".into(),
+        reason: format!(
+            "must be seconds since the epoch, from 0 to {MAX_TIMESTAMP:e} (the year 5138), not {}",
+            shown(timestamp)
+        ),
+    })
+}
+
+/// A number as an error shows it: in exponent form when far from 1 (not
+/// as the hundreds of digits `1e300` prints to).
+fn shown(value: f64) -> String {
+    if value.is_finite() && value.abs() < 1e15 {
+        format!("{value}")
+    } else {
+        format!("{value:e}")
+    }
+}
+
 /// The latest timestamp a node may have, in seconds since the epoch.
 const MAX_TIMESTAMP: f64 = 1e11;
 
@@ -501,7 +527,10 @@ fn header_f32(value: Option<f64>, default: f32, what: &str) -> Result<f32> {
     if !stored.is_finite() {
         return Err(Error::InvalidValue {
             path: what.into(),
-            reason: format!("must be a finite number within the f32 range, not {value}"),
+            reason: format!(
+                "must be a finite number within the f32 range, not {}",
+                shown(value)
+            ),
         });
     }
     Ok(stored)
