@@ -28,6 +28,7 @@ from context_core import (
     ShapeHistory,
     Tokenizer,
     WeightedWindow,
+    reference,
     sanitize,
 )
 from context_core.budget import MODEL_WINDOWS
@@ -821,7 +822,7 @@ def test_results_given_as_the_input_are_the_turns_next_step(tmp_path):
         reopened.record(anthropic_call("t3"))
     with opened() as reopened:  # reopened within the turn, its results then given
         step = reopened.prepare(results("t3"))
-        assert (step.report.turn, step.report.step) == (0, 1)
+        assert (step.report.turn, step.report.step) == (2, 1)  # the log's third turn
         assert shows(step, "password rotates")
         assert shows(step, "ALWAYS run the dry run first.")
 
@@ -1293,6 +1294,36 @@ def test_a_session_reopened_within_a_turn_reports_its_next_step(tmp_path, made):
         with selection_failing(reopened), pytest.raises(OverBudgetError):
             reopened.prepare()  # the first call fails: no step
         assert reopened.prepare().report.step == made
+
+
+def test_turn_numbers_go_on_from_the_log_after_a_reopen(tmp_path):
+    """Turns count over the log's life, not the handle's: a reopened
+    session's next turn follows its log's last, a turn whose input was taken
+    back (its call failed) is no turn, and a reopened turn in progress keeps
+    its number. The extension and the twin count the log's turns alike."""
+    with open_session(tmp_path, compact=False) as session:
+        for said in ("Read a.py", "Now b.py"):
+            session.prepare(said)
+            session.record({"role": "assistant", "content": "Done."})
+        with selection_failing(session), pytest.raises(OverBudgetError):
+            session.prepare("This one fails")  # taken back: not a turn
+        path = session.log._path
+    with open_session(tmp_path, compact=False) as reopened:
+        request = reopened.prepare("And c.py")
+        assert (request.report.turn, request.report.step) == (2, 0)
+        reopened.record(calling("t1", "openai"))
+        reopened.record_tool_result("t1", "ok")
+        reopened.prepare()
+        reopened.record(calling("t2", "openai"))
+        reopened.record_tool_result("t2", "ok")
+    with open_session(tmp_path, compact=False) as reopened:
+        with selection_failing(reopened), pytest.raises(OverBudgetError):
+            reopened.prepare()  # a failed call: the next is still this step
+        assert (reopened.prepare().report.turn, reopened.last_report.step) == (2, 2)
+        assert reopened.prepare("And d.py").report.turn == 3
+        assert reopened.log._turns() == 4
+    with reference.MessageLog.open(path, readonly=True) as twin:
+        assert twin._turns() == 4
 
 
 def test_results_sent_with_an_image_and_given_again_are_logged_once(tmp_path):

@@ -1184,6 +1184,19 @@ class MessageLog:
         self._refresh()
         return self._path(self._head if head is None else self._position(head, negative=True))
 
+    def _turns(self) -> int:
+        """How many turns the active path holds: its user messages with text
+        of their own, not tool results alone."""
+        self._refresh()
+        nodes = [self._nodes[seq] for seq in self._path(self._head)]
+        return sum(
+            node.kind == MESSAGE
+            and node.role == ROLES["user"]
+            and node.flags & HAS_TEXT != 0
+            and node.flags & RESULTS == 0
+            for node in nodes
+        )
+
     def _path(self, head: int | None) -> list[int]:
         """The message and summary nodes from the root to ``head`` (branch markers and
         lost nodes are passed through, never listed)."""

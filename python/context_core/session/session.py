@@ -271,7 +271,10 @@ class Session:
         # The turn's input text, for its skills and memories on the inner
         # steps (``None``: not read yet, after an open).
         self._said: str | None = None
-        self._turn = -1
+        # The last turn's number, read from the log when first needed (turns
+        # count from 0 over the log's life, so a reopened session goes on
+        # from its log's): -1 before the first.
+        self._last_turn: int | None = None
         self._step = 0
         self._counted: int | None = None
         # Tokens the rendered request came to over its selection's room last
@@ -441,6 +444,16 @@ class Session:
             raise
         return session
 
+    @property
+    def _turn(self) -> int:
+        if self._last_turn is None:
+            self._last_turn = self.log._turns() - 1
+        return self._last_turn
+
+    @_turn.setter
+    def _turn(self, turn: int) -> None:
+        self._last_turn = turn
+
     def _warm_up(self) -> None:
         """Select once at open, result dropped, so the first turn costs what
         the others do: a handle's first sweep checks the records a checkpoint
@@ -450,6 +463,9 @@ class Session:
         history is left to the turn, which reports it as turns do."""
         with contextlib.suppress(ContextCoreError):
             self._select(self._room(0))
+            # The log's turns counted now, its headers read by the selection
+            # (at a million messages, 10 ms, against 40 ms cold).
+            self._turn  # noqa: B018 - read for its effect
         # A store's first search of a namespace reads all its vectors (a
         # store of the caller's own may have nothing to load ahead).
         preload = getattr(self.store, "preload", None) if self.memory_k else None
@@ -558,7 +574,7 @@ class Session:
         if self._said is not None and self._turn >= 0:
             return self._said, self._memories, self._turn, self._step + 1
         said, made = self._input_in_log()
-        return said, self._search(said), 0, made
+        return said, self._search(said), max(self._turn, 0), made
 
     def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], bool]:
         """From the log's last turns: the calls still waiting, the ids of
@@ -639,16 +655,18 @@ class Session:
                     " record the tool results, or start a turn with prepare(user_input)"
                 )
             timings["append"] = 0.0  # the same stages, nothing to append
-            said, self._memories, turn, step = self._next_step()
-            self._said = said
-            mark = self._lap(timings, "memory", started)
-            parts, mark = self._prompt(said, now, timings, mark)
-            before = self._turn, self._step
-            self._turn, self._step = turn, step
+            # A failed call is no step: its turn, step and input as they were
+            # (an input not yet read back after an open is read again).
+            before = self._turn, self._step, self._said
             try:
+                said, self._memories, turn, step = self._next_step()
+                self._said = said
+                mark = self._lap(timings, "memory", started)
+                parts, mark = self._prompt(said, now, timings, mark)
+                self._turn, self._step = turn, step
                 return self._request(parts, timings, started, mark)
             except BaseException:
-                self._turn, self._step = before  # a failed call is no step
+                self._turn, self._step, self._said = before
                 raise
         message = _input_message(user_input, attachments)
         check_call_ids(message, "user_input")

@@ -612,6 +612,11 @@ impl PyMessageLog {
         Ok(self.log()?.path_to(head).map_err(CoreError)?)
     }
 
+    /// How many turns the active path holds (see `MessageLog::turn_starts`).
+    fn _turns(&self) -> PyResult<u64> {
+        Ok(self.log()?.turn_starts().map_err(CoreError)?)
+    }
+
     /// The next compaction step: `("wait", turns, tokens)` or `("job",
     /// level, first, last, messages, segments, rules, loggy, base)` (see
     /// `context_core.compaction.plan`). Planned with the interpreter

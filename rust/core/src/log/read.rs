@@ -7,11 +7,12 @@ use std::path::Path;
 use super::format::{FILE_HEADER_LEN, FRAME_MAGIC, FRAME_PREFIX};
 use super::mapped::Mapped;
 use super::{
-    KIND_BRANCH, KIND_LOST, KIND_SUMMARY, MessageLog, NONE, Node, Position, RECORD_LEN, codec,
-    files, format, recover,
+    KIND_BRANCH, KIND_LOST, KIND_MESSAGE, KIND_SUMMARY, MessageLog, NONE, Node, Position,
+    RECORD_LEN, codec, files, format, recover,
 };
 use crate::encoding::Encoding;
 use crate::error::{Error, Result};
+use crate::select::Role;
 use crate::tokenizer::Tokenizer;
 
 impl MessageLog {
@@ -416,6 +417,34 @@ impl MessageLog {
         }
         path.reverse();
         Ok(path)
+    }
+
+    /// How many turns the active path holds: its user messages with text of
+    /// their own, not tool results alone (where grouping starts a turn).
+    /// Walked back from the head through the parent links, as
+    /// [`path_to`](Self::path_to) is, without building the path.
+    pub fn turn_starts(&mut self) -> Result<u64> {
+        self.refresh()?;
+        self.ensure_checked()?;
+        let mut seq = self.position.head;
+        let mut turns = 0;
+        while seq != NONE {
+            let record = self.record(seq);
+            if record.kind() == KIND_MESSAGE {
+                let facts = record.facts();
+                turns += u64::from(facts.role == Role::User && facts.has_text && !facts.results);
+            }
+            let parent = record.parent();
+            if parent != NONE && parent >= seq {
+                return Err(Error::LogCorrupt {
+                    file: self.index.name(),
+                    offset: (FILE_HEADER_LEN + seq as usize * RECORD_LEN + 8) as u64,
+                    reason: format!("node {seq} names a later parent {parent}"),
+                });
+            }
+            seq = parent;
+        }
+        Ok(turns)
     }
 
     /// The file headers, every record and frame, and what follows the last

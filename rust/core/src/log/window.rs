@@ -130,7 +130,7 @@ pub struct Window {
 pub(super) struct Record<'a>(&'a [u8]);
 
 impl Record<'_> {
-    fn parent(&self) -> u64 {
+    pub(super) fn parent(&self) -> u64 {
         u64::from_le_bytes(self.0[8..16].try_into().expect("8 bytes"))
     }
     fn u32_at(&self, at: usize) -> u32 {
