@@ -236,7 +236,10 @@ def f32(value: float, what: str) -> float:
 def number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(f"{what}: expected a number, got {type(value).__name__}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past a float's range: as far out as infinity
+        return math.inf if value > 0 else -math.inf
 
 
 # -- file headers and the checkpoint ----------------------------------------------
@@ -1185,15 +1188,14 @@ class MessageLog:
         return self._path(self._head if head is None else self._position(head, negative=True))
 
     def _turns(self) -> int:
-        """How many turns the active path holds: its user messages with text
-        of their own, not tool results alone."""
+        """How many turns the active path holds: its user messages that are
+        not tool results alone (results with no text of their own)."""
         self._refresh()
         nodes = [self._nodes[seq] for seq in self._path(self._head)]
         return sum(
             node.kind == MESSAGE
             and node.role == ROLES["user"]
-            and node.flags & HAS_TEXT != 0
-            and node.flags & RESULTS == 0
+            and (node.flags & HAS_TEXT != 0 or node.flags & RESULTS == 0)
             for node in nodes
         )
 

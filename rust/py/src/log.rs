@@ -198,7 +198,17 @@ fn number(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<f64>>
             type_name(value)
         )));
     }
-    value.extract().map(Some)
+    match value.extract::<f64>() {
+        Ok(number) => Ok(Some(number)),
+        // An int past a float's range (10**400) is as far out as infinity:
+        // refused by the range checks, as the same number in a message is.
+        Err(_) if value.is_instance_of::<PyInt>() => Ok(Some(if value.lt(0)? {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        })),
+        Err(error) => Err(error),
+    }
 }
 
 /// A seq: an int or any integer type (`__index__`: numpy's too), not a

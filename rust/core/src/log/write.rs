@@ -505,9 +505,9 @@ fn check_timestamp(timestamp: f64) -> Result<()> {
 }
 
 /// A number as an error shows it: in exponent form when far from 1 (not
-/// as the hundreds of digits `1e300` prints to).
+/// as the hundreds of digits `1e300` or `-5e-324` print to).
 fn shown(value: f64) -> String {
-    if value.is_finite() && value.abs() < 1e15 {
+    if value == 0.0 || (value.is_finite() && (1e-6..1e15).contains(&value.abs())) {
         format!("{value}")
     } else {
         format!("{value:e}")
