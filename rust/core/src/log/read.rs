@@ -419,9 +419,9 @@ impl MessageLog {
         Ok(path)
     }
 
-    /// How many turns the active path holds: its user messages with text of
-    /// their own, not tool results alone (where grouping starts a turn).
-    /// Walked back from the head through the parent links, as
+    /// How many turns the active path holds: its user messages that are not
+    /// tool results alone (results with no text of their own), as a session
+    /// starts a turn. Walked back from the head through the parent links, as
     /// [`path_to`](Self::path_to) is, without building the path.
     pub fn turn_starts(&mut self) -> Result<u64> {
         self.refresh()?;
@@ -432,7 +432,7 @@ impl MessageLog {
             let record = self.record(seq);
             if record.kind() == KIND_MESSAGE {
                 let facts = record.facts();
-                turns += u64::from(facts.role == Role::User && facts.has_text && !facts.results);
+                turns += u64::from(facts.role == Role::User && (facts.has_text || !facts.results));
             }
             let parent = record.parent();
             if parent != NONE && parent >= seq {

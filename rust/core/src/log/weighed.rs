@@ -86,9 +86,12 @@ struct Entry {
 /// weight of their own; the constraint units (the first are the anchors).
 #[derive(Debug, Default)]
 pub(super) struct WeighedUnits {
-    /// The kept units' generation this indexes, and how many of them.
+    /// The kept units' generation this indexes, and how many of them;
+    /// `started` once set up (a new index is never taken for one over a
+    /// new, still unreset set of units, whose generation is also 0).
     generation: u64,
     indexed: usize,
+    started: bool,
     /// The last timestamp seen, and whether none before it was later.
     last_at: f64,
     timestamps_rise: bool,
@@ -110,9 +113,10 @@ impl WeighedUnits {
     /// Index the kept units not yet indexed (all of them, after a reset), of
     /// the plain `view`.
     fn catch_up(&mut self, log: &MessageLog, view: &View, kept: &StableUnits) {
-        if self.generation != kept.generation || self.indexed > kept.len() {
+        if !self.started || self.generation != kept.generation || self.indexed > kept.len() {
             *self = Self {
                 generation: kept.generation,
+                started: true,
                 timestamps_rise: true,
                 last_at: f64::NEG_INFINITY,
                 given_floor: u32::MAX,
