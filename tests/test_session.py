@@ -1301,8 +1301,9 @@ def test_turn_numbers_go_on_from_the_log_after_a_reopen(tmp_path):
     session's next turn follows its log's last, a turn whose input was taken
     back (its call failed) is no turn, and a reopened turn in progress keeps
     its number. The extension and the twin count the log's turns alike."""
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     with open_session(tmp_path, compact=False) as session:
-        for said in ("Read a.py", "Now b.py"):
+        for said in ("Read a.py", {"role": "user", "content": [image]}):  # an image alone is a turn too
             session.prepare(said)
             session.record({"role": "assistant", "content": "Done."})
         with selection_failing(session), pytest.raises(OverBudgetError):
@@ -1565,6 +1566,30 @@ def test_an_input_over_the_limit_is_refused_before_the_log(tmp_path, policy):
             session.prepare(near)
         assert [m["content"] for m in session.history() if m["role"] == "user"] == ["hello"]
         assert session.prepare("still here")["messages"][-1]["content"] == "still here"
+
+
+def test_a_session_longer_than_one_extraction_still_persists_its_learnings(tmp_path, caplog):
+    """MEMORY.md's extraction takes at most ``max_batch_bytes`` of text at
+    once: a longer session's messages go in runs that fit, so its first and
+    last rules are both learned and close() does not raise; a message over
+    the limit on its own is left out (and said so in the log)."""
+    from context_core import MemoryFiles
+
+    memory = MemoryFiles(tmp_path / "memory", max_batch_bytes=2_000)
+    with open_session(tmp_path, compact=False, memory=memory) as session:
+        session.prepare("You must never drop the order_id from a log line.")
+        session.record({"role": "assistant", "content": "Understood."})
+        for turn in range(30):
+            session.prepare(f"Now fix bug {turn} in payments/retry.go, it fails on every retry we make.")
+            session.record({"role": "assistant", "content": f"Fixed bug {turn} in the retry loop."})
+        session.prepare("Paste: " + "x" * 3_000)  # over the limit alone
+        session.record({"role": "assistant", "content": "Noted."})
+        session.prepare("Always run the dry run before a deploy to staging.")
+        session.record({"role": "assistant", "content": "Will do."})
+    learned = (tmp_path / "memory" / "MEMORY.md").read_text()
+    assert "order_id" in learned
+    assert "dry run" in learned
+    assert any("1 message(s) over max_batch_bytes=2000" in r.getMessage() for r in caplog.records)
 
 
 def test_a_failing_store_still_lets_memory_persist_and_the_log_close(tmp_path):

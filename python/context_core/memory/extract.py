@@ -74,7 +74,7 @@ and recall.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from context_core.errors import InvalidTypeError, MemoryFormatError
@@ -87,6 +87,7 @@ __all__ = [
     "classify",
     "conversation_text",
     "extract_facts",
+    "in_batches",
     "labelled",
     "sentences",
 ]
@@ -292,6 +293,30 @@ def conversation_text(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, 
         if text.strip():
             out.append((role, text))
     return out
+
+
+def in_batches(
+    messages: Sequence[Mapping[str, Any]], max_bytes: int
+) -> tuple[list[list[Mapping[str, Any]]], int]:
+    """``messages`` in runs whose :func:`conversation_text` comes to at most
+    ``max_bytes`` each (the limit a transcript sent at once is held to), in
+    order; and how many messages were left out, each over the limit alone."""
+    batches: list[list[Mapping[str, Any]]] = []
+    batch: list[Mapping[str, Any]] = []
+    size = skipped = 0
+    for message in messages:
+        grows = sum(len(text.encode("utf-8", "surrogatepass")) for _, text in conversation_text([message]))
+        if grows > max_bytes:
+            skipped += 1
+            continue
+        if batch and size + grows > max_bytes:
+            batches.append(batch)
+            batch, size = [], 0
+        batch.append(message)
+        size += grows
+    if batch:
+        batches.append(batch)
+    return batches, skipped
 
 
 def _lines(text: str) -> Iterator[str]:

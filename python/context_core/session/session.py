@@ -46,6 +46,7 @@ from context_core.errors import (
 )
 from context_core.log import MessageLog
 from context_core.memory import MemoryFiles
+from context_core.memory.extract import in_batches
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
 from context_core.sdk_messages import message_of, usage_of
@@ -1052,8 +1053,18 @@ class Session:
             return
         failures: list[BaseException] = []
         if self.memory is not None:
+            # A long session's text can pass what one extraction takes: it
+            # goes in runs that fit (a message over it alone is left out).
+            batches, skipped = in_batches(messages, self.memory.max_batch_bytes)
+            if skipped:
+                logger.warning(
+                    "context_core: %d message(s) over max_batch_bytes=%d left out of MEMORY.md's learnings",
+                    skipped,
+                    self.memory.max_batch_bytes,
+                )
             try:
-                self.memory.persist_learnings(messages)
+                for batch in batches:
+                    self.memory.persist_learnings(batch)
             except Exception as error:  # the store still gets its turn
                 failures.append(error)
         if self.store is not None:
