@@ -272,6 +272,35 @@ def test_one_writer_many_readers(where):
 
 
 @pytest.mark.parametrize("reference", [False, True], ids=["rust", "twin"])
+def test_numbers_past_a_float_or_not_numbers_at_all_are_the_librarys_errors(tmp_path, reference):
+    """An int past a float's range is as far out as infinity, an int
+    subclass whose conversion fails is no number, and a float subclass is
+    read as its own value: each log refuses them with its own errors."""
+    from context_core import reference as twin
+
+    class Broken(int):
+        def __float__(self) -> float:
+            raise ValueError("no float here")
+
+    class Disguised(float):
+        def __float__(self) -> float:
+            return 1.0
+
+    log_type = twin.MessageLog if reference else MessageLog
+    for bad in (10**400, -(10**400), float("inf")):
+        with pytest.raises(InvalidInputError, match="lock_timeout"):
+            log_type.open(tmp_path / "log", create=True, lock_timeout=bad)
+    with log_type.open(tmp_path / "log", create=True) as log:
+        fine = {"role": "user", "content": "x"}
+        with pytest.raises(InvalidTypeError, match="weight: expected a number"):
+            log.append(fine, weight=Broken(5))
+        with pytest.raises(InvalidInputError, match="timestamp: must be"):
+            log.append(fine, timestamp=Disguised(1e300))
+        log.append(fine, timestamp=Disguised(5.0))
+        assert list(log.headers()["timestamp"]) == [5.0]
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["rust", "twin"])
 def test_numbers_the_header_cannot_hold_are_refused_by_both_logs(tmp_path, reference):
     """A time that is not seconds since the epoch up to the year 5138 (every
     later default stamp would follow it: one in milliseconds, 1.7e12, put

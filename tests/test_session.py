@@ -1592,6 +1592,22 @@ def test_a_session_longer_than_one_extraction_still_persists_its_learnings(tmp_p
     assert any("1 message(s) over max_batch_bytes=2000" in r.getMessage() for r in caplog.records)
 
 
+def test_short_rules_whose_facts_outgrow_their_text_are_still_learned(tmp_path):
+    """A label makes a short rule's fact line about twice its text, so a
+    run of them that fits as text can pass the limit as facts: it is learned
+    in halves instead of raising at close and learning nothing."""
+    from context_core import MemoryFiles
+
+    memory = MemoryFiles(tmp_path / "memory", max_batch_bytes=2_000)
+    with open_session(tmp_path, compact=False, memory=memory) as session:
+        for n in range(60):
+            session.prepare(f"Always run suite {n}.")
+            session.record({"role": "assistant", "content": "OK."})
+    learned = (tmp_path / "memory" / "MEMORY.md").read_text()
+    assert "suite 0." in learned
+    assert "suite 59." in learned
+
+
 def test_a_failing_store_still_lets_memory_persist_and_the_log_close(tmp_path):
     class BrokenStore:
         def search(self, *args, **kwargs):

@@ -236,10 +236,22 @@ def f32(value: float, what: str) -> float:
 def number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidTypeError(f"{what}: expected a number, got {type(value).__name__}")
+    if isinstance(value, float):
+        return float.__float__(value)  # its own value, as the extension reads a float (a subclass's too)
     try:
         return float(value)
     except OverflowError:  # an int past a float's range: as far out as infinity
         return math.inf if value > 0 else -math.inf
+    except Exception:  # a subclass whose own conversion fails
+        raise InvalidTypeError(f"{what}: expected a number, got {type(value).__name__}") from None
+
+
+def seconds(value: Any) -> float:
+    """``lock_timeout``: a finite number of seconds >= 0 (as the extension takes it)."""
+    given = number(value, "lock_timeout")
+    if not (math.isfinite(given) and given >= 0):
+        raise InvalidInputError(f"lock_timeout must be a number of seconds >= 0, not {given}")
+    return given
 
 
 # -- file headers and the checkpoint ----------------------------------------------
@@ -778,9 +790,7 @@ class MessageLog:
             raise InvalidInputError(
                 f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}"
             )
-        lock_timeout = number(lock_timeout, "lock_timeout")
-        if not lock_timeout >= 0:
-            raise InvalidInputError("lock_timeout must be a number of seconds >= 0")
+        lock_timeout = seconds(lock_timeout)
         if not log_exists(directory) and (readonly or not create):
             raise not_found(directory)
         if not readonly:
@@ -1570,7 +1580,7 @@ class MessageLog:
         data_path = os.path.join(directory, "data")
         if not os.path.exists(data_path):
             raise not_found(directory)
-        lock_fd = take_lock(directory, number(lock_timeout, "lock_timeout"))
+        lock_fd = take_lock(directory, seconds(lock_timeout))
         try:
             return repair_locked(directory)
         finally:

@@ -41,6 +41,7 @@ from context_core.errors import (
     InvalidInputError,
     InvalidTypeError,
     LogCorruptError,
+    MemoryLimitError,
     OverBudgetError,
     storage_error,
 )
@@ -1056,17 +1057,17 @@ class Session:
             # A long session's text can pass what one extraction takes: it
             # goes in runs that fit (a message over it alone is left out).
             batches, skipped = in_batches(messages, self.memory.max_batch_bytes)
+            try:
+                for batch in batches:
+                    skipped += _learn_from(self.memory, batch)
+            except Exception as error:  # the store still gets its turn
+                failures.append(error)
             if skipped:
                 logger.warning(
                     "context_core: %d message(s) over max_batch_bytes=%d left out of MEMORY.md's learnings",
                     skipped,
                     self.memory.max_batch_bytes,
                 )
-            try:
-                for batch in batches:
-                    self.memory.persist_learnings(batch)
-            except Exception as error:  # the store still gets its turn
-                failures.append(error)
         if self.store is not None:
             try:
                 self.store.conversation_ended(messages, namespace=self.namespace, source=self.path or None)
@@ -1174,6 +1175,22 @@ def _check_provider(root: str, provider: Provider) -> None:
         raise InvalidInputError(
             f"{root} holds a session for {kept}; it cannot be sent to {provider} (open a new directory)"
         )
+
+
+def _learn_from(memory: MemoryFiles, batch: list[Mapping[str, Any]]) -> int:
+    """MEMORY.md's learnings from ``batch``; the messages left out. The
+    facts a run yields can pass the limit its text kept to (a label and a
+    dash make a short rule twice as long): such a run goes in halves, and a
+    message whose facts alone pass it is left out. Any other error (a lock
+    not taken, a full disk) is raised: the next runs would meet it too."""
+    try:
+        memory.persist_learnings(batch)
+    except MemoryLimitError:
+        if len(batch) == 1:
+            return 1
+        half = len(batch) // 2
+        return _learn_from(memory, batch[:half]) + _learn_from(memory, batch[half:])
+    return 0
 
 
 def _memory_files(memory: MemoryFiles | bool | None, root: str) -> MemoryFiles | None:

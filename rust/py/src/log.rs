@@ -13,6 +13,7 @@ use context_core::log::{
 use context_core::select::Extras;
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
+use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
@@ -202,12 +203,18 @@ fn number(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<f64>>
         Ok(number) => Ok(Some(number)),
         // An int past a float's range (10**400) is as far out as infinity:
         // refused by the range checks, as the same number in a message is.
-        Err(_) if value.is_instance_of::<PyInt>() => Ok(Some(if value.lt(0)? {
-            f64::NEG_INFINITY
-        } else {
-            f64::INFINITY
-        })),
-        Err(error) => Err(error),
+        Err(error) if error.is_instance_of::<PyOverflowError>(value.py()) => {
+            Ok(Some(if value.lt(0)? {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            }))
+        }
+        // A subclass whose own conversion fails is no number either.
+        Err(_) => Err(invalid_type(format!(
+            "{what}: expected a number, got {}",
+            type_name(value)
+        ))),
     }
 }
 

@@ -421,7 +421,9 @@ impl MessageLog {
 
     /// How many turns the active path holds: its user messages that are not
     /// tool results alone (results with no text of their own), as a session
-    /// starts a turn. Walked back from the head through the parent links, as
+    /// starts a turn (results beside an image or blank text, a turn to a
+    /// session, read as results alone: the header does not tell them
+    /// apart). Walked back from the head through the parent links, as
     /// [`path_to`](Self::path_to) is, without building the path.
     pub fn turn_starts(&mut self) -> Result<u64> {
         self.refresh()?;
