@@ -286,6 +286,10 @@ def test_numbers_past_a_float_or_not_numbers_at_all_are_the_librarys_errors(tmp_
         def __float__(self) -> float:
             return 1.0
 
+    class Interrupting(int):
+        def __float__(self) -> float:
+            raise KeyboardInterrupt
+
     log_type = twin.MessageLog if reference else MessageLog
     for bad in (10**400, -(10**400), float("inf")):
         with pytest.raises(InvalidInputError, match="lock_timeout"):
@@ -298,6 +302,11 @@ def test_numbers_past_a_float_or_not_numbers_at_all_are_the_librarys_errors(tmp_
             log.append(fine, timestamp=Disguised(1e300))
         log.append(fine, timestamp=Disguised(5.0))
         assert list(log.headers()["timestamp"]) == [5.0]
+        with pytest.raises(KeyboardInterrupt):  # an interrupt is no bad number: it goes on
+            log.append(fine, priority=Interrupting(3))
+        assert len(log) == 1
+    with pytest.raises(InvalidInputError, match="lock_timeout"):  # checked before the path
+        log_type.repair(tmp_path / "nowhere", lock_timeout=float("nan"))
 
 
 @pytest.mark.parametrize("reference", [False, True], ids=["rust", "twin"])

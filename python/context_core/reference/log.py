@@ -241,7 +241,7 @@ def number(value: Any, what: str) -> float:
     try:
         return float(value)
     except OverflowError:  # an int past a float's range: as far out as infinity
-        return math.inf if value > 0 else -math.inf
+        return -math.inf if value < 0 else math.inf
     except Exception:  # a subclass whose own conversion fails
         raise InvalidTypeError(f"{what}: expected a number, got {type(value).__name__}") from None
 
@@ -1577,10 +1577,11 @@ class MessageLog:
         a lost node. New files (with a new log id) are written beside the old ones and
         renamed in, data first; ``meta`` is removed."""
         directory = log_directory(path)
+        timeout = seconds(lock_timeout)  # checked first, as the extension does
         data_path = os.path.join(directory, "data")
         if not os.path.exists(data_path):
             raise not_found(directory)
-        lock_fd = take_lock(directory, seconds(lock_timeout))
+        lock_fd = take_lock(directory, timeout)
         try:
             return repair_locked(directory)
         finally:

@@ -13,7 +13,7 @@ use context_core::log::{
 use context_core::select::Extras;
 use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
-use pyo3::exceptions::PyOverflowError;
+use pyo3::exceptions::{PyException, PyOverflowError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
@@ -210,6 +210,8 @@ fn number(value: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<f64>>
                 f64::INFINITY
             }))
         }
+        // An interrupt or an exit raised by a subclass's own conversion goes on as it is.
+        Err(error) if !error.is_instance_of::<PyException>(value.py()) => Err(error),
         // A subclass whose own conversion fails is no number either.
         Err(_) => Err(invalid_type(format!(
             "{what}: expected a number, got {}",
