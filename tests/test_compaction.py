@@ -376,6 +376,57 @@ def test_schedule_returns_at_once_and_the_turn_goes_on(tmp_path: Path):
     assert log.last_summary_index == 20
 
 
+def test_join_waits_for_every_due_step_and_times_out_on_one_that_hangs(tmp_path: Path):
+    """``join`` returns once the worker has written all that was due (two
+    segments here), and says so; past its timeout it returns ``False`` with
+    the step still running, which then finishes."""
+    log = new_log(tmp_path, turns(30))
+    gate = threading.Event()
+
+    def gated(messages: list[dict[str, Any]]) -> str:
+        gate.wait(10)
+        return good_reply(messages)
+
+    compactor = Compactor(log, Summarizer(CallableLLM(gated)))
+    assert compactor.join() is True  # nothing started: nothing to wait for
+    assert compactor.schedule() is True
+    assert compactor.join(timeout=0.05) is False
+    assert compactor.status.running
+    assert compactor.status.written[2] == 0
+    gate.set()
+    assert compactor.join(timeout=10) is True
+    assert not compactor.status.running
+    assert compactor.status.written[2] == 2
+    assert log.last_summary_index == 40
+    compactor.close()
+
+
+def test_ajoin_awaits_the_task_without_closing(tmp_path: Path):
+    log = new_log(tmp_path, turns(30))
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def gated(messages: list[dict[str, Any]]) -> str:
+            await release.wait()
+            return good_reply(messages)
+
+        compactor = Compactor(log, Summarizer(CallableLLM(gated)))
+        assert compactor.aschedule() is not None
+        assert await compactor.ajoin(timeout=0.05) is False
+        release.set()
+        assert await compactor.ajoin(timeout=10) is True
+        assert compactor.status.written[2] == 2
+        log.append_many(turns(10, 30))  # still open: more becomes due and runs
+        assert compactor.aschedule() is not None
+        assert await compactor.ajoin(timeout=10) is True
+        assert compactor.status.written[2] == 3
+        await compactor.aclose()
+
+    asyncio.run(main())
+    assert log.last_summary_index == 60
+
+
 def test_close_without_waiting_abandons_the_job_whole(tmp_path: Path):
     log = new_log(tmp_path, turns(20))
     gate = threading.Event()

@@ -778,6 +778,33 @@ class Compactor:
             if outcome.status != "written" or self._closing:
                 return outcome
 
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the worker's steps (those :meth:`schedule` started, until
+        nothing is due) to finish, at most ``timeout`` seconds; returns
+        whether none is running. A server never needs this: the steps run
+        while the model answers. A replay with no model time does, or the
+        worker never gets the interpreter between calls made back to back.
+        Call it outside a turn (a step waits at its yields for the turn)."""
+        with self._state:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self._state:
+            return not self._running()
+
+    async def ajoin(self, timeout: float | None = None) -> bool:
+        """:meth:`join` for asyncio: awaits the task :meth:`aschedule`
+        started (or the worker thread) without blocking the loop."""
+        with self._state:
+            task, thread = self._task, self._thread
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join, timeout)
+        with self._state:
+            return not self._running()
+
     def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
         """Stop compacting: with ``wait``, the job in flight finishes (up to
         ``timeout`` seconds); without, or past the timeout, it is abandoned
