@@ -1608,6 +1608,46 @@ def test_short_rules_whose_facts_outgrow_their_text_are_still_learned(tmp_path):
     assert "suite 59." in learned
 
 
+def test_one_message_whose_facts_outgrow_a_batch_is_learned_in_runs(tmp_path, caplog):
+    """One message of many short rules: its text fits a batch, its facts do
+    not. They go in runs that fit, every one learned, and no warning says a
+    message was left out."""
+    from context_core import MemoryFiles
+
+    memory = MemoryFiles(tmp_path / "memory", max_batch_bytes=2_000)
+    text = " ".join(f"Always run suite {n}." for n in range(60))
+    assert len(text.encode()) < 2_000
+    with (
+        caplog.at_level(logging.WARNING, logger="context_core"),
+        open_session(tmp_path, compact=False, memory=memory) as session,
+    ):
+        session.prepare(text)
+        session.record({"role": "assistant", "content": "OK."})
+    learned = "".join(path.read_text() for path in (tmp_path / "memory").glob("*.md"))
+    assert all(f"suite {n}." in learned for n in range(60))
+    assert "left out" not in caplog.text
+
+
+def test_a_fact_over_the_line_limit_is_left_out_and_said(tmp_path, caplog):
+    """A fact whose line alone is over ``max_line_bytes`` cannot be written:
+    the message's other facts are, and the warning counts that fact."""
+    from context_core import MemoryFiles
+
+    memory = MemoryFiles(tmp_path / "memory", max_batch_bytes=600, max_line_bytes=200)
+    long_rule = "Always keep the path /srv/" + "a" * 250 + " intact."
+    text = " ".join([long_rule, *(f"Never skip check {n}." for n in range(12))])
+    with (
+        caplog.at_level(logging.WARNING, logger="context_core"),
+        open_session(tmp_path, compact=False, memory=memory) as session,
+    ):
+        session.prepare(text)
+        session.record({"role": "assistant", "content": "OK."})
+    learned = "".join(path.read_text() for path in (tmp_path / "memory").glob("*.md"))
+    assert all(f"check {n}." in learned for n in range(12))
+    assert "a" * 250 not in learned
+    assert "1 fact(s) over max_line_bytes=200 left out" in caplog.text
+
+
 def test_a_failing_store_still_lets_memory_persist_and_the_log_close(tmp_path):
     class BrokenStore:
         def search(self, *args, **kwargs):
@@ -1747,7 +1787,7 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
     tokenizer = Tokenizer("o200k_base")
     with open_session(tmp_path, model=model, policy=policy, budget=budget, compact=True) as session:
         session.log.append({"role": "system", "content": "Stored rule: never drop the order_id."})
-        calls = 0
+        calls = summarized = 0
         previous = 0
         for end in agent.calls:
             said = None
@@ -1771,11 +1811,15 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
             assert request.report.total == recount(request, tokenizer)
             assert request.report.total <= request.report.limit
             calls += 1
+            sections = request.report.sections
+            summarized += sections["global_summary"] + sections["segments"] > 0
+            session.compactor.join()  # the model's time, when compaction runs
             if end < len(agent.messages):
                 session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
             previous = end + 1
     assert calls > 100
     assert sum(lined_up) > len(lined_up) // 2  # the selection's count was used on most calls
+    assert summarized > calls // 3  # summaries were in view, counted with the rest
 
 
 def session_of_turns(tmp_path, turns: int):

@@ -18,12 +18,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from context_core._core import Tokenizer
+from context_core.prompt.context_part import SEPARATOR
 from context_core.select import Selection
 
 __all__ = ["request_tokens"]
 
 _LIFTED = ("system", "developer")  # what the renderers lift out of the conversation
 _WORTH = 8  # a shorter run is counted as sent: lining it up costs what counting does
+_SPLIT_FROM = 2048  # characters: a shorter head costs little to count whole
+_MOST_PARTS = 512  # more parts would fill the count cache with fragments
 
 
 def request_tokens(tokenizer: Tokenizer, request: Mapping[str, Any], selection: Selection | None) -> int:
@@ -36,9 +39,14 @@ def request_tokens(tokenizer: Tokenizer, request: Mapping[str, Any], selection: 
     if system:
         head.append({"role": "system", "content": [{"type": "text", "text": b["text"]} for b in system]})
     tools = request.get("tools")
+    # The renderer's head message (the prompt, then the turn's summaries and
+    # memories) is a new string whenever they change: counted by its parts.
+    lead = _count_by_parts(tokenizer, messages[0]) if messages and not head else None
+    if lead is not None:
+        head, messages = [], messages[1:]
     run = None if selection is None else _shared_run(messages, selection.messages)
     if run is None or selection is None:
-        return tokenizer.count_messages([*head, *messages], tools)
+        return tokenizer.count_messages([*head, *messages], tools) + (lead or 0)
     start, end, lifted, stop = run
     chosen = selection.messages
     own = selection.breakdown.total  # the priming and every chosen message, and its system
@@ -46,7 +54,41 @@ def request_tokens(tokenizer: Tokenizer, request: Mapping[str, Any], selection: 
         own -= tokenizer.count_message({"role": "system", "content": selection.system})
     # The run's tokens: the selection's less its messages outside the run (the priming cancels).
     in_run = own - tokenizer.count_messages([*chosen[:lifted], *chosen[stop:]])
-    return tokenizer.count_messages([*head, *messages[:start], *messages[end:]], tools) + in_run
+    return tokenizer.count_messages([*head, *messages[:start], *messages[end:]], tools) + in_run + (lead or 0)
+
+
+def _count_by_parts(tokenizer: Tokenizer, message: Any) -> int | None:
+    """Tokens of a long system message (without the reply priming) from the
+    cached counts of its blank-line-separated parts, so a part seen on an
+    earlier turn (the prompt, a summary) costs no BPE again; ``None`` for
+    any other message, or where the parts cannot be joined exactly."""
+    if not isinstance(message, Mapping) or message.get("role") not in _LIFTED:
+        return None
+    content = message.get("content")
+    if not isinstance(content, str) or len(content) < _SPLIT_FROM:
+        return None
+    last = _last_head
+    if last is not None and last[0] is tokenizer and last[1] == message.get("role") and last[2] == content:
+        return last[3]  # the turn's next call: the same head (one comparison, no hashing)
+    parts = content.split(SEPARATOR)
+    if len(parts) < 2 or len(parts) > _MOST_PARTS:
+        return None
+    joined = tokenizer._count_joined(parts)
+    if joined is None:
+        return None
+    tokens = tokenizer.count_message({**message, "content": ""}) + joined
+    _remember_head((tokenizer, message["role"], content, tokens))
+    return tokens
+
+
+# The last head counted by parts: the next call of a turn sends the same one.
+# Replaced whole (one assignment), so a thread reads an old entry or a new one.
+_last_head: tuple[Tokenizer, str, str, int] | None = None
+
+
+def _remember_head(entry: tuple[Tokenizer, str, str, int]) -> None:
+    global _last_head
+    _last_head = entry
 
 
 def _shared_run(messages: Sequence[Any], chosen: Sequence[Any]) -> tuple[int, int, int, int] | None:

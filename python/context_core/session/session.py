@@ -47,7 +47,8 @@ from context_core.errors import (
 )
 from context_core.log import MessageLog
 from context_core.memory import MemoryFiles
-from context_core.memory.extract import in_batches
+from context_core.memory.extract import extract_facts, in_batches
+from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
 from context_core.sdk_messages import message_of, usage_of
@@ -1057,9 +1058,10 @@ class Session:
             # A long session's text can pass what one extraction takes: it
             # goes in runs that fit (a message over it alone is left out).
             batches, skipped = in_batches(messages, self.memory.max_batch_bytes)
+            facts_left_out = 0
             try:
                 for batch in batches:
-                    skipped += _learn_from(self.memory, batch)
+                    facts_left_out += _learn_from(self.memory, batch)
             except Exception as error:  # the store still gets its turn
                 failures.append(error)
             if skipped:
@@ -1067,6 +1069,12 @@ class Session:
                     "context_core: %d message(s) over max_batch_bytes=%d left out of MEMORY.md's learnings",
                     skipped,
                     self.memory.max_batch_bytes,
+                )
+            if facts_left_out:
+                logger.warning(
+                    "context_core: %d fact(s) over max_line_bytes=%d left out of MEMORY.md's learnings",
+                    facts_left_out,
+                    self.memory.max_line_bytes,
                 )
         if self.store is not None:
             try:
@@ -1178,19 +1186,41 @@ def _check_provider(root: str, provider: Provider) -> None:
 
 
 def _learn_from(memory: MemoryFiles, batch: list[Mapping[str, Any]]) -> int:
-    """MEMORY.md's learnings from ``batch``; the messages left out. The
-    facts a run yields can pass the limit its text kept to (a label and a
-    dash make a short rule twice as long): such a run goes in halves, and a
-    message whose facts alone pass it is left out. Any other error (a lock
-    not taken, a full disk) is raised: the next runs would meet it too."""
+    """MEMORY.md's learnings from ``batch``; the facts left out. The facts
+    a run yields can pass the limit its text kept to (a label and a dash
+    make a short rule twice as long): such a run goes in halves, and one
+    message's facts in runs that fit, a fact whose line alone is over
+    ``max_line_bytes`` left out. Any other error (a lock not taken, a full
+    disk) is raised: the next runs would meet it too."""
     try:
         memory.persist_learnings(batch)
     except MemoryLimitError:
-        if len(batch) == 1:
-            return 1
-        half = len(batch) // 2
-        return _learn_from(memory, batch[:half]) + _learn_from(memory, batch[half:])
+        if len(batch) > 1:
+            half = len(batch) // 2
+            return _learn_from(memory, batch[:half]) + _learn_from(memory, batch[half:])
+        return _append_in_runs(memory, to_facts(extract_facts(batch)))
     return 0
+
+
+def _append_in_runs(memory: MemoryFiles, facts: list[Fact]) -> int:
+    """``facts`` appended in runs within ``max_batch_bytes``; those left
+    out, each over ``max_line_bytes`` as a line (sized as the batch check
+    sizes them)."""
+    run: list[Fact] = []
+    size = left_out = 0
+    for fact in facts:
+        line = len(fact.line().encode("utf-8", "surrogateescape")) + 1
+        if line > min(memory.max_line_bytes, memory.max_batch_bytes):
+            left_out += 1
+            continue
+        if size + line > memory.max_batch_bytes:
+            memory.append(run)
+            run, size = [], 0
+        run.append(fact)
+        size += line
+    if run:
+        memory.append(run)
+    return left_out
 
 
 def _memory_files(memory: MemoryFiles | bool | None, root: str) -> MemoryFiles | None:
