@@ -8,8 +8,9 @@ trimming: LangChain's ``trim_messages`` (tiktoken counter) and LlamaIndex's
 ``Memory`` (its own token limit).
 
 Between ``prepare`` and ``record`` is the model's time, left out of the
-figure: the background compaction the session started runs then (the bench
-waits for it, as a server's model call would take longer). Called back to
+figure: the background work the session started (compaction, the memory
+store's writes) runs then (the bench waits for it, as a server's model call
+would take longer). Called back to
 back with no such gap, the worker would hardly ever get the interpreter, and
 the windows would be those of a session that never compacts (larger, so
 slower to lay out, and far more tokens sent) -- not what a server sees.
@@ -139,8 +140,7 @@ def replay_ours(session: Session, agent, limit: int | None = None) -> tuple[list
         started = time.perf_counter()
         request = session.prepare(said)
         prepared = time.perf_counter() - started
-        if session.compactor is not None:
-            session.compactor.join()  # the model's time, untimed (see the module's notes)
+        session.join()  # the model's time, untimed (see the module's notes)
         started = time.perf_counter()
         if reply is not None:
             session.record({k: v for k, v in reply.items() if k != "timestamp"})

@@ -1813,7 +1813,7 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
             calls += 1
             sections = request.report.sections
             summarized += sections["global_summary"] + sections["segments"] > 0
-            session.compactor.join()  # the model's time, when compaction runs
+            session.join()  # the model's time, when compaction runs
             if end < len(agent.messages):
                 session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
             previous = end + 1

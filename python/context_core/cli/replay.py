@@ -233,12 +233,11 @@ def replay(
                     turn += 1
                 said = None
                 report = request.report
-                if session.compactor is not None:
-                    # The model's time: a server's background compaction runs
-                    # while the model answers. Called back to back, the turns
-                    # would leave it no time, and the windows would show a
-                    # session that never compacts.
-                    session.compactor.join()
+                # The model's time: a server's background work (compaction,
+                # the store's writes) runs while the model answers. Called
+                # back to back, the turns would leave it no time, and the
+                # windows would show a session that never compacts.
+                session.join()
                 started = time.perf_counter()
                 session.record({k: v for k, v in message.items() if k != "timestamp"})
                 recorded = time.perf_counter() - started

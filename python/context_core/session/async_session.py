@@ -68,6 +68,10 @@ class AsyncSession:
     async def record_tool_result(self, call_id: str, content: Any, *, is_error: bool = False) -> int:
         return self.session.record_tool_result(call_id, content, is_error=is_error)
 
+    async def join(self, timeout: float | None = None) -> bool:
+        """As :meth:`Session.join`, waited for in a thread."""
+        return await asyncio.to_thread(self.session.join, timeout)
+
     async def aclose(self, *, persist: bool = True, wait: bool = True) -> None:
         """Drain (``wait``) or abandon compaction without blocking the loop,
         then persist and close in a thread."""
@@ -77,6 +81,8 @@ class AsyncSession:
         try:
             if session.compactor is not None:
                 await session.compactor.aclose(wait=wait)
+            if session._events is not None:  # the store's writes, finished off the loop
+                await asyncio.to_thread(session._events.close, wait=wait and persist)
         finally:
             # Even if draining was cancelled: the log's lock must not outlive the session.
             await asyncio.shield(asyncio.to_thread(session.close, persist=persist, wait=False))

@@ -53,6 +53,7 @@ from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
 from context_core.sdk_messages import message_of, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
+from context_core.session.memory_events import MemoryEvents
 from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
 from context_core.session.tool_calls import (
@@ -245,6 +246,13 @@ class Session:
         self.store = store
         self.compactor = compactor
         self.namespace = namespace
+        # The store's writes the turns make due (a store of the caller's own
+        # that has neither method gets none).
+        self._events = (
+            MemoryEvents(store, namespace, path or None)
+            if store is not None and (hasattr(store, "conversation_ended") or hasattr(store, "tool_failed"))
+            else None
+        )
         self.memory_k = memory_k
         self.memory_tokens = memory_tokens
         self.max_tokens = max_tokens
@@ -634,8 +642,13 @@ class Session:
                 raise _with_repair(error, self.log._path, close_first=True) from error
 
     def _quiet(self) -> contextlib.AbstractContextManager[None]:
-        """Compaction's worker paused for the span of a turn's call."""
-        return contextlib.nullcontext() if self.compactor is None else self.compactor.turn()
+        """The background workers (compaction, the store's writes) paused
+        for the span of a turn's call."""
+        if self._events is None:
+            return contextlib.nullcontext() if self.compactor is None else self.compactor.turn()
+        if self.compactor is None:
+            return self._events.turn()
+        return _both(self.compactor.turn(), self._events.turn())
 
     def _prepare(
         self,
@@ -717,11 +730,17 @@ class Session:
         self._turn, self._step, self._memories, self._said = turn, step, memories, said
         self._to_answer = True
         mark = self._lap(timings, "append", mark)
+        logged = self.last_seq
         try:
-            return self._request(parts, timings, started, mark)
+            request = self._request(parts, timings, started, mark)
         except BaseException:
             self._undo_input(undo)
+            if self._events is not None and self.last_seq == logged:
+                self._events.message(message)  # it stayed: the turn's input still
             raise
+        if self._events is not None:
+            self._events.message(message)  # what it says worth keeping, stored in the background
+        return request
 
     def _prompt(
         self, said: str, now: datetime | str | None, timings: dict[str, float], mark: float
@@ -982,6 +1001,8 @@ class Session:
             self._cached = usage.cached
             if self._counted and usage.prompt:
                 self.budget.observe(self._counted, usage.prompt)
+        if self._events is not None:
+            self._events.message(message)
         return tuple(calls)
 
     def record_tool_result(self, call_id: str, content: Any, *, is_error: bool = False) -> int:
@@ -1006,9 +1027,11 @@ class Session:
             seq = self.log.append(result, timestamp=self._wall())
         except (InvalidTypeError, InvalidInputError) as error:  # a block inside the result
             raise relocated(error, "message", "result") from None
-        self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
+        call = self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
         self._to_answer = True
         self.last_seq = int(seq)
+        if is_error and call is not None and self._events is not None:
+            self._events.tool_failed(call.name, content)  # a lesson for later turns and sessions
         return self.last_seq
 
     def _renamed_as(self, given: str) -> list[str]:
@@ -1032,15 +1055,19 @@ class Session:
     # -- closing -----------------------------------------------------------------
 
     def close(self, *, persist: bool = True, wait: bool = True) -> None:
-        """Finish (``wait``) or abandon the compaction in flight, persist what
-        this session's messages taught (MEMORY.md and the store), and close
-        what the session opened. Idempotent."""
+        """Finish (``wait``) or abandon the compaction in flight, finish the
+        store's writes the turns made due (``persist`` and ``wait``; else
+        those not started are dropped, those done stay), persist what this
+        session's messages taught to MEMORY.md, and close what the session
+        opened. Idempotent."""
         if self._closed:
             return
         self._closed = True
         try:
             if self.compactor is not None:
                 self.compactor.close(wait=wait)
+            if self._events is not None:
+                self._events.close(wait=wait and persist)
             if persist:
                 self._persist()
         finally:
@@ -1048,12 +1075,18 @@ class Session:
                 part.close()
 
     def _persist(self) -> None:
-        """MEMORY.md and the store each get this session's messages; a
-        failure of one does not keep them from the other (the first is raised)."""
+        """MEMORY.md gets this session's messages, and a store that took no
+        writes as the turns went gets them now; a failure of one (or of a
+        write in the background) does not keep the other from its turn (the
+        first is raised)."""
+        failures: list[BaseException] = []
+        if self._events is not None and self._events.error is not None:
+            failures.append(self._events.error)
         messages = self.history(since=self._first_seq)
         if not messages:
+            if failures:
+                raise failures[0]
             return
-        failures: list[BaseException] = []
         if self.memory is not None:
             # A long session's text can pass what one extraction takes: it
             # goes in runs that fit (a message over it alone is left out).
@@ -1076,13 +1109,26 @@ class Session:
                     facts_left_out,
                     self.memory.max_line_bytes,
                 )
-        if self.store is not None:
+        if self.store is not None and self._events is None:
             try:
                 self.store.conversation_ended(messages, namespace=self.namespace, source=self.path or None)
             except Exception as error:
                 failures.append(error)
         if failures:
             raise failures[0]
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the background work the turns started (compaction's
+        steps, the store's writes), at most ``timeout`` seconds each;
+        returns whether none is left. A server never needs this: the work
+        runs while the model answers. A replay with no model time does, or
+        turns made back to back leave the workers no time at all."""
+        idle = True
+        if self.compactor is not None:
+            idle = self.compactor.join(timeout) and idle
+        if self._events is not None:
+            idle = self._events.join(timeout) and idle
+        return idle
 
     def history(self, *, since: int = 0) -> list[dict[str, Any]]:
         """The messages of the log's active path as they were appended
@@ -1183,6 +1229,14 @@ def _check_provider(root: str, provider: Provider) -> None:
         raise InvalidInputError(
             f"{root} holds a session for {kept}; it cannot be sent to {provider} (open a new directory)"
         )
+
+
+@contextlib.contextmanager
+def _both(
+    first: contextlib.AbstractContextManager[None], second: contextlib.AbstractContextManager[None]
+) -> Iterator[None]:
+    with first, second:
+        yield
 
 
 def _learn_from(memory: MemoryFiles, batch: list[Mapping[str, Any]]) -> int:

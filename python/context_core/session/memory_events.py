@@ -1,0 +1,163 @@
+"""The memory store's writes a session's turns make due, done in the
+background: what a message says worth keeping (a rule, a preference, a
+lesson, a finished change) and each tool call that failed.
+
+They are written as the session goes, not only when it closes, so a later
+turn's search finds a rule stated early, and a process that dies keeps
+what was written before it. A write waits for the turn in progress to end
+(at most :data:`TURN_WAIT` a job), and runs while the model answers: a turn
+never waits on the store's lock for it, unless it starts while a write
+that began between two turns is still in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+__all__ = ["ERROR_CHARS", "TURN_WAIT", "MemoryEvents", "error_line"]
+
+logger = logging.getLogger("context_core")
+
+#: The longest a job waits for a turn to end before it runs anyway (a
+#: caller that never ends a turn must not stop the writes for good).
+TURN_WAIT = 0.25
+
+#: A failed call's error is stored as its first line, at most this long (a
+#: longer sentence is prose, not a memory).
+ERROR_CHARS = 300
+
+
+def error_line(content: Any) -> str:
+    """The first non-blank line of a tool result's content (text, text
+    blocks, or JSON-able data), cut to :data:`ERROR_CHARS`."""
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list) and all(isinstance(block, Mapping) for block in content):
+        text = "\n".join(str(block.get("text", "")) for block in content if block.get("type") == "text")
+    else:
+        try:
+            text = json.dumps(content, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = ""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line[:ERROR_CHARS].rstrip()
+
+
+class MemoryEvents:
+    """One session's store writes, in order, on one worker thread started
+    at the first and ended by :meth:`close`. A write that fails is logged
+    and counted (``failures``); the next ones still run."""
+
+    def __init__(self, store: Any, namespace: Any, source: str | None) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.source = source
+        self.done = 0
+        """Jobs done (a message that left nothing to keep counts too)."""
+        self.failures = 0
+        self.error: Exception | None = None
+        """The first write that failed (:meth:`Session.close` raises it)."""
+        self._jobs: deque[Callable[[], Any]] = deque()
+        self._state = threading.Condition(threading.Lock())
+        self._turns = 0
+        self._busy = False
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> int:
+        """Jobs not done yet (the one running included)."""
+        with self._state:
+            return len(self._jobs) + self._busy
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Around a turn's call: jobs wait for it to end."""
+        with self._state:
+            self._turns += 1
+        try:
+            yield
+        finally:
+            with self._state:
+                self._turns -= 1
+                self._state.notify_all()
+
+    def message(self, message: Mapping[str, Any]) -> None:
+        """What ``message`` says worth keeping (the offline extractor, read
+        on the worker), stored with near duplicates updating older ones."""
+        extract = getattr(self.store, "conversation_ended", None)
+        if extract is not None:
+            self._add(lambda: extract([message], namespace=self.namespace, source=self.source))
+
+    def tool_failed(self, tool: str, content: Any) -> None:
+        """A failed call of ``tool``: its error's first line, as a lesson."""
+        failed = getattr(self.store, "tool_failed", None)
+        if failed is None:
+            return
+
+        def job() -> None:
+            error = error_line(content)
+            if error:
+                failed(tool, error, namespace=self.namespace, source=self.source)
+
+        self._add(job)
+
+    def _add(self, job: Callable[[], Any]) -> None:
+        with self._state:
+            if self._closing:
+                return
+            self._jobs.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="context_core memory events", daemon=True
+                )
+                self._thread.start()
+            self._state.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._state:
+                self._state.wait_for(lambda: self._jobs or self._closing)
+                if not self._jobs:
+                    return  # closing, and nothing left
+                if self._turns and not self._closing:
+                    self._state.wait_for(lambda: not self._turns or self._closing, TURN_WAIT)
+                    if not self._jobs:  # dropped by a close meanwhile
+                        continue
+                job = self._jobs.popleft()
+                self._busy = True
+            try:
+                job()
+            except Exception as error:  # logged; the next write still runs
+                logger.warning("context_core: a memory store write failed", exc_info=True)
+                with self._state:
+                    self.failures += 1
+                    self.error = self.error or error
+            with self._state:
+                self._busy = False
+                self.done += 1
+                self._state.notify_all()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every job added so far is done, at most ``timeout``
+        seconds; returns whether none is left."""
+        with self._state:
+            return self._state.wait_for(lambda: not self._jobs and not self._busy, timeout)
+
+    def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Finish the jobs (``wait``) or drop those not started; the worker
+        ends. Idempotent."""
+        with self._state:
+            if not wait:
+                self._jobs.clear()
+            self._closing = True
+            self._state.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)

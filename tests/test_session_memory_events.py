@@ -1,0 +1,176 @@
+"""The memory store's writes a session's turns make due: what a message
+says worth keeping and each failed tool call, written in the background as
+the session goes (found by a later turn, kept by a process that dies),
+never on the turn's own thread and never while a turn is in progress."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from context_core import AsyncSession, MemoryStore, Session
+from context_core.memory_store import HashingEmbedder
+from context_core.session import memory_events
+from context_core.session.memory_events import MemoryEvents, error_line
+from killed import reports_until_killed
+
+RULE = "Never deploy the payments service on Fridays."
+
+
+def new_store(where: Path) -> MemoryStore:
+    return MemoryStore(where, embedder=HashingEmbedder(), durability="normal")
+
+
+def open_session(tmp_path: Path, store: Any, **options: Any) -> Session:
+    options.setdefault("compact", False)
+    return Session.open(
+        tmp_path / "session", model="gpt-4o", identity="You are an agent.", store=store, **options
+    )
+
+
+def call(call_id: str, name: str = "run_shell") -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def test_a_rule_stated_early_is_in_the_store_while_the_session_goes_on(tmp_path):
+    store = new_store(tmp_path / "m.db")
+    with open_session(tmp_path, store) as session:
+        session.prepare(f"{RULE} Now look at the refund job.")
+        session.record({"role": "assistant", "content": "I will keep to that."})
+        assert session.join(timeout=30)
+        # Another handle on the file (another process, say) finds it before the session ends.
+        with new_store(tmp_path / "m.db") as other:
+            assert next(hit.memory.text for hit in other.search("deploy on Fridays", k=3)) == RULE
+        request = session.prepare("Can we ship the payments release today, Friday?")
+        assert request.report.memories >= 1
+        assert RULE in str(request["messages"][0]["content"])
+
+
+def test_a_failed_tool_call_is_stored_as_a_lesson_and_a_good_one_is_not(tmp_path):
+    store = new_store(tmp_path / "m.db")
+    with open_session(tmp_path, store) as session:
+        session.prepare("Run the test suite.")
+        session.record(
+            {"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2", "read_file")]}
+        )
+        session.record_tool_result(
+            "c1", "\n  pytest timed out after 600 s\n" + "trace line\n" * 500, is_error=True
+        )
+        session.record_tool_result("c2", "def refund(): ...")
+        assert session.join(timeout=30)
+        lessons = [h.memory for h in store.search("pytest timed out", k=5, kinds=["procedural"])]
+        assert [m.text for m in lessons] == ["run_shell failed: pytest timed out after 600 s"]
+        assert store.count() == 1  # the good result and the plain request left nothing
+
+
+def test_a_long_or_structured_error_is_kept_to_its_first_line():
+    assert error_line("\n\n  first   \nsecond") == "first"
+    assert error_line("x" * 1000) == "x" * memory_events.ERROR_CHARS
+    assert error_line([{"type": "image"}, {"type": "text", "text": "boom\nmore"}]) == "boom"
+    assert error_line({"error": "rate limited"}) == '{"error": "rate limited"}'
+    assert error_line(None) == "null"
+
+
+class Recorder:
+    def __init__(self, fail_first: bool = False) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.fail_first = fail_first
+
+    def search(self, query: str, **options: Any) -> list[Any]:
+        return []
+
+    def conversation_ended(self, messages: Any, *, namespace: Any, source: Any) -> None:
+        if self.fail_first:
+            self.fail_first = False
+            raise OSError("disk full")
+        self.calls.append((threading.current_thread().name, messages[0]["content"]))
+
+
+def test_writes_run_on_the_worker_and_wait_for_the_turn_in_progress(monkeypatch):
+    monkeypatch.setattr(memory_events, "TURN_WAIT", 30.0)  # a turn that never ends is not this test
+    recorder = Recorder()
+    events = MemoryEvents(recorder, "default", None)
+    with events.turn():
+        events.message({"role": "user", "content": "first"})
+        assert events.join(timeout=0.05) is False  # held while the turn runs
+        assert recorder.calls == []
+        assert events.pending == 1
+    assert events.join(timeout=30)
+    events.message({"role": "user", "content": "second"})
+    assert events.join(timeout=30)
+    assert recorder.calls == [
+        ("context_core memory events", "first"),
+        ("context_core memory events", "second"),
+    ]
+    events.close()
+    events.message({"role": "user", "content": "after close"})  # ignored
+    assert events.pending == 0
+
+
+def test_a_failed_write_is_kept_for_close_and_the_next_still_runs(tmp_path):
+    recorder = Recorder(fail_first=True)
+    session = open_session(tmp_path, recorder)
+    session.prepare("You must keep the order_id.")
+    session.record({"role": "assistant", "content": "Yes."})
+    assert session.join(timeout=30)
+    assert [text for _, text in recorder.calls] == ["Yes."]
+    with pytest.raises(OSError, match="disk full"):
+        session.close()
+
+
+def test_close_without_persisting_drops_the_writes_not_started(monkeypatch):
+    monkeypatch.setattr(memory_events, "TURN_WAIT", 30.0)
+    recorder = Recorder()
+    events = MemoryEvents(recorder, "default", None)
+    with events.turn():
+        events.message({"role": "user", "content": "one"})
+        events.message({"role": "user", "content": "two"})
+        events.close(wait=False, timeout=30)
+    assert recorder.calls == []
+    assert events.pending == 0
+
+
+def test_what_was_written_before_a_kill_is_kept(tmp_path):
+    """The child states a rule, waits for the write and reports it, then
+    hangs until SIGKILL: no close ever runs, and the rule is stored."""
+
+    def work(report_fd: int) -> None:
+        session = open_session(tmp_path, new_store(tmp_path / "m.db"))
+        session.prepare(RULE)
+        session.record({"role": "assistant", "content": "Noted."})
+        if session.join(timeout=30):
+            os.write(report_fd, (1).to_bytes(8, "little"))
+        time.sleep(60)
+
+    reported = reports_until_killed(work, after=6.0)
+    assert reported == [1]
+    with new_store(tmp_path / "m.db") as store:
+        assert RULE in [hit.memory.text for hit in store.search("deploy Fridays", k=3)]
+
+
+def test_the_async_session_joins_and_drains_the_writes(tmp_path):
+    async def main() -> None:
+        session = await AsyncSession.open(
+            tmp_path / "session",
+            model="gpt-4o",
+            identity="You are an agent.",
+            store=new_store(tmp_path / "m.db"),
+            compact=False,
+        )
+        await session.prepare(RULE)
+        await session.record({"role": "assistant", "content": "Noted."})
+        assert await session.join(timeout=30)
+        await session.prepare("Always run the linter before a commit.")
+        await session.record({"role": "assistant", "content": "Will do."})
+        await session.aclose()  # drains the second input's write
+
+    asyncio.run(main())
+    with new_store(tmp_path / "m.db") as store:
+        texts = {hit.memory.text for hit in store.search("deploy Fridays linter commit", k=10)}
+    assert {RULE, "Always run the linter before a commit."} <= texts
