@@ -45,16 +45,34 @@ def _stored(store: MemoryStore, namespace: str = "default") -> dict[int, tuple]:
     }
 
 
+def _held_terms(store: MemoryStore, namespace: str = "default") -> dict[str, int]:
+    """The term counts the store holds (synced, as a search would be)."""
+    store.preload(namespace=namespace)
+    return dict(store._term_docs.get(namespace, {}))
+
+
+def _stored_terms(store: MemoryStore, namespace: str = "default") -> dict[str, int]:
+    """What the database counts for the terms the store holds."""
+    held = store._term_docs.get(namespace, {})
+    found = dict(store._db.execute("SELECT term, docs FROM term_docs WHERE namespace = ?", (namespace,)))
+    return {term: max(0, int(found.get(term, 0))) for term in held}
+
+
 def _ranked(store: MemoryStore, query: str) -> list[tuple[str, float, float]]:
     return [(h.memory.id, h.score, h.keyword) for h in store.search(query, k=6)]
 
 
 _TEXT = st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join)
 _STEP = st.one_of(
-    st.tuples(st.just("remember"), _TEXT, st.sampled_from(["semantic", "episodic"])),
+    st.tuples(
+        st.just("remember"),
+        _TEXT,
+        st.sampled_from(["semantic", "episodic"]),
+        st.sampled_from(["mine", "other"]),
+    ),
     st.tuples(st.just("search"), _TEXT, st.sampled_from(["mine", "other"])),
     st.tuples(st.just("flush"), st.sampled_from(["mine", "other"])),
-    st.tuples(st.just("delete"), st.integers(0, 20)),
+    st.tuples(st.just("delete"), st.integers(0, 20), st.sampled_from(["mine", "other"])),
     st.tuples(st.just("wipe"), st.just("default")),
     st.tuples(st.just("tick"), st.floats(0, 40 * 86_400.0)),
 )
@@ -75,7 +93,7 @@ def test_held_ranks_match_the_database_whoever_writes(steps, query):
             for step in steps:
                 action = step[0]
                 if action == "remember":
-                    other.remember(step[1], kind=step[2])
+                    (mine if step[3] == "mine" else other).remember(step[1], kind=step[2])
                 elif action == "search":
                     (mine if step[2] == "mine" else other).search(step[1])
                 elif action == "flush":
@@ -83,13 +101,14 @@ def test_held_ranks_match_the_database_whoever_writes(steps, query):
                 elif action == "delete":
                     ids = [mid for (mid,) in other._db.execute("SELECT id FROM memories ORDER BY rowid")]
                     if ids:
-                        other.delete(ids[step[1] % len(ids)])
+                        (mine if step[2] == "mine" else other).delete(ids[step[1] % len(ids)])
                 elif action == "wipe":
                     other.delete(namespace=step[1])
                 else:
                     clock.now += step[1]
                 with mine._lock, other._lock:  # no counts written between the two reads
                     assert _held(mine) == _stored(mine)
+                    assert _held_terms(mine) == _stored_terms(mine)
             mine.flush()
             other.flush()
             with _open(path, clock) as fresh:
@@ -129,21 +148,29 @@ def test_a_term_written_elsewhere_is_searched_for_at_once(tmp_path):
         assert "keyword" in hits[0].reasons
 
 
-def test_written_access_counts_keep_the_held_term_counts(tmp_path):
-    """Writing searches' access counts changes no memory's terms: the held
-    counts stay (a search does not read them all again every second)."""
+def test_written_access_counts_and_own_writes_keep_the_held_term_counts(tmp_path):
+    """Writing searches' access counts changes no memory's terms, and the
+    store's own writes move the held counts as they commit: the counts stay
+    (a search does not read them again after every turn's memory), equal to
+    the database's. Another store's write drops them."""
     clock = Clock()
-    with _open(tmp_path / "m.db", clock) as store:
+    with _open(tmp_path / "m.db", clock) as store, _open(tmp_path / "m.db", clock) as other:
         store.remember_many(["refund order notes", "deploy on Monday"])
         store.search("refund order")
         held = store._term_docs["default"]
-        assert held  # what the search read
+        assert held == {"refund": 1, "order": 1}  # what the search read
         store.flush()
         store.search("refund order")
         assert store._term_docs["default"] is held
         store.remember("another refund")
+        store.remember("Another refund.")  # a near duplicate: the same memory, updated
         store.search("refund order")
-        assert store._term_docs["default"] is not held  # a written memory: read again
+        assert store._term_docs["default"] is held
+        assert held == {"refund": 2, "order": 1} == _stored_terms(store)
+        other.remember("a refund elsewhere")
+        store.search("refund order")
+        assert store._term_docs["default"] is not held  # another's write: read again
+        assert store._term_docs["default"] == {"refund": 3, "order": 1}
 
 
 def test_a_deleted_memory_does_not_hide_the_next_flush(tmp_path):

@@ -60,9 +60,12 @@ _UPSERT = (
 )
 
 
-def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], removed: Iterable[str]) -> None:
+def count_terms(
+    db: sqlite3.Connection, namespace: str, added: Iterable[str], removed: Iterable[str]
+) -> Counter[str]:
     """Moves ``term_docs`` by the memories indexed (``added``) and no longer
-    indexed (``removed``), each given as its space-separated terms."""
+    indexed (``removed``), each given as its space-separated terms; returns
+    the move, term by term."""
     added = list(added)
     delta = Counter(chain.from_iterable(set(words.split()) for words in added))
     delta[""] += len(added)
@@ -70,6 +73,7 @@ def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], re
         delta.subtract(set(words.split()))
         delta[""] -= 1
     db.executemany(_UPSERT, [(namespace, term, n) for term, n in delta.items() if n])
+    return delta
 
 
 #: Terms a namespace's :class:`TermDocs` holds before it starts again.
@@ -78,10 +82,19 @@ HELD_TERMS = 100_000
 
 class TermDocs(dict[str, int]):
     """How many memories of one namespace hold each term a search asked
-    for (0: none), as read from ``term_docs``. The store drops it whenever
-    a memory of the namespace is written or removed, so what it holds is
+    for (0: none), as read from ``term_docs``. The store moves it by its own
+    writes (:meth:`moved`, as they commit) and drops it when a memory of the
+    namespace was written or removed by anyone else, so what it holds is
     what the database would say; a search then reads only terms it has not
     seen, where most of a conversation's words come back turn after turn."""
+
+    def moved(self, delta: Counter[str]) -> None:
+        """The counts after a write that moved ``term_docs`` by ``delta``
+        (:func:`count_terms`'s answer); a term not held stays unread."""
+        for term, n in delta.items():
+            held = self.get(term)
+            if held is not None:
+                self[term] = max(0, held + n)
 
 
 def match_query(

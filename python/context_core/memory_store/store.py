@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -488,7 +489,10 @@ class MemoryStore:
         self.tokenizer = tokenizer or Tokenizer("o200k_base")
         self._lock = threading.RLock()
         self._vectors: dict[str, NamespaceVectors] = {}
-        self._term_docs: dict[str, TermDocs] = {}  # by namespace, dropped when one is written
+        self._term_docs: dict[str, TermDocs] = {}  # by namespace, dropped when another writes one
+        # The `changes` seqs of this store's own writes not yet synced, by
+        # namespace: their term counts are already in `_term_docs`.
+        self._own_changes: dict[str, set[int]] = {}
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
         self._closed = False
@@ -566,8 +570,12 @@ class MemoryStore:
             )
         return made
 
-    def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
-        """``work`` in one immediate transaction: all of it or none."""
+    def _write(
+        self, work: Callable[[sqlite3.Connection], Any], committed: Callable[[], None] | None = None
+    ) -> Any:
+        """``work`` in one immediate transaction: all of it or none;
+        ``committed`` runs once it is, under the same hold of the lock (no
+        search can read the write before it has run)."""
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -577,6 +585,8 @@ class MemoryStore:
                 pending = self._write_accesses(self._db)
                 result = work(self._db)
                 self._db.execute("COMMIT")
+                if committed is not None:
+                    committed()
             except BaseException as error:
                 if self._db.in_transaction:  # SQLite may have rolled back itself (a full disk)
                     self._db.execute("ROLLBACK")
@@ -845,10 +855,23 @@ class MemoryStore:
                 "INSERT INTO changes (namespace, memory) VALUES (?, ?)",
                 [(namespace, r) for r in rows.changes],
             )
-            count_terms(db, namespace, rows.terms.values(), rows.unindexed)
+            if rows.changes:  # one transaction under the write lock: its seqs run on without a gap
+                (last,) = db.execute("SELECT last_insert_rowid()").fetchone()
+                own[:] = range(last - len(rows.changes) + 1, last + 1)
+            moved.update(count_terms(db, namespace, rows.terms.values(), rows.unindexed))
             return out
 
-        memories: list[Memory] = self._write(work)
+        own: list[int] = []
+        moved: Counter[str] = Counter()
+
+        def committed() -> None:
+            # This write's term counts moved in step: a search need not read them again.
+            held = self._term_docs.get(namespace)
+            if held is not None:
+                held.moved(moved)
+                self._own_changes.setdefault(namespace, set()).update(own)
+
+        memories: list[Memory] = self._write(work, committed)
         self._dim = int(vectors.shape[1])
         return memories
 
@@ -1307,8 +1330,10 @@ class MemoryStore:
         index = self._vectors.get(namespace)
         if index is None or index.dim != self._dim:
             index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
-        if index.sync(db):
-            self._term_docs.pop(namespace, None)
+        written = index.sync(db)
+        own = self._own_changes.pop(namespace, set())
+        if written is None or not own.issuperset(written):
+            self._term_docs.pop(namespace, None)  # another writer's terms: read them again
         return index
 
     def _candidates(

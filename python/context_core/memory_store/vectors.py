@@ -71,20 +71,22 @@ class NamespaceVectors:
     def __len__(self) -> int:
         return len(self.rowids)
 
-    def sync(self, connection: sqlite3.Connection) -> bool:
+    def sync(self, connection: sqlite3.Connection) -> list[int] | None:
         """Reads what changed since the last sync (inside the caller's read
-        transaction, so rows and changes are one snapshot). Returns whether
-        a memory was written or removed (not only its accesses counted)."""
+        transaction, so rows and changes are one snapshot). Returns the
+        ``changes`` seqs of the memories written or removed since (not those
+        whose accesses were only counted), or ``None`` where the namespace
+        was read whole (the first sync, or after it was emptied)."""
         if self.seq < 0:
             self._load(connection)
-            return True
+            return None
         changed = connection.execute(
             "SELECT seq, memory FROM changes WHERE namespace = ? AND seq > ? ORDER BY seq",
             (self.namespace, self.seq),
         ).fetchall()
         if any(memory < 0 for _, memory in changed):
             self._load(connection)
-            return True
+            return None
         written = list(dict.fromkeys(memory for _, memory in changed))
         if changed:
             self._write_rows(connection, written)  # read whole: the ranking columns come with them
@@ -97,7 +99,7 @@ class NamespaceVectors:
             done = set(written)
             self._count_rows(connection, [m for _, m in counted if m not in done])
             self.flush = counted[-1][0]
-        return bool(changed)
+        return [seq for seq, _ in changed]
 
     def _select(self, connection: sqlite3.Connection, columns: str, rowids: list[int]) -> Iterator[Any]:
         """``columns`` of those of ``rowids`` in this namespace, 500 at a time."""
