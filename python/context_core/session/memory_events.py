@@ -86,7 +86,8 @@ class MemoryEvents:
         finally:
             with self._state:
                 self._turns -= 1
-                self._state.notify_all()
+                if not self._turns and self._jobs:
+                    self._state.notify_all()  # the jobs the turn added
 
     def message(self, message: Mapping[str, Any]) -> None:
         """What ``message`` says worth keeping (the offline extractor, read
@@ -118,7 +119,8 @@ class MemoryEvents:
                     target=self._run, name="context_core memory events", daemon=True
                 )
                 self._thread.start()
-            self._state.notify_all()
+            if not self._turns:  # else woken as the turn ends: not to take the interpreter from it
+                self._state.notify_all()
 
     def _run(self) -> None:
         while True:
