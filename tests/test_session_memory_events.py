@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from context_core import AsyncSession, MemoryStore, Session
+from context_core import AsyncSession, MemoryStore, MessageLog, Session
 from context_core.memory_store import HashingEmbedder
 from context_core.session import memory_events
 from context_core.session.memory_events import MemoryEvents, error_line
@@ -174,3 +174,70 @@ def test_the_async_session_joins_and_drains_the_writes(tmp_path):
     with new_store(tmp_path / "m.db") as store:
         texts = {hit.memory.text for hit in store.search("deploy Fridays linter commit", k=10)}
     assert {RULE, "Always run the linter before a commit."} <= texts
+
+
+# --- what a session that ended without learning leaves to the next ------------------------------
+
+
+def learned_file(tmp_path: Path) -> int:
+    return int((tmp_path / "session" / "learned").read_text())
+
+
+def test_a_killed_sessions_messages_are_learned_by_the_next_close(tmp_path):
+    """The child logs a rule (no store: nothing learned as it goes) and is
+    killed before any close. The next session learns it at its close, into
+    MEMORY.md and the store, and records the log as learned from."""
+
+    def work(report_fd: int) -> None:
+        session = open_session(tmp_path, False)
+        session.prepare(RULE)
+        session.record({"role": "assistant", "content": "Noted."})
+        os.write(report_fd, (1).to_bytes(8, "little"))
+        time.sleep(60)
+
+    assert reports_until_killed(work, after=4.0) == [1]
+    assert learned_file(tmp_path) == 0  # opened, never closed
+    store = new_store(tmp_path / "m.db")
+    session = open_session(tmp_path, store)
+    assert not (tmp_path / "session" / "memory" / "MEMORY.md").exists()
+    session.close()
+    assert (
+        "deploy the payments service on Fridays"
+        in (tmp_path / "session" / "memory" / "MEMORY.md").read_text()
+    )
+    assert RULE in [hit.memory.text for hit in store.search("deploy Fridays", k=3)]
+    with MessageLog.open(tmp_path / "session" / "log") as log:
+        assert learned_file(tmp_path) == len(log)
+
+
+def test_a_block_that_raised_leaves_its_messages_to_the_next_close(tmp_path):
+    recorder = Recorder()
+    with pytest.raises(RuntimeError), open_session(tmp_path, recorder) as session:
+        session._events = None  # nothing learned as it goes: only the close could have
+        session.prepare("You must keep the order_id.")
+        session.record({"role": "assistant", "content": "Yes."})
+        raise RuntimeError("the server's own failure")
+    assert recorder.calls == []
+    assert learned_file(tmp_path) == 0
+    session = open_session(tmp_path, recorder)
+    session.prepare("Next question.")
+    session.record({"role": "assistant", "content": "An answer."})
+    session.close()
+    # This session's own messages went as the turns did; the earlier two at the close, once.
+    texts = [text for _, text in recorder.calls]
+    assert sorted(texts) == sorted(["Next question.", "An answer.", "You must keep the order_id."])
+    assert "order_id" in (tmp_path / "session" / "memory" / "MEMORY.md").read_text()
+
+
+def test_closing_without_persisting_means_never_learned(tmp_path):
+    recorder = Recorder()
+    session = open_session(tmp_path, recorder)
+    session._events = None
+    session.prepare("You must keep the order_id.")
+    session.record({"role": "assistant", "content": "Yes."})
+    session.close(persist=False)
+    with MessageLog.open(tmp_path / "session" / "log") as log:
+        assert learned_file(tmp_path) == len(log)
+    open_session(tmp_path, recorder).close()
+    assert recorder.calls == []
+    assert not (tmp_path / "session" / "memory" / "MEMORY.md").exists()

@@ -74,7 +74,10 @@ class AsyncSession:
 
     async def aclose(self, *, persist: bool = True, wait: bool = True) -> None:
         """Drain (``wait``) or abandon compaction without blocking the loop,
-        then persist and close in a thread."""
+        then persist and close in a thread (as :meth:`Session.close`)."""
+        await self._aclose(persist=persist, wait=wait, forget=not persist)
+
+    async def _aclose(self, *, persist: bool, wait: bool, forget: bool) -> None:
         session = self.session
         if session._closed:
             return
@@ -85,10 +88,13 @@ class AsyncSession:
                 await asyncio.to_thread(session._events.close, wait=wait and persist)
         finally:
             # Even if draining was cancelled: the log's lock must not outlive the session.
-            await asyncio.shield(asyncio.to_thread(session.close, persist=persist, wait=False))
+            await asyncio.shield(
+                asyncio.to_thread(session._close, persist=persist, wait=False, forget=forget)
+            )
 
     async def __aenter__(self) -> AsyncSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose(persist=exc[0] is None)
+        # As Session's: a block that raised leaves its messages to the next close.
+        await self._aclose(persist=exc[0] is None, wait=True, forget=False)

@@ -53,6 +53,7 @@ from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
 from context_core.sdk_messages import message_of, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
+from context_core.session.learned import read_learned, write_learned
 from context_core.session.memory_events import MemoryEvents
 from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
@@ -267,7 +268,9 @@ class Session:
         self._owned = list(owned)
         self._clock = clock
         self._wall = wall
-        self._first_seq = len(log)
+        # The first node not learned from yet (a session directory keeps it
+        # across processes: see `learned`), and the first this process logs.
+        self._first_seq = self._opened_at = len(log)
         # The calls still waiting and the ids the newest reply made, from the
         # log's last turns; and every call id the log holds (each reply
         # since adds its own), so an id a server gives again is stored fresh.
@@ -439,6 +442,7 @@ class Session:
             # Marked once every option is known good: a failed open leaves
             # the directory free for another provider.
             _check_provider(root, provider)
+            session._first_seq = read_learned(root, len(log))
         except LogCorruptError as error:
             # The newest turns are read at open: a damaged record there would
             # fail every turn. Said now, with the way out; the log is let go
@@ -1057,9 +1061,17 @@ class Session:
     def close(self, *, persist: bool = True, wait: bool = True) -> None:
         """Finish (``wait``) or abandon the compaction in flight, finish the
         store's writes the turns made due (``persist`` and ``wait``; else
-        those not started are dropped, those done stay), persist what this
-        session's messages taught to MEMORY.md, and close what the session
-        opened. Idempotent."""
+        those not started are dropped, those done stay), persist what the
+        messages not learned from yet taught (this session's, and those of
+        one that ended without learning: a crash, a ``with`` block that
+        raised) to MEMORY.md and the store, and close what the session
+        opened. ``persist=False``: this session's messages are not learned
+        from, now or by a later session. Idempotent."""
+        self._close(persist=persist, wait=wait, forget=not persist)
+
+    def _close(self, *, persist: bool, wait: bool, forget: bool) -> None:
+        """:meth:`close`; ``forget``: without ``persist``, record the
+        messages as learned from, so no later session learns them."""
         if self._closed:
             return
         self._closed = True
@@ -1070,23 +1082,23 @@ class Session:
                 self._events.close(wait=wait and persist)
             if persist:
                 self._persist()
+            elif forget and self.path:
+                write_learned(self.path, len(self.log))
         finally:
             for part in reversed(self._owned):
                 part.close()
 
     def _persist(self) -> None:
-        """MEMORY.md gets this session's messages, and a store that took no
-        writes as the turns went gets them now; a failure of one (or of a
+        """MEMORY.md gets the messages not learned from yet, and the store
+        those it did not take as the turns went; a failure of one (or of a
         write in the background) does not keep the other from its turn (the
-        first is raised)."""
+        first is raised, and the messages stay unlearned for the next
+        close). Then the session directory records them as learned."""
         failures: list[BaseException] = []
         if self._events is not None and self._events.error is not None:
             failures.append(self._events.error)
-        messages = self.history(since=self._first_seq)
-        if not messages:
-            if failures:
-                raise failures[0]
-            return
+        end = len(self.log)
+        messages = self._messages(self._first_seq, end)
         if self.memory is not None:
             # A long session's text can pass what one extraction takes: it
             # goes in runs that fit (a message over it alone is left out).
@@ -1109,13 +1121,25 @@ class Session:
                     facts_left_out,
                     self.memory.max_line_bytes,
                 )
-        if self.store is not None and self._events is None:
+        # The store took this process's messages as the turns went; those
+        # logged before it opened and not learned from go now.
+        earlier = messages if self._events is None else self._messages(self._first_seq, self._opened_at)
+        if self.store is not None and earlier:
             try:
-                self.store.conversation_ended(messages, namespace=self.namespace, source=self.path or None)
+                self.store.conversation_ended(earlier, namespace=self.namespace, source=self.path or None)
             except Exception as error:
                 failures.append(error)
         if failures:
             raise failures[0]
+        if self.path:
+            write_learned(self.path, end)
+
+    def _messages(self, since: int, until: int) -> list[dict[str, Any]]:
+        """The active path's messages with seqs in ``[since, until)``."""
+        if since >= until:
+            return []
+        seqs = [seq for seq in self.log.path() if since <= seq < until]
+        return [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the background work the turns started (compaction's
@@ -1145,7 +1169,9 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close(persist=exc[0] is None)
+        # A block that raised ends the session as a crash would: what it
+        # said is learned from by the next session that closes.
+        self._close(persist=exc[0] is None, wait=True, forget=False)
 
 
 #: OpenAI models that refuse ``max_tokens`` for ``max_completion_tokens`` (the
