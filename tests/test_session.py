@@ -1822,6 +1822,21 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
     assert summarized > calls // 3  # summaries were in view, counted with the rest
 
 
+def test_a_long_head_counted_by_its_parts_counts_its_other_fields_each_time():
+    """The head's text is counted by its blank-line parts and remembered for
+    the next call; the rest of the message is counted as it is each time."""
+    from context_core.session.request_count import request_tokens
+
+    tokenizer = Tokenizer()
+    head = "\n\n".join(f"Part {n}: keep the order_id ord_{n} in every line." for n in range(200))
+    plain = {"messages": [{"role": "system", "content": head}, {"role": "user", "content": "hi"}]}
+    named = {
+        "messages": [{"role": "system", "content": head, "name": "policy"}, {"role": "user", "content": "hi"}]
+    }
+    for request in (plain, named, plain, named):
+        assert request_tokens(tokenizer, request, None) == tokenizer.count_messages(request["messages"])
+
+
 def session_of_turns(tmp_path, turns: int):
     """A session's log of ``turns`` answered turns; its directory and headers."""
     with open_session(tmp_path, compact=False) as session:

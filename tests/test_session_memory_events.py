@@ -212,11 +212,16 @@ def test_a_killed_sessions_messages_are_learned_by_the_next_close(tmp_path):
 
 def test_a_block_that_raised_leaves_its_messages_to_the_next_close(tmp_path):
     recorder = Recorder()
-    with pytest.raises(RuntimeError), open_session(tmp_path, recorder) as session:
-        session._events = None  # nothing learned as it goes: only the close could have
-        session.prepare("You must keep the order_id.")
-        session.record({"role": "assistant", "content": "Yes."})
-        raise RuntimeError("the server's own failure")
+
+    def turn_that_fails() -> None:
+        with open_session(tmp_path, recorder) as session:
+            session._events = None  # nothing learned as it goes: only the close could have
+            session.prepare("You must keep the order_id.")
+            session.record({"role": "assistant", "content": "Yes."})
+            raise RuntimeError("the server's own failure")
+
+    with pytest.raises(RuntimeError):
+        turn_that_fails()
     assert recorder.calls == []
     assert learned_file(tmp_path) == 0
     session = open_session(tmp_path, recorder)
@@ -241,3 +246,34 @@ def test_closing_without_persisting_means_never_learned(tmp_path):
     open_session(tmp_path, recorder).close()
     assert recorder.calls == []
     assert not (tmp_path / "session" / "memory" / "MEMORY.md").exists()
+
+
+def test_a_store_that_joins_from_its_own_write_does_not_hang():
+    answers: list[bool] = []
+
+    class Calling(Recorder):
+        def conversation_ended(self, messages: Any, *, namespace: Any, source: Any) -> None:
+            answers.append(events.join(timeout=None))  # from the worker: at once, not forever
+
+    events = MemoryEvents(Calling(), "default", None)
+    events.message({"role": "user", "content": "x"})
+    assert events.join(timeout=30)
+    assert answers == [False]
+    events.close()
+
+
+def test_an_exit_raised_by_a_write_is_kept_and_the_worker_goes_on():
+    class Exiting(Recorder):
+        def conversation_ended(self, messages: Any, *, namespace: Any, source: Any) -> None:
+            if messages[0]["content"] == "exit":
+                raise SystemExit(3)
+            super().conversation_ended(messages, namespace=namespace, source=source)
+
+    store = Exiting()
+    events = MemoryEvents(store, "default", None)
+    events.message({"role": "user", "content": "exit"})
+    events.message({"role": "user", "content": "after"})
+    assert events.join(timeout=30)
+    assert isinstance(events.error, SystemExit)
+    assert [text for _, text in store.calls] == ["after"]
+    events.close()

@@ -798,8 +798,9 @@ class Compactor:
         with self._state:
             task, thread = self._task, self._thread
         if task is not None and not task.done() and task is not asyncio.current_task():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), timeout)
+            # Waited on, not awaited: the task's own end (cancelled by a
+            # close, say) is not the caller's.
+            await asyncio.wait({task}, timeout=timeout)
         if thread is not None and thread.is_alive():
             await asyncio.to_thread(thread.join, timeout)
         with self._state:

@@ -61,7 +61,7 @@ class MemoryEvents:
         self.done = 0
         """Jobs done (a message that left nothing to keep counts too)."""
         self.failures = 0
-        self.error: Exception | None = None
+        self.error: BaseException | None = None
         """The first write that failed (:meth:`Session.close` raises it)."""
         self._jobs: deque[Callable[[], Any]] = deque()
         self._state = threading.Condition(threading.Lock())
@@ -136,25 +136,30 @@ class MemoryEvents:
                 self._busy = True
             try:
                 job()
-            except Exception as error:  # logged; the next write still runs
+            except BaseException as error:  # logged; the next write still runs (an exit too: no caller here)
                 logger.warning("context_core: a memory store write failed", exc_info=True)
                 with self._state:
                     self.failures += 1
                     self.error = self.error or error
-            with self._state:
-                self._busy = False
-                self.done += 1
-                self._state.notify_all()
+            finally:
+                with self._state:
+                    self._busy = False
+                    self.done += 1
+                    self._state.notify_all()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until every job added so far is done, at most ``timeout``
-        seconds; returns whether none is left."""
+        seconds; returns whether none is left. From a job itself (a store
+        that calls back), it returns at once: the job cannot wait for itself."""
         with self._state:
+            if threading.current_thread() is self._thread:
+                return False
             return self._state.wait_for(lambda: not self._jobs and not self._busy, timeout)
 
     def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
-        """Finish the jobs (``wait``) or drop those not started; the worker
-        ends. Idempotent."""
+        """Finish the jobs (``wait``) or drop those not started (a write in
+        flight still ends as SQLite ends it: within the store's
+        ``busy_timeout``); the worker ends. Idempotent."""
         with self._state:
             if not wait:
                 self._jobs.clear()

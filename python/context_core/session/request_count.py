@@ -68,25 +68,27 @@ def _count_by_parts(tokenizer: Tokenizer, message: Any) -> int | None:
     if not isinstance(content, str) or len(content) < _SPLIT_FROM:
         return None
     last = _last_head
-    if last is not None and last[0] is tokenizer and last[1] == message.get("role") and last[2] == content:
-        return last[3]  # the turn's next call: the same head (one comparison, no hashing)
-    parts = content.split(SEPARATOR)
-    if len(parts) < 2 or len(parts) > _MOST_PARTS:
-        return None
-    joined = tokenizer._count_joined(parts)
-    if joined is None:
-        return None
-    tokens = tokenizer.count_message({**message, "content": ""}) + joined
-    _remember_head((tokenizer, message["role"], content, tokens))
-    return tokens
+    if last is not None and last[0] is tokenizer and last[1] == content:
+        joined = last[2]  # the turn's next call: the same text (one comparison, no hashing)
+    else:
+        parts = content.split(SEPARATOR)
+        if len(parts) < 2 or len(parts) > _MOST_PARTS:
+            return None
+        counted = tokenizer._count_joined(parts)
+        if counted is None:
+            return None
+        joined = counted
+        _remember_head((tokenizer, content, joined))
+    # The message's other fields (its role, a name) counted as they are each time.
+    return tokenizer.count_message({**message, "content": ""}) + joined
 
 
-# The last head counted by parts: the next call of a turn sends the same one.
+# The last head text counted by parts: the next call of a turn sends the same.
 # Replaced whole (one assignment), so a thread reads an old entry or a new one.
-_last_head: tuple[Tokenizer, str, str, int] | None = None
+_last_head: tuple[Tokenizer, str, int] | None = None
 
 
-def _remember_head(entry: tuple[Tokenizer, str, str, int]) -> None:
+def _remember_head(entry: tuple[Tokenizer, str, int]) -> None:
     global _last_head
     _last_head = entry
 
