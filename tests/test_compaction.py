@@ -427,31 +427,6 @@ def test_ajoin_awaits_the_task_without_closing(tmp_path: Path):
     assert log.last_summary_index == 60
 
 
-def test_ajoin_returns_when_a_close_cancels_the_task(tmp_path: Path):
-    """The task a close cancels ends ``ajoin``'s wait with an answer, not
-    with the task's cancellation raised in the caller."""
-    log = new_log(tmp_path, turns(30))
-
-    async def main() -> None:
-        entered = asyncio.Event()
-
-        async def hanging(messages: list[dict[str, Any]]) -> str:
-            entered.set()
-            await asyncio.sleep(30)
-            return good_reply(messages)
-
-        compactor = Compactor(log, Summarizer(CallableLLM(hanging)))
-        assert compactor.aschedule() is not None
-        await asyncio.wait_for(entered.wait(), 5)
-        joining = asyncio.ensure_future(compactor.ajoin(timeout=10))
-        await asyncio.sleep(0)
-        await compactor.aclose(wait=False)
-        assert await joining is True
-
-    asyncio.run(main())
-    assert log.last_summary_index is None
-
-
 def test_close_without_waiting_abandons_the_job_whole(tmp_path: Path):
     log = new_log(tmp_path, turns(20))
     gate = threading.Event()
@@ -481,7 +456,8 @@ def test_close_without_waiting_abandons_the_job_whole(tmp_path: Path):
 )
 def test_aclose_cancels_the_task_and_nothing_is_written(tmp_path: Path, close: dict[str, Any]):
     """Closing without waiting, or waiting less than the job takes, cancels
-    the job in flight: nothing is written and nothing starts after."""
+    the job in flight: nothing is written and nothing starts after, and a
+    join waiting on it returns."""
     log = new_log(tmp_path, turns(20))
 
     async def main() -> None:
@@ -496,8 +472,12 @@ def test_aclose_cancels_the_task_and_nothing_is_written(tmp_path: Path, close: d
         task = compactor.aschedule()
         assert task is not None
         await asyncio.wait_for(entered.wait(), 5)
+        joining = asyncio.ensure_future(compactor.ajoin(timeout=10))
+        await asyncio.sleep(0)
         await compactor.aclose(**close)
         assert task.done()
+        # The cancelled task ends a join's wait with an answer, not by raising in its caller.
+        assert await joining is True
         assert compactor.aschedule() is None
 
     asyncio.run(main())
