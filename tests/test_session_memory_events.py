@@ -97,31 +97,101 @@ def test_writes_run_on_the_worker_and_wait_for_the_turn_in_progress(monkeypatch)
     recorder = Recorder()
     events = MemoryEvents(recorder, "default", None)
     with events.turn():
-        events.message({"role": "user", "content": "first"})
+        events.message({"role": "user", "content": "first"}, None)
         assert events.join(timeout=0.05) is False  # held while the turn runs
         assert recorder.calls == []
         assert events.pending == 1
     assert events.join(timeout=30)
-    events.message({"role": "user", "content": "second"})
+    events.message({"role": "user", "content": "second"}, None)
     assert events.join(timeout=30)
     assert recorder.calls == [
         ("context_core memory events", "first"),
         ("context_core memory events", "second"),
     ]
     events.close()
-    events.message({"role": "user", "content": "after close"})  # ignored
+    events.message({"role": "user", "content": "after close"}, None)  # ignored
     assert events.pending == 0
 
 
-def test_a_failed_write_is_kept_for_close_and_the_next_still_runs(tmp_path):
+def test_a_failed_write_is_made_again_by_the_close_and_the_next_still_runs(tmp_path):
     recorder = Recorder(fail_first=True)
     session = open_session(tmp_path, recorder)
     session.prepare("You must keep the order_id.")
     session.record({"role": "assistant", "content": "Yes."})
     assert session.join(timeout=30)
+    assert isinstance(session._events.error, OSError)
     assert [text for _, text in recorder.calls] == ["Yes."]
-    with pytest.raises(OSError, match="disk full"):
-        session.close()
+    session.close()  # the failed one written again, in the close's own call
+    assert [text for _, text in recorder.calls] == ["Yes.", "You must keep the order_id."]
+
+
+def test_what_the_worker_did_not_write_goes_at_the_close(tmp_path, monkeypatch):
+    """Messages the caller appended to the log itself, and writes a close
+    without waiting dropped, go to the store at the close: none is marked
+    learned without having been written."""
+    monkeypatch.setattr(memory_events, "TURN_WAIT", 30.0)
+    calls: list[list[str]] = []
+
+    class Whole(Recorder):
+        def conversation_ended(self, messages: Any, *, namespace: Any, source: Any) -> None:
+            calls.append([m["content"] for m in messages])
+
+    session = open_session(tmp_path, Whole())
+    session.log.append({"role": "user", "content": "Appended by the server itself."})
+    with session._events.turn():  # the worker waits: nothing written before the close
+        session.prepare("You must keep the order_id.")
+        session.record({"role": "assistant", "content": "Yes."})
+        session.close(wait=False)
+    assert calls == [["Appended by the server itself.", "You must keep the order_id.", "Yes."]]
+    assert not session._events.taken()
+    with MessageLog.open(tmp_path / "session" / "log") as log:
+        assert learned_file(tmp_path) == len(log)
+
+
+def test_a_store_with_only_tool_failed_still_closes(tmp_path):
+    class ToolsOnly:
+        def __init__(self) -> None:
+            self.lessons: list[str] = []
+
+        def search(self, query: str, **options: Any) -> list[Any]:
+            return []
+
+        def tool_failed(self, tool: str, error: str, **options: Any) -> None:
+            self.lessons.append(f"{tool}: {error}")
+
+    store = ToolsOnly()
+    with open_session(tmp_path, store) as session:
+        session.prepare("Run it.")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        session.record_tool_result("c1", "exit status 2", is_error=True)
+    assert store.lessons == ["run_shell: exit status 2"]
+    with MessageLog.open(tmp_path / "session" / "log") as log:
+        assert learned_file(tmp_path) == len(log)
+
+
+def test_an_open_that_fails_in_its_warm_up_leaves_the_marker(tmp_path):
+    """A session killed before its close leaves its messages to the next
+    close; an open that fails on the way must not mark them learned."""
+    session = open_session(tmp_path, False)
+    session._events = None
+    session.prepare(RULE)
+    session.record({"role": "assistant", "content": "Noted."})
+    session._closed = True  # as a killed process leaves it: no close ran
+    session.log.close()
+    assert learned_file(tmp_path) == 0
+
+    class Failing:
+        def search(self, query: str, **options: Any) -> list[Any]:
+            return []
+
+        def preload(self, **options: Any) -> None:
+            raise RuntimeError("not now")
+
+    with pytest.raises(RuntimeError, match="not now"):
+        open_session(tmp_path, Failing())
+    assert learned_file(tmp_path) == 0
+    open_session(tmp_path, False).close()
+    assert "payments service on Fridays" in (tmp_path / "session" / "memory" / "MEMORY.md").read_text()
 
 
 def test_close_without_persisting_drops_the_writes_not_started(monkeypatch):
@@ -129,8 +199,8 @@ def test_close_without_persisting_drops_the_writes_not_started(monkeypatch):
     recorder = Recorder()
     events = MemoryEvents(recorder, "default", None)
     with events.turn():
-        events.message({"role": "user", "content": "one"})
-        events.message({"role": "user", "content": "two"})
+        events.message({"role": "user", "content": "one"}, None)
+        events.message({"role": "user", "content": "two"}, None)
         events.close(wait=False, timeout=30)
     assert recorder.calls == []
     assert events.pending == 0
@@ -256,7 +326,7 @@ def test_a_store_that_joins_from_its_own_write_does_not_hang():
             answers.append(events.join(timeout=None))  # from the worker: at once, not forever
 
     events = MemoryEvents(Calling(), "default", None)
-    events.message({"role": "user", "content": "x"})
+    events.message({"role": "user", "content": "x"}, None)
     assert events.join(timeout=30)
     assert answers == [False]
     events.close()
@@ -271,8 +341,8 @@ def test_an_exit_raised_by_a_write_is_kept_and_the_worker_goes_on():
 
     store = Exiting()
     events = MemoryEvents(store, "default", None)
-    events.message({"role": "user", "content": "exit"})
-    events.message({"role": "user", "content": "after"})
+    events.message({"role": "user", "content": "exit"}, None)
+    events.message({"role": "user", "content": "after"}, None)
     assert events.join(timeout=30)
     assert isinstance(events.error, SystemExit)
     assert [text for _, text in store.calls] == ["after"]

@@ -9,9 +9,13 @@ duplicates), by rename, so it is never half-written.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 
-from context_core.errors import storage_error
+from context_core.errors import ContextCoreError, storage_error
+
+logger = logging.getLogger("context_core")
 
 __all__ = ["read_learned", "write_learned"]
 
@@ -21,13 +25,17 @@ _NAME = "learned"
 def read_learned(root: str, length: int) -> int:
     """The number of nodes learned from, at most ``length`` (the log's);
     a directory without the file (a new session, or one made before it was
-    kept) starts at ``length``, and records it."""
+    kept) starts at ``length``, and records it if it can (a directory it
+    cannot write to still opens: its close says so if it learns)."""
     where = os.path.join(root, _NAME)
     try:
         with open(where, encoding="ascii") as handle:
             text = handle.read().strip()
     except FileNotFoundError:
-        write_learned(root, length)
+        try:
+            write_learned(root, length)
+        except ContextCoreError as error:
+            logger.warning("context_core: %s; a crash before this session's close loses its learnings", error)
         return length
     except (OSError, UnicodeDecodeError):
         return length  # unreadable: nothing older is learned again, nothing newer is lost
@@ -43,4 +51,6 @@ def write_learned(root: str, length: int) -> None:
             handle.write(f"{length}\n")
         os.replace(temporary, where)
     except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
         raise storage_error(f"{where}: {error.strerror or error}", error.errno, where) from error

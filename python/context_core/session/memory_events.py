@@ -62,7 +62,8 @@ class MemoryEvents:
         """Jobs done (a message that left nothing to keep counts too)."""
         self.failures = 0
         self.error: BaseException | None = None
-        """The first write that failed (:meth:`Session.close` raises it)."""
+        """The first write that failed (a close writes its message again)."""
+        self._taken: set[int] = set()
         self._jobs: deque[Callable[[], Any]] = deque()
         self._state = threading.Condition(threading.Lock())
         self._turns = 0
@@ -89,12 +90,26 @@ class MemoryEvents:
                 if not self._turns and self._jobs:
                     self._state.notify_all()  # the jobs the turn added
 
-    def message(self, message: Mapping[str, Any]) -> None:
-        """What ``message`` says worth keeping (the offline extractor, read
-        on the worker), stored with near duplicates updating older ones."""
+    def message(self, message: Mapping[str, Any], seq: int | None) -> None:
+        """What ``message`` (the log's node ``seq``) says worth keeping (the
+        offline extractor, read on the worker), stored with near duplicates
+        updating older ones."""
         extract = getattr(self.store, "conversation_ended", None)
-        if extract is not None:
-            self._add(lambda: extract([message], namespace=self.namespace, source=self.source))
+        if extract is None:
+            return
+
+        def job() -> None:
+            extract([message], namespace=self.namespace, source=self.source)
+            if seq is not None:
+                with self._state:
+                    self._taken.add(seq)
+
+        self._add(job)
+
+    def taken(self) -> set[int]:
+        """The seqs of the messages whose write is done (not dropped, not failed)."""
+        with self._state:
+            return set(self._taken)
 
     def tool_failed(self, tool: str, content: Any) -> None:
         """A failed call of ``tool``: its error's first line, as a lesson."""

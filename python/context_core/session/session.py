@@ -269,8 +269,8 @@ class Session:
         self._clock = clock
         self._wall = wall
         # The first node not learned from yet (a session directory keeps it
-        # across processes: see `learned`), and the first this process logs.
-        self._first_seq = self._opened_at = len(log)
+        # across processes: see `learned`).
+        self._first_seq = len(log)
         # The calls still waiting and the ids the newest reply made, from the
         # log's last turns; and every call id the log holds (each reply
         # since adds its own), so an id a server gives again is stored fresh.
@@ -455,7 +455,7 @@ class Session:
         try:
             session._warm_up()
         except BaseException:  # an interrupt, or a store of the caller's own failing its own way
-            session.close(persist=False, wait=False)
+            session._close(persist=False, wait=False, forget=False)  # nothing said here to forget
             raise
         return session
 
@@ -740,10 +740,10 @@ class Session:
         except BaseException:
             self._undo_input(undo)
             if self._events is not None and self.last_seq == logged:
-                self._events.message(message)  # it stayed: the turn's input still
+                self._events.message(message, logged)  # it stayed: the turn's input still
             raise
         if self._events is not None:
-            self._events.message(message)  # what it says worth keeping, stored in the background
+            self._events.message(message, logged)  # what it says worth keeping, stored in the background
         return request
 
     def _prompt(
@@ -1006,7 +1006,7 @@ class Session:
             if self._counted and usage.prompt:
                 self.budget.observe(self._counted, usage.prompt)
         if self._events is not None:
-            self._events.message(message)
+            self._events.message(message, self.last_seq)
         return tuple(calls)
 
     def record_tool_result(self, call_id: str, content: Any, *, is_error: bool = False) -> int:
@@ -1090,15 +1090,14 @@ class Session:
 
     def _persist(self) -> None:
         """MEMORY.md gets the messages not learned from yet, and the store
-        those it did not take as the turns went; a failure of one (or of a
-        write in the background) does not keep the other from its turn (the
-        first is raised, and the messages stay unlearned for the next
-        close). Then the session directory records them as learned."""
+        those it did not take as the turns went; a failure of one does not
+        keep the other from its turn (the first is raised, and the messages
+        stay unlearned for the next close). Then the session directory
+        records them as learned."""
         failures: list[BaseException] = []
-        if self._events is not None and self._events.error is not None:
-            failures.append(self._events.error)
         end = len(self.log)
-        messages = self._messages(self._first_seq, end)
+        found = self._messages(self._first_seq, end)
+        messages = [message for _, message in found]
         if self.memory is not None:
             # A long session's text can pass what one extraction takes: it
             # goes in runs that fit (a message over it alone is left out).
@@ -1121,25 +1120,33 @@ class Session:
                     facts_left_out,
                     self.memory.max_line_bytes,
                 )
-        # The store took this process's messages as the turns went; those
-        # logged before it opened and not learned from go now.
-        earlier = messages if self._events is None else self._messages(self._first_seq, self._opened_at)
-        if self.store is not None and earlier:
+        # The store took most of this process's messages as the turns went;
+        # the rest go now: those logged before it opened (by a process that
+        # died, say), appended to the log directly, or whose write was
+        # dropped by a close or failed (written again here).
+        ended = None if self.store is None else getattr(self.store, "conversation_ended", None)
+        taken = set() if self._events is None else self._events.taken()
+        rest = [message for seq, message in found if seq not in taken]
+        if ended is not None and rest:
             try:
-                self.store.conversation_ended(earlier, namespace=self.namespace, source=self.path or None)
+                ended(rest, namespace=self.namespace, source=self.path or None)
             except Exception as error:
                 failures.append(error)
         if failures:
             raise failures[0]
-        if self.path:
+        if self.path and end > self._first_seq:
             write_learned(self.path, end)
 
-    def _messages(self, since: int, until: int) -> list[dict[str, Any]]:
-        """The active path's messages with seqs in ``[since, until)``."""
+    def _messages(self, since: int, until: int) -> list[tuple[int, dict[str, Any]]]:
+        """The active path's messages with seqs in ``[since, until)``, with their seqs."""
         if since >= until:
             return []
         seqs = [seq for seq in self.log.path() if since <= seq < until]
-        return [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
+        return [
+            (seq, node)
+            for seq, node in zip(seqs, self.log.read(seqs), strict=True)
+            if isinstance(node, dict) and "role" in node
+        ]
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the background work the turns started (compaction's
