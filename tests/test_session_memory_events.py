@@ -347,3 +347,33 @@ def test_an_exit_raised_by_a_write_is_kept_and_the_worker_goes_on():
     assert isinstance(events.error, SystemExit)
     assert [text for _, text in store.calls] == ["after"]
     events.close()
+
+
+def test_a_lesson_the_worker_did_not_write_is_written_by_the_close(tmp_path, monkeypatch):
+    """A failed call's lesson dropped by a close without waiting, or whose
+    write failed, is written by the close itself."""
+    monkeypatch.setattr(memory_events, "TURN_WAIT", 30.0)
+
+    class Lessons(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lessons: list[str] = []
+            self.refuse = 1
+
+        def tool_failed(self, tool: str, error: str, **options: Any) -> None:
+            if self.refuse:
+                self.refuse -= 1
+                raise OSError("busy")
+            self.lessons.append(f"{tool}: {error}")
+
+    store = Lessons()
+    session = open_session(tmp_path, store)
+    session.prepare("Run both.")
+    session.record({"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2", "git_diff")]})
+    session.record_tool_result("c1", "exit status 2", is_error=True)
+    assert session.join(timeout=30)  # its write failed once
+    assert store.lessons == []
+    with session._events.turn():  # the second waits for the turn: the close drops it
+        session.record_tool_result("c2", "fatal: bad revision", is_error=True)
+        session.close(wait=False)
+    assert store.lessons == ["run_shell: exit status 2", "git_diff: fatal: bad revision"]

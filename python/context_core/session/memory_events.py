@@ -64,6 +64,7 @@ class MemoryEvents:
         self.error: BaseException | None = None
         """The first write that failed (a close writes its message again)."""
         self._taken: set[int] = set()
+        self._lessons: list[tuple[str, Any]] = []  # failed calls not written yet
         self._jobs: deque[Callable[[], Any]] = deque()
         self._state = threading.Condition(threading.Lock())
         self._turns = 0
@@ -113,16 +114,32 @@ class MemoryEvents:
 
     def tool_failed(self, tool: str, content: Any) -> None:
         """A failed call of ``tool``: its error's first line, as a lesson."""
-        failed = getattr(self.store, "tool_failed", None)
-        if failed is None:
+        if getattr(self.store, "tool_failed", None) is None:
             return
+        lesson = (tool, content)
 
         def job() -> None:
-            error = error_line(content)
-            if error:
-                failed(tool, error, namespace=self.namespace, source=self.source)
+            self.write_lesson(*lesson)
+            with self._state:
+                self._lessons.remove(lesson)
 
+        with self._state:
+            if self._closing:
+                return
+            self._lessons.append(lesson)
         self._add(job)
+
+    def write_lesson(self, tool: str, content: Any) -> None:
+        """``tool_failed`` for a failed call, here and now."""
+        error = error_line(content)
+        if error:
+            self.store.tool_failed(tool, error, namespace=self.namespace, source=self.source)
+
+    def lessons_left(self) -> list[tuple[str, Any]]:
+        """The failed calls whose lesson was not written (dropped by a close,
+        or its write failed): a close writes them itself."""
+        with self._state:
+            return list(self._lessons)
 
     def _add(self, job: Callable[[], Any]) -> None:
         with self._state:

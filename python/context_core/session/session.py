@@ -1132,6 +1132,13 @@ class Session:
                 ended(rest, namespace=self.namespace, source=self.path or None)
             except Exception as error:
                 failures.append(error)
+        if self._events is not None:
+            for tool, content in self._events.lessons_left():
+                try:
+                    self._events.write_lesson(tool, content)
+                except Exception as error:
+                    failures.append(error)
+                    break  # the store that failed this one would fail the rest
         if failures:
             raise failures[0]
         if self.path and end > self._first_seq:
