@@ -1608,22 +1608,28 @@ def test_short_rules_whose_facts_outgrow_their_text_are_still_learned(tmp_path):
     assert "suite 59." in learned
 
 
-def test_one_message_whose_facts_outgrow_a_batch_is_learned_in_runs(tmp_path, caplog):
-    """One message of many short rules: its text fits a batch, its facts do
-    not. They go in runs that fit, every one learned, and no warning says a
-    message was left out."""
+def learned_from_one_message(tmp_path, caplog, text: str, **limits: int) -> str:
+    """MEMORY.md's files after a session of one input ``text`` closed,
+    with the memory files' ``limits``; the warnings go to ``caplog``."""
     from context_core import MemoryFiles
 
-    memory = MemoryFiles(tmp_path / "memory", max_batch_bytes=2_000)
-    text = " ".join(f"Always run suite {n}." for n in range(60))
-    assert len(text.encode()) < 2_000
+    memory = MemoryFiles(tmp_path / "memory", **limits)
     with (
         caplog.at_level(logging.WARNING, logger="context_core"),
         open_session(tmp_path, compact=False, memory=memory) as session,
     ):
         session.prepare(text)
         session.record({"role": "assistant", "content": "OK."})
-    learned = "".join(path.read_text() for path in (tmp_path / "memory").glob("*.md"))
+    return "".join(path.read_text() for path in (tmp_path / "memory").glob("*.md"))
+
+
+def test_one_message_whose_facts_outgrow_a_batch_is_learned_in_runs(tmp_path, caplog):
+    """One message of many short rules: its text fits a batch, its facts do
+    not. They go in runs that fit, every one learned, and no warning says a
+    message was left out."""
+    text = " ".join(f"Always run suite {n}." for n in range(60))
+    assert len(text.encode()) < 2_000
+    learned = learned_from_one_message(tmp_path, caplog, text, max_batch_bytes=2_000)
     assert all(f"suite {n}." in learned for n in range(60))
     assert "left out" not in caplog.text
 
@@ -1631,18 +1637,9 @@ def test_one_message_whose_facts_outgrow_a_batch_is_learned_in_runs(tmp_path, ca
 def test_a_fact_over_the_line_limit_is_left_out_and_said(tmp_path, caplog):
     """A fact whose line alone is over ``max_line_bytes`` cannot be written:
     the message's other facts are, and the warning counts that fact."""
-    from context_core import MemoryFiles
-
-    memory = MemoryFiles(tmp_path / "memory", max_batch_bytes=600, max_line_bytes=200)
     long_rule = "Always keep the path /srv/" + "a" * 250 + " intact."
     text = " ".join([long_rule, *(f"Never skip check {n}." for n in range(12))])
-    with (
-        caplog.at_level(logging.WARNING, logger="context_core"),
-        open_session(tmp_path, compact=False, memory=memory) as session,
-    ):
-        session.prepare(text)
-        session.record({"role": "assistant", "content": "OK."})
-    learned = "".join(path.read_text() for path in (tmp_path / "memory").glob("*.md"))
+    learned = learned_from_one_message(tmp_path, caplog, text, max_batch_bytes=600, max_line_bytes=200)
     assert all(f"check {n}." in learned for n in range(12))
     assert "a" * 250 not in learned
     assert "1 fact(s) over max_line_bytes=200 left out" in caplog.text

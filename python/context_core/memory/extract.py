@@ -74,12 +74,14 @@ and recall.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from context_core.errors import InvalidTypeError, MemoryFormatError
 from context_core.memory.facts import Fact
 from context_core.select import tag
+
+_T = TypeVar("_T")
 
 __all__ = [
     "MAX_FACT_CHARS",
@@ -88,6 +90,7 @@ __all__ = [
     "conversation_text",
     "extract_facts",
     "in_batches",
+    "in_runs",
     "labelled",
     "sentences",
 ]
@@ -295,28 +298,42 @@ def conversation_text(messages: Iterable[Mapping[str, Any]]) -> list[tuple[str, 
     return out
 
 
+def in_runs(
+    items: Iterable[_T], size: Callable[[_T], int], max_total: int, max_each: int | None = None
+) -> tuple[list[list[_T]], int]:
+    """``items`` in order, in runs whose sizes come to at most ``max_total``
+    each; and how many were left out, each over ``max_each`` (default
+    ``max_total``) alone."""
+    most = max_total if max_each is None else max_each
+    runs: list[list[_T]] = []
+    run: list[_T] = []
+    total = skipped = 0
+    for item in items:
+        grows = size(item)
+        if grows > most:
+            skipped += 1
+            continue
+        if run and total + grows > max_total:
+            runs.append(run)
+            run, total = [], 0
+        run.append(item)
+        total += grows
+    if run:
+        runs.append(run)
+    return runs, skipped
+
+
 def in_batches(
     messages: Sequence[Mapping[str, Any]], max_bytes: int
 ) -> tuple[list[list[Mapping[str, Any]]], int]:
     """``messages`` in runs whose :func:`conversation_text` comes to at most
     ``max_bytes`` each (the limit a transcript sent at once is held to), in
     order; and how many messages were left out, each over the limit alone."""
-    batches: list[list[Mapping[str, Any]]] = []
-    batch: list[Mapping[str, Any]] = []
-    size = skipped = 0
-    for message in messages:
-        grows = sum(len(text.encode("utf-8", "surrogatepass")) for _, text in conversation_text([message]))
-        if grows > max_bytes:
-            skipped += 1
-            continue
-        if batch and size + grows > max_bytes:
-            batches.append(batch)
-            batch, size = [], 0
-        batch.append(message)
-        size += grows
-    if batch:
-        batches.append(batch)
-    return batches, skipped
+
+    def text_bytes(message: Mapping[str, Any]) -> int:
+        return sum(len(text.encode("utf-8", "surrogatepass")) for _, text in conversation_text([message]))
+
+    return in_runs(messages, text_bytes, max_bytes)
 
 
 def _lines(text: str) -> Iterator[str]:

@@ -146,6 +146,11 @@ class Fact:
     __str__ = line
 
     @property
+    def line_bytes(self) -> int:
+        """The stored line's size in a file, its newline included."""
+        return len(self.line().encode("utf-8", "surrogateescape")) + 1
+
+    @property
     def signature(self) -> str:
         """Equal for near duplicates (key and text after :func:`normalize`)."""
         text = normalize(self.text)

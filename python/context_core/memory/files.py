@@ -284,7 +284,7 @@ class MemoryFiles:
         batch = to_facts(facts)
         total = 0
         for index, fact in enumerate(batch):
-            size = len(fact.line().encode("utf-8", "surrogateescape")) + 1
+            size = fact.line_bytes
             if size > self.max_line_bytes:
                 raise MemoryLimitError(
                     f"fact {index} is {size} bytes as a line, over max_line_bytes={self.max_line_bytes}"

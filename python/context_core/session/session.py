@@ -47,7 +47,7 @@ from context_core.errors import (
 )
 from context_core.log import MessageLog
 from context_core.memory import MemoryFiles
-from context_core.memory.extract import extract_facts, in_batches
+from context_core.memory.extract import extract_facts, in_batches, in_runs
 from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
@@ -1172,8 +1172,7 @@ class Session:
         """The messages of the log's active path as they were appended
         (summaries left out), from seq ``since`` on. Reads them all: for
         inspection and tests, not for a turn."""
-        seqs = [seq for seq in self.log.path() if seq >= since]
-        return [node for node in self.log.read(seqs) if isinstance(node, dict) and "role" in node]
+        return [message for _, message in self._messages(since, len(self.log))]
 
     def _check_open(self) -> None:
         if self._closed:
@@ -1300,19 +1299,13 @@ def _append_in_runs(memory: MemoryFiles, facts: list[Fact]) -> int:
     """``facts`` appended in runs within ``max_batch_bytes``; those left
     out, each over ``max_line_bytes`` as a line (sized as the batch check
     sizes them)."""
-    run: list[Fact] = []
-    size = left_out = 0
-    for fact in facts:
-        line = len(fact.line().encode("utf-8", "surrogateescape")) + 1
-        if line > min(memory.max_line_bytes, memory.max_batch_bytes):
-            left_out += 1
-            continue
-        if size + line > memory.max_batch_bytes:
-            memory.append(run)
-            run, size = [], 0
-        run.append(fact)
-        size += line
-    if run:
+    runs, left_out = in_runs(
+        facts,
+        lambda fact: fact.line_bytes,
+        memory.max_batch_bytes,
+        min(memory.max_line_bytes, memory.max_batch_bytes),
+    )
+    for run in runs:
         memory.append(run)
     return left_out
 
