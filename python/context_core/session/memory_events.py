@@ -52,15 +52,12 @@ def error_line(content: Any) -> str:
 class MemoryEvents:
     """One session's store writes, in order, on one worker thread started
     at the first and ended by :meth:`close`. A write that fails is logged
-    and counted (``failures``); the next ones still run."""
+    and kept (``error``, the first); the next ones still run."""
 
     def __init__(self, store: Any, namespace: Any, source: str | None) -> None:
         self.store = store
         self.namespace = namespace
         self.source = source
-        self.done = 0
-        """Jobs done (a message that left nothing to keep counts too)."""
-        self.failures = 0
         self.error: BaseException | None = None
         """The first write that failed (a close writes its message again)."""
         self._taken: set[int] = set()
@@ -171,12 +168,10 @@ class MemoryEvents:
             except BaseException as error:  # logged; the next write still runs (an exit too: no caller here)
                 logger.warning("context_core: a memory store write failed", exc_info=True)
                 with self._state:
-                    self.failures += 1
                     self.error = self.error or error
             finally:
                 with self._state:
                     self._busy = False
-                    self.done += 1
                     self._state.notify_all()
 
     def join(self, timeout: float | None = None) -> bool:
