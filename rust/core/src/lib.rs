@@ -12,6 +12,7 @@ mod engine;
 pub mod entities;
 mod error;
 mod json;
+pub mod keywords;
 mod limits;
 pub mod log;
 mod parallel;

@@ -33,7 +33,7 @@ mod _core {
     use super::select::{_analyze, PyAnalysis, PyTagger, PyToolResultCut};
 
     #[pymodule_export]
-    use super::memory::{_entities, _entities_many, _hash_embed, PyVectorIndex};
+    use super::memory::{_entities, _entities_many, _hash_embed, PyKeywordIndex, PyVectorIndex};
 
     #[pymodule_export]
     use super::summary::{_check_sections, _check_summary, _named, _occurs};

@@ -1,8 +1,9 @@
-//! The memory store's hot paths (`context_core::{entities, embed, vectors}`)
+//! The memory store's hot paths (`context_core::{entities, embed, keywords, vectors}`)
 //! for `context_core.memory_store`.
 
 use context_core::embed::hash_embed;
 use context_core::entities::{entities, entities_many};
+use context_core::keywords::KeywordIndex;
 use context_core::vectors::{ALL_TAGS, VectorIndex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -194,5 +195,108 @@ impl PyVectorIndex {
             Some(c) => inner.top_k_quantised_masked(&q, k, c, mask),
             None => inner.top_k_masked(&q, k, mask),
         }))
+    }
+}
+
+/// One namespace's memories as BM25 documents, held in Rust: a keyword
+/// query reads no database. Words are given as the store indexes them,
+/// each after the namespace's `prefix`.
+#[pyclass(name = "_KeywordIndex", module = "context_core._core")]
+pub struct PyKeywordIndex {
+    inner: KeywordIndex,
+    prefix: String,
+}
+
+#[pymethods]
+impl PyKeywordIndex {
+    #[new]
+    fn new(prefix: String) -> Self {
+        Self {
+            inner: KeywordIndex::new(),
+            prefix,
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __contains__(&self, key: i64) -> bool {
+        self.inner.contains(key)
+    }
+
+    /// Indexes each of `keys` with its `words` (replacing what it held) and
+    /// its tag (0-7, from `tags`, default all 0).
+    #[pyo3(signature = (keys, words, tags=None))]
+    #[allow(clippy::needless_pass_by_value)] // pyo3 extracts owned Vecs
+    fn set_many(
+        &mut self,
+        py: Python<'_>,
+        keys: Vec<i64>,
+        words: Vec<String>,
+        tags: Option<&[u8]>,
+    ) -> PyResult<()> {
+        let tags = tags.map_or_else(|| vec![0; keys.len()], <[u8]>::to_vec);
+        if words.len() != keys.len() || tags.len() != keys.len() || tags.iter().any(|t| *t >= 8) {
+            return Err(invalid_input(format!(
+                "{} keys need as many words and tags (each below 8), not {} and {}",
+                keys.len(),
+                words.len(),
+                tags.len()
+            )));
+        }
+        let (inner, prefix) = (&mut self.inner, self.prefix.as_str());
+        py.detach(|| {
+            for ((key, words), tag) in keys.iter().zip(&words).zip(&tags) {
+                inner.set(*key, words, prefix, *tag);
+            }
+        });
+        Ok(())
+    }
+
+    /// Gives back the room the postings grew into (after a bulk load).
+    fn shrink_to_fit(&mut self) {
+        self.inner.shrink_to_fit();
+    }
+
+    /// Removes `key`; `False` if it was not held.
+    fn remove(&mut self, key: i64) -> bool {
+        self.inner.remove(key)
+    }
+
+    /// How many held documents hold `term`.
+    fn holding(&self, term: &str) -> u32 {
+        self.inner.holding(term)
+    }
+
+    /// The terms a query of `terms` reads (see `top`), rarest first.
+    fn chosen(&self, terms: &str, max_terms: usize, max_postings: usize) -> Vec<String> {
+        self.inner
+            .chosen(terms, max_terms, max_postings)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// `(key, bm25)` of the `limit` best documents for `terms`
+    /// (space-separated; the first `max_terms` distinct, the rarest of
+    /// those within `max_postings` documents), best first; with `mask`,
+    /// only documents whose tag's bit is set.
+    #[pyo3(signature = (terms, limit, max_terms, max_postings, mask=None))]
+    fn top(
+        &self,
+        terms: &str,
+        limit: usize,
+        max_terms: usize,
+        max_postings: usize,
+        mask: Option<u8>,
+    ) -> Vec<(i64, f64)> {
+        self.inner.top(
+            terms,
+            limit,
+            max_terms,
+            max_postings,
+            mask.unwrap_or(ALL_TAGS),
+        )
     }
 }
