@@ -1,7 +1,7 @@
 """What a search holds between calls: the ranking columns beside the
-vectors, and the keyword terms' document counts. Whoever writes (this
-store, another on the same file), a search ranks by what the database
-says, exactly as a store that read everything afresh would."""
+vectors, and the keyword index. Whoever writes (this store, another on the
+same file), a search ranks by what the database says, exactly as a store
+that read everything afresh would."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from context_core import MemoryStore
 from context_core.memory_store import HashingEmbedder
+from context_core.memory_store.store import search_terms
 
 WORDS = ["refund", "order", "deploy", "zebra", "payments", "retry", "日志", "轮转", "A-8812", "Monday"]
 
@@ -46,16 +47,23 @@ def _stored(store: MemoryStore, namespace: str = "default") -> dict[int, tuple]:
 
 
 def _held_terms(store: MemoryStore, namespace: str = "default") -> dict[str, int]:
-    """The term counts the store holds (synced, as a search would be)."""
+    """How many memories hold each term the database counts, and each of
+    ``WORDS``, as the store's keyword index says (synced, as a search would be)."""
     store.preload(namespace=namespace)
-    return dict(store._term_docs.get(namespace, {}))
+    index = store._vectors[namespace].keywords
+    return {term: index.holding(term) for term in _terms(store, namespace)}
 
 
 def _stored_terms(store: MemoryStore, namespace: str = "default") -> dict[str, int]:
-    """What the database counts for the terms the store holds."""
-    held = store._term_docs.get(namespace, {})
+    """What the database counts for the same terms (``term_docs``, moved by
+    each write in its own transaction)."""
     found = dict(store._db.execute("SELECT term, docs FROM term_docs WHERE namespace = ?", (namespace,)))
-    return {term: max(0, int(found.get(term, 0))) for term in held}
+    return {term: max(0, int(found.get(term, 0))) for term in _terms(store, namespace)}
+
+
+def _terms(store: MemoryStore, namespace: str) -> set[str]:
+    counted = store._db.execute("SELECT term FROM term_docs WHERE namespace = ? AND term != ''", (namespace,))
+    return {term for (term,) in counted} | set(search_terms(" ".join(WORDS)).split())
 
 
 def _ranked(store: MemoryStore, query: str) -> list[tuple[str, float, float]]:
@@ -109,6 +117,7 @@ def test_held_ranks_match_the_database_whoever_writes(steps, query):
                 with mine._lock, other._lock:  # no counts written between the two reads
                     assert _held(mine) == _stored(mine)
                     assert _held_terms(mine) == _stored_terms(mine)
+                    assert len(mine._vectors["default"].keywords) == len(_stored(mine))
             mine.flush()
             other.flush()
             with _open(path, clock) as fresh:
@@ -148,29 +157,34 @@ def test_a_term_written_elsewhere_is_searched_for_at_once(tmp_path):
         assert "keyword" in hits[0].reasons
 
 
-def test_written_access_counts_and_own_writes_keep_the_held_term_counts(tmp_path):
-    """Writing searches' access counts changes no memory's terms, and the
-    store's own writes move the held counts as they commit: the counts stay
-    (a search does not read them again after every turn's memory), equal to
-    the database's. Another store's write drops them."""
+def test_the_keyword_index_follows_every_write(tmp_path):
+    """The held keyword index moves with the store's own writes (a new
+    memory, a near duplicate that updates one, a delete) and with another
+    store's, and written access counts change no memory's terms: after
+    each, its counts are the database's and the keyword scores those of a
+    store opened afresh."""
     clock = Clock()
     with _open(tmp_path / "m.db", clock) as store, _open(tmp_path / "m.db", clock) as other:
         store.remember_many(["refund order notes", "deploy on Monday"])
         store.search("refund order")
-        held = store._term_docs["default"]
-        assert held == {"refund": 1, "order": 1}  # what the search read
+        index = store._vectors["default"].keywords
+        assert (index.holding("refund"), index.holding("order"), len(index)) == (1, 1, 2)
         store.flush()
         store.search("refund order")
-        assert store._term_docs["default"] is held
+        assert store._vectors["default"].keywords is index  # counts written: nothing reloaded
         store.remember("another refund")
-        store.remember("Another refund.")  # a near duplicate: the same memory, updated
+        updated = store.remember("Another refund.")  # a near duplicate: the same memory, updated
         store.search("refund order")
-        assert store._term_docs["default"] is held
-        assert held == {"refund": 2, "order": 1} == _stored_terms(store)
+        assert index.holding("refund") == 2 == _stored_terms(store)["refund"]
         other.remember("a refund elsewhere")
-        store.search("refund order")
-        assert store._term_docs["default"] is not held  # another's write: read again
-        assert store._term_docs["default"] == {"refund": 3, "order": 1}
+        other.delete(updated.id)
+        hits = {h.memory.text: h.keyword for h in store.search("refund order")}
+        assert store._vectors["default"].keywords is index  # moved by the changes, not reloaded
+        assert _held_terms(store) == _stored_terms(store)
+        assert index.holding("refund") == 2
+        assert len(index) == 3
+        with _open(tmp_path / "m.db", clock) as fresh:
+            assert {h.memory.text: h.keyword for h in fresh.search("refund order")} == hits
 
 
 def test_a_deleted_memory_does_not_hide_the_next_flush(tmp_path):
@@ -207,4 +221,28 @@ def test_searches_do_not_grow_the_database(tmp_path):
         assert 0 < accessed <= 20
         store.delete(namespace="default")
         assert store._db.execute("SELECT count(*) FROM accessed").fetchone()[0] == 0
-        assert store._term_docs == {}
+        assert store._vectors == {}  # the namespace's index went with it
+
+
+def test_own_writes_leave_the_next_search_nothing_to_read(tmp_path):
+    """A store's own write moves its held index forward as it returns (a
+    session's memory writes run between turns, so the turn's search does
+    not read them); another store's write is read by the next search."""
+    clock = Clock()
+    with _open(tmp_path / "m.db", clock) as store, _open(tmp_path / "m.db", clock) as other:
+        store.remember("refund order notes")
+        store.search("refund")  # the namespace is held from here on
+        held = store._vectors["default"]
+        store.remember("a zebra crossing near the office")
+        assert held.seq == _newest(store)
+        assert held.keywords.holding("zebra") == 1
+        other.remember("another zebra, elsewhere")
+        assert held.seq < _newest(store)
+        assert held.keywords.holding("zebra") == 1
+        store.search("zebra")
+        assert held.seq == _newest(store)
+        assert held.keywords.holding("zebra") == 2
+
+
+def _newest(store: MemoryStore) -> int:
+    return int(store._db.execute("SELECT max(seq) FROM changes").fetchone()[0])

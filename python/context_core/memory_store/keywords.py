@@ -1,12 +1,18 @@
 """Keyword search that stays fast however many memories share a word.
 
-FTS5 scores every document a query term matches, so ``"refund" OR "order"``
-over 100,000 memories costs hundreds of milliseconds. The store counts, per
-namespace, how many memories hold each term (``term_docs``; the empty term
-counts the memories), and a query keeps only its rarest terms, in rising
-order, while the documents they match add up to at most
-:data:`KEYWORD_POSTINGS`. A word most memories share tells BM25 little
-anyway (its IDF is near zero); the vector still sees it.
+BM25 scores every document a query term matches, so ``refund OR order``
+over 100,000 memories would score most of them. The store counts, per
+namespace, how many memories hold each term, and a query keeps only its
+rarest terms, in rising order, while the documents they match add up to
+at most :data:`KEYWORD_POSTINGS`. A word most memories share tells BM25
+little anyway (its IDF is near zero); the vector still sees it.
+
+A search asks the namespace's keyword index, held in memory beside its
+vectors (:mod:`~context_core.memory_store.vectors`), which keeps the same
+rule with counts of its own. Writes ask the database: the FTS5 table
+``terms`` holds each memory's words (and is what that index is loaded
+from), and ``term_docs`` the counts, moved in the same transaction as the
+words, so a write's near-duplicate check sees every other writer's.
 
 Each indexed word starts with its namespace's tag (:func:`space_token`), so
 the postings of ``refund`` in one tenant are a term of their own: a query
@@ -24,10 +30,9 @@ from itertools import chain
 from context_core.memory_store.namespaces import space_token
 
 __all__ = [
-    "HELD_TERMS",
     "KEYWORD_POSTINGS",
+    "QUERY_TERMS",
     "RANK",
-    "TermDocs",
     "count_terms",
     "indexed_words",
     "match_query",
@@ -54,18 +59,18 @@ def plain_words(indexed: str) -> str:
 #: The most documents a keyword query's terms may match together.
 KEYWORD_POSTINGS = 1000
 
+#: The distinct terms of a query's text (its first) a keyword query weighs.
+QUERY_TERMS = 32
+
 _UPSERT = (
     "INSERT INTO term_docs (namespace, term, docs) VALUES (?, ?, ?)"
     " ON CONFLICT (namespace, term) DO UPDATE SET docs = docs + excluded.docs"
 )
 
 
-def count_terms(
-    db: sqlite3.Connection, namespace: str, added: Iterable[str], removed: Iterable[str]
-) -> Counter[str]:
+def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], removed: Iterable[str]) -> None:
     """Moves ``term_docs`` by the memories indexed (``added``) and no longer
-    indexed (``removed``), each given as its space-separated terms; returns
-    the move, term by term."""
+    indexed (``removed``), each given as its space-separated terms."""
     added = list(added)
     delta = Counter(chain.from_iterable(set(words.split()) for words in added))
     delta[""] += len(added)
@@ -73,56 +78,23 @@ def count_terms(
         delta.subtract(set(words.split()))
         delta[""] -= 1
     db.executemany(_UPSERT, [(namespace, term, n) for term, n in delta.items() if n])
-    return delta
 
 
-#: Terms a namespace's :class:`TermDocs` holds before it starts again.
-HELD_TERMS = 100_000
-
-
-class TermDocs(dict[str, int]):
-    """How many memories of one namespace hold each term a search asked
-    for (0: none), as read from ``term_docs``. The store moves it by its own
-    writes (:meth:`moved`, as they commit) and drops it when a memory of the
-    namespace was written or removed by anyone else, so what it holds is
-    what the database would say; a search then reads only terms it has not
-    seen, where most of a conversation's words come back turn after turn."""
-
-    def moved(self, delta: Counter[str]) -> None:
-        """The counts after a write that moved ``term_docs`` by ``delta``
-        (:func:`count_terms`'s answer); a term not held stays unread."""
-        for term, n in delta.items():
-            held = self.get(term)
-            if held is not None:
-                self[term] = max(0, held + n)
-
-
-def match_query(
-    db: sqlite3.Connection, namespace: str, terms: str, *, limit: int = 32, known: TermDocs | None = None
-) -> str | None:
+def match_query(db: sqlite3.Connection, namespace: str, terms: str) -> str | None:
     """The FTS5 query for ``terms`` (from :func:`~context_core.memory_store.store.search_terms`)
     in ``namespace``: its rarest terms, OR'ed, within :data:`KEYWORD_POSTINGS`;
-    ``None`` when no term is rare enough, or none is indexed. ``known``:
-    the counts already read, kept in step by the caller (see :class:`TermDocs`)."""
-    distinct = list(dict.fromkeys(terms.split()))[:limit]
+    ``None`` when no term is rare enough, or none is indexed."""
+    distinct = list(dict.fromkeys(t for t in terms.split(" ") if t))[:QUERY_TERMS]
     if not distinct:
         return None
-    if known is None:
-        known = TermDocs()
-    unread = [term for term in distinct if term not in known]
-    if len(known) + len(unread) > HELD_TERMS:
-        known.clear()
-        unread = distinct
-    if unread:
-        marks = ",".join("?" * len(unread))
-        read = dict(
-            db.execute(
-                f"SELECT term, docs FROM term_docs WHERE namespace = ? AND term IN ({marks})",
-                (namespace, *unread),
-            ).fetchall()
-        )
-        known.update((term, max(0, int(read.get(term, 0)))) for term in unread)
-    docs = {term: known[term] for term in distinct if known[term] > 0}
+    marks = ",".join("?" * len(distinct))
+    read = dict(
+        db.execute(
+            f"SELECT term, docs FROM term_docs WHERE namespace = ? AND term IN ({marks})",
+            (namespace, *distinct),
+        ).fetchall()
+    )
+    docs = {term: int(read[term]) for term in distinct if int(read.get(term, 0)) > 0}
     chosen, total = [], 0
     for term in sorted(docs, key=lambda t: (docs[t], t)):
         if total + docs[term] > KEYWORD_POSTINGS:

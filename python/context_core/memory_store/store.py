@@ -7,7 +7,8 @@ all, so a writer killed at any point leaves the store as it was before the
 call or after it. Several processes share one file safely (SQLite's own
 locking; a process waits up to ``busy_timeout`` for another's write).
 Vectors live in the database as float32 and, for search, in one matrix per
-namespace held in Rust and moved forward from ``changes``
+namespace held in Rust and moved forward from ``changes``, beside a BM25
+index of the same memories' search terms
 (:mod:`~context_core.memory_store.vectors`).
 """
 
@@ -28,7 +29,6 @@ import threading
 import time
 import uuid
 import weakref
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +59,6 @@ from context_core.memory_store.embedders import (
 from context_core.memory_store.extract import KINDS, aextract_memories, extract_memories
 from context_core.memory_store.keywords import (
     RANK,
-    TermDocs,
     count_terms,
     indexed_words,
     match_query,
@@ -241,34 +240,6 @@ def _texts(db: sqlite3.Connection, chosen: list[tuple[_Ranked, tuple[Any, ...]]]
 _T = TypeVar("_T")
 #: What a search makes of its chosen candidates and their rows, at ``now``.
 _Finish: TypeAlias = Callable[[sqlite3.Connection, list[tuple[_Ranked, tuple[Any, ...]]], float], list[_T]]
-
-
-def _keyword_hits(
-    db: sqlite3.Connection,
-    namespace: str,
-    terms: str,
-    kinds: tuple[str, ...] | None,
-    pool: int,
-    known: TermDocs | None = None,
-) -> list[tuple[int, float]]:
-    """``(rowid, bm25)`` of the ``pool`` best keyword matches in
-    ``namespace`` (of ``kinds``: the best of those, not filtered after);
-    ``known``: its terms' counts already read."""
-    query = match_query(db, namespace, terms, known=known)
-    if query is None:
-        return []
-    if kinds is None:
-        return db.execute(
-            f"SELECT rowid, {RANK} FROM terms WHERE terms MATCH ? AND namespace = ? ORDER BY {RANK} LIMIT ?",
-            (query, namespace, pool),
-        ).fetchall()
-    marks = ",".join("?" * len(kinds))
-    return db.execute(
-        f"SELECT terms.rowid, {RANK} FROM terms JOIN memories ON memories.rowid = terms.rowid"
-        f" WHERE terms MATCH ? AND terms.namespace = ? AND memories.kind IN ({marks})"
-        f" ORDER BY {RANK} LIMIT ?",
-        (query, namespace, *kinds, pool),
-    ).fetchall()
 
 
 def _chunks(rowids: list[int], size: int = 900) -> Iterator[list[int]]:
@@ -489,10 +460,6 @@ class MemoryStore:
         self.tokenizer = tokenizer or Tokenizer("o200k_base")
         self._lock = threading.RLock()
         self._vectors: dict[str, NamespaceVectors] = {}
-        self._term_docs: dict[str, TermDocs] = {}  # by namespace, dropped when another writes one
-        # The `changes` seqs of this store's own writes not yet synced, by
-        # namespace: their term counts are already in `_term_docs`.
-        self._own_changes: dict[str, set[int]] = {}
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
         self._closed = False
@@ -570,12 +537,8 @@ class MemoryStore:
             )
         return made
 
-    def _write(
-        self, work: Callable[[sqlite3.Connection], Any], committed: Callable[[], None] | None = None
-    ) -> Any:
-        """``work`` in one immediate transaction: all of it or none;
-        ``committed`` runs once it is, under the same hold of the lock (no
-        search can read the write before it has run)."""
+    def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``work`` in one immediate transaction: all of it or none."""
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -585,8 +548,6 @@ class MemoryStore:
                 pending = self._write_accesses(self._db)
                 result = work(self._db)
                 self._db.execute("COMMIT")
-                if committed is not None:
-                    committed()
             except BaseException as error:
                 if self._db.in_transaction:  # SQLite may have rolled back itself (a full disk)
                     self._db.execute("ROLLBACK")
@@ -665,6 +626,8 @@ class MemoryStore:
             try:
                 with self._not_waiting():
                     self.flush()
+                for namespace in list(self._vectors):  # the counts read here, not by the next search
+                    self._catch_up(namespace)
             except StoreBusyError:
                 pass
             except Exception as error:  # on the store's own thread: nobody to raise it to
@@ -855,25 +818,23 @@ class MemoryStore:
                 "INSERT INTO changes (namespace, memory) VALUES (?, ?)",
                 [(namespace, r) for r in rows.changes],
             )
-            if rows.changes:  # one transaction under the write lock: its seqs run on without a gap
-                (last,) = db.execute("SELECT last_insert_rowid()").fetchone()
-                own[:] = range(last - len(rows.changes) + 1, last + 1)
-            moved.update(count_terms(db, namespace, rows.terms.values(), rows.unindexed))
+            count_terms(db, namespace, rows.terms.values(), rows.unindexed)
             return out
 
-        own: list[int] = []
-        moved: Counter[str] = Counter()
-
-        def committed() -> None:
-            # This write's term counts moved in step: a search need not read them again.
-            held = self._term_docs.get(namespace)
-            if held is not None:
-                held.moved(moved)
-                self._own_changes.setdefault(namespace, set()).update(own)
-
-        memories: list[Memory] = self._write(work, committed)
+        memories: list[Memory] = self._write(work)
         self._dim = int(vectors.shape[1])
+        self._catch_up(namespace)
         return memories
+
+    def _catch_up(self, namespace: str) -> None:
+        """Moves the held index of ``namespace`` (if one is held) past a
+        write this store just made: a session's memory writes run between
+        its turns, so the turn's search then has nothing of them to read.
+        A failure here is the next search's to meet (it reads the same)."""
+        if namespace not in self._vectors:
+            return
+        with contextlib.suppress(ContextCoreError):
+            self._read(lambda db: self._sync(db, namespace))
 
     def _put_all(
         self,
@@ -1290,14 +1251,11 @@ class MemoryStore:
             def work(db: sqlite3.Connection) -> tuple[list[_T], list[str]]:
                 pool = max(4 * k, 32)
                 held = {ns: self._sync(db, ns) for ns in namespaces}
-                found = {
-                    ns: _keyword_hits(db, ns, terms, kinds, pool, self._term_docs.setdefault(ns, TermDocs()))
-                    for ns in namespaces
-                }
+                found = {ns: held[ns].keyword_hits(terms, pool, kinds) for ns in namespaces}
                 # Keyword scores over the best BM25 of the whole search: a
                 # namespace's weak best match does not score 1 beside another
                 # namespace's strong one.
-                best = max((-score for hits in found.values() for _, score in hits), default=0.0) or 1.0
+                best = max((score for hits in found.values() for _, score in hits), default=0.0) or 1.0
                 ranked = [
                     hit
                     for namespace in namespaces
@@ -1306,7 +1264,7 @@ class MemoryStore:
                         held[namespace],
                         vector,
                         wanted,
-                        {rowid: max(0.0, -score) / best for rowid, score in found[namespace]},
+                        {rowid: score / best for rowid, score in found[namespace]},
                         pool,
                         kinds,
                         now,
@@ -1324,16 +1282,12 @@ class MemoryStore:
         return results
 
     def _sync(self, db: sqlite3.Connection, namespace: str) -> NamespaceVectors:
-        """The held vectors of ``namespace``, moved to ``db``'s snapshot
-        (loaded, if none were held); its held term counts are dropped if a
-        memory of it was written since."""
+        """The held vectors and keywords of ``namespace``, moved to ``db``'s
+        snapshot (loaded, if none were held)."""
         index = self._vectors.get(namespace)
         if index is None or index.dim != self._dim:
             index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
-        written = index.sync(db)
-        own = self._own_changes.pop(namespace, set())
-        if written is None or not own.issuperset(written):
-            self._term_docs.pop(namespace, None)  # another writer's terms: read them again
+        index.sync(db)
         return index
 
     def _candidates(
@@ -1495,7 +1449,6 @@ class MemoryStore:
         with self._lock:  # their matrices go too, not kept until searched again
             for key in emptied:
                 self._vectors.pop(key, None)
-                self._term_docs.pop(key, None)
         return gone
 
     @staticmethod
@@ -1604,7 +1557,6 @@ class MemoryStore:
             finally:
                 self._accesses.clear()
                 self._vectors.clear()
-                self._term_docs.clear()
                 self._db.close()
 
     def __del__(self) -> None:
