@@ -35,6 +35,15 @@ def _agree(ours: _KeywordIndex, twin: KeywordIndex, queries: list[str]) -> None:
                 assert ours.top(query, 5, max_terms, max_postings, mask) == twin.top(
                     query, 5, max_terms, max_postings, mask
                 ), (query, max_terms, max_postings, mask)
+    # Scored by a corpus of several namespaces: larger than the index, and
+    # one that counts less than it does (the index's own then stand).
+    for corpus in (
+        (len(twin) + 40, twin.words + 300, {"refund": twin.holding("refund") + 7, "日志": 2}),
+        (0, 0, {"order": 0}),
+    ):
+        for query in queries:
+            assert ours.top(query, 5, 32, 1000, None, corpus) == twin.top(query, 5, 32, 1000, None, corpus)
+    assert ours.words == twin.words
 
 
 terms = st.lists(st.sampled_from(VOCAB), max_size=8)
@@ -90,6 +99,14 @@ def test_agrees_across_rebuilds() -> None:
             assert ours.remove(key) == twin.remove(key)
         _agree(ours, twin, ["refund late", "the a order", "kubernetes 日志", "x1 deploy refund the"])
     assert len(ours) > 0
+
+
+def test_a_term_is_counted_at_most_65535_times_in_a_document() -> None:
+    ours, twin = _KeywordIndex(PREFIX), KeywordIndex(PREFIX)
+    words = [" ".join([PREFIX + "refund"] * 70_000 + [PREFIX + "order"]), PREFIX + "refund other"]
+    for index in (ours, twin):
+        index.set_many([1, 2], words)
+    _agree(ours, twin, ["refund", "refund order"])
 
 
 def test_refuses_mismatched_batches() -> None:

@@ -5,6 +5,7 @@ that read everything afresh would."""
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -246,3 +247,21 @@ def test_own_writes_leave_the_next_search_nothing_to_read(tmp_path):
 
 def _newest(store: MemoryStore) -> int:
     return int(store._db.execute("SELECT max(seq) FROM changes").fetchone()[0])
+
+
+def test_a_write_stands_when_moving_the_held_index_fails(tmp_path):
+    """Another writer left a row the held index cannot take (a crafted
+    file): the store's own write still returns once committed, and the
+    namespace is read afresh by the next search, which meets the row."""
+    clock = Clock()
+    with _open(tmp_path / "m.db", clock) as store:
+        store.remember("refund order notes")
+        store.search("refund")
+        raw = sqlite3.connect(tmp_path / "m.db")
+        raw.execute("UPDATE memories SET embedding = 'not a blob'")
+        raw.execute("INSERT INTO changes (namespace, memory) SELECT namespace, rowid FROM memories")
+        raw.commit()
+        raw.close()
+        written = store.remember("deploy on monday")
+        assert store.get(written.id) is not None
+        assert "default" not in store._vectors  # dropped: loaded again by the next search

@@ -133,6 +133,26 @@ def test_keyword_scores_are_scaled_by_the_best_match_of_the_whole_search(store):
     assert found[0].memory.id == best.id
 
 
+def test_the_same_match_scores_the_same_in_a_small_namespace_and_a_large_one(store):
+    """A search across namespaces weighs BM25 by their statistics together:
+    a user's own memory scores as the same memory in a large shared
+    namespace does, not lower because its namespace is small."""
+    text = "rollback the kafka consumer"
+    own = store.remember(text, namespace="user")
+    store.remember_many(["deploy notes", "billing notes"], namespace="user")
+    shared = store.remember(text, namespace="shared")
+    store.remember_many([f"runbook page {i} about payments" for i in range(300)], namespace="shared")
+    hits = {
+        h.memory.id: h for h in store.search("rollback kafka consumer", namespace=["user", "shared"], k=4)
+    }
+    assert hits[own.id].keyword == hits[shared.id].keyword == 1.0
+    assert hits[own.id].score == pytest.approx(hits[shared.id].score)
+    # Alone, each namespace weighs by its own statistics.
+    alone = store.search("rollback kafka consumer", namespace="user", k=1)[0]
+    assert alone.memory.id == own.id
+    assert alone.keyword == 1.0
+
+
 @pytest.mark.parametrize(
     ("bad", "error"),
     [
@@ -206,7 +226,8 @@ def test_a_scope_holds_exactly_the_namespace_and_those_under_it(spaces, within):
 def test_a_keyword_query_reads_only_its_namespaces_postings(store):
     """The index holds each memory's namespace as a word of its own, and
     the query names it: another tenant's memories with the same word are
-    never matched, so they cost nothing."""
+    never matched, so they cost nothing. So does the index a search holds
+    for the namespace: it holds only its own memories."""
     from context_core.memory_store.keywords import match_query
 
     store.remember_many([f"zebra sighting number {i}" for i in range(300)], namespace="big-tenant")
@@ -218,6 +239,29 @@ def test_a_keyword_query_reads_only_its_namespaces_postings(store):
     )
     assert len(matched) == 1  # the index itself, before any namespace check
     assert [h.memory.id for h in store.search("zebra", namespace=Namespace("small", "u1"))] == [mine.id]
+    held = store._vectors[Namespace("small", "u1").key].keywords
+    assert (len(held), held.holding("zebra"), held.holding("sighting")) == (1, 1, 0)
+
+
+def test_a_rowid_another_namespace_reuses_is_no_keyword_match(tmp_path):
+    """A memory deleted from one namespace frees its rowid; the next memory,
+    written in another namespace, can take it. The first namespace's held
+    keyword index lets it go with the vector, and the word is found only
+    where it now is."""
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(32)) as store:
+        store.remember("zebra notes", namespace="a")
+        last = store.remember("zebra crossing", namespace="a")
+        assert store.search("zebra", namespace="a")  # held from here on
+        rowid = store._db.execute("SELECT rowid FROM memories WHERE id = ?", (last.id,)).fetchone()[0]
+        store.delete(last.id)
+        moved = store.remember("zebra crossing again", namespace="b")
+        assert (
+            store._db.execute("SELECT rowid FROM memories WHERE id = ?", (moved.id,)).fetchone()[0] == rowid
+        )
+        found = store.search("zebra crossing", namespace="a", kinds=["semantic"])
+        assert [h.memory.text for h in found] == ["zebra notes"]
+        assert rowid not in store._vectors["a"].keywords
+        assert [h.memory.id for h in store.search("crossing", namespace="b")] == [moved.id]
 
 
 def test_a_version_3_store_gets_its_namespace_words_on_opening(tmp_path):

@@ -72,7 +72,7 @@ from context_core.memory_store.namespaces import (
     scope,
 )
 from context_core.memory_store.schema import entity_key, migrate
-from context_core.memory_store.vectors import ACCESS_FLUSHES, NamespaceVectors
+from context_core.memory_store.vectors import ACCESS_FLUSHES, NamespaceVectors, corpus
 
 __all__ = ["KINDS", "ForgetReport", "Hit", "Memory", "MemoryStore", "search_terms"]
 
@@ -626,8 +626,6 @@ class MemoryStore:
             try:
                 with self._not_waiting():
                     self.flush()
-                for namespace in list(self._vectors):  # the counts read here, not by the next search
-                    self._catch_up(namespace)
             except StoreBusyError:
                 pass
             except Exception as error:  # on the store's own thread: nobody to raise it to
@@ -833,8 +831,12 @@ class MemoryStore:
         A failure here is the next search's to meet (it reads the same)."""
         if namespace not in self._vectors:
             return
-        with contextlib.suppress(ContextCoreError):
+        try:
             self._read(lambda db: self._sync(db, namespace))
+        except ContextCoreError:
+            pass
+        except Exception:  # a crafted row: the write stands; the next search loads afresh and meets it
+            self._vectors.pop(namespace, None)
 
     def _put_all(
         self,
@@ -1251,10 +1253,12 @@ class MemoryStore:
             def work(db: sqlite3.Connection) -> tuple[list[_T], list[str]]:
                 pool = max(4 * k, 32)
                 held = {ns: self._sync(db, ns) for ns in namespaces}
-                found = {ns: held[ns].keyword_hits(terms, pool, kinds) for ns in namespaces}
-                # Keyword scores over the best BM25 of the whole search: a
+                # Across namespaces, BM25 weighs by their statistics together
+                # and the scores are over the best of the whole search: a
                 # namespace's weak best match does not score 1 beside another
                 # namespace's strong one.
+                together = corpus(held.values(), terms) if len(namespaces) > 1 else None
+                found = {ns: held[ns].keyword_hits(terms, pool, kinds, together) for ns in namespaces}
                 best = max((score for hits in found.values() for _, score in hits), default=0.0) or 1.0
                 ranked = [
                     hit

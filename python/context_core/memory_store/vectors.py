@@ -24,7 +24,7 @@ memories): only the few it returns are read.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from context_core.memory_store.extract import KINDS
 from context_core.memory_store.keywords import KEYWORD_POSTINGS, QUERY_TERMS
 from context_core.memory_store.namespaces import space_token
 
-__all__ = ["ACCESS_FLUSHES", "NamespaceVectors", "Ranks"]
+__all__ = ["ACCESS_FLUSHES", "Corpus", "NamespaceVectors", "Ranks", "corpus"]
 
 # Each row is tagged with its memory's kind, so a search by kind scans only
 # those rows (a memory's kind never changes once written).
@@ -46,6 +46,25 @@ _LOAD_BATCH = 8192
 
 # One string per kind, shared by every held row (SQLite returns a new one each).
 _KIND = {kind: kind for kind in KINDS}
+
+#: BM25's statistics over several namespaces: documents, words, and the
+#: documents holding each term.
+Corpus = tuple[int, int, dict[str, int]]
+
+
+def corpus(held: Iterable[NamespaceVectors], terms: str) -> Corpus:
+    """The statistics of the namespaces ``held`` together, for the query
+    ``terms``: a search across namespaces scores each one's keyword
+    matches by these, so a rare word counts the same in a small namespace
+    as in a large one, and the scores share one scale."""
+    held = list(held)
+    distinct = list(dict.fromkeys(t for t in terms.split(" ") if t))[:QUERY_TERMS]
+    return (
+        sum(len(index.keywords) for index in held),
+        sum(index.keywords.words for index in held),
+        {term: sum(index.keywords.holding(term) for index in held) for term in distinct},
+    )
+
 
 #: What search ranks a memory by: its id, kind, importance, last access and
 #: access count, as stored (searches' counts not yet written are not in it).
@@ -215,14 +234,16 @@ class NamespaceVectors:
         return dict(zip(held, found, strict=True))
 
     def keyword_hits(
-        self, terms: str, k: int, kinds: tuple[str, ...] | None = None
+        self, terms: str, k: int, kinds: tuple[str, ...] | None = None, corpus: Corpus | None = None
     ) -> list[tuple[int, float]]:
         """``(rowid, bm25)`` of the ``k`` best keyword matches (of ``kinds``,
         if given: the best of those) for ``terms``
         (:func:`~context_core.memory_store.store.search_terms`), best first:
-        the query's rarest terms within :data:`KEYWORD_POSTINGS` documents."""
+        the query's rarest terms within :data:`KEYWORD_POSTINGS` documents.
+        BM25 weighs by this namespace's statistics, or ``corpus``'s (see
+        :func:`corpus`)."""
         mask = None if kinds is None else sum(1 << _TAG[kind] for kind in set(kinds))
-        return self.keywords.top(terms, k, QUERY_TERMS, KEYWORD_POSTINGS, mask)
+        return self.keywords.top(terms, k, QUERY_TERMS, KEYWORD_POSTINGS, mask, corpus)
 
     def nearest(
         self,

@@ -12,8 +12,10 @@ scores, term by term in that order, BM25's
 ``idf * (f * (k1 + 1)) / (f + k1 * (1 - b + b * length / average))`` with
 ``idf = ln(1 + (n - held + 0.5) / (held + 0.5))``, ``n``
 the documents held and ``average`` their mean length. The ``limit`` best
-come back, highest score first, ties by the smaller key. The sums run in
-the Rust order, so the two agree bit for bit.
+come back, highest score first, ties by the smaller key. Given a corpus
+(documents, words, documents holding each term) of several namespaces,
+``n``, ``average`` and ``held`` are its (never below this index's own).
+The sums run in the Rust order, so the two agree bit for bit.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class KeywordIndex:
             counts = Counter(
                 w[len(self.prefix) :] for w in split if w.startswith(self.prefix) and w != self.prefix
             )
+            for term, n in counts.items():
+                counts[term] = min(n, MAX_COUNT)
             self.docs[key] = (len(split), tag, counts)
             self.holding_docs.update(counts.keys())
 
@@ -61,6 +65,10 @@ class KeywordIndex:
             return False
         self.holding_docs.subtract(doc[2].keys())
         return True
+
+    @property
+    def words(self) -> int:
+        return sum(length for length, _, _ in self.docs.values())
 
     def holding(self, term: str) -> int:
         return self.holding_docs[term]
@@ -77,17 +85,26 @@ class KeywordIndex:
         return chosen
 
     def top(
-        self, terms: str, limit: int, max_terms: int, max_postings: int, mask: int | None = None
+        self,
+        terms: str,
+        limit: int,
+        max_terms: int,
+        max_postings: int,
+        mask: int | None = None,
+        corpus: tuple[int, int, dict[str, int]] | None = None,
     ) -> list[tuple[int, float]]:
         mask = ALL_TAGS if mask is None else mask
         chosen = self.chosen(terms, max_terms, max_postings)
         if not chosen or limit == 0:
             return []
-        n = float(len(self.docs))
-        average = float(sum(length for length, _, _ in self.docs.values())) / n
+        docs, words, holding = (len(self.docs), self.words, {}) if corpus is None else corpus
+        # A corpus counts this index's own documents too: never fewer.
+        n = float(max(docs, len(self.docs)))
+        average = float(max(words, self.words)) / n
         scores: dict[int, float] = {}
         for term in chosen:
-            held = float(self.holding(term))
+            own = self.holding(term)
+            held = float(own if corpus is None else max(holding.get(term, 0), own))
             idf = math.log(1.0 + (n - held + 0.5) / (held + 0.5))
             for key, (length, tag, counts) in self.docs.items():
                 freq = counts.get(term)

@@ -39,6 +39,16 @@ struct Doc {
     live: bool,
 }
 
+/// The statistics BM25 weighs by when a search reads several namespaces:
+/// theirs together, so each one's scores are on the same scale (a rare
+/// word in a small namespace counts as it does in a large one).
+pub struct Corpus {
+    pub docs: u64,
+    pub words: u64,
+    /// Documents holding each term, over all of them (0 for one not given).
+    pub holding: HashMap<String, u64>,
+}
+
 /// The documents of one namespace by key (a memory's rowid).
 #[derive(Default)]
 pub struct KeywordIndex {
@@ -72,6 +82,16 @@ impl KeywordIndex {
 
     pub fn contains(&self, key: i64) -> bool {
         self.slot_of.contains_key(&key)
+    }
+
+    /// Words in the live documents (their lengths summed).
+    pub fn words(&self) -> u64 {
+        self.words
+    }
+
+    /// Terms held by some document, or by none since the last rebuild.
+    pub fn terms(&self) -> usize {
+        self.names.len()
     }
 
     /// Live documents holding `term`.
@@ -157,7 +177,9 @@ impl KeywordIndex {
         true
     }
 
-    /// The postings and slots again, without the dead documents.
+    /// The postings and slots again, without the dead documents, and the
+    /// terms no live document holds forgotten (a server that deletes
+    /// memories full of ids and dates would otherwise keep every one).
     fn rebuild(&mut self) {
         let mut moved = vec![u32::MAX; self.docs.len()];
         let mut docs = Vec::with_capacity(self.slot_of.len());
@@ -167,19 +189,47 @@ impl KeywordIndex {
                 docs.push(doc);
             }
         }
-        for (slots, counts) in self.slots.iter_mut().zip(self.counts.iter_mut()) {
-            let mut keep = 0;
-            for at in 0..slots.len() {
-                let new = moved[slots[at] as usize];
+        let mut renamed = vec![u32::MAX; self.names.len()];
+        let (mut names, mut slots, mut counts, mut holding) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let old_terms = std::mem::take(&mut self.names)
+            .into_iter()
+            .zip(std::mem::take(&mut self.slots))
+            .zip(std::mem::take(&mut self.counts))
+            .zip(std::mem::take(&mut self.holding));
+        for (old, (((name, old_slots), old_counts), held)) in old_terms.enumerate() {
+            if held == 0 {
+                continue;
+            }
+            let mut kept_slots = Vec::with_capacity(held as usize);
+            let mut kept_counts = Vec::with_capacity(held as usize);
+            for (&slot, &count) in old_slots.iter().zip(&old_counts) {
+                let new = moved[slot as usize];
                 if new != u32::MAX {
-                    slots[keep] = new;
-                    counts[keep] = counts[at];
-                    keep += 1;
+                    kept_slots.push(new);
+                    kept_counts.push(count);
                 }
             }
-            slots.truncate(keep);
-            counts.truncate(keep);
+            renamed[old] = u32::try_from(names.len()).expect("fewer than 2^32 terms");
+            names.push(name);
+            slots.push(kept_slots);
+            counts.push(kept_counts);
+            holding.push(held);
         }
+        for doc in &mut docs {
+            for id in &mut doc.terms {
+                *id = renamed[*id as usize];
+            }
+        }
+        self.ids = names
+            .iter()
+            .enumerate()
+            .map(|(id, name)| (name.clone(), id as u32))
+            .collect();
+        self.names = names;
+        self.slots = slots;
+        self.counts = counts;
+        self.holding = holding;
         for (slot, doc) in docs.iter().enumerate() {
             self.slot_of.insert(doc.key, slot as u32);
         }
@@ -226,7 +276,9 @@ impl KeywordIndex {
 
     /// `(key, score)` of the `limit` best documents (of the tags whose bit
     /// is set in `mask`) for the query `terms` (see [`Self::chosen`]), best
-    /// first (ties: the smaller key). Scores are BM25, higher better.
+    /// first (ties: the smaller key). Scores are BM25, higher better, by
+    /// this index's statistics or, given, `corpus`'s (which must count
+    /// this index's documents among its own).
     pub fn top(
         &self,
         terms: &str,
@@ -234,18 +286,25 @@ impl KeywordIndex {
         max_terms: usize,
         max_postings: usize,
         mask: u8,
+        corpus: Option<&Corpus>,
     ) -> Vec<(i64, f64)> {
         let chosen = self.chosen(terms, max_terms, max_postings);
         if chosen.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let docs = self.len() as f64;
-        let average = self.words as f64 / docs;
+        // A corpus counts this index's documents too: never fewer.
+        let (docs, words) = corpus.map_or((self.len() as u64, self.words), |c| {
+            (c.docs.max(self.len() as u64), c.words.max(self.words))
+        });
+        let docs = docs as f64;
+        let average = words as f64 / docs;
         let mut scores: HashMap<u32, f64> = HashMap::default();
         scores.reserve(max_postings.min(4096));
         for term in chosen {
             let id = self.ids[term] as usize;
-            let holding = f64::from(self.holding[id]);
+            let own = u64::from(self.holding[id]);
+            let holding =
+                corpus.map_or(own, |c| c.holding.get(term).copied().unwrap_or(0).max(own)) as f64;
             let idf = (1.0 + (docs - holding + 0.5) / (holding + 0.5)).ln();
             for (&slot, &count) in self.slots[id].iter().zip(&self.counts[id]) {
                 let doc = &self.docs[slot as usize];
@@ -296,13 +355,56 @@ mod tests {
             (2, "refund refund"),
             (3, "weather"),
         ]);
-        let found = index.top("refund", 10, 32, 1000, ALL_TAGS);
+        let found = index.top("refund", 10, 32, 1000, ALL_TAGS, None);
         let average = 6.0 / 3.0;
         let idf = (1.0 + (3.0f64 - 2.0 + 0.5) / (2.0 + 0.5)).ln();
         let part = |freq: f64, len: f64| {
             idf * (freq * (K1 + 1.0)) / (freq + K1 * (1.0 - B + B * len / average))
         };
         assert_eq!(found, vec![(2, part(2.0, 2.0)), (1, part(1.0, 3.0))]);
+    }
+
+    #[test]
+    fn forgets_the_terms_no_document_holds() {
+        let mut index = KeywordIndex::new();
+        for key in 0..3000 {
+            index.set(key, &format!("id{key} shared"), "", 0);
+        }
+        for key in 1..3000 {
+            index.remove(key);
+        }
+        // id0 and shared, and the ids of those removed since the last
+        // rebuild: the rest of 2,999 forgotten.
+        assert!(index.dead < MIN_REBUILD);
+        assert_eq!(index.terms(), 2 + index.dead);
+        assert_eq!(index.holding("shared"), 1);
+        assert_eq!(index.top("id0 id5", 5, 32, 1000, ALL_TAGS, None).len(), 1);
+    }
+
+    #[test]
+    fn scores_by_a_corpus_given() {
+        let index = index(&[(1, "refund order"), (2, "weather")]);
+        let corpus = Corpus {
+            docs: 10,
+            words: 30,
+            holding: HashMap::from_iter([("refund".to_owned(), 3)]),
+        };
+        let idf = (1.0 + (10.0f64 - 3.0 + 0.5) / (3.0 + 0.5)).ln();
+        let expected = idf * (1.0 * (K1 + 1.0)) / (1.0 + K1 * (1.0 - B + B * 2.0 / 3.0));
+        assert_eq!(
+            index.top("refund", 5, 32, 1000, ALL_TAGS, Some(&corpus)),
+            vec![(1, expected)]
+        );
+        // A corpus smaller than the index itself counts the index's own.
+        let small = Corpus {
+            docs: 0,
+            words: 0,
+            holding: HashMap::default(),
+        };
+        assert_eq!(
+            index.top("refund", 5, 32, 1000, ALL_TAGS, Some(&small)),
+            index.top("refund", 5, 32, 1000, ALL_TAGS, None)
+        );
     }
 
     #[test]
@@ -337,7 +439,8 @@ mod tests {
         assert_eq!(index.holding("fresh"), 1);
         assert_eq!(index.holding("other"), 0);
         assert!(index.dead < MIN_REBUILD);
-        let found = index.top("word3", 1000, 32, 1000, 1 << 2);
+        assert_eq!(index.terms(), 9); // "fresh", "all" and word0-6: the rebuild forgot none held
+        let found = index.top("word3", 1000, 32, 1000, 1 << 2, None);
         assert!(
             found
                 .iter()

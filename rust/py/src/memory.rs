@@ -3,10 +3,11 @@
 
 use context_core::embed::hash_embed;
 use context_core::entities::{entities, entities_many};
-use context_core::keywords::KeywordIndex;
+use context_core::keywords::{Corpus, KeywordIndex};
 use context_core::vectors::{ALL_TAGS, VectorIndex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+use std::collections::HashMap;
 
 use crate::errors::invalid_input;
 use crate::text::text as text_of;
@@ -225,6 +226,18 @@ impl PyKeywordIndex {
         self.inner.contains(key)
     }
 
+    /// Words in the held documents (their lengths summed).
+    #[getter]
+    fn words(&self) -> u64 {
+        self.inner.words()
+    }
+
+    /// Terms held (and any no document holds since the last rebuild).
+    #[getter]
+    fn terms(&self) -> usize {
+        self.inner.terms()
+    }
+
     /// Indexes each of `keys` with its `words` (replacing what it held) and
     /// its tag (0-7, from `tags`, default all 0).
     #[pyo3(signature = (keys, words, tags=None))]
@@ -281,8 +294,11 @@ impl PyKeywordIndex {
     /// `(key, bm25)` of the `limit` best documents for `terms`
     /// (space-separated; the first `max_terms` distinct, the rarest of
     /// those within `max_postings` documents), best first; with `mask`,
-    /// only documents whose tag's bit is set.
-    #[pyo3(signature = (terms, limit, max_terms, max_postings, mask=None))]
+    /// only documents whose tag's bit is set. With `corpus`, `(documents,
+    /// words, {term: documents holding it})` of all the namespaces a search
+    /// reads, BM25 weighs by those.
+    #[pyo3(signature = (terms, limit, max_terms, max_postings, mask=None, corpus=None))]
+    #[allow(clippy::too_many_arguments)] // the query's bounds, as the store names them
     fn top(
         &self,
         terms: &str,
@@ -290,13 +306,20 @@ impl PyKeywordIndex {
         max_terms: usize,
         max_postings: usize,
         mask: Option<u8>,
+        corpus: Option<(u64, u64, HashMap<String, u64>)>,
     ) -> Vec<(i64, f64)> {
+        let corpus = corpus.map(|(docs, words, holding)| Corpus {
+            docs,
+            words,
+            holding: holding.into_iter().collect(),
+        });
         self.inner.top(
             terms,
             limit,
             max_terms,
             max_postings,
             mask.unwrap_or(ALL_TAGS),
+            corpus.as_ref(),
         )
     }
 }
