@@ -7,6 +7,7 @@ kinds filtered by mask. Both sides must agree exactly."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -69,7 +70,7 @@ op = st.one_of(
     st.lists(op, max_size=40),
     st.lists(st.lists(st.sampled_from([*VOCAB, "missing"]), max_size=6), max_size=4),
 )
-def test_agrees_after_any_writes(ops: list[tuple], queries: list[list[str]]) -> None:
+def test_agrees_after_any_writes(ops: list[tuple[Any, ...]], queries: list[list[str]]) -> None:
     ours, twin = _KeywordIndex(PREFIX), KeywordIndex(PREFIX)
     for step in ops:
         if step[0] == "set":
