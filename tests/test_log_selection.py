@@ -24,7 +24,7 @@ from context_core import (
     WeightedWindow,
     _log_selection,
 )
-from context_core._core import LOG_CACHED_BYTES, PARALLEL_FACTS_FROM
+from context_core._core import LOG_CACHED_BYTES, PARALLEL_FACTS_FROM, SEGMENT_PREFIX
 from context_core._log_selection import count_cut_results, from_view
 from context_core.reference import log as reference_log
 
@@ -140,6 +140,36 @@ def test_a_node_pinned_at_append_is_pinned_in_every_policy(tmp_path):
             assert chosen.breakdown.pinned >= 10, name
         priority = PriorityAssembly().select(log, 1_500)
         assert priority.messages[0]["content"] == "The deploy key is K-7781."
+
+
+def test_summaries_and_pinned_copies_read_as_the_same_objects_each_turn(tmp_path):
+    """A summary node reads as a system message, and a node pinned at
+    append as a pinned copy: made once, so turn after turn the window
+    holds the same objects and selection recalls them (a sliding window is
+    then read from the run the last turn left). The log's own dicts are
+    read-only, and so are these."""
+    from context_core._log_selection import render
+
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "user", "content": "hello"})
+        log.append({"role": "assistant", "content": "The deploy key is K-7781."}, pinned=True)
+        for i in range(6):
+            log.append({"role": "user", "content": f"question {i}"})
+        summary = log.add_summary("the deploy was set up", covers=(2, 5))
+        first, again = log.context_view(), log.context_view()
+        at = next(i for i, m in enumerate(first) if m["content"].endswith("the deploy was set up"))
+        assert first[at] is again[at]
+        assert first[at] == {"role": "system", "content": SEGMENT_PREFIX + "the deploy was set up"}
+        nodes = [(1, "message"), (summary, "segment")]
+        one, two = render(log, nodes, [1]), render(log, nodes, [1])
+        assert one[0] is two[0]
+        assert one[0] == {"role": "assistant", "content": "The deploy key is K-7781.", "pinned": True}
+        assert log[1] == {
+            "role": "assistant",
+            "content": "The deploy key is K-7781.",
+        }  # the payload as it was
+    with MessageLog.open(tmp_path / "log") as log:  # read afresh: made afresh, equal
+        assert log.context_view()[at] == first[at]
 
 
 def test_a_window_naming_a_dependency_reports_what_it_left_out(tmp_path):

@@ -94,6 +94,27 @@ def test_a_message_changed_in_place_is_read_again(provider, data, budget):
     assert select_all(messages, provider, budget) == select_all(copy.deepcopy(messages), provider, budget)
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), budget=st.integers(200, 4000))
+def test_a_sliding_window_reads_as_a_fresh_copy_changed_or_not(provider, data, budget):
+    """A window that keeps its head, leaves out the oldest of the rest and
+    adds new messages is read from the run the last window left (its
+    messages gathered from further on in it); read so, with or without a
+    message of it changed in place, it is what a fresh copy reads as."""
+    messages = data.draw(history(provider))
+    if len(messages) < 4:
+        return
+    head = data.draw(st.integers(0, 2))
+    select_all(messages, provider, budget)  # first sight: the list is noted
+    select_all(messages, provider, budget)  # a run is kept
+    left_out = data.draw(st.integers(head + 1, len(messages) - 1))
+    window = messages[:head] + messages[left_out:] + copy.deepcopy(messages[-2:])
+    if data.draw(st.booleans()):  # changed before the window is first read: the gathering must see it
+        data.draw(mutation(window))
+    assert select_all(window, provider, budget) == select_all(copy.deepcopy(window), provider, budget)
+
+
 def test_a_laid_out_copy_changed_by_the_caller_is_made_again():
     messages = [
         {"role": "user", "content": "run it", "timestamp": 1.0},

@@ -135,8 +135,12 @@ def render(log: MessageLog, nodes: Nodes, pinned: list[int]) -> list[Msg]:
         marked = set(pinned)
         for i, (seq, _) in enumerate(nodes):
             if seq in marked and messages[i].get("pinned") is not True:
-                messages[i] = {**messages[i], "pinned": True}
+                messages[i] = log._derive(seq, messages[i], _marked_pinned)
     return messages
+
+
+def _marked_pinned(seq: int, message: Msg) -> Msg:
+    return {**message, "pinned": True}
 
 
 def keyed(log: MessageLog, nodes: Nodes, selection: Selection, view: View | None) -> Selection:

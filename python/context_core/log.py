@@ -5,12 +5,13 @@ decodes payloads and views the headers with numpy."""
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -84,6 +85,11 @@ class MessageLog(_MessageLog):
         self._path = os.fspath(path)
         self._map: mmap.mmap | None = None
         self._decoded: OrderedDict[int, Any] = OrderedDict()
+        # Messages derived from decoded payloads (a summary as a system
+        # message, a message marked pinned), by seq, with the payload each
+        # was made from: the same object turn after turn while that payload
+        # is, so selection recalls them as it does the messages.
+        self._derived: dict[int, tuple[Any, dict[str, Any]]] = {}
         # Guards the decoded cache: threads of one server share a log (the
         # Rust log has its own lock). A child of a fork makes its own, as the
         # parent's may have been held by a thread the child does not have.
@@ -140,6 +146,7 @@ class MessageLog(_MessageLog):
         self._close()
         self._map = None
         self._decoded = OrderedDict()
+        self._derived = {}
 
     def __enter__(self) -> MessageLog:
         return self
@@ -224,17 +231,26 @@ class MessageLog(_MessageLog):
             return payloads  # messages only, as appended (the cache's own dicts, read-only)
         out = []
         for (seq, part), payload in zip(nodes, payloads, strict=True):
-            prefix = _PREFIX.get(part)
-            if prefix is not None:
-                try:
-                    out.append({"role": "system", "content": prefix + payload["summary"]})
-                except (KeyError, TypeError):  # only a crafted file: the checksums held
-                    raise LogCorruptError(f"data: node {seq} is no summary payload") from None
+            summary = _SUMMARY_MESSAGE.get(part)
+            if summary is not None:
+                out.append(self._derive(seq, payload, summary))
             elif not strip or _METADATA.isdisjoint(payload):
                 out.append(payload)
             else:
                 out.append({k: v for k, v in payload.items() if k not in _METADATA})
         return out
+
+    def _derive(self, seq: int, payload: Any, make: Callable[[int, Any], dict[str, Any]]) -> dict[str, Any]:
+        """``make(seq, payload)``, the message node ``seq`` reads as, made
+        once per payload object (read-only, as the cache's own dicts are)."""
+        held = self._derived.get(seq)
+        if held is not None and held[0] is payload:
+            return held[1]
+        message = make(seq, payload)
+        if len(self._derived) >= DECODED_CACHE:
+            self._derived.clear()  # a few summaries and pinned messages a view; many only after long use
+        self._derived[seq] = (payload, message)
+        return message
 
     def _cached(self, seqs: list[int]) -> list[Any]:
         """Decoded payloads, from the cache where a turn before read them.
@@ -268,3 +284,14 @@ class MessageLog(_MessageLog):
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self)} nodes"
         return f"MessageLog({self._path!r}, {state})"
+
+
+def _summary_message(prefix: str, seq: int, payload: Any) -> dict[str, Any]:
+    """Summary node ``seq``'s payload as the system message a view reads."""
+    try:
+        return {"role": "system", "content": prefix + payload["summary"]}
+    except (KeyError, TypeError):  # only a crafted file: the checksums held
+        raise LogCorruptError(f"data: node {seq} is no summary payload") from None
+
+
+_SUMMARY_MESSAGE = {part: functools.partial(_summary_message, prefix) for part, prefix in _PREFIX.items()}

@@ -37,6 +37,8 @@ pub struct Run {
     infos: Vec<MessageInfo>,
     cuts: Vec<Vec<Cut>>,
     outputs: Vec<Option<LaidOut>>,
+    /// What each message costs to keep, and all of them together.
+    costs: Vec<usize>,
     cost: usize,
 }
 
@@ -49,6 +51,7 @@ impl Run {
             infos: Vec::new(),
             cuts: Vec::new(),
             outputs: Vec::new(),
+            costs: Vec::new(),
             cost: 0,
         }
     }
@@ -85,6 +88,7 @@ impl Run {
         output: Option<&LaidOut>,
     ) {
         self.shapes.push_walked(message, walked);
+        self.costs.push(walked.cost());
         self.cost += walked.cost();
         self.messages.push(message.clone().unbind());
         self.infos.push(info.clone());
@@ -103,8 +107,42 @@ impl Run {
         self.infos.truncate(n);
         self.cuts.truncate(n);
         self.outputs.truncate(n);
-        // The cost is not recounted: at most an over-estimate until the run goes.
+        self.cost -= self.costs.drain(n..).sum::<usize>();
         gone
+    }
+
+    /// A run of the messages `items` begins with that are this run's, in
+    /// its order (each found further on than the one before, the same
+    /// object and unchanged), up to the first that is not.
+    fn gathered(&self, items: &[Bound<'_, PyAny>]) -> Run {
+        let mut run = Run::new(self.context);
+        let Some(py) = items.first().map(Bound::py) else {
+            return run;
+        };
+        let mut from = 0;
+        for item in items {
+            let address = item.as_ptr();
+            let Some(at) = self.messages[from..]
+                .iter()
+                .position(|m| m.as_ptr() == address)
+                .map(|k| from + k)
+            else {
+                break;
+            };
+            if !seen::matches(item, self.shapes.get(at)) {
+                break;
+            }
+            run.shapes.push_from(py, &self.shapes, at);
+            run.messages.push(self.messages[at].clone_ref(py));
+            run.infos.push(self.infos[at].clone());
+            run.cuts
+                .push(self.cuts[at].iter().map(|cut| cut.clone_ref(py)).collect());
+            run.outputs.push(self.outputs[at].clone());
+            run.costs.push(self.costs[at]);
+            run.cost += self.costs[at];
+            from = at + 1;
+        }
+        run
     }
 }
 
@@ -137,6 +175,14 @@ pub fn take(items: &[Bound<'_, PyAny>], context: Context) -> Option<Run> {
     let holds = (0..same)
         .position(|i| !seen::matches(&items[i], run.shapes.get(i)))
         .unwrap_or(same);
+    if holds == same && same < items.len() && same < run.len() {
+        // The history left out some of the run's messages (a sliding
+        // window): the rest of what it shares is further on in the run.
+        let gathered = run.gathered(items);
+        if gathered.len() > holds {
+            return Some(gathered); // the old run dropped here, after the lock
+        }
+    }
     drop(run.truncate(holds));
     Some(run)
 }
@@ -190,6 +236,7 @@ pub fn remember_output(
         if let Some(run) = run
             && seen::matches(message, run.shapes.get(index))
         {
+            run.costs[index] += output.cost();
             run.cost += output.cost();
             old = run.outputs[index].replace(Arc::clone(output));
         }

@@ -217,6 +217,17 @@ impl Shapes {
         self.held_ends.push(self.held.len());
     }
 
+    /// Add the `i`-th shape of `other` (of a value still the same object,
+    /// unchanged), holding what it holds.
+    pub fn push_from(&mut self, py: Python<'_>, other: &Shapes, i: usize) {
+        self.slots.extend_from_slice(other.get(i));
+        self.ends.push(self.slots.len());
+        let start = if i == 0 { 0 } else { other.held_ends[i - 1] };
+        let held = &other.held[start..other.held_ends[i]];
+        self.held.extend(held.iter().map(|h| h.clone_ref(py)));
+        self.held_ends.push(self.held.len());
+    }
+
     /// Add `value` as checked by the caller, now and whenever it is asked
     /// about again (see [`Shapes::verified`]); no walk.
     pub fn push_verified(&mut self, value: &Bound<'_, PyAny>) {
