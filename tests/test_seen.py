@@ -6,12 +6,14 @@ answer is never taken for another tokenizer, tagger or cap."""
 from __future__ import annotations
 
 import copy
+import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_core import PriorityAssembly, Tokenizer, WeightedWindow, shape_history
+from context_core._core import _analyze
 from context_core.select import Tagger
 from test_select import history
 
@@ -420,3 +422,61 @@ def test_a_message_of_a_dict_subclass_turns_vouching_off():
     assert answer(chosen) == answer(
         PriorityAssembly(anchoring=True, tool_result_cap=None).select(fresh, 10**5)
     )
+
+
+def _turn_message(i: int, rng: random.Random) -> dict:
+    roll = rng.random()
+    if roll < 0.2:
+        return {"role": "tool", "tool_call_id": f"c{i}", "content": LONG + str(i), "timestamp": float(i)}
+    if roll < 0.3:
+        block = {"type": "tool_result", "tool_use_id": f"c{i}", "content": [{"type": "text", "text": LONG}]}
+        return {"role": "user", "content": [block]}
+    message: dict = {
+        "role": "user" if i % 2 == 0 else "assistant",
+        "content": f"message {i} " * rng.randint(1, 10),
+    }
+    for key, value, chance in (("timestamp", float(i), 0.5), ("pinned", True, 0.1), ("id", f"id{i}", 0.1)):
+        if rng.random() < chance:
+            message[key] = value
+    return message
+
+
+def _read(items: list, tokenizer: Tokenizer, cap: int | None) -> tuple:
+    analysis = _analyze(items, tokenizer, None, cap, True)
+    laid_out, tokens, _ = analysis.lay_out(list(range(analysis.unit_count)))
+    cuts = [(t[0], t[1], t[2], str(t[3]), t[4], t[5]) for t in analysis.truncations]
+    return analysis.tokens, bytes(analysis.tags), analysis.ids, cuts, analysis.units, laid_out, tokens
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_windows_sliding_over_shared_messages_read_as_fresh_copies(seed):
+    """Twelve turns of a window over one conversation's message objects:
+    a head kept, the start sliding, now and then the same object twice, a
+    fresh input, a message changed in place, or a laid-out copy the caller
+    was handed changed. Each turn reads (from the runs the turns before
+    left) as a deep copy of it reads."""
+    rng = random.Random(seed)
+    tokenizer = Tokenizer("cl100k_base")
+    pool = [_turn_message(i, rng) for i in range(80)]
+    head = [{"role": "system", "content": "sys"}] + ([pool[0]] if rng.random() < 0.5 else [])
+    cap = rng.choice([None, 30])
+    start, handed = 1, []
+    for turn in range(12):
+        start += rng.randint(0, 4)
+        items = head + pool[start : min(len(pool), start + rng.randint(5, 30))]
+        if rng.random() < 0.3 and len(items) > 3:
+            j = rng.randrange(1, len(items))
+            items.insert(rng.randrange(j, len(items) + 1), items[j])
+        if rng.random() < 0.3:
+            items.append({"role": "user", "content": f"fresh {turn}"})
+        if rng.random() < 0.4:
+            changed = rng.choice(items)
+            if isinstance(changed.get("content"), str):
+                changed["content"] += " changed"
+            else:
+                changed["timestamp"] = 99.0
+        if handed and rng.random() < 0.3:
+            rng.choice(handed)["extra"] = turn
+        got = _read(items, tokenizer, cap)
+        assert got == _read(copy.deepcopy(items), tokenizer, cap), (seed, turn)
+        handed = [m for m in got[5] if isinstance(m, dict)]

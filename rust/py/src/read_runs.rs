@@ -88,8 +88,9 @@ impl Run {
         output: Option<&LaidOut>,
     ) {
         self.shapes.push_walked(message, walked);
-        self.costs.push(walked.cost());
-        self.cost += walked.cost();
+        let cost = walked.cost() + output.map_or(0, |o| o.cost());
+        self.costs.push(cost);
+        self.cost += cost;
         self.messages.push(message.clone().unbind());
         self.infos.push(info.clone());
         self.cuts
@@ -107,42 +108,59 @@ impl Run {
         self.infos.truncate(n);
         self.cuts.truncate(n);
         self.outputs.truncate(n);
-        self.cost -= self.costs.drain(n..).sum::<usize>();
+        self.cost = self
+            .cost
+            .saturating_sub(self.costs.drain(n..).sum::<usize>());
         gone
     }
 
-    /// A run of the messages `items` begins with that are this run's, in
-    /// its order (each found further on than the one before, the same
-    /// object and unchanged), up to the first that is not.
-    fn gathered(&self, items: &[Bound<'_, PyAny>]) -> Run {
-        let mut run = Run::new(self.context);
+    /// The messages from the `n`-th on, moved out (this keeps the first `n`).
+    fn split_off(&mut self, n: usize) -> Run {
+        let costs = self.costs.split_off(n.min(self.costs.len()));
+        let cost: usize = costs.iter().sum();
+        self.cost = self.cost.saturating_sub(cost);
+        Run {
+            context: self.context,
+            messages: self.messages.split_off(n.min(self.messages.len())),
+            shapes: self.shapes.split_off(n),
+            infos: self.infos.split_off(n.min(self.infos.len())),
+            cuts: self.cuts.split_off(n.min(self.cuts.len())),
+            outputs: self.outputs.split_off(n.min(self.outputs.len())),
+            costs,
+            cost,
+        }
+    }
+
+    /// Add the messages `items` begins with that are `from`'s, in its
+    /// order (each found further on than the one before, the same object
+    /// and unchanged), up to the first that is not.
+    fn gather(&mut self, from: &Run, items: &[Bound<'_, PyAny>]) {
         let Some(py) = items.first().map(Bound::py) else {
-            return run;
+            return;
         };
-        let mut from = 0;
+        let mut at_least = 0;
         for item in items {
             let address = item.as_ptr();
-            let Some(at) = self.messages[from..]
+            let Some(at) = from.messages[at_least..]
                 .iter()
                 .position(|m| m.as_ptr() == address)
-                .map(|k| from + k)
+                .map(|k| at_least + k)
             else {
                 break;
             };
-            if !seen::matches(item, self.shapes.get(at)) {
+            if !seen::matches(item, from.shapes.get(at)) {
                 break;
             }
-            run.shapes.push_from(py, &self.shapes, at);
-            run.messages.push(self.messages[at].clone_ref(py));
-            run.infos.push(self.infos[at].clone());
-            run.cuts
-                .push(self.cuts[at].iter().map(|cut| cut.clone_ref(py)).collect());
-            run.outputs.push(self.outputs[at].clone());
-            run.costs.push(self.costs[at]);
-            run.cost += self.costs[at];
-            from = at + 1;
+            self.shapes.push_from(py, &from.shapes, at);
+            self.messages.push(from.messages[at].clone_ref(py));
+            self.infos.push(from.infos[at].clone());
+            self.cuts
+                .push(from.cuts[at].iter().map(|cut| cut.clone_ref(py)).collect());
+            self.outputs.push(from.outputs[at].clone());
+            self.costs.push(from.costs[at]);
+            self.cost += from.costs[at];
+            at_least = at + 1;
         }
-        run
     }
 }
 
@@ -177,10 +195,16 @@ pub fn take(items: &[Bound<'_, PyAny>], context: Context) -> Option<Run> {
         .unwrap_or(same);
     if holds == same && same < items.len() && same < run.len() {
         // The history left out some of the run's messages (a sliding
-        // window): the rest of what it shares is further on in the run.
-        let gathered = run.gathered(items);
-        if gathered.len() > holds {
-            return Some(gathered); // the old run dropped here, after the lock
+        // window): what else it shares is further on in the run. Only
+        // looked for when its next message is there: a history whose last
+        // message is new (a fresh input each turn) costs a scan of
+        // addresses, nothing more.
+        let next = items[same].as_ptr();
+        if run.messages[same + 1..].iter().any(|m| m.as_ptr() == next) {
+            let rest = run.split_off(same);
+            run.gather(&rest, &items[same..]);
+            drop(rest); // after the lock: dropping references can free objects
+            return Some(run);
         }
     }
     drop(run.truncate(holds));
@@ -236,8 +260,9 @@ pub fn remember_output(
         if let Some(run) = run
             && seen::matches(message, run.shapes.get(index))
         {
-            run.costs[index] += output.cost();
-            run.cost += output.cost();
+            let before = run.outputs[index].as_ref().map_or(0, |o| o.cost());
+            run.costs[index] = run.costs[index].saturating_sub(before) + output.cost();
+            run.cost = run.cost.saturating_sub(before) + output.cost();
             old = run.outputs[index].replace(Arc::clone(output));
         }
     }

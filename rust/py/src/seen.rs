@@ -248,6 +248,31 @@ impl Shapes {
         &self.slots[start..self.ends[i]]
     }
 
+    /// The shapes from the `n`-th on, moved out (this keeps the first `n`).
+    pub fn split_off(&mut self, n: usize) -> Shapes {
+        if n >= self.ends.len() {
+            return Shapes::default();
+        }
+        let slot_base = if n == 0 { 0 } else { self.ends[n - 1] };
+        let held_base = if n == 0 { 0 } else { self.held_ends[n - 1] };
+        Shapes {
+            slots: self.slots.split_off(slot_base),
+            ends: self
+                .ends
+                .split_off(n)
+                .into_iter()
+                .map(|e| e - slot_base)
+                .collect(),
+            held: self.held.split_off(held_base),
+            held_ends: self
+                .held_ends
+                .split_off(n)
+                .into_iter()
+                .map(|e| e - held_base)
+                .collect(),
+        }
+    }
+
     /// Keep the first `n` shapes; the references let go are returned, to be
     /// dropped where freeing objects is safe.
     pub fn truncate(&mut self, n: usize) -> Vec<Py<PyAny>> {
