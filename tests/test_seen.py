@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_core import PriorityAssembly, Tokenizer, WeightedWindow, shape_history
-from context_core._core import _analyze
+from context_core._core import _analyze, _run_counts
 from context_core.select import Tagger
 from test_select import history
 
@@ -480,3 +480,42 @@ def test_windows_sliding_over_shared_messages_read_as_fresh_copies(seed):
         got = _read(items, tokenizer, cap)
         assert got == _read(copy.deepcopy(items), tokenizer, cap), (seed, turn)
         handed = [m for m in got[5] if isinstance(m, dict)]
+
+
+def _plain_history(n: int) -> list[dict]:
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 5, "timestamp": float(i)}
+        for i in range(n)
+    ]
+
+
+def test_a_sliding_window_is_read_from_the_history_the_last_turn_left():
+    """A window that keeps its head and leaves out the oldest of the rest is
+    taken from the kept history, head and overlap alike, each message's
+    shape checked once."""
+    tokenizer = Tokenizer("cl100k_base")
+    history = _plain_history(60)
+    for _ in range(2):  # first sight notes the list; the second keeps it whole
+        _analyze(history, tokenizer, None, None, True)
+    window = history[:2] + history[20:] + [{"role": "user", "content": "a new turn"}]
+    taken, checked = _run_counts()
+    _analyze(window, tokenizer, None, None, True)
+    now_taken, now_checked = _run_counts()
+    assert now_taken - taken == 2 + 40
+    assert now_checked - checked == 2 + 40
+
+
+def test_a_fresh_input_each_turn_costs_no_second_look_at_the_history():
+    """A history that ends in a new input each turn (the last turn's input
+    is not in it) takes the shared history from the run, each shape checked
+    once, and looks for the rest no further than the run's addresses."""
+    tokenizer = Tokenizer("cl100k_base")
+    history = _plain_history(300)
+    for turn in range(2):
+        _analyze([*history, {"role": "user", "content": f"input {turn}"}], tokenizer, None, None, True)
+    for turn in range(2, 6):
+        taken, checked = _run_counts()
+        _analyze([*history, {"role": "user", "content": f"input {turn}"}], tokenizer, None, None, True)
+        now_taken, now_checked = _run_counts()
+        assert now_taken - taken == len(history)
+        assert now_checked - checked == len(history)

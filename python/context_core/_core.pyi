@@ -309,6 +309,9 @@ def _analyze(
 ) -> _Analysis:
     """Read ``messages`` for selection (``find_tags=False``: only the tags given)."""
 
+def _run_counts() -> tuple[int, int]:
+    """``(messages taken from kept runs, shapes checked)`` so far, for tests."""
+
 @disjoint_base
 class _MessageLog:
     """The Rust message log; ``context_core.MessageLog`` wraps it."""

@@ -33,6 +33,9 @@ mod _core {
     use super::select::{_analyze, PyAnalysis, PyTagger, PyToolResultCut};
 
     #[pymodule_export]
+    use super::read_runs::_run_counts;
+
+    #[pymodule_export]
     use super::memory::{_entities, _entities_many, _hash_embed, PyKeywordIndex, PyVectorIndex};
 
     #[pymodule_export]

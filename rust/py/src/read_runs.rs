@@ -16,6 +16,7 @@
 //! [`Context`] only.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use context_core::select::{MessageInfo, Truncation};
@@ -148,7 +149,7 @@ impl Run {
             else {
                 break;
             };
-            if !seen::matches(item, from.shapes.get(at)) {
+            if !matches_kept(item, from.shapes.get(at)) {
                 break;
             }
             self.shapes.push_from(py, &from.shapes, at);
@@ -165,6 +166,27 @@ impl Run {
 }
 
 static KEPT: Mutex<VecDeque<Run>> = Mutex::new(VecDeque::new());
+
+/// Messages [`take`] handed out from runs, and shapes of kept messages it
+/// checked, all calls together: what a test reads to see a history was
+/// read from a run, for the work it should cost (see [`_run_counts`]).
+static TAKEN: AtomicUsize = AtomicUsize::new(0);
+static CHECKS: AtomicUsize = AtomicUsize::new(0);
+
+/// `(messages taken from kept runs, shapes checked)` since the process
+/// started, for tests: how much of each history selection read from runs.
+#[pyfunction]
+pub fn _run_counts() -> (usize, usize) {
+    (
+        TAKEN.load(Ordering::Relaxed),
+        CHECKS.load(Ordering::Relaxed),
+    )
+}
+
+fn matches_kept(item: &Bound<'_, PyAny>, shape: &[usize]) -> bool {
+    CHECKS.fetch_add(1, Ordering::Relaxed);
+    seen::matches(item, shape)
+}
 
 fn kept() -> std::sync::MutexGuard<'static, VecDeque<Run>> {
     KEPT.lock()
@@ -191,7 +213,7 @@ pub fn take(items: &[Bound<'_, PyAny>], context: Context) -> Option<Run> {
     };
     let same = seen::shared_start(&run.messages, items);
     let holds = (0..same)
-        .position(|i| !seen::matches(&items[i], run.shapes.get(i)))
+        .position(|i| !matches_kept(&items[i], run.shapes.get(i)))
         .unwrap_or(same);
     if holds == same && same < items.len() && same < run.len() {
         // The history left out some of the run's messages (a sliding
@@ -204,10 +226,12 @@ pub fn take(items: &[Bound<'_, PyAny>], context: Context) -> Option<Run> {
             let rest = run.split_off(same);
             run.gather(&rest, &items[same..]);
             drop(rest); // after the lock: dropping references can free objects
+            TAKEN.fetch_add(run.len(), Ordering::Relaxed);
             return Some(run);
         }
     }
     drop(run.truncate(holds));
+    TAKEN.fetch_add(run.len(), Ordering::Relaxed);
     Some(run)
 }
 
