@@ -265,3 +265,35 @@ def test_a_write_stands_when_moving_the_held_index_fails(tmp_path):
         written = store.remember("deploy on monday")
         assert store.get(written.id) is not None
         assert "default" not in store._vectors  # dropped: loaded again by the next search
+
+
+def test_a_first_load_indexes_the_same_whether_batches_overlap_or_not(tmp_path, monkeypatch):
+    """A large namespace's first load indexes each batch of words on a
+    thread of its own while the next is read: the held index is the one a
+    load on one thread builds, memory by memory."""
+    import context_core.memory_store.vectors as vectors
+
+    clock = Clock()
+    texts = [f"{WORDS[i % len(WORDS)]} note {i} about {WORDS[(i * 7) % len(WORDS)]}" for i in range(300)]
+    with _open(tmp_path / "m.db", clock) as store:
+        store.remember_many([{"text": t, "kind": "episodic"} for t in texts])
+    queries = ["refund order", "日志 轮转", "deploy zebra note", "note 17"]
+
+    def load(pipeline_from: int) -> tuple:
+        monkeypatch.setattr(vectors, "_PIPELINE_FROM", pipeline_from)
+        monkeypatch.setattr(vectors, "_WORDS_BATCH", 7)
+        with _open(tmp_path / "m.db", clock) as store:
+            store.preload()
+            held = store._vectors["default"]
+            terms = search_terms(" ".join(texts))
+            return (
+                len(held.keywords),
+                held.keywords.words,
+                {t: held.keywords.holding(t) for t in terms.split()},
+                [held.keyword_hits(search_terms(q), 8, ("episodic",)) for q in queries],
+            )
+
+    together, alone = load(1), load(10**9)
+    assert together == alone
+    assert together[0] == 300
+    assert all(together[3])

@@ -220,7 +220,9 @@ class MessageLog(_MessageLog):
         """What the model should see of the active path: system and pinned
         messages the summaries cover, the newest global (level 3) summary, the
         newest three segment (level 2) summaries after it, then the messages
-        after the summaries' pointer. Summaries read as system messages."""
+        after the summaries' pointer. Summaries read as system messages. The
+        dicts are the log's own, the same objects from one call to the next:
+        treat them as read-only."""
         return self._render(self._view(), strip=False)
 
     def _render(self, nodes: list[tuple[int, str]], *, strip: bool) -> list[dict[str, Any]]:

@@ -2,13 +2,14 @@
 columns search ranks by, held beside them; all kept in step with the
 database.
 
-Loaded once (one query), then moved forward by reading the ``changes``
-rows written since the last sync, by this process or any other: a search
-never rebuilds the matrix, and a write costs the search that follows one
-row's update. A memory in ``accessed`` past the last flush seen had only
-its access count and last access written (searches' counts, written
-together), so only those are read again. Removing a row moves the last
-one into its place, in the Rust rows and in every held column alike.
+Loaded once (the vectors in one query, the words in batches), then moved
+forward by reading the ``changes`` rows written since the last sync, by
+this process or any other: a search never rebuilds the matrix, and a
+write costs the search that follows one row's update. A memory in
+``accessed`` past the last flush seen had only its access count and last
+access written (searches' counts, written together), so only those are
+read again. Removing a row moves the last one into its place, in the Rust
+rows and in every held column alike.
 
 The keyword index holds each memory's search terms (read from the FTS5
 table that stores them) and answers the BM25 query in microseconds: FTS5
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -43,6 +45,11 @@ _TAG = {kind: i for i, kind in enumerate(KINDS)}
 
 #: Rows read and added at a time when a namespace is first loaded.
 _LOAD_BATCH = 8192
+
+#: Memories whose words are read at a time, and how many a load must have
+#: before each batch is indexed beside the reading of the next.
+_WORDS_BATCH = 500
+_PIPELINE_FROM = 5000
 
 # One string per kind, shared by every held row (SQLite returns a new one each).
 _KIND = {kind: kind for kind in KINDS}
@@ -163,24 +170,43 @@ class NamespaceVectors:
     def _index_words(self, connection: sqlite3.Connection, rowids: list[int]) -> None:
         """The keyword index's documents of ``rowids`` (memories held here)
         as the terms table holds them now, tagged by kind; one it has no
-        words for is no document."""
-        for start in range(0, len(rowids), 500):
-            chunk = rowids[start : start + 500]
-            found = {
-                rowid: words
-                for rowid, words in connection.execute(
-                    f"SELECT rowid, words FROM terms WHERE rowid IN ({','.join('?' * len(chunk))})", chunk
-                )
-                if isinstance(words, str)  # a crafted file's other value indexes nothing
-            }
-            for rowid in chunk:
-                if rowid not in found:
-                    self.keywords.remove(rowid)
-            if found:
-                keys = list(found)
-                self.keywords.set_many(
-                    keys, [found[k] for k in keys], bytes(_TAG[self.ranks[self.position[k]][1]] for k in keys)
-                )
+        words for is no document. A namespace's first load indexes each
+        batch on a thread of its own while the next is read (the index
+        releases the interpreter as it builds): one batch in flight, so the
+        index is only ever built on one thread at a time."""
+        chunks = (rowids[start : start + _WORDS_BATCH] for start in range(0, len(rowids), _WORDS_BATCH))
+        if len(rowids) < _PIPELINE_FROM:
+            for chunk in chunks:
+                self._set_words(chunk, self._read_words(connection, chunk))
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="context_core-keywords") as builder:
+            building: Future[None] | None = None
+            for chunk in chunks:
+                found = self._read_words(connection, chunk)
+                if building is not None:
+                    building.result()
+                building = builder.submit(self._set_words, chunk, found)
+            if building is not None:
+                building.result()
+
+    @staticmethod
+    def _read_words(connection: sqlite3.Connection, rowids: list[int]) -> dict[int, str]:
+        return {
+            rowid: words
+            for rowid, words in connection.execute(
+                f"SELECT rowid, words FROM terms WHERE rowid IN ({','.join('?' * len(rowids))})", rowids
+            )
+            if isinstance(words, str)  # a crafted file's other value indexes nothing
+        }
+
+    def _set_words(self, rowids: list[int], found: dict[int, str]) -> None:
+        for rowid in rowids:
+            if rowid not in found:
+                self.keywords.remove(rowid)
+        if found:
+            keys = list(found)
+            tags = bytes(_TAG[self.ranks[self.position[k]][1]] for k in keys)
+            self.keywords.set_many(keys, [found[k] for k in keys], tags)
 
     def _count_rows(self, connection: sqlite3.Connection, rowids: list[int]) -> None:
         """The ranking columns of held memories whose accesses were written."""
