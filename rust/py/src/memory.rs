@@ -232,12 +232,6 @@ impl PyKeywordIndex {
         self.inner.words()
     }
 
-    /// Terms held (and any no document holds since the last rebuild).
-    #[getter]
-    fn terms(&self) -> usize {
-        self.inner.terms()
-    }
-
     /// Indexes each of `keys` with its `words` (replacing what it held) and
     /// its tag (0-7, from `tags`, default all 0).
     #[pyo3(signature = (keys, words, tags=None))]

@@ -99,22 +99,6 @@ impl Run {
         self.outputs.push(output.cloned());
     }
 
-    /// Keep the first `n` messages; the references let go, to drop after any lock.
-    fn truncate(&mut self, n: usize) -> Vec<Py<PyAny>> {
-        if n >= self.messages.len() {
-            return Vec::new();
-        }
-        let mut gone = self.shapes.truncate(n);
-        gone.extend(self.messages.split_off(n));
-        self.infos.truncate(n);
-        self.cuts.truncate(n);
-        self.outputs.truncate(n);
-        self.cost = self
-            .cost
-            .saturating_sub(self.costs.drain(n..).sum::<usize>());
-        gone
-    }
-
     /// The messages from the `n`-th on, moved out (this keeps the first `n`).
     fn split_off(&mut self, n: usize) -> Run {
         let costs = self.costs.split_off(n.min(self.costs.len()));
@@ -230,7 +214,7 @@ pub fn take(items: &[Bound<'_, PyAny>], context: Context) -> Option<Run> {
             return Some(run);
         }
     }
-    drop(run.truncate(holds));
+    drop(run.split_off(holds)); // after the lock: dropping references can free objects
     TAKEN.fetch_add(run.len(), Ordering::Relaxed);
     Some(run)
 }
