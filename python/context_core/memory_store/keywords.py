@@ -37,6 +37,7 @@ __all__ = [
     "indexed_words",
     "match_query",
     "plain_words",
+    "query_terms",
 ]
 
 #: A keyword match's score (BM25; lower is better, as FTS5 ranks).
@@ -80,11 +81,17 @@ def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], re
     db.executemany(_UPSERT, [(namespace, term, n) for term, n in delta.items() if n])
 
 
+def query_terms(terms: str) -> list[str]:
+    """The terms of ``terms`` (space-separated) a keyword query weighs: its
+    first :data:`QUERY_TERMS` distinct ones, in order."""
+    return list(dict.fromkeys(t for t in terms.split(" ") if t))[:QUERY_TERMS]
+
+
 def match_query(db: sqlite3.Connection, namespace: str, terms: str) -> str | None:
     """The FTS5 query for ``terms`` (from :func:`~context_core.memory_store.store.search_terms`)
     in ``namespace``: its rarest terms, OR'ed, within :data:`KEYWORD_POSTINGS`;
     ``None`` when no term is rare enough, or none is indexed."""
-    distinct = list(dict.fromkeys(t for t in terms.split(" ") if t))[:QUERY_TERMS]
+    distinct = query_terms(terms)
     if not distinct:
         return None
     marks = ",".join("?" * len(distinct))

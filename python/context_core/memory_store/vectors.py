@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from context_core._core import _KeywordIndex, _VectorIndex
 from context_core.memory_store.extract import KINDS
-from context_core.memory_store.keywords import KEYWORD_POSTINGS, QUERY_TERMS
+from context_core.memory_store.keywords import KEYWORD_POSTINGS, QUERY_TERMS, query_terms
 from context_core.memory_store.namespaces import space_token
 
 __all__ = ["ACCESS_FLUSHES", "Corpus", "NamespaceVectors", "Ranks", "corpus"]
@@ -65,7 +65,7 @@ def corpus(held: Iterable[NamespaceVectors], terms: str) -> Corpus:
     matches by these, so a rare word counts the same in a small namespace
     as in a large one, and the scores share one scale."""
     held = list(held)
-    distinct = list(dict.fromkeys(t for t in terms.split(" ") if t))[:QUERY_TERMS]
+    distinct = query_terms(terms)
     return (
         sum(len(index.keywords) for index in held),
         sum(index.keywords.words for index in held),
