@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_core._core import _VectorIndex
-from context_core.reference.vectors import VectorIndex
+from context_core.reference.vectors import CUT_POOL, SCAN_TERMS, VectorIndex, quantise
 
 BLOCK = 4096
 
@@ -22,6 +22,18 @@ def _rows(rng: np.random.Generator, n: int, dim: int, zeros: float) -> np.ndarra
     if n:
         rows[rng.integers(0, n)] = 0  # an all-zero row
     return rows
+
+
+def _tagged_pair(
+    rng: np.random.Generator, n: int, dim: int, zeros: float
+) -> tuple[_VectorIndex, VectorIndex]:
+    """The index and its twin, holding the same ``n`` rows, tagged 0-2."""
+    ours, twin = _VectorIndex(dim), VectorIndex(dim)
+    rows = _rows(rng, n, dim, zeros)
+    tags = [int(t) for t in rng.integers(0, 3, n)]
+    ours.extend(rows.tobytes(), bytes(tags))
+    twin.extend(rows, tags)
+    return ours, twin
 
 
 def _agree(
@@ -49,11 +61,7 @@ def _agree(
 )
 def test_the_index_agrees_with_its_twin(seed, dim, n, steps, sparsity, k, candidates, mask):
     rng = np.random.default_rng(seed)
-    ours, twin = _VectorIndex(dim), VectorIndex(dim)
-    rows = _rows(rng, n, dim, 0.3)
-    tags = [int(t) for t in rng.integers(0, 3, n)]
-    ours.extend(rows.tobytes(), bytes(tags))
-    twin.extend(rows, tags)
+    ours, twin = _tagged_pair(rng, n, dim, 0.3)
     for step, at in steps:
         if step == "extend":
             more = _rows(rng, 1 + at % 40, dim, 0.3)
@@ -86,6 +94,61 @@ def test_a_large_index_split_over_the_cores_agrees_with_its_twin():
     ours.extend(copies.tobytes())
     twin.extend(copies)
     _agree(ours, twin, rows[1], 8, 64)
+
+
+def _sparse_query(rng: np.random.Generator, dim: int, terms: int, levels: int) -> np.ndarray:
+    """A query non-zero in ``terms`` dimensions, its values drawn from a few
+    magnitudes (so the scan's choice of the largest meets ties)."""
+    query = np.zeros(dim, dtype=np.float32)
+    at = rng.choice(dim, terms, replace=False)
+    query[at] = rng.integers(1, levels + 1, terms) * rng.choice([-1.0, 1.0], terms)
+    return query
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([100, 128, 256]),
+    st.sampled_from([1, 300, BLOCK + 17]),
+    st.integers(SCAN_TERMS - 2, 140),
+    st.sampled_from([1, 2, 5]),
+    st.integers(1, 12),
+    st.integers(1, 40),
+    st.integers(0, 7),
+)
+def test_a_long_sparse_query_is_scanned_by_its_largest_terms(
+    seed, dim, n, terms, levels, k, candidates, mask
+):
+    """A sparse query past SCAN_TERMS is scanned by its largest terms for a
+    larger pool, in full blocks and in the row-major tail alike; one
+    non-zero in more than half the dimensions is scanned whole."""
+    rng = np.random.default_rng(seed)
+    ours, twin = _tagged_pair(rng, n, dim, 0.4)
+    _agree(ours, twin, _sparse_query(rng, dim, min(terms, dim), levels), k, candidates, mask)
+
+
+def test_the_cut_changes_what_a_small_pool_finds():
+    """The cut is real: on random rows, scanning a 100-term query by its 48
+    largest picks other candidates than the whole query would for the same
+    pool, and the Rust side follows the cut, not the whole query."""
+    rng = np.random.default_rng(11)
+    dim, n = 256, 3000
+    rows = _rows(rng, n, dim, 0.3)
+    ours, twin = _VectorIndex(dim), VectorIndex(dim)
+    ours.extend(rows.tobytes())
+    twin.extend(rows)
+    differ = 0
+    for _ in range(20):
+        query = _sparse_query(rng, dim, 100, 3)
+        q, _ = quantise(query[None, :])
+        assert np.count_nonzero(q) == 100
+        found = ours.top_k(query.tobytes(), 4, 4)
+        assert found == twin.top_k_quantised(query, 4, 4)
+        whole = np.argsort(-twin.quantised_scores(query), kind="stable")[: 4 * CUT_POOL]  # the same pool
+        exact = twin.scores(query, [int(i) for i in whole])
+        uncut = sorted(zip((int(i) for i in whole), exact, strict=True), key=lambda p: (-p[1], p[0]))[:4]
+        differ += found != uncut
+    assert differ > 0
 
 
 def test_quantising_rounds_halves_away_from_zero():

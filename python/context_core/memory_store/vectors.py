@@ -283,7 +283,9 @@ class NamespaceVectors:
         best first: exact below ``quantise_from`` rows, else an int8 scan of
         ``max(2k, 64)`` rescored exactly (at 100,000 rows,
         twice as many as wanted already found every exact best of the
-        replayed sessions' queries; four times cost 0.1 ms more cold)."""
+        replayed sessions' queries; four times cost 0.1 ms more cold). A
+        sparse query of more than 48 terms is scanned by its 48 largest, for
+        four times as many (see ``SCAN_TERMS`` in the Rust core)."""
         if not self.rowids or k <= 0:
             return []
         candidates = max(2 * k, 64) if len(self.rowids) >= quantise_from else None

@@ -6,7 +6,11 @@ magnitude (``round(v * 127 / largest)``, halves away from zero, scale
 ``largest / 127``); an int8 score is the exact integer dot product with the
 query quantised the same way, as float32, times the row's scale. The
 quantised search keeps the ``candidates`` best int8 scores (ties: the
-earlier row) and rescores them exactly. Each row has a tag (0-7); a mask
+earlier row) and rescores them exactly. A sparse query (non-zero in at
+most half the dimensions) with more than ``SCAN_TERMS`` non-zero int8
+values is scanned by its ``SCAN_TERMS`` largest in magnitude (ties: the
+lower dimension), the others zero, for ``CUT_POOL`` times the candidates;
+the rescoring uses the whole query. Each row has a tag (0-7); a mask
 (bit ``t`` for tag ``t``) keeps only the rows of its tags. Exact scores are float32 dot
 products summed as the Rust side sums them: eight lanes over the whole
 groups of eight, the lanes added in order, then the rest; so the two agree
@@ -18,9 +22,11 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["VectorIndex", "quantise"]
+__all__ = ["CUT_POOL", "SCAN_TERMS", "VectorIndex", "quantise"]
 
 F32 = np.float32
+SCAN_TERMS = 48
+CUT_POOL = 4
 
 
 def quantise(rows: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
@@ -49,6 +55,17 @@ def _dots(rows: npt.NDArray[np.float32], query: npt.NDArray[np.float32]) -> npt.
     for at in range(head, dim):
         tail += rows[:, at] * query[at]
     return (total + tail).astype(F32)
+
+
+def _for_scan(values: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], bool]:
+    """The quantised query the scan reads, and whether it was cut."""
+    terms = [j for j in range(len(values)) if values[j] != 0]
+    if len(terms) <= SCAN_TERMS or len(terms) > len(values) // 2:
+        return values, False
+    kept = sorted(terms, key=lambda j: (-abs(int(values[j])), j))[:SCAN_TERMS]
+    scanned = np.zeros_like(values)
+    scanned[kept] = values[kept]
+    return scanned, True
 
 
 def _best(scores: npt.NDArray[np.float32], k: int, rows: list[int]) -> list[tuple[int, float]]:
@@ -94,18 +111,25 @@ class VectorIndex:
     ) -> list[tuple[int, float]]:
         return _best(_dots(self.rows, np.asarray(query, dtype=F32)), k, self._kept(mask))
 
-    def quantised_scores(self, query: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    def quantised_scores(
+        self, query: npt.NDArray[np.float32], *, cut: bool = False
+    ) -> npt.NDArray[np.float32]:
+        """The int8 score of every row; with ``cut``, of the query as the
+        scan reads it (see the module's notes)."""
         if not len(self.rows):
             return np.zeros(0, dtype=F32)
         values, scales = quantise(self.rows)
         q, _ = quantise(np.asarray(query, dtype=F32)[None, :])
-        scores: npt.NDArray[np.float32] = ((values @ q[0]).astype(F32) * scales).astype(F32)
+        scanned = _for_scan(q[0])[0] if cut else q[0]
+        scores: npt.NDArray[np.float32] = ((values @ scanned).astype(F32) * scales).astype(F32)
         return scores
 
     def top_k_quantised(
         self, query: npt.NDArray[np.float32], k: int, candidates: int, mask: int | None = None
     ) -> list[tuple[int, float]]:
-        rough = [i for i, _ in _best(self.quantised_scores(query), max(candidates, k), self._kept(mask))]
+        q, _ = quantise(np.asarray(query, dtype=F32)[None, :])
+        pool = max(candidates, k) * (CUT_POOL if _for_scan(q[0])[1] else 1)
+        rough = [i for i, _ in _best(self.quantised_scores(query, cut=True), pool, self._kept(mask))]
         exact = _dots(self.rows[rough], np.asarray(query, dtype=F32)) if rough else np.zeros(0, F32)
         rescored = sorted(zip(rough, exact, strict=True), key=lambda p: (-float(p[1]), p[0]))
         return [(i, float(s)) for i, s in rescored[:k]]
