@@ -408,23 +408,35 @@ def test_huge_turn_counts_report_the_turns_a_list_reports(tmp_path):
             assert len(turns) >= 2  # both passes were taken
 
 
-def test_an_append_leaves_the_count_of_a_long_text_for_selection_to_cap(tmp_path):
+def test_a_batch_leaves_the_counts_of_long_texts_and_a_live_append_all(tmp_path):
     """A long tool output is capped by selection, and the cap needs its
-    whole count: the log's append leaves that count in the shared cache.
-    Short texts (most of a log) are counted without it."""
+    whole count: a batch's append leaves that count in the shared cache,
+    and counts its short texts (most of an imported log) without it. A
+    message appended alone is a live turn's, which the next selection reads
+    at once: all its counts stay, as do a summary's."""
     tokenizer = Tokenizer()
     tokenizer.cache_clear()
     log = MessageLog.open(tmp_path / "log", create=True)
     long_text = "".join(f"row {i}: order A-{i:05d} refunded\n" for i in range(LOG_CACHED_BYTES // 20))
     short_text = "a short tool output, " * ((LOG_CACHED_BYTES - 1) // 21)
     assert len(long_text) >= LOG_CACHED_BYTES > len(short_text) >= 256
-    log.append({"role": "user", "content": short_text})
+    log.append_many([{"role": "user", "content": short_text}])
     assert tokenizer.cache_info().size == 0
-    log.append({"role": "user", "content": long_text})
+    log.append_many([{"role": "user", "content": long_text}])
     assert tokenizer.cache_info().size == 1
     before = tokenizer.cache_info()
     assert tokenizer.count_messages([{"role": "user", "content": long_text}]) > 0
     assert tokenizer.cache_info().hits == before.hits + 1
+
+    live = "the turn's input, " + short_text
+    log.append({"role": "user", "content": live})
+    assert tokenizer.cache_info().size == 2
+    first = log.head
+    log.add_summary("the user asked for refunds of the A orders", (first, first), level=2)
+    assert tokenizer.cache_info().size == 3
+    before = tokenizer.cache_info()
+    assert tokenizer.count_messages([{"role": "user", "content": live}]) > 0
+    assert (tokenizer.cache_info().hits, tokenizer.cache_info().misses) == (before.hits + 1, before.misses)
     log.close()
 
 

@@ -140,11 +140,13 @@ pub struct PreparedBatch {
 /// A node and its JSON payload, ready to write.
 type BuiltNode = (Node, Vec<u8>);
 
-/// An appended text at least this long leaves its count in the shared count
-/// cache: a tool output that long is what selection caps, and a cap needs
-/// the whole count again (0.6 ms for 100 KB). Shorter texts cost little to
-/// recount, and are most of a log: caching them would evict what selection
-/// reuses turn after turn.
+/// A text appended in a batch leaves its count in the shared count cache
+/// from this length: a tool output that long is what selection caps, and a
+/// cap needs the whole count again (0.6 ms for 100 KB). Shorter texts cost
+/// little to recount, and are most of an imported log: caching them would
+/// evict what selection reuses turn after turn. A message appended alone
+/// (a live turn's, which the next selection reads at once) and a summary
+/// leave all their counts.
 pub const LOG_CACHED_BYTES: usize = 4096;
 
 pub struct MessageLog {
@@ -160,8 +162,9 @@ pub struct MessageLog {
     data_len: u64,
     position: Position,
     log_id: u64,
-    /// Counts each appended message once, into its header; only long texts
-    /// leave their counts in the shared cache ([`LOG_CACHED_BYTES`]).
+    /// Counts each appended message once, into its header; in a batch,
+    /// only long texts leave their counts in the shared cache
+    /// ([`LOG_CACHED_BYTES`]).
     tokenizer: Tokenizer,
     durability: Durability,
     syncer: Option<Syncer>,

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::json::{Json, JsonValue};
 use crate::select::analyze_message;
 use crate::tags::Tagger;
+use crate::tokenizer::Tokenizer;
 
 impl MessageLog {
     pub(super) fn writable(&mut self) -> Result<()> {
@@ -69,9 +70,12 @@ impl MessageLog {
         }
         header_f32(options.weight, f32::NAN, "weight")?;
         header_f32(options.priority, 0.0, "priority")?;
-        let (node, payload, _) = self
-            .message_node(message, options, tagger, self.count, parent, stamp)
-            .map_err(|e| e.within("message"))?;
+        // One message at a time is a live turn's: the next selection reads
+        // it at once, so all its texts' counts stay in the shared cache.
+        let live = self.tokenizer.cached_from(0);
+        let (node, payload, _) =
+            Self::message_node(message, options, &live, tagger, (self.count, parent, stamp))
+                .map_err(|e| e.within("message"))?;
         self.write_nodes(vec![(node, payload)])?;
         Ok(self.count - 1)
     }
@@ -150,9 +154,15 @@ impl MessageLog {
     ) -> Result<(BuiltNode, bool)> {
         let seq = first + i as u64;
         let parent = if i == 0 { head } else { seq - 1 };
-        self.message_node(message, &AppendOptions::default(), tagger, seq, parent, now)
-            .map(|(node, payload, stamped)| ((node, payload), stamped))
-            .map_err(|e| e.within(&format!("messages[{i}]")))
+        Self::message_node(
+            message,
+            &AppendOptions::default(),
+            &self.tokenizer,
+            tagger,
+            (seq, parent, now),
+        )
+        .map(|(node, payload, stamped)| ((node, payload), stamped))
+        .map_err(|e| e.within(&format!("messages[{i}]")))
     }
 
     /// A batch's nodes with no timestamp of their own stamped as appended
@@ -190,17 +200,17 @@ impl MessageLog {
         Ok(parent)
     }
 
+    /// The node of `message` at `seq` after `parent`, stamped `stamp` if it
+    /// has no time of its own, counted by `tokenizer`.
     pub(super) fn message_node<J: JsonValue>(
-        &self,
         message: &J,
         options: &AppendOptions,
+        tokenizer: &Tokenizer,
         tagger: &Tagger,
-        seq: u64,
-        parent: u64,
-        stamp: f64,
+        (seq, parent, stamp): (u64, u64, f64),
     ) -> Result<(Node, Vec<u8>, bool)> {
         check_role(message)?;
-        let info = analyze_message(message, &self.tokenizer, Some(tagger))?;
+        let info = analyze_message(message, tokenizer, Some(tagger))?;
         let payload = message.to_compact_exact()?.into_bytes();
         let mut flags = 0;
         for (on, flag) in [
@@ -283,7 +293,8 @@ impl MessageLog {
                 Json::String(format!("{prefix}{text}").into()),
             ),
         ]);
-        let info = analyze_message(&&rendered, &self.tokenizer, Some(tagger))?;
+        // Read by the next selection, as a live append is.
+        let info = analyze_message(&&rendered, &self.tokenizer.cached_from(0), Some(tagger))?;
         let node = Node {
             seq: self.count,
             parent: self.position.head,
