@@ -313,6 +313,22 @@ def test_recount_is_answered_by_the_cache():
     assert tok.cache_info().hits >= hits + 50
 
 
+@pytest.mark.parametrize(
+    "text", ["", "ab", "abcd", "the staging port is 5432", "订单已退款 " * 40, "x" * 5000, "a\udcff b"]
+)
+def test_a_cached_count_is_the_count_of_its_text(text):
+    """``_count_cached`` (a returned memory's count) answers what ``count``
+    does, first from the tokenizer and then from the cache, for texts
+    below the cached length, long ones, Chinese and a lone surrogate."""
+    tok = Tokenizer("o200k_base")
+    expected = reference.Tokenizer("o200k_base").count(text)
+    assert tok.count(text) == expected
+    assert tok._count_cached(text) == expected
+    hits = tok.cache_info().hits
+    assert tok._count_cached(text) == expected
+    assert tok.cache_info().hits == hits + (len(text.encode("utf-8", "surrogatepass")) >= 4)
+
+
 class _SameHash(str):
     """A str whose every instance hashes alike: it must be counted by content."""
 

@@ -152,6 +152,27 @@ def test_max_tokens_returns_whole_memories_within_the_budget(store):
     assert len(hits) < 6
 
 
+def test_a_returned_memory_is_counted_through_the_shared_cache(store):
+    """Within ``max_tokens``, a memory's count is read from the shared count
+    cache when a later search returns it again: the same choice, no new
+    count."""
+    tok = Tokenizer("o200k_base")
+    for i in range(6):
+        store.remember(f"fact {i}: the staging database port is {5400 + i} on host db{i}.internal")
+    first = store.search("staging database port", k=8, max_tokens=40)
+    before = tok.cache_info()
+    again = store.search("staging database port", k=8, max_tokens=40)
+    after = tok.cache_info()
+    assert [h.memory.id for h in again] == [h.memory.id for h in first]
+    assert after.misses == before.misses
+    assert after.hits >= before.hits + len(again)
+
+
+def test_a_tokenizer_that_is_not_one_is_refused(tmp_path):
+    with pytest.raises(InvalidTypeError, match="tokenizer must be a Tokenizer, not str"):
+        MemoryStore(tmp_path / "m.db", tokenizer="o200k_base")  # type: ignore[arg-type]
+
+
 def _counts_written(store: MemoryStore) -> bool:
     """Whether the store's own thread wrote the counts a search made due
     (waited for, within a bound)."""

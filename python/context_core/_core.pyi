@@ -77,6 +77,8 @@ class Tokenizer:
         """Exact token count of ``text``. With ``limit``, counting stops as soon
         as the count passes it and ``limit + 1`` is returned, so a budget check
         on a huge tool output costs about ``limit`` tokens of work."""
+    def _count_cached(self, text: str) -> int:
+        """``count(text)`` through this encoding's shared count cache."""
     def count_many(self, texts: Sequence[str]) -> npt.NDArray[np.int64]:
         """Token counts of ``texts`` as a numpy int64 array, counted in parallel
         on all cores with the GIL released once for the batch."""

@@ -453,6 +453,8 @@ class MemoryStore:
             raise InvalidInputError(f"busy_timeout must be a finite number of seconds, not {busy_timeout!r}")
         if not callable(clock):
             raise InvalidTypeError(f"clock must be callable, not {type(clock).__name__}")
+        if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+            raise InvalidTypeError(f"tokenizer must be a Tokenizer, not {type(tokenizer).__name__}")
         self.path = Path(path)
         self.clock = clock
         self.busy_timeout = float(busy_timeout)
@@ -1375,7 +1377,8 @@ class MemoryStore:
             for r in batch:
                 row = rows[r.rowid]
                 if max_tokens is not None:
-                    tokens = self.tokenizer.count(row[_TEXT])
+                    # A memory comes back search after search: its count is cached.
+                    tokens = self.tokenizer._count_cached(row[_TEXT])
                     if used + tokens > max_tokens:
                         continue
                     used += tokens

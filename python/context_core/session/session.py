@@ -923,7 +923,7 @@ class Session:
             return found
         kept, used = [], 0
         for text in found:
-            tokens = self.tokenizer.count(text)
+            tokens = self.tokenizer._count_cached(text)  # the store's own counted them: often a hit
             if used + tokens <= cap:
                 kept.append(text)
                 used += tokens

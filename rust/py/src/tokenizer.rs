@@ -173,6 +173,18 @@ impl PyTokenizer {
         }
     }
 
+    /// `count(text)` through this encoding's shared count cache: for a text
+    /// counted again whenever it comes back, as a memory a search returns
+    /// (the store and the session each count the memories they keep).
+    fn _count_cached(&self, py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let string = as_str(text, "text")?;
+        let text = str_text(string);
+        let tokenizer = self.inner;
+        Ok(maybe_detach(py, text.len(), || {
+            tokenizer.count_cached(&text)
+        }))
+    }
+
     /// Token counts of many texts as a numpy int64 array, counted on all cores
     /// with the GIL released once for the whole batch.
     fn count_many<'py>(
