@@ -168,6 +168,23 @@ def test_a_returned_memory_is_counted_through_the_shared_cache(store):
     assert after.hits >= before.hits + len(again)
 
 
+def test_the_built_in_embedders_rows_are_taken_as_they_come(tmp_path):
+    """The hashing embedder's rows are already unit length (or zero) and
+    finite: the store takes them unchanged, a width it does not hold is
+    still refused."""
+    texts = ["the staging database port", "", "订单已退款"]
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as store:
+        store.remember("a first memory sets the width")
+        rows = store._embed(texts)
+        assert rows.dtype == np.float32
+        assert rows.shape == (3, 64)
+        assert np.array_equal(rows, HashingEmbedder(64).embed(texts))
+        assert np.allclose(np.linalg.norm(rows, axis=1), [1.0, 0.0, 1.0], atol=1e-6)
+        store.embedder = HashingEmbedder(32)
+        with pytest.raises(EmbeddingError, match="this store holds 64"):
+            store._embed(texts)
+
+
 def test_a_tokenizer_that_is_not_one_is_refused(tmp_path):
     with pytest.raises(InvalidTypeError, match="tokenizer must be a Tokenizer, not str"):
         MemoryStore(tmp_path / "m.db", tokenizer="o200k_base")  # type: ignore[arg-type]
