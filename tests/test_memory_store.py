@@ -185,6 +185,28 @@ def test_the_built_in_embedders_rows_are_taken_as_they_come(tmp_path):
             store._embed(texts)
 
 
+def test_only_the_built_in_embedders_long_queries_are_cut(tmp_path, monkeypatch):
+    """The scan reads a long sparse query's largest terms only where that
+    was measured to keep the best: for the hashing embedder; any other
+    embedder's queries are scanned whole."""
+    import context_core.memory_store.vectors as vectors
+
+    asked: list[bool] = []
+    nearest = vectors.NamespaceVectors.nearest
+
+    def recording(self, query, k, *, quantise_from, kinds=None, cut=False):
+        asked.append(cut)
+        return nearest(self, query, k, quantise_from=quantise_from, kinds=kinds, cut=cut)
+
+    monkeypatch.setattr(vectors.NamespaceVectors, "nearest", recording)
+    hashing = HashingEmbedder(32)
+    for name, embedder in (("hashing", hashing), ("callable", CallableEmbedder(hashing.embed))):
+        with MemoryStore(tmp_path / f"{name}.db", embedder=embedder) as store:
+            store.remember("the staging database port is 5432")
+            store.search("which port does staging use")
+    assert asked == [True, False]
+
+
 def test_a_tokenizer_that_is_not_one_is_refused(tmp_path):
     with pytest.raises(InvalidTypeError, match="tokenizer must be a Tokenizer, not str"):
         MemoryStore(tmp_path / "m.db", tokenizer="o200k_base")  # type: ignore[arg-type]

@@ -44,6 +44,8 @@ def _agree(
     assert ours.top_k(q, k, candidates) == twin.top_k_quantised(query, k, candidates)
     assert ours.top_k(q, k, None, mask) == twin.top_k(query, k, mask)
     assert ours.top_k(q, k, candidates, mask) == twin.top_k_quantised(query, k, candidates, mask)
+    cut = twin.top_k_quantised(query, k, candidates, mask, cut=True)
+    assert ours.top_k(q, k, candidates, mask, True) == cut
     some = list(range(0, len(twin), max(1, len(twin) // 7)))
     assert ours.scores(q, some) == twin.scores(query, some)
 
@@ -119,9 +121,10 @@ def _sparse_query(rng: np.random.Generator, dim: int, terms: int, levels: int) -
 def test_a_long_sparse_query_is_scanned_by_its_largest_terms(
     seed, dim, n, terms, levels, k, candidates, mask
 ):
-    """A sparse query past SCAN_TERMS is scanned by its largest terms for a
-    larger pool, in full blocks and in the row-major tail alike; one
-    non-zero in more than half the dimensions is scanned whole."""
+    """Asked to cut, a sparse query past SCAN_TERMS is scanned by its
+    largest terms for a larger pool, in full blocks and in the row-major
+    tail alike; one non-zero in more than half the dimensions is scanned
+    whole."""
     rng = np.random.default_rng(seed)
     ours, twin = _tagged_pair(rng, n, dim, 0.4)
     _agree(ours, twin, _sparse_query(rng, dim, min(terms, dim), levels), k, candidates, mask)
@@ -142,13 +145,24 @@ def test_the_cut_changes_what_a_small_pool_finds():
         query = _sparse_query(rng, dim, 100, 3)
         q, _ = quantise(query[None, :])
         assert np.count_nonzero(q) == 100
-        found = ours.top_k(query.tobytes(), 4, 4)
-        assert found == twin.top_k_quantised(query, 4, 4)
+        found = ours.top_k(query.tobytes(), 4, 4, None, True)
+        assert found == twin.top_k_quantised(query, 4, 4, cut=True)
+        # Not asked to cut, the whole query is scanned.
+        assert ours.top_k(query.tobytes(), 4, 4) == twin.top_k_quantised(query, 4, 4)
         whole = np.argsort(-twin.quantised_scores(query), kind="stable")[: 4 * CUT_POOL]  # the same pool
         exact = twin.scores(query, [int(i) for i in whole])
         uncut = sorted(zip((int(i) for i in whole), exact, strict=True), key=lambda p: (-p[1], p[0]))[:4]
         differ += found != uncut
     assert differ > 0
+
+
+def test_the_twin_rounds_a_value_just_below_one_half_down_as_rust_does():
+    """0.49999997 (the float32 below one half) rounds to 0 in Rust's
+    ``round()``; the twin adding its half in float32 made it 1, which could
+    add a 49th term and decide whether a query is cut."""
+    below_half = np.nextafter(np.float32(0.5), np.float32(0))
+    values, _ = quantise(np.array([[127.0, below_half], [-127.0, -below_half]], dtype=np.float32))
+    assert values.tolist() == [[127, 0], [-127, 0]]
 
 
 def test_quantising_rounds_halves_away_from_zero():

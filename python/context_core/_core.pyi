@@ -428,7 +428,12 @@ class _VectorIndex:
     def swap_remove(self, index: int) -> None: ...
     def scores(self, query: bytes, rows: list[int]) -> list[float]: ...
     def top_k(
-        self, query: bytes, k: int, candidates: Union[int, None] = None, mask: Union[int, None] = None
+        self,
+        query: bytes,
+        k: int,
+        candidates: Union[int, None] = None,
+        mask: Union[int, None] = None,
+        cut: bool = False,
     ) -> list[tuple[int, float]]: ...
 
 @final

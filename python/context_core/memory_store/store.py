@@ -1334,7 +1334,10 @@ class MemoryStore:
                 continue
             for (rowid,) in found:
                 shared.setdefault(rowid, []).append(value)
-        cosines = dict(index.nearest(vector, pool, quantise_from=QUANTISE_FROM, kinds=kinds))
+        # Long queries are scanned by their largest terms only where that
+        # was measured to keep the best: the built-in embedder's.
+        cut = type(self.embedder) is HashingEmbedder
+        cosines = dict(index.nearest(vector, pool, quantise_from=QUANTISE_FROM, kinds=kinds, cut=cut))
         if common:  # marked on the candidates that name them, not read for every memory that does
             found_ids = list({*cosines, *keyword} - set(shared))
             for chunk in _chunks(found_ids):

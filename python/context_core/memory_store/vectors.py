@@ -278,17 +278,19 @@ class NamespaceVectors:
         *,
         quantise_from: int,
         kinds: tuple[str, ...] | None = None,
+        cut: bool = False,
     ) -> list[tuple[int, float]]:
         """``(rowid, cosine)`` of the ``k`` nearest (of ``kinds``, if given),
         best first: exact below ``quantise_from`` rows, else an int8 scan of
         ``max(2k, 64)`` rescored exactly (at 100,000 rows,
         twice as many as wanted already found every exact best of the
-        replayed sessions' queries; four times cost 0.1 ms more cold). A
-        sparse query of more than 48 terms is scanned by its 48 largest, for
-        four times as many (see ``SCAN_TERMS`` in the Rust core)."""
+        replayed sessions' queries; four times cost 0.1 ms more cold). With
+        ``cut``, a sparse query of more than 48 terms is scanned by its 48
+        largest, for four times as many (see ``SCAN_TERMS`` in the Rust
+        core): the store asks it for its built-in embedder's queries only."""
         if not self.rowids or k <= 0:
             return []
         candidates = max(2 * k, 64) if len(self.rowids) >= quantise_from else None
         mask = None if kinds is None else sum(1 << _TAG[kind] for kind in set(kinds))
-        found = self.rows.top_k(query.tobytes(), k, candidates, mask)
+        found = self.rows.top_k(query.tobytes(), k, candidates, mask, cut)
         return [(self.rowids[i], score) for i, score in found]

@@ -6,11 +6,11 @@ magnitude (``round(v * 127 / largest)``, halves away from zero, scale
 ``largest / 127``); an int8 score is the exact integer dot product with the
 query quantised the same way, as float32, times the row's scale. The
 quantised search keeps the ``candidates`` best int8 scores (ties: the
-earlier row) and rescores them exactly. A sparse query (non-zero in at
-most half the dimensions) with more than ``SCAN_TERMS`` non-zero int8
-values is scanned by its ``SCAN_TERMS`` largest in magnitude (ties: the
-lower dimension), the others zero, for ``CUT_POOL`` times the candidates;
-the rescoring uses the whole query. Each row has a tag (0-7); a mask
+earlier row) and rescores them exactly. With ``cut``, a sparse query
+(non-zero in at most half the dimensions) with more than ``SCAN_TERMS``
+non-zero int8 values is scanned by its ``SCAN_TERMS`` largest in
+magnitude (ties: the lower dimension), the others zero, for ``CUT_POOL``
+times the candidates; the rescoring uses the whole query. Each row has a tag (0-7); a mask
 (bit ``t`` for tag ``t``) keeps only the rows of its tags. Exact scores are float32 dot
 products summed as the Rust side sums them: eight lanes over the whole
 groups of eight, the lanes added in order, then the rest; so the two agree
@@ -35,7 +35,9 @@ def quantise(rows: npt.NDArray[np.float32]) -> tuple[npt.NDArray[np.int64], npt.
     largest = np.abs(rows).max(axis=1, initial=F32(0)).astype(F32)
     safe = np.where(largest == 0, F32(1), largest).astype(F32)
     scaled = (rows * F32(127.0)).astype(F32) / safe[:, None]
-    values = (np.sign(scaled) * np.floor(np.abs(scaled) + F32(0.5))).astype(np.int64)
+    # The half added in float64, where it is exact: in float32,
+    # 0.49999997 + 0.5 rounds up to 1, where Rust's round() gives 0.
+    values = (np.sign(scaled) * np.floor(np.abs(scaled).astype(np.float64) + 0.5)).astype(np.int64)
     values[largest == 0] = 0
     scales = np.where(largest == 0, F32(0), largest / F32(127.0)).astype(F32)
     return values, scales
@@ -125,11 +127,16 @@ class VectorIndex:
         return scores
 
     def top_k_quantised(
-        self, query: npt.NDArray[np.float32], k: int, candidates: int, mask: int | None = None
+        self,
+        query: npt.NDArray[np.float32],
+        k: int,
+        candidates: int,
+        mask: int | None = None,
+        cut: bool = False,
     ) -> list[tuple[int, float]]:
         q, _ = quantise(np.asarray(query, dtype=F32)[None, :])
-        pool = max(candidates, k) * (CUT_POOL if _for_scan(q[0])[1] else 1)
-        rough = [i for i, _ in _best(self.quantised_scores(query, cut=True), pool, self._kept(mask))]
+        pool = max(candidates, k) * (CUT_POOL if cut and _for_scan(q[0])[1] else 1)
+        rough = [i for i, _ in _best(self.quantised_scores(query, cut=cut), pool, self._kept(mask))]
         exact = _dots(self.rows[rough], np.asarray(query, dtype=F32)) if rough else np.zeros(0, F32)
         rescored = sorted(zip(rough, exact, strict=True), key=lambda p: (-float(p[1]), p[0]))
         return [(i, float(s)) for i, s in rescored[:k]]

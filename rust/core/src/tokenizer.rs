@@ -51,9 +51,8 @@ impl Tokenizer {
     }
 
     /// This tokenizer, counting without the shared count cache: for texts
-    /// counted once, such as messages appended to a log (their counts are
-    /// kept in its headers), which would only evict the counts selection
-    /// reuses turn after turn.
+    /// counted once, whose counts would only evict those selection reuses
+    /// turn after turn.
     #[must_use]
     pub fn uncached(self) -> Self {
         Self {
@@ -63,9 +62,10 @@ impl Tokenizer {
     }
 
     /// This tokenizer, caching only the counts of texts of at least `bytes`
-    /// (and [`MIN_CACHED_BYTES`](crate::MIN_CACHED_BYTES)): a log's appends
-    /// leave behind the counts of long tool outputs, which selection needs
-    /// again to cap them, and few enough not to evict the rest.
+    /// (and [`MIN_CACHED_BYTES`](crate::MIN_CACHED_BYTES)): a log's batch
+    /// appends leave behind the counts of long tool outputs, which
+    /// selection needs again to cap them, and few enough not to evict the
+    /// rest; a single append (`0`) leaves all of them.
     #[must_use]
     pub fn cached_from(self, bytes: usize) -> Self {
         Self {

@@ -1,10 +1,9 @@
 //! Top-k by dot product: exact over float32 rows, or over the int8 copy
 //! (kept in blocks stored column by column, so a sparse query reads only
-//! its non-zero dimensions) and then rescored exactly. A sparse query with
-//! more than [`SCAN_TERMS`] dimensions is scanned by its largest ones only,
-//! for a larger pool of candidates, so its cost stays bounded. Large scans
-//! are split over the machine's cores; each thread keeps its own best,
-//! merged at the end.
+//! its non-zero dimensions) and then rescored exactly. Asked to, a sparse
+//! query with more than [`SCAN_TERMS`] dimensions is scanned by its largest
+//! ones only, for a larger pool of candidates. Large scans are split over
+//! the machine's cores; each thread keeps its own best, merged at the end.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -13,17 +12,21 @@ use std::thread;
 /// Matrices with fewer values than this are scanned on the calling thread.
 pub const PARALLEL_MIN_VALUES: usize = 1 << 21;
 
-/// The most dimensions the int8 scan reads for a sparse query (one with
-/// non-zero values in at most half the dimensions): a query with more is
+/// The most dimensions the int8 scan reads, when asked to cut (see
+/// [`VectorIndex::top_k_quantised_cut`]), of a sparse query (one non-zero
+/// in at most half the dimensions once quantised): a query with more is
 /// scanned by these many of its largest values (ties: the lower
 /// dimension) for [`CUT_POOL`] times the candidates, then rescored exactly
-/// with all of it. The scan's cost follows the dimensions it reads, so a
-/// long input no longer costs twice a short one. On the 100,000 memories
-/// of the replayed sessions' store, the 240 user inputs (16-88 terms, 76
-/// of them cut) still found every exact best 32; inputs of two to five
-/// messages run together (99 terms at the median) found 99.4% of them. A
-/// dense query (an embedding model's) is never cut: scanned by its 48
-/// largest of 256 dimensions it found 81%.
+/// with all of it. The scan's cost follows the dimensions it reads: up to
+/// half the dimensions, a long input costs what a 48-term one does. On the
+/// 100,000 memories of the replayed sessions' store (the hashing embedder,
+/// 256 dimensions) the 240 user inputs (16-88 terms, 76 of them cut) still
+/// found every exact best 32; inputs of two to five messages run together
+/// (99 terms at the median) found 99.4% of them. On vectors with no
+/// structure (random rows) a 100-term query found 92% of the best 8, so
+/// the store cuts only its built-in embedder's queries. A dense query (an
+/// embedding model's) is never cut: scanned by its 48 largest of 256
+/// dimensions it found 81%.
 pub const SCAN_TERMS: usize = 48;
 
 /// How many times the candidates a cut query's scan keeps.
@@ -683,10 +686,9 @@ impl VectorIndex {
         best_first(merged(candidates, parts))
     }
 
-    /// The best `k` by the int8 scan of `candidates` rows (of
-    /// [`CUT_POOL`] times as many, for a query cut to [`SCAN_TERMS`]), then
-    /// rescored exactly: the same answer as [`top_k`](Self::top_k) unless
-    /// the quantisation or the cut moved a row out of the candidates.
+    /// The best `k` by the int8 scan of `candidates` rows, then rescored
+    /// exactly: the same answer as [`top_k`](Self::top_k) unless the
+    /// quantisation moved a row out of the candidates.
     pub fn top_k_quantised(&self, query: &[f32], k: usize, candidates: usize) -> Vec<(usize, f32)> {
         self.top_k_quantised_masked(query, k, candidates, ALL_TAGS)
     }
@@ -700,8 +702,26 @@ impl VectorIndex {
         candidates: usize,
         mask: u8,
     ) -> Vec<(usize, f32)> {
-        let (scanned, cut) = Quantised::new(query).for_scan();
-        let candidates = if cut {
+        self.top_k_quantised_cut(query, k, candidates, mask, false)
+    }
+
+    /// [`top_k_quantised_masked`](Self::top_k_quantised_masked); with `cut`,
+    /// a sparse query of more than [`SCAN_TERMS`] terms is scanned by its
+    /// largest for [`CUT_POOL`] times the candidates, and rescored whole.
+    pub fn top_k_quantised_cut(
+        &self,
+        query: &[f32],
+        k: usize,
+        candidates: usize,
+        mask: u8,
+        cut: bool,
+    ) -> Vec<(usize, f32)> {
+        let (scanned, was_cut) = if cut {
+            Quantised::new(query).for_scan()
+        } else {
+            (Quantised::new(query), false)
+        };
+        let candidates = if was_cut {
             candidates.max(k).saturating_mul(CUT_POOL)
         } else {
             candidates.max(k)
@@ -944,7 +964,15 @@ mod tests {
             .collect();
         expected.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         expected.truncate(5);
-        assert_eq!(index.top_k_quantised(&query, 5, 5), expected);
+        assert_eq!(
+            index.top_k_quantised_cut(&query, 5, 5, ALL_TAGS, true),
+            expected
+        );
+        // Not asked to cut, the whole query is scanned for the pool asked.
+        assert_eq!(
+            index.top_k_quantised(&query, 5, 5),
+            index.top_k_quantised_cut(&query, 5, 5, ALL_TAGS, false)
+        );
     }
 
     #[test]

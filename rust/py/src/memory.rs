@@ -176,8 +176,9 @@ impl PyVectorIndex {
 
     /// `(row, score)` of the `k` best rows, best first: exact, or (with
     /// `candidates`) an int8 scan of that many rescored exactly; with
-    /// `mask`, only rows whose tag's bit is set.
-    #[pyo3(signature = (query, k, candidates=None, mask=None))]
+    /// `mask`, only rows whose tag's bit is set; with `cut`, a long sparse
+    /// query scanned by its largest terms (see `SCAN_TERMS`).
+    #[pyo3(signature = (query, k, candidates=None, mask=None, cut=false))]
     fn top_k(
         &self,
         py: Python<'_>,
@@ -185,6 +186,7 @@ impl PyVectorIndex {
         k: usize,
         candidates: Option<usize>,
         mask: Option<u8>,
+        cut: bool,
     ) -> PyResult<Vec<(usize, f32)>> {
         let q = floats(query, self.inner.dim(), "query")?;
         if q.len() != self.inner.dim() {
@@ -193,7 +195,7 @@ impl PyVectorIndex {
         let inner = &self.inner;
         let mask = mask.unwrap_or(ALL_TAGS);
         Ok(py.detach(|| match candidates {
-            Some(c) => inner.top_k_quantised_masked(&q, k, c, mask),
+            Some(c) => inner.top_k_quantised_cut(&q, k, c, mask, cut),
             None => inner.top_k_masked(&q, k, mask),
         }))
     }
