@@ -82,10 +82,12 @@ def test_the_index_agrees_with_its_twin(seed, dim, n, steps, sparsity, k, candid
 
 
 def test_a_large_index_split_over_the_cores_agrees_with_its_twin():
-    """Enough rows times query dimensions that the scan runs on several threads."""
+    """Enough rows times query dimensions that the scans run on several
+    threads: the exact one from 2**21 values, the int8 one from 2**23
+    read (``PARALLEL_SCAN_VALUES``: 131,100 rows of a dense 64-term query)."""
     rng = np.random.default_rng(5)
     dim = 64
-    rows = _rows(rng, 40_000, dim, 0.3)
+    rows = _rows(rng, 131_100, dim, 0.3)
     ours, twin = _VectorIndex(dim), VectorIndex(dim)
     ours.extend(rows.tobytes())
     twin.extend(rows)

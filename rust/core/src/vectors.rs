@@ -12,6 +12,14 @@ use std::thread;
 /// Matrices with fewer values than this are scanned on the calling thread.
 pub const PARALLEL_MIN_VALUES: usize = 1 << 21;
 
+/// An int8 scan reading fewer values than this (rows times the query's
+/// terms) runs on the calling thread. Inside a session's turn at 100,000
+/// rows (up to 4.8M values), alternated three runs each, one thread took
+/// 0.55-0.59 ms at the median against 0.72-0.85 ms for two: starting a
+/// thread costs 0.1-0.2 ms on a virtual machine, more than the split
+/// saves at that size.
+pub const PARALLEL_SCAN_VALUES: usize = 1 << 23;
+
 /// The most dimensions the int8 scan reads, when asked to cut (see
 /// [`VectorIndex::top_k_quantised_cut`]), of a sparse query (one non-zero
 /// in at most half the dimensions once quantised): a query with more is
@@ -647,12 +655,7 @@ impl VectorIndex {
 
     fn quantised_best_of(&self, q: &Quantised, candidates: usize, mask: u8) -> Vec<(usize, f32)> {
         // The work is the columns the query reads, not the whole matrix.
-        // Measured inside a Session's turn at 100,000 rows and a 39-term
-        // query (3.9M values), two threads beat one (p50 0.83-1.01 against
-        // 0.92-0.96 ms, p90 1.05-1.23 against 1.31-1.38): with the caches
-        // cold from the turn's other work the scan waits on memory, and two
-        // cores wait in parallel. Warm, on its own, one thread was faster.
-        let threads = if self.len() * q.terms.len() >= PARALLEL_MIN_VALUES {
+        let threads = if self.len() * q.terms.len() >= PARALLEL_SCAN_VALUES {
             crate::parallel::thread_count()
         } else {
             1
