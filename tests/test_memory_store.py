@@ -183,6 +183,16 @@ def test_the_built_in_embedders_rows_are_taken_as_they_come(tmp_path):
         store.embedder = HashingEmbedder(32)
         with pytest.raises(EmbeddingError, match="this store holds 64"):
             store._embed(texts)
+    # A crafted file's width of 0 is a width, not "none yet": still refused.
+    db = sqlite3.connect(tmp_path / "m.db")
+    with db:
+        db.execute("UPDATE meta SET value = '0' WHERE key = 'dim'")
+    db.close()
+    with (
+        MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as store,
+        pytest.raises(EmbeddingError, match="this store holds 0"),
+    ):
+        store.remember("a second memory")
 
 
 def test_only_the_built_in_embedders_long_queries_are_cut(tmp_path, monkeypatch):

@@ -17,11 +17,23 @@ BLOCK = 4096
 
 
 def _rows(rng: np.random.Generator, n: int, dim: int, zeros: float) -> np.ndarray:
-    rows = rng.standard_normal((n, dim)).astype(np.float32)
-    rows[rng.random((n, dim)) < zeros] = 0
+    rows = _values(rng, n, dim, zeros)
     if n:
         rows[rng.integers(0, n)] = 0  # an all-zero row
     return rows
+
+
+def _values(rng: np.random.Generator, n: int, dim: int, zeros: float) -> np.ndarray:
+    """``n`` rows of normal values, about ``zeros`` of them zero."""
+    rows = rng.standard_normal((n, dim)).astype(np.float32)
+    rows[rng.random((n, dim)) < zeros] = 0
+    return rows
+
+
+def _query(rng: np.random.Generator, dim: int, zeros: float) -> np.ndarray:
+    """A query: about ``zeros`` of its values zero, never all of them
+    unless asked for all (``_rows`` zeroes one row of those it makes)."""
+    return _values(rng, 1, dim, zeros)[0]
 
 
 def _tagged_pair(
@@ -70,29 +82,34 @@ def test_the_index_agrees_with_its_twin(seed, dim, n, steps, sparsity, k, candid
             ours.extend(more.tobytes())  # tagged 0
             twin.extend(more)
         elif len(twin) and step == "set":
-            row = _rows(rng, 1, dim, 0.3)[0]
+            row = _query(rng, dim, 0.3)
             ours.set(at % len(twin), row.tobytes(), at % 3)
             twin.set(at % len(twin), row, at % 3)
         elif len(twin):
             ours.swap_remove(at % len(twin))
             twin.swap_remove(at % len(twin))
     assert len(ours) == len(twin)
-    query = _rows(rng, 1, dim, sparsity)[0] if len(twin) else rng.standard_normal(dim).astype(np.float32)
+    query = _query(rng, dim, sparsity)
     _agree(ours, twin, query, k, candidates, mask)
 
 
 def test_a_large_index_split_over_the_cores_agrees_with_its_twin():
     """Enough rows times query dimensions that the scans run on several
     threads: the exact one from 2**21 values, the int8 one from 2**23
-    read (``PARALLEL_SCAN_VALUES``: 131,100 rows of a dense 64-term query)."""
+    read (``PARALLEL_SCAN_VALUES``: 150,000 rows of the dense query)."""
     rng = np.random.default_rng(5)
     dim = 64
-    rows = _rows(rng, 131_100, dim, 0.3)
+    rows = _rows(rng, 150_000, dim, 0.3)
     ours, twin = _VectorIndex(dim), VectorIndex(dim)
     ours.extend(rows.tobytes())
     twin.extend(rows)
     for sparsity in (0.0, 0.5, 0.9):
-        _agree(ours, twin, _rows(rng, 1, dim, sparsity)[0], 8, 64)
+        query = _query(rng, dim, sparsity)
+        terms = np.count_nonzero(quantise(query[None, :])[0])
+        assert terms > 0
+        if sparsity == 0.0:
+            assert len(twin) * terms >= 2**23  # the int8 scan splits
+        _agree(ours, twin, query, 8, 64)
     # Ties: rows that are copies of one another score alike and go by row.
     copies = np.repeat(rows[:3], 5000, axis=0)
     ours.extend(copies.tobytes())

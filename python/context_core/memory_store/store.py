@@ -685,7 +685,7 @@ class MemoryStore:
         if (
             type(self.embedder) is HashingEmbedder
             and type(vectors) is np.ndarray
-            and vectors.shape == (count, self._dim or vectors.shape[1])
+            and vectors.shape == (count, vectors.shape[1] if self._dim is None else self._dim)
         ):
             # The built-in embedder's rows are C-ordered float32, finite and
             # already of unit length (or zero): checking them again cost a

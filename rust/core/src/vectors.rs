@@ -14,10 +14,10 @@ pub const PARALLEL_MIN_VALUES: usize = 1 << 21;
 
 /// An int8 scan reading fewer values than this (rows times the query's
 /// terms) runs on the calling thread. Inside a session's turn at 100,000
-/// rows (up to 4.8M values), alternated three runs each, one thread took
-/// 0.55-0.59 ms at the median against 0.72-0.85 ms for two: starting a
-/// thread costs 0.1-0.2 ms on a virtual machine, more than the split
-/// saves at that size.
+/// rows (a cut query reads up to 4.8M values), alternated three runs
+/// each, one thread took 0.55-0.59 ms at the median against 0.72-0.85 ms
+/// for two: starting a thread costs 0.1-0.2 ms on a virtual machine, more
+/// than the split saves at that size.
 pub const PARALLEL_SCAN_VALUES: usize = 1 << 23;
 
 /// The most dimensions the int8 scan reads, when asked to cut (see
