@@ -70,6 +70,13 @@ def _for_scan(values: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], boo
     return scanned, True
 
 
+def _scanned(query: npt.NDArray[np.float32], cut: bool) -> tuple[npt.NDArray[np.int64], bool]:
+    """``query`` quantised as the scan reads it (cut, if asked and it is
+    long and sparse), and whether it was cut."""
+    values = quantise(np.asarray(query, dtype=F32)[None, :])[0][0]
+    return _for_scan(values) if cut else (values, False)
+
+
 def _best(scores: npt.NDArray[np.float32], k: int, rows: list[int]) -> list[tuple[int, float]]:
     """The ``k`` highest of ``rows``, ties by the earlier row."""
     order = sorted(rows, key=lambda i: (-float(scores[i]), i))[:k]
@@ -118,11 +125,12 @@ class VectorIndex:
     ) -> npt.NDArray[np.float32]:
         """The int8 score of every row; with ``cut``, of the query as the
         scan reads it (see the module's notes)."""
+        return self._int8_scores(_scanned(query, cut)[0])
+
+    def _int8_scores(self, scanned: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         if not len(self.rows):
             return np.zeros(0, dtype=F32)
         values, scales = quantise(self.rows)
-        q, _ = quantise(np.asarray(query, dtype=F32)[None, :])
-        scanned = _for_scan(q[0])[0] if cut else q[0]
         scores: npt.NDArray[np.float32] = ((values @ scanned).astype(F32) * scales).astype(F32)
         return scores
 
@@ -134,9 +142,9 @@ class VectorIndex:
         mask: int | None = None,
         cut: bool = False,
     ) -> list[tuple[int, float]]:
-        q, _ = quantise(np.asarray(query, dtype=F32)[None, :])
-        pool = max(candidates, k) * (CUT_POOL if cut and _for_scan(q[0])[1] else 1)
-        rough = [i for i, _ in _best(self.quantised_scores(query, cut=cut), pool, self._kept(mask))]
+        scanned, was_cut = _scanned(query, cut)
+        pool = max(candidates, k) * (CUT_POOL if was_cut else 1)
+        rough = [i for i, _ in _best(self._int8_scores(scanned), pool, self._kept(mask))]
         exact = _dots(self.rows[rough], np.asarray(query, dtype=F32)) if rough else np.zeros(0, F32)
         rescored = sorted(zip(rough, exact, strict=True), key=lambda p: (-float(p[1]), p[0]))
         return [(i, float(s)) for i, s in rescored[:k]]

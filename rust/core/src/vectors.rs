@@ -375,13 +375,13 @@ impl Quantised {
         if self.terms.len() <= SCAN_TERMS || self.terms.len() > self.values.len() / 2 {
             return (self, false);
         }
-        let mut largest = self.terms.clone();
-        largest.sort_by_key(|&(j, v)| (std::cmp::Reverse(v.unsigned_abs()), j));
-        let mut values = vec![0i8; self.values.len()];
-        for &(j, _) in &largest[..SCAN_TERMS] {
-            values[j] = self.values[j];
+        let Self { values, mut terms } = self;
+        terms.sort_by_key(|&(j, v)| (std::cmp::Reverse(v.unsigned_abs()), j));
+        let mut kept = vec![0i8; values.len()];
+        for &(j, _) in &terms[..SCAN_TERMS] {
+            kept[j] = values[j];
         }
-        (Self::of(values), true)
+        (Self::of(kept), true)
     }
 }
 
@@ -719,16 +719,14 @@ impl VectorIndex {
         mask: u8,
         cut: bool,
     ) -> Vec<(usize, f32)> {
+        let whole = Quantised::new(query);
         let (scanned, was_cut) = if cut {
-            Quantised::new(query).for_scan()
+            whole.for_scan()
         } else {
-            (Quantised::new(query), false)
+            (whole, false)
         };
-        let candidates = if was_cut {
-            candidates.max(k).saturating_mul(CUT_POOL)
-        } else {
-            candidates.max(k)
-        };
+        let pool = if was_cut { CUT_POOL } else { 1 };
+        let candidates = candidates.max(k).saturating_mul(pool);
         let rough = self.quantised_best_of(&scanned, candidates, mask);
         self.fetch_rows(rough.iter().map(|&(i, _)| i));
         let mut exact: Vec<(usize, f32)> = rough
