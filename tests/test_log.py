@@ -3,6 +3,7 @@ crash recovery, corruption and repair."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -557,6 +558,69 @@ def test_any_messages_round_trip(tmp_path_factory, batch):
     with MessageLog.open(where, readonly=True) as log:
         assert list(log)[: len(batch)] == batch
         log.verify()
+
+
+def same_json(a, b) -> bool:
+    """Equal with the same types all the way down (``1 == 1.0 == True`` is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return a == b
+
+
+class Text(str):
+    pass
+
+
+class Number(int):
+    pass
+
+
+odd_values = st.one_of(
+    json_values,
+    st.tuples(json_values, json_values),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(),
+    st.builds(Text, st.text(max_size=20)),
+    st.builds(Number, st.integers(-5, 5)),
+    st.dictionaries(st.integers(0, 3), json_values, max_size=2),
+    st.text(alphabet=st.characters(categories=("Cs",)), min_size=1, max_size=2),
+)
+kept_messages = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant", "tool"]), "content": st.text(max_size=300)},
+    optional={"extra": odd_values, "tool_call_id": st.from_regex(r"c[0-9]", fullmatch=True)},
+)
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.lists(kept_messages, min_size=1, max_size=6))
+def test_a_message_kept_at_append_is_what_reading_it_back_gives(tmp_path_factory, batch):
+    # A session keeps what it appends in the decoded cache, so the next
+    # window does not decode it: the kept copy must be what the JSON reads
+    # back as, types and all, or be left out of the cache.
+    where = tmp_path_factory.mktemp("log") / "log"
+    with MessageLog.open(where, create=True, durability="never") as log:
+        for message in batch:
+            try:
+                seq = log.append(message)
+            except (InvalidInputError, InvalidTypeError, ValueError):
+                continue
+            log._keep_appended(seq, message)
+            kept = log._decoded.get(seq)
+            decoded = log.read([seq])[0]
+            if kept is not None:
+                assert same_json(kept, decoded)
+                assert kept is not message
+                message["role"] = "changed after the append"  # the caller's dict is not the log's
+                assert same_json(log._cached([seq])[0], decoded)
+            else:
+                plain = json.loads(json.dumps(message))
+                assert not same_json(plain, message)  # left out only where a copy would differ
 
 
 def large_batch(drawn: list[dict]) -> list[dict]:

@@ -139,6 +139,30 @@ def test_an_agent_loop_turn_with_tool_calls(tmp_path):
         assert nxt.report.prefix_hash == inner.report.prefix_hash
 
 
+def test_what_the_session_appends_is_not_decoded_again_for_the_next_window(tmp_path):
+    # The input, the reply and the results go into the log's decoded cache
+    # as the session appends them: the next window reads none of them back,
+    # and sends what a session reading them from disk sends.
+    with open_session(tmp_path) as session:
+        session.prepare("Read a.py, please.")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("call_1")]})
+        session.record_tool_result("call_1", "def a(): ...\n" * 50)
+        read = []
+        original = session.log.read
+
+        def reading(seqs):
+            seqs = list(seqs)
+            read.extend(seqs)
+            return original(seqs)
+
+        session.log.read = reading
+        inner = session.prepare()
+        assert read == []
+        sent = inner["messages"]
+    with open_session(tmp_path) as again:
+        assert again.prepare()["messages"] == sent
+
+
 def test_the_whole_request_is_counted_and_fits_the_budget(tmp_path):
     budget = Budget(window=6_000, soft_ratio=1.0, system_reserve=500, pinned_reserve=200, input_reserve=200)
     with open_session(tmp_path, budget=budget, compact=False) as session:

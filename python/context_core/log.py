@@ -277,6 +277,28 @@ class MessageLog(_MessageLog):
                 cache.popitem(last=False)
         return found
 
+    def _keep_appended(self, seq: int, message: Any) -> None:
+        """Keep ``message``, just appended as ``seq``, in the decoded cache
+        as reading it back would give it: a copy of its containers sharing
+        its strings and numbers, which is what its JSON decodes to when it
+        holds plain values only. The next window then
+        takes it without decoding it (a long tool output's JSON costs tens
+        of microseconds). Anything else (a subclass, a key that is not a
+        str) is left to be read back."""
+        try:
+            payload = _plain_copy(message)
+        except (_NotPlain, RecursionError):
+            return
+        if not isinstance(payload, dict):
+            return  # a message is a dict; anything else the log refused already
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        with self._lock:
+            cache = self._decoded
+            cache[seq] = payload
+            while len(cache) > DECODED_CACHE:
+                cache.popitem(last=False)
+
     @staticmethod
     def repair(path: str | os.PathLike[str], *, lock_timeout: float = 0.0) -> RepairReport:
         """Rebuild a damaged log from its intact frames (new files, renamed in)."""
@@ -297,3 +319,26 @@ def _summary_message(prefix: str, seq: int, payload: Any) -> dict[str, Any]:
 
 
 _SUMMARY_MESSAGE = {part: functools.partial(_summary_message, prefix) for part, prefix in _PREFIX.items()}
+
+
+class _NotPlain(Exception):
+    """A value whose JSON does not decode to a copy of it."""
+
+
+def _plain_copy(value: Any) -> Any:
+    """``value`` as decoding its JSON gives it back: new dicts and lists,
+    the same strings, numbers, booleans and ``None``. Exact types only: a
+    subclass may write itself otherwise."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        copy = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            copy[key] = _plain_copy(item)
+        return copy
+    if kind is list:
+        return [_plain_copy(item) for item in value]
+    raise _NotPlain

@@ -730,6 +730,7 @@ class Session:
             self._to_answer,
         )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
+        self.log._keep_appended(self.last_seq, message)  # the next window reads it: not decoded again
         self._pending = {}  # the user spoke first: sanitize closes any call left open
         self._turn, self._step, self._memories, self._said = turn, step, memories, said
         self._to_answer = True
@@ -995,6 +996,7 @@ class Session:
         usage = usage_of(response)
         message, made, renamed = with_fresh_ids(message, self._call_ids)
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
+        self.log._keep_appended(self.last_seq, message)
         self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
@@ -1031,6 +1033,7 @@ class Session:
             seq = self.log.append(result, timestamp=self._wall())
         except (InvalidTypeError, InvalidInputError) as error:  # a block inside the result
             raise relocated(error, "message", "result") from None
+        self.log._keep_appended(int(seq), result)
         call = self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
         self._to_answer = True
         self.last_seq = int(seq)
