@@ -623,6 +623,47 @@ def test_a_merged_message_counts_as_if_counted_whole(encoding, parts, role):
     assert count_sent(backend, laid_out, final) == backend.count_messages(final)
 
 
+merge_runs = st.lists(
+    st.tuples(st.sampled_from(["system", "user", "assistant"]), st.lists(join_texts, min_size=1, max_size=3)),
+    min_size=1,
+    max_size=5,
+)
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@given(
+    runs=merge_runs,
+    extras=st.lists(join_texts, max_size=3),
+    provider=st.sampled_from(["openai", "anthropic"]),
+)
+def test_the_extensions_count_of_a_merged_answer_is_the_python_count(encoding, runs, extras, provider):
+    """The laid-out answer, sanitize having merged runs of one role, is
+    counted in the extension from the parts' cached counts: the same total
+    as ``count_sent`` (the Python twin), and as counting the answer whole."""
+    from context_core._selection import count_sent
+    from context_core.select import _Backend, _laid_out_sanitizer
+
+    tokenizer = Tokenizer(encoding)
+    backend = _Backend(tokenizer, None)
+    messages = [{"role": role, "content": text} for role, texts in runs for text in texts]
+    messages.append({"role": "user", "content": "and now?"})
+    analysis = backend.analyze(messages, None)
+    extra = [{"role": "system", "content": "Memory: " + text} for text in extras]
+    items = [*extra, *range(analysis.unit_count)]
+    funnel = _laid_out_sanitizer(provider)
+    (laid_out, _, _), result, tokens = analysis.lay_out_sanitized(items, funnel, tokenizer)
+    priming = tokenizer.count_messages([])
+    (_, known_alone, _), _, untouched = analysis.lay_out_sanitized(items, funnel)
+    python = count_sent(backend, laid_out, result.messages, known_alone)
+    if untouched is not None:  # sanitize kept every message as it was
+        assert tokens == untouched
+    if tokens is not None:
+        assert tokens + priming == python
+    else:  # another change than a merge: left to the Python count
+        assert len(result.messages) != len(laid_out) or result.changes
+    assert python == tokenizer.count_messages(result.messages)
+
+
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base", "p50k_base", "r50k_base"])
 @given(parts=st.lists(join_texts, min_size=1, max_size=4))
 def test_joined_parts_count_as_the_reference_counts_them_whole(encoding, parts):

@@ -272,7 +272,10 @@ class _Analysis:
         self, items: Sequence[Union[int, dict[str, Any]]]
     ) -> tuple[list[dict[str, Any]], list[Union[int, None]], list[int]]: ...
     def lay_out_sanitized(
-        self, items: Sequence[Union[int, dict[str, Any]]], sanitizer: Sanitizer
+        self,
+        items: Sequence[Union[int, dict[str, Any]]],
+        sanitizer: Sanitizer,
+        tokenizer: Union[Tokenizer, None] = None,
     ) -> tuple[
         tuple[list[dict[str, Any]], list[Union[int, None]], list[int]], SanitizeResult, Union[int, None]
     ]: ...

@@ -113,9 +113,10 @@ class _Backend:
     def lay_out(
         self, analysis: _Analysis, items: Sequence[Item], provider: str
     ) -> tuple[list[Msg], list[int | None], list[int], list[Msg], System, list[Any], int | None]:
-        # In one call: the funnel takes the copies it was just handed as checked.
+        # In one call: the funnel takes the copies it was just handed as
+        # checked, and the answer is counted (its merges from their parts).
         funnel = _laid_out_sanitizer(provider)
-        (laid_out, known, units), result, tokens = analysis.lay_out_sanitized(items, funnel)
+        (laid_out, known, units), result, tokens = analysis.lay_out_sanitized(items, funnel, self.tokenizer)
         final = cast("list[Msg]", result.messages)
         return laid_out, known, units, final, result.system, result.changes, tokens
 

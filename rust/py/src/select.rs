@@ -401,11 +401,19 @@ impl PyAnalysis {
     /// item is the tokens of the answer's messages (without the reply
     /// priming) when the funnel kept every message as it is and each count
     /// is known, the known counts then left out (`[]`); else `None`.
+    ///
+    /// With `tokenizer` (the one the analysis counted with), the answer is
+    /// also counted where the funnel only joined runs of laid-out messages
+    /// of one role with `"\n\n"` (as it merges neighbours): each join from
+    /// its parts' cached counts, each message kept as it is from its known
+    /// count (an extra's counted). Any other change leaves `None`.
+    #[pyo3(signature = (items, sanitizer, tokenizer = None))]
     fn lay_out_sanitized(
         &self,
         py: Python<'_>,
         items: &Bound<'_, PyAny>,
         sanitizer: &PySanitizer,
+        tokenizer: Option<&Bound<'_, PyTokenizer>>,
     ) -> PyResult<(LaidOutRow, PySanitizeResult, Option<usize>)> {
         let ((out, tokens, units), vouched) = self.lay_out_vouched(py, items)?;
         let messages: Vec<Bound<'_, PyAny>> = out.iter().map(|m| m.bind(py).clone()).collect();
@@ -413,9 +421,13 @@ impl PyAnalysis {
         let sent = answer.messages.bind(py);
         let unchanged =
             sent.len() == out.len() && sent.iter().zip(&out).all(|(m, o)| m.as_ptr() == o.as_ptr());
-        let total = unchanged
-            .then(|| tokens.iter().copied().sum::<Option<usize>>())
-            .flatten();
+        let total = if unchanged {
+            tokens.iter().copied().sum::<Option<usize>>()
+        } else if let Some(tokenizer) = tokenizer {
+            joined_tokens(tokenizer.get().inner(), &messages, &tokens, sent)?
+        } else {
+            None
+        };
         let tokens = if total.is_some() { Vec::new() } else { tokens };
         Ok(((out, tokens, units), answer, total))
     }
@@ -795,4 +807,113 @@ fn lay_out<'py>(
 
 fn no_content() -> PyErr {
     invalid_input("a capped tool result has no content")
+}
+
+/// How the funnel joins the texts of the neighbours it merges.
+const JOIN: &str = "\n\n";
+
+/// Tokens of `sent` (the funnel's answer for `laid_out`, whose exact counts
+/// are `known` where known), without the reply priming, when each message
+/// of it is a laid-out one as it was or joins a run of them; else `None`.
+/// A join is counted from its parts' cached counts, adjusted where they
+/// meet (`Tokenizer::count_joined`), plus the message around an empty
+/// content: no BPE over a merged text that is new every turn.
+fn joined_tokens(
+    tokenizer: &context_core::Tokenizer,
+    laid_out: &[Bound<'_, PyAny>],
+    known: &[Option<usize>],
+    sent: &Bound<'_, PyList>,
+) -> PyResult<Option<usize>> {
+    let count = |message: &Bound<'_, PyAny>| -> PyResult<usize> {
+        tokenizer
+            .count_message(&PyJson(message.clone()))
+            .map_err(|e| CoreError(e).into())
+    };
+    let mut total = 0;
+    let mut j = 0;
+    for message in sent.iter() {
+        if let Some(own) = laid_out
+            .get(j)
+            .filter(|own| own.as_ptr() == message.as_ptr())
+        {
+            total += match known.get(j).copied().flatten() {
+                Some(tokens) => tokens,
+                None => count(own)?,
+            };
+            j += 1;
+            continue;
+        }
+        let Some(parts) = merged_parts(laid_out, j, &message)? else {
+            return Ok(None);
+        };
+        let mut texts = Vec::with_capacity(parts.len());
+        for part in &parts {
+            let text = part.to_str()?;
+            texts.push((text, Some(crate::key_memo::key_of(part, text))));
+        }
+        total += match tokenizer.count_joined(&texts) {
+            Some(joined) => {
+                let around = message.cast::<PyDict>()?.copy()?;
+                around.set_item(pyo3::intern!(message.py(), "content"), "")?;
+                count(around.as_any())? + joined
+            }
+            None => count(&message)?,
+        };
+        j += parts.len();
+    }
+    Ok((j == laid_out.len()).then_some(total))
+}
+
+/// A dict's `key` as an exact-or-subclass `str` whose text is valid UTF-8.
+fn str_field<'py>(
+    message: &Bound<'py, PyAny>,
+    key: &str,
+) -> PyResult<Option<Bound<'py, PyString>>> {
+    let Ok(dict) = message.cast::<PyDict>() else {
+        return Ok(None);
+    };
+    Ok(dict
+        .get_item(key)?
+        .and_then(|value| value.cast_into::<PyString>().ok())
+        .filter(|text| text.to_str().is_ok()))
+}
+
+/// The contents of the laid-out messages from `j` that `message` joins, if
+/// it is exactly that: two or more of its role whose string contents,
+/// joined with [`JOIN`], are its content.
+fn merged_parts<'py>(
+    laid_out: &[Bound<'py, PyAny>],
+    j: usize,
+    message: &Bound<'py, PyAny>,
+) -> PyResult<Option<Vec<Bound<'py, PyString>>>> {
+    let (Some(content), Some(role)) = (str_field(message, "content")?, str_field(message, "role")?)
+    else {
+        return Ok(None);
+    };
+    let (content, role) = (content.to_str()?, role.to_str()?);
+    let mut parts: Vec<Bound<'py, PyString>> = Vec::new();
+    let mut rest = content;
+    for source in laid_out.iter().skip(j) {
+        let same_role =
+            str_field(source, "role")?.is_some_and(|r| r.to_str().is_ok_and(|r| r == role));
+        let Some(text) = str_field(source, "content")?.filter(|_| same_role) else {
+            return Ok(None);
+        };
+        // Each part but the first follows a join.
+        let part = text.to_str()?;
+        let after = if parts.is_empty() {
+            Some(rest)
+        } else {
+            rest.strip_prefix(JOIN)
+        };
+        let Some(after) = after.and_then(|after| after.strip_prefix(part)) else {
+            return Ok(None);
+        };
+        rest = after;
+        parts.push(text);
+        if rest.is_empty() {
+            break;
+        }
+    }
+    Ok((parts.len() >= 2 && rest.is_empty()).then_some(parts))
 }
