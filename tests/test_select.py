@@ -31,9 +31,10 @@ from context_core import (
     shape_history,
 )
 from context_core._core import _analyze
+from context_core._selection import count_sent
 from context_core.reference import select as reference
 from context_core.reference.tags import LOG as LOG_TAG
-from context_core.select import METADATA_KEYS
+from context_core.select import METADATA_KEYS, _Backend, _laid_out_sanitizer
 
 TOK = Tokenizer()
 
@@ -612,8 +613,7 @@ join_texts = st.lists(
 def test_a_merged_message_counts_as_if_counted_whole(encoding, parts, role):
     """count_sent adjusts part counts at each join; it must equal counting the
     merged text whole, whatever the parts end and start with."""
-    from context_core._selection import TEXT_SEPARATOR, count_sent
-    from context_core.select import _Backend
+    from context_core._selection import TEXT_SEPARATOR
 
     backend = _Backend(Tokenizer(encoding), None)
     laid_out = [{"role": role, "content": part} for part in parts]
@@ -623,11 +623,35 @@ def test_a_merged_message_counts_as_if_counted_whole(encoding, parts, role):
     assert count_sent(backend, laid_out, final) == backend.count_messages(final)
 
 
+def _dangling_call(call_id: str) -> dict:
+    return {"role": "assistant", "content": None, "tool_calls": [tool_call(call_id)]}
+
+
 merge_runs = st.lists(
-    st.tuples(st.sampled_from(["system", "user", "assistant"]), st.lists(join_texts, min_size=1, max_size=3)),
+    st.one_of(
+        st.tuples(
+            st.sampled_from(["system", "user", "assistant"]), st.lists(join_texts, min_size=1, max_size=3)
+        ),
+        # Messages sanitize changes otherwise: a call with no result, a result with no call.
+        st.just(("dangling", [])),
+        st.just(("orphan", [])),
+    ),
     min_size=1,
     max_size=5,
 )
+
+
+def _merge_history(runs: list[tuple[str, list[str]]]) -> list[dict]:
+    messages: list[dict] = []
+    for n, (role, texts) in enumerate(runs):
+        if role == "dangling":
+            messages.append(_dangling_call(f"c{n}"))
+        elif role == "orphan":
+            messages.append({"role": "tool", "tool_call_id": f"gone{n}", "content": "out"})
+        else:
+            messages += [{"role": role, "content": text} for text in texts]
+    messages.append({"role": "user", "content": "and now?"})
+    return messages
 
 
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
@@ -636,32 +660,47 @@ merge_runs = st.lists(
     extras=st.lists(join_texts, max_size=3),
     provider=st.sampled_from(["openai", "anthropic"]),
 )
-def test_the_extensions_count_of_a_merged_answer_is_the_python_count(encoding, runs, extras, provider):
-    """The laid-out answer, sanitize having merged runs of one role, is
-    counted in the extension from the parts' cached counts: the same total
-    as ``count_sent`` (the Python twin), and as counting the answer whole."""
-    from context_core._selection import count_sent
-    from context_core.select import _Backend, _laid_out_sanitizer
-
+def test_the_extensions_count_of_a_repaired_answer_is_the_python_count(encoding, runs, extras, provider):
+    """The laid-out answer, whatever sanitize changed (runs of one role
+    merged, calls and results repaired), is counted in the extension: the
+    same total as ``count_sent`` (the Python twin), and as counting the
+    answer whole."""
     tokenizer = Tokenizer(encoding)
     backend = _Backend(tokenizer, None)
-    messages = [{"role": role, "content": text} for role, texts in runs for text in texts]
-    messages.append({"role": "user", "content": "and now?"})
+    messages = _merge_history(runs)
     analysis = backend.analyze(messages, None)
     extra = [{"role": "system", "content": "Memory: " + text} for text in extras]
     items = [*extra, *range(analysis.unit_count)]
     funnel = _laid_out_sanitizer(provider)
     (laid_out, _, _), result, tokens = analysis.lay_out_sanitized(items, funnel, tokenizer)
-    priming = tokenizer.count_messages([])
-    (_, known_alone, _), _, untouched = analysis.lay_out_sanitized(items, funnel)
-    python = count_sent(backend, laid_out, result.messages, known_alone)
+    (_, known, _), _, untouched = analysis.lay_out_sanitized(items, funnel)
+    python = count_sent(backend, laid_out, result.messages, known)
+    assert tokens is not None
     if untouched is not None:  # sanitize kept every message as it was
         assert tokens == untouched
-    if tokens is not None:
-        assert tokens + priming == python
-    else:  # another change than a merge: left to the Python count
-        assert len(result.messages) != len(laid_out) or result.changes
-    assert python == tokenizer.count_messages(result.messages)
+    assert tokens + tokenizer.count_messages([]) == python == tokenizer.count_messages(result.messages)
+
+
+def test_a_repaired_answer_is_counted_exactly():
+    # A run of user messages merged and a call with no result dropped, in
+    # one answer: the merge counted from its parts, the rest from their
+    # known counts, the total what counting the answer gives.
+    tokenizer = Tokenizer()
+    backend = _Backend(tokenizer, None)
+    long_part = "Deploy the payments service, then run the tests. " * 40
+    messages = [
+        {"role": "user", "content": long_part},
+        {"role": "user", "content": "必须保证事务一致性。"},
+        _dangling_call("c1"),
+        {"role": "user", "content": "and now?"},
+    ]
+    analysis = backend.analyze(messages, None)
+    items = list(range(analysis.unit_count))
+    _, result, tokens = analysis.lay_out_sanitized(items, _laid_out_sanitizer("openai"), tokenizer)
+    assert {c.action for c in result.changes} >= {"merge", "drop_call"}
+    assert [m["role"] for m in result.messages] == ["user"]
+    assert result.messages[0]["content"] == "\n\n".join([long_part, "必须保证事务一致性。", "and now?"])
+    assert tokens + tokenizer.count_messages([]) == tokenizer.count_messages(result.messages)
 
 
 @pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base", "p50k_base", "r50k_base"])

@@ -360,8 +360,11 @@ def count_sent(
     text before it), so counting it whole costs BPE on all of it. Instead
     each part's count (cached) is adjusted at each ``"\n\n"`` join by the
     characters after each part's last letter or digit (``Backend.count_joined``,
-    on the pre-tokenizer's own character tables), counted again with the join;
-    a merge of any other shape is counted whole.
+    on the pre-tokenizer's own character tables), counted again with the join.
+    A message sanitize changed in any other way is counted whole. The walk
+    keeps its place in ``laid_out`` by identity, so a message sanitize
+    dropped or added does not lose it. (The extension's ``sent_tokens`` is
+    the same walk.)
     """
     same = len(final) == len(laid_out) == len(known) and all(map(operator.is_, final, laid_out))
     if same:
@@ -370,24 +373,32 @@ def count_sent(
             return sum(t for t in known if t is not None) + backend.count_messages([])
         unknown = [m for m, tokens in zip(laid_out, known, strict=True) if tokens is None]
         return sum(t for t in known if t is not None) + backend.count_messages(unknown)
-    unchanged: list[Msg] = []  # counted in one call (its reply priming included once)
+    whole: list[Msg] = []  # counted in one call (its reply priming included once)
     total = 0
     j = 0
+    at: dict[int, int] | None = None  # laid-out places by identity, made when the walk loses its own
     for message in final:
         if j < len(laid_out) and message is laid_out[j]:
-            tokens = known[j] if j < len(known) else None
+            own = j
+        else:
+            if at is None:
+                at = {id(m): i for i, m in enumerate(laid_out)}
+            own = at.get(id(message), -1)
+        if own >= 0:
+            tokens = known[own] if own < len(known) else None
             if tokens is None:
-                unchanged.append(message)
+                whole.append(message)
             else:
                 total += tokens
-            j += 1
+            j = own + 1
             continue
         parts = _merged_parts(laid_out, j, message)
         if parts is None:
-            return backend.count_messages(final)
+            whole.append(message)
+            continue
         total += _count_merged(backend, message, parts)
         j += len(parts)
-    return total + backend.count_messages(unchanged)
+    return total + backend.count_messages(whole)
 
 
 def _merged_parts(laid_out: list[Msg], j: int, message: Mapping[str, Any]) -> list[str] | None:

@@ -399,14 +399,10 @@ impl PyAnalysis {
     /// laid out, in the same call: the copies it checked (or made) just now
     /// are vouched for, so the funnel does not walk them again. The last
     /// item is the tokens of the answer's messages (without the reply
-    /// priming) when the funnel kept every message as it is and each count
-    /// is known, the known counts then left out (`[]`); else `None`.
-    ///
-    /// With `tokenizer` (the one the analysis counted with), the answer is
-    /// also counted where the funnel only joined runs of laid-out messages
-    /// of one role with `"\n\n"` (as it merges neighbours): each join from
-    /// its parts' cached counts, each message kept as it is from its known
-    /// count (an extra's counted). Any other change leaves `None`.
+    /// priming), the known counts then left out (`[]`): with `tokenizer`
+    /// (the one the analysis counted with) always (see `sent_tokens`),
+    /// without one when the funnel kept every message as it is and each
+    /// count is known; else `None`.
     #[pyo3(signature = (items, sanitizer, tokenizer = None))]
     fn lay_out_sanitized(
         &self,
@@ -424,7 +420,12 @@ impl PyAnalysis {
         let total = if unchanged {
             tokens.iter().copied().sum::<Option<usize>>()
         } else if let Some(tokenizer) = tokenizer {
-            joined_tokens(tokenizer.get().inner(), &messages, &tokens, sent)?
+            Some(sent_tokens(
+                tokenizer.get().inner(),
+                &messages,
+                &tokens,
+                sent,
+            )?)
         } else {
             None
         };
@@ -813,38 +814,55 @@ fn no_content() -> PyErr {
 const JOIN: &str = "\n\n";
 
 /// Tokens of `sent` (the funnel's answer for `laid_out`, whose exact counts
-/// are `known` where known), without the reply priming, when each message
-/// of it is a laid-out one as it was or joins a run of them; else `None`.
-/// A join is counted from its parts' cached counts, adjusted where they
-/// meet (`Tokenizer::count_joined`), plus the message around an empty
-/// content: no BPE over a merged text that is new every turn.
-fn joined_tokens(
+/// are `known` where known), without the reply priming. A message the
+/// funnel kept as it was costs its known count; one that joins a run of
+/// laid-out messages of its role is counted from its parts' cached counts,
+/// adjusted where they meet (`Tokenizer::count_joined`), plus the message
+/// around an empty content: no BPE over a merged text that is new every
+/// turn. Any other message (one the funnel changed some other way) is
+/// counted whole. The walk keeps its place in `laid_out` by identity, so
+/// a message the funnel dropped or added does not lose it.
+fn sent_tokens(
     tokenizer: &context_core::Tokenizer,
     laid_out: &[Bound<'_, PyAny>],
     known: &[Option<usize>],
     sent: &Bound<'_, PyList>,
-) -> PyResult<Option<usize>> {
+) -> PyResult<usize> {
     let count = |message: &Bound<'_, PyAny>| -> PyResult<usize> {
         tokenizer
             .count_message(&PyJson(message.clone()))
             .map_err(|e| CoreError(e).into())
     };
+    let mut at: Option<std::collections::HashMap<usize, usize>> = None;
     let mut total = 0;
     let mut j = 0;
     for message in sent.iter() {
-        if let Some(own) = laid_out
+        let own = if laid_out
             .get(j)
-            .filter(|own| own.as_ptr() == message.as_ptr())
+            .is_some_and(|own| own.as_ptr() == message.as_ptr())
         {
-            total += match known.get(j).copied().flatten() {
+            Some(j)
+        } else {
+            let at = at.get_or_insert_with(|| {
+                laid_out
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| (m.as_ptr() as usize, i))
+                    .collect()
+            });
+            at.get(&(message.as_ptr() as usize)).copied()
+        };
+        if let Some(i) = own {
+            total += match known.get(i).copied().flatten() {
                 Some(tokens) => tokens,
-                None => count(own)?,
+                None => count(&message)?,
             };
-            j += 1;
+            j = i + 1;
             continue;
         }
         let Some(parts) = merged_parts(laid_out, j, &message)? else {
-            return Ok(None);
+            total += count(&message)?;
+            continue;
         };
         let mut texts = Vec::with_capacity(parts.len());
         for part in &parts {
@@ -861,7 +879,7 @@ fn joined_tokens(
         };
         j += parts.len();
     }
-    Ok((j == laid_out.len()).then_some(total))
+    Ok(total)
 }
 
 /// A dict's `key` as an exact-or-subclass `str` whose text is valid UTF-8.
