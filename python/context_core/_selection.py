@@ -45,9 +45,8 @@ class Backend(Protocol):
     ) -> tuple[list[Msg], list[int | None], list[int], list[Msg], System, list[Any], int | None]:
         """The analysis's ``lay_out(items)`` and the funnel's answer for it:
         ``(laid_out, known, units, final, system, changes, tokens)``. ``tokens``:
-        those of ``final`` without the reply priming, when the funnel kept
-        every laid-out message as it is and each count is known (``known``
-        is then ``[]``); else ``None``."""
+        those of ``final`` without the reply priming (``known`` is then
+        ``[]``), or ``None`` for the caller to count (``count_sent``)."""
         ...
 
     def count_message(self, message: Mapping[str, Any]) -> int: ...
