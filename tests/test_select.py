@@ -681,6 +681,36 @@ def test_the_extensions_count_of_a_repaired_answer_is_the_python_count(encoding,
     assert tokens + tokenizer.count_messages([]) == python == tokenizer.count_messages(result.messages)
 
 
+def test_memory_and_summary_messages_are_made_and_counted_once():
+    backend = _Backend(Tokenizer(), None)
+    text = "Relevant memory: the deploy window is 02:00-04:00 UTC；周末不部署。"
+    message, tokens = backend.system_message(text)
+    assert message == {"role": "system", "content": text}
+    assert tokens == Tokenizer().count_message(message)
+    again, same = backend.system_message(text)
+    assert again is message  # the repair pass finds its last window's start again
+    assert same == tokens
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_policy_reusing_its_memory_messages_chooses_as_a_new_one(provider):
+    # The same policy over a growing history with the same memories (an
+    # agent loop's steps): each window is the one a new policy chooses.
+    policy = PriorityAssembly(provider=provider)
+    memories = ["the deploy window is 02:00-04:00 UTC", "Alice Chen owns the payments service"]
+    history = chat(6)
+    for step in range(6):
+        history = [*history, {"role": "user", "content": f"step {step}: go on"}]
+        ours = policy.select(history, 400, memories=memories, global_summary="so far: a deploy")
+        fresh = PriorityAssembly(provider=provider).select(
+            history, 400, memories=memories, global_summary="so far: a deploy"
+        )
+        assert ours.messages == fresh.messages
+        assert ours.system == fresh.system
+        assert ours.breakdown == fresh.breakdown
+        history.append({"role": "assistant", "content": f"done {step}"})
+
+
 def test_a_repaired_answer_is_counted_exactly():
     # A run of user messages merged and a call with no result dropped, in
     # one answer: the merge counted from its parts, the rest from their

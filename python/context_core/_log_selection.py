@@ -372,7 +372,7 @@ def build_context(
         return from_view(log, whole)
 
     def cost(prefix: str, text: str) -> int:
-        return backend.count_message({"role": "system", "content": prefix + text})
+        return backend.system_message(prefix + text)[1]
 
     global_tokens = None if global_summary is None else cost(SUMMARY_PREFIX, global_summary)
     memory_tokens = [cost(_selection.MEMORY_PREFIX, m) for m in texts]

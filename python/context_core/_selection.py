@@ -49,6 +49,10 @@ class Backend(Protocol):
         ``[]``), or ``None`` for the caller to count (``count_sent``)."""
         ...
 
+    def system_message(self, text: str) -> tuple[Msg, int]:
+        """A system message of ``text`` and its tokens."""
+        ...
+
     def count_message(self, message: Mapping[str, Any]) -> int: ...
     def count_messages(self, messages: list[Msg]) -> int: ...
     def count_joined(self, parts: list[str]) -> int | None: ...
@@ -93,7 +97,8 @@ class Selection:
     messages: list[dict[str, Any]]
     """The messages to send: chronological, sanitized, metadata keys removed.
     A list, as the SDKs take it; chosen from a log, its messages are shared
-    with later turns, so treat them as read-only."""
+    with later turns (as are the memory and summary messages a policy
+    makes), so treat them as read-only."""
     system: str | list[dict[str, Any]] | None
     """Anthropic: the system text lifted out of system messages (and extras)."""
     breakdown: SelectionBreakdown
@@ -280,8 +285,7 @@ class Layout:
         self.vouch: bool = analysis.plain
 
     def extra(self, text: str) -> tuple[Msg, int]:
-        message: Msg = {"role": "system", "content": text}
-        return message, self.backend.count_message(message)
+        return self.backend.system_message(text)
 
     def finish(
         self,

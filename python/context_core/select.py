@@ -99,6 +99,7 @@ class _Backend:
             raise InvalidTypeError(f"tagger must be a Tagger, not {type(tagger).__name__}")
         self.tokenizer = tokenizer or Tokenizer()
         self.tagger = tagger
+        self._system_messages: dict[str, tuple[Msg, int]] = {}
 
     # The policies hand on the caller's messages as they are (read as
     # mappings), so the extension's message types are asserted, not checked.
@@ -120,6 +121,23 @@ class _Backend:
         final = cast("list[Msg]", result.messages)
         return laid_out, known, units, final, result.system, result.changes, tokens
 
+    def system_message(self, text: str) -> tuple[Msg, int]:
+        """A system message of ``text`` and its tokens: the same message
+        while ``text`` comes back (a turn's memories and the summaries do,
+        call after call), so it is made and counted once. The repair pass
+        then finds the window it answered last call with the same messages
+        at its start, and checks only what is new after them (made anew,
+        they stopped that reuse at the window's first message). Treat it as
+        read-only, as a log's own messages."""
+        held = self._system_messages.get(text)
+        if held is None:
+            message: Msg = {"role": "system", "content": text}
+            held = message, self.count_message(message)
+            if len(self._system_messages) >= _SYSTEM_MESSAGES:
+                self._system_messages.clear()  # a few a call; many only after long use
+            self._system_messages[text] = held
+        return held
+
     def count_message(self, message: Mapping[str, Any]) -> int:
         return self.tokenizer.count_message(cast("Message", message))
 
@@ -130,6 +148,10 @@ class _Backend:
         """Tokens of ``"\\n\\n".join(parts)`` from the parts' cached counts;
         ``None``: count the joined text whole."""
         return self.tokenizer._count_joined(parts)
+
+
+#: System messages (memories, summaries) a backend keeps made and counted.
+_SYSTEM_MESSAGES = 256
 
 
 @functools.cache

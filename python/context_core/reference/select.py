@@ -575,6 +575,10 @@ class _Backend:
             return laid_out, [], units, final, system, changes, sum(cast("list[int]", known))
         return laid_out, known, units, final, system, changes, None
 
+    def system_message(self, text: str) -> tuple[dict[str, Any], int]:
+        message = {"role": "system", "content": text}
+        return message, self.count_message(message)
+
     def count_message(self, message: Mapping[str, Any]) -> int:
         # cast: count_message itself refuses a mapping that is not a dict (as the extension does).
         return self.tokenizer.count_message(cast("dict[str, Any]", message))
