@@ -623,6 +623,23 @@ def test_a_message_kept_at_append_is_what_reading_it_back_gives(tmp_path_factory
                 assert not same_json(plain, message)  # left out only where a copy would differ
 
 
+def test_a_message_that_cannot_be_kept_is_read_back_instead(tmp_path, monkeypatch):
+    # A copy that fails (a dict changed by another thread while copied, say)
+    # keeps nothing: the append stands, and the message is read back.
+    import context_core.log as log_module
+
+    def failing(value):
+        raise RuntimeError("dictionary changed size during iteration")
+
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        message = {"role": "user", "content": "hello"}
+        seq = log.append(message)
+        monkeypatch.setattr(log_module, "_plain_copy", failing)
+        log._keep_appended(seq, message)
+        assert seq not in log._decoded
+        assert log._cached([seq]) == [message]
+
+
 def large_batch(drawn: list[dict]) -> list[dict]:
     """Over the batch size (128 messages) and text size (64 KB) that
     append_many builds on every core."""

@@ -690,6 +690,10 @@ def test_memory_and_summary_messages_are_made_and_counted_once():
     again, same = backend.system_message(text)
     assert again is message  # the repair pass finds its last window's start again
     assert same == tokens
+    message["content"] += " (edited by a caller)"  # shared, though read-only by contract
+    fresh, counted = backend.system_message(text)
+    assert fresh == {"role": "system", "content": text}
+    assert counted == tokens
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -709,6 +713,24 @@ def test_a_policy_reusing_its_memory_messages_chooses_as_a_new_one(provider):
         assert ours.system == fresh.system
         assert ours.breakdown == fresh.breakdown
         history.append({"role": "assistant", "content": f"done {step}"})
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_answer_sanitize_left_alone_is_counted_with_its_extras(provider):
+    # Nothing to repair, and an extra (a memory) with no known count: the
+    # extension still counts the answer, the extra included.
+    tokenizer = Tokenizer()
+    backend = _Backend(tokenizer, None)
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "and now?"},
+    ]
+    analysis = backend.analyze(messages, None)
+    items = [{"role": "system", "content": "x"}, *range(analysis.unit_count)]
+    _, result, tokens = analysis.lay_out_sanitized(items, _laid_out_sanitizer(provider), tokenizer)
+    assert tokens is not None
+    assert tokens + tokenizer.count_messages([]) == tokenizer.count_messages(result.messages)
 
 
 def test_a_repaired_answer_is_counted_exactly():

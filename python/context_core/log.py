@@ -287,7 +287,7 @@ class MessageLog(_MessageLog):
         str) is left to be read back."""
         try:
             payload = _plain_copy(message)
-        except (_NotPlain, RecursionError):
+        except Exception:  # not plain, too deep, or changed by another thread while copied
             return
         if not isinstance(payload, dict):
             return  # a message is a dict; anything else the log refused already

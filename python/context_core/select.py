@@ -128,9 +128,11 @@ class _Backend:
         then finds the window it answered last call with the same messages
         at its start, and checks only what is new after them (made anew,
         they stopped that reuse at the window's first message). Treat it as
-        read-only, as a log's own messages."""
+        read-only, as a log's own messages; one changed in place is made
+        again, so its count is always that of what is sent."""
         held = self._system_messages.get(text)
-        if held is None:
+        # One a caller changed in place (it is shared) is made again.
+        if held is None or held[0] != {"role": "system", "content": text}:
             message: Msg = {"role": "system", "content": text}
             held = message, self.count_message(message)
             if len(self._system_messages) >= _SYSTEM_MESSAGES:

@@ -708,11 +708,13 @@ impl VectorIndex {
             });
             best.into_kept()
         });
-        let mut all = Best::new(candidates);
-        for Scored(score, row) in parts.into_iter().flatten() {
-            all.offer(score, row);
+        // Each part's best in no order: all of them, cut by the full order
+        // (an offer's floor holds only for rows offered in increasing order).
+        let mut best: Vec<Scored> = parts.into_iter().flatten().collect();
+        if best.len() > candidates && candidates > 0 {
+            best.select_nth_unstable(candidates - 1);
         }
-        let mut best = all.into_kept();
+        best.truncate(candidates);
         best.sort_unstable();
         best.into_iter().map(|Scored(s, i)| (i, s)).collect()
     }
@@ -963,6 +965,44 @@ mod tests {
                         index.quantised_best_on(&q, candidates, ALL_TAGS, threads),
                         expected,
                         "{threads} threads"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_masked_split_scan_keeps_the_best_whichever_part_falls_short() {
+        // Three blocks, one per thread; the mask leaves 125 rows in each of
+        // the first two and all of the third, and the scores take three
+        // values. The first two parts come back short, the third cut (its
+        // list in no order), and the merge must still keep the lowest rows
+        // of the tied best, as one thread does.
+        let dim = 4;
+        let rows = 3 * BLOCK;
+        let matrix: Vec<f32> = (0..rows)
+            .flat_map(|r| [((r * 7) % 3) as f32 - 1.0, 0.0, 0.0, 0.0])
+            .collect();
+        let tags: Vec<u8> = (0..rows)
+            .map(|r| u8::from(r >= 2 * BLOCK || r % BLOCK < 125))
+            .collect();
+        let mut index = VectorIndex::new(dim);
+        index.extend_tagged(&matrix, &tags);
+        let query = [1.0, 0.0, 0.0, 0.0];
+        let q = Quantised::new(&query);
+        for mask in [0b10u8, 0b11] {
+            let keep = |i: usize| mask & (1 << tags[i]) != 0;
+            for candidates in [1, 64, 180, 500, BLOCK] {
+                let expected: Vec<(usize, f32)> = sorted_best(&index, &query, rows)
+                    .into_iter()
+                    .filter(|(i, _)| keep(*i))
+                    .take(candidates)
+                    .collect();
+                for threads in [1, 2, 3] {
+                    assert_eq!(
+                        index.quantised_best_on(&q, candidates, mask, threads),
+                        expected,
+                        "mask {mask}, {candidates} candidates, {threads} threads"
                     );
                 }
             }

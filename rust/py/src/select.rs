@@ -417,17 +417,18 @@ impl PyAnalysis {
         let sent = answer.messages.bind(py);
         let unchanged =
             sent.len() == out.len() && sent.iter().zip(&out).all(|(m, o)| m.as_ptr() == o.as_ptr());
-        let total = if unchanged {
-            tokens.iter().copied().sum::<Option<usize>>()
-        } else if let Some(tokenizer) = tokenizer {
-            Some(sent_tokens(
+        let known = unchanged
+            .then(|| tokens.iter().copied().sum::<Option<usize>>())
+            .flatten();
+        let total = match (known, tokenizer) {
+            (Some(total), _) => Some(total),
+            (None, Some(tokenizer)) => Some(sent_tokens(
                 tokenizer.get().inner(),
                 &messages,
                 &tokens,
                 sent,
-            )?)
-        } else {
-            None
+            )?),
+            (None, None) => None,
         };
         let tokens = if total.is_some() { Vec::new() } else { tokens };
         Ok(((out, tokens, units), answer, total))
