@@ -259,9 +259,7 @@ class MessageLog(_MessageLog):
         The answer is built before anything is evicted, so a view larger
         than the cache still comes back whole. (A view holds messages and
         summaries only, never a ``None`` payload: ``None`` means a miss.)"""
-        if self._lock_pid != os.getpid():
-            self._lock, self._lock_pid = threading.Lock(), os.getpid()
-        with self._lock:
+        with self._decoded_lock():
             found = list(map(self._decoded.get, seqs))
         if None not in found:
             return found
@@ -270,34 +268,39 @@ class MessageLog(_MessageLog):
         found = [
             decoded[seq] if payload is None else payload for seq, payload in zip(seqs, found, strict=True)
         ]
-        with self._lock:
-            cache = self._decoded
-            cache.update(decoded)
-            while len(cache) > DECODED_CACHE:
-                cache.popitem(last=False)
+        self._keep_decoded(decoded)
         return found
 
     def _keep_appended(self, seq: int, message: Any) -> None:
         """Keep ``message``, just appended as ``seq``, in the decoded cache
         as reading it back would give it: a copy of its containers sharing
         its strings and numbers, which is what its JSON decodes to when it
-        holds plain values only. The next window then
-        takes it without decoding it (a long tool output's JSON costs tens
-        of microseconds). Anything else (a subclass, a key that is not a
-        str) is left to be read back."""
+        holds plain values only. The next window then takes it without
+        decoding it (a long tool output's JSON costs tens of microseconds).
+        Anything else (a subclass, a key that is not a str) is left to be
+        read back."""
+        if type(message) is not dict:
+            return  # an SDK object the log turned into a dict: read back
         try:
             payload = _plain_copy(message)
         except Exception:  # not plain, too deep, or changed by another thread while copied
             return
-        if not isinstance(payload, dict):
-            return  # a message is a dict; anything else the log refused already
-        if self._lock_pid != os.getpid():
-            self._lock, self._lock_pid = threading.Lock(), os.getpid()
-        with self._lock:
+        self._keep_decoded({seq: payload})
+
+    def _keep_decoded(self, decoded: dict[int, Any]) -> None:
+        """Adds ``decoded`` payloads to the cache, the oldest evicted past its size."""
+        with self._decoded_lock():
             cache = self._decoded
-            cache[seq] = payload
+            cache.update(decoded)
             while len(cache) > DECODED_CACHE:
                 cache.popitem(last=False)
+
+    def _decoded_lock(self) -> threading.Lock:
+        """The decoded cache's lock. A child of a fork makes its own, as the
+        parent's may have been held by a thread the child does not have."""
+        if self._lock_pid != os.getpid():
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._lock
 
     @staticmethod
     def repair(path: str | os.PathLike[str], *, lock_timeout: float = 0.0) -> RepairReport:
