@@ -326,10 +326,8 @@ impl Best {
 
     /// Keeps the best `k`; the floor becomes the worst of them.
     fn cut(&mut self) {
-        if self.k > 0 && self.kept.len() >= self.k {
-            // Scored orders best first (the lower is the better).
-            self.kept.select_nth_unstable(self.k - 1);
-            self.kept.truncate(self.k);
+        if self.k > 0 && self.kept.len() > self.k {
+            cut_to_best(&mut self.kept, self.k);
             self.floor = self.kept[self.k - 1].0;
             self.full = true;
         }
@@ -342,6 +340,17 @@ impl Best {
         }
         self.kept
     }
+}
+
+/// Cuts `items` to their best `k` by the full order (score, then the
+/// earlier row), the worst of them last, the rest in no order: a partial
+/// sort, linear on average.
+fn cut_to_best(items: &mut Vec<Scored>, k: usize) {
+    if k > 0 && items.len() > k {
+        // Scored orders best first (the lower is the better).
+        items.select_nth_unstable(k - 1);
+    }
+    items.truncate(k);
 }
 
 /// `out[r] = acc[r] as f32 * scale[r]`: the int8 sums scaled, as one
@@ -711,10 +720,7 @@ impl VectorIndex {
         // Each part's best in no order: all of them, cut by the full order
         // (an offer's floor holds only for rows offered in increasing order).
         let mut best: Vec<Scored> = parts.into_iter().flatten().collect();
-        if best.len() > candidates && candidates > 0 {
-            best.select_nth_unstable(candidates - 1);
-        }
-        best.truncate(candidates);
+        cut_to_best(&mut best, candidates);
         best.sort_unstable();
         best.into_iter().map(|Scored(s, i)| (i, s)).collect()
     }
