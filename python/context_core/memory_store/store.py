@@ -679,11 +679,18 @@ class MemoryStore:
             vectors = await aembed(self.embedder, texts)
         return self._unit_rows(vectors, len(texts))
 
+    @property
+    def _builtin_embedder(self) -> bool:
+        """Whether the store embeds with its own :class:`HashingEmbedder`
+        (not a subclass): its rows need no checking, and its long queries
+        were measured to keep their best when cut."""
+        return type(self.embedder) is HashingEmbedder
+
     def _unit_rows(self, vectors: Any, count: int) -> np.ndarray:
         """``vectors`` checked (``count`` finite rows of the store's width)
         and scaled to unit length."""
         if (
-            type(self.embedder) is HashingEmbedder
+            self._builtin_embedder
             and type(vectors) is np.ndarray
             and vectors.shape == (count, vectors.shape[1] if self._dim is None else self._dim)
         ):
@@ -1339,7 +1346,7 @@ class MemoryStore:
                 shared.setdefault(rowid, []).append(value)
         # Long queries are scanned by their largest terms only where that
         # was measured to keep the best: the built-in embedder's.
-        cut = type(self.embedder) is HashingEmbedder
+        cut = self._builtin_embedder
         cosines = dict(index.nearest(vector, pool, quantise_from=QUANTISE_FROM, kinds=kinds, cut=cut))
         if common:  # marked on the candidates that name them, not read for every memory that does
             found_ids = list({*cosines, *keyword} - set(shared))
