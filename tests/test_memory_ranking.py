@@ -1,0 +1,28 @@
+"""The search's rerank writes freshness and frequency out for speed: it must
+give the module's formula to the last bit, or a search would order ties
+and near-ties differently from what the formula documents."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from context_core.memory_store import ranking
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@given(
+    relevance=st.floats(-1.0, 1.0),
+    importance=st.floats(0.0, 1.0),
+    age=st.one_of(finite, st.integers(-(10**12), 10**12)),
+    count=st.integers(-5, 10**9),
+)
+def test_rerank_is_the_documented_formula(relevance, importance, age, count):
+    formula = (
+        relevance
+        + ranking.IMPORTANCE_WEIGHT * importance
+        + ranking.RECENCY_WEIGHT * ranking.freshness(age, ranking.RECENCY_HALF_LIFE_DAYS)
+        + ranking.FREQUENCY_WEIGHT * ranking.frequency(count)
+    )
+    assert ranking.rerank(relevance, importance, age, count) == formula
