@@ -176,6 +176,39 @@ def test_the_whole_request_is_counted_and_fits_the_budget(tmp_path):
         assert len(request["messages"]) < 2 * 40  # older turns were left out
 
 
+def test_a_long_summary_beside_new_memories_each_turn_is_counted_exactly(tmp_path):
+    """The policy's summaries and the turn's memories reach the request as
+    one system message, new each turn and long: the report's count (made
+    from its parts' cached counts) is the whole request's, turn after turn."""
+    from context_core import MemoryStore
+
+    summary = "\n\n".join(
+        f"## Part {n}\n- keep ord_{n} and the 日志轮转 rule for run {n}.\n- decided: retry {n} times"
+        for n in range(60)
+    )
+    log = MessageLog.open(tmp_path / "session" / "log", create=True)
+    for i in range(8):
+        log.append({"role": "user", "content": f"question {i}"})
+        log.append({"role": "assistant", "content": f"answer {i}"})
+    log.add_summary(summary, (0, 6))
+    log.close()
+    store = MemoryStore(tmp_path / "memories.db")
+    store.remember_many(
+        [f"Service {n} listens on port {5000 + n}; its owner is team {n % 7}." for n in range(40)]
+    )
+    with open_session(tmp_path, store=store, compact=False) as session:
+        for turn in range(12):
+            request = session.prepare(f"which port does service {3 * turn} use, and who owns it?")
+            head = request["messages"][0]
+            assert head["role"] == "system"
+            assert "ord_59" in head["content"]  # the summary
+            assert "port" in head["content"]  # the turn's memories
+            assert request.report.memories > 0
+            assert request.report.total == recount(request)
+            session.record({"role": "assistant", "content": f"Port {5000 + 3 * turn}."})
+    store.close()
+
+
 @pytest.mark.parametrize("model", ["gpt-4", "gpt-3.5-turbo"])
 def test_small_windows_get_a_working_budget(tmp_path, model):
     with open_session(tmp_path, model=model, compact=False) as session:
