@@ -113,6 +113,57 @@ def test_writes_run_on_the_worker_and_wait_for_the_turn_in_progress(monkeypatch)
     assert events.pending == 0
 
 
+class Watching(Recorder):
+    """Notes each write's text and whether a call was in progress then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: Session | None = None
+        self.seen: list[tuple[str, bool]] = []
+
+    def conversation_ended(self, messages: Any, *, namespace: Any, source: Any) -> None:
+        assert self.session is not None
+        assert self.session._events is not None
+        self.seen.append((messages[0]["content"], self.session._events._turns > 0))
+
+
+def written_soon(session: Session, store: Watching, count: int, timeout: float) -> bool:
+    """Whether ``count`` writes are done within ``timeout`` seconds (no join: that would run them)."""
+    assert session._events is not None
+    with session._events._state:
+        return session._events._state.wait_for(lambda: len(store.seen) >= count, timeout)
+
+
+def test_a_write_made_due_between_calls_waits_for_the_next_call_to_end(tmp_path, monkeypatch):
+    """A reply's write would otherwise still run as the next call began (a
+    tool's result comes back in milliseconds), the two threads taking turns
+    with the interpreter: it waits for that call to end."""
+    monkeypatch.setattr(memory_events, "NEXT_TURN_WAIT", 60.0)
+    store = Watching()
+    session = store.session = open_session(tmp_path, store)
+    session.prepare("First question.")
+    assert written_soon(session, store, 1, 30)  # the input's own: after its call, with no join
+    session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+    session.record_tool_result("c1", "exit status 2", is_error=True)
+    assert not written_soon(session, store, 2, 0.2)  # the tool is running, then the next call
+    session.prepare()
+    assert written_soon(session, store, 2, 30)
+    assert session.join(timeout=30)
+    assert store.seen == [("First question.", False), (None, False)]
+    session.close()
+
+
+def test_a_write_made_due_between_calls_runs_when_no_call_comes(tmp_path, monkeypatch):
+    monkeypatch.setattr(memory_events, "NEXT_TURN_WAIT", 0.05)
+    store = Watching()
+    session = store.session = open_session(tmp_path, store)
+    session.prepare("First question.")
+    session.record({"role": "assistant", "content": "An answer."})
+    assert written_soon(session, store, 2, 30)  # a session left idle still writes
+    assert store.seen == [("First question.", False), ("An answer.", False)]
+    session.close()
+
+
 def test_a_failed_write_is_made_again_by_the_close_and_the_next_still_runs(tmp_path):
     recorder = Recorder(fail_first=True)
     session = open_session(tmp_path, recorder)

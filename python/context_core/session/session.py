@@ -637,7 +637,7 @@ class Session:
         date line (default: the current time). Background compaction waits
         while it runs."""
         self._check_open()
-        with self._quiet():
+        with self._quiet(preparing=True):
             try:
                 return self._prepare(user_input, now, attachments)
             except LogCorruptError as error:
@@ -645,14 +645,15 @@ class Session:
                 # last turns), in every window from now on.
                 raise _with_repair(error, self.log._path, close_first=True) from error
 
-    def _quiet(self) -> contextlib.AbstractContextManager[None]:
+    def _quiet(self, *, preparing: bool = False) -> contextlib.AbstractContextManager[None]:
         """The background workers (compaction, the store's writes) paused
-        for the span of a turn's call."""
+        for the span of a turn's call (``preparing``: one that prepares a
+        request; the writes made due before it wait for its end)."""
         if self._events is None:
             return contextlib.nullcontext() if self.compactor is None else self.compactor.turn()
         if self.compactor is None:
-            return self._events.turn()
-        return _both(self.compactor.turn(), self._events.turn())
+            return self._events.turn(preparing=preparing)
+        return _both(self.compactor.turn(), self._events.turn(preparing=preparing))
 
     def _prepare(
         self,
