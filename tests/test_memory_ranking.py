@@ -26,3 +26,13 @@ def test_rerank_is_the_documented_formula(relevance, importance, age, count):
         + ranking.FREQUENCY_WEIGHT * ranking.frequency(count)
     )
     assert ranking.rerank(relevance, importance, age, count) == formula
+
+
+def test_rerank_reads_the_constants_when_called(monkeypatch):
+    before = ranking.rerank(0.5, 0.5, 30 * 86_400.0, 10)
+    monkeypatch.setattr(ranking, "RECENCY_HALF_LIFE_DAYS", 1.0)
+    after = ranking.rerank(0.5, 0.5, 30 * 86_400.0, 10)
+    assert after < before
+    assert after == 0.5 + ranking.IMPORTANCE_WEIGHT * 0.5 + ranking.RECENCY_WEIGHT * ranking.freshness(
+        30 * 86_400.0, 1.0
+    ) + ranking.FREQUENCY_WEIGHT * ranking.frequency(10)

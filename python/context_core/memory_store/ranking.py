@@ -60,22 +60,16 @@ def frequency(access_count: int) -> float:
     return min(1.0, math.log1p(max(access_count, 0)) / math.log1p(_FREQUENT))
 
 
-# The rerank's constants, worked out once: it runs for every candidate of
-# every search, and these are the very values freshness() and frequency()
-# divide by, so the score is the same to the last bit.
-_RECENCY_SPAN = RECENCY_HALF_LIFE_DAYS * _DAY
-_LOG_FREQUENT = math.log1p(_FREQUENT)
-
-
 def rerank(relevance: float, importance: float, age_seconds: float, access_count: int) -> float:
     """The hit's final score (see the module's formula): ``freshness`` and
-    ``frequency`` written out, as they are for each of a search's
-    candidates."""
+    ``frequency`` written out (the same arithmetic, so the same score to
+    the last bit), as this runs for each of a search's candidates. The
+    constants are read at each call, so a caller that sets them sees them."""
     return (
         relevance
         + IMPORTANCE_WEIGHT * importance
-        + RECENCY_WEIGHT * float(0.5 ** (max(age_seconds, 0.0) / _RECENCY_SPAN))
-        + FREQUENCY_WEIGHT * min(1.0, math.log1p(max(access_count, 0)) / _LOG_FREQUENT)
+        + RECENCY_WEIGHT * float(0.5 ** (max(age_seconds, 0.0) / (RECENCY_HALF_LIFE_DAYS * _DAY)))
+        + FREQUENCY_WEIGHT * min(1.0, math.log1p(max(access_count, 0)) / math.log1p(_FREQUENT))
     )
 
 
