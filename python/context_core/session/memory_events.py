@@ -16,7 +16,11 @@ while a call is prepared:
   take turns with the interpreter: a replayed session's slowest calls
   took 5.9-7.9 ms so, against 2.9-3.7 ms with the write done before.
 
-:meth:`MemoryEvents.join` runs the waiting ones at once.
+So what a reply says is searchable from the turn after next (or after
+:data:`NEXT_TURN_WAIT`), where it started within milliseconds before: the
+very next turn has the reply itself in its window, and its next call is
+most often a tool step, which does not search. :meth:`MemoryEvents.join`
+runs the waiting ones at once.
 """
 
 from __future__ import annotations
