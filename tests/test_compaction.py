@@ -773,9 +773,8 @@ def test_schedule_plans_once_then_counts_only_the_new_turns(tmp_path: Path, monk
 
 
 def _join(compactor: Compactor) -> None:
-    thread = compactor._thread
-    assert thread is not None
-    thread.join(10)
+    assert compactor._thread is not None
+    assert compactor.join(10)
 
 
 def test_one_header_starts_a_turn_as_the_array_check_says():

@@ -157,9 +157,8 @@ def test_a_turn_never_ended_delays_compaction_only_by_turn_wait(tmp_path, monkey
     stuck.__enter__()  # a caller that never leaves its turn
     try:
         assert compactor.schedule()
-        thread = compactor._thread
-        assert thread is not None
-        assert _joined(thread)
+        assert compactor._thread is not None
+        assert compactor.join(20)
         assert compactor.status.written[2] >= 1
     finally:
         stuck.__exit__(None, None, None)
@@ -189,3 +188,67 @@ def test_the_session_holds_the_turn_for_prepare_and_record(tmp_path, step):
     assert held == ["in", "out"]
     assert not session.compactor._gate._holders  # released
     session.close(persist=False)
+
+
+def test_one_worker_thread_runs_every_drain_and_ends_at_the_close(tmp_path):
+    """Starting a thread for each drain cost the turn that scheduled it
+    0.1-0.25 ms: the worker is kept, and woken for the next."""
+    log = _log(tmp_path, turns=40)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)), recent_turns=2, segment_turns=3)
+    assert compactor.schedule()
+    assert compactor.join(20)
+    worker = compactor._thread
+    assert worker is not None
+    assert worker.is_alive()  # idle, waiting for the next drain
+    written = compactor.status.written[2]
+    assert written >= 1
+    for t in range(40, 60):
+        log.append_many(
+            [
+                {"role": "user", "content": f"Task {t}: look at item-{t}."},
+                {"role": "assistant", "content": f"Item-{t} is done."},
+            ]
+        )
+    assert compactor.schedule()
+    assert compactor.join(20)
+    assert compactor._thread is worker
+    assert compactor.status.written[2] > written
+    compactor.close()
+    assert not worker.is_alive()
+    log.close()
+
+
+def test_a_forked_child_starts_its_own_worker(tmp_path):
+    """The parent's worker does not exist in a forked child: the child's
+    first drain starts one (a drain flag copied from the parent would
+    otherwise block it for good)."""
+    import os
+
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    drains: list[int] = []
+    compactor._drain = lambda: drains.append(os.getpid())  # type: ignore[method-assign]
+    compactor._cannot_be_due = lambda: False  # type: ignore[method-assign]
+    compactor._waiting = lambda: None  # type: ignore[method-assign]
+    assert compactor.schedule()
+    assert compactor.join(20)
+    parent_worker = compactor._thread
+    compactor._draining = True  # as a fork in the middle of a drain would copy it
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanups
+        try:
+            started = compactor.schedule()
+            joined = compactor.join(20)
+            new_worker = compactor._thread is not parent_worker
+            os.write(write, bytes([started, joined, new_worker, len(drains)]))
+        finally:
+            os._exit(0)
+    os.close(write)
+    report = os.read(read, 4)
+    os.waitpid(pid, 0)
+    os.close(read)
+    compactor._draining = False
+    assert list(report) == [1, 1, 1, 2]  # one drain inherited, one the child's own
+    compactor.close()
+    log.close()
