@@ -252,3 +252,24 @@ def test_a_forked_child_starts_its_own_worker(tmp_path):
     assert list(report) == [1, 1, 1, 2]  # one drain inherited, one the child's own
     compactor.close()
     log.close()
+
+
+def test_a_compactor_dropped_without_a_close_is_freed_and_its_worker_ends(tmp_path):
+    """The kept worker holds its compactor only while it drains: one
+    dropped without a close is collected (its log's lock with it, for a
+    session's), and the worker ends."""
+    import gc
+    import weakref
+
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    assert compactor.schedule()
+    assert compactor.join(20)
+    worker = compactor._thread
+    assert worker is not None
+    gone = weakref.ref(compactor)
+    del compactor
+    gc.collect()
+    assert gone() is None
+    assert _joined(worker)
+    log.close()

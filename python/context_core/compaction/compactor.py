@@ -239,6 +239,48 @@ class _TurnGate:
         return run
 
 
+#: How often an idle worker thread checks that its compactor is still
+#: there (one dropped without a close is collected, and its worker ends;
+#: the collection wakes it at once unless the lock is held just then).
+IDLE_CHECK = 5.0
+
+
+def _work(owner: weakref.ReferenceType[Compactor], signal: threading.Condition) -> None:
+    """A compactor's worker thread: a drain each time its :meth:`~Compactor.schedule`
+    asks, until it closes. It holds the compactor only while it drains, so a
+    compactor dropped without a close is still freed (and its log's lock
+    with it), and the worker then ends."""
+    while True:
+        with signal:
+            while True:
+                compactor = owner()
+                if compactor is None:
+                    return
+                if compactor._draining or compactor._closing:
+                    break
+                del compactor  # not held while waiting
+                signal.wait(IDLE_CHECK)
+            if not compactor._draining:
+                return
+        try:
+            compactor._drain()
+        finally:
+            with signal:
+                compactor._draining = False
+                signal.notify_all()
+        del compactor
+
+
+def _wake(signal: threading.Condition) -> None:
+    """A collected compactor's worker woken to end; not if the lock is held
+    (the collection may run on a thread holding it), then at its next check."""
+    if signal.acquire(blocking=False):
+        try:
+            signal.notify_all()
+        finally:
+            signal.release()
+
+
 async def _until_set(ended: threading.Event, finish: asyncio.Future[Any]) -> None:
     """Wait until ``ended`` is set by a worker thread, through any further
     cancels (a second cancel, or the loop's shutdown cancelling ``finish``
@@ -749,27 +791,18 @@ class Compactor:
                 # parent's worker is not alive). The worker is kept: starting
                 # a thread took 0.1-0.25 ms of the turn that scheduled it,
                 # waking one 0.02 ms.
+                if self._thread is None:
+                    weakref.finalize(self, _wake, self._signal)
                 self._thread = threading.Thread(
-                    target=self._work, name="context_core compaction", daemon=True
+                    target=_work,
+                    args=(weakref.ref(self), self._signal),
+                    name="context_core compaction",
+                    daemon=True,
                 )
                 self._thread.start()
             else:
                 self._signal.notify_all()
             return True
-
-    def _work(self) -> None:
-        """The worker thread: a drain each time :meth:`schedule` asks, until the close."""
-        while True:
-            with self._signal:
-                self._signal.wait_for(lambda: self._draining or self._closing)
-                if not self._draining:
-                    return
-            try:
-                self._drain()
-            finally:
-                with self._signal:
-                    self._draining = False
-                    self._signal.notify_all()
 
     def _wait_idle(self, timeout: float | None) -> None:
         """Wait (at most ``timeout`` seconds) for the worker thread's drain to
