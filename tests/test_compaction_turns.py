@@ -218,38 +218,101 @@ def test_one_worker_thread_runs_every_drain_and_ends_at_the_close(tmp_path):
     log.close()
 
 
-def test_a_forked_child_starts_its_own_worker(tmp_path):
-    """The parent's worker does not exist in a forked child: the child's
-    first drain starts one (a drain flag copied from the parent would
-    otherwise block it for good)."""
+def _stubbed(compactor: Compactor, drains: list[int]) -> None:
+    """Drains that only note the process (every schedule() finds one due)."""
     import os
+
+    compactor._drain = lambda: drains.append(os.getpid())  # type: ignore[method-assign]
+    compactor._cannot_be_due = lambda: False  # type: ignore[method-assign]
+    compactor._waiting = lambda: None  # type: ignore[method-assign]
+
+
+def test_a_forked_child_starts_its_own_worker_whatever_lock_it_copied(tmp_path):
+    """The parent's worker does not exist in a forked child, and the child
+    may copy the compactor's lock while the worker holds it (it takes it at
+    each wake) and a drain flag set: the child gets a fresh lock, and its
+    first drain starts a worker of its own."""
+    import os
+    import signal
 
     log = _log(tmp_path)
     compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
     drains: list[int] = []
-    compactor._drain = lambda: drains.append(os.getpid())  # type: ignore[method-assign]
-    compactor._cannot_be_due = lambda: False  # type: ignore[method-assign]
-    compactor._waiting = lambda: None  # type: ignore[method-assign]
+    _stubbed(compactor, drains)
     assert compactor.schedule()
     assert compactor.join(20)
     parent_worker = compactor._thread
-    compactor._draining = True  # as a fork in the middle of a drain would copy it
     read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, then leave without running the parent's cleanups
-        try:
-            started = compactor.schedule()
-            joined = compactor.join(20)
-            new_worker = compactor._thread is not parent_worker
-            os.write(write, bytes([started, joined, new_worker, len(drains)]))
-        finally:
-            os._exit(0)
+    with compactor._state:  # held, as the worker holds it at a wake
+        compactor._draining = True  # and a drain running
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without the parent's cleanups
+            try:
+                signal.alarm(20)  # a child stuck on the copied lock dies, and reports nothing
+                started = compactor.schedule()
+                joined = compactor.join(20)
+                new_worker = compactor._thread is not parent_worker
+                os.write(write, bytes([started, joined, new_worker, len(drains)]))
+            finally:
+                os._exit(0)
+        compactor._draining = False
     os.close(write)
     report = os.read(read, 4)
     os.waitpid(pid, 0)
     os.close(read)
-    compactor._draining = False
     assert list(report) == [1, 1, 1, 2]  # one drain inherited, one the child's own
+    compactor.close()
+    log.close()
+
+
+def test_a_drain_that_raises_anything_leaves_the_worker_running(tmp_path):
+    """A summarizer that raises a BaseException (a cancel, an exit) ended the
+    worker; a schedule() in its last moments was then never run."""
+    import asyncio
+
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    drains: list[int] = []
+    _stubbed(compactor, drains)
+
+    def cancelled() -> None:
+        drains.append(-1)
+        raise asyncio.CancelledError
+
+    compactor._drain = cancelled  # type: ignore[method-assign]
+    assert compactor.schedule()
+    assert compactor.join(20)
+    worker = compactor._thread
+    assert worker is not None
+    assert worker.is_alive()
+    compactor._drain = lambda: drains.append(1)  # type: ignore[method-assign]
+    assert compactor.schedule()
+    assert compactor.join(20)
+    assert drains == [-1, 1]
+    assert compactor._thread is worker
+    compactor.close()
+    log.close()
+
+
+def test_an_idle_worker_ends_and_the_next_drain_starts_another(tmp_path, monkeypatch):
+    """A server holding many sessions open keeps a thread only for those
+    that compacted lately."""
+    monkeypatch.setattr(module, "IDLE_EXIT", 0.05)
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    drains: list[int] = []
+    _stubbed(compactor, drains)
+    assert compactor.schedule()
+    assert compactor.join(20)
+    first = compactor._thread
+    assert first is not None
+    assert _joined(first)  # ended once idle
+    assert compactor._thread is None
+    assert compactor.schedule()
+    assert compactor.join(20)
+    assert compactor._thread is not None
+    assert compactor._thread is not first
+    assert len(drains) == 2
     compactor.close()
     log.close()
 

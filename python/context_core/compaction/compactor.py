@@ -23,6 +23,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import os
 import threading
 import time
 import weakref
@@ -239,36 +240,63 @@ class _TurnGate:
         return run
 
 
-#: How often an idle worker thread checks that its compactor is still
-#: there (one dropped without a close is collected, and its worker ends;
-#: the collection wakes it at once unless the lock is held just then).
-IDLE_CHECK = 5.0
+#: An idle worker thread ends after this long without a drain (the next
+#: schedule() starts another): a server holding many sessions open keeps a
+#: thread only for those that compacted lately. It also ends once its
+#: compactor is collected (woken at once, unless the lock is held just then).
+IDLE_EXIT = 30.0
 
 
 def _work(owner: weakref.ReferenceType[Compactor], signal: threading.Condition) -> None:
     """A compactor's worker thread: a drain each time its :meth:`~Compactor.schedule`
-    asks, until it closes. It holds the compactor only while it drains, so a
-    compactor dropped without a close is still freed (and its log's lock
-    with it), and the worker then ends."""
+    asks, until it closes or :data:`IDLE_EXIT` passes without one. It holds
+    the compactor only while it drains, so a compactor dropped without a
+    close is still freed (and its log's lock with it)."""
     while True:
         with signal:
-            while True:
+            compactor = owner()
+            if compactor is None:
+                return
+            if not (compactor._draining or compactor._closing):
+                del compactor  # not held while waiting
+                signal.wait(IDLE_EXIT)
                 compactor = owner()
                 if compactor is None:
                     return
-                if compactor._draining or compactor._closing:
-                    break
-                del compactor  # not held while waiting
-                signal.wait(IDLE_CHECK)
+                if not (compactor._draining or compactor._closing):
+                    # Idle (or woken for nothing): ended, and forgotten under
+                    # the lock, so a schedule() after this starts another.
+                    if compactor._thread is threading.current_thread():
+                        compactor._thread = None
+                    return
             if not compactor._draining:
-                return
+                return  # closing
         try:
             compactor._drain()
-        finally:
-            with signal:
-                compactor._draining = False
-                signal.notify_all()
-        del compactor
+        except BaseException:  # kept alive: a schedule() meanwhile counts on it
+            log.exception("a compaction drain raised")
+        with signal:
+            compactor._draining = False
+            del compactor  # before the joiners wake: a drop after join() frees it
+            signal.notify_all()
+
+
+# Compactors whose worker thread was started. A forked child has none of
+# their threads, and may have copied a lock one held (the worker takes it
+# at each wake): each gets a fresh lock and no worker there.
+_WITH_WORKERS: weakref.WeakSet[Compactor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for compactor in list(_WITH_WORKERS):
+        compactor._state = threading.Lock()
+        compactor._signal = threading.Condition(compactor._state)
+        compactor._draining = False
+        compactor._thread = None
+        compactor._finalizer = None  # the new lock's, made with the child's first worker
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _wake(signal: threading.Condition) -> None:
@@ -398,6 +426,7 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self._draining = False
         self._signal = threading.Condition(self._state)
+        self._finalizer: weakref.finalize[[threading.Condition], Compactor] | None = None  # wakes the worker
         self._wait: tuple[int, int | None, Wait] | None = None
         self._task: asyncio.Task[Outcome] | None = None
         self._gate = _TurnGate()
@@ -791,8 +820,9 @@ class Compactor:
                 # parent's worker is not alive). The worker is kept: starting
                 # a thread took 0.1-0.25 ms of the turn that scheduled it,
                 # waking one 0.02 ms.
-                if self._thread is None:
-                    weakref.finalize(self, _wake, self._signal)
+                if self._finalizer is None:
+                    self._finalizer = weakref.finalize(self, _wake, self._signal)
+                _WITH_WORKERS.add(self)
                 self._thread = threading.Thread(
                     target=_work,
                     args=(weakref.ref(self), self._signal),
