@@ -428,3 +428,38 @@ def test_a_lesson_the_worker_did_not_write_is_written_by_the_close(tmp_path, mon
         session.record_tool_result("c2", "fatal: bad revision", is_error=True)
         session.close(wait=False)
     assert store.lessons == ["run_shell: exit status 2", "git_diff: fatal: bad revision"]
+
+
+def test_a_forked_child_closes_whatever_lock_it_copied():
+    """The worker takes its lock at each wake: a fork at that moment copies
+    it held, and a child that closed the writer (a session it inherited)
+    blocked for good. The child gets a fresh lock and none of the parent's
+    jobs (the parent writes them)."""
+    import signal
+
+    recorder = Recorder()
+    events = MemoryEvents(recorder, "default", None)
+    events.message({"role": "user", "content": "before the fork"}, None)
+    assert events.join(timeout=30)
+    read, write = os.pipe()
+    with events._state:  # held, as the worker holds it at a wake
+        events._jobs.append((lambda: None, 0, 0.0))  # and a job the parent will write
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without the parent's cleanups
+            try:
+                signal.alarm(20)  # a child stuck on the copied lock dies, and reports nothing
+                left = events.pending
+                events.message({"role": "user", "content": "in the child"}, None)
+                joined = events.join(timeout=20)
+                events.close()
+                os.write(write, bytes([left, joined, len(recorder.calls)]))
+            finally:
+                os._exit(0)
+    os.close(write)
+    report = os.read(read, 3)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert list(report) == [0, 1, 2]  # none of the parent's jobs; its own written
+    assert events.join(timeout=30)  # the parent's job, written by the parent
+    events.close()
+    assert [text for _, text in recorder.calls] == ["before the fork"]

@@ -29,8 +29,10 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -67,6 +69,26 @@ def error_line(content: Any) -> str:
             text = ""
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return line[:ERROR_CHARS].rstrip()
+
+
+# The writers whose worker was started. A forked child has none of their
+# threads, and may have copied their lock while a worker held it (it takes
+# it at each wake): each gets a fresh lock there, and none of the parent's
+# jobs (the parent writes them).
+_STARTED: weakref.WeakSet[MemoryEvents] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for events in list(_STARTED):
+        events._state = threading.Condition(threading.Lock())
+        events._jobs.clear()
+        events._lessons.clear()
+        events._thread = None
+        events._busy = False
+        events._turns = events._hurried = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class MemoryEvents:
@@ -173,6 +195,7 @@ class MemoryEvents:
                 self._thread = threading.Thread(
                     target=self._run, name="context_core memory events", daemon=True
                 )
+                _STARTED.add(self)
                 self._thread.start()
             if not self._turns:  # else woken as the turn ends: not to take the interpreter from it
                 self._state.notify_all()
