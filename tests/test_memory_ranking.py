@@ -1,6 +1,6 @@
-"""The search's rerank writes freshness and frequency out for speed: it must
-give the module's formula to the last bit, or a search would order ties
-and near-ties differently from what the formula documents."""
+"""The search's rerank is the module's documented formula to the last bit
+(a copy written out for speed would order ties and near-ties differently
+if it drifted), and reads its constants when called."""
 
 from __future__ import annotations
 

@@ -61,15 +61,12 @@ def frequency(access_count: int) -> float:
 
 
 def rerank(relevance: float, importance: float, age_seconds: float, access_count: int) -> float:
-    """The hit's final score (see the module's formula): ``freshness`` and
-    ``frequency`` written out (the same arithmetic, so the same score to
-    the last bit), as this runs for each of a search's candidates. The
-    constants are read at each call, so a caller that sets them sees them."""
+    """The hit's final score (see the module's formula)."""
     return (
         relevance
         + IMPORTANCE_WEIGHT * importance
-        + RECENCY_WEIGHT * float(0.5 ** (max(age_seconds, 0.0) / (RECENCY_HALF_LIFE_DAYS * _DAY)))
-        + FREQUENCY_WEIGHT * min(1.0, math.log1p(max(access_count, 0)) / math.log1p(_FREQUENT))
+        + RECENCY_WEIGHT * freshness(age_seconds, RECENCY_HALF_LIFE_DAYS)
+        + FREQUENCY_WEIGHT * frequency(access_count)
     )
 
 

@@ -13,8 +13,9 @@ while a call is prepared:
   for the next call to end, or for :data:`NEXT_TURN_WAIT` with none. Run
   at once, it would most often still be running when the next call began
   (a tool's result comes back in milliseconds), and the two threads would
-  take turns with the interpreter: a replayed session's slowest calls
-  took 5.9-7.9 ms so, against 2.9-3.7 ms with the write done before.
+  take turns with the interpreter: in three replays, the slowest call that
+  began with a write running took 5.9-7.9 ms, the slowest with none
+  2.9-3.7 ms.
 
 So what a reply says is searchable from the turn after next (or after
 :data:`NEXT_TURN_WAIT`), where it started within milliseconds before: the
