@@ -218,13 +218,18 @@ def test_one_worker_thread_runs_every_drain_and_ends_at_the_close(tmp_path):
     log.close()
 
 
-def _stubbed(compactor: Compactor, drains: list[int]) -> None:
-    """Drains that only note the process (every schedule() finds one due)."""
+def _stubbed(tmp_path: Path) -> tuple[MessageLog, Compactor, list[int]]:
+    """A compactor whose drains only note the process they ran in (every
+    schedule() finds one due), its log, and that list."""
     import os
 
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    drains: list[int] = []
     compactor._drain = lambda: drains.append(os.getpid())  # type: ignore[method-assign]
     compactor._cannot_be_due = lambda: False  # type: ignore[method-assign]
     compactor._waiting = lambda: None  # type: ignore[method-assign]
+    return log, compactor, drains
 
 
 def test_a_forked_child_starts_its_own_worker_whatever_lock_it_copied(tmp_path):
@@ -235,10 +240,7 @@ def test_a_forked_child_starts_its_own_worker_whatever_lock_it_copied(tmp_path):
     import os
     import signal
 
-    log = _log(tmp_path)
-    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
-    drains: list[int] = []
-    _stubbed(compactor, drains)
+    log, compactor, drains = _stubbed(tmp_path)
     assert compactor.schedule()
     assert compactor.join(20)
     parent_worker = compactor._thread
@@ -270,10 +272,7 @@ def test_a_drain_that_raises_anything_leaves_the_worker_running(tmp_path):
     worker; a schedule() in its last moments was then never run."""
     import asyncio
 
-    log = _log(tmp_path)
-    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
-    drains: list[int] = []
-    _stubbed(compactor, drains)
+    log, compactor, drains = _stubbed(tmp_path)
 
     def cancelled() -> None:
         drains.append(-1)
@@ -298,10 +297,7 @@ def test_an_idle_worker_ends_and_the_next_drain_starts_another(tmp_path, monkeyp
     """A server holding many sessions open keeps a thread only for those
     that compacted lately."""
     monkeypatch.setattr(module, "IDLE_EXIT", 0.05)
-    log = _log(tmp_path)
-    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
-    drains: list[int] = []
-    _stubbed(compactor, drains)
+    log, compactor, drains = _stubbed(tmp_path)
     assert compactor.schedule()
     assert compactor.join(20)
     first = compactor._thread
