@@ -335,9 +335,7 @@ impl Best {
 
     /// The best `k`, in no order.
     fn into_kept(mut self) -> Vec<Scored> {
-        if self.kept.len() > self.k {
-            self.cut();
-        }
+        self.cut();
         self.kept
     }
 }
