@@ -178,37 +178,33 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// An int8 dot product. Each product fits in i16 (at most 128 * 128), and
-/// written that way the compiler multiplies 16 bits wide and adds pairs
-/// into i32 lanes (`pmaddwd`), several times faster than 32-bit products.
-#[allow(clippy::inline_always)] // it must be inlined into the AVX2 copy of `tail_scores`
-#[inline(always)]
-fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-    let mut lanes = [0i32; 16];
-    let (head_a, tail_a) = a.split_at(a.len() - a.len() % 16);
-    let (head_b, tail_b) = b.split_at(head_a.len());
-    for (x, y) in head_a.chunks_exact(16).zip(head_b.chunks_exact(16)) {
-        for i in 0..16 {
-            lanes[i] += i32::from(i16::from(x[i]) * i16::from(y[i]));
-        }
-    }
-    let tail: i32 = tail_a
-        .iter()
-        .zip(tail_b)
-        .map(|(x, y)| i32::from(i16::from(*x) * i16::from(*y)))
-        .sum();
-    lanes.iter().sum::<i32>() + tail
-}
-
-/// The int8 score (before scaling) of each row-major row of `rows`.
+/// The int8 scores (before scaling) of the first `rows` rows of the tail,
+/// stored as a block is but `stride` rows to a column (its capacity):
+/// `acc[r]` is the sum of `column_j[r] * q` over the query's non-zero
+/// dimensions `(j, q)`. So a query reads only its own dimensions of the
+/// tail, as of a block: read row by row, the tail cost every dimension of
+/// every row (at 100,000 rows, 1,696 of them in the tail, 0.045 ms a
+/// search; 0.115 ms with 4,095).
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx2+fma",
     "x86_64+avx2+fma",
     "x86_64+avx"
 ))]
-fn tail_scores(rows: &[i8], dim: usize, query: &[i8], out: &mut Vec<i32>) {
-    out.clear();
-    out.extend(rows.chunks_exact(dim).map(|row| dot_i8(row, query)));
+fn tail_scores(
+    tail: &[i8],
+    stride: usize,
+    rows: usize,
+    terms: &[(usize, i16)],
+    acc: &mut Vec<i32>,
+) {
+    acc.clear();
+    acc.resize(rows, 0);
+    for &(j, q) in terms {
+        let column = &tail[j * stride..j * stride + rows];
+        for (a, v) in acc.iter_mut().zip(column) {
+            *a += i32::from(i16::from(*v) * q);
+        }
+    }
 }
 
 /// Rows per full block of the int8 copy. A full block is stored dimension
@@ -399,7 +395,7 @@ impl Quantised {
 
     /// The query the scan reads, and whether it was cut: a sparse one with
     /// more than [`SCAN_TERMS`] terms keeps only its largest (the others
-    /// zero, in the row-major tail's dot product too).
+    /// zero, so the tail reads only the kept ones too).
     fn for_scan(self) -> (Self, bool) {
         if self.terms.len() <= SCAN_TERMS || self.terms.len() > self.values.len() / 2 {
             return (self, false);
@@ -417,15 +413,20 @@ impl Quantised {
 /// Rows of one width, kept twice: float32 (row by row) for exact scores,
 /// and int8 with a scale per row for a scan a quarter the size or less.
 /// The int8 rows are in full blocks of [`BLOCK`] rows stored column by
-/// column, and a tail of fewer than `BLOCK` rows stored row by row (so a
-/// small index holds no padding). Removing a row moves the last one into
-/// its place (the caller's row ids do the same).
+/// column, and a tail of fewer than `BLOCK` rows stored the same way with
+/// room for a power of two of rows, from [`TAIL_MIN`] (so a small index
+/// holds little padding), doubled as it fills. Removing a row moves the
+/// last one into its place (the caller's row ids do the same).
 #[derive(Debug, Default)]
 pub struct VectorIndex {
     dim: usize,
     exact: Vec<f32>,
     blocks: Vec<i8>,
+    /// The rows after the full blocks, `tail_stride` values to a column;
+    /// `tail_rows` of each column are rows, the rest room.
     tail: Vec<i8>,
+    tail_stride: usize,
+    tail_rows: usize,
     scales: Vec<f32>,
     /// A small tag per row (the store's memory kind), for masked searches.
     tags: Vec<u8>,
@@ -446,26 +447,8 @@ fn quantise(row: &[f32], out: &mut [i8]) -> f32 {
     largest / 127.0
 }
 
-/// Row-major rows into one column-major block, and back.
-fn to_columns(rows: &[i8], dim: usize) -> Vec<i8> {
-    let mut out = vec![0i8; rows.len()];
-    for (r, row) in rows.chunks_exact(dim).enumerate() {
-        for (j, v) in row.iter().enumerate() {
-            out[j * BLOCK + r] = *v;
-        }
-    }
-    out
-}
-
-fn to_rows(block: &[i8], dim: usize) -> Vec<i8> {
-    let mut out = vec![0i8; block.len()];
-    for (r, row) in out.chunks_exact_mut(dim).enumerate() {
-        for (j, v) in row.iter_mut().enumerate() {
-            *v = block[j * BLOCK + r];
-        }
-    }
-    out
-}
+/// The fewest rows the tail has room for.
+const TAIL_MIN: usize = 8;
 
 impl VectorIndex {
     pub fn new(dim: usize) -> Self {
@@ -503,8 +486,39 @@ impl VectorIndex {
                 self.blocks[base + j * BLOCK] = *v;
             }
         } else {
-            let at = (index - full) * d;
-            self.tail[at..at + d].copy_from_slice(values);
+            let (r, stride) = (index - full, self.tail_stride);
+            for (j, v) in values.iter().enumerate() {
+                self.tail[j * stride + r] = *v;
+            }
+        }
+    }
+
+    /// The int8 values of the tail's row `r`.
+    fn tail_row(&self, r: usize) -> Vec<i8> {
+        (0..self.dim)
+            .map(|j| self.tail[j * self.tail_stride + r])
+            .collect()
+    }
+
+    /// Appends one row's int8 values to the tail, room made first; a full
+    /// tail (its room then `BLOCK` rows, a block's layout) becomes a block.
+    fn push_quantised(&mut self, values: &[i8]) {
+        let d = self.dim;
+        if self.tail_rows == self.tail_stride {
+            let stride = (2 * self.tail_stride).clamp(TAIL_MIN, BLOCK);
+            let mut tail = vec![0i8; d * stride];
+            for j in 0..d {
+                let from = j * self.tail_stride;
+                tail[j * stride..j * stride + self.tail_rows]
+                    .copy_from_slice(&self.tail[from..from + self.tail_rows]);
+            }
+            (self.tail, self.tail_stride) = (tail, stride);
+        }
+        self.tail_rows += 1;
+        self.put_quantised(self.len() - 1, values);
+        if self.tail_rows == BLOCK {
+            self.blocks.extend_from_slice(&self.tail);
+            self.tail_rows = 0; // the room stays, for the next block's rows
         }
     }
 
@@ -526,19 +540,14 @@ impl VectorIndex {
         self.scales.reserve(count);
         self.tags.reserve(count);
         self.blocks
-            .reserve((self.tail.len() / self.dim.max(1) + count) / BLOCK * BLOCK * self.dim);
+            .reserve((self.tail_rows + count) / BLOCK * BLOCK * self.dim);
         self.tags.extend_from_slice(tags);
         let d = self.dim;
         let mut values = vec![0i8; d];
         for row in rows.chunks_exact(d) {
             self.exact.extend_from_slice(row);
             self.scales.push(quantise(row, &mut values));
-            self.tail.extend_from_slice(&values);
-            if self.tail.len() == d * BLOCK {
-                let block = to_columns(&self.tail, d);
-                self.blocks.extend_from_slice(&block);
-                self.tail.clear();
-            }
+            self.push_quantised(&values);
         }
     }
 
@@ -561,14 +570,15 @@ impl VectorIndex {
     /// Removes row `index`, moving the last row into its place.
     pub fn swap_remove(&mut self, index: usize) {
         let d = self.dim;
-        if self.tail.is_empty() {
+        if self.tail_rows == 0 {
             // The last row is in the last full block: that block becomes the tail.
             let from = self.blocks.len() - d * BLOCK;
-            self.tail = to_rows(&self.blocks[from..], d);
-            self.blocks.truncate(from);
+            self.tail = self.blocks.split_off(from);
+            (self.tail_stride, self.tail_rows) = (BLOCK, BLOCK);
         }
         let last = self.len() - 1;
-        let moved = self.tail.split_off(self.tail.len() - d);
+        let moved = self.tail_row(self.tail_rows - 1);
+        self.tail_rows -= 1;
         if index != last {
             let from = last * d;
             self.exact.copy_within(from..from + d, index * d);
@@ -656,8 +666,9 @@ impl VectorIndex {
             scaled(&acc, &self.scales[first..first + BLOCK], &mut scores);
             each(first, &scores);
         }
-        if tail && !self.tail.is_empty() {
-            tail_scores(&self.tail, self.dim, &q.values, &mut acc);
+        if tail && self.tail_rows > 0 {
+            let (stride, rows) = (self.tail_stride, self.tail_rows);
+            tail_scores(&self.tail, stride, rows, &q.terms, &mut acc);
             let first = self.in_blocks();
             let rows = acc.len();
             scaled(&acc, &self.scales[first..], &mut scores[..rows]);
@@ -902,6 +913,44 @@ mod tests {
     }
 
     #[test]
+    fn the_tail_scores_right_as_its_room_grows_row_by_row() {
+        // One row at a time, so the tail's room doubles from TAIL_MIN up to
+        // a block; at each size a row in the tail is replaced and one
+        // removed (the last moved into its place), and the scores checked.
+        let dim = 9;
+        let query = values(7, dim);
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        let mut index = VectorIndex::new(dim);
+        let mut checks = 0;
+        for pushed in 1..=(BLOCK + 2 * TAIL_MIN) as u64 {
+            let row = values(pushed, dim);
+            index.extend(&row);
+            rows.push(row);
+            let n = rows.len();
+            if pushed.is_power_of_two() || pushed == TAIL_MIN as u64 + 1 {
+                let in_tail = n % BLOCK;
+                if in_tail > 2 {
+                    let at = n - in_tail / 2 - 1; // in the tail, not its first or last
+                    let row = values(10_000 + pushed, dim);
+                    index.set(at, &row);
+                    rows[at] = row;
+                    index.swap_remove(at - 1);
+                    rows.swap_remove(at - 1);
+                }
+                assert_eq!(
+                    index.quantised_scores(&query),
+                    row_scores(&rows.concat(), dim, &query),
+                    "{n} rows"
+                );
+                checks += 1;
+            }
+        }
+        assert!(checks > 10, "every room size was checked");
+        assert_eq!(index.tail_rows, rows.len() % BLOCK);
+        assert_eq!(index.blocks.len(), rows.len() / BLOCK * dim * BLOCK);
+    }
+
+    #[test]
     fn set_and_swap_remove_keep_the_columns_in_step() {
         let dim = 12;
         let mut rows: Vec<Vec<f32>> = (0..2 * BLOCK + 3).map(|i| values(i as u64, dim)).collect();
@@ -932,7 +981,7 @@ mod tests {
             row_scores(&rows.concat(), dim, &query)
         );
         assert_eq!(index.blocks.len(), rows.len() / BLOCK * dim * BLOCK);
-        assert_eq!(index.tail.len(), rows.len() % BLOCK * dim);
+        assert_eq!(index.tail_rows, rows.len() % BLOCK);
         let exact = index.top_k(&query, 3);
         assert_eq!(index.top_k_quantised(&query, 3, rows.len()), exact);
     }
