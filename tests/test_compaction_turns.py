@@ -332,3 +332,113 @@ def test_a_compactor_dropped_without_a_close_is_freed_and_its_worker_ends(tmp_pa
     assert gone() is None
     assert _joined(worker)
     log.close()
+
+
+def test_a_ctrl_c_while_a_turn_waits_for_a_stage_leaves_no_turn_held():
+    """A turn that starts mid-stage waits (the clock frozen here: until
+    interrupted); a Ctrl-C there left it held for good, and every yield of
+    every later drain waited TURN_WAIT."""
+    import _thread
+
+    gate = module._TurnGate(clock=lambda: 0.0)
+    gate._working[-1] = 0.0  # a worker mid-stage
+    timer = threading.Timer(0.05, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt), gate.held():
+        pass
+    timer.join()
+    assert gate._holders == {}
+
+
+def test_an_interrupt_as_a_turn_ends_leaves_no_turn_held(monkeypatch):
+    gate = module._TurnGate()
+    let_go = module._TurnGate._let_go
+    interrupted = []
+
+    def once_interrupted(self: module._TurnGate, token: object) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        let_go(self, token)
+
+    monkeypatch.setattr(module._TurnGate, "_let_go", once_interrupted)
+    with pytest.raises(KeyboardInterrupt), gate.held(), gate.held():  # nested: one token each
+        pass
+    assert interrupted
+    assert gate._holders == {}
+
+
+def test_a_joiner_is_woken_even_when_logging_the_drains_error_fails(tmp_path):
+    """The worker's last word (no drain running) came after its log line: a
+    logging filter that raised ended the worker without it, and join()
+    waited for good."""
+    import logging
+
+    class Failing(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            raise RuntimeError("a filter's own bug")
+
+    log, compactor, drains = _stubbed(tmp_path)
+
+    def failing() -> None:
+        drains.append(-1)
+        raise RuntimeError("the drain failed")
+
+    compactor._drain = failing  # type: ignore[method-assign]
+    logger = logging.getLogger("context_core.compaction")
+    failing_filter = Failing()
+    logger.addFilter(failing_filter)
+    try:
+        assert compactor.schedule()
+        assert compactor.join(20)
+    finally:
+        logger.removeFilter(failing_filter)
+    assert drains == [-1]
+    assert compactor._thread is not None
+    assert compactor._thread.is_alive()  # and still there for the next drain
+    compactor.close()
+    log.close()
+
+
+def test_a_forked_child_drains_whatever_gate_or_log_lock_it_copied(tmp_path):
+    """Every turn and each of a drain's yields take the gate's lock, and a
+    drain holds its log's job lock for its whole model call: copied held,
+    the child's drains blocked for good."""
+    import os
+    import signal
+
+    log, compactor, drains = _stubbed(tmp_path)
+
+    def yielding() -> None:  # a drain takes the gate at its yields, and the log's job lock
+        compactor._gate.wait()
+        lock = module._log_lock(log)
+        taken = lock.acquire(blocking=False)
+        drains.append(os.getpid() if taken else -1)
+        if taken:
+            lock.release()
+
+    compactor._drain = yielding  # type: ignore[method-assign]
+    assert compactor.schedule()
+    assert compactor.join(20)
+    read, write = os.pipe()
+    with compactor._gate._state, module._log_lock(log):  # held at the fork
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave without the parent's cleanups
+            try:
+                signal.alarm(20)  # a child stuck on a copied lock dies, and reports nothing
+                with compactor.turn():
+                    pass
+                started = compactor.schedule()
+                joined = compactor.join(20)
+                compactor.close()
+                own = drains[-1] == os.getpid()
+                os.write(write, bytes([started, joined, own, len(drains)]))
+            finally:
+                os._exit(0)
+    os.close(write)
+    report = os.read(read, 4)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert list(report) == [1, 1, 1, 2]
+    compactor.close()
+    log.close()

@@ -169,30 +169,37 @@ class _TurnGate:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._state = threading.Condition(threading.Lock())
-        self._holders: dict[int, int] = {}
+        # Each turn in progress (a token of its own) -> its thread. A token,
+        # not a count per thread: letting go of one twice is harmless, so
+        # an interrupt while it is let go of can be met by trying again.
+        self._holders: dict[object, int] = {}
         self._working: dict[int, float] = {}  # thread -> when it left its last yield
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
-        me = threading.get_ident()
-        with self._state:
-            self._holders[me] = self._holders.get(me, 0) + 1
-            until = self._clock() + STAGE_WAIT
-            while True:
-                now = self._clock()
-                busy = [t for t, since in self._working.items() if t != me and now - since < STAGE_WAIT]
-                if not busy or now >= until:
-                    break
-                self._state.wait(until - now)
+        me, token = threading.get_ident(), object()
         try:
+            with self._state:
+                self._holders[token] = me
+                until = self._clock() + STAGE_WAIT
+                while True:
+                    now = self._clock()
+                    busy = [t for t, since in self._working.items() if t != me and now - since < STAGE_WAIT]
+                    if not busy or now >= until:
+                        break
+                    self._state.wait(until - now)
             yield
         finally:
-            with self._state:
-                left = self._holders.pop(me) - 1
-                if left:
-                    self._holders[me] = left
-                else:
-                    self._state.notify_all()
+            try:
+                self._let_go(token)
+            except BaseException:  # interrupted taking the lock (Ctrl-C): once more, then raised
+                self._let_go(token)
+                raise
+
+    def _let_go(self, token: object) -> None:
+        with self._state:
+            self._holders.pop(token, None)
+            self._state.notify_all()
 
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
@@ -219,8 +226,8 @@ class _TurnGate:
             working = self._working.pop(me, None) is not None
             if working:
                 self._state.notify_all()
-            if any(t != me for t in self._holders):
-                self._state.wait_for(lambda: not any(t != me for t in self._holders), TURN_WAIT)
+            if any(t != me for t in self._holders.values()):
+                self._state.wait_for(lambda: not any(t != me for t in self._holders.values()), TURN_WAIT)
             if working:
                 self._working[me] = self._clock()
 
@@ -274,11 +281,13 @@ def _work(owner: weakref.ReferenceType[Compactor], signal: threading.Condition) 
         try:
             compactor._drain()
         except BaseException:  # kept alive: a schedule() meanwhile counts on it
-            log.exception("a compaction drain raised")
-        with signal:
-            compactor._draining = False
-            del compactor  # before the joiners wake: a drop after join() frees it
-            signal.notify_all()
+            with contextlib.suppress(Exception):  # a logging handler that raises
+                log.exception("a compaction drain raised")
+        finally:  # the joiners are woken whatever happened
+            with signal:
+                compactor._draining = False
+                del compactor  # before the joiners wake: a drop after join() frees it
+                signal.notify_all()
 
 
 # Compactors whose worker thread was started. A forked child has none of
@@ -288,12 +297,21 @@ _WITH_WORKERS: weakref.WeakSet[Compactor] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
+    global _LOCKS_GUARD
     for compactor in list(_WITH_WORKERS):
         compactor._state = threading.Lock()
         compactor._signal = threading.Condition(compactor._state)
         compactor._draining = False
         compactor._thread = None
         compactor._finalizer = None  # the new lock's, made with the child's first worker
+        # The gate's lock is taken at every yield and every turn; its turns
+        # and stages were the parent's threads'.
+        compactor._gate = _TurnGate(compactor._gate._clock)
+    # A log's job lock is held for a drain's whole model call: copied held,
+    # the child's compactions would find it busy for good.
+    _LOCKS_GUARD = threading.Lock()
+    for message_log in list(_LOCKS):
+        _LOCKS[message_log] = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
