@@ -124,7 +124,7 @@ class Watching(Recorder):
     def conversation_ended(self, messages: Any, *, namespace: Any, source: Any) -> None:
         assert self.session is not None
         assert self.session._events is not None
-        self.seen.append((messages[0]["content"], self.session._events._turns > 0))
+        self.seen.append((messages[0]["content"], bool(self.session._events._in_turn)))
 
 
 def written_soon(session: Session, store: Watching, count: int, timeout: float) -> bool:
@@ -463,3 +463,60 @@ def test_a_forked_child_closes_whatever_lock_it_copied():
     assert events.join(timeout=30)  # the parent's job, written by the parent
     events.close()
     assert [text for _, text in recorder.calls] == ["before the fork"]
+
+
+class Lessons(Recorder):
+    """Notes each lesson written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lessons: list[str] = []
+
+    def tool_failed(self, tool: str, error: str, **options: Any) -> None:
+        self.lessons.append(f"{tool}: {error}")
+
+
+def test_a_failed_calls_lesson_does_not_wait_for_the_next_call(tmp_path, monkeypatch):
+    """The lesson lives only in the writer until written (the log keeps the
+    result, not the lesson): a process killed before the next call would
+    lose it. It is written once the call that recorded it ends, before the
+    reply's own write that waits ahead of it."""
+    monkeypatch.setattr(memory_events, "NEXT_TURN_WAIT", 60.0)
+    store = Lessons()
+    session = open_session(tmp_path, store)
+    session.prepare("Run the tests.")
+    session.record({"role": "assistant", "content": None, "tool_calls": [call("c1"), call("c2")]})
+    session.record_tool_result("c1", "exit status 2: pytest failed", is_error=True)
+    events = session._events
+    assert events is not None
+    with events._state:  # no join, no next call: the writer alone
+        assert events._state.wait_for(lambda: bool(store.lessons), 30)
+    assert store.lessons == ["run_shell: exit status 2: pytest failed"]
+    assert events.pending == 1  # the reply's write still waits for the next call
+    session.close()
+
+
+def test_an_interrupt_as_a_call_ends_leaves_no_call_in_progress(monkeypatch):
+    """A Ctrl-C while the call's end takes the lock left the call counted
+    for good: the jobs added after it were never woken for."""
+    recorder = Recorder()
+    events = MemoryEvents(recorder, "default", None)
+    end_turn = MemoryEvents._end_turn
+    interrupted = []
+
+    def once_interrupted(self: MemoryEvents, token: object, preparing: bool) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        end_turn(self, token, preparing)
+
+    monkeypatch.setattr(MemoryEvents, "_end_turn", once_interrupted)
+    with pytest.raises(KeyboardInterrupt), events.turn(preparing=True):
+        pass
+    assert interrupted
+    assert not events._in_turn
+    assert events._prepared == 1
+    events.message({"role": "user", "content": "after"}, None)
+    with events._state:  # woken for at once: no join
+        assert events._state.wait_for(lambda: bool(recorder.calls), 30)
+    events.close()

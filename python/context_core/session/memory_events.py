@@ -22,6 +22,10 @@ So what a reply says is searchable from the turn after next (or after
 very next turn has the reply itself in its window, and its next call is
 most often a tool step, which does not search. :meth:`MemoryEvents.join`
 runs the waiting ones at once.
+
+A failed call's lesson does not wait for the next call: it is held only
+here until written (the log keeps the result, not the lesson), so a
+process killed meanwhile would lose it, and failures are few.
 """
 
 from __future__ import annotations
@@ -83,10 +87,12 @@ def _after_fork_in_child() -> None:
     for events in list(_STARTED):
         events._state = threading.Condition(threading.Lock())
         events._jobs.clear()
+        events._urgent.clear()
         events._lessons.clear()
         events._thread = None
         events._busy = False
-        events._turns = events._hurried = 0
+        events._in_turn.clear()
+        events._hurried = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -107,8 +113,11 @@ class MemoryEvents:
         self._lessons: list[tuple[str, Any]] = []  # failed calls not written yet
         # Each job with the calls prepared before it was added, and when.
         self._jobs: deque[tuple[Callable[[], Any], int, float]] = deque()
+        self._urgent: deque[Callable[[], Any]] = deque()  # run before them, waiting for no next call
         self._state = threading.Condition(threading.Lock())
-        self._turns = 0
+        # A token per call in progress: letting go of one twice is harmless,
+        # so an interrupt while it is let go of can be met by trying again.
+        self._in_turn: set[object] = set()
         self._prepared = 0  # calls prepared (turns that prepared one, ended)
         self._hurried = 0  # joins waiting: the jobs run without waiting for a next call
         self._busy = False
@@ -119,23 +128,32 @@ class MemoryEvents:
     def pending(self) -> int:
         """Jobs not done yet (the one running included)."""
         with self._state:
-            return len(self._jobs) + self._busy
+            return len(self._jobs) + len(self._urgent) + self._busy
 
     @contextlib.contextmanager
     def turn(self, *, preparing: bool = False) -> Iterator[None]:
         """Around a turn's call: jobs wait for it to end. ``preparing``: the
         call prepares a request (the model answers after it), so the jobs
         made due before it may run once it ends."""
+        token = object()
         with self._state:
-            self._turns += 1
+            self._in_turn.add(token)
         try:
             yield
         finally:
-            with self._state:
-                self._turns -= 1
+            try:
+                self._end_turn(token, preparing)
+            except BaseException:  # interrupted taking the lock (Ctrl-C): once more, then raised
+                self._end_turn(token, preparing)
+                raise
+
+    def _end_turn(self, token: object, preparing: bool) -> None:
+        with self._state:
+            if token in self._in_turn:
+                self._in_turn.discard(token)
                 self._prepared += preparing
-                if not self._turns and self._jobs:
-                    self._state.notify_all()  # the jobs the turn added
+            if not self._in_turn and (self._jobs or self._urgent):
+                self._state.notify_all()  # the jobs the turn added
 
     def message(self, message: Mapping[str, Any], seq: int | None) -> None:
         """What ``message`` (the log's node ``seq``) says worth keeping (the
@@ -173,7 +191,7 @@ class MemoryEvents:
             if self._closing:
                 return
             self._lessons.append(lesson)
-        self._add(job)
+        self._add(job, wait_for_next_call=False)
 
     def write_lesson(self, tool: str, content: Any) -> None:
         """``tool_failed`` for a failed call, here and now."""
@@ -187,35 +205,42 @@ class MemoryEvents:
         with self._state:
             return list(self._lessons)
 
-    def _add(self, job: Callable[[], Any]) -> None:
+    def _add(self, job: Callable[[], Any], *, wait_for_next_call: bool = True) -> None:
         with self._state:
             if self._closing:
                 return
-            self._jobs.append((job, self._prepared, time.monotonic()))
+            if wait_for_next_call:
+                self._jobs.append((job, self._prepared, time.monotonic()))
+            else:
+                self._urgent.append(job)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="context_core memory events", daemon=True
                 )
                 _STARTED.add(self)
                 self._thread.start()
-            if not self._turns:  # else woken as the turn ends: not to take the interpreter from it
+            if not self._in_turn:  # else woken as the turn ends: not to take the interpreter from it
                 self._state.notify_all()
 
     def _run(self) -> None:
         while True:
             with self._state:
-                self._state.wait_for(lambda: self._jobs or self._closing)
-                if not self._jobs:
+                self._state.wait_for(lambda: self._jobs or self._urgent or self._closing)
+                if not self._jobs and not self._urgent:
                     return  # closing, and nothing left
-                _, prepared, added = self._jobs[0]
-                left = added + NEXT_TURN_WAIT - time.monotonic()
-                if left > 0 and self._prepared == prepared:  # made due between two calls
-                    self._state.wait_for(functools.partial(self._next_call_over, prepared), left)
-                if self._turns and not self._closing:
-                    self._state.wait_for(lambda: not self._turns or self._closing, TURN_WAIT)
-                if not self._jobs:  # dropped by a close meanwhile
+                if not self._urgent:
+                    _, prepared, added = self._jobs[0]
+                    left = added + NEXT_TURN_WAIT - time.monotonic()
+                    if left > 0 and self._prepared == prepared:  # made due between two calls
+                        self._state.wait_for(functools.partial(self._next_call_over, prepared), left)
+                if self._in_turn and not self._closing:
+                    self._state.wait_for(lambda: not self._in_turn or self._closing, TURN_WAIT)
+                if self._urgent:
+                    job = self._urgent.popleft()
+                elif self._jobs:
+                    job = self._jobs.popleft()[0]
+                else:  # dropped by a close meanwhile
                     continue
-                job, _, _ = self._jobs.popleft()
                 self._busy = True
             try:
                 job()
@@ -231,7 +256,7 @@ class MemoryEvents:
     def _next_call_over(self, prepared: int) -> bool:
         """Whether a job added after ``prepared`` calls may stop waiting for
         the next: one ended since, a join waits, or the worker is closing."""
-        return self._prepared != prepared or bool(self._hurried) or self._closing
+        return self._prepared != prepared or bool(self._hurried or self._urgent) or self._closing
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until every job added so far is done, at most ``timeout``
@@ -245,7 +270,7 @@ class MemoryEvents:
             self._hurried += 1
             self._state.notify_all()
             try:
-                return self._state.wait_for(lambda: not self._jobs and not self._busy, timeout)
+                return self._state.wait_for(lambda: not (self._jobs or self._urgent or self._busy), timeout)
             finally:
                 self._hurried -= 1
 
@@ -256,6 +281,7 @@ class MemoryEvents:
         with self._state:
             if not wait:
                 self._jobs.clear()
+                self._urgent.clear()
             self._closing = True
             self._state.notify_all()
             thread = self._thread
