@@ -20,8 +20,10 @@ from context_core import (
     InvalidInputError,
     InvalidTypeError,
     LogCorruptError,
+    LogLockedError,
     LogStorageError,
     MessageLog,
+    ModelEncodingError,
     OverBudgetError,
     PriorityAssembly,
     Session,
@@ -656,6 +658,43 @@ def test_a_session_keeps_its_provider_and_its_models_encoding(tmp_path):
         claude.prepare("hi")
         with pytest.raises(InvalidInputError, match="openai's shape"):
             claude.record({"role": "assistant", "content": None, "tool_calls": [call("call_1")]})
+
+
+def test_a_session_reopened_for_a_model_of_another_encoding_is_refused(tmp_path):
+    """gpt-4o's log reopened for gpt-4 counted every request in o200k_base,
+    and reported as fitting requests gpt-4's own tokenizer put far over
+    its window."""
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("hi")
+    with pytest.raises(
+        ModelEncodingError, match="counts tokens in o200k_base, and gpt-4 counts in cl100k_base"
+    ) as raised:
+        open_session(tmp_path, model="gpt-4")
+    assert isinstance(raised.value, ValueError)
+    assert (raised.value.encoding, raised.value.model_encoding) == ("o200k_base", "cl100k_base")
+    with open_session(tmp_path, model="gpt-4.1", compact=False) as again:  # the same encoding: fine
+        assert again.prepare("again").report.total > 0
+
+
+def test_a_session_open_elsewhere_is_named_without_options_open_does_not_take(tmp_path):
+    with (
+        open_session(tmp_path, compact=False),
+        pytest.raises(LogLockedError, match="another Session") as raised,
+    ):
+        open_session(tmp_path)
+    assert isinstance(raised.value, BlockingIOError)
+    assert "readonly" not in str(raised.value)
+    assert "lock_timeout" not in str(raised.value)
+
+
+def test_an_int_budget_is_the_windows_tokens_and_a_bad_namespace_is_refused_at_open(tmp_path):
+    with open_session(tmp_path / "int", budget=8000, compact=False) as session:
+        assert session.budget.window == 8000
+        assert session.prepare("hi").report.limit <= 8000
+    with pytest.raises(InvalidInputError, match="namespace must not be empty"):
+        open_session(tmp_path / "ns", store=None, namespace="")
+    with pytest.raises(InvalidTypeError, match="budget must be a Budget or an int"):
+        open_session(tmp_path / "bad", budget="8000")
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

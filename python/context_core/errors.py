@@ -37,6 +37,7 @@ __all__ = [
     "MemoryLockError",
     "MemoryPathError",
     "MemoryStorageError",
+    "ModelEncodingError",
     "OverBudgetError",
     "PromptCacheWarning",
     "StoreBusyError",
@@ -129,6 +130,15 @@ class OverBudgetError(InvalidInputError):
     turn_in_progress: int | None = None
     priming: int | None = None
     budget: int | None = None
+
+
+class ModelEncodingError(InvalidInputError):
+    """A session's log, reopened for a model that counts tokens in another
+    encoding than the one the log counts in. Fields: ``encoding`` (the
+    log's) and ``model_encoding`` (the model's)."""
+
+    encoding: str | None = None
+    model_encoding: str | None = None
 
 
 class BudgetTooSmallError(InvalidInputError):

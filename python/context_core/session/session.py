@@ -41,8 +41,11 @@ from context_core.errors import (
     InvalidInputError,
     InvalidTypeError,
     LogCorruptError,
+    LogLockedError,
     MemoryLimitError,
+    ModelEncodingError,
     OverBudgetError,
+    UnknownModelError,
     storage_error,
 )
 from context_core.log import MessageLog
@@ -364,8 +367,12 @@ class Session:
         chosen = _policy(policy, provider)
         if budget is None:
             budget = Budget.for_model(model)
+        elif isinstance(budget, int) and not isinstance(budget, bool):
+            # A whole request's tokens, as the CLI's --budget: the model's
+            # budget (its reply room, Claude's estimate) with that window.
+            budget = Budget.for_model(model, window=budget)
         elif not isinstance(budget, Budget):
-            raise InvalidTypeError(f"budget must be a Budget, got {type(budget).__name__}")
+            raise InvalidTypeError(f"budget must be a Budget or an int (tokens), got {type(budget).__name__}")
         if isinstance(memory_k, bool) or not isinstance(memory_k, int) or memory_k < 0:
             raise InvalidInputError(f"memory_k must be an int >= 0, got {memory_k!r}")
         for name, given in (("clock", clock), ("wall", wall)):
@@ -396,8 +403,15 @@ class Session:
             log = MessageLog.open(where, create=True, durability=durability, encoding=encoding)
         except LogCorruptError as error:
             raise _with_repair(error, where) from error
+        except LogLockedError as error:
+            # The log's own advice names options Session.open does not take.
+            raise LogLockedError(
+                f"{where}: another Session (or a MessageLog) has this session open; close it"
+                " first (a session has one writer: a server keeps one Session a conversation)"
+            ) from error
         owned.append(log)
         try:
+            _check_model_encoding(model, log.encoding)
             if isinstance(policy, str):
                 chosen = _policy(policy, provider, Tokenizer(log.encoding))  # type: ignore[arg-type]
             _check_counts_like(chosen, log.encoding)
@@ -414,6 +428,10 @@ class Session:
             memory_store = _store(store, root)
             if memory_store is not None and store is None:
                 owned.append(memory_store)
+            if memory_store is not None:
+                from context_core.memory_store.namespaces import namespace_keys
+
+                namespace_keys(namespace)  # checked now, not at the first turn's search
             compactor = None
             if compact:
                 from context_core.compaction import Compactor
@@ -1224,6 +1242,25 @@ def _with_repair(error: LogCorruptError, where: str, *, close_first: bool = Fals
     hinted = LogCorruptError(f"{error}; {then}MessageLog.repair({where!r}) keeps every intact record")
     hinted.file, hinted.offset, hinted.reason = error.file, error.offset, error.reason
     return hinted
+
+
+def _check_model_encoding(model: str, encoding: str) -> None:
+    """A log counts in the encoding it was made with: reopened for a model
+    whose public tokenizer is another, every count would be that of the
+    wrong tokenizer, and requests the API refuses would be reported as
+    fitting. (A model whose tokenizer is not public, Claude's, is counted
+    in any and corrected by the learned ratio.)"""
+    try:
+        wanted = Tokenizer.for_model(model).name
+    except UnknownModelError:
+        return
+    if wanted != encoding:
+        error = ModelEncodingError(
+            f"this session's log counts tokens in {encoding}, and {model} counts in {wanted}:"
+            f" open a new session path for {model}, or reopen this one with a model of {encoding}"
+        )
+        error.encoding, error.model_encoding = encoding, wanted
+        raise error
 
 
 def _close_all(owned: Sequence[Any]) -> None:
