@@ -660,6 +660,26 @@ def test_a_session_keeps_its_provider_and_its_models_encoding(tmp_path):
             claude.record({"role": "assistant", "content": None, "tool_calls": [call("call_1")]})
 
 
+@pytest.mark.parametrize(
+    ("model", "block"),
+    [
+        ("claude-sonnet-4-5", {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}}),
+        (
+            "gpt-4o",
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+        ),
+    ],
+)
+def test_an_attachment_in_the_other_providers_shape_is_refused_before_the_log(tmp_path, model, block):
+    """Logged, it would be in every request after, each refused by the API."""
+    with open_session(tmp_path, model=model, compact=False) as session:
+        with pytest.raises(InvalidInputError, match=r"content\[1\]: a '(image_url|image)' block is"):
+            session.prepare("and this?", attachments=[block])
+        assert len(session.log) == 0
+        request = session.prepare("and this?")  # the session goes on
+        assert request.report.total > 0
+
+
 def test_a_session_reopened_for_a_model_of_another_encoding_is_refused(tmp_path):
     """gpt-4o's log reopened for gpt-4 counted every request in o200k_base,
     and reported as fitting requests gpt-4's own tokenizer put far over

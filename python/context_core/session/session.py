@@ -708,6 +708,7 @@ class Session:
                 self._turn, self._step, self._said = before
                 raise
         message = _input_message(user_input, attachments)
+        _check_input_shape(message, self.provider)
         check_call_ids(message, "user_input")
         check_sendable(message, self.provider, "user_input")
         # The search and the prompt need only the input: done before it is
@@ -1233,6 +1234,33 @@ def _shape(message: Mapping[str, Any]) -> Provider | None:
     ):
         return "anthropic"
     return None
+
+
+#: The input's block types one provider takes and the other refuses (the
+#: repair keeps block types it does not know: the APIs add new ones).
+_INPUT_BLOCKS: dict[str, Provider] = {
+    "image_url": "openai",
+    "input_audio": "openai",
+    "file": "openai",
+    "image": "anthropic",
+    "document": "anthropic",
+}
+
+
+def _check_input_shape(message: Mapping[str, Any], provider: Provider) -> None:
+    """An input block (an attachment, say) in the other provider's shape
+    would be logged, then refused by the API in every request after."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return
+    for i, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        shape = _INPUT_BLOCKS.get(kind) if isinstance(kind, str) else None
+        if shape is not None and shape != provider:
+            raise InvalidInputError(
+                f"user_input content[{i}]: a {kind!r} block is {shape}'s shape; the session sends to"
+                f" {provider}, which refuses it"
+            )
 
 
 def _with_repair(error: LogCorruptError, where: str, *, close_first: bool = False) -> LogCorruptError:
