@@ -489,3 +489,77 @@ def test_eval_checks_for_the_plot_extra_before_it_runs(tmp_path, monkeypatch, ca
     monkeypatch.setattr(evaluate, "score", never)
     assert run(["eval", "--plot", str(tmp_path / "x.png")])[0] == 2
     assert "matplotlib" in capsys.readouterr().err
+
+
+def test_input_meant_as_json_that_is_not_is_an_error_naming_it(tmp_path, capsys):
+    """Broken JSON on stdin was counted as text; --format chat hid the
+    parser's reason; an invalid message did not name its file; a byte
+    order mark made a chat unreadable."""
+    assert run(["count"], stdin='[{"role": "user", "content": ')[0] == 2
+    err = capsys.readouterr().err
+    assert "stdin: not valid JSON or JSONL" in err
+    assert "--format text" in err
+    code, out = run(["count", "--format", "text"], stdin="[1] see the notes")
+    assert code == 0
+    assert out.split()[0] == str(Tokenizer().count("[1] see the notes"))
+    assert run(["count"], stdin="plain words")[0] == 0  # text is still text
+    notes = tmp_path / "notes.txt"
+    notes.write_text('{"not": json', encoding="utf-8")
+    assert run(["count", "--format", "chat", str(notes)])[0] == 2
+    assert f"{notes}: not valid JSON or JSONL (Expecting value" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"role": "user", "content": 5}]), encoding="utf-8")
+    good = tmp_path / "good.json"
+    good.write_text("\ufeff" + json.dumps([{"role": "user", "content": "hi"}]), encoding="utf-8")
+    code, out = run(["count", str(bad), str(good), "--json"])
+    assert code == 2
+    assert json.loads(out)["inputs"][0]["kind"] == "chat"  # the one with a byte order mark
+    assert f"{bad}: messages[0].content: expected str" in capsys.readouterr().err
+    for command in ("replay", "build", "sanitize"):
+        assert run([command, str(bad)])[0] == 2
+        assert f"{bad}: messages[0].content: expected str" in capsys.readouterr().err
+    code, out = run(["count", "--encoding", "gpt2", "--json", str(good)])
+    assert code == 0
+    assert json.loads(out)["encoding"] == "r50k_base"
+
+
+def test_session_commands_advise_their_own_options(tmp_path, capsys):
+    """The library's advice named keyword arguments (window=, reserves) the
+    command does not have; an explicit --model was taken for the default."""
+    path = tmp_path / "chat.jsonl"
+    write_session(path, 3, seed=1)
+    assert run(["replay", str(path), "--model", "no-such-model"])[0] == 2
+    err = capsys.readouterr().err
+    assert "--budget N" in err
+    assert "window=" not in err
+    assert run(["replay", str(path), "--budget", "0"])[0] == 2
+    err = capsys.readouterr().err
+    assert "--budget 0 leaves no room" in err
+    assert "reserves" not in err
+    only_system = tmp_path / "system.json"
+    only_system.write_text(json.dumps([{"role": "system", "content": "You are terse."}]), encoding="utf-8")
+    assert run(["build", str(only_system)])[0] == 2
+    assert "no user input" in capsys.readouterr().err
+    claude = tmp_path / "claude.json"
+    claude.write_text(
+        json.dumps(
+            [
+                {"role": "user", "content": "Read a.py."},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}],
+                },
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}],
+                },
+                {"role": "assistant", "content": "Done."},
+            ]
+        ),
+        encoding="utf-8",
+    )
+    code, out = run(["replay", str(claude), "--json"])
+    assert code == 0
+    assert json.loads(out)["summary"]["model"] == "claude-sonnet-4-5"  # the default, for its shape
+    assert run(["replay", str(claude), "--model", "gpt-4o"])[0] == 2  # asked for, not replaced
+    assert "anthropic's shape" in capsys.readouterr().err

@@ -51,7 +51,11 @@ def _version() -> str:
 
 
 def _session_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="gpt-4o", help="the model the session is for (default gpt-4o)")
+    parser.add_argument(
+        "--model",
+        help="the model the session is for (default: gpt-4o; claude-sonnet-4-5 for an Anthropic"
+        " transcript or --provider anthropic)",
+    )
     parser.add_argument("--provider", choices=("openai", "anthropic"), help="default: from the model")
     parser.add_argument("--budget", type=int, help="the window in tokens (default: the model's)")
     parser.add_argument("--policy", choices=POLICIES, default="priority", help="selection policy (priority)")
@@ -100,7 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     count.add_argument("paths", nargs="*", default=["-"], help="files to count; '-' or nothing reads stdin")
     which = count.add_mutually_exclusive_group()
     which.add_argument("--model", help="count with this model's encoding (e.g. gpt-4o)")
-    which.add_argument("--encoding", choices=ENCODINGS, help="count with this encoding (default o200k_base)")
+    which.add_argument(
+        "--encoding",
+        choices=[*ENCODINGS, "gpt2"],
+        help="count with this encoding (default o200k_base; gpt2 is r50k_base)",
+    )
     count.add_argument(
         "--format",
         choices=("auto", "text", "chat"),

@@ -42,14 +42,30 @@ def _json_files(source: str) -> bool:
     return source.lower().endswith((".json", ".jsonl"))
 
 
-def parse_chat(text: str, source: str = "-") -> tuple[list[Any], list[Any] | None] | None:
+def _named(source: str) -> str:
+    return "stdin" if source == "-" else source
+
+
+def _meant_as_json(source: str, text: str, strict: bool) -> bool:
+    """Whether ``text`` that does not parse is an error rather than plain
+    text: asked for as a chat (``strict``), a ``.json``/``.jsonl`` file, or
+    stdin that opens like JSON (``--format text`` counts it as text)."""
+    if strict or _json_files(source):
+        return True
+    return source == "-" and text.lstrip()[:1] in ("{", "[")
+
+
+def parse_chat(
+    text: str, source: str = "-", *, strict: bool = False
+) -> tuple[list[Any], list[Any] | None] | None:
     """``(messages, tools)`` if ``text`` is a chat history, else ``None``.
-    A ``.json`` or ``.jsonl`` file that is not valid JSON raises
-    :class:`InputError` (with the line), never counted as plain text."""
-    stripped = text.strip()
+    Text meant as JSON (see :func:`_meant_as_json`) that is not valid JSON
+    raises :class:`InputError` with the parser's reason, never counted as
+    plain text."""
+    stripped = text.removeprefix("\ufeff").strip()  # a byte order mark some editors write
     if not stripped:
-        if _json_files(source):
-            raise InputError(f"{source}: empty, not JSON or JSONL")
+        if _json_files(source) or strict:
+            raise InputError(f"{_named(source)}: empty, not JSON or JSONL")
         return None
     try:
         document = json.loads(stripped)
@@ -63,8 +79,9 @@ def parse_chat(text: str, source: str = "-") -> tuple[list[Any], list[Any] | Non
         except RecursionError:
             document = None
         except ValueError:
-            if _json_files(source):
-                raise InputError(f"{source}: not valid JSON or JSONL ({whole})") from None
+            if _meant_as_json(source, stripped, strict):
+                hint = " (--format text counts it as text)" if source == "-" and not strict else ""
+                raise InputError(f"{_named(source)}: not valid JSON or JSONL ({whole}){hint}") from None
             return None
     if document is None:
         return None
@@ -81,13 +98,16 @@ def parse_chat(text: str, source: str = "-") -> tuple[list[Any], list[Any] | Non
 
 
 def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Report:
-    chat = parse_chat(text, source) if kind in ("auto", "chat") else None
+    chat = parse_chat(text, source, strict=kind == "chat") if kind in ("auto", "chat") else None
     if chat is None:
         if kind == "chat":
-            raise ContextCoreError(f"{source}: not a chat history (a JSON list of messages or JSONL)")
+            raise InputError(f"{_named(source)}: not a chat history (a JSON list of messages or JSONL)")
         return Report(source, "text", tokenizer.count(text))
     messages, tools = chat
-    total = tokenizer.count_messages(messages, tools)  # first: its errors name messages[i]
+    try:
+        total = tokenizer.count_messages(messages, tools)  # first: its errors name messages[i]
+    except ContextCoreError as error:
+        raise InputError(f"{_named(source)}: {error}") from None
     rows = [
         {"index": i, "role": str(message.get("role")), "tokens": tokenizer.count_message(message)}
         for i, message in enumerate(messages)
@@ -106,7 +126,7 @@ def read_source(path: str, stdin: TextIO) -> str:
         with open(path, encoding="utf-8", newline="") as handle:
             return handle.read()
     except UnicodeDecodeError as error:
-        name = "stdin" if path == "-" else path
+        name = _named(path)
         raise InputError(
             f"{name}: not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x})"
         ) from None
@@ -163,12 +183,15 @@ def run_count(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def run_sanitize(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    chat = parse_chat(read_source(args.path, stdin), args.path)
+    chat = parse_chat(read_source(args.path, stdin), args.path, strict=True)
     if chat is None:
-        raise ContextCoreError(f"{args.path}: not a chat history (a JSON list of messages or JSONL)")
-    result = sanitize(
-        chat[0], args.provider, convert_function=args.convert_function, on_invalid=args.on_invalid
-    )
+        raise InputError(f"{_named(args.path)}: not a chat history (a JSON list of messages or JSONL)")
+    try:
+        result = sanitize(
+            chat[0], args.provider, convert_function=args.convert_function, on_invalid=args.on_invalid
+        )
+    except ContextCoreError as error:
+        raise InputError(f"{_named(args.path)}: {error}") from None
     document = {
         "messages": result.messages,
         "system": result.system,

@@ -131,10 +131,16 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
         raise InputError(f"{path}: not UTF-8 text (byte {error.start})") from None
     except OSError as error:
         raise InputError(f"{path}: {error.strerror or error}") from None
-    chat = parse_chat(text, path)
+    chat = parse_chat(text, path, strict=True)
     if chat is None:
         raise InputError(f"{path}: not a transcript (a JSON list of messages, JSONL, or a request body)")
     messages, tools = chat
+    from context_core import ContextCoreError, Tokenizer
+
+    try:  # a message no API takes, said as such (and where), not as what it then lacks
+        Tokenizer().count_messages(messages, tools)
+    except ContextCoreError as error:
+        raise InputError(f"{path}: {error}") from None
     return [dict(m) for m in messages], list(tools or [])
 
 
@@ -410,7 +416,12 @@ def print_replay(result: Replay, rows: int, out: TextIO) -> None:
         ),
         ("compactions failed or rejected", str(s["compaction_failures"])),
         ("cached prefix kept, call to call", _ratio(s["prefix_stable"])),
-        ("turn latency p50 / p99", f"{s['latency_p50_ms']} / {s['latency_p99_ms']} ms"),
+        (
+            "turn latency p50 / p99",
+            "n/a (no call sent)"
+            if s["latency_p50_ms"] is None
+            else f"{s['latency_p50_ms']} / {s['latency_p99_ms']} ms",
+        ),
     ]
     for what, value in rows_out:
         report.add_row(what, value)
@@ -426,13 +437,8 @@ def _options(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple[
 
     shape = shape_of(messages)
     model = args.model
-    if (
-        args.provider is None
-        and shape == "anthropic"
-        and provider_of(model) == "openai"
-        and model == "gpt-4o"
-    ):
-        model = "claude-sonnet-4-5"  # the default model, for an Anthropic transcript
+    if model is None:  # the default: one of the provider's, else of the transcript's shape
+        model = "claude-sonnet-4-5" if (args.provider or shape) == "anthropic" else "gpt-4o"
     provider = args.provider or provider_of(model)
     if provider != shape and any(m.get("role") == "tool" or _results_of(m) for m in messages):
         # Tool results in the other provider's shape would be repaired away.
@@ -448,7 +454,7 @@ def _run(
 ) -> Replay:
     import warnings
 
-    from context_core import PromptCacheWarning
+    from context_core import BudgetTooSmallError, PromptCacheWarning, UnknownModelError
 
     model, provider = _options(args, messages)
     update, stop = _progress(stderr) if not getattr(args, "quiet", False) else (None, lambda: None)
@@ -465,6 +471,16 @@ def _run(
                 directory=directory,
                 progress=update,
             )
+        except UnknownModelError:
+            # The library's own words name a keyword argument; here it is an option.
+            raise InputError(
+                f"unknown model {model!r}: give its window in tokens with --budget N"
+                " (or --model with a known one, e.g. gpt-4o or claude-sonnet-4-5)"
+            ) from None
+        except BudgetTooSmallError:
+            raise InputError(
+                f"--budget {args.budget} leaves no room for the history; give a larger one"
+            ) from None
         finally:
             stop()
 
@@ -520,6 +536,8 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     args.quiet = True
     result = _run(args, messages, tools, sys.stderr)
     request, report = result.last_request, result.last_report
+    if report is None and not result.last_over_budget:
+        raise InputError(f"{args.file}: no user input, so no request to build")
     if report is None or result.last_over_budget:
         raise InputError(
             f"{args.file}: the last turn's input alone is over the budget; no request can be built"
