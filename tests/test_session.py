@@ -339,6 +339,14 @@ def test_sdk_objects_are_recorded_and_their_usage_learned(tmp_path):
         assert session.pending[0].id == "toolu_7"
         kept = session.log.read([len(session.log) - 1])[0]
         assert kept["content"][0]["signature"] == "sig-1"
+        # A retry recording it again would put the reply (and its calls) in twice.
+        logged = len(session.log)
+        with pytest.raises(InvalidInputError, match="'m1' is recorded already"):
+            session.record(message)
+        with pytest.raises(InvalidInputError, match="'m1' is recorded already"):
+            session.record(message.model_dump())
+        assert len(session.log) == logged
+        assert session.pending[0].id == "toolu_7"
 
 
 def test_a_reopened_session_knows_the_calls_still_waiting(tmp_path):

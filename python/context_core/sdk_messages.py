@@ -19,7 +19,7 @@ from typing import Any
 
 from context_core.errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["Usage", "message_of", "usage_of"]
+__all__ = ["Usage", "message_of", "response_id", "usage_of"]
 
 #: Fields of an OpenAI chat message that a request carries.
 _CHAT_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
@@ -111,6 +111,13 @@ def _responses_message(output: list[Any]) -> dict[str, Any]:
     if calls:
         message["tool_calls"] = calls
     return message
+
+
+def response_id(response: Any) -> str | None:
+    """The id the API gave ``response`` (a ``ChatCompletion``'s, a
+    ``Response``'s, an Anthropic ``Message``'s, as objects or dicts), if any."""
+    given = response.get("id") if isinstance(response, Mapping) else getattr(response, "id", None)
+    return given if isinstance(given, str) and given else None
 
 
 def message_of(response: Any) -> dict[str, Any]:

@@ -54,7 +54,7 @@ from context_core.memory.extract import extract_facts, in_batches, in_runs
 from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
-from context_core.sdk_messages import message_of, usage_of
+from context_core.sdk_messages import message_of, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.memory_events import MemoryEvents
@@ -303,6 +303,8 @@ class Session:
         # under saves a second selection on most first calls of a full window.
         self._render_margin = _FIRST_MARGIN
         self._cached: int | None = None
+        # The API's id of the last reply recorded, and its message as given.
+        self._last_reply: tuple[str, dict[str, Any]] | None = None
         self._prefix: str | None = None
         self._closed = False
         self.last_report: TurnReport | None = None
@@ -1003,7 +1005,14 @@ class Session:
             return self._record(response)
 
     def _record(self, response: Any) -> tuple[ToolCall, ...]:
+        given_id = response_id(response)
         message = message_of(response)
+        if given_id is not None and self._last_reply == (given_id, message):
+            # A retry that recorded it already: logged twice, the model
+            # would see its own reply twice (and a second set of its calls).
+            # Some servers give every reply one id: the message must match too.
+            raise InvalidInputError(f"the reply {given_id!r} is recorded already; record each response once")
+        as_given = message
         if message.get("role") != "assistant":
             raise InvalidInputError(f"a reply is an assistant message, got role {message.get('role')!r}")
         shape = _shape(message)
@@ -1017,6 +1026,7 @@ class Session:
         message, made, renamed = with_fresh_ids(message, self._call_ids)
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         self.log._keep_appended(self.last_seq, message)
+        self._last_reply = None if given_id is None else (given_id, as_given)
         self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
