@@ -688,6 +688,26 @@ def test_an_attachment_in_the_other_providers_shape_is_refused_before_the_log(tm
         assert request.report.total > 0
 
 
+def test_the_first_request_after_a_reopen_says_whether_the_prefix_changed(tmp_path):
+    """It compared with nothing: new instructions after a deploy (the
+    provider's cache missing) were reported as an unchanged prefix."""
+    with open_session(tmp_path, compact=False) as session:
+        first = session.prepare("hi").report
+        assert not first.prefix_changed  # nothing before it
+        session.record({"role": "assistant", "content": "hello"})
+    with open_session(tmp_path, compact=False) as session:
+        same = session.prepare("again").report
+        assert same.prefix_hash == first.prefix_hash
+        assert not same.prefix_changed
+        session.record({"role": "assistant", "content": "hello"})
+    with open_session(tmp_path, compact=False, identity="You are a reviewing agent.") as session:
+        changed = session.prepare("and now?").report
+        assert changed.prefix_hash != first.prefix_hash
+        assert changed.prefix_changed
+        session.record({"role": "assistant", "content": "ok"})
+        assert not session.prepare("next").report.prefix_changed
+
+
 def test_a_session_reopened_for_a_model_of_another_encoding_is_refused(tmp_path):
     """gpt-4o's log reopened for gpt-4 counted every request in o200k_base,
     and reported as fitting requests gpt-4's own tokenizer put far over

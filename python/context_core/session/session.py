@@ -14,6 +14,9 @@ Everything a session keeps lives under one directory::
     path/log         the MessageLog (crash-safe: what was appended survives SIGKILL)
     path/memory      MemoryFiles (MEMORY.md, shown in every prompt)
     path/memory.db   the MemoryStore (searched once a turn)
+    path/provider    the provider the log's shapes are for
+    path/learned     how far the log has been learned from
+    path/prefix      the last request's cached-prefix hash (a reopen compares with it)
 
 Each part can be given instead, or turned off with ``False``.
 """
@@ -58,6 +61,7 @@ from context_core.sdk_messages import message_of, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.memory_events import MemoryEvents
+from context_core.session.prefix_mark import read_prefix, write_prefix
 from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
 from context_core.session.tool_calls import (
@@ -463,6 +467,7 @@ class Session:
             # the directory free for another provider.
             _check_provider(root, provider)
             session._first_seq = read_learned(root, len(log))
+            session._prefix = read_prefix(root)
         except LogCorruptError as error:
             # The newest turns are read at open: a damaged record there would
             # fail every turn. Said now, with the way out; the log is let go
@@ -897,6 +902,8 @@ class Session:
 
         prefix = parts.prefix_hash()
         changed = parts.stable_changed or (self._prefix is not None and prefix != self._prefix)
+        if prefix != self._prefix and self.path:
+            write_prefix(self.path, prefix)  # for the first request after a reopen
         self._prefix = prefix
         self._counted = total
         report = TurnReport(
