@@ -262,6 +262,45 @@ def test_failures_back_off_then_the_breaker_pauses(tmp_path: Path):
     assert compactor.status.failures == 0
 
 
+def test_a_log_handler_that_reads_the_status_does_not_deadlock(tmp_path: Path):
+    """The failure and pause lines were logged holding the compactor's lock:
+    a handler that read ``status`` (a metrics hook, say) waited for good."""
+    import logging
+    import threading
+
+    log = new_log(tmp_path, turns(20))
+    clock = Clock()
+
+    def busy(messages: list[dict[str, Any]]) -> str:
+        raise LLMRateLimitError("rate limited")
+
+    compactor = Compactor(log, Summarizer(CallableLLM(busy)), backoff=10, max_failures=2, clock=clock)
+    seen: list[tuple[str, int]] = []
+
+    class Reading(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.levelname, compactor.status.failures))
+
+    handler = Reading(logging.INFO)
+    logger = logging.getLogger("context_core.compaction")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        for now in (1000, 2000):
+            clock.now = now
+            worker = threading.Thread(target=compactor.compact, daemon=True)
+            worker.start()
+            worker.join(20)
+            assert not worker.is_alive()  # a deadlocked step never returns
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    assert ("INFO", 1) in seen
+    assert ("WARNING", 2) in seen
+    assert compactor.status.paused
+
+
 @pytest.mark.parametrize(
     "reply",
     [

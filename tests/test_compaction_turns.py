@@ -14,6 +14,7 @@ import pytest
 from context_core import CallableLLM, MessageLog, Session
 from context_core.compaction import Compactor
 from context_core.compaction import compactor as module
+from context_core.session.memory_events import MemoryEvents
 from context_core.summarize import Summarizer
 
 
@@ -440,5 +441,44 @@ def test_a_forked_child_drains_whatever_gate_or_log_lock_it_copied(tmp_path):
     os.waitpid(pid, 0)
     os.close(read)
     assert list(report) == [1, 1, 1, 2]
+    compactor.close()
+    log.close()
+
+
+def test_a_forked_child_holds_none_of_the_turns_other_threads_were_in(tmp_path):
+    """A compactor that never started a worker was not reset in a child: a
+    turn another thread was in at the fork stayed held there for good, and
+    each of the child's yields waited TURN_WAIT."""
+    import os
+    import signal
+
+    log = _log(tmp_path)
+    compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
+    events = MemoryEvents(None, "default", None)
+    inside, leave = threading.Event(), threading.Event()
+
+    def in_a_turn() -> None:
+        with compactor.turn(), events.turn():
+            inside.set()
+            leave.wait(20)
+
+    other = threading.Thread(target=in_a_turn, daemon=True)
+    other.start()
+    assert inside.wait(20)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without the parent's cleanups
+        try:
+            signal.alarm(20)
+            os.write(write, bytes([len(compactor._gate._holders), len(events._in_turn)]))
+        finally:
+            os._exit(0)
+    leave.set()
+    other.join(20)
+    os.close(write)
+    report = os.read(read, 2)
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert list(report) == [0, 0]
     compactor.close()
     log.close()

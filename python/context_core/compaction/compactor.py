@@ -290,15 +290,16 @@ def _work(owner: weakref.ReferenceType[Compactor], signal: threading.Condition) 
                 signal.notify_all()
 
 
-# Compactors whose worker thread was started. A forked child has none of
-# their threads, and may have copied a lock one held (the worker takes it
-# at each wake): each gets a fresh lock and no worker there.
-_WITH_WORKERS: weakref.WeakSet[Compactor] = weakref.WeakSet()
+# Every compactor. A forked child has none of the parent's threads (their
+# workers, the turns other threads were in), and may have copied a lock one
+# held (a worker takes it at each wake): each gets fresh locks and no
+# worker there.
+_COMPACTORS: weakref.WeakSet[Compactor] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     global _LOCKS_GUARD
-    for compactor in list(_WITH_WORKERS):
+    for compactor in list(_COMPACTORS):
         compactor._state = threading.Lock()
         compactor._signal = threading.Condition(compactor._state)
         compactor._draining = False
@@ -448,6 +449,7 @@ class Compactor:
         self._wait: tuple[int, int | None, Wait] | None = None
         self._task: asyncio.Task[Outcome] | None = None
         self._gate = _TurnGate()
+        _COMPACTORS.add(self)
 
     def __repr__(self) -> str:
         return f"Compactor({self.log!r}, {self.summarizer!r})"
@@ -794,6 +796,7 @@ class Compactor:
             return 0
 
     def _record(self, outcome: Outcome) -> Outcome:
+        said: tuple[int, str, tuple[Any, ...]] | None = None
         with self._state:
             if outcome.status not in ("busy", "waiting", "abandoned"):
                 self._last = outcome
@@ -806,13 +809,19 @@ class Compactor:
                 self._retry_at = self.clock() + delay
                 if self._failures >= self.max_failures and not self._paused:
                     self._paused = True
-                    log.warning(
+                    said = (
+                        logging.WARNING,
                         "compaction paused after %d failures in a row (last: %s); call resume() to retry",
-                        self._failures,
-                        outcome.reason,
+                        (self._failures, outcome.reason),
                     )
                 else:
-                    log.info("compaction step failed, retrying in %.0f s: %s", delay, outcome.reason)
+                    said = (
+                        logging.INFO,
+                        "compaction step failed, retrying in %.0f s: %s",
+                        (delay, outcome.reason),
+                    )
+        if said is not None:  # out of the lock: a handler may read the compactor's status
+            log.log(said[0], said[1], *said[2])
         return outcome
 
     # -- in the background ----------------------------------------------------------------------
@@ -840,7 +849,6 @@ class Compactor:
                 # waking one 0.02 ms.
                 if self._finalizer is None:
                     self._finalizer = weakref.finalize(self, _wake, self._signal)
-                _WITH_WORKERS.add(self)
                 self._thread = threading.Thread(
                     target=_work,
                     args=(weakref.ref(self), self._signal),

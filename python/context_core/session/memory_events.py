@@ -76,15 +76,15 @@ def error_line(content: Any) -> str:
     return line[:ERROR_CHARS].rstrip()
 
 
-# The writers whose worker was started. A forked child has none of their
-# threads, and may have copied their lock while a worker held it (it takes
-# it at each wake): each gets a fresh lock there, and none of the parent's
-# jobs (the parent writes them).
-_STARTED: weakref.WeakSet[MemoryEvents] = weakref.WeakSet()
+# Every writer. A forked child has none of the parent's threads (their
+# workers, the calls other threads were in), and may have copied a lock a
+# worker held (it takes it at each wake): each gets a fresh lock there, and
+# none of the parent's jobs (the parent writes them).
+_WRITERS: weakref.WeakSet[MemoryEvents] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for events in list(_STARTED):
+    for events in list(_WRITERS):
         events._state = threading.Condition(threading.Lock())
         events._jobs.clear()
         events._urgent.clear()
@@ -99,9 +99,10 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class MemoryEvents:
-    """One session's store writes, in order, on one worker thread started
-    at the first and ended by :meth:`close`. A write that fails is logged
-    and kept (``error``, the first); the next ones still run."""
+    """One session's store writes, in order (a failed call's lesson ahead of
+    the writes waiting for the next call), on one worker thread started at
+    the first and ended by :meth:`close`. A write that fails is logged and
+    kept (``error``, the first); the next ones still run."""
 
     def __init__(self, store: Any, namespace: Any, source: str | None) -> None:
         self.store = store
@@ -123,6 +124,7 @@ class MemoryEvents:
         self._busy = False
         self._closing = False
         self._thread: threading.Thread | None = None
+        _WRITERS.add(self)
 
     @property
     def pending(self) -> int:
@@ -217,7 +219,6 @@ class MemoryEvents:
                 self._thread = threading.Thread(
                     target=self._run, name="context_core memory events", daemon=True
                 )
-                _STARTED.add(self)
                 self._thread.start()
             if not self._in_turn:  # else woken as the turn ends: not to take the interpreter from it
                 self._state.notify_all()
