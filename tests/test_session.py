@@ -347,6 +347,13 @@ def test_sdk_objects_are_recorded_and_their_usage_learned(tmp_path):
             session.record(message.model_dump())
         assert len(session.log) == logged
         assert session.pending[0].id == "toolu_7"
+        # A server that gives every reply one id, polling: the same reply
+        # after a result and a request is a new one.
+        session.record_tool_result("toolu_7", "still running")
+        session.prepare()
+        session.record(message)
+        assert len(session.log) == logged + 2
+        assert session.pending[0].id != "toolu_7"  # its call stored under a fresh id
 
 
 def test_a_reopened_session_knows_the_calls_still_waiting(tmp_path):

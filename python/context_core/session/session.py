@@ -307,7 +307,8 @@ class Session:
         # under saves a second selection on most first calls of a full window.
         self._render_margin = _FIRST_MARGIN
         self._cached: int | None = None
-        # The API's id of the last reply recorded, and its message as given.
+        # The API's id of the last reply recorded, and its message as given,
+        # until the next request or tool result (a retry records it again).
         self._last_reply: tuple[str, dict[str, Any]] | None = None
         self._prefix: str | None = None
         self._closed = False
@@ -664,7 +665,9 @@ class Session:
         self._check_open()
         with self._quiet(preparing=True):
             try:
-                return self._prepare(user_input, now, attachments)
+                request = self._prepare(user_input, now, attachments)
+                self._last_reply = None  # a reply after a request is a new one, whatever its id
+                return request
             except LogCorruptError as error:
                 # A damaged record the open did not read (older than the
                 # last turns), in every window from now on.
@@ -1071,6 +1074,7 @@ class Session:
         except (InvalidTypeError, InvalidInputError) as error:  # a block inside the result
             raise relocated(error, "message", "result") from None
         self.log._keep_appended(int(seq), result)
+        self._last_reply = None  # a reply after this one is a new one, whatever its id
         call = self._pending.pop(call_id, None)  # not thread-safe, but a race is no KeyError
         self._to_answer = True
         self.last_seq = int(seq)
