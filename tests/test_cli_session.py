@@ -502,7 +502,8 @@ def test_input_meant_as_json_that_is_not_is_an_error_naming_it(tmp_path, capsys)
     code, out = run(["count", "--format", "text"], stdin="[1] see the notes")
     assert code == 0
     assert out.split()[0] == str(Tokenizer().count("[1] see the notes"))
-    assert run(["count"], stdin="plain words")[0] == 0  # text is still text
+    for text in ("plain words", "[INFO] server started", "[project]\nname = 'x'", "{{ name }}"):
+        assert run(["count"], stdin=text)[0] == 0  # text is still text
     notes = tmp_path / "notes.txt"
     notes.write_text('{"not": json', encoding="utf-8")
     assert run(["count", "--format", "chat", str(notes)])[0] == 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -46,13 +47,19 @@ def _named(source: str) -> str:
     return "stdin" if source == "-" else source
 
 
+#: How a JSON object, a list of them or JSONL opens: ``{"``, ``{}``, ``[{``,
+#: ``[]`` (where ``[INFO] ...``, ``[project]`` or ``{{ name }}`` do not).
+_OPENS_LIKE_JSON = re.compile(r'\s*(?:\{\s*["}]|\[\s*[{\]])')
+
+
 def _meant_as_json(source: str, text: str, strict: bool) -> bool:
     """Whether ``text`` that does not parse is an error rather than plain
     text: asked for as a chat (``strict``), a ``.json``/``.jsonl`` file, or
-    stdin that opens like JSON (``--format text`` counts it as text)."""
+    stdin that opens as a chat's JSON would (``--format text`` counts it as
+    text)."""
     if strict or _json_files(source):
         return True
-    return source == "-" and text.lstrip()[:1] in ("{", "[")
+    return source == "-" and _OPENS_LIKE_JSON.match(text) is not None
 
 
 def parse_chat(
