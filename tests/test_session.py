@@ -715,6 +715,16 @@ def test_the_first_request_after_a_reopen_says_whether_the_prefix_changed(tmp_pa
         assert not session.prepare("next").report.prefix_changed
 
 
+def test_an_input_that_is_not_text_is_refused_in_the_sessions_words(tmp_path):
+    """It failed in the store's search, named as its internal ``query``."""
+    with open_session(tmp_path, store=None, compact=False) as session:
+        for given in ("hi \ud800 there", {"role": "user", "content": [{"type": "text", "text": "a\udfff"}]}):
+            with pytest.raises(InvalidInputError, match=r"user_input.* holds a lone surrogate"):
+                session.prepare(given)
+        assert len(session.log) == 0
+        assert session.prepare("hi there").report.total > 0
+
+
 def test_a_session_reopened_for_a_model_of_another_encoding_is_refused(tmp_path):
     """gpt-4o's log reopened for gpt-4 counted every request in o200k_base,
     and reported as fitting requests gpt-4's own tokenizer put far over

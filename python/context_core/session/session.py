@@ -181,7 +181,25 @@ def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[An
         if isinstance(content, list):
             blocks = list(content)
         message["content"] = [*blocks, *attachments]
+    _check_text(message.get("content"))
     return message
+
+
+def _check_text(content: Any) -> None:
+    """An input's text must be text: a lone surrogate (which JSON can
+    spell, ``\\ud800``) cannot be sent as UTF-8, nor searched for."""
+    texts: list[str] = [content] if isinstance(content, str) else []
+    if isinstance(content, list):
+        blocks = [b.get("text") for b in content if isinstance(b, Mapping)]
+        texts = [text for text in blocks if isinstance(text, str)]
+    for i, text in enumerate(texts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            where = "user_input" if isinstance(content, str) else f"user_input's text block {i}"
+            raise InvalidInputError(
+                f"{where} holds a lone surrogate at {error.start} (not text: it cannot be sent as UTF-8)"
+            ) from None
 
 
 @dataclass(frozen=True)
