@@ -9,11 +9,11 @@ duplicates), by rename, so it is never half-written.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 
 from context_core.errors import ContextCoreError, storage_error
+from context_core.session.markers import write_by_rename
 
 logger = logging.getLogger("context_core")
 
@@ -45,12 +45,7 @@ def read_learned(root: str, length: int) -> int:
 def write_learned(root: str, length: int) -> None:
     """Record that the first ``length`` nodes have been learned from."""
     where = os.path.join(root, _NAME)
-    temporary = f"{where}.{os.getpid()}.tmp"
     try:
-        with open(temporary, "w", encoding="ascii") as handle:
-            handle.write(f"{length}\n")
-        os.replace(temporary, where)
+        write_by_rename(where, f"{length}\n")
     except OSError as error:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
         raise storage_error(f"{where}: {error.strerror or error}", error.errno, where) from error

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from context_core.session.markers import write_by_rename
+
 __all__ = ["read_prefix", "write_prefix"]
 
 _NAME = "prefix"
@@ -26,12 +28,5 @@ def read_prefix(root: str) -> str | None:
 
 def write_prefix(root: str, prefix: str) -> None:
     """Record ``prefix`` as the last request's hash (a failure is let go)."""
-    where = os.path.join(root, _NAME)
-    temporary = f"{where}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "w", encoding="ascii") as handle:
-            handle.write(f"{prefix}\n")
-        os.replace(temporary, where)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+    with contextlib.suppress(OSError):
+        write_by_rename(os.path.join(root, _NAME), f"{prefix}\n")
