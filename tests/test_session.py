@@ -523,6 +523,20 @@ def test_a_bad_session_path_is_a_clear_error(tmp_path):
     assert isinstance(raised.value, IsADirectoryError)
 
 
+def test_a_failed_open_of_a_new_session_leaves_no_directory(tmp_path):
+    """It left log/, memory/ and a memory.db of a session never opened."""
+    for bad in ({"tools": 5}, {"skills": 5}, {"namespace": "", "store": None}, {"summarizer": 5}):
+        with pytest.raises((InvalidTypeError, InvalidInputError)):
+            open_session(tmp_path, **bad)
+        assert not (tmp_path / "session").exists(), bad
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("hi")
+    with pytest.raises(InvalidTypeError):
+        open_session(tmp_path, tools=5)
+    with open_session(tmp_path, compact=False) as session:  # an existing one is left as it was
+        assert session.history()[0]["content"] == "hi"
+
+
 def test_a_failed_open_does_not_tie_the_directory_to_its_provider(tmp_path):
     with pytest.raises(InvalidTypeError):
         open_session(tmp_path, model="claude-sonnet-4-5", tools=5)

@@ -29,6 +29,7 @@ import itertools
 import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -418,7 +419,7 @@ class Session:
             raise InvalidInputError(
                 f"{named} ({cap}) leaves no room for a prompt in a {budget.window}-token window"
             )
-        root = _session_directory(path)
+        root, made = _session_directory(path)
         owned: list[Any] = []
         where = os.path.join(root, "log")
         # A new log counts in the model's encoding (o200k_base for models
@@ -495,6 +496,8 @@ class Session:
             raise _with_repair(error, where) from error
         except BaseException:
             _close_all(owned)
+            if made:  # an open that failed leaves no half-made session behind
+                shutil.rmtree(root, ignore_errors=True)
             raise
         try:
             session._warm_up()
@@ -1337,8 +1340,9 @@ def _close_all(owned: Sequence[Any]) -> None:
             part.close()
 
 
-def _session_directory(path: str | os.PathLike[str]) -> str:
-    """``path`` as a str, made a directory if it is not one yet."""
+def _session_directory(path: str | os.PathLike[str]) -> tuple[str, bool]:
+    """``path`` as a str, made a directory if it is not one yet; and
+    whether this made it."""
     try:
         root = os.fspath(path)
     except TypeError:
@@ -1348,12 +1352,16 @@ def _session_directory(path: str | os.PathLike[str]) -> str:
     if os.path.exists(root) and not os.path.isdir(root):
         raise storage_error(f"{root}: a file, not a session directory", errno.ENOTDIR, root)
     try:
-        os.makedirs(root, exist_ok=True)
+        os.makedirs(root)
+        return root, True
+    except FileExistsError:
+        if os.path.isdir(root):
+            return root, False
+        raise storage_error(f"{root}: a file, not a session directory", errno.ENOTDIR, root) from None
     except OSError as error:
         raise storage_error(
             f"{root}: cannot use it as a session directory: {error.strerror or error}", error.errno, root
         ) from error
-    return root
 
 
 def _check_provider(root: str, provider: Provider) -> None:
