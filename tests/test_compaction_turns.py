@@ -16,6 +16,7 @@ from context_core.compaction import Compactor
 from context_core.compaction import compactor as module
 from context_core.session.memory_events import MemoryEvents
 from context_core.summarize import Summarizer
+from limits import in_child
 
 
 def _log(tmp_path: Path, turns: int = 20) -> MessageLog:
@@ -238,32 +239,22 @@ def test_a_forked_child_starts_its_own_worker_whatever_lock_it_copied(tmp_path):
     may copy the compactor's lock while the worker holds it (it takes it at
     each wake) and a drain flag set: the child gets a fresh lock, and its
     first drain starts a worker of its own."""
-    import os
-    import signal
-
     log, compactor, drains = _stubbed(tmp_path)
     assert compactor.schedule()
     assert compactor.join(20)
     parent_worker = compactor._thread
-    read, write = os.pipe()
+
+    def in_the_child() -> tuple[bool, bool, bool, int]:
+        started = compactor.schedule()
+        joined = compactor.join(20)
+        return started, joined, compactor._thread is not parent_worker, len(drains)
+
     with compactor._state:  # held, as the worker holds it at a wake
         compactor._draining = True  # and a drain running
-        pid = os.fork()
-        if pid == 0:  # the child: report, then leave without the parent's cleanups
-            try:
-                signal.alarm(20)  # a child stuck on the copied lock dies, and reports nothing
-                started = compactor.schedule()
-                joined = compactor.join(20)
-                new_worker = compactor._thread is not parent_worker
-                os.write(write, bytes([started, joined, new_worker, len(drains)]))
-            finally:
-                os._exit(0)
+        # A child stuck on the copied lock is killed by the alarm.
+        outcome = in_child(in_the_child, seconds=20)
         compactor._draining = False
-    os.close(write)
-    report = os.read(read, 4)
-    os.waitpid(pid, 0)
-    os.close(read)
-    assert list(report) == [1, 1, 1, 2]  # one drain inherited, one the child's own
+    assert outcome == f"returned {(True, True, True, 2)!r}"  # one drain inherited, one the child's own
     compactor.close()
     log.close()
 
@@ -406,7 +397,6 @@ def test_a_forked_child_drains_whatever_gate_or_log_lock_it_copied(tmp_path):
     drain holds its log's job lock for its whole model call: copied held,
     the child's drains blocked for good."""
     import os
-    import signal
 
     log, compactor, drains = _stubbed(tmp_path)
 
@@ -421,26 +411,18 @@ def test_a_forked_child_drains_whatever_gate_or_log_lock_it_copied(tmp_path):
     compactor._drain = yielding  # type: ignore[method-assign]
     assert compactor.schedule()
     assert compactor.join(20)
-    read, write = os.pipe()
+
+    def in_the_child() -> tuple[bool, bool, bool, int]:
+        with compactor.turn():
+            pass
+        started = compactor.schedule()
+        joined = compactor.join(20)
+        compactor.close()
+        return started, joined, drains[-1] == os.getpid(), len(drains)
+
     with compactor._gate._state, module._log_lock(log):  # held at the fork
-        pid = os.fork()
-        if pid == 0:  # the child: report, then leave without the parent's cleanups
-            try:
-                signal.alarm(20)  # a child stuck on a copied lock dies, and reports nothing
-                with compactor.turn():
-                    pass
-                started = compactor.schedule()
-                joined = compactor.join(20)
-                compactor.close()
-                own = drains[-1] == os.getpid()
-                os.write(write, bytes([started, joined, own, len(drains)]))
-            finally:
-                os._exit(0)
-    os.close(write)
-    report = os.read(read, 4)
-    os.waitpid(pid, 0)
-    os.close(read)
-    assert list(report) == [1, 1, 1, 2]
+        outcome = in_child(in_the_child, seconds=20)  # stuck on a copied lock: killed by the alarm
+    assert outcome == f"returned {(True, True, True, 2)!r}"
     compactor.close()
     log.close()
 
@@ -449,9 +431,6 @@ def test_a_forked_child_holds_none_of_the_turns_other_threads_were_in(tmp_path):
     """A compactor that never started a worker was not reset in a child: a
     turn another thread was in at the fork stayed held there for good, and
     each of the child's yields waited TURN_WAIT."""
-    import os
-    import signal
-
     log = _log(tmp_path)
     compactor = Compactor(log, Summarizer(CallableLLM(_reply)))
     events = MemoryEvents(None, "default", None)
@@ -465,20 +444,9 @@ def test_a_forked_child_holds_none_of_the_turns_other_threads_were_in(tmp_path):
     other = threading.Thread(target=in_a_turn, daemon=True)
     other.start()
     assert inside.wait(20)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report, then leave without the parent's cleanups
-        try:
-            signal.alarm(20)
-            os.write(write, bytes([len(compactor._gate._holders), len(events._in_turn)]))
-        finally:
-            os._exit(0)
+    outcome = in_child(lambda: (len(compactor._gate._holders), len(events._in_turn)), seconds=20)
     leave.set()
     other.join(20)
-    os.close(write)
-    report = os.read(read, 2)
-    os.waitpid(pid, 0)
-    os.close(read)
-    assert list(report) == [0, 0]
+    assert outcome == f"returned {(0, 0)!r}"
     compactor.close()
     log.close()

@@ -19,6 +19,7 @@ from context_core.memory_store import HashingEmbedder
 from context_core.session import memory_events
 from context_core.session.memory_events import MemoryEvents, error_line
 from killed import reports_until_killed
+from limits import in_child
 
 RULE = "Never deploy the payments service on Fridays."
 
@@ -435,31 +436,22 @@ def test_a_forked_child_closes_whatever_lock_it_copied():
     it held, and a child that closed the writer (a session it inherited)
     blocked for good. The child gets a fresh lock and none of the parent's
     jobs (the parent writes them)."""
-    import signal
-
     recorder = Recorder()
     events = MemoryEvents(recorder, "default", None)
     events.message({"role": "user", "content": "before the fork"}, None)
     assert events.join(timeout=30)
-    read, write = os.pipe()
+
+    def in_the_child() -> tuple[int, bool, int]:
+        left = events.pending
+        events.message({"role": "user", "content": "in the child"}, None)
+        joined = events.join(timeout=20)
+        events.close()
+        return left, joined, len(recorder.calls)
+
     with events._state:  # held, as the worker holds it at a wake
         events._jobs.append((lambda: None, 0, 0.0))  # and a job the parent will write
-        pid = os.fork()
-        if pid == 0:  # the child: report, then leave without the parent's cleanups
-            try:
-                signal.alarm(20)  # a child stuck on the copied lock dies, and reports nothing
-                left = events.pending
-                events.message({"role": "user", "content": "in the child"}, None)
-                joined = events.join(timeout=20)
-                events.close()
-                os.write(write, bytes([left, joined, len(recorder.calls)]))
-            finally:
-                os._exit(0)
-    os.close(write)
-    report = os.read(read, 3)
-    os.waitpid(pid, 0)
-    os.close(read)
-    assert list(report) == [0, 1, 2]  # none of the parent's jobs; its own written
+        outcome = in_child(in_the_child, seconds=20)  # stuck on the copied lock: killed by the alarm
+    assert outcome == f"returned {(0, True, 2)!r}"  # none of the parent's jobs; its own written
     assert events.join(timeout=30)  # the parent's job, written by the parent
     events.close()
     assert [text for _, text in recorder.calls] == ["before the fork"]
