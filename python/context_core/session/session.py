@@ -1349,8 +1349,6 @@ def _session_directory(path: str | os.PathLike[str]) -> tuple[str, bool]:
         raise InvalidTypeError(f"path must be a str or a path, got {type(path).__name__}") from None
     if not isinstance(root, str) or not root or "\0" in root:
         raise InvalidInputError(f"path must be a directory's name, got {root!r}")
-    if os.path.exists(root) and not os.path.isdir(root):
-        raise storage_error(f"{root}: a file, not a session directory", errno.ENOTDIR, root)
     try:
         os.makedirs(root)
         return root, True
