@@ -20,6 +20,7 @@ from context_core import (
     InvalidInputError,
     InvalidTypeError,
     LogCorruptError,
+    LogNotFoundError,
     LogStorageError,
     MessageLog,
     reference,
@@ -659,3 +660,75 @@ def test_a_checkpoint_never_hides_a_damaged_record_from_the_views(tmp_path, impl
     with pytest.raises(LogCorruptError) as caught, impl.open(where, readonly=True) as log:
         log.context_view()
     assert (caught.value.file, caught.value.offset) == ("index", 64 + 64 * 20)
+
+
+# -- a log a kill left unfinished ------------------------------------------------------------
+
+
+def _unfinished(where: Path, state: str) -> None:
+    """What a process killed while making a log at ``where`` leaves: with
+    this library's order (temporaries, then ``data``, then ``index``
+    renamed in) or an earlier one's (``index`` made first, empty)."""
+    where.mkdir()
+    header = b"CCLOGDAT" + bytes(56)  # any 64 bytes: a data file's header at most
+    files = {
+        "none": {},
+        "temporaries": {"data.tmp": header, "index.tmp": header[:20]},
+        "data renamed in": {"data": header, "index.tmp": header},
+        "empty index": {"index": b""},
+        "empty index and data": {"index": b"", "data": b""},
+        "empty index, data header": {"index": b"", "data": header},
+        "index cut short": {"index": bytes(30), "data": header},
+    }[state]
+    for name, content in files.items():
+        (where / name).write_bytes(content)
+
+
+UNFINISHED = [
+    "none",
+    "temporaries",
+    "data renamed in",
+    "empty index",
+    "empty index and data",
+    "empty index, data header",
+    "index cut short",
+]
+
+
+@impls
+@pytest.mark.parametrize("state", UNFINISHED)
+def test_a_log_a_kill_left_unfinished_is_made_anew(tmp_path, impl, state):
+    """A kill while the first open made the files left a 0-byte index that
+    every later open refused as damaged, for good: the session at that
+    path could never be opened again. Nothing was acknowledged in it."""
+    where = tmp_path / "log"
+    _unfinished(where, state)
+    with pytest.raises(LogNotFoundError):
+        impl.open(where, readonly=True)
+    with pytest.raises(LogNotFoundError):
+        impl.open(where)
+    with impl.open(where, create=True, encoding="cl100k_base", durability="never") as log:
+        assert len(log) == 0
+        assert log.encoding == "cl100k_base"
+        log.append({"role": "user", "content": "hi"})
+    assert not [p.name for p in where.iterdir() if p.suffix == ".tmp"]  # made and renamed in
+    with impl.open(where, readonly=True) as log:
+        assert [m["content"] for m in log.read(range(len(log)))] == ["hi"]
+        assert log.encoding == "cl100k_base"
+
+
+@impls
+def test_a_missing_index_beside_records_is_damage_for_repair_not_a_new_log(tmp_path, impl):
+    """A data file with records and no index is a log whose index was lost:
+    making a new log there would throw the records away."""
+    where = tmp_path / "log"
+    messages = written(where, impl, 5)
+    (where / "index").unlink()
+    for options in ({"create": True}, {"readonly": True}):
+        with pytest.raises(LogCorruptError, match="repair rebuilds it") as raised:
+            impl.open(where, **options)
+        assert raised.value.file == "index"
+        assert raised.value.offset == 0
+    impl.repair(where)
+    with impl.open(where, readonly=True) as log:
+        assert [m["n"] for m in log.read(range(len(log)))] == [m["n"] for m in messages]

@@ -791,13 +791,13 @@ class MessageLog:
                 f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}"
             )
         lock_timeout = seconds(lock_timeout)
-        if not log_exists(directory) and (readonly or not create):
+        if never_made_whole(directory) and (readonly or not create):
             raise not_found(directory)
         if not readonly:
             with storage(directory, "create the directory"):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
         lock_fd = None if readonly else take_lock(directory, lock_timeout)
-        if lock_fd is not None and not log_exists(directory):  # checked again under the lock
+        if lock_fd is not None and never_made_whole(directory):  # checked again under the lock
             try:
                 create_log(directory, encoding or DEFAULT_ENCODING)
             except BaseException:
@@ -1838,18 +1838,46 @@ def hold_if_no_writer(directory: str) -> Iterator[bool]:
         os.close(fd)
 
 
-def log_exists(directory: str) -> bool:
-    return any(os.path.exists(os.path.join(directory, name)) for name in ("index", "data"))
+def never_made_whole(directory: str) -> bool:
+    """docs/log-format.md, "Making a log": no ``index``, or one shorter than
+    its header, beside a ``data`` of a header at most (more is damage).
+    Anything but a regular file in a file's place is opened, and refused,
+    as it is."""
+
+    def status(name: str) -> os.stat_result | None:
+        path = os.path.join(directory, name)
+        try:
+            return os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as error:
+            raise storage_error(path, "stat", error) from error
+
+    index = status("index")
+    if index is not None and (not stat.S_ISREG(index.st_mode) or index.st_size >= FILE_HEADER_SIZE):
+        return False
+    data = status("data")
+    if data is None or data.st_size <= FILE_HEADER_SIZE:
+        return data is None or stat.S_ISREG(data.st_mode)
+    if not stat.S_ISREG(data.st_mode):
+        return False
+    raise corrupt(
+        os.path.join(directory, "index"),
+        0,
+        f"missing or cut short, beside {data.st_size} bytes of data (repair rebuilds it from them)",
+    )
 
 
 def create_log(directory: str, encoding: str) -> None:
-    """A new, empty log: the data file, then the index (both 0600, O_EXCL)."""
+    """A new, empty log: both files written beside their names (0600) and
+    renamed in, the data file first, so ``index`` appears last."""
     log_id = secrets.randbits(64)
-    for name, header in (
-        ("data", file_header(DATA_MAGIC, log_id)),
-        ("index", file_header(INDEX_MAGIC, log_id, encoding)),
-    ):
-        write_new_file(os.path.join(directory, name), header, os.O_EXCL)
+    made = (("data", file_header(DATA_MAGIC, log_id)), ("index", file_header(INDEX_MAGIC, log_id, encoding)))
+    for name, header in made:
+        write_new_file(os.path.join(directory, name + ".tmp"), header, os.O_TRUNC)
+    for name, _ in made:
+        with storage(os.path.join(directory, name), "make the log"):
+            os.replace(os.path.join(directory, name + ".tmp"), os.path.join(directory, name))
     sync_directory(directory)
 
 

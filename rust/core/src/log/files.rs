@@ -7,6 +7,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::format::FILE_HEADER_LEN;
 use crate::error::{Error, Result};
 
 pub fn storage(path: &Path, action: &'static str, error: &std::io::Error) -> Error {
@@ -280,6 +281,41 @@ pub fn data_regions(file: &LogFile, from: u64) -> Result<Vec<(u64, u64)>> {
         at = end;
     }
     Ok(regions)
+}
+
+/// Whether the log in `dir` was never made whole, and is to be made anew:
+/// it has no `index` (made last, see `create_files`), or an `index`
+/// shorter than its header (which a kill could leave when this library
+/// made `index` first). Either way nothing was ever acknowledged, so
+/// `data` holds no record (a header at most): a `data` with more beside a
+/// missing or cut `index` is damage, left for `repair`, which rebuilds the
+/// index from it.
+pub fn never_made_whole(dir: &Path) -> Result<bool> {
+    let stat = |name: &str| -> Result<Option<std::fs::Metadata>> {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) => Ok(Some(meta)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(storage(&path, "stat", &e)),
+        }
+    };
+    let header = FILE_HEADER_LEN as u64;
+    // Anything but a regular file in a file's place is opened, and refused, as it is.
+    let cut = stat("index")?.is_none_or(|m| m.is_file() && m.len() < header);
+    match stat("data")? {
+        _ if !cut => Ok(false),
+        None => Ok(true),
+        Some(m) if !m.is_file() => Ok(false),
+        Some(m) if m.len() <= header => Ok(true),
+        Some(m) => Err(Error::LogCorrupt {
+            file: "index".into(),
+            offset: 0,
+            reason: format!(
+                "missing or cut short, beside {} bytes of data (repair rebuilds it from them)",
+                m.len()
+            ),
+        }),
+    }
 }
 
 /// Write `bytes` to `dir/name` atomically: a temporary file, synced, renamed

@@ -218,21 +218,21 @@ impl MessageLog {
             })
         };
         let write = !options.readonly;
-        let fresh = write && !dir.join("index").exists();
-        if fresh && !options.create {
+        let unfinished = files::never_made_whole(dir)?;
+        if unfinished && !(write && options.create) {
             return Err(Error::LogNotFound {
                 path: dir.display().to_string(),
             });
         }
-        let index = LogFile::open(dir, "index", write, fresh)?;
-        let data = LogFile::open(dir, "data", write, fresh)?;
-        let encoding = if fresh {
+        let encoding = if unfinished {
             let encoding = options.encoding.unwrap_or(Encoding::O200kBase);
-            create_files(dir, &index, &data, encoding)?;
+            create_files(dir, encoding)?;
             encoding
         } else {
             Encoding::ALL[0] // replaced below from the index header
         };
+        let index = LogFile::open(dir, "index", write, false)?;
+        let data = LogFile::open(dir, "data", write, false)?;
         let mut log = Self {
             dir: dir.to_owned(),
             index: Arc::new(index),
@@ -500,8 +500,11 @@ impl Drop for MessageLog {
     }
 }
 
-/// Write the file headers of a new log.
-fn create_files(dir: &Path, index: &LogFile, data: &LogFile, encoding: Encoding) -> Result<()> {
+/// A new log's two files, each written whole beside its name and renamed
+/// in, `data` first: `index` appears last, so a process killed while making
+/// them leaves a directory [`files::never_made_whole`] knows, which the
+/// next open makes anew (nothing was acknowledged yet).
+fn create_files(dir: &Path, encoding: Encoding) -> Result<()> {
     let log_id = {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -516,12 +519,7 @@ fn create_files(dir: &Path, index: &LogFile, data: &LogFile, encoding: Encoding)
         log_id,
         encoding: encoding.to_owned(),
     };
-    data.write_all_at(&header(DATA_MAGIC, 0, "").encode(), 0)?;
-    data.sync()?;
-    index.write_all_at(
-        &header(INDEX_MAGIC, RECORD_LEN as u32, encoding.name()).encode(),
-        0,
-    )?;
-    index.sync()?;
-    files::sync_dir(dir)
+    let data = header(DATA_MAGIC, 0, "").encode();
+    let index = header(INDEX_MAGIC, RECORD_LEN as u32, encoding.name()).encode();
+    files::replace_files(dir, &[("data", &data), ("index", &index)], true)
 }
