@@ -537,6 +537,39 @@ def test_a_failed_open_of_a_new_session_leaves_no_directory(tmp_path):
         assert session.history()[0]["content"] == "hi"
 
 
+@pytest.mark.parametrize(
+    "left",
+    [
+        {"log": None},  # the log's directory made, no file in it yet
+        {"log": {"index": b""}},  # an earlier version's order: index made first, empty
+        {"log": {"index": b"", "data": b"CCLOGDAT" + bytes(56)}},
+        {"provider": b""},  # the marker made, killed before it was written
+    ],
+)
+def test_a_first_open_killed_midway_opens_next_time_for_its_model(tmp_path, left):
+    """A kill during the first open of a new session left these, and every
+    later open failed the same way for good: a 0-byte index was damage, an
+    empty provider marker named a provider "", and an empty log/ was taken
+    for an existing log, made in o200k_base, which gpt-4 then refused."""
+    root = tmp_path / "session"
+    root.mkdir()
+    for name, content in left.items():
+        if name == "log":
+            (root / "log").mkdir()
+            for file, data in (content or {}).items():
+                (root / "log" / file).write_bytes(data)
+        else:
+            (root / name).write_bytes(content)
+    with open_session(tmp_path, model="gpt-4", compact=False) as session:
+        assert session.log.encoding == "cl100k_base"
+        assert session.prepare("hi")["messages"][-1]["content"] == "hi"
+    assert (root / "provider").read_text() == "openai\n"
+    with pytest.raises(ModelEncodingError):  # the log made is gpt-4's, and kept
+        open_session(tmp_path, model="gpt-4o")
+    with open_session(tmp_path, model="gpt-4", compact=False) as session:
+        assert session.history()[0]["content"] == "hi"
+
+
 def test_a_failed_open_does_not_tie_the_directory_to_its_provider(tmp_path):
     with pytest.raises(InvalidTypeError):
         open_session(tmp_path, model="claude-sonnet-4-5", tools=5)

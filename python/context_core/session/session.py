@@ -61,6 +61,7 @@ from context_core.prompt.context_part import SEPARATOR
 from context_core.sdk_messages import message_of, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.learned import read_learned, write_learned
+from context_core.session.markers import write_by_rename
 from context_core.session.memory_events import MemoryEvents
 from context_core.session.prefix_mark import read_prefix, write_prefix
 from context_core.session.report import Request, TurnReport
@@ -422,11 +423,8 @@ class Session:
         root, made = _session_directory(path)
         owned: list[Any] = []
         where = os.path.join(root, "log")
-        # A new log counts in the model's encoding (o200k_base for models
-        # whose tokenizer is not public); an existing one keeps its own.
-        encoding = None if os.path.isdir(where) else Tokenizer.for_model(model, fallback="o200k_base").name
         try:
-            log = MessageLog.open(where, create=True, durability=durability, encoding=encoding)
+            log = _open_log(where, model, durability)
         except LogCorruptError as error:
             raise _with_repair(error, where) from error
         except LogLockedError as error:
@@ -1314,6 +1312,23 @@ def _with_repair(error: LogCorruptError, where: str, *, close_first: bool = Fals
     return hinted
 
 
+def _open_log(where: str, model: str, durability: str) -> MessageLog:
+    """The session's log: a new one (or one a kill left unfinished) counts
+    in the model's encoding (o200k_base for models whose tokenizer is not
+    public). The log decides what is new; an existing log of another
+    encoding refuses that one, and is opened as it is, for
+    :func:`_check_model_encoding` to say so."""
+    wanted = Tokenizer.for_model(model, fallback="o200k_base").name
+    try:
+        return MessageLog.open(where, create=True, durability=durability, encoding=wanted)
+    except InvalidInputError as refused:
+        log = MessageLog.open(where, create=True, durability=durability)
+        if log.encoding == wanted:  # refused for another reason, gone since
+            log.close()
+            raise refused from None
+        return log
+
+
 def _check_model_encoding(model: str, encoding: str) -> None:
     """A log counts in the encoding it was made with: reopened for a model
     whose public tokenizer is another, every count would be that of the
@@ -1371,8 +1386,12 @@ def _check_provider(root: str, provider: Provider) -> None:
             with open(marker, encoding="utf-8") as handle:
                 kept = handle.read().strip()
         except FileNotFoundError:
-            with open(marker, "w", encoding="utf-8") as handle:
-                handle.write(provider + "\n")
+            kept = ""
+        if not kept:
+            # Written whole, by a rename; an empty one (a kill while an
+            # earlier version wrote it in place) names nothing, and no
+            # turn was ever taken: the open that wrote it never returned.
+            write_by_rename(marker, provider + "\n")
             return
     except OSError as error:
         raise storage_error(f"{marker}: {error.strerror or error}", error.errno, marker) from error
