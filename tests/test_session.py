@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -35,6 +36,7 @@ from context_core import (
 )
 from context_core.budget import MODEL_WINDOWS
 from context_core.session.tool_calls import pending_in
+from limits import in_child
 
 TOOLS = [
     {
@@ -1888,6 +1890,152 @@ def test_a_cancelled_aclose_still_closes_the_log(tmp_path):
 
     asyncio.run(run())
     open_session(tmp_path, compact=False).close()
+
+
+def test_every_aclose_returns_only_once_the_session_is_closed(tmp_path):
+    """A second aclose() (after one a timeout cancelled, or beside another)
+    returned at once while the first close still persisted, with the log
+    still locked: a server reopening the path then failed."""
+    release = threading.Event()
+
+    async def run() -> None:
+        session = await AsyncSession.open(tmp_path / "session", model="gpt-4o", store=False)
+        await session.prepare("hi")
+        persist = session.session._persist
+
+        def slow_persist() -> None:
+            assert release.wait(30)
+            persist()
+
+        session.session._persist = slow_persist
+        with pytest.raises(asyncio.TimeoutError):  # given up while the close persists
+            await asyncio.wait_for(session.aclose(), 0.05)
+        again = [asyncio.ensure_future(session.aclose()) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        assert not any(task.done() for task in again)  # the close has not ended
+        with pytest.raises(LogLockedError):
+            open_session(tmp_path, compact=False)
+        release.set()
+        await asyncio.gather(*again)
+        open_session(tmp_path, compact=False).close()  # free once they return
+
+    asyncio.run(run())
+
+
+def test_a_close_that_fails_with_no_caller_left_is_logged(tmp_path, caplog):
+    async def run() -> None:
+        session = await AsyncSession.open(tmp_path / "session", model="gpt-4o", store=False)
+        await session.prepare("hi")
+        release = threading.Event()
+
+        def failing_persist() -> None:
+            assert release.wait(30)
+            raise OSError("disk full")
+
+        session.session._persist = failing_persist
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(session.aclose(), 0.05)
+        release.set()
+        await asyncio.wait([session._closing])  # the close ends with no aclose() waiting
+        with pytest.raises(OSError, match="disk full"):  # raised to a later caller, not logged again
+            await session.aclose()
+
+    async def awaited() -> None:  # a caller waits: raised to it, not logged
+        session = await AsyncSession.open(tmp_path / "other", model="gpt-4o", store=False)
+        await session.prepare("hi")
+
+        def failing_persist() -> None:
+            raise OSError("disk full")
+
+        session.session._persist = failing_persist
+        with pytest.raises(OSError, match="disk full"):
+            await session.aclose()
+
+    with caplog.at_level(logging.WARNING, logger="context_core"):
+        asyncio.run(run())
+        asyncio.run(awaited())
+    failures = [r for r in caplog.records if "closing the session failed: disk full" in r.getMessage()]
+    assert len(failures) == 1
+
+
+def test_a_cancelled_close_waits_for_no_thread_at_the_loops_end():
+    """Compactor.aclose joined its worker in the loop's executor: a timeout
+    on it left that join blocked, and asyncio.run waited for it (for as
+    long as the summarizer's model call) before it returned."""
+    from context_core import Compactor
+
+    def work() -> bool:
+        release = threading.Event()
+        worker = threading.Thread(target=release.wait, args=(30,), daemon=True)
+        worker.start()
+        compactor = Compactor.__new__(Compactor)  # only what aclose() reads
+        compactor._state = threading.Lock()
+        compactor._signal = threading.Condition(compactor._state)
+        compactor._task, compactor._thread = None, worker
+
+        async def main() -> None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(compactor.aclose(), 0.05)
+
+        asyncio.run(main())
+        still = worker.is_alive()  # asyncio.run returned while the worker still runs
+        release.set()
+        return still
+
+    assert in_child(work, seconds=20) == "returned True"
+
+
+def test_an_async_session_awaits_its_stores_embedder(tmp_path):
+    """AsyncSession.prepare called the store's embedder on the event loop:
+    a slow one stalled the loop, and one on an async client (aembed only,
+    as an OpenAIEmbedder on AsyncOpenAI) failed every turn."""
+    from context_core import MemoryStore
+    from context_core.memory_store import HashingEmbedder
+
+    hashing = HashingEmbedder(64)
+
+    class AsyncOnly:
+        name = "async-only"
+        calls = 0
+
+        def embed(self, texts):
+            raise AssertionError("the sync embed of an async-only client")
+
+        async def aembed(self, texts):
+            AsyncOnly.calls += 1
+            await asyncio.sleep(0)
+            return hashing.embed(texts)
+
+    class Blocking:  # a sync embedder that returns once another task has run
+        name = "blocking"
+        ran = threading.Event()
+
+        def embed(self, texts):
+            assert Blocking.ran.wait(10), "the event loop was blocked"
+            return hashing.embed(texts)
+
+    async def turn(embedder, path) -> str:
+        store = MemoryStore(path / "memories.db", embedder=embedder)
+        await store.aremember("Deploys go out on Tuesdays only.")
+        async with await AsyncSession.open(
+            path / "session", model="gpt-4o", store=store, compact=False
+        ) as session:
+            if isinstance(embedder, Blocking):
+                Blocking.ran.clear()
+                asyncio.get_running_loop().call_later(0.01, Blocking.ran.set)
+            request = await session.prepare("When do deploys go out?")
+            assert request.report.memories > 0
+            assert request.report.timings["memory"] > 0
+            text = json.dumps(request["messages"])
+        await asyncio.to_thread(store.close)
+        return text
+
+    (tmp_path / "a").mkdir()
+    assert "Tuesdays" in asyncio.run(turn(AsyncOnly(), tmp_path / "a"))
+    assert AsyncOnly.calls >= 2  # the memory, then the query
+    (tmp_path / "b").mkdir()
+    Blocking.ran.set()  # for the store's own write
+    assert "Tuesdays" in asyncio.run(turn(Blocking(), tmp_path / "b"))
 
 
 class _CountingPolicy:

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from context_core._core import SEGMENTS_KEPT
+from context_core._threads import thread_end
 from context_core.compaction.plan import Job, Wait, plan, starts_turn, turn_starts
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
 from context_core.log import MessageLog
@@ -965,7 +966,7 @@ class Compactor:
             ):  # outcome recorded; a cancel expected
                 await task
         if thread is not None:
-            await asyncio.to_thread(thread.join, timeout if wait else 0)
+            await thread_end(thread, timeout if wait else 0)
         with self._state:
             self._abandon = True
 

@@ -1,14 +1,17 @@
 """The same Session for asyncio servers: ``await`` on every call.
 
-A turn's own work (append, search, select, render, count) is CPU-bound and
-sub-millisecond at ordinary sizes, so it runs inline rather than paying a
-thread hop. What can take long runs off the event loop: draining compaction
-(``Compactor.aclose``) and persisting learnings at the end.
+A turn's own work (append, select, render, count, and a search with the
+built-in embedder) is CPU-bound and sub-millisecond at ordinary sizes, so it
+runs inline rather than paying a thread hop. What can take long runs off the
+event loop: a memory search with any other embedder (awaited through the
+store's ``asearch``, so an async client's ``aembed`` works), draining
+compaction (``Compactor.aclose``) and persisting learnings at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -20,6 +23,8 @@ from context_core.session.tool_calls import ToolCall
 
 __all__ = ["AsyncSession"]
 
+logger = logging.getLogger("context_core")
+
 
 class AsyncSession:
     """:class:`~context_core.Session` with awaitable calls: ``await
@@ -28,6 +33,10 @@ class AsyncSession:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+        # The close every aclose() waits for: one, run to its end even if
+        # they are all cancelled; and how many wait for it now.
+        self._closing: asyncio.Future[None] | None = None
+        self._waiting = 0
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncSession:
@@ -60,7 +69,20 @@ class AsyncSession:
         now: datetime | str | None = None,
         attachments: Sequence[Any] = (),
     ) -> Request:
-        return self.session.prepare(user_input, now=now, attachments=attachments)
+        """As :meth:`Session.prepare`. A new input's memory search is
+        awaited where it may wait on a model or another thread (an
+        embedder other than the built-in one, a store of the caller's
+        own); the rest runs inline."""
+        session = self.session
+        if user_input is None or not _awaits_its_search(session.store):
+            return session.prepare(user_input, now=now, attachments=attachments)
+        session._check_open()
+        started = session._clock()
+        _, query = session._turn_input(user_input, attachments)
+        if query is None:  # tool results as the input: the turn's next step searches nothing
+            return session.prepare(user_input, now=now, attachments=attachments)
+        memories = await _search(session, query)
+        return session._prepare_turn(user_input, now, attachments, (memories, session._clock() - started))
 
     async def record(self, response: Any) -> tuple[ToolCall, ...]:
         return self.session.record(response)
@@ -78,19 +100,38 @@ class AsyncSession:
         await self._aclose(persist=persist, wait=wait, forget=not persist)
 
     async def _aclose(self, *, persist: bool, wait: bool, forget: bool) -> None:
+        """Drains, then closes. A call while another's close runs waits for
+        it (the session is closed when it returns), with that call's
+        options; a close made by :meth:`Session.close` is not waited for."""
         session = self.session
-        if session._closed:
-            return
-        try:
-            if session.compactor is not None:
-                await session.compactor.aclose(wait=wait)
-            if session._events is not None:  # the store's writes, finished off the loop
-                await asyncio.to_thread(session._events.close, wait=wait and persist)
-        finally:
-            # Even if draining was cancelled: the log's lock must not outlive the session.
-            await asyncio.shield(
-                asyncio.to_thread(session._close, persist=persist, wait=False, forget=forget)
-            )
+        if self._closing is None and not session._closed:
+            try:
+                if session.compactor is not None:
+                    await session.compactor.aclose(wait=wait)
+                if session._events is not None:  # the store's writes, finished off the loop
+                    await session._events.aclose(wait=wait and persist)
+            finally:
+                # Even if draining was cancelled: the log's lock must not
+                # outlive the session, so the close runs to its end.
+                if self._closing is None and not session._closed:
+                    self._closing = asyncio.ensure_future(
+                        asyncio.to_thread(session._close, persist=persist, wait=False, forget=forget)
+                    )
+                    self._closing.add_done_callback(self._close_ended)
+        if self._closing is not None:
+            self._waiting += 1
+            try:
+                await asyncio.shield(self._closing)
+            finally:
+                self._waiting -= 1
+
+    def _close_ended(self, closing: asyncio.Future[None]) -> None:
+        """A close that failed with every caller gone (each cancelled) has
+        no one to raise its error to: it is logged instead. (This runs
+        before a waiting caller resumes, so the count is still theirs.)"""
+        error = None if closing.cancelled() else closing.exception()  # marked as seen, whoever waits
+        if error is not None and not self._waiting:
+            logger.warning("context_core: closing the session failed: %s", error)
 
     async def __aenter__(self) -> AsyncSession:
         return self
@@ -98,3 +139,27 @@ class AsyncSession:
     async def __aexit__(self, *exc: object) -> None:
         # As Session's: a block that raised leaves its messages to the next close.
         await self._aclose(persist=exc[0] is None, wait=True, forget=False)
+
+
+def _awaits_its_search(store: Any) -> bool:
+    """Whether a turn's search is awaited: it is, unless there is no store
+    or it is a :class:`~context_core.MemoryStore` on its built-in embedder
+    (no model to wait on: inline costs less than a thread hop)."""
+    if store is None:
+        return False
+    from context_core.memory_store import MemoryStore  # loaded already: the session has a store
+
+    return not (type(store) is MemoryStore and store._builtin_embedder)
+
+
+async def _search(session: Session, query: str) -> list[str]:
+    """:meth:`Session._search`, awaited: a store's ``asearch`` (which
+    awaits its embedder's ``aembed``), else its search in a worker thread."""
+    arguments = session._search_arguments(query)
+    if arguments is None:
+        return []
+    asearch = getattr(session.store, "asearch", None)
+    if asearch is None:
+        return await asyncio.to_thread(session._search, query)
+    found = [hit.memory.text for hit in await asearch(query, **arguments)]
+    return session._within(found, arguments["max_tokens"])

@@ -42,6 +42,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from context_core._threads import thread_end
+
 __all__ = ["ERROR_CHARS", "NEXT_TURN_WAIT", "TURN_WAIT", "MemoryEvents", "error_line"]
 
 logger = logging.getLogger("context_core")
@@ -288,3 +290,11 @@ class MemoryEvents:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+
+    async def aclose(self, *, wait: bool = True) -> None:
+        """:meth:`close` for asyncio: the worker's end is waited for without
+        a thread of the loop's (a cancelled wait leaves none blocked)."""
+        self.close(wait=wait, timeout=0)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            await thread_end(thread)

@@ -681,10 +681,22 @@ class Session:
         were recorded) reuses the turn's memories. ``now``: the prompt's
         date line (default: the current time). Background compaction waits
         while it runs."""
+        return self._prepare_turn(user_input, now, attachments, None)
+
+    def _prepare_turn(
+        self,
+        user_input: str | Mapping[str, Any] | None,
+        now: datetime | str | None,
+        attachments: Sequence[Any],
+        searched: tuple[list[str], float] | None,
+    ) -> Request:
+        """:meth:`prepare`; ``searched``: the input's memories, found
+        beforehand (by :class:`~context_core.AsyncSession`, awaiting the
+        store) in that many seconds, which the report counts."""
         self._check_open()
         with self._quiet(preparing=True):
             try:
-                request = self._prepare(user_input, now, attachments)
+                request = self._prepare(user_input, now, attachments, searched)
                 self._last_reply = None  # a reply after a request is a new one, whatever its id
                 return request
             except LogCorruptError as error:
@@ -707,9 +719,10 @@ class Session:
         user_input: str | Mapping[str, Any] | None,
         now: datetime | str | None,
         attachments: Sequence[Any],
+        searched: tuple[list[str], float] | None = None,
     ) -> Request:
         clock = self._clock
-        started = clock()
+        started = clock() - (0.0 if searched is None else searched[1])
         timings: dict[str, float] = {}
         if user_input is None:
             if attachments:
@@ -736,20 +749,17 @@ class Session:
             except BaseException:
                 self._turn, self._step, self._said = before
                 raise
-        message = _input_message(user_input, attachments)
-        _check_input_shape(message, self.provider)
-        check_call_ids(message, "user_input")
-        check_sendable(message, self.provider, "user_input")
+        message, query = self._turn_input(user_input, attachments)
         # The search and the prompt need only the input: done before it is
         # logged, so a store that fails, or an input that cannot fit beside
         # the prompt, leaves the log as it was.
-        if only_results(message):
+        if query is None:
             # Tool results given as the input (as Anthropic's own loop builds
             # them) are the turn's next step: its memories and skills stay.
             said, memories, turn, step = self._next_step()
         else:
-            said = own_text(message)
-            memories = self._search(said)
+            said = query
+            memories = self._search(said) if searched is None else searched[0]
             turn, step = self._turn + 1, 0
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
@@ -795,6 +805,18 @@ class Session:
         if self._events is not None:
             self._events.message(message, logged)  # what it says worth keeping, stored in the background
         return request
+
+    def _turn_input(
+        self, user_input: str | Mapping[str, Any], attachments: Sequence[Any]
+    ) -> tuple[dict[str, Any], str | None]:
+        """The input checked, as the message to log, and the text the store
+        is searched with (``None``: tool results given as the input, the
+        turn's next step, which searches nothing)."""
+        message = _input_message(user_input, attachments)
+        _check_input_shape(message, self.provider)
+        check_call_ids(message, "user_input")
+        check_sendable(message, self.provider, "user_input")
+        return message, None if only_results(message) else own_text(message)
 
     def _prompt(
         self, said: str, now: datetime | str | None, timings: dict[str, float], mark: float
@@ -954,14 +976,9 @@ class Session:
         return now
 
     def _search(self, query: str) -> list[str]:
-        if self.store is None or not query.strip() or self.memory_k == 0:
+        arguments = self._search_arguments(query)
+        if arguments is None:
             return []
-        cap = self.memory_tokens
-        if cap is None and not isinstance(self.policy, PriorityAssembly):
-            # Memories a policy does not place itself go in whole: uncapped,
-            # they could leave an input no room at all.
-            cap = max(1, self._room(0) // _MEMORY_SHARE)
-        arguments = {"namespace": self.namespace, "k": self.memory_k, "max_tokens": cap}
         # Only the texts go in the prompt: a MemoryStore gives just those,
         # for less; a store of the caller's own may have only `search`.
         texts = getattr(self.store, "search_texts", None)
@@ -969,8 +986,22 @@ class Session:
             found = list(texts(query, **arguments))
         else:
             found = [hit.memory.text for hit in self.store.search(query, **arguments)]
-        # Whole memories within the cap, in this session's encoding: a store
-        # of the caller's own may not keep to it, and ours counts in its own.
+        return self._within(found, arguments["max_tokens"])
+
+    def _search_arguments(self, query: str) -> dict[str, Any] | None:
+        """What the store is asked for ``query``'s memories (``None``: no search)."""
+        if self.store is None or not query.strip() or self.memory_k == 0:
+            return None
+        cap = self.memory_tokens
+        if cap is None and not isinstance(self.policy, PriorityAssembly):
+            # Memories a policy does not place itself go in whole: uncapped,
+            # they could leave an input no room at all.
+            cap = max(1, self._room(0) // _MEMORY_SHARE)
+        return {"namespace": self.namespace, "k": self.memory_k, "max_tokens": cap}
+
+    def _within(self, found: list[str], cap: int | None) -> list[str]:
+        """Whole memories within the cap, in this session's encoding: a store
+        of the caller's own may not keep to it, and ours counts in its own."""
         if cap is None:
             return found
         kept, used = [], 0
