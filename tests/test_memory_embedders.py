@@ -13,7 +13,7 @@ import numpy as np
 import openai
 import pytest
 
-from context_core import EmbeddingError, InvalidInputError, MemoryStore
+from context_core import EmbeddingError, InvalidInputError, InvalidTypeError, MemoryStore
 from context_core.memory_store import (
     CallableEmbedder,
     HashingEmbedder,
@@ -84,6 +84,29 @@ def test_async_embeddings(server):
     assert rows.tolist() == [[0.5, 0.5]]
     local = asyncio.run(aembed(HashingEmbedder(8), ["x", "y"]))
     assert np.array_equal(local, HashingEmbedder(8).embed(["x", "y"]))
+
+
+def test_each_form_of_embed_uses_the_client_it_can_call(server, recwarn):
+    """An async client's embed() made a coroutine and failed on it ("no
+    attribute 'data'", and a never-awaited warning), so a Session's
+    background writes failed on the README's AsyncOpenAI embedder; a sync
+    client's aembed() awaited what is not awaitable."""
+    url = server.url + "/v1"
+    sync = openai.OpenAI(base_url=url, api_key="k", max_retries=0)
+    async_ = openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0)
+    server.script(*[Reply(body=embeddings_body([[0.5, 0.5]])) for _ in range(3)])
+    alone = OpenAIEmbedder(async_, "emb")
+    with pytest.raises(EmbeddingError, match="needs a sync client"):
+        alone.embed(["x"])
+    assert server.received == []  # nothing sent, no coroutine made
+    assert asyncio.run(aembed(OpenAIEmbedder(sync, "emb"), ["x"])).tolist() == [[0.5, 0.5]]
+    both = OpenAIEmbedder(sync, "emb", async_client=async_)
+    assert both.embed(["y"]).tolist() == [[0.5, 0.5]]
+    assert asyncio.run(aembed(both, ["z"])).tolist() == [[0.5, 0.5]]
+    assert [r.json["input"] for r in server.received] == [["x"], ["y"], ["z"]]
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
+    with pytest.raises(InvalidTypeError, match="async_client must be an async client"):
+        OpenAIEmbedder(sync, "emb", async_client=sync)
 
 
 def test_a_store_on_an_async_client_writes_and_searches_through_its_async_methods(server, tmp_path):

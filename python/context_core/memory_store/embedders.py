@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -133,12 +134,29 @@ class CallableEmbedder:
 
 class OpenAIEmbedder:
     """Embeddings through the user's own ``openai.OpenAI`` client (or any
-    OpenAI-compatible one): ``client.embeddings.create(model=..., input=...)``."""
+    OpenAI-compatible one): ``client.embeddings.create(model=..., input=...)``.
+
+    ``embed`` needs a sync client and ``aembed`` prefers an async one: give
+    one, or both (the async one as ``async_client=``). A store's async
+    methods work on an ``AsyncOpenAI`` client alone; a
+    :class:`~context_core.Session` also writes memories from a thread of
+    its own, through ``embed``, so it needs the sync one too."""
 
     def __init__(
-        self, client: Any, model: str = "text-embedding-3-small", *, dimensions: int | None = None
+        self,
+        client: Any,
+        model: str = "text-embedding-3-small",
+        *,
+        dimensions: int | None = None,
+        async_client: Any = None,
     ) -> None:
+        if async_client is not None and not _is_async(async_client):
+            raise InvalidTypeError(
+                "async_client must be an async client (embeddings.create a coroutine function),"
+                f" got {type(async_client).__name__}"
+            )
         self.client = client
+        self.async_client = async_client
         self.model = model
         self.dimensions = dimensions
 
@@ -160,6 +178,12 @@ class OpenAIEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
+        if _is_async(self.client):
+            # Called, it would only make a coroutine (never awaited).
+            raise EmbeddingError(
+                "embed() needs a sync client, and this OpenAIEmbedder has only an async one:"
+                " await aembed(), or give both: OpenAIEmbedder(OpenAI(), async_client=AsyncOpenAI())"
+            )
         try:
             response = self.client.embeddings.create(**self._arguments(items))
         except Exception as error:
@@ -168,11 +192,21 @@ class OpenAIEmbedder:
 
     async def aembed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
+        client = self.async_client if self.async_client is not None else self.client
+        if not _is_async(client):  # a sync client alone: off the event loop
+            return await asyncio.to_thread(self.embed, items)
         try:
-            response = await self.client.embeddings.create(**self._arguments(items))
+            response = await client.embeddings.create(**self._arguments(items))
         except Exception as error:
             raise EmbeddingError(f"the embeddings request failed: {type(error).__name__}: {error}") from error
         return self._rows(response, len(items))
+
+
+def _is_async(client: Any) -> bool:
+    """Whether ``client.embeddings.create`` is a coroutine function (an
+    ``AsyncOpenAI`` client's is)."""
+    create = getattr(getattr(client, "embeddings", None), "create", None)
+    return create is not None and inspect.iscoroutinefunction(create)
 
 
 @contextlib.contextmanager
