@@ -564,3 +564,45 @@ def test_session_commands_advise_their_own_options(tmp_path, capsys):
     assert json.loads(out)["summary"]["model"] == "claude-sonnet-4-5"  # the default, for its shape
     assert run(["replay", str(claude), "--model", "gpt-4o"])[0] == 2  # asked for, not replaced
     assert "anthropic's shape" in capsys.readouterr().err
+
+
+def test_replay_names_the_message_it_cannot_store_and_never_drops_it(tmp_path, capsys):
+    """A tool result the session could not store (a lone surrogate) was
+    dropped without a word, and the run said 1 of 2 calls, exit 0; a
+    tool-call argument nested past the JSON parser's depth printed a
+    traceback."""
+    surrogate = tmp_path / "surrogate.json"
+    surrogate.write_text(
+        json.dumps(
+            [
+                {"role": "user", "content": "read it"},
+                {"role": "assistant", "content": None, "tool_calls": [call_of("c1")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "bad \udcff byte"},
+                {"role": "assistant", "content": "done"},
+            ]
+        )
+    )
+    assert run(["replay", str(surrogate)])[0] == 2
+    err = capsys.readouterr().err
+    assert f"{surrogate}: message 2: result.content" in err
+    assert "lone surrogate" in err
+    deep = tmp_path / "deep.json"
+    nested = call_of("c1")
+    nested["function"]["arguments"] = "[" * 1000 + "]" * 1000
+    deep.write_text(
+        json.dumps(
+            [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": None, "tool_calls": [nested]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                {"role": "assistant", "content": "done"},
+            ]
+        )
+    )
+    for command in ("replay", "build"):
+        assert run([command, str(deep)])[0] == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def call_of(call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}

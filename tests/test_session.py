@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import re
 import threading
 
@@ -2243,3 +2244,132 @@ def test_a_damaged_newest_record_fails_the_open_with_the_way_out(tmp_path):
         request = session.prepare("and now?")
         assert request["messages"][-1]["content"] == "and now?"
         assert "answer 1" in json.dumps(request["messages"])
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {
+            "role": "assistant",
+            "tool_calls": [{**call("c1"), "function": {"name": "f", "arguments": {"b": b"x"}}}],
+        },
+        {
+            "role": "assistant",
+            "tool_calls": [{**call("c1"), "function": {"name": "f", "arguments": {(1,): 2}}}],
+        },
+        {
+            "role": "assistant",
+            "tool_calls": [{**call("c1"), "function": {"name": "f", "arguments": _nested(1500)}}],
+        },
+        {
+            "role": "assistant",
+            "tool_calls": [{**call("c1"), "function": {"name": _nested(1500), "arguments": "{}"}}],
+        },
+        {"role": _nested(1500), "content": "hi"},
+        {"output": [{"type": "message", "content": 5}]},
+        {"output": [{"type": "message", "content": [{"type": "output_text", "text": _nested(1500)}]}]},
+        {"role": "assistant", "content": "fine", "extra": float("nan")},
+    ],
+    ids=["bytes", "tuple-key", "deep-arguments", "deep-name", "deep-role", "content-int", "deep-text", "nan"],
+)
+def test_a_reply_that_cannot_be_sent_is_refused_with_the_librarys_errors(tmp_path, reply):
+    """These escaped as TypeError, ValueError or RecursionError (or, a NaN,
+    was logged and failed every later request: the SDKs send strict JSON)."""
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("hi")
+        with pytest.raises((InvalidInputError, InvalidTypeError)):
+            session.record(reply)
+        assert len(session.log) == 1  # nothing logged
+        session.record({"role": "assistant", "content": "hello"})
+        request = session.prepare("again")
+        json.dumps(request["messages"], allow_nan=False)
+
+
+def test_no_nan_reaches_the_log_from_an_input_or_a_result(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        image = {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": float("inf")}}
+        with pytest.raises(InvalidInputError, match="user_input: holds inf"):
+            session.prepare({"role": "user", "content": [{"type": "text", "text": "see"}, image]})
+        session.prepare("read it")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        with pytest.raises(InvalidInputError, match="result: holds nan"):
+            session.record_tool_result("c1", [{"type": "text", "text": "x", "score": float("nan")}])
+        session.record_tool_result("c1", "fine")
+        json.dumps(session.prepare()["messages"], allow_nan=False)
+
+
+def test_a_usage_no_ratio_takes_is_logged_and_the_reply_still_recorded(tmp_path, caplog):
+    """An absurd usage (10**400 prompt tokens) raised OverflowError after
+    the reply was logged, and with BudgetWarning made an error a rejected
+    sample raised: the caller never got the calls, and a retry was "recorded
+    already"."""
+    import warnings
+
+    from context_core import BudgetWarning
+
+    with open_session(tmp_path, compact=False) as session, warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetWarning)
+        for n, prompt_tokens in enumerate((10**400, 10**9)):
+            session.prepare("read it")
+            reply = {
+                "id": f"r{n}",
+                "choices": [
+                    {"message": {"role": "assistant", "content": None, "tool_calls": [call(f"c{n}")]}}
+                ],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1},
+            }
+            with caplog.at_level(logging.WARNING, logger="context_core"):
+                calls = session.record(reply)
+            assert [c.id for c in calls] == [f"c{n}"]
+            session.record_tool_result(f"c{n}", "x")
+        assert session.budget.rejected == 2
+    assert sum("usage sample rejected" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_many_calls_of_one_id_each_get_their_own(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("run them")
+        calls = session.record({"role": "assistant", "content": None, "tool_calls": [call("c")] * 300})
+        assert [c.id for c in calls] == ["c"] + [f"c_{n}" for n in range(2, 301)]
+        session.prepare("again?")
+        calls = session.record({"role": "assistant", "content": None, "tool_calls": [call("c")] * 3})
+        assert [c.id for c in calls] == ["c_301", "c_302", "c_303"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"identity": "bad \udcff"},
+        {"tools": [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": "\udcff"}}]},
+    ],
+    ids=["identity", "tools"],
+)
+def test_a_prompt_part_no_request_can_carry_is_refused_at_open(tmp_path, options):
+    with pytest.raises(InvalidInputError, match="lone surrogate"):
+        open_session(tmp_path, **options)
+    assert not (tmp_path / "session").exists()
+
+
+def test_a_now_no_request_can_carry_is_refused(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        with pytest.raises(InvalidInputError, match="now holds a lone surrogate"):
+            session.prepare("hi", now="Monday \udcff")
+        assert len(session.log) == 0
+        assert session.prepare("hi", now="Monday")["messages"][-1]["content"] == "hi"
+
+
+def test_an_open_refused_for_its_durability_or_path_leaves_nothing(tmp_path):
+    with pytest.raises(InvalidInputError, match="durability"):
+        open_session(tmp_path, durability="zzz")
+    assert not (tmp_path / "session").exists()
+    undecodable = tmp_path / os.fsdecode(b"s-\xff")
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        Session.open(undecodable, model="gpt-4o", store=False)
+    assert not os.path.exists(undecodable)

@@ -338,22 +338,29 @@ class Budget:
         A sample outside :data:`RATIO_RANGE` is not learned: it is counted in
         ``rejected`` and a :class:`BudgetWarning` says why. Returns the ratio,
         which is the median of the recent samples (see :attr:`ratio`)."""
+        refused = self._observe(counted, reported)
+        if refused is not None:
+            warnings.warn(BudgetWarning(refused), stacklevel=2)
+        return self.ratio
+
+    def _observe(self, counted: int, reported: int | Mapping[str, Any] | Any) -> str | None:
+        """:meth:`observe`, saying why a sample was rejected instead of
+        warning (for a caller that logs it: a ``Session``'s ``record``)."""
         counted = _count(counted, "counted", positive=True)
         tokens = _reported_tokens(reported)
-        sample = tokens / counted
+        try:
+            sample = tokens / counted
+        except OverflowError:  # an int past any float: out of range whatever it is
+            sample = math.inf
         low, high = RATIO_RANGE
         if not low <= sample <= high:
             self.rejected += 1
-            warnings.warn(
-                BudgetWarning(
-                    f"usage sample rejected: {tokens} reported / {counted} counted = {sample:.3g} "
-                    f"tokens per counted token, outside [{low:g}, {high:g}]; the ratio stays "
-                    f"{self.ratio:.3g}. Give the whole usage (Anthropic's input_tokens leaves out "
-                    "the cached tokens) and count the whole prompt (system, tools, messages)"
-                ),
-                stacklevel=2,
+            return (
+                f"usage sample rejected: {tokens} reported / {counted} counted = {sample:.3g} "
+                f"tokens per counted token, outside [{low:g}, {high:g}]; the ratio stays "
+                f"{self.ratio:.3g}. Give the whole usage (Anthropic's input_tokens leaves out "
+                "the cached tokens) and count the whole prompt (system, tools, messages)"
             )
-            return self.ratio
         self._samples.append(sample)
         self.observations += 1
-        return self.ratio
+        return None

@@ -96,9 +96,19 @@ def _responses_message(output: list[Any]) -> dict[str, Any]:
         if not isinstance(item, Mapping):
             continue
         if item.get("type") == "message":
-            for part in item.get("content") or ():
+            parts = item.get("content") or ()
+            if not isinstance(parts, (list, tuple)):
+                raise InvalidTypeError(
+                    f"response.output: a message's content must be a list, not {type(parts).__name__}"
+                )
+            for part in parts:
                 if isinstance(part, Mapping) and part.get("type") == "output_text":
-                    texts.append(str(part.get("text", "")))
+                    text = part.get("text", "")
+                    if not isinstance(text, str):
+                        raise InvalidTypeError(
+                            f"response.output: an output_text's text must be a str, not {type(text).__name__}"
+                        )
+                    texts.append(text)
         elif item.get("type") == "function_call":
             calls.append(
                 {

@@ -178,7 +178,7 @@ def replay(
     progress: Any = None,
 ) -> Replay:
     """Drive a session in ``directory`` through ``messages``."""
-    from context_core import Budget, MemoryStore, OverBudgetError, Session
+    from context_core import Budget, ContextCoreError, MemoryStore, OverBudgetError, Session
     from context_core.memory_store import HashingEmbedder
     from context_core.select import tag
     from context_core.session.session import says_nothing
@@ -207,8 +207,10 @@ def replay(
     result = Replay(model=model, provider=provider, policy=policy)
     assistants = sum(m.get("role") == "assistant" for m in rest)
     done = 0
+    at = len(messages) - len(rest) - 1  # the transcript's number of the message replayed
     try:
         for message in rest:
+            at += 1
             role = message.get("role")
             if role == "assistant" and said is None and not session.needs_reply:
                 # A reply with nothing before it to answer (the first, one
@@ -311,10 +313,23 @@ def replay(
             session.compactor.close(wait=True)
             status = session.compactor.status
             result.compactions = {"written": dict(status.written), "failures": status.failures}
+    except ContextCoreError as error:  # which message of the transcript it was
+        raise _at_message(error, at) from error
     finally:
         session.close(persist=False)
         session.store.close()
     return result
+
+
+def _at_message(error: Exception, at: int) -> Exception:
+    """``error`` naming message ``at`` of the transcript, its class and
+    fields kept (``error`` itself, if its class cannot be made so)."""
+    try:
+        located = type(error)(f"message {at}: {error}")
+    except Exception:  # a class that takes more than a message
+        return error
+    located.__dict__.update(error.__dict__)
+    return located
 
 
 def _results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -325,10 +340,10 @@ def _results_of(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _result(session: Any, call_id: Any, content: Any, is_error: bool) -> None:
-    from context_core import InvalidInputError
-
-    # A result no call is waiting on (the transcript's own defect) is left out, as repair would.
-    with contextlib.suppress(InvalidInputError):
+    # A result no call is waiting on (the transcript's own defect) is left
+    # out, as repair would; one that is waited on and cannot be stored (a
+    # lone surrogate) fails the replay, as a reply that cannot does.
+    if isinstance(call_id, str) and session._waiting_as(call_id) in session._pending:
         session.record_tool_result(call_id, "" if content is None else content, is_error=is_error)
 
 
@@ -454,7 +469,7 @@ def _run(
 ) -> Replay:
     import warnings
 
-    from context_core import BudgetTooSmallError, PromptCacheWarning, UnknownModelError
+    from context_core import BudgetTooSmallError, ContextCoreError, PromptCacheWarning, UnknownModelError
 
     model, provider = _options(args, messages)
     update, stop = _progress(stderr) if not getattr(args, "quiet", False) else (None, lambda: None)
@@ -481,6 +496,8 @@ def _run(
             raise InputError(
                 f"--budget {args.budget} leaves no room for the history; give a larger one"
             ) from None
+        except ContextCoreError as error:  # a message the session refused: named with its file
+            raise InputError(f"{args.file}: {error}") from None
         finally:
             stop()
 

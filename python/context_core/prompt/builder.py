@@ -66,7 +66,7 @@ from context_core.prompt.memory_layer import MemoryLayer, MemorySource
 from context_core.prompt.never_enter import Rules, drop
 from context_core.prompt.parts import PromptBreakdown, PromptParts
 from context_core.prompt.prefix import Prefix, SystemPart
-from context_core.prompt.sections import Pairs, format_time, key_values, lines, pairs, piece
+from context_core.prompt.sections import Pairs, check_text, format_time, key_values, lines, pairs, piece
 from context_core.prompt.skills import Skill, SkillRegistry
 from context_core.types import ToolLike
 
@@ -205,6 +205,7 @@ class PromptBuilder:
         if guide:
             sections.append(("memory_guide", guide.strip("\n")))
         for layer, text in sections:
+            check_text(text, f"the {layer} layer")
             self._refuse_rules(text, f"the {layer} layer")
         system_pieces = [
             piece(TITLES.get(layer, ""), text, i == len(sections) - 1)
@@ -214,6 +215,7 @@ class PromptBuilder:
         self._system = SystemPart("".join(system_pieces), tools, self.tokenizer, sum(system_counts))
         for index, schema in enumerate(self._system.tools):
             for text in _strings(schema):
+                check_text(text, f"tools[{index}]")
                 self._refuse_rules(text, f"tools[{index}]")
         self._system_layers = {"tools": self._system.tools_tokens} if self._system.tools else {}
         self._system_layers.update(zip((layer for layer, _ in sections), system_counts, strict=True))

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Union
 
-from context_core.errors import InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.prompt.escape import one_line
 
-__all__ = ["Pairs", "format_time", "key_values", "lines", "pairs", "piece"]
+__all__ = ["Pairs", "check_text", "format_time", "key_values", "lines", "pairs", "piece"]
 
 Pairs = Union[Mapping[str, object], Iterable[tuple[str, object]]]
 """Key-value lines: a mapping (rendered in sorted key order) or pairs (in order)."""
@@ -53,7 +53,8 @@ def pairs(items: Pairs | None, what: str) -> tuple[tuple[str, str], ...]:
         if not isinstance(key, str):
             raise InvalidTypeError(f"{what}: keys must be str, got {type(key).__name__}")
         if value is not None:
-            out.append((key, value if isinstance(value, str) else str(value)))
+            text = value if isinstance(value, str) else str(value)
+            out.append((check_text(key, f"{what} key"), check_text(text, f"{what}[{key!r}]")))
     return tuple(out)
 
 
@@ -84,11 +85,22 @@ def piece(title: str, body: str, last: bool) -> str:
     return text if last else text + SEPARATOR
 
 
+def check_text(text: str, where: str) -> str:
+    """``text``, if a request can carry it: a lone surrogate (as a name
+    decoded with ``errors="surrogateescape"`` holds) has no UTF-8, and the
+    SDK would fail on it at every request that holds it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{where} holds a lone surrogate, which has no UTF-8") from None
+    return text
+
+
 def format_time(now: datetime | str) -> str:
     """``2024-01-18 10:30 PST``: to the minute (a turn a second later renders
     the same line), with the zone's name when ``now`` is aware."""
     if isinstance(now, str):
-        return now
+        return check_text(now, "now")
     if not isinstance(now, datetime):
         raise InvalidTypeError(f"now must be a datetime or a str, got {type(now).__name__}")
     zone = now.tzname()

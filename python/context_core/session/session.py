@@ -88,6 +88,8 @@ __all__ = ["Session"]
 
 logger = logging.getLogger("context_core")
 
+_DURABILITIES = ("always", "batch", "never")
+
 #: The tokens a session first leaves under its room (it learns more if a
 #: request still comes out over, up to 1% of the limit).
 _FIRST_MARGIN = 16
@@ -402,6 +404,10 @@ class Session:
             raise InvalidTypeError(f"budget must be a Budget or an int (tokens), got {type(budget).__name__}")
         if isinstance(memory_k, bool) or not isinstance(memory_k, int) or memory_k < 0:
             raise InvalidInputError(f"memory_k must be an int >= 0, got {memory_k!r}")
+        if durability not in _DURABILITIES:  # before anything is made on disk
+            raise InvalidInputError(
+                f"durability must be one of {', '.join(map(repr, _DURABILITIES))}, got {durability!r}"
+            )
         for name, given in (("clock", clock), ("wall", wall)):
             if not callable(given):
                 raise InvalidTypeError(
@@ -433,6 +439,10 @@ class Session:
                 f"{where}: another Session (or a MessageLog) has this session open; close it"
                 " first (a session has one writer: a server keeps one Session a conversation)"
             ) from error
+        except BaseException:
+            if made:  # an open that failed leaves no half-made session behind
+                shutil.rmtree(root, ignore_errors=True)
+            raise
         owned.append(log)
         try:
             _check_model_encoding(model, log.encoding)
@@ -1074,7 +1084,9 @@ class Session:
             raise InvalidInputError(f"the reply {given_id!r} is recorded already; record each response once")
         as_given = message
         if message.get("role") != "assistant":
-            raise InvalidInputError(f"a reply is an assistant message, got role {message.get('role')!r}")
+            role = message.get("role")
+            shown = repr(role) if isinstance(role, str) or role is None else f"of type {type(role).__name__}"
+            raise InvalidInputError(f"a reply is an assistant message, got role {shown}")
         shape = _shape(message)
         if shape is not None and shape != self.provider:
             # Sent back to the other API, its calls and results would be refused or repaired away.
@@ -1096,7 +1108,11 @@ class Session:
         if usage is not None:
             self._cached = usage.cached
             if self._counted and usage.prompt:
-                self.budget.observe(self._counted, usage.prompt)
+                # Logged, not warned: the reply is in the log, and a warning
+                # made an error would raise from a record that happened.
+                refused = self.budget._observe(self._counted, usage.prompt)
+                if refused is not None:
+                    logger.warning("context_core: %s", refused)
         if self._events is not None:
             self._events.message(message, self.last_seq)
         return tuple(calls)
@@ -1110,10 +1126,7 @@ class Session:
             raise InvalidTypeError(f"call_id must be a str, got {type(call_id).__name__}")
         if not isinstance(is_error, bool):
             raise InvalidTypeError(f"is_error must be a bool, got {type(is_error).__name__}")
-        if call_id not in self._pending:  # a renamed call, by the id its server gave
-            call_id = next(
-                (stored for stored in self._renamed_as(call_id) if stored in self._pending), call_id
-            )
+        call_id = self._waiting_as(call_id)
         if call_id not in self._pending:
             waiting = ", ".join(self._pending) or "none"
             raise InvalidInputError(f"no tool call {call_id!r} is waiting for a result (waiting: {waiting})")
@@ -1131,6 +1144,13 @@ class Session:
         if is_error and call is not None and self._events is not None:
             self._events.tool_failed(call.name, content)  # a lesson for later turns and sessions
         return self.last_seq
+
+    def _waiting_as(self, call_id: str) -> str:
+        """The id under which the call ``call_id`` waits: itself, or for a
+        call renamed, the id it was stored as (``call_id`` if none waits)."""
+        if call_id in self._pending:
+            return call_id
+        return next((stored for stored in self._renamed_as(call_id) if stored in self._pending), call_id)
 
     def _renamed_as(self, given: str) -> list[str]:
         """The stored ids of calls whose server gave ``given``: as renamed
@@ -1395,6 +1415,10 @@ def _session_directory(path: str | os.PathLike[str]) -> tuple[str, bool]:
         raise InvalidTypeError(f"path must be a str or a path, got {type(path).__name__}") from None
     if not isinstance(root, str) or not root or "\0" in root:
         raise InvalidInputError(f"path must be a directory's name, got {root!r}")
+    try:
+        root.encode("utf-8")
+    except UnicodeEncodeError:  # a name os.fsdecode kept undecodable bytes of
+        raise InvalidInputError(f"path must be UTF-8 text; {root!r} holds a lone surrogate") from None
     try:
         os.makedirs(root)
         return root, True

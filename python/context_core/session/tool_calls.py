@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,9 +44,15 @@ def _arguments(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what the parser takes
             return raw
     return raw
+
+
+def _name(value: Any) -> str:
+    """A call's tool name as given; one that is not text is none (and the
+    repair refuses the call's message before it is logged)."""
+    return value if isinstance(value, str) else ""
 
 
 def calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
@@ -58,11 +65,11 @@ def calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
         if isinstance(call, Mapping) and isinstance(call.get("id"), str):
             function = call.get("function")
             if isinstance(function, Mapping):
-                name, arguments = str(function.get("name", "")), _arguments(function.get("arguments"))
+                name, arguments = _name(function.get("name", "")), _arguments(function.get("arguments"))
             else:  # a custom tool's call: its input is free text, passed on as it came
                 custom = call.get("custom")
                 custom = custom if isinstance(custom, Mapping) else {}
-                name, arguments = str(custom.get("name", "")), custom.get("input")
+                name, arguments = _name(custom.get("name", "")), custom.get("input")
             calls.append(ToolCall(call["id"], name, arguments))
     content = message.get("content")
     if isinstance(content, list):
@@ -72,7 +79,7 @@ def calls_of(message: Mapping[str, Any]) -> list[ToolCall]:
                 and block.get("type") == "tool_use"
                 and isinstance(block.get("id"), str)
             ):
-                calls.append(ToolCall(block["id"], str(block.get("name", "")), block.get("input")))
+                calls.append(ToolCall(block["id"], _name(block.get("name", "")), block.get("input")))
     return calls
 
 
@@ -143,10 +150,15 @@ def with_text_arguments(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(calls, list):
         return message
     fixed, changed = [], False
-    for call in calls:
+    for at, call in enumerate(calls):
         function = call.get("function") if isinstance(call, Mapping) else None
         if isinstance(function, Mapping) and isinstance(function.get("arguments"), (Mapping, list)):
-            arguments = json.dumps(function["arguments"], ensure_ascii=False)
+            try:
+                arguments = json.dumps(function["arguments"], ensure_ascii=False)
+            except (TypeError, ValueError, RecursionError) as error:  # not JSON: unsendable
+                raise InvalidInputError(
+                    f"reply.tool_calls[{at}].function.arguments: not JSON ({type(error).__name__}: {error})"
+                ) from None
             call, changed = {**call, "function": {**function, "arguments": arguments}}, True
         fixed.append(call)
     return {**message, "tool_calls": fixed} if changed else message
@@ -160,6 +172,23 @@ def check_sendable(message: Mapping[str, Any], provider: str, where: str) -> Non
         sanitize([message], provider)  # type: ignore[arg-type]  # a provider the session checked
     except (InvalidTypeError, InvalidInputError) as error:
         raise relocated(error, "messages[0]", where) from None
+    _check_finite(message, where)
+
+
+def _check_finite(message: Mapping[str, Any], where: str) -> None:
+    """No NaN or infinity anywhere in ``message``: the SDKs send strict JSON
+    (httpx refuses them), so one logged would fail every request after it.
+    A walk with a stack of its own, so no nesting is too deep for it."""
+    stack: list[Any] = [message]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise InvalidInputError(f"{where}: holds {value!r}, which JSON requests cannot carry")
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
 
 
 def relocated(error: InvalidTypeError | InvalidInputError, head: str, where: str) -> Exception:
@@ -188,12 +217,21 @@ def with_fresh_ids(
     # beside an `a` given again): each given id keeps answering its own call.
     given_here = {call.id for call in calls_of(message)}
 
+    made_here: set[str] = set()
+    # The last suffix tried for each given id: those before it are taken
+    # (here or before), so a reply with many calls of one id is linear.
+    tried: dict[str, int] = {}
+
     def fresh(given: str) -> str:
-        stored, n = given, 1
-        while stored in taken or stored in made or (stored != given and stored in given_here):
+        stored, n = given, tried.get(given, 1)
+        if n > 1:
+            stored = f"{given}_{n}"
+        while stored in taken or stored in made_here or (stored != given and stored in given_here):
             n += 1
             stored = f"{given}_{n}"
+        tried[given] = n
         made.append(stored)
+        made_here.add(stored)
         if stored != given:
             renamed.append((given, stored))
         return stored
