@@ -606,3 +606,22 @@ def test_replay_names_the_message_it_cannot_store_and_never_drops_it(tmp_path, c
 
 def call_of(call_id: str) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+
+
+def test_replay_leaves_out_thinking_an_export_stripped_of_its_signature(tmp_path):
+    transcript = tmp_path / "unsigned.json"
+    thinking = {"type": "thinking", "thinking": "the user wants a summary"}
+    transcript.write_text(
+        json.dumps(
+            [
+                {"role": "user", "content": "summarise the log"},
+                {"role": "assistant", "content": [thinking, {"type": "text", "text": "It rotated twice."}]},
+                {"role": "user", "content": "thanks"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Welcome."}]},
+            ]
+        )
+    )
+    code, out = run(["build", str(transcript), "--model", "claude-sonnet-4-5", "--json"])
+    assert code == 0
+    sent = json.loads(out)["messages"]
+    assert sent[1]["content"] == [{"type": "text", "text": "It rotated twice."}]

@@ -2373,3 +2373,54 @@ def test_an_open_refused_for_its_durability_or_path_leaves_nothing(tmp_path):
     with pytest.raises(InvalidInputError, match="UTF-8"):
         Session.open(undecodable, model="gpt-4o", store=False)
     assert not os.path.exists(undecodable)
+
+
+def test_openai_arguments_given_as_none_or_a_scalar_go_back_as_json_text(tmp_path):
+    """The API takes only text: None, a missing key or a bool were logged
+    as they came and sent back every turn."""
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("run them")
+        calls = [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": None}},
+            {"id": "b", "type": "function", "function": {"name": "f"}},
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": True}},
+        ]
+        session.record({"role": "assistant", "content": None, "tool_calls": calls})
+        for call_id in "abc":
+            session.record_tool_result(call_id, "ok")
+        sent = session.prepare()["messages"]
+        assistant = next(m for m in sent if m["role"] == "assistant")
+        assert [c["function"]["arguments"] for c in assistant["tool_calls"]] == ["{}", "{}", "true"]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "tool_use", "id": "t1", "name": "f", "input": "not an object"},
+        {"type": "thinking", "thinking": "hmm"},
+        {"type": "thinking", "thinking": "hmm", "signature": 5},
+    ],
+    ids=["input-text", "unsigned-thinking", "signature-int"],
+)
+def test_an_anthropic_reply_the_api_would_refuse_back_is_refused(tmp_path, block):
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        session.prepare("hi")
+        with pytest.raises(InvalidInputError, match=r"reply\.content\[0\]"):
+            session.record({"role": "assistant", "content": [block, {"type": "text", "text": "ok"}]})
+        assert len(session.log) == 1
+        signed = {"type": "thinking", "thinking": "hmm", "signature": "c2ln"}
+        session.record({"role": "assistant", "content": [signed, {"type": "text", "text": "ok"}]})
+
+
+def test_blocks_the_other_api_or_a_tool_message_cannot_carry_are_refused(tmp_path):
+    with open_session(tmp_path, compact=False) as session:
+        result = {"type": "tool_result", "tool_use_id": "x", "content": "ok"}
+        with pytest.raises(InvalidInputError, match="'tool_result' block is anthropic's shape"):
+            session.prepare({"role": "user", "content": [result]})
+        session.prepare("look")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
+        with pytest.raises(InvalidInputError, match="tool result holds text only"):
+            session.record_tool_result("c1", [{"type": "text", "text": "see"}, image])
+        session.record_tool_result("c1", [{"type": "text", "text": "see"}])
+        assert session.prepare()["messages"][-1]["role"] == "tool"

@@ -216,7 +216,7 @@ def replay(
                 # A reply with nothing before it to answer (the first, one
                 # after another, one after results no call waited on): no
                 # call could have made it. Kept.
-                session.record({k: v for k, v in message.items() if k != "timestamp"})
+                session.record(_reply(message))
                 history.append(message)
                 running += tok.count_message(message)
                 done += 1
@@ -232,7 +232,7 @@ def replay(
                     said = None
                     result.over_budget += 1
                     result.last_over_budget = True
-                    session.record({k: v for k, v in message.items() if k != "timestamp"})
+                    session.record(_reply(message))
                     history.append(message)
                     running += tok.count_message(message)
                     done += 1
@@ -247,7 +247,7 @@ def replay(
                 # windows would show a session that never compacts.
                 session.join()
                 started = time.perf_counter()
-                session.record({k: v for k, v in message.items() if k != "timestamp"})
+                session.record(_reply(message))
                 recorded = time.perf_counter() - started
                 sent_text = json.dumps(dict(request), ensure_ascii=False)
                 result.calls.append(
@@ -319,6 +319,26 @@ def replay(
         session.close(persist=False)
         session.store.close()
     return result
+
+
+def _reply(message: dict[str, Any]) -> dict[str, Any]:
+    """A transcript's reply as the API gave it: no timestamp, and no thinking
+    block that lost its signature in an export (the API refuses one sent
+    back, so a session refuses to record it; the model's text and calls
+    are what the replay is about)."""
+    reply = {k: v for k, v in message.items() if k != "timestamp"}
+    content = reply.get("content")
+    if isinstance(content, list):
+        reply["content"] = [
+            block
+            for block in content
+            if not (
+                isinstance(block, dict)
+                and block.get("type") == "thinking"
+                and not (isinstance(block.get("signature"), str) and block["signature"])
+            )
+        ]
+    return reply
 
 
 def _at_message(error: Exception, at: int) -> Exception:

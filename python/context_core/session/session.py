@@ -71,6 +71,7 @@ from context_core.session.tool_calls import (
     call_ids_in_payloads,
     calls_of,
     check_call_ids,
+    check_reply_blocks,
     check_sendable,
     only_results,
     pending_in,
@@ -1092,6 +1093,7 @@ class Session:
             # Sent back to the other API, its calls and results would be refused or repaired away.
             raise InvalidInputError(f"this reply is in {shape}'s shape; the session sends to {self.provider}")
         check_call_ids(message)
+        check_reply_blocks(message)
         message = with_text_arguments(message)
         check_sendable(message, self.provider, "reply")
         usage = usage_of(response)
@@ -1335,6 +1337,7 @@ _INPUT_BLOCKS: dict[str, Provider] = {
     "file": "openai",
     "image": "anthropic",
     "document": "anthropic",
+    "tool_result": "anthropic",
 }
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "call_ids_in_payloads",
     "calls_of",
     "check_call_ids",
+    "check_reply_blocks",
     "check_sendable",
     "only_results",
     "pending_in",
@@ -152,9 +153,11 @@ def with_text_arguments(message: dict[str, Any]) -> dict[str, Any]:
     fixed, changed = [], False
     for at, call in enumerate(calls):
         function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping) and isinstance(function.get("arguments"), (Mapping, list)):
+        if isinstance(function, Mapping) and not isinstance(function.get("arguments"), str):
+            given = function.get("arguments")
             try:
-                arguments = json.dumps(function["arguments"], ensure_ascii=False)
+                # None or none given: a call with no arguments, "{}" as the model writes it.
+                arguments = "{}" if given is None else json.dumps(given, ensure_ascii=False)
             except (TypeError, ValueError, RecursionError) as error:  # not JSON: unsendable
                 raise InvalidInputError(
                     f"reply.tool_calls[{at}].function.arguments: not JSON ({type(error).__name__}: {error})"
@@ -162,6 +165,29 @@ def with_text_arguments(message: dict[str, Any]) -> dict[str, Any]:
             call, changed = {**call, "function": {**function, "arguments": arguments}}, True
         fixed.append(call)
     return {**message, "tool_calls": fixed} if changed else message
+
+
+def check_reply_blocks(message: Mapping[str, Any]) -> None:
+    """An Anthropic reply's blocks as the API takes them back: a
+    ``tool_use``'s ``input`` an object, a ``thinking`` block signed (the API
+    refuses one without its signature, in every request that holds it)."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return
+    for at, block in enumerate(content):
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "tool_use" and not isinstance(block.get("input"), Mapping):
+            raise InvalidInputError(
+                f"reply.content[{at}].input: a tool_use's input must be an object,"
+                f" not {type(block.get('input')).__name__}"
+            )
+        if kind == "thinking" and not (isinstance(block.get("signature"), str) and block["signature"]):
+            raise InvalidInputError(
+                f"reply.content[{at}]: a thinking block without its signature, which the API refuses"
+                " when it is sent back (give the reply as the API returned it)"
+            )
 
 
 def check_sendable(message: Mapping[str, Any], provider: str, where: str) -> None:
@@ -315,6 +341,13 @@ def result_message(provider: str, call_id: str, content: Any, is_error: bool) ->
         if is_error:
             block["is_error"] = True
         return {"role": "user", "content": [block]}
+    if isinstance(body, list):
+        for at, block in enumerate(body):
+            if block.get("type") != "text":
+                raise InvalidInputError(
+                    f"result.content[{at}]: a {block.get('type')!r} block; a Chat Completions tool"
+                    " result holds text only (send an image in a user message)"
+                )
     if is_error and isinstance(body, str):
         body = f"Error: {body}"  # Chat Completions has no error flag for a tool result
     return {"role": "tool", "tool_call_id": call_id, "content": body}
