@@ -732,3 +732,43 @@ def test_a_missing_index_beside_records_is_damage_for_repair_not_a_new_log(tmp_p
     impl.repair(where)
     with impl.open(where, readonly=True) as log:
         assert [m["n"] for m in log.read(range(len(log)))] == [m["n"] for m in messages]
+
+
+def test_a_log_made_while_a_reader_looks_is_not_taken_for_damage(tmp_path, monkeypatch):
+    """A reader that looked for ``index`` (none yet), then at ``data`` after
+    a writer had made the log and appended, saw records beside no index and
+    refused a healthy log. ``data`` is looked at first now. (A writer looks
+    under the lock, where no one else makes the log.) The log is made
+    between the twin's two looks."""
+    where = tmp_path / "log"
+    real = os.lstat
+    made = []
+
+    def lstat(path, *args, **kwargs):
+        found = real(path, *args, **kwargs) if os.path.exists(path) else None
+        if not made and str(path).endswith(("index", "data")):
+            made.append(path)  # the other process makes the log and appends, between the looks
+            with reference.log.MessageLog.open(where, create=True, durability="never") as other:
+                other.append({"role": "user", "content": "hello"})
+        if found is None:
+            raise FileNotFoundError(path)
+        return found
+
+    where.mkdir()
+    monkeypatch.setattr(reference.log.os, "lstat", lstat)
+    with reference.log.MessageLog.open(where, readonly=True) as log:
+        assert len(log) == 1
+
+
+@impls
+def test_an_open_refused_for_its_encoding_writes_nothing(tmp_path, impl):
+    """A writer refused after reading the headers (another encoding asked
+    for) wrote a checkpoint of a log it never loaded as it was dropped: 0
+    records, no head. The next open then read the whole log again."""
+    where = tmp_path / "log"
+    with impl.open(where, create=True, encoding="cl100k_base", durability="never") as log:
+        log.append_many([{"role": "user", "content": f"m{n}"} for n in range(50)])
+    before = {p.name: p.read_bytes() for p in where.iterdir() if p.name != "lock"}
+    with pytest.raises(InvalidInputError, match="counts tokens in cl100k_base"):
+        impl.open(where, create=True, encoding="o200k_base")
+    assert {p.name: p.read_bytes() for p in where.iterdir() if p.name != "lock"} == before

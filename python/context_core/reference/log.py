@@ -791,15 +791,16 @@ class MessageLog:
                 f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}"
             )
         lock_timeout = seconds(lock_timeout)
-        if never_made_whole(directory) and (readonly or not create):
+        if (readonly or not create) and never_made_whole(directory):
             raise not_found(directory)
         if not readonly:
             with storage(directory, "create the directory"):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
         lock_fd = None if readonly else take_lock(directory, lock_timeout)
-        if lock_fd is not None and never_made_whole(directory):  # checked again under the lock
+        if lock_fd is not None:
             try:
-                create_log(directory, encoding or DEFAULT_ENCODING)
+                if never_made_whole(directory):  # looked at again under the lock
+                    create_log(directory, encoding or DEFAULT_ENCODING)
             except BaseException:
                 os.close(lock_fd)
                 raise
@@ -1853,10 +1854,12 @@ def never_made_whole(directory: str) -> bool:
         except OSError as error:
             raise storage_error(path, "stat", error) from error
 
+    # data first: index is renamed in before any record is written, so a
+    # data seen with records had its index already.
+    data = status("data")
     index = status("index")
     if index is not None and (not stat.S_ISREG(index.st_mode) or index.st_size >= FILE_HEADER_SIZE):
         return False
-    data = status("data")
     if data is None or data.st_size <= FILE_HEADER_SIZE:
         return data is None or stat.S_ISREG(data.st_mode)
     if not stat.S_ISREG(data.st_mode):

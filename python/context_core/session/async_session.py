@@ -74,12 +74,14 @@ class AsyncSession:
         embedder other than the built-in one, a store of the caller's
         own); the rest runs inline."""
         session = self.session
-        if user_input is None or not _awaits_its_search(session.store):
-            return session.prepare(user_input, now=now, attachments=attachments)
+        if not _awaits_its_search(session.store) or (user_input is None and not session.needs_reply):
+            return session.prepare(user_input, now=now, attachments=attachments)  # (which refuses the latter)
         session._check_open()
         started = session._clock()
-        _, query = session._turn_input(user_input, attachments)
-        if query is None:  # tool results as the input: the turn's next step searches nothing
+        query = None if user_input is None else session._turn_input(user_input, attachments)[1]
+        if query is None:  # the turn's next step: it searches only in a session reopened within the turn
+            query = session._step_query()
+        if query is None:
             return session.prepare(user_input, now=now, attachments=attachments)
         memories = await _search(session, query)
         return session._prepare_turn(user_input, now, attachments, (memories, session._clock() - started))
@@ -104,6 +106,8 @@ class AsyncSession:
         it (the session is closed when it returns), with that call's
         options; a close made by :meth:`Session.close` is not waited for."""
         session = self.session
+        if self._closing is not None and self._closing.done():
+            return  # closed: its outcome went to the calls waiting then (or to the log)
         if self._closing is None and not session._closed:
             try:
                 if session.compactor is not None:

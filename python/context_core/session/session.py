@@ -637,15 +637,24 @@ class Session:
                     return own_text(node), steps
         return "", steps
 
-    def _next_step(self) -> tuple[str, list[str], int, int]:
+    def _next_step(self, searched: list[str] | None = None) -> tuple[str, list[str], int, int]:
         """The turn in progress's input text and memories, and the turn and
         step numbers of its next call. In a session opened within the turn
         they are read back from the log: the memories searched as its first
-        step had them, the step the one after the replies with calls it made."""
+        step had them (``searched``: found so beforehand), the step the one
+        after the replies with calls it made."""
         if self._said is not None and self._turn >= 0:
             return self._said, self._memories, self._turn, self._step + 1
         said, made = self._input_in_log()
-        return said, self._search(said), max(self._turn, 0), made
+        return said, self._search(said) if searched is None else searched, max(self._turn, 0), made
+
+    def _step_query(self) -> str | None:
+        """The text the next step of the turn in progress searches the
+        store with: only in a session opened within the turn (``None``:
+        the turn's memories are held)."""
+        if self._said is not None and self._turn >= 0:
+            return None
+        return self._input_in_log()[0]
 
     def _read_tail(self) -> tuple[dict[str, ToolCall], set[str], bool]:
         """From the log's last turns: the calls still waiting, the ids of
@@ -751,7 +760,7 @@ class Session:
             # (an input not yet read back after an open is read again).
             before = self._turn, self._step, self._said
             try:
-                said, self._memories, turn, step = self._next_step()
+                said, self._memories, turn, step = self._next_step(None if searched is None else searched[0])
                 self._said = said
                 mark = self._lap(timings, "memory", started)
                 parts, mark = self._prompt(said, now, timings, mark)
@@ -767,7 +776,7 @@ class Session:
         if query is None:
             # Tool results given as the input (as Anthropic's own loop builds
             # them) are the turn's next step: its memories and skills stay.
-            said, memories, turn, step = self._next_step()
+            said, memories, turn, step = self._next_step(None if searched is None else searched[0])
         else:
             said = query
             memories = self._search(said) if searched is None else searched[0]

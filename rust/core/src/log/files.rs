@@ -300,9 +300,13 @@ pub fn never_made_whole(dir: &Path) -> Result<bool> {
         }
     };
     let header = FILE_HEADER_LEN as u64;
+    // `data` first: `index` is renamed in before any record is written, so
+    // a `data` seen with records had its `index` already (a reader that
+    // looked at `index` first could see none, then the first record).
+    let data = stat("data")?;
     // Anything but a regular file in a file's place is opened, and refused, as it is.
     let cut = stat("index")?.is_none_or(|m| m.is_file() && m.len() < header);
-    match stat("data")? {
+    match data {
         _ if !cut => Ok(false),
         None => Ok(true),
         Some(m) if !m.is_file() => Ok(false),

@@ -267,8 +267,27 @@ impl MessageLog {
             weighed: weighed::WeighedUnits::default(),
             capped: capped::CappedCounts::default(),
         };
-        let stored = log.read_file_headers()?;
-        if let Some(wanted) = options.encoding.filter(|e| *e != stored) {
+        if let Err(error) = log.read_and_load(options.encoding) {
+            // Refused: closed as it is, so dropping it writes nothing (a
+            // checkpoint of a log never loaded would be a wrong one).
+            log.closed = true;
+            return Err(error);
+        }
+        if !log.readonly && log.durability == Durability::Batch {
+            log.syncer = Some(Syncer::start(
+                Arc::clone(&log.data),
+                Arc::clone(&log.index),
+                BATCH_WINDOW,
+            ));
+        }
+        Ok(log)
+    }
+
+    /// The headers checked (and the encoding, against `wanted`), then the
+    /// records found and a torn tail settled.
+    fn read_and_load(&mut self, wanted: Option<Encoding>) -> Result<()> {
+        let stored = self.read_file_headers()?;
+        if let Some(wanted) = wanted.filter(|e| *e != stored) {
             return Err(Error::InvalidValue {
                 path: "encoding".into(),
                 reason: format!(
@@ -278,16 +297,8 @@ impl MessageLog {
                 ),
             });
         }
-        log.tokenizer = Tokenizer::new(stored).cached_from(LOG_CACHED_BYTES);
-        log.load()?;
-        if !log.readonly && log.durability == Durability::Batch {
-            log.syncer = Some(Syncer::start(
-                Arc::clone(&log.data),
-                Arc::clone(&log.index),
-                BATCH_WINDOW,
-            ));
-        }
-        Ok(log)
+        self.tokenizer = Tokenizer::new(stored).cached_from(LOG_CACHED_BYTES);
+        self.load()
     }
 
     /// Check the index and data headers; the encoding of the counts.
