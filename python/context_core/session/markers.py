@@ -10,14 +10,24 @@ import os
 __all__ = ["write_by_rename"]
 
 
-def write_by_rename(where: str, text: str) -> None:
+def write_by_rename(where: str, text: str, *, durable: bool = False) -> None:
     """``where`` holds ``text`` (ASCII) once this returns; an ``OSError``
-    leaves it as it was, and no temporary file behind."""
+    leaves it as it was, and no temporary file behind. ``durable``: synced
+    to disk, file and directory, so a power loss keeps it too."""
     temporary = f"{where}.{os.getpid()}.tmp"
     try:
         with open(temporary, "w", encoding="ascii") as handle:
             handle.write(text)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(temporary, where)
+        if durable:
+            directory = os.open(os.path.dirname(where) or ".", os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)

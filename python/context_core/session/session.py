@@ -1455,10 +1455,11 @@ def _check_provider(root: str, provider: Provider) -> None:
         except FileNotFoundError:
             kept = ""
         if not kept:
-            # Written whole, by a rename; an empty one (a kill while an
-            # earlier version wrote it in place) names nothing, and no
-            # turn was ever taken: the open that wrote it never returned.
-            write_by_rename(marker, provider + "\n")
+            # Written whole, by a rename, and synced (a power loss must not
+            # empty the marker of a session with turns); an empty one (a
+            # kill while an earlier version wrote it in place) names nothing,
+            # and no turn was ever taken: the open that wrote it never returned.
+            write_by_rename(marker, provider + "\n", durable=True)
             return
     except OSError as error:
         raise storage_error(f"{marker}: {error.strerror or error}", error.errno, marker) from error
