@@ -2464,3 +2464,27 @@ def test_an_async_session_reopened_within_a_turn_awaits_its_search_too(tmp_path)
         await asyncio.to_thread(store.close)
 
     asyncio.run(run())
+
+
+def test_two_acloses_at_once_close_as_the_first_asked(tmp_path):
+    """Whichever drain ended first used to set the close: a later
+    aclose(persist=False) could undo an aclose() that persists."""
+    persisted = []
+
+    async def run() -> None:
+        session = await AsyncSession.open(tmp_path / "session", model="gpt-4o", store=False)
+        await session.prepare("hi")
+        delays = [0.05, 0.0]
+
+        async def drain(**kwargs) -> None:
+            await asyncio.sleep(delays.pop(0))
+
+        session.session.compactor.aclose = drain
+        session.session._persist = lambda: persisted.append(True)
+        first = asyncio.ensure_future(session.aclose())
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(session.aclose(persist=False))
+        await asyncio.gather(first, second)
+
+    asyncio.run(run())
+    assert persisted == [True]

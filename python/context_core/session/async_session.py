@@ -37,6 +37,7 @@ class AsyncSession:
         # they are all cancelled; and how many wait for it now.
         self._closing: asyncio.Future[None] | None = None
         self._waiting = 0
+        self._close_options: tuple[bool, bool, bool] | None = None  # (persist, wait, forget)
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **options: Any) -> AsyncSession:
@@ -103,11 +104,15 @@ class AsyncSession:
 
     async def _aclose(self, *, persist: bool, wait: bool, forget: bool) -> None:
         """Drains, then closes. A call while another's close runs waits for
-        it (the session is closed when it returns), with that call's
-        options; a close made by :meth:`Session.close` is not waited for."""
+        it (the session is closed when it returns), with the first call's
+        options; a call after it returns at once; a close made by
+        :meth:`Session.close` is not waited for."""
         session = self.session
         if self._closing is not None and self._closing.done():
             return  # closed: its outcome went to the calls waiting then (or to the log)
+        if self._close_options is None:  # the first call's say, whichever drain ends first
+            self._close_options = (persist, wait, forget)
+        persist, wait, forget = self._close_options
         if self._closing is None and not session._closed:
             try:
                 if session.compactor is not None:
