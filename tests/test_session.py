@@ -2488,3 +2488,30 @@ def test_two_acloses_at_once_close_as_the_first_asked(tmp_path):
 
     asyncio.run(run())
     assert persisted == [True]
+
+
+def test_no_turn_starts_once_aclose_was_called_but_replies_in_flight_land(tmp_path):
+    """A turn begun while aclose() drained ran, then its record failed once
+    the close landed. New turns are refused now; a reply to a call made
+    before the close began is still recorded."""
+
+    async def run() -> None:
+        session = await AsyncSession.open(tmp_path / "session", model="gpt-4o", store=False)
+        await session.prepare("hi")  # the model's call is in flight
+        drained = asyncio.Event()
+
+        async def drain(**kwargs) -> None:
+            await drained.wait()
+
+        session.session.compactor.aclose = drain
+        closing = asyncio.ensure_future(session.aclose())
+        await asyncio.sleep(0)
+        with pytest.raises(InvalidInputError, match="closing"):
+            await session.prepare("a new turn")
+        await session.record({"role": "assistant", "content": "hello"})  # the reply in flight
+        drained.set()
+        await closing
+
+    asyncio.run(run())
+    with open_session(tmp_path, compact=False) as reopened:
+        assert [m["role"] for m in reopened.history()] == ["user", "assistant"]

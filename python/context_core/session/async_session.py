@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from context_core.errors import InvalidInputError
 from context_core.session.report import Request, TurnReport
 from context_core.session.session import Session
 from context_core.session.tool_calls import ToolCall
@@ -73,8 +74,15 @@ class AsyncSession:
         """As :meth:`Session.prepare`. A new input's memory search is
         awaited where it may wait on a model or another thread (an
         embedder other than the built-in one, a store of the caller's
-        own); the rest runs inline."""
+        own); the rest runs inline. Once :meth:`aclose` was called, no
+        turn starts (``InvalidInputError``); ``record`` and
+        ``record_tool_result`` still take what calls in flight return
+        until the close lands."""
         session = self.session
+        if self._close_options is not None and not session._closed:
+            # A turn begun now would end in a closed session (its reply
+            # could not be recorded); the replies of calls in flight still can.
+            raise InvalidInputError("this session is closing: aclose() was called")
         if not _awaits_its_search(session.store) or (user_input is None and not session.needs_reply):
             return session.prepare(user_input, now=now, attachments=attachments)  # (which refuses the latter)
         session._check_open()
