@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from context_core.memory.safety import fsync_dir
+
 __all__ = ["write_by_rename"]
 
 
@@ -25,7 +27,7 @@ def write_by_rename(where: str, text: str, *, durable: bool = False) -> None:
         if durable:
             directory = os.open(os.path.dirname(where) or ".", os.O_RDONLY)
             try:
-                os.fsync(directory)
+                fsync_dir(directory)
             finally:
                 os.close(directory)
     except OSError:
