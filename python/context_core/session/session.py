@@ -58,6 +58,7 @@ from context_core.memory.extract import extract_facts, in_batches, in_runs
 from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
+from context_core.prompt.sections import check_text
 from context_core.sdk_messages import message_of, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.learned import read_learned, write_learned
@@ -193,18 +194,12 @@ def _input_message(user_input: str | Mapping[str, Any], attachments: Sequence[An
 def _check_text(content: Any) -> None:
     """An input's text must be text: a lone surrogate (which JSON can
     spell, ``\\ud800``) cannot be sent as UTF-8, nor searched for."""
-    texts: list[str] = [content] if isinstance(content, str) else []
-    if isinstance(content, list):
+    if isinstance(content, str):
+        check_text(content, "user_input")
+    elif isinstance(content, list):
         blocks = [b.get("text") for b in content if isinstance(b, Mapping)]
-        texts = [text for text in blocks if isinstance(text, str)]
-    for i, text in enumerate(texts):
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as error:
-            where = "user_input" if isinstance(content, str) else f"user_input's text block {i}"
-            raise InvalidInputError(
-                f"{where} holds a lone surrogate at {error.start} (not text: it cannot be sent as UTF-8)"
-            ) from None
+        for i, text in enumerate(text for text in blocks if isinstance(text, str)):
+            check_text(text, f"user_input's text block {i}")
 
 
 @dataclass(frozen=True)
@@ -1427,10 +1422,7 @@ def _session_directory(path: str | os.PathLike[str]) -> tuple[str, bool]:
         raise InvalidTypeError(f"path must be a str or a path, got {type(path).__name__}") from None
     if not isinstance(root, str) or not root or "\0" in root:
         raise InvalidInputError(f"path must be a directory's name, got {root!r}")
-    try:
-        root.encode("utf-8")
-    except UnicodeEncodeError:  # a name os.fsdecode kept undecodable bytes of
-        raise InvalidInputError(f"path must be UTF-8 text; {root!r} holds a lone surrogate") from None
+    check_text(root, f"path {root!r}")  # a name os.fsdecode kept undecodable bytes of
     try:
         os.makedirs(root)
         return root, True
