@@ -326,18 +326,12 @@ def _reply(message: dict[str, Any]) -> dict[str, Any]:
     block that lost its signature in an export (the API refuses one sent
     back, so a session refuses to record it; the model's text and calls
     are what the replay is about)."""
+    from context_core.session.tool_calls import unsigned_thinking
+
     reply = {k: v for k, v in message.items() if k != "timestamp"}
     content = reply.get("content")
     if isinstance(content, list):
-        reply["content"] = [
-            block
-            for block in content
-            if not (
-                isinstance(block, dict)
-                and block.get("type") == "thinking"
-                and not (isinstance(block.get("signature"), str) and block["signature"])
-            )
-        ]
+        reply["content"] = [block for block in content if not unsigned_thinking(block)]
     return reply
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "pending_in",
     "relocated",
     "result_message",
+    "unsigned_thinking",
     "with_fresh_ids",
     "with_text_arguments",
 ]
@@ -167,6 +168,15 @@ def with_text_arguments(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": fixed} if changed else message
 
 
+def unsigned_thinking(block: Any) -> bool:
+    """Whether ``block`` is a thinking block without its signature."""
+    return (
+        isinstance(block, Mapping)
+        and block.get("type") == "thinking"
+        and not (isinstance(block.get("signature"), str) and block["signature"])
+    )
+
+
 def check_reply_blocks(message: Mapping[str, Any]) -> None:
     """An Anthropic reply's blocks as the API takes them back: a
     ``tool_use``'s ``input`` an object, a ``thinking`` block signed (the API
@@ -183,7 +193,7 @@ def check_reply_blocks(message: Mapping[str, Any]) -> None:
                 f"reply.content[{at}].input: a tool_use's input must be an object,"
                 f" not {type(block.get('input')).__name__}"
             )
-        if kind == "thinking" and not (isinstance(block.get("signature"), str) and block["signature"]):
+        if unsigned_thinking(block):
             raise InvalidInputError(
                 f"reply.content[{at}]: a thinking block without its signature, which the API refuses"
                 " when it is sent back (give the reply as the API returned it)"
