@@ -772,3 +772,31 @@ def test_an_open_refused_for_its_encoding_writes_nothing(tmp_path, impl):
     with pytest.raises(InvalidInputError, match="counts tokens in cl100k_base"):
         impl.open(where, create=True, encoding="o200k_base")
     assert {p.name: p.read_bytes() for p in where.iterdir() if p.name != "lock"} == before
+
+
+@impls
+def test_new_encoding_makes_a_new_log_in_it_and_leaves_an_existing_one_its_own(tmp_path, impl):
+    """A caller that opens a log for a model asks for the model's encoding
+    for a new log only: an existing log of another encoding opens as it is
+    (where ``encoding=`` refuses it), and says which it counts in. Nothing
+    is written to the existing log's files by the open."""
+    made = tmp_path / "made"
+    with impl.open(made, create=True, new_encoding="cl100k_base", durability="never") as log:
+        assert log.encoding == "cl100k_base"
+        log.append({"role": "user", "content": "日本語のテキスト"})
+    before = {p.name: p.read_bytes() for p in made.iterdir() if p.name != "lock"}
+    with impl.open(made, create=True, new_encoding="o200k_base", durability="never") as log:
+        assert log.encoding == "cl100k_base"
+        assert [m["content"] for m in log.read(range(len(log)))] == ["日本語のテキスト"]
+    assert {p.name: p.read_bytes() for p in made.iterdir() if p.name != "lock"} == before
+    with impl.open(made, readonly=True, new_encoding="o200k_base") as log:
+        assert log.encoding == "cl100k_base"
+    with pytest.raises(InvalidInputError, match="not both"):
+        impl.open(tmp_path / "both", create=True, encoding="o200k_base", new_encoding="o200k_base")
+    assert not (tmp_path / "both").exists()
+    with pytest.raises(InvalidInputError):
+        impl.open(tmp_path / "unknown", create=True, new_encoding="no_such_encoding")
+    with pytest.raises(InvalidTypeError):
+        impl.open(tmp_path / "typed", create=True, new_encoding=5)
+    assert not (tmp_path / "unknown").exists()
+    assert not (tmp_path / "typed").exists()

@@ -328,6 +328,7 @@ class _MessageLog:
         create: bool = False,
         readonly: bool = False,
         encoding: Union[str, None] = None,
+        new_encoding: Union[str, None] = None,
         durability: str = "batch",
         lock_timeout: float = 0.0,
     ) -> Self: ...

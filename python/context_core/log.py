@@ -76,6 +76,7 @@ class MessageLog(_MessageLog):
         create: bool = False,
         readonly: bool = False,
         encoding: str | None = None,
+        new_encoding: str | None = None,
         durability: str = "batch",
         lock_timeout: float = 0.0,
     ) -> None:
@@ -104,6 +105,7 @@ class MessageLog(_MessageLog):
         create: bool = False,
         readonly: bool = False,
         encoding: str | None = None,
+        new_encoding: str | None = None,
         durability: str = "batch",
         lock_timeout: float = 0.0,
     ) -> MessageLog:
@@ -113,12 +115,19 @@ class MessageLog(_MessageLog):
         else :class:`~context_core.LogLockedError`) and repairs a torn tail;
         ``readonly=True`` reads alongside a writer in another process.
         ``durability``: ``"always"`` (fsync per append), ``"batch"`` (synced
-        within 20 ms) or ``"never"`` (on flush and close)."""
+        within 20 ms) or ``"never"`` (on flush and close).
+
+        The encoding the counts are in: ``encoding`` is one the log must
+        count in (another is refused with :class:`~context_core.InvalidInputError`);
+        ``new_encoding`` is the one a log this open makes counts in, where an
+        existing log keeps its own (read :attr:`encoding` to see which). Give
+        one or neither (a new log then counts in ``o200k_base``)."""
         return cls(
             path,
             create=create,
             readonly=readonly,
             encoding=encoding,
+            new_encoding=new_encoding,
             durability=durability,
             lock_timeout=lock_timeout,
         )

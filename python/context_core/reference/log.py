@@ -773,6 +773,7 @@ class MessageLog:
         create: bool = False,
         readonly: bool = False,
         encoding: str | None = None,
+        new_encoding: str | None = None,
         durability: str = "batch",
         lock_timeout: float = 0.0,
     ) -> MessageLog:
@@ -780,10 +781,11 @@ class MessageLog:
         for name, value in (("create", create), ("readonly", readonly)):
             if not isinstance(value, bool):
                 raise InvalidTypeError(f"{name} must be bool, not {type(value).__name__}")
-        if encoding is not None:
-            if not isinstance(encoding, str):
-                raise InvalidTypeError(f"encoding must be str or None, not {type(encoding).__name__}")
-            _shared_backend(encoding)  # refuses an unknown encoding
+        for name, named in (("encoding", encoding), ("new_encoding", new_encoding)):
+            if named is not None:
+                if not isinstance(named, str):
+                    raise InvalidTypeError(f"{name} must be str or None, not {type(named).__name__}")
+                _shared_backend(named)  # refuses an unknown encoding
         if not isinstance(durability, str):
             raise InvalidTypeError(f"durability must be str, not {type(durability).__name__}")
         if durability not in DURABILITIES:
@@ -791,6 +793,11 @@ class MessageLog:
                 f"durability must be one of {', '.join(DURABILITIES)}, not {durability!r}"
             )
         lock_timeout = seconds(lock_timeout)
+        if encoding is not None and new_encoding is not None:
+            raise InvalidInputError(
+                "new_encoding: give encoding (the log must count in it) or new_encoding"
+                " (a log this open makes counts in it), not both"
+            )
         if (readonly or not create) and never_made_whole(directory):
             raise not_found(directory)
         if not readonly:
@@ -800,7 +807,7 @@ class MessageLog:
         if lock_fd is not None:
             try:
                 if never_made_whole(directory):  # looked at again under the lock
-                    create_log(directory, encoding or DEFAULT_ENCODING)
+                    create_log(directory, encoding or new_encoding or DEFAULT_ENCODING)
             except BaseException:
                 os.close(lock_fd)
                 raise

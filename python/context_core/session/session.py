@@ -1373,18 +1373,10 @@ def _with_repair(error: LogCorruptError, where: str, *, close_first: bool = Fals
 def _open_log(where: str, model: str, durability: str) -> MessageLog:
     """The session's log: a new one (or one a kill left unfinished) counts
     in the model's encoding (o200k_base for models whose tokenizer is not
-    public). The log decides what is new; an existing log of another
-    encoding refuses that one, and is opened as it is, for
-    :func:`_check_model_encoding` to say so."""
+    public); an existing one keeps its own, for :func:`_check_model_encoding`
+    to judge."""
     wanted = Tokenizer.for_model(model, fallback="o200k_base").name
-    try:
-        return MessageLog.open(where, create=True, durability=durability, encoding=wanted)
-    except InvalidInputError as refused:
-        log = MessageLog.open(where, create=True, durability=durability)
-        if log.encoding == wanted:  # refused for another reason, gone since
-            log.close()
-            raise refused from None
-        return log
+    return MessageLog.open(where, create=True, durability=durability, new_encoding=wanted)
 
 
 def _check_model_encoding(model: str, encoding: str) -> None:

@@ -252,6 +252,11 @@ fn open_options(given: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
                 options.encoding =
                     Some(Encoding::from_name(&text(&value, "encoding")?).map_err(CoreError)?);
             }
+            "new_encoding" if value.is_none() => options.new_encoding = None,
+            "new_encoding" => {
+                options.new_encoding =
+                    Some(Encoding::from_name(&text(&value, "new_encoding")?).map_err(CoreError)?);
+            }
             "durability" => options.durability = durability(&text(&value, "durability")?)?,
             "lock_timeout" => options.lock_timeout = seconds(&value)?,
             other => {

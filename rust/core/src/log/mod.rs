@@ -76,8 +76,12 @@ const DATA_MIN_STEP: u64 = 1 << 20;
 pub struct OpenOptions {
     pub create: bool,
     pub readonly: bool,
-    /// `None`: the log's own (a new log: `o200k_base`).
+    /// The encoding the log must count in (`None`: the log's own); a log
+    /// this open makes counts in it.
     pub encoding: Option<Encoding>,
+    /// The encoding a log this open makes counts in; an existing log keeps
+    /// its own. Given with `encoding`, refused. Neither: `o200k_base`.
+    pub new_encoding: Option<Encoding>,
     pub durability: Durability,
     pub lock_timeout: Duration,
 }
@@ -88,6 +92,7 @@ impl Default for OpenOptions {
             create: false,
             readonly: false,
             encoding: None,
+            new_encoding: None,
             durability: Durability::Batch,
             lock_timeout: Duration::ZERO,
         }
@@ -207,6 +212,15 @@ pub struct MessageLog {
 
 impl MessageLog {
     pub fn open(dir: &Path, options: &OpenOptions) -> Result<Self> {
+        if options.encoding.is_some() && options.new_encoding.is_some() {
+            return Err(Error::InvalidValue {
+                path: "new_encoding".into(),
+                reason:
+                    "give encoding (the log must count in it) or new_encoding (a log this open \
+                         makes counts in it), not both"
+                        .into(),
+            });
+        }
         files::ensure_dir(dir, options.create && !options.readonly)?;
         let lock = if options.readonly {
             None
@@ -225,7 +239,10 @@ impl MessageLog {
             });
         }
         let encoding = if unfinished {
-            let encoding = options.encoding.unwrap_or(Encoding::O200kBase);
+            let encoding = options
+                .encoding
+                .or(options.new_encoding)
+                .unwrap_or(Encoding::O200kBase);
             create_files(dir, encoding)?;
             encoding
         } else {
