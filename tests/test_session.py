@@ -2039,6 +2039,58 @@ def test_an_async_session_awaits_its_stores_embedder(tmp_path):
     assert "Tuesdays" in asyncio.run(turn(Blocking(), tmp_path / "b"))
 
 
+def test_an_async_input_is_checked_once_unless_it_can_change_while_awaited(tmp_path, monkeypatch):
+    """Awaiting the store's search, AsyncSession checked a text input, then
+    checked it again to log it. A dict input (or attachments) is checked
+    again after the await: the caller could change its parts meanwhile, and
+    what is logged must be what was checked."""
+    from context_core import MemoryStore
+    from context_core.memory_store import HashingEmbedder
+
+    hashing = HashingEmbedder(64)
+    shared: dict = {"role": "user", "content": [{"type": "text", "text": "When do deploys go out?"}]}
+
+    class Changing:  # the caller's other task changes the input during the search
+        name = "changing"
+        armed = False
+
+        def embed(self, texts):
+            return hashing.embed(texts)
+
+        async def aembed(self, texts):
+            if Changing.armed:
+                shared["content"].append({"type": "text", "text": "and?", "weight": float("nan")})
+            return hashing.embed(texts)
+
+    checks = []
+    real = Session._turn_input
+
+    def counted(self, user_input, attachments):
+        checks.append(user_input)
+        return real(self, user_input, attachments)
+
+    monkeypatch.setattr(Session, "_turn_input", counted)
+
+    async def run() -> None:
+        store = MemoryStore(tmp_path / "memories.db", embedder=Changing())
+        await store.aremember("Deploys go out on Tuesdays only.")
+        async with await AsyncSession.open(
+            tmp_path / "session", model="gpt-4o", store=store, compact=False
+        ) as session:
+            request = await session.prepare("When do deploys go out?")
+            assert "Tuesdays" in json.dumps(request["messages"])
+            assert checks == ["When do deploys go out?"]
+            await session.record({"role": "assistant", "content": "Tuesdays."})
+            before = len(await session.history())
+            Changing.armed = True
+            with pytest.raises(InvalidInputError, match="user_input"):
+                await session.prepare(shared)
+            assert len(await session.history()) == before  # nothing unsendable logged
+        await asyncio.to_thread(store.close)
+
+    asyncio.run(run())
+
+
 class _CountingPolicy:
     """A policy that records each call and fails while told to."""
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from context_core.errors import InvalidInputError
 from context_core.session.report import Request, TurnReport
-from context_core.session.session import Session
+from context_core.session.session import Session, _Searched
 from context_core.session.tool_calls import ToolCall
 
 __all__ = ["AsyncSession"]
@@ -87,13 +87,18 @@ class AsyncSession:
             return session.prepare(user_input, now=now, attachments=attachments)  # (which refuses the latter)
         session._check_open()
         started = session._clock()
-        query = None if user_input is None else session._turn_input(user_input, attachments)[1]
+        checked = None if user_input is None else session._turn_input(user_input, attachments)
+        query = None if checked is None else checked[1]
         if query is None:  # the turn's next step: it searches only in a session reopened within the turn
             query = session._step_query()
         if query is None:
             return session.prepare(user_input, now=now, attachments=attachments)
         memories = await _search(session, query)
-        return session._prepare_turn(user_input, now, attachments, (memories, session._clock() - started))
+        # A text input is checked once. A dict or attachments hold parts the
+        # caller could change while the search is awaited: checked again.
+        once = isinstance(user_input, str) and not attachments
+        searched = _Searched(checked if once else None, memories, session._clock() - started)
+        return session._prepare_turn(user_input, now, attachments, searched)
 
     async def record(self, response: Any) -> tuple[ToolCall, ...]:
         return self.session.record(response)

@@ -216,6 +216,17 @@ class _Before:
     to_answer: bool
 
 
+@dataclass(frozen=True)
+class _Searched:
+    """What :class:`~context_core.AsyncSession` did before a turn, awaiting
+    the store: the input checked (the message to log and its search text;
+    ``None``: a step, no input), the memories found, in ``seconds``."""
+
+    checked: tuple[dict[str, Any], str | None] | None
+    memories: list[str]
+    seconds: float
+
+
 #: Roles a turn's input cannot have (an unknown one is refused by the log).
 _OTHER_ROLES = ("assistant", "tool", "function", "system", "developer")
 
@@ -703,11 +714,11 @@ class Session:
         user_input: str | Mapping[str, Any] | None,
         now: datetime | str | None,
         attachments: Sequence[Any],
-        searched: tuple[list[str], float] | None,
+        searched: _Searched | None,
     ) -> Request:
-        """:meth:`prepare`; ``searched``: the input's memories, found
-        beforehand (by :class:`~context_core.AsyncSession`, awaiting the
-        store) in that many seconds, which the report counts."""
+        """:meth:`prepare`; ``searched``: the input checked and its memories
+        found beforehand (by :class:`~context_core.AsyncSession`, awaiting
+        the store), the seconds that took counted by the report."""
         self._check_open()
         with self._quiet(preparing=True):
             try:
@@ -734,10 +745,10 @@ class Session:
         user_input: str | Mapping[str, Any] | None,
         now: datetime | str | None,
         attachments: Sequence[Any],
-        searched: tuple[list[str], float] | None = None,
+        searched: _Searched | None = None,
     ) -> Request:
         clock = self._clock
-        started = clock() - (0.0 if searched is None else searched[1])
+        started = clock() - (0.0 if searched is None else searched.seconds)
         timings: dict[str, float] = {}
         if user_input is None:
             if attachments:
@@ -755,7 +766,8 @@ class Session:
             # (an input not yet read back after an open is read again).
             before = self._turn, self._step, self._said
             try:
-                said, self._memories, turn, step = self._next_step(None if searched is None else searched[0])
+                found = None if searched is None else searched.memories
+                said, self._memories, turn, step = self._next_step(found)
                 self._said = said
                 mark = self._lap(timings, "memory", started)
                 parts, mark = self._prompt(said, now, timings, mark)
@@ -764,17 +776,18 @@ class Session:
             except BaseException:
                 self._turn, self._step, self._said = before
                 raise
-        message, query = self._turn_input(user_input, attachments)
+        checked = None if searched is None else searched.checked
+        message, query = self._turn_input(user_input, attachments) if checked is None else checked
         # The search and the prompt need only the input: done before it is
         # logged, so a store that fails, or an input that cannot fit beside
         # the prompt, leaves the log as it was.
         if query is None:
             # Tool results given as the input (as Anthropic's own loop builds
             # them) are the turn's next step: its memories and skills stay.
-            said, memories, turn, step = self._next_step(None if searched is None else searched[0])
+            said, memories, turn, step = self._next_step(None if searched is None else searched.memories)
         else:
             said = query
-            memories = self._search(said) if searched is None else searched[0]
+            memories = self._search(said) if searched is None else searched.memories
             turn, step = self._turn + 1, 0
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
