@@ -802,6 +802,31 @@ def test_a_session_open_elsewhere_is_named_without_options_open_does_not_take(tm
     assert "lock_timeout" not in str(raised.value)
 
 
+def test_a_new_session_path_another_opener_locked_first_is_left_to_it(tmp_path, monkeypatch):
+    """Two servers opening one new path at once: the open that made the
+    directory but lost the log's lock to the other must not remove the
+    directory (with the other's log in it) as a half-made session."""
+    import context_core.session.session as session_module
+
+    where = tmp_path / "new"
+    others: list[MessageLog] = []
+    real = MessageLog.open
+
+    def raced(path, **options):
+        others.append(real(path, create=True, durability="never"))  # the other server, first to the lock
+        others[0].append({"role": "user", "content": "the other server's turn"})
+        return real(path, **options)
+
+    monkeypatch.setattr(session_module.MessageLog, "open", raced)
+    with pytest.raises(LogLockedError, match="another Session"):
+        Session.open(where, model="gpt-4o", store=False, compact=False)
+    monkeypatch.undo()
+    assert (where / "log").is_dir()
+    others[0].close()
+    with MessageLog.open(where / "log", readonly=True) as log:
+        assert [m["content"] for m in log.read(range(len(log)))] == ["the other server's turn"]
+
+
 def test_an_int_budget_is_the_windows_tokens_and_a_bad_namespace_is_refused_at_open(tmp_path):
     with open_session(tmp_path / "int", budget=8000, compact=False) as session:
         assert session.budget.window == 8000

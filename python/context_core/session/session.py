@@ -438,20 +438,7 @@ class Session:
         where = os.path.join(root, "log")
         try:
             log = _open_log(where, model, durability)
-        except LogCorruptError as error:
-            raise _with_repair(error, where) from error
-        except LogLockedError as error:
-            # The log's own advice names options Session.open does not take.
-            raise LogLockedError(
-                f"{where}: another Session (or a MessageLog) has this session open; close it"
-                " first (a session has one writer: a server keeps one Session a conversation)"
-            ) from error
-        except BaseException:
-            if made:  # an open that failed leaves no half-made session behind
-                shutil.rmtree(root, ignore_errors=True)
-            raise
-        owned.append(log)
-        try:
+            owned.append(log)
             _check_model_encoding(model, log.encoding)
             if isinstance(policy, str):
                 chosen = _policy(policy, provider, Tokenizer(log.encoding))  # type: ignore[arg-type]
@@ -509,6 +496,9 @@ class Session:
             # first, so the repair can take it.
             _close_all(owned)
             raise _with_repair(error, where) from error
+        except LogLockedError:
+            _close_all(owned)
+            raise  # the session another holds: its directory is not this open's to remove
         except BaseException:
             _close_all(owned)
             if made:  # an open that failed leaves no half-made session behind
@@ -1389,7 +1379,14 @@ def _open_log(where: str, model: str, durability: str) -> MessageLog:
     public); an existing one keeps its own, for :func:`_check_model_encoding`
     to judge."""
     wanted = Tokenizer.for_model(model, fallback="o200k_base").name
-    return MessageLog.open(where, create=True, durability=durability, new_encoding=wanted)
+    try:
+        return MessageLog.open(where, create=True, durability=durability, new_encoding=wanted)
+    except LogLockedError as error:
+        # The log's own advice names options Session.open does not take.
+        raise LogLockedError(
+            f"{where}: another Session (or a MessageLog) has this session open; close it"
+            " first (a session has one writer: a server keeps one Session a conversation)"
+        ) from error
 
 
 def _check_model_encoding(model: str, encoding: str) -> None:
