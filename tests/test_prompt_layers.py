@@ -4,7 +4,7 @@ memory (MEMORY.md through MemoryFiles), never-enter; seed 000's sections."""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 
 import pytest
 from hypothesis import given
@@ -608,6 +608,28 @@ def test_the_date_line_names_the_zone_as_the_datetime_does():
     assert format_time("yesterday") == "yesterday"
     with pytest.raises(InvalidTypeError):
         format_time(1705600000)
+
+
+def test_a_zone_whose_name_is_no_text_is_refused_as_the_others_are():
+    """A tzinfo whose tzname() is not a str raised datetime's own TypeError
+    from prepare(); one named with a lone surrogate failed later, in the
+    SDK's encoding of every request."""
+
+    class Numbered(tzinfo):
+        def utcoffset(self, dt):
+            return timedelta(0)
+
+        def tzname(self, dt):
+            return 5
+
+    class Surrogate(Numbered):
+        def tzname(self, dt):
+            return "Z\ud800"
+
+    with pytest.raises(InvalidTypeError, match=r"now: tzinfo\.tzname"):
+        format_time(T0.replace(tzinfo=Numbered()))
+    with pytest.raises(InvalidInputError, match="lone surrogate"):
+        format_time(T0.replace(tzinfo=Surrogate()))
 
 
 def fixpoint_lines_out(rules: list[str], text: str) -> list[bool]:

@@ -644,6 +644,25 @@ def test_one_info_line_a_call_and_timings_from_the_injected_clock(tmp_path, capl
     assert all(value == pytest.approx(0.001) for key, value in timings.items() if key != "total")
 
 
+@pytest.mark.parametrize(
+    ("name", "returned", "error"),
+    [
+        ("clock", "soon", InvalidTypeError),
+        ("clock", None, InvalidTypeError),
+        ("wall", True, InvalidTypeError),
+        ("wall", float("nan"), InvalidInputError),
+        ("clock", float("inf"), InvalidInputError),
+    ],
+)
+def test_a_clock_that_returns_no_seconds_is_refused_at_open(tmp_path, name, returned, error):
+    """A clock returning something else (a datetime's worth of mistakes)
+    raised a built-in TypeError from inside every prepare(). It is called
+    once at open and refused there, leaving no session directory."""
+    with pytest.raises(error, match=f"{name}\\(\\) must return"):
+        open_session(tmp_path, compact=False, **{name: lambda: returned})
+    assert not (tmp_path / "session").exists()
+
+
 def test_compaction_runs_in_the_background_and_close_persists_learnings(tmp_path):
     from context_core import MemoryStore
 

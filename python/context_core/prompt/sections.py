@@ -103,6 +103,11 @@ def format_time(now: datetime | str) -> str:
         return check_text(now, "now")
     if not isinstance(now, datetime):
         raise InvalidTypeError(f"now must be a datetime or a str, got {type(now).__name__}")
-    zone = now.tzname()
+    try:
+        zone = now.tzname()
+    except TypeError as error:  # a tzinfo whose tzname() is not a str (datetime's own check)
+        raise InvalidTypeError(f"now: {error}") from None
+    if zone:
+        check_text(zone, "now's zone name")
     text = f"{now.year:04d}-{now.month:02d}-{now.day:02d} {now.hour:02d}:{now.minute:02d}"
     return f"{text} {zone}" if zone else text

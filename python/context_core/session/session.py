@@ -420,6 +420,14 @@ class Session:
                 raise InvalidTypeError(
                     f"{name} must be callable (seconds as a float), got {type(given).__name__}"
                 )
+            # Called once now: one that returns something else (a datetime,
+            # say) would fail every turn deep inside it.
+            seconds = given()
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+                got = type(seconds).__name__
+                raise InvalidTypeError(f"{name}() must return seconds as a float, got {got}")
+            if not math.isfinite(seconds):
+                raise InvalidInputError(f"{name}() must return finite seconds, got {seconds!r}")
         for name, value, least in (("memory_tokens", memory_tokens, 0), ("max_tokens", max_tokens, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
                 raise InvalidInputError(f"{name} must be None or an int >= {least}, got {value!r}")
