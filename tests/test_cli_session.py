@@ -479,6 +479,26 @@ def test_the_demo_writes_its_session_in_a_private_directory(capsys):
         shutil.rmtree(path.parent)
 
 
+@pytest.mark.parametrize("options", [["--provider", "anthropic"], ["--model", "claude-sonnet-4-5"]])
+def test_the_demo_runs_for_anthropic_in_anthropics_shape(capsys, options):
+    """The demo wrote OpenAI's tool calls whatever the provider, and then
+    refused to replay them for Anthropic: ``demo --provider anthropic``
+    always failed, though its help offered it."""
+    code, out = run(["demo", "--turns", "12", "--seed", "2", "--json", *options])
+    said = capsys.readouterr().err
+    assert code == 0, said
+    summary = json.loads(out)["summary"]
+    assert summary["provider"] == "anthropic"
+    assert summary["retained_final"] == summary["constraints"] >= 4
+    path = Path(said.split(" to ", 1)[1].split()[0])
+    written = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    shutil.rmtree(path.parent)
+    blocks = [b["type"] for m in written if isinstance(m["content"], list) for b in m["content"]]
+    assert "tool_use" in blocks
+    assert "tool_result" in blocks
+    assert not any(m["role"] == "tool" or "tool_calls" in m for m in written)
+
+
 def test_eval_checks_for_the_plot_extra_before_it_runs(tmp_path, monkeypatch, capsys):
     import context_core.cli.evaluate as evaluate
 

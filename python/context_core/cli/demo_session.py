@@ -98,8 +98,11 @@ def _output(rng: random.Random, tool: str) -> str:
     return _slice(rng, _sources(), size)
 
 
-def write_session(path: Path, turns: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Write the session as JSONL (one message a line) to ``path`` and return it."""
+def write_session(path: Path, turns: int, seed: int = 0, provider: str = "openai") -> list[dict[str, Any]]:
+    """Write the session as JSONL (one message a line) to ``path`` and
+    return it: tool calls and results in ``provider``'s shape (OpenAI's
+    ``tool_calls`` and ``tool`` messages, or Anthropic's ``tool_use`` and
+    ``tool_result`` blocks), the same session either way."""
     rng = random.Random(seed)
     messages: list[dict[str, Any]] = [{"role": "system", "content": IDENTITY}]
     call = 0
@@ -112,25 +115,47 @@ def write_session(path: Path, turns: int, seed: int = 0) -> list[dict[str, Any]]
             text = rng.choice(TASKS)
         messages.append({"role": "user", "content": text})
         for _ in range(rng.choice((0, 1, 1, 2, 3))):
-            calls: list[dict[str, Any]] = []
+            calls: list[tuple[str, str, dict[str, str]]] = []
             for _ in range(rng.choice((1, 1, 2))):
                 call += 1
                 name = rng.choice(TOOL_NAMES)
-                arguments = json.dumps(
-                    {"target": f"src/payments/{rng.choice(['refunds', 'retry', 'ledger'])}.py"}
-                )
-                calls.append(
-                    {
-                        "id": f"call_{call}",
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    }
-                )
-            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
-            for item in calls:
-                output = _output(rng, str(item["function"]["name"]))
-                messages.append({"role": "tool", "tool_call_id": item["id"], "content": output})
+                target = {"target": f"src/payments/{rng.choice(['refunds', 'retry', 'ledger'])}.py"}
+                calls.append((f"call_{call}", name, target))
+            outputs = [_output(rng, name) for _, name, _ in calls]
+            messages.extend(_tool_round(calls, outputs, provider))
         answer = _slice(rng, _CHINESE * 8, rng.randint(60, 300)) if "。" in text else f"Done: {text[:60]}"
         messages.append({"role": "assistant", "content": answer})
     path.write_text("".join(json.dumps(m, ensure_ascii=False) + "\n" for m in messages), encoding="utf-8")
     return messages
+
+
+def _tool_round(
+    calls: list[tuple[str, str, dict[str, str]]], outputs: list[str], provider: str
+) -> list[dict[str, Any]]:
+    """A reply making ``calls`` (id, tool, arguments) and their results, in ``provider``'s shape."""
+    if provider == "anthropic":
+        return [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": id_, "name": name, "input": arguments}
+                    for id_, name, arguments in calls
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": id_, "content": output}
+                    for (id_, _, _), output in zip(calls, outputs, strict=True)
+                ],
+            },
+        ]
+    made = [
+        {"id": id_, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        for id_, name, arguments in calls
+    ]
+    results = [
+        {"role": "tool", "tool_call_id": id_, "content": output}
+        for (id_, _, _), output in zip(calls, outputs, strict=True)
+    ]
+    return [{"role": "assistant", "content": None, "tool_calls": made}, *results]
