@@ -136,6 +136,14 @@ follow: OpenAIMessage = {"role": "assistant", "content": "ok", "depends_on": ["m
 history: list[Message] = [pinned, tagged, follow]
 total: int = shape_history(history, 1000).breakdown.total + Tokenizer().count_message(pinned)
 tags: list[str] = Tagger().tag(text="never drop the order_id")
+
+import tempfile
+from context_core import Session
+
+with tempfile.TemporaryDirectory() as where:
+    # A whole request's tokens as an int, as the README says (it is a Budget otherwise).
+    with Session.open(where + "/s", model="gpt-4o", budget=8000, store=False, compact=False) as session:
+        sent: int = session.prepare("hi").report.total
 """
 
 
@@ -169,7 +177,7 @@ def test_message_log_shows_its_options_in_its_signature():
 
     made = inspect.signature(context_core.MessageLog).parameters
     opened = inspect.signature(context_core.MessageLog.open).parameters
-    names = ["path", "create", "readonly", "encoding", "durability", "lock_timeout"]
+    names = ["path", "create", "readonly", "encoding", "new_encoding", "durability", "lock_timeout"]
     assert list(made) == list(opened) == names
     assert [p.default for p in made.values()] == [p.default for p in opened.values()]
 

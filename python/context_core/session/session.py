@@ -367,7 +367,7 @@ class Session:
         summarizer: Any = None,
         compact: bool = True,
         policy: PolicyName | Policy = "priority",
-        budget: Budget | None = None,
+        budget: Budget | int | None = None,
         namespace: NamespaceLike = "default",
         memory_k: int = 8,
         memory_tokens: int | None = None,
