@@ -2562,6 +2562,28 @@ def test_an_async_session_reopened_within_a_turn_awaits_its_search_too(tmp_path)
     asyncio.run(run())
 
 
+def test_an_async_session_shows_what_a_session_shows(tmp_path):
+    """The README names ``pending``, ``needs_reply``, ``last_seq`` and
+    ``last_report`` as what a session shows; an AsyncSession had no
+    ``last_seq`` (an AttributeError)."""
+
+    async def run() -> None:
+        session = await AsyncSession.open(tmp_path / "s", model="gpt-4o", store=False, tools=TOOLS)
+        assert (session.last_seq, session.last_report, session.needs_reply) == (None, None, False)
+        await session.prepare("Read a.py")
+        await session.record({"role": "assistant", "content": None, "tool_calls": [call("c1")]})
+        inner = session.session
+        assert session.last_seq == inner.last_seq == len(await session.history()) - 1
+        assert [c.id for c in session.pending] == ["c1"]
+        await session.record_tool_result("c1", "x = 1")
+        assert session.last_seq == inner.last_seq
+        assert session.needs_reply
+        assert session.last_report is inner.last_report
+        await session.aclose(persist=False)
+
+    asyncio.run(run())
+
+
 def test_two_acloses_at_once_close_as_the_first_asked(tmp_path):
     """Whichever drain ended first used to set the close: a later
     aclose(persist=False) could undo an aclose() that persists."""

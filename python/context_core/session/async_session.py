@@ -55,6 +55,11 @@ class AsyncSession:
         return self.session.needs_reply
 
     @property
+    def last_seq(self) -> int | None:
+        """As :attr:`Session.last_seq`: the seq of the last message appended."""
+        return self.session.last_seq
+
+    @property
     def last_report(self) -> TurnReport | None:
         """The last request's report (``None`` before the first)."""
         return self.session.last_report

@@ -20,8 +20,11 @@ class TurnReport:
     turn: int
     """The user turn this call belongs to (0 for the first)."""
     step: int
-    """The call within the turn: 0 after the user's input, then one more for
-    each inner step (after tool results)."""
+    """The call within the turn: 0 for the call its input starts, then one
+    more for each plain ``prepare()`` (the next step, results recorded or
+    not). The input given again (a retry) builds the step the turn is at; a
+    reopened session's first plain ``prepare()`` is the step after the
+    replies with calls the turn made."""
     sections: Mapping[str, int]
     """Tokens per section: the prompt's ``tools``, ``system``, ``stable``,
     ``volatile``, then the selection's ``pinned``, ``global_summary``,
