@@ -557,6 +557,12 @@ def test_session_commands_advise_their_own_options(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--budget 0 leaves no room" in err
     assert "reserves" not in err
+    for command in (["replay", str(path)], ["build", str(path)], ["demo", "--turns", "2"]):
+        assert run([*command, "--budget", "-5"])[0] == 2
+        err = capsys.readouterr().err
+        assert "--budget is a window in tokens, never negative; got -5" in err
+        assert "window must" not in err
+        assert "wrote a" not in err  # refused before the demo writes its session
     only_system = tmp_path / "system.json"
     only_system.write_text(json.dumps([{"role": "system", "content": "You are terse."}]), encoding="utf-8")
     assert run(["build", str(only_system)])[0] == 2
@@ -606,6 +612,27 @@ def test_replay_names_the_message_it_cannot_store_and_never_drops_it(tmp_path, c
     err = capsys.readouterr().err
     assert f"{surrogate}: message 2: result.content" in err
     assert "lone surrogate" in err
+    # An input is sent (and checked) when the reply after it comes: the
+    # error named that reply, not the input. Also for two inputs in a row.
+    bad_input = tmp_path / "bad_input.json"
+    for messages, blamed in (
+        ([{"role": "user", "content": "必须 \ud800 x"}, {"role": "assistant", "content": "ok"}], 0),
+        (
+            [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "bad \ud800"},
+                {"role": "user", "content": "then this"},
+                {"role": "assistant", "content": "ok"},
+            ],
+            2,
+        ),
+    ):
+        bad_input.write_text(json.dumps(messages))
+        for command in ("replay", "build"):
+            assert run([command, str(bad_input)])[0] == 2
+            err = capsys.readouterr().err
+            assert f"{bad_input}: message {blamed}: user_input holds a lone surrogate" in err, err
     deep = tmp_path / "deep.json"
     nested = call_of("c1")
     nested["function"]["arguments"] = "[" * 1000 + "]" * 1000

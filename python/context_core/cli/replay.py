@@ -208,9 +208,11 @@ def replay(
     assistants = sum(m.get("role") == "assistant" for m in rest)
     done = 0
     at = len(messages) - len(rest) - 1  # the transcript's number of the message replayed
+    said_at = blamed = at  # the message `said` came from; the one an error is about
     try:
         for message in rest:
             at += 1
+            blamed = at
             role = message.get("role")
             if role == "assistant" and said is None and not session.needs_reply:
                 # A reply with nothing before it to answer (the first, one
@@ -222,6 +224,7 @@ def replay(
                 done += 1
                 continue
             if role == "assistant":
+                blamed = at if said is None else said_at  # an input is checked when it is sent
                 try:
                     request = session.prepare(said)
                 except OverBudgetError:
@@ -239,7 +242,7 @@ def replay(
                     continue
                 if said is not None:
                     turn += 1
-                said = None
+                said, blamed = None, at
                 report = request.report
                 # The model's time: a server's background work (compaction,
                 # the store's writes) runs while the model answers. Called
@@ -288,7 +291,7 @@ def replay(
                     is_error = bool(block.get("is_error", False))
                     _result(session, block.get("tool_use_id"), block.get("content"), is_error)
                 if not says_nothing(rest_of_it):  # text said after the results: the turn's input too
-                    said = {"role": "user", "content": rest_of_it}
+                    said, said_at = {"role": "user", "content": rest_of_it}, at
             elif role in ("system", "developer"):
                 session.log.append({k: v for k, v in message.items() if k != "timestamp"})
             elif role == "user" and says_nothing(message.get("content")):
@@ -299,12 +302,15 @@ def replay(
                     # Two inputs with no reply between: the first goes in
                     # unanswered, through the session as a server's would (an
                     # input it refuses stays out; the same one again is a retry).
+                    blamed = said_at
                     with contextlib.suppress(OverBudgetError):
                         session.prepare(said)
+                    blamed = at
                 # Text as a str; blocks (images, documents) as the message itself.
                 said = (
                     text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
                 )
+                said_at = at
                 if isinstance(text, str) and "constraint" in tag(text):
                     constraints.append(text)
             history.append(message)
@@ -314,7 +320,7 @@ def replay(
             status = session.compactor.status
             result.compactions = {"written": dict(status.written), "failures": status.failures}
     except ContextCoreError as error:  # which message of the transcript it was
-        raise _at_message(error, at) from error
+        raise _at_message(error, blamed) from error
     finally:
         session.close(persist=False)
         session.store.close()
@@ -516,9 +522,12 @@ def _run(
             stop()
 
 
-def _check_rows(args: argparse.Namespace) -> None:
-    if args.rows < 1:
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric options, before anything is written or read."""
+    if getattr(args, "rows", 1) < 1:
         raise InputError(f"--rows must be at least 1, got {args.rows}")
+    if args.budget is not None and args.budget < 0:
+        raise InputError(f"--budget is a window in tokens, never negative; got {args.budget}")
 
 
 def _emit(result: Replay, args: argparse.Namespace, out: TextIO) -> None:
@@ -534,7 +543,7 @@ def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
     if args.turns < 1:
         raise InputError(f"--turns must be at least 1, got {args.turns}")
-    _check_rows(args)
+    _check_numbers(args)
     # A directory of its own (0700): a fixed name in a shared /tmp could be
     # another user's file, or a link to one.
     from context_core.session import provider_of
@@ -549,7 +558,7 @@ def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 
 
 def run_replay(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
-    _check_rows(args)
+    _check_numbers(args)
     messages, tools = load_transcript(args.file)
     if not any(m.get("role") == "assistant" for m in messages):
         raise InputError(f"{args.file}: no assistant message, so no model call to replay")
@@ -560,6 +569,7 @@ def run_replay(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
 def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     """The request for the transcript's last turn: the history replayed,
     then one more prepare for what follows its last message."""
+    _check_numbers(args)
     messages, tools = load_transcript(args.file)
     if messages and messages[-1].get("role") == "assistant":
         pass  # the request is the one that produced the last reply
