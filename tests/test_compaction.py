@@ -211,6 +211,109 @@ def test_a_long_paste_that_says_must_is_output_not_a_rule(tmp_path: Path):
     assert "NotNullViolation: column must not be null" not in summary.split("Decisions:")[0]
 
 
+def _constraints(log: MessageLog) -> str:
+    """The Constraints sections of the log's summaries, joined."""
+    view = log.context_view()
+    summaries = [m["content"] for m in view if m["role"] == "system" and "Summary" in m["content"]]
+    return "\n".join(text.split("Constraints:", 1)[1].split("Decisions:")[0] for text in summaries)
+
+
+_PROSE = (
+    "We have been chasing the refund timeouts for a week and the on-call team is tired, so please be"
+    " careful and methodical: read the worker first, then the queue consumer, then the ledger client,"
+    " and write down what you find before you change anything at all in the code base. "
+)
+
+
+def test_a_rule_beside_tool_results_is_judged_by_its_own_words(tmp_path: Path):
+    """A rule typed beside tool results was lost at its first compaction
+    when the tool output held a link: the message's tags (the output's
+    ``log`` among them) made the user's text a paste. And a tool output
+    saying "must" made the plain text beside it a rule."""
+    rule = "Also, from here on you must keep the idempotency_key on every retry."
+    output = "GET https://status.example.com/api/v1/refunds -> 200\n" + "row ok\n" * 30
+    call = {"type": "tool_use", "id": "toolu_1", "name": "fetch", "input": {}}
+    messages = [
+        {"role": "user", "content": "Check the refunds."},
+        {"role": "assistant", "content": [call]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": output},
+                {"type": "text", "text": _PROSE + _PROSE + rule},
+            ],
+        },
+        {"role": "assistant", "content": [{**call, "id": "toolu_2"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "amount must not be null"},
+                {"type": "text", "text": "Here is the second one."},
+            ],
+        },
+        {"role": "assistant", "content": "Done."},
+    ]
+    log = new_log(tmp_path, messages + turns(20))
+    compactor = Compactor(log, recent_turns=8, segment_turns=5)
+    assert compactor.compact().status == "written"
+    carried = _constraints(log)
+    assert rule in carried
+    assert _PROSE.strip()[:60] not in carried  # the rule's sentence, not the whole text
+    assert "Here is the second one." not in carried
+
+
+def test_long_prose_with_a_link_keeps_its_rules_and_a_long_trace_states_none(tmp_path: Path):
+    """Prose of 400+ characters that names a link, ``curl`` or a stack trace
+    is tagged ``log``, and was taken for a pasted trace: its rules were lost
+    at the first compaction. A trace of many lines is still output."""
+    rules = ["Never drop the order_id from the refund log lines.", "Do not touch the ledger_prod database."]
+    said = [
+        "The ticket is at https://jira.example.com/browse/PAY-4411, all of it. " + _PROSE * 2 + rules[0],
+        "You can reproduce it with curl against the staging host. " + _PROSE + _PROSE + rules[1],
+    ]
+    trace = "Traceback (most recent call last):\n" + '  File "/srv/app.py", line 9\n' * 40
+    trace += "psycopg.errors.NotNullViolation: column must not be null"
+    messages = []
+    for text in [*said, trace]:
+        assert len(text) > 400
+        messages += [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
+    log = new_log(tmp_path, messages + turns(20))
+    compactor = Compactor(log, recent_turns=8, segment_turns=5)
+    assert compactor.compact().status == "written"
+    carried = _constraints(log)
+    assert all(rule in carried for rule in rules)
+    assert "jira.example.com" not in carried  # the sentences that state them, not the prose around
+    assert "NotNullViolation" not in carried
+
+
+def test_rules_in_long_pastes_are_carried_by_their_sentences_not_whole(tmp_path: Path):
+    """Each paste of a spec that says "must" was one rule, carried whole by
+    every summary after it: at 75 pastes of about 1,900 tokens the global
+    summary held 80,028 tokens, and every later turn failed over budget
+    for good. Each paste's rule sentence is carried instead, and a list
+    with no stops by its rule lines."""
+    filler = "The refund worker reads batches from the queue and posts them to the ledger. " * 60
+    rules = [f"Field spec_field_{n} must never be null." for n in range(12)]
+    listed = "\n".join(f"- field list_{n}: required, must be a string" for n in range(60))
+    messages = []
+    for n, rule in enumerate(rules):
+        messages += [
+            {"role": "user", "content": f"Spec section {n}. {filler}{rule} {filler}"},
+            {"role": "assistant", "content": "Read."},
+        ]
+    messages += [{"role": "user", "content": "Fields:\n" + listed}, {"role": "assistant", "content": "Ok."}]
+    log = new_log(tmp_path, messages + turns(30))
+    compactor = Compactor(log, recent_turns=8, segment_turns=4)
+    while compactor.compact().status == "written":
+        pass
+    carried = _constraints(log)
+    assert all(rule in carried for rule in rules)
+    assert "- field list_59: required, must be a string" in carried
+    assert "reads batches" not in carried
+    tokens = sum(log.headers()["tokens"][seq] for seq, part in log._view() if part in ("global", "segment"))
+    assert tokens < 3_000
+
+
 def test_the_offline_summary_carries_every_rule(tmp_path: Path):
     session = compaction_session(3, turns=60)
     log = MessageLog.open(tmp_path / "log", create=True)

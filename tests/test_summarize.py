@@ -321,6 +321,34 @@ def test_the_rule_is_found_among_the_messages():
     assert exact_values(RULE) == ["3", "A-8812"]
 
 
+def test_a_rule_text_is_whole_when_short_and_its_rule_sentences_when_long():
+    """What a user's text states as rules: a short text whole, spacing and
+    all; a long one by its sentences that say a rule (a list with no stops
+    by its lines); a long text the caller marked whole, when no sentence
+    says it; a long multi-line paste tagged ``log`` nothing."""
+    from context_core.summarize.offline import MAX_WHOLE_RULE_CHARS, PASTE_LINES, rule_texts
+
+    short = "You must never\nrun `make  clean` on the build host."
+    assert rule_texts("  " + short + "\n") == [short]
+    plain = "Deploys go to staging-eu-2 first."
+    assert rule_texts(plain) == []
+    assert rule_texts(plain, tagged=True) == [plain]
+    prose = "The refund worker reads batches from the queue and posts them to the ledger. " * 6
+    rule = "Never drop the order_id\nfrom the refund log lines."  # a wrapped line stays in its sentence
+    chinese = "不要修改 ledger_prod 数据库。"
+    long = f"See https://jira.example.com/PAY-1 first. {prose}{rule} {chinese}{prose}"
+    assert len(long) > MAX_WHOLE_RULE_CHARS
+    assert rule_texts(long) == [rule, chinese]
+    assert rule_texts(long + " " + rule) == [rule, chinese]  # said twice, one rule
+    listed = "Fields:\n" + "\n".join(f"- field f{n}: required, must be a string" for n in range(20))
+    assert rule_texts(listed) == [f"- field f{n}: required, must be a string" for n in range(20)]
+    assert rule_texts(prose, tagged=True) == [prose.strip()]
+    trace = "Traceback (most recent call last):\n" + '  File "/srv/app.py", line 9\n' * (PASTE_LINES + 20)
+    assert len(trace) > MAX_WHOLE_RULE_CHARS
+    assert rule_texts(trace + "errors.NotNullViolation: column must not be null") == []
+    assert rule_texts("") == rule_texts("   ") == []
+
+
 def test_a_summary_that_carries_the_rules_values_has_nothing_uncarried():
     result = judge(GOOD)
     assert isinstance(result, Summary)

@@ -180,8 +180,8 @@ def replay(
     """Drive a session in ``directory`` through ``messages``."""
     from context_core import Budget, ContextCoreError, MemoryStore, OverBudgetError, Session
     from context_core.memory_store import HashingEmbedder
-    from context_core.select import tag
     from context_core.session.session import says_nothing
+    from context_core.summarize.offline import rule_texts
 
     identity, rest = _identity(messages)
     Path(directory).mkdir(parents=True, exist_ok=True)
@@ -268,7 +268,7 @@ def replay(
                             json.dumps(c, ensure_ascii=False)[1:-1] in sent_text for c in constraints
                         ),
                         retained_last_n=sum(
-                            any(m.get("content") == c for m in history[-LAST_N:]) for c in constraints
+                            any(c in _text_of(m) for m in history[-LAST_N:]) for c in constraints
                         ),
                         messages=len(request["messages"]),
                         repairs=len(report.repairs),
@@ -311,8 +311,8 @@ def replay(
                     text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
                 )
                 said_at = at
-                if isinstance(text, str) and "constraint" in tag(text):
-                    constraints.append(text)
+                if isinstance(text, str):  # the rules it states, as compaction carries them
+                    constraints.extend(rule_texts(text))
             history.append(message)
             running += tok.count_message(message)
         if session.compactor is not None:
@@ -325,6 +325,11 @@ def replay(
         session.close(persist=False)
         session.store.close()
     return result
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
 
 
 def _reply(message: dict[str, Any]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from context_core.compaction.plan import Job, Wait, plan, starts_turn, turn_star
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
 from context_core.log import MessageLog
 from context_core.summarize import Rejected, Summarizer, Summary
-from context_core.summarize.offline import MAX_LOG_RULE_CHARS, own_text
+from context_core.summarize.offline import own_text, rule_texts
 
 __all__ = ["Compactor", "CompactorStatus", "Outcome"]
 
@@ -343,11 +343,19 @@ async def _until_set(ended: threading.Event, finish: asyncio.Future[Any]) -> Non
             continue
 
 
-def _is_rule(seq: int, text: str, job: Job) -> bool:
-    """A user message the log tagged ``constraint`` states a rule, unless
-    it is a long paste also tagged ``log`` (a trace saying "must not be
-    null")."""
-    return bool(text) and (seq not in job.loggy or len(text) <= MAX_LOG_RULE_CHARS)
+def _rules_of(message: Any) -> list[str]:
+    """The rules a message the log tagged ``constraint`` states: those its
+    own text states (:func:`~context_core.summarize.offline.rule_texts`),
+    judged by that text's own words. Tool results beside it (whose output
+    may say "must", or hold a link) decide nothing; a message of text alone
+    whose words do not say it was tagged by the caller, and is one rule."""
+    if not isinstance(message, dict):
+        return []
+    content = message.get("content")
+    text_only = isinstance(content, str) or (
+        isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content)
+    )
+    return rule_texts(own_text(message), tagged=text_only)
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -655,11 +663,11 @@ class Compactor:
         if job.level == 2:
             messages = self._read_in_steps(job.messages)
             at = {seq: i for i, seq in enumerate(job.messages)}
-            stated = [(seq, own_text(messages[at[seq]]).strip()) for seq in job.rules if seq in at]
             rules: dict[str, int] = {}  # a rule said twice is carried once
-            for seq, text in stated:
-                if _is_rule(seq, text, job):
-                    rules.setdefault(text, seq)
+            for seq in job.rules:
+                if seq in at:
+                    for text in _rules_of(messages[at[seq]]):
+                        rules.setdefault(text, seq)
             return messages, [(seq, text) for text, seq in rules.items()]
         payloads = self.log.read(job.segments)
         texts = [str(p["summary"]) for p in payloads]
@@ -679,10 +687,8 @@ class Compactor:
                 len(texts),
                 self.global_input_tokens,
             )
-        stated = [
-            (seq, own_text(m).strip()) for seq, m in zip(job.rules, self.log.read(job.rules), strict=True)
-        ]
-        return kept[::-1], list(dict.fromkeys(text for seq, text in stated if _is_rule(seq, text, job)))
+        stated = self.log.read(job.rules)
+        return kept[::-1], list(dict.fromkeys(text for m in stated for text in _rules_of(m)))
 
     def _read_in_steps(self, seqs: Sequence[int]) -> list[Any]:
         """The nodes' payloads, a few at a time: each read and decode of a

@@ -22,13 +22,15 @@ from context_core.summarize.prompts import SECTIONS
 from context_core.summarize.transcript import call_parts, message_text, tool_calls
 
 __all__ = [
-    "MAX_LOG_RULE_CHARS",
+    "MAX_WHOLE_RULE_CHARS",
+    "PASTE_LINES",
     "constraint_messages",
     "is_rule",
     "offline_global",
     "offline_segment",
     "own_text",
     "parse_sections",
+    "rule_texts",
 ]
 
 _TAGGER = Tagger()
@@ -106,29 +108,64 @@ def _call_arguments(message: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-#: A text tagged ``log`` too (a pasted trace, a curl line) is a rule only
-#: when it is this short: a long paste that says "must not be null" is output.
-MAX_LOG_RULE_CHARS = 400
+#: A rule text up to this long is carried whole; a longer one (a spec
+#: pasted with its prose) by its sentences that state a rule, so a few long
+#: messages cannot fill every later request with their summaries.
+MAX_WHOLE_RULE_CHARS = 400
+
+#: A longer text tagged ``log`` with at least this many lines is a paste (a
+#: trace, a log that says "must not be null"): output, never a rule. Prose
+#: that names a link or a ``curl`` line is tagged ``log`` too, and is not one.
+PASTE_LINES = 8
+
+#: Where a long rule text is cut into sentences: after . ! ? and a space,
+#: after their full-width forms (Chinese puts no space), and at blank lines
+#: (a wrapped line stays in its sentence).
+_RULE_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*|\n\s*\n")
+
+
+def rule_texts(text: str, tagger: Tagger | None = None, *, tagged: bool = False) -> list[str]:
+    """The rules ``text`` (a user's own text) states, each as said: the text
+    whole when it is tagged ``constraint`` (or ``tagged``: marked so by the
+    caller) and at most :data:`MAX_WHOLE_RULE_CHARS` long; for a longer one,
+    its sentences tagged ``constraint`` (a sentence longer than that, a list
+    with no stops, by its lines), or the text whole if none is (a rule the
+    caller marked). None for a paste (see :data:`PASTE_LINES`)."""
+    tagger = tagger or _TAGGER
+    text = text.strip()
+    tags = tagger.tag(text) if text else []
+    if not text or not (tagged or "constraint" in tags):
+        return []
+    if len(text) <= MAX_WHOLE_RULE_CHARS:
+        return [text]
+    if "log" in tags and sum(1 for line in text.splitlines() if line.strip()) >= PASTE_LINES:
+        return []
+    pieces: list[str] = []
+    for sentence in _RULE_SENTENCE.split(text):
+        sentence = sentence.strip()
+        if len(sentence) > MAX_WHOLE_RULE_CHARS:
+            pieces.extend(line.strip() for line in sentence.splitlines())
+        elif sentence:
+            pieces.append(sentence)
+    found = [piece for piece in pieces if piece and "constraint" in tagger.tag(piece)]
+    return list(dict.fromkeys(found)) or [text]
 
 
 def is_rule(text: str, tagger: Tagger | None = None) -> bool:
-    """Whether ``text`` states a rule: tagged ``constraint``, and not a long
-    text tagged ``log`` (see :data:`MAX_LOG_RULE_CHARS`)."""
-    tags = (tagger or _TAGGER).tag(text)
-    return "constraint" in tags and ("log" not in tags or len(text) <= MAX_LOG_RULE_CHARS)
+    """Whether ``text`` states a rule (see :func:`rule_texts`)."""
+    return bool(rule_texts(text, tagger))
 
 
 def constraint_messages(
     messages: Sequence[Mapping[str, Any]], tagger: Tagger | None = None
 ) -> list[tuple[int, str]]:
-    """``(index, text)`` of the user's rules among ``messages``: user (and
-    system or developer) messages whose own text :func:`is_rule`."""
-    out = []
+    """``(index, text)`` of the user's rules among ``messages``: those of
+    user (and system or developer) messages' own texts (see
+    :func:`rule_texts`; a message may state several)."""
+    out: list[tuple[int, str]] = []
     for index, message in enumerate(messages):
         if _role(message) in ("user", "system", "developer"):
-            text = own_text(message).strip()
-            if text and is_rule(text, tagger):
-                out.append((index, text))
+            out.extend((index, text) for text in rule_texts(own_text(message), tagger))
     return out
 
 
