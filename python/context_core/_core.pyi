@@ -394,7 +394,7 @@ class _MessageLog:
         self, recent_turns: int, segment_turns: int, segments_kept: int, tail_tokens: Union[int, None]
     ) -> Union[
         tuple[Literal["wait"], int, Union[int, None]],
-        tuple[Literal["job"], int, int, int, list[int], list[int], list[int], list[int], Union[int, None]],
+        tuple[Literal["job"], int, int, int, list[int], list[int], list[int], Union[int, None]],
     ]: ...
     @property
     def encoding(self) -> str: ...

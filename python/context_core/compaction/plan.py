@@ -38,16 +38,15 @@ class Job:
     summaries ``segments`` (seqs, oldest first) covering ``covers``.
     ``rules`` are the seqs of the user's rules in the range (user messages
     whose header is tagged ``constraint``, by the keywords or by the
-    caller), ``loggy`` those also tagged ``log`` (a pasted trace is a rule
-    only when short); ``base`` the newest summary on the path when planned
-    (nothing is written if it changed)."""
+    caller; the compactor reads what each one's own text states);
+    ``base`` the newest summary on the path when planned (nothing is
+    written if it changed)."""
 
     level: int
     covers: tuple[int, int]
     messages: tuple[int, ...] = ()
     segments: tuple[int, ...] = ()
     rules: tuple[int, ...] = ()
-    loggy: tuple[int, ...] = ()
     base: int | None = None
 
 
@@ -129,14 +128,13 @@ def plan(
     step = log._plan(recent_turns, segment_turns, segments_kept, tail_tokens)
     if step[0] == "wait":
         return Wait(step[1], step[2])
-    _, level, first, last, messages, segments, rules, loggy, base = step
+    _, level, first, last, messages, segments, rules, base = step
     return Job(
         level=level,
         covers=(first, last),
         messages=tuple(messages),
         segments=tuple(segments),
         rules=tuple(rules),
-        loggy=tuple(loggy),
         base=base,
     )
 

@@ -15,7 +15,7 @@ __all__ = ["plan"]
 _USER = 1
 _KIND_MESSAGE, _KIND_SUMMARY = 0, 1
 _PINNED, _RESULTS = 1, 4
-_CONSTRAINT, _LOG = 1, 8
+_CONSTRAINT = 1
 
 
 def _turn_starts(headers: np.ndarray) -> np.ndarray:
@@ -81,7 +81,6 @@ def plan(
         covers=(int(path[chosen[0]]), int(path[chosen[-1]])),
         messages=messages,
         rules=tuple(int(s) for s in path[chosen[rule]]),
-        loggy=tuple(int(s) for s in path[chosen[rule & ((tags & _LOG) != 0)]]),
         base=base,
     )
 
@@ -111,6 +110,5 @@ def _global_job(
         covers=(int(path[0]), last),
         segments=tuple(int(s) for s in path[segment_positions]),
         rules=tuple(int(s) for s in path[np.flatnonzero(rule)]),
-        loggy=tuple(int(s) for s in path[np.flatnonzero(rule & ((headers["tags"] & _LOG) != 0))]),
         base=base,
     )

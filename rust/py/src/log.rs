@@ -642,7 +642,7 @@ impl PyMessageLog {
     }
 
     /// The next compaction step: `("wait", turns, tokens)` or `("job",
-    /// level, first, last, messages, segments, rules, loggy, base)` (see
+    /// level, first, last, messages, segments, rules, base)` (see
     /// `context_core.compaction.plan`). Planned with the interpreter
     /// released: a background job's plan must not stall the turn's thread.
     fn _plan(
@@ -682,7 +682,6 @@ impl PyMessageLog {
                 job.messages,
                 job.segments,
                 job.rules,
-                job.loggy,
                 job.base,
             )
                 .into_pyobject(py)?

@@ -19,7 +19,7 @@ use super::format::{
     summary_covers,
 };
 use crate::error::{Error, Result};
-use crate::tags::{CONSTRAINT, LOG};
+use crate::tags::CONSTRAINT;
 
 const ROLE_SYSTEM: u8 = 0;
 const ROLE_USER: u8 = 1;
@@ -42,8 +42,8 @@ pub enum Plan {
     Wait { turns: u64, tokens: Option<u64> },
     /// Summarise: level 2 reads `messages` (anchors left out), level 3 the
     /// L2 `segments`. `rules` are the user's constraint-tagged messages in
-    /// range, `loggy` those also tagged `log`; `base` the newest summary on
-    /// the path (the write is refused if it changed).
+    /// range (the compactor reads what each states); `base` the newest
+    /// summary on the path (the write is refused if it changed).
     Job(Job),
 }
 
@@ -54,7 +54,6 @@ pub struct Job {
     pub messages: Vec<u64>,
     pub segments: Vec<u64>,
     pub rules: Vec<u64>,
-    pub loggy: Vec<u64>,
     pub base: Option<u64>,
 }
 
@@ -123,7 +122,7 @@ impl MessageLog {
             reason: format!("summary {newest} names no range it covers"),
         })?;
         // Anchors (system, pinned) stay raw in every view: nothing need carry them.
-        let (rules, loggy) = rules_in(heads.iter().filter(|h| h.seq <= last && !h.is_anchor()));
+        let rules = rules_in(heads.iter().filter(|h| h.seq <= last && !h.is_anchor()));
         Ok(Plan::Job(Job {
             level: 3,
             covers: (heads[0].seq, last),
@@ -134,22 +133,14 @@ impl MessageLog {
                 .map(|h| h.seq)
                 .collect(),
             rules,
-            loggy,
             base,
         }))
     }
 }
 
-/// The seqs of the user's rules among `heads`, and of those also tagged
-/// `log` (a pasted trace, a rule only when short).
-fn rules_in<'a>(heads: impl Iterator<Item = &'a Head>) -> (Vec<u64>, Vec<u64>) {
-    let rules: Vec<Head> = heads.copied().filter(|h| h.is_rule()).collect();
-    let loggy = rules
-        .iter()
-        .filter(|h| h.tags & LOG != 0)
-        .map(|h| h.seq)
-        .collect();
-    (rules.iter().map(|h| h.seq).collect(), loggy)
+/// The seqs of the user's rules among `heads`.
+fn rules_in<'a>(heads: impl Iterator<Item = &'a Head>) -> Vec<u64> {
+    heads.filter(|h| h.is_rule()).map(|h| h.seq).collect()
 }
 
 enum Planned {
@@ -237,14 +228,13 @@ fn plan_over(heads: &[Head], pointer: Option<u64>, options: &PlanOptions) -> Pla
             tokens: None,
         });
     }
-    let (rules, loggy) = rules_in(chosen.iter().filter(|h| !h.is_anchor()));
+    let rules = rules_in(chosen.iter().filter(|h| !h.is_anchor()));
     Planned::Done(Plan::Job(Job {
         level: 2,
         covers: (chosen[0].seq, chosen[chosen.len() - 1].seq),
         messages,
         segments: Vec::new(),
         rules,
-        loggy,
         base,
     }))
 }
