@@ -846,6 +846,54 @@ def test_a_new_session_path_another_opener_locked_first_is_left_to_it(tmp_path, 
         assert [m["content"] for m in log.read(range(len(log)))] == ["the other server's turn"]
 
 
+def test_a_failed_open_removes_nothing_another_server_wrote(tmp_path, monkeypatch):
+    """A failed open removed the directory it had made after letting the
+    log's lock go: a server waiting for the lock opened the session in
+    that gap, acknowledged a turn, and lost it to the removal (found by two
+    processes racing on new paths). A server that had opened, written and
+    closed the new directory before the failing open took the lock lost
+    its session too. Now the removal happens under the lock, and only of
+    a log with no record in a directory no open has marked."""
+    import context_core.session.session as session_module
+
+    real_close_all = session_module._close_all
+    waiting = tmp_path / "waiting"
+
+    def then_the_waiter_writes(owned):
+        real_close_all(owned)  # the lock let go: the other server's open goes on
+        with MessageLog.open(waiting / "log", create=True, durability="always") as log:
+            log.append({"role": "user", "content": "acknowledged"})
+
+    monkeypatch.setattr(session_module, "_close_all", then_the_waiter_writes)
+    with pytest.raises(InvalidTypeError):
+        Session.open(waiting, model="gpt-4o", store=False, memory=123)
+    monkeypatch.undo()
+    with MessageLog.open(waiting / "log", readonly=True) as log:
+        assert [m["content"] for m in log.read(range(len(log)))] == ["acknowledged"]
+
+    before = tmp_path / "before"
+    real_open_log = session_module._open_log
+
+    def after_another_servers_session(where, model, durability):
+        monkeypatch.setattr(session_module, "_open_log", real_open_log)  # the other's own open
+        with Session.open(before, model="gpt-4o", store=False, compact=False) as other:
+            other.prepare("the other server's turn")
+            other.record({"role": "assistant", "content": "done"})
+        return real_open_log(where, model, durability)
+
+    monkeypatch.setattr(session_module, "_open_log", after_another_servers_session)
+    monkeypatch.setattr(session_module, "_session_directory", lambda path: (str(path), True))
+    with pytest.raises(InvalidTypeError):
+        Session.open(before, model="gpt-4o", store=False, memory=123)
+    monkeypatch.undo()
+    with Session.open(before, model="gpt-4o", store=False, compact=False) as reopened:
+        assert [m["content"] for m in reopened.history()] == ["the other server's turn", "done"]
+
+    with pytest.raises(InvalidTypeError):  # one that is this open's alone is removed
+        Session.open(tmp_path / "alone", model="gpt-4o", store=False, memory=123)
+    assert not (tmp_path / "alone").exists()
+
+
 def test_an_int_budget_is_the_windows_tokens_and_a_bad_namespace_is_refused_at_open(tmp_path):
     with open_session(tmp_path / "int", budget=8000, compact=False) as session:
         assert session.budget.window == 8000

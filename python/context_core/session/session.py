@@ -508,9 +508,7 @@ class Session:
             _close_all(owned)
             raise  # the session another holds: its directory is not this open's to remove
         except BaseException:
-            _close_all(owned)
-            if made:  # an open that failed leaves no half-made session behind
-                shutil.rmtree(root, ignore_errors=True)
+            _undo_open(root, made, owned)
             raise
         try:
             session._warm_up()
@@ -1414,6 +1412,20 @@ def _check_model_encoding(model: str, encoding: str) -> None:
         )
         error.encoding, error.model_encoding = encoding, wanted
         raise error
+
+
+def _undo_open(root: str, made: bool, owned: Sequence[Any]) -> None:
+    """Closes what a failed open made and, so no half-made session is left,
+    removes the directory it made, but only what can be no one else's:
+    while this open holds the log's lock (a writer waiting for it gets it
+    after the removal, and finds no session), with the log holding no
+    record and no other open having marked the directory with its
+    provider. Another server may have opened the new directory, written
+    and closed between this open making it and taking the lock."""
+    log = next((part for part in owned if isinstance(part, MessageLog)), None)
+    if made and log is not None and len(log) == 0 and not os.path.exists(os.path.join(root, "provider")):
+        shutil.rmtree(root, ignore_errors=True)
+    _close_all(owned)
 
 
 def _close_all(owned: Sequence[Any]) -> None:
