@@ -22,6 +22,7 @@ from context_core import (
     InvalidInputError,
     InvalidTypeError,
     MemoryStore,
+    StoreBusyError,
     StoreVersionError,
     Tokenizer,
 )
@@ -457,6 +458,36 @@ def test_a_busy_database_keeps_the_counts_pending_and_search_answers(tmp_path, c
         s.flush()
     with MemoryStore(path, embedder=HashingEmbedder(64)) as s:
         assert s.get(m.id).access_count == 1
+
+
+def test_a_new_store_another_connection_holds_waits_for_it(tmp_path, clock):
+    """Two server workers creating one store at boot: switching the new
+    file to WAL, SQLite answered "locked" at once, without waiting, while
+    the other held it, and one worker failed with StoreBusyError after a
+    few milliseconds of a 10 s busy_timeout. It waits now, up to that."""
+
+    def held(path):  # the other worker, making its tables in a file still in rollback mode
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("CREATE TABLE boot (x)")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO boot VALUES (1)")
+        return other
+
+    other = held(tmp_path / "m.db")
+    timer = threading.Timer(0.2, lambda: other.execute("COMMIT"))
+    timer.start()
+    try:
+        with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64), clock=clock, busy_timeout=10) as s:
+            assert s.remember("booted").text == "booted"
+    finally:
+        timer.join()
+        other.close()
+    other = held(tmp_path / "n.db")
+    try:
+        with pytest.raises(StoreBusyError):  # held past the timeout: said, not waited on for good
+            MemoryStore(tmp_path / "n.db", embedder=HashingEmbedder(64), clock=clock, busy_timeout=0.05)
+    finally:
+        other.close()
 
 
 def test_search_counts_accesses(store, clock):

@@ -427,6 +427,25 @@ def _raw_sqlite(error: BaseException) -> TypeGuard[sqlite3.Error]:
     return isinstance(error, sqlite3.Error) and not isinstance(error, ContextCoreError)
 
 
+def _into_wal(db: sqlite3.Connection, timeout: float) -> None:
+    """Puts the database in WAL mode. Switching a new file's mode, SQLite
+    answers "locked" at once, not after its busy handler, while another
+    connection holds the file (waiting could deadlock): two server workers
+    creating one store at boot do. Tried again until ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            busy = "locked" in str(error) or "busy" in str(error)
+            if not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+
+
 class MemoryStore:
     """Typed memories in one SQLite file, shared by any number of processes.
 
@@ -490,7 +509,7 @@ class MemoryStore:
         except sqlite3.Error as error:
             raise self._busy(error) from error
         try:
-            self._db.execute("PRAGMA journal_mode = WAL")
+            _into_wal(self._db, self.busy_timeout)
             self._db.execute(f"PRAGMA synchronous = {durability.upper()}")
             # 64 MB of page cache (SQLite's default is 2 MB): the indexes a
             # write touches stay in memory past a few thousand memories.
