@@ -260,3 +260,68 @@ def test_a_readers_brief_check_does_not_make_a_writer_fail(tmp_path, impl):
     finally:
         timer.join()
         os.close(fd)
+
+
+_GIL_AND_LOCK = """
+import faulthandler, os, resource, shutil, signal, sys, threading
+from context_core import MessageLog
+faulthandler.dump_traceback_later(30, exit=True)  # a hang fails the test with every thread's stack
+sys.setswitchinterval(1e-6)  # threads take turns with the interpreter as often as they can
+where = sys.argv[1]
+log = MessageLog.open(os.path.join(where, "first"), create=True, durability="never")
+log.append({"role": "user", "content": "hello"})
+stop = threading.Event()
+
+def reader(log):
+    while not stop.is_set():
+        try:
+            log.read([0])
+        except Exception:
+            pass
+
+thread = threading.Thread(target=reader, args=(log,), daemon=True)
+thread.start()
+# A fresh process: these keys are looked up for the first time under the log's lock.
+call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+log.append({"role": "assistant", "content": os.urandom(100_000).hex(), "tool_calls": [call]})
+log.append({"role": "tool", "tool_call_id": "c1", "content": os.urandom(100_000).hex()})
+stop.set(); thread.join(); log.close()
+# A full disk: each failed append builds its error (Python code) under the log's lock.
+log = MessageLog.open(os.path.join(where, "full"), create=True, durability="never")
+log.append({"role": "user", "content": "hello"})
+stop.clear()
+thread = threading.Thread(target=reader, args=(log,), daemon=True)
+thread.start()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, resource.RLIM_INFINITY))
+big, failed = os.urandom(50_000).hex(), 0
+for i in range(1000):
+    try:
+        log.append({"role": "tool", "tool_call_id": "c", "content": f"{i} {big}"})
+    except OSError:
+        failed += 1
+        if failed >= 100:
+            break
+stop.set(); thread.join()
+print("no hang", failed)
+"""
+
+
+def test_a_thread_waiting_for_the_log_never_holds_up_its_holder(tmp_path):
+    """A thread that waited for the log's lock held the interpreter (GIL)
+    while it waited. The thread holding the lock may need the interpreter
+    before it lets go: the first time a message key is looked up in a
+    process (a cached Python name is made), or when an append fails and
+    its error is built by Python code (a full disk). Both threads then
+    waited for each other for good: a server's turn appending while its
+    compaction worker read the log hung. A fresh interpreter (the names
+    are made once a process), its thread switches made as frequent as they
+    can be, must finish both cases; a hang ends it with every stack."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _GIL_AND_LOCK, str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("no hang 100")

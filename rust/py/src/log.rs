@@ -15,6 +15,7 @@ use context_core::tags::{Keywords, Tagger};
 use context_core::{Encoding, Json, PARALLEL_MIN_BYTES, tags};
 use pyo3::exceptions::{PyException, PyOverflowError};
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyString};
 
 use crate::errors::{CoreError, invalid_input, invalid_type};
@@ -65,8 +66,8 @@ impl PyMessageLog {
             return Ok(None);
         }
         let copies: Vec<&Json<'static>> = copies.iter().collect();
-        // The GIL stays held: another thread waiting for the log's lock with
-        // the GIL would deadlock us. The worker threads do not need it.
+        // The GIL stays held (the worker threads do not need it); a thread
+        // waiting for the log's lock lets it go (see `log`).
         let mut log = self.log()?;
         let Ok(batch) = log.prepare_batch(&copies, text_bytes, &LOG_TAGGER) else {
             return Ok(None);
@@ -75,7 +76,16 @@ impl PyMessageLog {
         Ok(Some((range.start, range.end)))
     }
 
+    /// The log, locked, for a caller holding the GIL. A contended lock is
+    /// waited for with the GIL let go: the holder may need the GIL before it
+    /// lets the lock go (a cached Python name made on its first use, an
+    /// error built by Python code, a finalizer the collector runs), and would
+    /// wait for this thread forever.
     fn log(&self) -> PyResult<MutexGuard<'_, MessageLog>> {
+        if !self.origin.is_elsewhere() {
+            return Ok(Python::attach(|py| self.inner.lock_py_attached(py))
+                .unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
         Ok(self.locked().map_err(CoreError)?)
     }
 
