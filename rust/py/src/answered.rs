@@ -555,8 +555,11 @@ impl Answered {
                 copies.copies.push((position, message.unbind()));
             }
         }
-        *self.last_copies() = copies;
-        drop(last); // after the lock: dropping references may free objects
+        // What is replaced (another thread's copies, stored since the take
+        // above) is dropped after the lock, as `last` is: dropping references
+        // may free objects, and a finalizer may let the GIL go.
+        let replaced = std::mem::replace(&mut *self.last_copies(), copies);
+        drop((last, replaced));
         answer
     }
 
