@@ -27,7 +27,10 @@ _HEX = r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,64}\b"
 _ID = r"\b[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*[-_](?=[A-Za-z0-9]*\d)[A-Za-z0-9]+\b"
 _DATE = r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?\b|\b\d{1,2}:\d{2}(?::\d{2})?\b"
 _VERSION = r"\bv?\d+(?:\.\d+){1,3}(?:[-+][\w.]+)?\b"
-_NUMBER = r"(?<![\w.])\d+(?:[.,]\d+)*(?:\s?(?:%|ms|s|sec|min|h|kb|mb|gb|tb|k|m)\b)?"
+# A number with its unit: one glued to it whole (64px, 3x, 2nd, 10k: the number
+# alone is no whole word of the text, so no summary could be seen to carry it),
+# or a common one after a space.
+_NUMBER = r"(?<![\w.])\d+(?:[.,]\d+)*(?:[^\W\d_]+\b|\s?(?:%|ms|s|sec|min|h|kb|mb|gb|tb|k|m)\b)?"
 _SNAKE = r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b"
 _CAMEL = r"\b[A-Z]?[a-z]+(?:[A-Z][a-z0-9]+)+\b|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b"
 _QUOTED = r"`([^`\n]{1,80})`|\"([^\"\n]{2,80})\"|“([^”\n]{2,80})”|「([^」\n]{1,80})」"
