@@ -633,6 +633,13 @@ def test_replay_names_the_message_it_cannot_store_and_never_drops_it(tmp_path, c
             assert run([command, str(bad_input)])[0] == 2
             err = capsys.readouterr().err
             assert f"{bad_input}: message {blamed}: user_input holds a lone surrogate" in err, err
+    # An input over the budget is counted and the replay goes on: a bad reply
+    # after it is the reply's fault, not the input's.
+    no_id = {"role": "assistant", "content": None, "tool_calls": [call_of("c1")]}
+    del no_id["tool_calls"][0]["id"]
+    bad_input.write_text(json.dumps([{"role": "user", "content": "word " * 3000}, no_id]))
+    assert run(["replay", str(bad_input), "--budget", "2000"])[0] == 2
+    assert f"{bad_input}: message 1: message.tool_calls[0].id" in capsys.readouterr().err
     deep = tmp_path / "deep.json"
     nested = call_of("c1")
     nested["function"]["arguments"] = "[" * 1000 + "]" * 1000

@@ -893,6 +893,17 @@ def test_a_failed_open_removes_nothing_another_server_wrote(tmp_path, monkeypatc
         Session.open(tmp_path / "alone", model="gpt-4o", store=False, memory=123)
     assert not (tmp_path / "alone").exists()
 
+    def made_then_interrupted(where, model, durability):
+        real_open_log(where, model, durability).close()  # the log made in gpt-4o's encoding
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(session_module, "_open_log", made_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Session.open(tmp_path / "interrupted", model="gpt-4o", store=False)
+    monkeypatch.undo()
+    assert not (tmp_path / "interrupted").exists()  # else gpt-4 could never open the path
+    Session.open(tmp_path / "interrupted", model="gpt-4", store=False, compact=False).close()
+
 
 def test_an_int_budget_is_the_windows_tokens_and_a_bad_namespace_is_refused_at_open(tmp_path):
     with open_session(tmp_path / "int", budget=8000, compact=False) as session:

@@ -321,11 +321,13 @@ def test_the_rule_is_found_among_the_messages():
     assert exact_values(RULE) == ["3", "A-8812"]
 
 
-def test_a_rule_text_is_whole_when_short_and_its_rule_sentences_when_long():
-    """What a user's text states as rules: a short text whole, spacing and
-    all; a long one by its sentences that say a rule (a list with no stops
-    by its lines); a long text the caller marked whole, when no sentence
-    says it; a long multi-line paste tagged ``log`` nothing."""
+def test_a_rule_text_is_whole_when_short_and_by_its_rule_parts_when_long():
+    """What a user's text states as rules, word for word: a text up to the
+    cap whole; a longer one by its paragraphs that state a rule (whole up to
+    the cap), a longer paragraph by its rule sentences, each with the one
+    before it, which often names what the rule is about; a list of rules by
+    its lines; a long text the caller marked whole when no part says one; a
+    long multi-line paste tagged ``log`` nothing."""
     from context_core.summarize.offline import MAX_WHOLE_RULE_CHARS, PASTE_LINES, rule_texts
 
     short = "You must never\nrun `make  clean` on the build host."
@@ -333,20 +335,55 @@ def test_a_rule_text_is_whole_when_short_and_its_rule_sentences_when_long():
     plain = "Deploys go to staging-eu-2 first."
     assert rule_texts(plain) == []
     assert rule_texts(plain, tagged=True) == [plain]
-    prose = "The refund worker reads batches from the queue and posts them to the ledger. " * 6
-    rule = "Never drop the order_id\nfrom the refund log lines."  # a wrapped line stays in its sentence
-    chinese = "不要修改 ledger_prod 数据库。"
-    long = f"See https://jira.example.com/PAY-1 first. {prose}{rule} {chinese}{prose}"
+    filler = "The refund worker reads batches from the queue and posts them to the ledger. " * 14
+    named = "The production database is ledger_prod on db-eu-7."
+    rule = "You must never write to it;\nread replicas only."  # a wrapped line stays in its sentence
+    abbreviated = "Never use e.g. pickle or marshal for the cache; json only."
+    chinese = "数据库是ledger_prod。禁止写入它。"
+    long = f"See https://jira.example.com/PAY-1 first. {filler}{named} {rule} {filler}{abbreviated} {chinese}"
     assert len(long) > MAX_WHOLE_RULE_CHARS
-    assert rule_texts(long) == [rule, chinese]
-    assert rule_texts(long + " " + rule) == [rule, chinese]  # said twice, one rule
-    listed = "Fields:\n" + "\n".join(f"- field f{n}: required, must be a string" for n in range(20))
-    assert rule_texts(listed) == [f"- field f{n}: required, must be a string" for n in range(20)]
-    assert rule_texts(prose, tagged=True) == [prose.strip()]
-    trace = "Traceback (most recent call last):\n" + '  File "/srv/app.py", line 9\n' * (PASTE_LINES + 20)
+    last_filler = "The refund worker reads batches from the queue and posts them to the ledger."
+    assert rule_texts(long) == [f"{named} {rule}", f"{last_filler} {abbreviated}", chinese]
+    paragraphs = f"{filler}\n\nContext: {named} {rule}\n\n{filler}"
+    assert rule_texts(paragraphs) == [f"Context: {named} {rule}"]  # a rule's paragraph, whole
+    listed = "Fields:\n" + "\n".join(f"- field f{n}: required, must be a string" for n in range(60))
+    assert rule_texts(listed) == [listed]  # every line a rule: the list, one piece
+    mixed = "Fields:\n" + "\n".join(
+        f"- field f{n}: " + ("must be a string" if n % 20 == 0 else "an ordinary field") for n in range(60)
+    )
+    assert rule_texts(mixed) == [
+        f"- field f{n - 1}: an ordinary field\n- field f{n}: must be a string"
+        if n
+        else "Fields:\n- field f0: must be a string"
+        for n in (0, 20, 40)
+    ]
+    assert rule_texts(filler * 2, tagged=True) == [(filler * 2).strip()]
+    trace = "Traceback (most recent call last):\n" + '  File "/srv/app.py", line 9\n' * (PASTE_LINES + 40)
     assert len(trace) > MAX_WHOLE_RULE_CHARS
     assert rule_texts(trace + "errors.NotNullViolation: column must not be null") == []
     assert rule_texts("") == rule_texts("   ") == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "You must keep the header at 64px.",
+        "Retry 3x at most.",
+        "Never touch the 2nd replica.",
+        "页眉保持64像素。",
+    ],
+)
+def test_a_rule_with_a_number_glued_to_its_unit_is_carried_by_itself(rule):
+    """A number glued to its unit (64px) was taken as the value 64, which
+    is no whole word of any text holding 64px: the rule was never carried,
+    not even added word for word, and compaction refused every summary of
+    its segment, for good."""
+    assert carried(rule, f"Constraints:\n- {rule}\nDecisions:\n- none")
+    said = [{"role": "user", "content": rule}, {"role": "assistant", "content": "ok"}]
+    summary = Summarizer().summarize(said)
+    assert isinstance(summary, Summary)
+    assert summary.uncarried == ()
+    assert rule in summary.text
 
 
 def test_a_summary_that_carries_the_rules_values_has_nothing_uncarried():

@@ -232,7 +232,7 @@ def replay(
                     # call would fail here. Counted, and the replay goes on.
                     if said is not None:
                         turn += 1
-                    said = None
+                    said, blamed = None, at
                     result.over_budget += 1
                     result.last_over_budget = True
                     session.record(_reply(message))

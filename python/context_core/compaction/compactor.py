@@ -347,15 +347,15 @@ def _rules_of(message: Any) -> list[str]:
     """The rules a message the log tagged ``constraint`` states: those its
     own text states (:func:`~context_core.summarize.offline.rule_texts`),
     judged by that text's own words. Tool results beside it (whose output
-    may say "must", or hold a link) decide nothing; a message of text alone
+    may say "must", or hold a link) decide nothing; a message with none
     whose words do not say it was tagged by the caller, and is one rule."""
     if not isinstance(message, dict):
         return []
     content = message.get("content")
-    text_only = isinstance(content, str) or (
-        isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content)
+    results = isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
     )
-    return rule_texts(own_text(message), tagged=text_only)
+    return rule_texts(own_text(message), tagged=not results)
 
 
 def _positive_int(name: str, value: Any) -> int:

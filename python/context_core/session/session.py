@@ -1421,8 +1421,14 @@ def _undo_open(root: str, made: bool, owned: Sequence[Any]) -> None:
     after the removal, and finds no session), with the log holding no
     record and no other open having marked the directory with its
     provider. Another server may have opened the new directory, written
-    and closed between this open making it and taking the lock."""
+    and closed between this open making it and taking the lock. A log
+    whose own open failed (an interrupt, a full disk) is opened again for
+    its lock, made whole if it was left half made, and judged the same."""
     log = next((part for part in owned if isinstance(part, MessageLog)), None)
+    if made and log is None:
+        with contextlib.suppress(ContextCoreError, OSError):  # held by another: theirs
+            log = MessageLog.open(os.path.join(root, "log"), create=True, durability="never")
+            owned = [*owned, log]
     if made and log is not None and len(log) == 0 and not os.path.exists(os.path.join(root, "provider")):
         shutil.rmtree(root, ignore_errors=True)
     _close_all(owned)

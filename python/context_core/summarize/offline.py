@@ -108,29 +108,67 @@ def _call_arguments(message: Mapping[str, Any]) -> str:
     return "\n".join(parts)
 
 
-#: A rule text up to this long is carried whole; a longer one (a spec
-#: pasted with its prose) by its sentences that state a rule, so a few long
-#: messages cannot fill every later request with their summaries.
-MAX_WHOLE_RULE_CHARS = 400
+#: A rule text up to this long is carried whole, and so is a paragraph of a
+#: longer one that states a rule. A longer paragraph (a spec pasted with its
+#: prose) is carried by its sentences that state a rule, each with the
+#: sentence before it (which often names what the rule is about), so a few
+#: long messages cannot fill every later request with their summaries.
+MAX_WHOLE_RULE_CHARS = 1000
 
 #: A longer text tagged ``log`` with at least this many lines is a paste (a
 #: trace, a log that says "must not be null"): output, never a rule. Prose
 #: that names a link or a ``curl`` line is tagged ``log`` too, and is not one.
 PASTE_LINES = 8
 
-#: Where a long rule text is cut into sentences: after . ! ? and a space,
-#: after their full-width forms (Chinese puts no space), and at blank lines
-#: (a wrapped line stays in its sentence).
-_RULE_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*|\n\s*\n")
+_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")
+#: A sentence ends after . ! ? and a space, and after their full-width forms
+#: (Chinese puts no space); a wrapped line stays in its sentence.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*")
+#: A stop that ends an abbreviation, not a sentence ("never use e.g. pickle").
+_ABBREVIATION = re.compile(r"\b(?:e\.g|i\.e|etc|vs|cf|approx|incl|Mr|Mrs|Ms|Dr|St|No)\.$", re.IGNORECASE)
+#: A line that is an item of a list: a long "sentence" of them is cut at its lines.
+_LIST_LINE = re.compile(r"^[^\S\n]*(?:[-*\u2022]|\d+[.)])\s+", re.MULTILINE)
+
+
+def _spans(text: str, pattern: re.Pattern[str], start: int, end: int) -> list[tuple[int, int]]:
+    """``text[start:end]`` cut where ``pattern`` matches, as offsets."""
+    spans, at = [], start
+    for match in pattern.finditer(text, start, end):
+        spans.append((at, match.start()))
+        at = match.end()
+    spans.append((at, end))
+    return [(a, b) for a, b in spans if text[a:b].strip()]
+
+
+def _sentences_of(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The sentences of the paragraph ``text[start:end]``, as offsets: a
+    stop after an abbreviation does not end one; one over
+    :data:`MAX_WHOLE_RULE_CHARS` that holds a list is cut at its lines."""
+    sentences: list[tuple[int, int]] = []
+    at = start
+    for match in _SENTENCE_END.finditer(text, start, end):
+        if _ABBREVIATION.search(text, at, match.start()):
+            continue
+        sentences.append((at, match.start()))
+        at = match.end()
+    sentences.append((at, end))
+    out: list[tuple[int, int]] = []
+    for a, b in sentences:
+        if b - a > MAX_WHOLE_RULE_CHARS and len(_LIST_LINE.findall(text, a, b)) >= 2:
+            out.extend(_spans(text, re.compile(r"\n"), a, b))
+        elif text[a:b].strip():
+            out.append((a, b))
+    return out
 
 
 def rule_texts(text: str, tagger: Tagger | None = None, *, tagged: bool = False) -> list[str]:
-    """The rules ``text`` (a user's own text) states, each as said: the text
-    whole when it is tagged ``constraint`` (or ``tagged``: marked so by the
-    caller) and at most :data:`MAX_WHOLE_RULE_CHARS` long; for a longer one,
-    its sentences tagged ``constraint`` (a sentence longer than that, a list
-    with no stops, by its lines), or the text whole if none is (a rule the
-    caller marked). None for a paste (see :data:`PASTE_LINES`)."""
+    """The rules ``text`` (a user's own text) states, each word for word: the
+    text whole when it is tagged ``constraint`` (or ``tagged``: marked so by
+    the caller) and at most :data:`MAX_WHOLE_RULE_CHARS` long. A longer one
+    by its paragraphs that state a rule, whole when at most that long, else
+    by their rule sentences, each with the sentence before it; the text
+    whole if no part of it says a rule (one the caller marked). None for a
+    paste (see :data:`PASTE_LINES`)."""
     tagger = tagger or _TAGGER
     text = text.strip()
     tags = tagger.tag(text) if text else []
@@ -140,15 +178,25 @@ def rule_texts(text: str, tagger: Tagger | None = None, *, tagged: bool = False)
         return [text]
     if "log" in tags and sum(1 for line in text.splitlines() if line.strip()) >= PASTE_LINES:
         return []
-    pieces: list[str] = []
-    for sentence in _RULE_SENTENCE.split(text):
-        sentence = sentence.strip()
-        if len(sentence) > MAX_WHOLE_RULE_CHARS:
-            pieces.extend(line.strip() for line in sentence.splitlines())
-        elif sentence:
-            pieces.append(sentence)
-    found = [piece for piece in pieces if piece and "constraint" in tagger.tag(piece)]
-    return list(dict.fromkeys(found)) or [text]
+    kept: list[tuple[int, int]] = []
+    for start, end in _spans(text, _PARAGRAPH_BREAK, 0, len(text)):
+        if "constraint" not in tagger.tag(text[start:end]):
+            continue
+        if end - start <= MAX_WHOLE_RULE_CHARS:
+            kept.append((start, end))
+            continue
+        sentences = _sentences_of(text, start, end)
+        for i, (a, b) in enumerate(sentences):
+            if "constraint" in tagger.tag(text[a:b]):
+                kept.append((sentences[i - 1][0] if i else a, b))
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(kept):  # a rule's context that is the rule before it: one piece
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    found = [text[a:b].strip() for a, b in merged]
+    return list(dict.fromkeys(piece for piece in found if piece)) or [text]
 
 
 def is_rule(text: str, tagger: Tagger | None = None) -> bool:
