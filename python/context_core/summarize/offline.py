@@ -25,7 +25,6 @@ __all__ = [
     "MAX_WHOLE_RULE_CHARS",
     "PASTE_LINES",
     "constraint_messages",
-    "is_rule",
     "offline_global",
     "offline_segment",
     "own_text",
@@ -128,6 +127,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])\s*")
 _ABBREVIATION = re.compile(r"\b(?:e\.g|i\.e|etc|vs|cf|approx|incl|Mr|Mrs|Ms|Dr|St|No)\.$", re.IGNORECASE)
 #: A line that is an item of a list: a long "sentence" of them is cut at its lines.
 _LIST_LINE = re.compile(r"^[^\S\n]*(?:[-*\u2022]|\d+[.)])\s+", re.MULTILINE)
+_LINE_BREAK = re.compile(r"\n")
 
 
 def _spans(text: str, pattern: re.Pattern[str], start: int, end: int) -> list[tuple[int, int]]:
@@ -155,7 +155,7 @@ def _sentences_of(text: str, start: int, end: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for a, b in sentences:
         if b - a > MAX_WHOLE_RULE_CHARS and len(_LIST_LINE.findall(text, a, b)) >= 2:
-            out.extend(_spans(text, re.compile(r"\n"), a, b))
+            out.extend(_spans(text, _LINE_BREAK, a, b))
         elif text[a:b].strip():
             out.append((a, b))
     return out
@@ -197,11 +197,6 @@ def rule_texts(text: str, tagger: Tagger | None = None, *, tagged: bool = False)
             merged.append((a, b))
     found = [text[a:b].strip() for a, b in merged]
     return list(dict.fromkeys(piece for piece in found if piece)) or [text]
-
-
-def is_rule(text: str, tagger: Tagger | None = None) -> bool:
-    """Whether ``text`` states a rule (see :func:`rule_texts`)."""
-    return bool(rule_texts(text, tagger))
 
 
 def constraint_messages(
