@@ -427,6 +427,11 @@ def _raw_sqlite(error: BaseException) -> TypeGuard[sqlite3.Error]:
     return isinstance(error, sqlite3.Error) and not isinstance(error, ContextCoreError)
 
 
+def _is_busy(error: BaseException) -> bool:
+    """Whether SQLite refused for another connection's lock."""
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+
+
 def _into_wal(db: sqlite3.Connection, timeout: float) -> None:
     """Puts the database in WAL mode. Switching a new file's mode, SQLite
     answers "locked" at once, not after its busy handler, while another
@@ -439,8 +444,7 @@ def _into_wal(db: sqlite3.Connection, timeout: float) -> None:
             db.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as error:
-            busy = "locked" in str(error) or "busy" in str(error)
-            if not busy or time.monotonic() + pause > deadline:
+            if not _is_busy(error) or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)
         pause = min(2 * pause, 0.05)
@@ -527,7 +531,7 @@ class MemoryStore:
 
     def _busy(self, error: sqlite3.Error) -> Exception:
         """The library's error for what SQLite raised: busy, or storage."""
-        if isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error)):
+        if _is_busy(error):
             return StoreBusyError(f"{self.path}: {error}", path=str(self.path))
         return StoreStorageError(f"{self.path}: {error}", path=str(self.path))
 
