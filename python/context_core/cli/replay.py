@@ -549,12 +549,12 @@ def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if args.turns < 1:
         raise InputError(f"--turns must be at least 1, got {args.turns}")
     _check_numbers(args)
-    # A directory of its own (0700): a fixed name in a shared /tmp could be
-    # another user's file, or a link to one.
     from context_core.session import provider_of
 
     # Written in the shape of the provider it is replayed for.
     provider = args.provider or provider_of(args.model or "gpt-4o")
+    # A directory of its own (0700): a fixed name in a shared /tmp could be
+    # another user's file, or a link to one.
     path = Path(tempfile.mkdtemp(prefix="context-core-demo-")) / f"session-{args.seed}.jsonl"
     messages = write_session(path, args.turns, args.seed, provider)
     print(f"wrote a {args.turns}-turn agent session ({len(messages):,} messages) to {path}", file=sys.stderr)

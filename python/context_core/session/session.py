@@ -745,6 +745,7 @@ class Session:
     ) -> Request:
         clock = self._clock
         started = clock() - (0.0 if searched is None else searched.seconds)
+        found = None if searched is None else searched.memories  # (a step's, or the input's)
         timings: dict[str, float] = {}
         if user_input is None:
             if attachments:
@@ -762,7 +763,6 @@ class Session:
             # (an input not yet read back after an open is read again).
             before = self._turn, self._step, self._said
             try:
-                found = None if searched is None else searched.memories
                 said, self._memories, turn, step = self._next_step(found)
                 self._said = said
                 mark = self._lap(timings, "memory", started)
@@ -780,10 +780,10 @@ class Session:
         if query is None:
             # Tool results given as the input (as Anthropic's own loop builds
             # them) are the turn's next step: its memories and skills stay.
-            said, memories, turn, step = self._next_step(None if searched is None else searched.memories)
+            said, memories, turn, step = self._next_step(found)
         else:
             said = query
-            memories = self._search(said) if searched is None else searched.memories
+            memories = self._search(said) if found is None else found
             turn, step = self._turn + 1, 0
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
