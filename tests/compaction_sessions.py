@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["CompactionSession", "compaction_session"]
+__all__ = ["PLAIN_RULES", "RULES", "CompactionSession", "compaction_session"]
 
 RULES = [
     "you must retry the gateway call at most 3 times",
@@ -41,6 +41,20 @@ ANSWERS = [
     "已经修改完成，相关测试全部通过。",
     "Pagination works; I added limit and cursor parameters.",
 ]
+# Rules said without must, never, 必须 or 禁止: each with a word of its own.
+PLAIN_RULES = [
+    "avoid touching the production database",
+    "refrain from running migrations by hand",
+    "under no circumstances push straight to main",
+    "you may not edit anything under vendor/",
+    "retries should not exceed the gateway's limit",
+    "stick to Python 3.11 features",
+    "别改 config.yaml 里的超时设置",
+    "勿删 migrations 目录",
+    "避免使用全局变量",
+    "不准直接提交到主分支",
+    "每个接口的超时不超过 3 秒",
+]
 MODULES = ["gateway", "refund", "ledger"]
 FACT_KEYS = ["refund_ref", "ticket", "build_id", "db_port_note", "trace_id", "invoice", "batch", "job_run"]
 
@@ -68,15 +82,17 @@ def _log_lines(rng: random.Random, lines: int) -> str:
     )
 
 
-def compaction_session(seed: int, turns: int = 300, provider: str = "openai") -> CompactionSession:
-    """``turns`` turns: rules in the first ten user turns (one restated
-    late), facts in tool outputs across the first two thirds, tool rounds in
+def compaction_session(
+    seed: int, turns: int = 300, provider: str = "openai", rules: list[str] = RULES
+) -> CompactionSession:
+    """``turns`` turns: five to seven of ``rules`` in the first ten user
+    turns, facts in tool outputs across the first two thirds, tool rounds in
     most turns, and the user's new request last."""
     rng = random.Random(seed)
     session = CompactionSession(
         [{"role": "system", "content": "You are a coding agent for the payments team."}]
     )
-    rules = rng.sample(RULES, rng.randint(5, 7))
+    rules = rng.sample(rules, min(len(rules), rng.randint(5, 7)))
     planted = {rng.randrange(10): [] for _ in range(len(rules))}
     keys = list(planted)
     for i, rule in enumerate(rules):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from compaction_sessions import compaction_session
+from compaction_sessions import PLAIN_RULES, RULES, compaction_session
 from context_core import CallableLLM, LLMRateLimitError, MemoryFiles, MessageLog, PriorityAssembly
 from context_core.compaction import Compactor, Outcome, next_job
 from context_core.errors import InvalidInputError, InvalidTypeError
@@ -327,8 +327,10 @@ def test_rules_in_long_pastes_are_carried_by_their_sentences_not_whole(tmp_path:
     assert tokens < 3_000
 
 
-def test_the_offline_summary_carries_every_rule(tmp_path: Path):
-    session = compaction_session(3, turns=60)
+@pytest.mark.parametrize("rules", [RULES, PLAIN_RULES], ids=["keyword rules", "plain rules"])
+@pytest.mark.parametrize("seed", [3, 5])
+def test_the_offline_summary_carries_every_rule(tmp_path: Path, rules: list[str], seed: int):
+    session = compaction_session(seed, turns=60, rules=rules)
     log = MessageLog.open(tmp_path / "log", create=True)
     log.append_many(session.messages)
     compactor = Compactor(log)

@@ -1,4 +1,4 @@
-"""Tags (mirrors rust/core/src/tags): seed 003's cases, normalisation, word
+"""Tags (mirrors rust/core/src/tags): a rule in any punctuation, normalisation, word
 boundaries, custom lists, and agreement with the reference."""
 
 from __future__ import annotations
@@ -13,23 +13,23 @@ from context_core import InvalidInputError, InvalidTypeError
 from context_core.reference import tags as reference
 from context_core.select import Tagger, tag
 
-SEED_003 = "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性"
+PAYMENT_RULE = "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性"
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        SEED_003,
-        SEED_003.replace("，", ","),
-        SEED_003.replace("，", "。").replace("保证", "·保证"),
-        SEED_003.replace("，", "；").replace(
+        PAYMENT_RULE,
+        PAYMENT_RULE.replace("，", ","),
+        PAYMENT_RULE.replace("，", "。").replace("保证", "·保证"),
+        PAYMENT_RULE.replace("，", "；").replace(
             "PaymentCallbackService", "ＰａｙｍｅｎｔＣａｌｌｂａｃｋＳｅｒｖｉｃｅ"
         ),
-        SEED_003.replace("，", " ").replace("必须", "必须！"),
-        SEED_003.replace("，", ""),
+        PAYMENT_RULE.replace("，", " ").replace("必须", "必须！"),
+        PAYMENT_RULE.replace("，", ""),
     ],
 )
-def test_seed_003_constraint_with_any_punctuation(text):
+def test_a_chinese_rule_is_a_constraint_in_any_punctuation(text):
     assert "constraint" in tag(text)
     assert "constraint" in reference.tag(text)
 
@@ -59,6 +59,45 @@ def test_curl_and_stack_traces_are_logs():
 def test_tags_of_texts(text, expected):
     assert set(tag(text)) == expected
     assert set(reference.tag(text)) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Avoid touching the production database.",
+        "Please refrain from using sudo.",
+        "Under no circumstances push to main.",
+        "You may not edit vendor/.",
+        "Retries should not exceed three.",
+        "Dont commit the .env file",
+        "Keep the bundle at most 2 MB.",
+        "Stick to Python 3.11.",
+        "别改 config.yaml",
+        "勿删 migrations 目录",
+        "避免使用全局变量",
+        "不准提交到主分支",
+        "不许用 print 调试",
+        "超时不超过 3 秒",
+    ],
+)
+def test_rules_said_without_must_or_never_are_constraints(text):
+    assert "constraint" in tag(text)
+    assert "constraint" in reference.tag(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "这个特别动人",
+        "两者的区别是什么",
+        "分别用 A 和 B 跑一遍",
+        "Avoidance of doubt is a legal phrase",
+        "a Stickler for detail",
+    ],
+)
+def test_words_that_only_contain_a_rule_word_are_not_constraints(text):
+    assert "constraint" not in tag(text)
+    assert "constraint" not in reference.tag(text)
 
 
 def test_custom_lists_replace_the_defaults():

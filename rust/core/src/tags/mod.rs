@@ -59,6 +59,20 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
     "constraint",
     "schema",
     "mandatory",
+    // Rules said without the words above, which compaction would otherwise
+    // summarise away: "avoid touching prod", "you may not edit vendor/".
+    "avoid",
+    "refrain",
+    "under no circumstances",
+    "at all times",
+    "may not",
+    "should not",
+    "shouldn't",
+    "dont",
+    "at most",
+    "no more than",
+    "stick to",
+    "use only",
     // Chinese
     "必须",
     "禁止",
@@ -77,6 +91,22 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
     "规范",
     "不允许",
     "切勿",
+    // 勿 alone (请勿, 勿删) always forbids; 别 alone does not (特别, 区别),
+    // so only the commands no common word holds (别动 is in 特别动人, 别用
+    // in 分别用).
+    "勿",
+    "别删",
+    "别改",
+    "别碰",
+    "千万别",
+    "避免",
+    "不准",
+    "不许",
+    "不可以",
+    "只用",
+    "仅限",
+    "至多",
+    "不超过",
 ];
 
 pub const DEFAULT_PULSE_KEYWORDS: &[&str] = &[
@@ -485,7 +515,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_003_constraint_survives_any_punctuation() {
+    fn a_chinese_rule_is_a_constraint_in_any_punctuation() {
         let t = tagger();
         for text in [
             "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性",
