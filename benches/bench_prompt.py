@@ -218,7 +218,7 @@ def test_cold_turn(benchmark, inputs, provider, request):
 
 
 def test_task_block(benchmark):
-    """Seed 003's task block: 8 memories, 4 files (one over its share), an
+    """A task block: 8 memories, 4 files (one over its share), an
     error and a task, split by the coupling matrix and fitted by exact count
     within 4,000 tokens (per turn, when the task block is used)."""
     register(benchmark, "prompt task block, 4,000 tokens (8 MEM, 4 FILE, ERROR, TASK)", "ours")

@@ -1,4 +1,4 @@
-"""Seed 003's Memory / Context / Prompt dimensions: the coupling matrix, the
+"""The Memory / Context / Prompt dimensions: the coupling matrix, the
 task-complexity score, routing by source, fitting by exact counts."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from prompt_fixtures import T0, prose
 # -- the coupling matrix --------------------------------------------------------------------------
 
 
-def test_the_seeds_worked_example():
-    # seed 003: 4000 tokens, M=0.35, C=0.45, P=0.2 -> 1400 / 1800 / 800
+def test_a_worked_example_of_the_split():
+    # 4000 tokens, M=0.35, C=0.45, P=0.2 -> 1400 / 1800 / 800
     assert split_budget(4000, CouplingWeights(0.35, 0.45, 0.2)) == Allocation(1400, 1800, 800)
 
 

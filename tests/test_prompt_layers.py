@@ -1,5 +1,5 @@
 """PromptBuilder's layers: resident, on-demand skills, runtime-injected,
-memory (MEMORY.md through MemoryFiles), never-enter; seed 000's sections."""
+memory (MEMORY.md through MemoryFiles), never-enter; the sections in order."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from context_core.prompt.sections import format_time
 from prompt_fixtures import PST, T0, big_builder, skills
 
 
-def test_seed_000_example_renders_as_in_the_seed():
+def test_an_example_prompt_renders_section_by_section():
     builder = PromptBuilder(
         "You are an agent.", session_facts=[("Session", "sess_123"), ("Task", "fix_build")]
     )
@@ -598,7 +598,7 @@ def test_session_changes_warn_even_when_lines_are_kept_out():
 
 
 def test_the_date_line_names_the_zone_as_the_datetime_does():
-    """format_time writes the zone's own name: a named offset (seed 000's PST),
+    """format_time writes the zone's own name: a named offset (PST),
     an unnamed one as Python names it, none for a naive time."""
     assert format_time(T0) == "2024-01-18 10:30 PST"
     assert T0.tzinfo is PST

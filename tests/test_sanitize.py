@@ -1,4 +1,4 @@
-"""The sanitize funnel (mirrors rust/core/src/sanitize): seed 000's example,
+"""The sanitize funnel (mirrors rust/core/src/sanitize): a cancelled call's history,
 every repair, generated broken histories in both formats checked against the
 providers' rules, the reference, idempotency and the fast path."""
 
@@ -16,7 +16,7 @@ from context_core.reference import sanitize as reference
 from context_core.sanitize import DEFAULT_ERROR_PATTERNS, Change
 from strategies import edge_text
 
-SEED_000 = [
+BROKEN = [
     {"role": "user", "content": "写个排序函数"},
     {"role": "assistant", "content": "[tool_call: quicksort]"},
     {"role": "tool", "content": "legacy tool message"},
@@ -36,8 +36,8 @@ def summary(changes) -> list[tuple]:
     return [(c.stage, c.index, c.action, c.reason) for c in changes]
 
 
-def test_seed_000_example():
-    result = sanitize(SEED_000, provider="anthropic")
+def test_a_cancelled_calls_history_is_repaired():
+    result = sanitize(BROKEN, provider="anthropic")
     assert result.messages == [
         {"role": "user", "content": "写个排序函数"},
         {
@@ -46,9 +46,9 @@ def test_seed_000_example():
         },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "结果..."}]},
     ]
-    assert result.messages[0] is SEED_000[0]
-    assert result.messages[2] is SEED_000[4]
-    assert result.messages[1]["content"][0] is SEED_000[3]["content"][0]  # blocks are reused, not copied
+    assert result.messages[0] is BROKEN[0]
+    assert result.messages[2] is BROKEN[4]
+    assert result.messages[1]["content"][0] is BROKEN[3]["content"][0]  # blocks are reused, not copied
     assert result.system is None
     assert summary(result.changes) == [
         (1, 1, "drop_placeholder", "placeholder text"),
