@@ -46,7 +46,7 @@ PLAIN_RULES = [
     "avoid touching the production database",
     "refrain from running migrations by hand",
     "under no circumstances push straight to main",
-    "you may not edit anything under vendor/",
+    "you should not edit anything under vendor/",
     "retries should not exceed the gateway's limit",
     "stick to Python 3.11 features",
     "别改 config.yaml 里的超时设置",

@@ -60,15 +60,15 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
     "schema",
     "mandatory",
     // Rules said without the words above, which compaction would otherwise
-    // summarise away: "avoid touching prod", "you may not edit vendor/".
+    // summarise away: "avoid touching prod". A tagged message is carried
+    // whole by every summary after it, so words chat uses for other things
+    // stay out: "may not" (a hedge), "dont" ("dont worry").
     "avoid",
     "refrain",
     "under no circumstances",
     "at all times",
-    "may not",
     "should not",
     "shouldn't",
-    "dont",
     "at most",
     "no more than",
     "stick to",
@@ -91,19 +91,21 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
     "规范",
     "不允许",
     "切勿",
-    // 勿 alone (请勿, 勿删) always forbids; 别 alone does not (特别, 区别),
-    // so only the commands no common word holds (别动 is in 特别动人, 别用
-    // in 分别用).
+    // 勿 alone (请勿, 勿删) always forbids; 别, 不准 and 不可以 alone do
+    // not (特别, 不准确, 可不可以), so only commands no common word holds
+    // (别动 is in 特别动人, 别用 in 分别用, 只用 in 只用了).
     "勿",
     "别删",
     "别改",
     "别碰",
     "千万别",
     "避免",
-    "不准",
+    "不准改",
+    "不准删",
+    "不准动",
+    "不准用",
+    "不准提交",
     "不许",
-    "不可以",
-    "只用",
     "仅限",
     "至多",
     "不超过",
