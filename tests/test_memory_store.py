@@ -837,6 +837,37 @@ def test_a_namespace_loaded_in_batches_holds_what_one_batch_does(tmp_path, monke
     assert found[3] == found[8192]
 
 
+def test_search_texts_read_the_texts_another_store_wrote_updated_and_deleted(tmp_path):
+    """``search_texts`` answers from the texts its held index keeps (no row
+    of the file read): after another store on the file rewrote, deleted
+    and added memories, those texts are the file's, moved with the rows a
+    delete moves, and a search finds the rewritten text, not the old."""
+    from memory_corpus import corpus
+
+    texts = corpus(41, seed=8, queries=0).texts
+    path = tmp_path / "m.db"
+    writer = MemoryStore(path, embedder=HashingEmbedder(64))
+    reader = MemoryStore(path, embedder=HashingEmbedder(64))
+    try:
+        ids = [m.id for m in writer.remember_many(texts[:40])]
+        assert len(set(ids)) == 40
+        assert reader.search_texts(texts[7], k=1) == [texts[7]]
+        assert writer.remember(texts[7].upper()).id == ids[7]  # the same text key: rewritten
+        for gone in ids[:5]:  # each moves the last held row into its place
+            writer.delete(gone)
+        writer.remember(texts[40])
+        assert reader.search_texts(texts[7], k=1) == [texts[7].upper()]
+        assert reader.search_texts(texts[40], k=1) == [texts[40]]
+        assert reader.search_texts(texts[39], k=1) == [texts[39]]  # moved by a delete
+        held = reader._vectors["default"]
+        on_file = dict(sqlite3.connect(path).execute("SELECT rowid, text FROM memories").fetchall())
+        assert dict(zip(held.rowids, held.texts, strict=True)) == on_file
+        assert len(on_file) == 36
+    finally:
+        writer.close()
+        reader.close()
+
+
 @pytest.mark.parametrize(("k", "max_tokens"), [(1, None), (8, None), (8, 300), (5, 60)])
 def test_search_texts_are_what_search_returns_with_the_same_accesses(tmp_path, k, max_tokens):
     """Two stores written alike, one asked by ``search`` and one by

@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeAlias, TypeGuard, TypeVar
+from typing import Any, Final, NamedTuple, TypeAlias, TypeGuard, TypeVar
 
 import numpy as np
 
@@ -116,6 +116,10 @@ _COLUMNS = (
     "rowid, id, namespace, kind, text, importance, pinned, source, tags, created, last_access, access_count"
 )
 _TEXT = 4  # where the text is in a row of _COLUMNS
+#: The leading columns of ``_COLUMNS`` that the held index of a namespace
+#: also holds: enough for a search that wants only texts (and the ids it
+#: counts an access of), with no row of the file read.
+_HELD_COLUMNS = 5
 
 
 def search_terms(text: str) -> str:
@@ -240,7 +244,7 @@ class _Ranked(NamedTuple):
 #: A candidate as ranked: the fields of :class:`_Ranked`, in its order (a
 #: plain tuple is made in a tenth of the time, for each of about fifty).
 _Candidate: TypeAlias = tuple[int, float, int, tuple[str, ...], float, float, bool]
-_ROWID = 2  # where the rowid is in a _Candidate
+_ROWID: Final = 2  # where the rowid is in a _Candidate
 
 
 def _texts(db: sqlite3.Connection, chosen: list[tuple[_Ranked, tuple[Any, ...]]], now: float) -> list[str]:
@@ -251,6 +255,22 @@ def _texts(db: sqlite3.Connection, chosen: list[tuple[_Ranked, tuple[Any, ...]]]
 _T = TypeVar("_T")
 #: What a search makes of its chosen candidates and their rows, at ``now``.
 _Finish: TypeAlias = Callable[[sqlite3.Connection, list[tuple[_Ranked, tuple[Any, ...]]], float], list[_T]]
+#: How a search reads its chosen candidates' rows, by rowid (rows of
+#: ``_COLUMNS``, or their first ``_HELD_COLUMNS``).
+_RowReader: TypeAlias = Callable[[list[int]], dict[int, tuple[Any, ...]]]
+
+
+def _file_rows(db: sqlite3.Connection, rowids: list[int]) -> dict[int, tuple[Any, ...]]:
+    """The rows of ``rowids`` (a search's chosen few), read from ``db``."""
+    marks = ",".join("?" * len(rowids))
+    found = db.execute(f"SELECT {_COLUMNS} FROM memories WHERE rowid IN ({marks})", rowids)
+    return {row[0]: row for row in found}
+
+
+def _held_rows(held: list[NamespaceVectors], rowids: list[int]) -> dict[int, tuple[Any, ...]]:
+    """The first ``_HELD_COLUMNS`` of the rows of ``rowids`` (candidates,
+    each held by one of the namespaces ``held``), from the held index."""
+    return {rowid: index.held_row(rowid) for rowid in rowids for index in held if rowid in index.position}
 
 
 def _chunks(rowids: list[int], size: int = 900) -> Iterator[list[int]]:
@@ -1226,7 +1246,8 @@ class MemoryStore:
         user's. ``kinds`` limits the kinds; with ``max_tokens`` only whole
         memories whose texts fit in that many tokens together are returned.
         Returned memories count one more access."""
-        return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None, self._hits)
+        arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
+        return self._search(*arguments, None, self._hits, False)
 
     def search_texts(
         self,
@@ -1240,7 +1261,8 @@ class MemoryStore:
         """The texts of what :meth:`search` returns, in its order, with the
         same accesses counted: for a prompt, which needs only the texts. It
         reads no entities and builds no :class:`Memory`, so it costs less."""
-        return self._search(*_search_arguments(query, namespace, k, kinds, max_tokens), None, _texts)
+        arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
+        return self._search(*arguments, None, _texts, True)
 
     def preload(self, *, namespace: NamespaceLike | Sequence[NamespaceLike] = "default") -> None:
         """Loads the vectors of ``namespace`` (each of a sequence) now, so
@@ -1275,7 +1297,7 @@ class MemoryStore:
         vector = (await self._aembed([arguments[0]]))[0]
 
         def search() -> list[Hit]:
-            return self._search(*arguments, vector, self._hits)
+            return self._search(*arguments, vector, self._hits, False)
 
         return await asyncio.to_thread(search)
 
@@ -1288,9 +1310,12 @@ class MemoryStore:
         max_tokens: int | None,
         vector: np.ndarray | None,
         finish: _Finish[_T],
+        held_rows: bool,
     ) -> list[_T]:
         """The search itself: ``finish`` makes the results from the chosen
-        candidates and their rows, in the same read (one snapshot)."""
+        candidates and their rows, in the same read (one snapshot); with
+        ``held_rows``, rows of the columns the held index holds (no file
+        read: ``finish`` reads no other)."""
         wanted = [v for _, v in _entities(query)]
         terms = search_terms(query)
         now = float(self.clock())
@@ -1328,7 +1353,11 @@ class MemoryStore:
                 ]
                 if len(namespaces) > 1:
                     ranked.sort()
-                chosen = self._chosen(db, ranked, k, max_tokens)
+                if held_rows:
+                    rows: _RowReader = functools.partial(_held_rows, list(held.values()))
+                else:
+                    rows = functools.partial(_file_rows, db)
+                chosen = self._chosen(rows, ranked, k, max_tokens)
                 return finish(db, chosen, now), [row[1] for _, row in chosen]
 
             found: tuple[list[_T], list[str]] = self._read(work)
@@ -1412,23 +1441,17 @@ class MemoryStore:
         return ranked
 
     def _chosen(
-        self, db: sqlite3.Connection, ranked: list[_Candidate], k: int, max_tokens: int | None
+        self, read: _RowReader, ranked: list[_Candidate], k: int, max_tokens: int | None
     ) -> list[tuple[_Ranked, tuple[Any, ...]]]:
         """The first ``k`` of ``ranked`` (with ``max_tokens``, the first
-        whose texts fit together) with their rows, read only for those."""
+        whose texts fit together) with their rows, ``read`` only for those."""
         chosen: list[tuple[_Ranked, tuple[Any, ...]]] = []
         used = 0
         at = 0
         while at < len(ranked) and len(chosen) < k:
             batch = ranked[at : at + (k - len(chosen)) * (1 if max_tokens is None else 2)]
             at += len(batch)
-            rows = {
-                row[0]: row
-                for row in db.execute(
-                    f"SELECT {_COLUMNS} FROM memories WHERE rowid IN ({','.join('?' * len(batch))})",
-                    [r[_ROWID] for r in batch],
-                )
-            }
+            rows = read([r[_ROWID] for r in batch])
             for r in batch:
                 row = rows[r[_ROWID]]
                 if max_tokens is not None:
