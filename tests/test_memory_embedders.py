@@ -146,7 +146,8 @@ def test_a_store_on_an_async_client_writes_and_searches_through_its_async_method
 
 def test_the_async_methods_find_what_the_sync_ones_do(tmp_path):
     """With an embedder that has no async form (its ``embed`` runs in a
-    worker thread), ``asearch`` ranks as ``search`` does."""
+    worker thread), ``asearch`` ranks as ``search`` does, and
+    ``asearch_texts`` returns what ``search_texts`` does."""
     texts = [f"memory {i} about services/payments/retry.go and order A-{8800 + i}" for i in range(40)]
 
     def store(name: str) -> MemoryStore:  # the same clock: the same recency, so the same scores
@@ -161,8 +162,14 @@ def test_the_async_methods_find_what_the_sync_ones_do(tmp_path):
             assert [h.text for h in ours] == [h.text for h in theirs]
             assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], rel=1e-6)
             assert ours[0].reasons == theirs[0].reasons
+            # The texts alone, as a session asks: the same, in the same order.
+            texts_found = asyncio.run(a.asearch_texts(query, k=5, max_tokens=40))
+            assert texts_found == b.search_texts(query, k=5, max_tokens=40)
+            assert texts_found
         with pytest.raises(InvalidInputError):
             asyncio.run(a.asearch("x", k=0))
+        with pytest.raises(InvalidInputError):
+            asyncio.run(a.asearch_texts("x", k=0))
     with MemoryStore(tmp_path / "empty.db", embedder=HashingEmbedder(64)) as empty:
         assert asyncio.run(empty.asearch("anything")) == []
 

@@ -299,9 +299,11 @@ def _embedder_errors() -> Iterator[None]:
         raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
 
 
-def _search_arguments(
-    query: Any, namespace: Any, k: Any, kinds: Any, max_tokens: Any
-) -> tuple[str, tuple[str, ...], int, tuple[str, ...] | None, int | None]:
+#: A search's query, namespaces, k, kinds and max_tokens, checked.
+_SearchArguments: TypeAlias = tuple[str, tuple[str, ...], int, tuple[str, ...] | None, int | None]
+
+
+def _search_arguments(query: Any, namespace: Any, k: Any, kinds: Any, max_tokens: Any) -> _SearchArguments:
     """:meth:`MemoryStore.search`'s arguments, checked (``namespace`` as its keys)."""
     query = _check_str(query, "query")
     namespace = namespace_keys(namespace)
@@ -1294,10 +1296,28 @@ class MemoryStore:
         through the embedder's async form, the search runs in a worker
         thread."""
         arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
+        return await self._asearch(arguments, self._hits, False)
+
+    async def asearch_texts(
+        self,
+        query: str,
+        *,
+        namespace: NamespaceLike | Sequence[NamespaceLike] = "default",
+        k: int = 8,
+        kinds: Sequence[str] | None = None,
+        max_tokens: int | None = None,
+    ) -> list[str]:
+        """:meth:`search_texts` for asyncio, as :meth:`asearch` is."""
+        arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
+        return await self._asearch(arguments, _texts, True)
+
+    async def _asearch(self, arguments: _SearchArguments, finish: _Finish[_T], held_rows: bool) -> list[_T]:
+        """A search whose query is embedded by the embedder's async form,
+        run in a worker thread."""
         vector = (await self._aembed([arguments[0]]))[0]
 
-        def search() -> list[Hit]:
-            return self._search(*arguments, vector, self._hits, False)
+        def search() -> list[_T]:
+            return self._search(*arguments, vector, finish, held_rows)
 
         return await asyncio.to_thread(search)
 

@@ -4,7 +4,7 @@ A turn's own work (append, select, render, count, and a search with the
 built-in embedder) is CPU-bound and sub-millisecond at ordinary sizes, so it
 runs inline rather than paying a thread hop. What can take long runs off the
 event loop: a memory search with any other embedder (awaited through the
-store's ``asearch``, so an async client's ``aembed`` works), draining
+store's ``asearch_texts``, so an async client's ``aembed`` works), draining
 compaction (``Compactor.aclose``) and persisting learnings at the end.
 """
 
@@ -180,11 +180,15 @@ def _awaits_its_search(store: Any) -> bool:
 
 
 async def _search(session: Session, query: str) -> list[str]:
-    """:meth:`Session._search`, awaited: a store's ``asearch`` (which
-    awaits its embedder's ``aembed``), else its search in a worker thread."""
+    """:meth:`Session._search`, awaited: a store's ``asearch_texts`` or
+    ``asearch`` (which await its embedder's ``aembed``), else its search in
+    a worker thread."""
     arguments = session._search_arguments(query)
     if arguments is None:
         return []
+    texts = getattr(session.store, "asearch_texts", None)
+    if texts is not None:  # only the texts go in the prompt: for less
+        return session._within(list(await texts(query, **arguments)), arguments["max_tokens"])
     asearch = getattr(session.store, "asearch", None)
     if asearch is None:
         return await asyncio.to_thread(session._search, query)
