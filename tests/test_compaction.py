@@ -488,6 +488,37 @@ def test_a_rewind_meanwhile_writes_nothing(tmp_path: Path):
     assert 1 not in {int(kinds[seq]) for seq in log.path()}
 
 
+def test_a_global_summary_carries_the_first_rules_within_rule_tokens(tmp_path: Path, caplog):
+    """Every rule the user stated was carried whole by every global
+    summary, without bound: a user stating rule after rule made it larger
+    than any window. Past ``rule_tokens`` the first stated are kept."""
+    stated = [
+        {"role": "user", "content": f"Rule {n}: you must always call variant {n} with retry id R-{n:04d}."}
+        for n in range(80)
+    ]
+    answers = [{"role": "assistant", "content": f"Noted variant {n}."} for n in range(80)]
+    log = new_log(tmp_path, [m for pair in zip(stated, answers, strict=True) for m in pair])
+    compactor = Compactor(log, rule_tokens=300)
+    outcomes = []
+    with caplog.at_level("WARNING", logger="context_core"):
+        while (outcome := compactor.compact()).status == "written":
+            outcomes.append(outcome)
+    globals_written = [o for o in outcomes if o.level == 3]
+    assert globals_written
+    newest = globals_written[-1]
+    text = log.read([newest.seq])[0]["summary"]
+    carried = [n for n in range(80) if f"R-{n:04d}" in text]
+    assert carried[:10] == list(range(10))  # the first stated, whole
+    assert newest.rules_left_out > 0
+    # The rules within rule_tokens, the rest of the summary (later segments'
+    # rules among its lines) within summary_tokens.
+    bound = 300 + compactor.summarizer.summary_tokens
+    assert all(log.headers()["tokens"][o.seq] <= bound for o in globals_written)
+    assert any("rule_tokens=300" in r.getMessage() for r in caplog.records)
+    with pytest.raises(InvalidInputError):
+        Compactor(log, rule_tokens=0)
+
+
 def test_the_view_limits_segments_kept(tmp_path: Path):
     log = new_log(tmp_path)
     with pytest.raises(InvalidInputError, match="at most 3"):

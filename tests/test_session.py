@@ -214,6 +214,28 @@ def test_a_long_summary_beside_new_memories_each_turn_is_counted_exactly(tmp_pat
     store.close()
 
 
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_a_user_who_states_rule_after_rule_never_fills_the_window(tmp_path, policy):
+    """Every global summary carried every rule the user had stated, whole:
+    at about 160 distinct rules in a 4,000-token window it outgrew the room
+    and every later turn failed with OverBudgetError, for good. The global
+    summary now carries the first rules within a quarter of the room; the
+    first stays in every request."""
+    session = Session.open(tmp_path / "s", model="gpt-4o", budget=4000, store=False, policy=policy)
+    try:
+        for turn in range(300):
+            request = session.prepare(f"You must always call variant {turn} of the API with id R-{turn:04d}.")
+            session.record({"role": "assistant", "content": f"OK, variant {turn}."})
+            if turn % 20 == 19:
+                assert session.compactor is not None
+                assert session.compactor.join(timeout=60)
+            assert "R-0000" in json.dumps(request["messages"])
+        assert session.compactor is not None
+        assert session.compactor.status.written[3] >= 5
+    finally:
+        session.close(persist=False)
+
+
 @pytest.mark.parametrize("model", ["gpt-4", "gpt-3.5-turbo"])
 def test_small_windows_get_a_working_budget(tmp_path, model):
     with open_session(tmp_path, model=model, compact=False) as session:

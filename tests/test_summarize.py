@@ -864,7 +864,7 @@ def test_bug_offline_summary_over_a_small_bound(summary_tokens: int):
 # --- the offline global summary ----------------------------------------------------------------
 
 
-def test_offline_global_carries_every_rule_from_segments_only():
+def test_offline_global_carries_the_segments_rules_that_fit_and_every_rule_given():
     convo = long_conversation(turns=28)
     half = len(convo) // 2
     summarizer = Summarizer(summary_tokens=400, reply_tokens=1600)
@@ -890,6 +890,25 @@ def test_offline_global_carries_every_rule_from_segments_only():
     assert sections["next steps"] == newest["next steps"]
     # Deterministic, and made from the segments alone.
     assert summarizer.summarize_global([first.text, second.text], extra) == result
+
+
+def test_offline_global_carries_the_rules_given_whole_and_the_segments_within_its_bound():
+    """A segment's Constraints lines are read like its other lines: whole,
+    every rule a segment ever carried came back in every global summary,
+    past the compactor's bound on the rules it gives."""
+    segment_rules = [f"You must keep shard S-{i:03d} on host node-{i}.example.com." for i in range(60)]
+    segment = (
+        "Constraints:\n"
+        + "\n".join(f"- {r}" for r in segment_rules)
+        + ("\nDecisions:\n- none\nCurrent state:\n- sharding\nNext steps:\n- none")
+    )
+    given = segment_rules[:3]
+    result = Summarizer(summary_tokens=200, reply_tokens=1600).summarize_global([segment], given)
+    assert isinstance(result, Summary), result
+    kept = constraints_section(result.text)
+    assert all(rule in kept for rule in given)
+    assert result.tokens <= 200 + rule_tokens(given)
+    assert 3 < len(kept) < 60  # the segment's other rules as far as the bound goes
 
 
 def test_offline_global_with_only_rules():

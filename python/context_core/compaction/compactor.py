@@ -29,7 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -88,6 +88,8 @@ class Outcome:
     seq: int | None = None
     reason: str | None = None
     facts: int = 0
+    #: The user's rules a global summary left out, past ``rule_tokens``.
+    rules_left_out: int = 0
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,29 @@ async def _until_set(ended: threading.Event, finish: asyncio.Future[Any]) -> Non
             continue
 
 
+class _GlobalInput(NamedTuple):
+    """What a global summary reads: the segment summaries' texts, the
+    user's rules it carries, and how many it left out."""
+
+    segments: list[str]
+    rules: list[str]
+    left_out: int
+
+
+def _first_within(rules: list[str], count: Callable[[str], int], tokens: int) -> list[str]:
+    """The first of ``rules`` whose counts (each on a line of its own, as
+    a summary carries it) add up to at most ``tokens``: the first one
+    always, so a global summary carries at least one."""
+    kept: list[str] = []
+    used = 0
+    for rule in rules:
+        used += count(rule) + 1
+        if used > tokens and kept:
+            break
+        kept.append(rule)
+    return kept
+
+
 def _rules_of(message: Any) -> list[str]:
     """The rules a message the log tagged ``constraint`` states: those its
     own text states (:func:`~context_core.summarize.offline.rule_texts`),
@@ -382,6 +407,13 @@ class Compactor:
     before a global one merges them; ``tail_tokens`` (``None``: off) a raw
     tail size that starts a shorter segment early; ``global_input_tokens``
     (12,000) of segment summaries a global summary reads, newest first;
+    ``rule_tokens`` (4,000) of the user's rules a global summary carries
+    whole: the first stated, in order, up to that many (a rule restated
+    counts where it was first said). Past it the rest are left out, with a
+    WARNING and ``Outcome.rules_left_out``: they stay in the log, and the
+    newest are still in the segment summaries and raw turns in view.
+    Unbounded, a session whose user states rule after rule made a global
+    summary larger than its window, and every later turn failed.
     ``memory`` (a :class:`~context_core.MemoryFiles`) receives the exact
     facts of each segment (``facts``, default
     :func:`~context_core.compaction.facts.exact_facts`); ``timeout``
@@ -404,6 +436,7 @@ class Compactor:
         segments_kept: int = 3,
         tail_tokens: int | None = None,
         global_input_tokens: int = 12_000,
+        rule_tokens: int = 4_000,
         memory: Any = None,
         facts: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
         timeout: float = 120.0,
@@ -430,6 +463,7 @@ class Compactor:
             )
         self.tail_tokens = None if tail_tokens is None else _positive_int("tail_tokens", tail_tokens)
         self.global_input_tokens = _positive_int("global_input_tokens", global_input_tokens)
+        self.rule_tokens = _positive_int("rule_tokens", rule_tokens)
         self.memory = memory
         if facts is None:
             from context_core.compaction.facts import exact_facts
@@ -688,7 +722,18 @@ class Compactor:
                 self.global_input_tokens,
             )
         stated = self.log.read(job.rules)
-        return kept[::-1], list(dict.fromkeys(text for m in stated for text in _rules_of(m)))
+        every = list(dict.fromkeys(text for m in stated for text in _rules_of(m)))
+        carried = _first_within(every, count, self.rule_tokens)
+        if len(carried) < len(every):
+            log.warning(
+                "compaction: the global summary carries the first %d of %d rules the user stated"
+                " (rule_tokens=%d); the %d after them stay in the log, not in the summary",
+                len(carried),
+                len(every),
+                self.rule_tokens,
+                len(every) - len(carried),
+            )
+        return _GlobalInput(kept[::-1], carried, len(every) - len(carried))
 
     def _read_in_steps(self, seqs: Sequence[int]) -> list[Any]:
         """The nodes' payloads, a few at a time: each read and decode of a
@@ -711,7 +756,7 @@ class Compactor:
                 if _takes_between(self.summarizer.summarize):
                     return self.summarizer.summarize(messages, constraints=rules, between=between)
                 return self.summarizer.summarize(messages, constraints=rules)  # a subclass's own
-            segments, rules = prepared
+            segments, rules, _ = prepared
             return self.summarizer.summarize_global(segments, rules)
 
         if self.summarizer.llm is None:
@@ -733,7 +778,7 @@ class Compactor:
                     messages, constraints=rules, between=self._gate.waiter()
                 )
             return await self.summarizer.asummarize(messages, constraints=rules)  # a subclass's own
-        segments, rules = prepared
+        segments, rules, _ = prepared
         if self.summarizer.llm is None:
             return await asyncio.to_thread(self.summarizer.summarize_global, segments, rules)
         return await self.summarizer.asummarize_global(segments, rules)
@@ -776,7 +821,8 @@ class Compactor:
             return Outcome(
                 "stale", job.level, job.covers, reason="the log changed while the summary was made"
             )
-        return Outcome("written", job.level, job.covers, seq=seq, facts=facts)
+        left_out = prepared.left_out if isinstance(prepared, _GlobalInput) else 0
+        return Outcome("written", job.level, job.covers, seq=seq, facts=facts, rules_left_out=left_out)
 
     def _as_planned(self, job: Job) -> bool:
         """The newest summary on the active path is still the one planned

@@ -106,6 +106,9 @@ _TAIL = 64
 #: With no ``memory_tokens``, a turn's memories take at most this fraction
 #: (one over it) of the room for messages.
 _MEMORY_SHARE = 8
+#: The fewest tokens of the user's rules a session's global summary carries
+#: (a quarter of the room for messages, in a larger window).
+_MIN_RULE_TOKENS = 256
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
 #: A log header's kind of a message node (not a summary or branch marker),
@@ -473,7 +476,10 @@ class Session:
                 from context_core.compaction import Compactor
                 from context_core.summarize import Summarizer
 
-                compactor = Compactor(log, summarizer or Summarizer(), memory=files)
+                # The user's rules a global summary carries whole: a quarter
+                # of the room for messages, so they never crowd out the turn.
+                rule_tokens = max(_MIN_RULE_TOKENS, budget.messages() // 4)
+                compactor = Compactor(log, summarizer or Summarizer(), memory=files, rule_tokens=rule_tokens)
             session = cls(
                 log,
                 builder,

@@ -387,14 +387,18 @@ def offline_global(
     max_tokens: int,
     tokenizer: Tokenizer,
 ) -> str:
-    """A global summary merging ``segments`` (oldest first) and ``rules``."""
+    """A global summary merging ``segments`` (oldest first) and ``rules``:
+    the rules carried whole, outside ``max_tokens``; the segments' own
+    Constraints lines (the rules they carried) within it, first after the
+    current state. Whole, every rule a segment ever carried came back in
+    every global summary, past any bound the compactor set on the rules."""
     builder = _Builder(tokenizer, max_tokens)
     parsed = [parse_sections(text) for text in segments]
     for rule in rules:
         builder.add("Constraints", rule, 0)
     for sections in parsed:
         for rule in sections.get("constraints", []):
-            builder.add("Constraints", rule, 0)
+            builder.add("Constraints", rule, 2)
     for sections in parsed:
         for line in sections.get("decisions", []):
             builder.add("Decisions", line, 3)

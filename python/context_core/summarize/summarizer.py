@@ -216,7 +216,9 @@ class Summarizer:
     def summarize_global(self, segments: Sequence[str], rules: Sequence[str] = ()) -> Summary | Rejected:
         """A global (level 3) summary made from the segment summaries
         ``segments`` (oldest first; never from an earlier global summary)
-        and the user's ``rules``, which it must carry (keyed by position)."""
+        and the user's ``rules``, which it must carry (keyed by position).
+        The segments' own Constraints lines are read like their other
+        lines: a rule to carry whole is given in ``rules``."""
         segments, rules = _texts("segments", segments), _texts("rules", rules)
         keyed = list(enumerate(rules))
         if self.llm is None:
