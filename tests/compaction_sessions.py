@@ -43,17 +43,14 @@ ANSWERS = [
 ]
 # Rules said without must, never, 必须 or 禁止: each with a word of its own.
 PLAIN_RULES = [
-    "avoid touching the production database",
     "refrain from running migrations by hand",
     "under no circumstances push straight to main",
-    "you should not edit anything under vendor/",
-    "retries should not exceed the gateway's limit",
-    "stick to Python 3.11 features",
-    "别改 config.yaml 里的超时设置",
+    "keep the audit log switched on at all times",
+    "请勿修改 config.yaml 里的超时设置",
     "勿删 migrations 目录",
-    "避免使用全局变量",
-    "不准直接提交到主分支",
-    "每个接口的超时不超过 3 秒",
+    "千万别在周五发布",
+    "不许用 print 调试",
+    "仅限 staging 环境跑压测",
 ]
 MODULES = ["gateway", "refund", "ledger"]
 FACT_KEYS = ["refund_ref", "ticket", "build_id", "db_port_note", "trace_id", "invoice", "batch", "job_run"]

@@ -60,19 +60,13 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
     "schema",
     "mandatory",
     // Rules said without the words above, which compaction would otherwise
-    // summarise away: "avoid touching prod". A tagged message is carried
-    // whole by every summary after it, so words chat uses for other things
-    // stay out: "may not" (a hedge), "dont" ("dont worry").
-    "avoid",
+    // summarise away, in words chat uses for little else. A tagged message
+    // is carried whole by later summaries, so words a question or a bug
+    // report uses too stay out: "how do I avoid", "this should not
+    // happen", "returns at most 100 rows", "uses only one core".
     "refrain",
     "under no circumstances",
     "at all times",
-    "should not",
-    "shouldn't",
-    "at most",
-    "no more than",
-    "stick to",
-    "use only",
     // Chinese
     "必须",
     "禁止",
@@ -91,24 +85,16 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
     "规范",
     "不允许",
     "切勿",
-    // 勿 alone (请勿, 勿删) always forbids; 别, 不准 and 不可以 alone do
-    // not (特别, 不准确, 可不可以), so only commands no common word holds
-    // (别动 is in 特别动人, 别用 in 分别用, 只用 in 只用了).
-    "勿",
-    "别删",
-    "别改",
-    "别碰",
+    // Matched with punctuation and spaces removed, inside any word: so not
+    // 别改 (级别改, 分别改), 勿 alone (稍安勿躁), 不准改 ("不准，改成 UTC"),
+    // 避免 or 不超过 (怎么避免, 不超过 100ms 已经挺快了).
+    "请勿",
+    "勿删",
+    "勿改",
+    "勿动",
     "千万别",
-    "避免",
-    "不准改",
-    "不准删",
-    "不准动",
-    "不准用",
-    "不准提交",
     "不许",
     "仅限",
-    "至多",
-    "不超过",
 ];
 
 pub const DEFAULT_PULSE_KEYWORDS: &[&str] = &[
