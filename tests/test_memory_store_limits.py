@@ -206,3 +206,32 @@ def test_a_store_remembers_which_embedder_made_its_vectors(tmp_path):
         assert s.count() == 1
     with pytest.raises(InvalidInputError, match="pass that embedder"):
         MemoryStore(custom)
+
+
+def test_a_crafted_row_of_another_width_leaves_the_held_index_as_it_was(tmp_path):
+    """Another writer's row whose embedding is not the store's width is
+    refused by the matrix. The held index used to grow its ids, ranks and
+    texts before the matrix refused it: once that row was deleted, every
+    later search failed with ``no row 4 of 4`` until the store reopened."""
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=HashingEmbedder(64)) as store:
+        for text in ("alpha refund ledger", "beta gateway retry", "gamma invoice cursor"):
+            store.remember(text)
+        assert store.search_texts("refund", k=1) == ["alpha refund ledger"]
+        db = sqlite3.connect(path)
+        db.execute(
+            "INSERT INTO memories (id, namespace, kind, text, text_key, importance, created, last_access,"
+            " embedding) VALUES ('x1', 'default', 'semantic', 'CRAFTED', X'01', 0.5, 0, 0, X'00000000')"
+        )
+        db.execute("INSERT INTO changes (namespace, memory) VALUES ('default', last_insert_rowid())")
+        db.commit()
+        db.close()
+        with pytest.raises(InvalidInputError, match="whole rows"):
+            store.search_texts("refund", k=1)
+        store.delete("x1")
+        store.remember("delta refund memory")
+        assert store.search_texts("delta refund", k=1) == ["delta refund memory"]
+        held = store._vectors["default"]
+        assert len(held.rowids) == len(held.ranks) == len(held.texts) == len(held.position) == 4
+        texts = {"beta gateway retry", "gamma invoice cursor", "alpha refund ledger", "delta refund memory"}
+        assert set(store.search_texts("refund", k=4)) == texts

@@ -168,11 +168,13 @@ class NamespaceVectors:
                 self.ranks[at] = ranks
                 self.texts[at] = text
             else:
+                # The matrix first: it refuses a row of another width (a
+                # crafted file), and then nothing else may have grown.
+                self.rows.extend(embedding, bytes([_TAG[ranks[1]]]))
                 self.position[rowid] = len(self.rowids)
                 self.rowids.append(rowid)
                 self.ranks.append(ranks)
                 self.texts.append(text)
-                self.rows.extend(embedding, bytes([_TAG[ranks[1]]]))
         self._index_words(connection, [rowid for rowid in rowids if rowid in present])
 
     def _index_words(self, connection: sqlite3.Connection, rowids: list[int]) -> None:
