@@ -792,6 +792,23 @@ def test_offline_summary_holds_state_next_step_decisions_errors_and_files():
     assert not any("site_" in name for name in sections["files touched"])
 
 
+def test_the_next_step_is_the_newest_request_even_one_that_states_a_rule():
+    """A request that also states a rule was passed over as the next step,
+    so the summary named an older, finished request as what comes next."""
+    convo = [
+        {"role": "user", "content": "Add pagination to the /orders endpoint."},
+        {"role": "assistant", "content": "Done: pagination added."},
+        {"role": "user", "content": "Fix the login bug. You must keep the public API stable."},
+        {"role": "assistant", "content": "Looking into it."},
+    ]
+    result = Summarizer().summarize(convo)
+    assert isinstance(result, Summary)
+    sections = parse_sections(result.text)
+    request = "Fix the login bug. You must keep the public API stable."
+    assert sections["next steps"] == [f"The user asked: {request}"]
+    assert sections["constraints"] == [request]
+
+
 def test_offline_summary_of_a_conversation_without_rules():
     convo = [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "Hello."}]
     result = Summarizer().summarize(convo)

@@ -330,17 +330,19 @@ def offline_segment(
     bound."""
     builder = _Builder(tokenizer, max_tokens)
     found = constraint_messages(messages, tagger)
-    ruled = {index for index, _ in found}
     for text in [text for _, text in found] if rules is None else rules:
         builder.add("Constraints", text, 0)
     last_user = last_assistant = None
     files: list[str] = []
-    for index, message in enumerate(messages):
+    for message in messages:
         role = _role(message)
         text = own_text(message)
         if role != "tool":  # files the agent named or passed to a tool, not every path a log prints
             files.extend(named_files(text + "\n" + _call_arguments(message)))
-        if role == "user" and text.strip() and index not in ruled and not _TRIVIAL.match(text):
+        # The newest request, even one that states a rule too ("Fix the
+        # login bug; you must keep the API stable"): passed over, an older
+        # request read as the next step.
+        if role == "user" and text.strip() and not _TRIVIAL.match(text):
             last_user = text
         if role == "assistant" and text.strip():
             last_assistant = text
