@@ -41,8 +41,11 @@ ANSWERS = [
     "已经修改完成，相关测试全部通过。",
     "Pagination works; I added limit and cursor parameters.",
 ]
-# Rules said without must, never, 必须 or 禁止: each with a word of its own.
+# Rules said without must, never, 必须 or 禁止: each with a word of its own, or
+# starting its sentence with one ("avoid", 别动).
 PLAIN_RULES = [
+    "avoid touching the production database",
+    "别动 config.yaml 里的超时设置",
     "refrain from running migrations by hand",
     "under no circumstances push straight to main",
     "keep the audit log switched on at all times",

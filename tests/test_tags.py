@@ -16,6 +16,14 @@ from context_core.select import Tagger, tag
 PAYMENT_RULE = "为PaymentCallbackService.addRetryLogic方法添加超时重试，必须保证事务一致性"
 
 
+def is_rule(text: str) -> bool:
+    """Whether ``text`` is tagged ``constraint``, the extension and the
+    reference agreeing."""
+    found = "constraint" in tag(text)
+    assert found == ("constraint" in reference.tag(text)), text
+    return found
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -76,8 +84,7 @@ def test_tags_of_texts(text, expected):
     ],
 )
 def test_rules_said_without_must_or_never_are_constraints(text):
-    assert "constraint" in tag(text)
-    assert "constraint" in reference.tag(text)
+    assert is_rule(text)
 
 
 @pytest.mark.parametrize(
@@ -105,8 +112,56 @@ def test_rules_said_without_must_or_never_are_constraints(text):
 def test_chat_that_only_holds_a_rule_word_is_no_constraint(text):
     """Chat that holds a rule word in another sense: a tagged message is
     carried whole by every later summary, so these must stay untagged."""
-    assert "constraint" not in tag(text)
-    assert "constraint" not in reference.tag(text)
+    assert not is_rule(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Avoid touching the production database.",
+        "Fix the login bug. Avoid touching prod.",
+        "Please avoid sudo.",
+        "Two things:\n- avoid globals\n- keep it short",
+        "1. Avoid global state",
+        "Rule 4: avoid the legacy API.",
+        "别动生产环境的配置。",
+        "好的。避免使用全局变量",
+        "请别改 README",
+    ],
+)
+def test_an_opener_starting_a_sentence_states_a_rule(text):
+    """ "Avoid ..." and 别动... are rules where a sentence starts with them,
+    and chat elsewhere (see the next test)."""
+    assert is_rule(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "How do I avoid the race here?",
+        "We should avoid it, I think, but why?",
+        "Avoidance of doubt is a legal phrase",
+        "怎么避免这个死锁？",
+        "把日志级别改成 DEBUG",
+        "我分别删掉了 a.py 和 b.py",
+        "see v1.avoid",
+    ],
+)
+def test_an_opener_inside_a_sentence_is_no_rule(text):
+    assert not is_rule(text)
+
+
+def test_openers_can_be_replaced_or_turned_off():
+    tagger = Tagger(constraint_openers=["leave"])
+    assert tagger.tag("Leave the lockfile alone.") == ["constraint"]
+    assert tagger.tag("Avoid the lockfile.") == []
+    assert tagger.tag("Please leave it. Must be so.") == ["constraint"]  # the keywords stay
+    assert Tagger(constraint_openers=[]).tag("Avoid touching prod.") == []
+    assert reference.Tagger(constraint_openers=["leave"]).tag("Leave the lockfile alone.") == ["constraint"]
+    with pytest.raises(InvalidInputError, match="no letters or digits"):
+        Tagger(constraint_openers=["--"])
+    with pytest.raises(InvalidInputError, match="no letters or digits"):
+        reference.Tagger(constraint_openers=["--"])
 
 
 def test_custom_lists_replace_the_defaults():
@@ -138,8 +193,18 @@ KEYWORDS = [
     "http://",
     "curl ",
     "mustard",
+    "avoid",
+    "Avoidance",
+    "别动",
+    "避免",
+    "please ",
+    "请",
+    "- ",
+    "• ",
+    "1. ",
+    "2)",
 ]
-PUNCTUATION = list("，。！？、；：“”‘’（）【】《》…—·,.!?;:'\"()[]<>-_/ \u3000\t\n")
+PUNCTUATION = list("，。！？、；：“”‘’（）【】《》…—·,.!?;:'\"()[]<>-_/ \u3000\t\n\x0b\x0c\r")
 assigned = st.characters(exclude_categories=("Cs", "Cn", "Co"))
 texts = st.lists(
     st.one_of(

@@ -202,6 +202,7 @@ METADATA_KEYS: Final[list[str]]
 """Message keys that carry selection metadata; selection removes them from its output."""
 TRUNCATION_MARKER: Final[str]
 DEFAULT_CONSTRAINT_KEYWORDS: Final[list[str]]
+DEFAULT_CONSTRAINT_OPENERS: Final[list[str]]
 DEFAULT_PULSE_KEYWORDS: Final[list[str]]
 DEFAULT_EVIDENCE_MARKERS: Final[list[str]]
 DEFAULT_LOG_MARKERS: Final[list[str]]
@@ -213,8 +214,10 @@ class Tagger:
     Keywords match on normalised text (NFKC, lower case, punctuation and
     symbols as separators): English keywords on word boundaries, others (such
     as Chinese) as substrings with punctuation and spaces removed; markers
-    (``<think>``, ``http://``) as substrings of the lower-cased text. Each list
-    replaces its default when given.
+    (``<think>``, ``http://``) as substrings of the lower-cased text;
+    ``constraint_openers`` only where a sentence starts (the text, a line,
+    after ``。`` or ``.!?;:`` and a space; bullets, a list number and
+    "please" / 请 passed over). Each list replaces its default when given.
     """
 
     def __new__(
@@ -224,6 +227,7 @@ class Tagger:
         pulse_keywords: Union[Sequence[str], None] = None,
         evidence_markers: Union[Sequence[str], None] = None,
         log_markers: Union[Sequence[str], None] = None,
+        constraint_openers: Union[Sequence[str], None] = None,
     ) -> Self: ...
     def tag(self, text: str) -> list[str]:
         """The tags whose keywords occur in ``text``."""

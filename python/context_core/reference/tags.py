@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 
 from context_core._core import (
     DEFAULT_CONSTRAINT_KEYWORDS,
+    DEFAULT_CONSTRAINT_OPENERS,
     DEFAULT_EVIDENCE_MARKERS,
     DEFAULT_LOG_MARKERS,
     DEFAULT_PULSE_KEYWORDS,
@@ -50,8 +52,15 @@ class Tagger:
         pulse_keywords: Iterable[str] | None = None,
         evidence_markers: Iterable[str] | None = None,
         log_markers: Iterable[str] | None = None,
+        constraint_openers: Iterable[str] | None = None,
     ) -> None:
         self.constraint = self._keywords(constraint_keywords, DEFAULT_CONSTRAINT_KEYWORDS)
+        self.openers = []
+        for opener in DEFAULT_CONSTRAINT_OPENERS if constraint_openers is None else constraint_openers:
+            lowered, _, squeezed = forms(opener)
+            if not squeezed:
+                raise InvalidInputError(f"opener {opener!r} has no letters or digits")
+            self.openers.append(lowered)
         self.pulse = self._keywords(pulse_keywords, DEFAULT_PULSE_KEYWORDS)
         self.evidence = self._markers(evidence_markers, DEFAULT_EVIDENCE_MARKERS)
         self.log = self._markers(log_markers, DEFAULT_LOG_MARKERS)
@@ -90,7 +99,7 @@ class Tagger:
     def mask(self, text: str) -> int:
         lowered, spaced, squeezed = forms(text)
         mask = 0
-        if self._matches(self.constraint, spaced, squeezed):
+        if self._matches(self.constraint, spaced, squeezed) or _opens_a_sentence(lowered, self.openers):
             mask |= CONSTRAINT
         if self._matches(self.pulse, spaced, squeezed):
             mask |= PULSE
@@ -103,6 +112,31 @@ class Tagger:
     def tag(self, text: str) -> list[str]:
         mask = self.mask(text)
         return [name for name, bit in NAMES.items() if mask & bit]
+
+
+# ASCII white space as Rust's u8::is_ascii_whitespace has it (no vertical tab).
+_SPACE = "[ \t\n\x0c\r]"
+_SENTENCE_START = re.compile(rf"\n|。|[.!?;:](?={_SPACE})")
+_LEAD = re.compile(rf"{_SPACE}*(?:[-*] |•|[0-9]+[.)](?={_SPACE}))?{_SPACE}*(?:(?:please |请){_SPACE}*)?")
+
+
+def _opens_a_sentence(lowered: str, openers: list[str]) -> bool:
+    """Whether a sentence of ``lowered`` starts with one of ``openers`` (an
+    ASCII one as a whole word): the text, a line, after 。 or ``.!?;:`` and
+    white space, past a bullet, a list number and please / 请."""
+    if not openers:
+        return False
+    starts = [0, *(m.end() for m in _SENTENCE_START.finditer(lowered))]
+    for start in starts:
+        lead = _LEAD.match(lowered, start)
+        at = start if lead is None else lead.end()
+        for opener in openers:
+            if lowered.startswith(opener, at):
+                after = lowered[at + len(opener) : at + len(opener) + 1]
+                ascii_word = opener[-1].isascii() and opener[-1].isalnum()
+                if not (ascii_word and after.isascii() and after.isalnum()):
+                    return True
+    return False
 
 
 def tag(text: str) -> list[str]:

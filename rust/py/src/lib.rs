@@ -96,6 +96,10 @@ mod _core {
             context_core::tags::DEFAULT_CONSTRAINT_KEYWORDS.to_vec(),
         )?;
         m.add(
+            "DEFAULT_CONSTRAINT_OPENERS",
+            context_core::tags::DEFAULT_CONSTRAINT_OPENERS.to_vec(),
+        )?;
+        m.add(
             "DEFAULT_PULSE_KEYWORDS",
             context_core::tags::DEFAULT_PULSE_KEYWORDS.to_vec(),
         )?;

@@ -56,18 +56,20 @@ fn keyword_list(
 #[pymethods]
 impl PyTagger {
     #[new]
-    #[pyo3(signature = (*, constraint_keywords = None, pulse_keywords = None, evidence_markers = None, log_markers = None))]
+    #[pyo3(signature = (*, constraint_keywords = None, pulse_keywords = None, evidence_markers = None, log_markers = None, constraint_openers = None))]
     fn new(
         constraint_keywords: Option<&Bound<'_, PyAny>>,
         pulse_keywords: Option<&Bound<'_, PyAny>>,
         evidence_markers: Option<&Bound<'_, PyAny>>,
         log_markers: Option<&Bound<'_, PyAny>>,
+        constraint_openers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let given = [
             constraint_keywords,
             pulse_keywords,
             evidence_markers,
             log_markers,
+            constraint_openers,
         ];
         if given.iter().all(|g| g.is_none_or(PyAnyMethods::is_none)) {
             return Ok(Self {
@@ -80,6 +82,11 @@ impl PyTagger {
                 constraint_keywords,
                 "constraint_keywords",
                 tags::DEFAULT_CONSTRAINT_KEYWORDS,
+            )?,
+            constraint_openers: keyword_list(
+                constraint_openers,
+                "constraint_openers",
+                tags::DEFAULT_CONSTRAINT_OPENERS,
             )?,
             pulse: keyword_list(
                 pulse_keywords,

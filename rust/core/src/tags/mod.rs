@@ -97,6 +97,14 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
     "仅限",
 ];
 
+/// Rule words that count only where a sentence starts ("Avoid touching
+/// prod.", "- 别动生产配置"): an imperative there, where elsewhere they ask
+/// or report ("how do I avoid...", "怎么避免", 级别改 holds 别改). A sentence
+/// starts the text, a line, or follows `。` or `.!?;:` and a space; bullets,
+/// a list number and "please" / 请 before the word are passed over.
+pub const DEFAULT_CONSTRAINT_OPENERS: &[&str] =
+    &["avoid", "避免", "别动", "别删", "别改", "别碰", "别用"];
+
 pub const DEFAULT_PULSE_KEYWORDS: &[&str] = &[
     // English
     "fix",
@@ -176,6 +184,8 @@ pub const DEFAULT_LOG_MARKERS: &[&str] = &[
 #[derive(Clone, Debug)]
 pub struct Keywords {
     pub constraint: Vec<String>,
+    /// Constraint words that count only where a sentence starts.
+    pub constraint_openers: Vec<String>,
     pub pulse: Vec<String>,
     pub evidence: Vec<String>,
     pub log: Vec<String>,
@@ -186,6 +196,7 @@ impl Default for Keywords {
         let own = |list: &[&str]| list.iter().map(|k| (*k).to_owned()).collect();
         Self {
             constraint: own(DEFAULT_CONSTRAINT_KEYWORDS),
+            constraint_openers: own(DEFAULT_CONSTRAINT_OPENERS),
             pulse: own(DEFAULT_PULSE_KEYWORDS),
             evidence: own(DEFAULT_EVIDENCE_MARKERS),
             log: own(DEFAULT_LOG_MARKERS),
@@ -311,6 +322,8 @@ pub struct Tagger {
     squeezed: Patterns,
     /// Evidence and log markers, in the lowered form.
     markers: Patterns,
+    /// Constraint words that count where a sentence starts, lowered.
+    openers: Vec<Vec<u8>>,
     /// Masks by text key, with the pass bits; `None`: [`Tagger::uncached`].
     /// Shared with the taggers made by [`Tagger::sharing_cache`].
     cache: Option<Arc<quick_cache::sync::Cache<u128, u8>>>,
@@ -335,6 +348,17 @@ impl Tagger {
             &mut words,
             &mut squeezed,
         )?;
+        let mut openers = Vec::new();
+        for opener in &keywords.constraint_openers {
+            let form = forms(opener);
+            if form.squeezed.is_empty() {
+                return Err(Error::InvalidValue {
+                    path: "constraint_openers".to_owned(),
+                    reason: format!("opener {opener:?} has no letters or digits"),
+                });
+            }
+            openers.push(form.lowered);
+        }
         let mut markers = Vec::new();
         for (list, tag) in [(&keywords.evidence, EVIDENCE), (&keywords.log, LOG)] {
             markers.extend(
@@ -349,6 +373,7 @@ impl Tagger {
             words: Patterns::new(words, false)?,
             squeezed: Patterns::new(squeezed, true)?,
             markers: Patterns::new(markers, true)?,
+            openers,
             cache: Some(Arc::new(quick_cache::sync::Cache::new(16_384))),
             cache_from: MIN_CACHED_BYTES,
         })
@@ -441,11 +466,95 @@ impl Tagger {
         if mask & self.words.all != self.words.all {
             mask |= self.words.find(&text.spaced, on_word_boundaries);
         }
+        if mask & CONSTRAINT == 0 && opens_a_sentence(&text.lowered, &self.openers) {
+            mask |= CONSTRAINT;
+        }
         if passes & MARKER_PASS != 0 {
             mask |= self.markers.find(&text.lowered, |_, _| true);
         }
         mask
     }
+}
+
+/// Whether a sentence of `lowered` (a text's lowered form) starts with one
+/// of `openers` (see [`DEFAULT_CONSTRAINT_OPENERS`]), an ASCII one as a
+/// whole word.
+fn opens_a_sentence(lowered: &[u8], openers: &[Vec<u8>]) -> bool {
+    if openers.is_empty() {
+        return false;
+    }
+    let mut at = 0;
+    loop {
+        let rest = &lowered[sentence_body(lowered, at)..];
+        let opens = openers.iter().any(|opener| {
+            rest.starts_with(opener)
+                && !(opener.last().is_some_and(u8::is_ascii_alphanumeric)
+                    && rest
+                        .get(opener.len())
+                        .is_some_and(u8::is_ascii_alphanumeric))
+        });
+        if opens {
+            return true;
+        }
+        match next_sentence(lowered, at) {
+            Some(next) => at = next,
+            None => return false,
+        }
+    }
+}
+
+/// Where the next sentence after `at` starts: after a line break, `。`, or
+/// one of `.!?;:` followed by white space.
+fn next_sentence(lowered: &[u8], at: usize) -> Option<usize> {
+    const FULL_STOP: &[u8] = "。".as_bytes();
+    let mut i = at;
+    while i < lowered.len() {
+        let byte = lowered[i];
+        if byte == b'\n' {
+            return Some(i + 1);
+        }
+        if lowered[i..].starts_with(FULL_STOP) {
+            return Some(i + FULL_STOP.len());
+        }
+        if b".!?;:".contains(&byte) && lowered.get(i + 1).is_some_and(u8::is_ascii_whitespace) {
+            return Some(i + 1);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The start of a sentence's words from `at`: white space, a bullet (`-`,
+/// `*`, `•`), a list number (`1.`, `2)`) and a "please" / 请 passed over.
+fn sentence_body(lowered: &[u8], at: usize) -> usize {
+    let skip_space = |mut i: usize| {
+        while lowered.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let mut i = skip_space(at);
+    let rest = &lowered[i..];
+    if rest.starts_with(b"- ") || rest.starts_with(b"* ") {
+        i += 2;
+    } else if rest.starts_with("•".as_bytes()) {
+        i += "•".len();
+    } else {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits > 0
+            && matches!(rest.get(digits), Some(b'.' | b')'))
+            && rest.get(digits + 1).is_some_and(u8::is_ascii_whitespace)
+        {
+            i += digits + 1;
+        }
+    }
+    i = skip_space(i);
+    for polite in [&b"please "[..], "请".as_bytes()] {
+        if lowered[i..].starts_with(polite) {
+            return skip_space(i + polite.len());
+        }
+    }
+    i
 }
 
 /// Every tag.
@@ -500,6 +609,28 @@ mod tests {
 
     fn tagger() -> Tagger {
         Tagger::new(&Keywords::default()).unwrap()
+    }
+
+    #[test]
+    fn an_opener_counts_only_where_a_sentence_starts() {
+        let t = tagger();
+        for rule in [
+            "Avoid touching prod.",
+            "Fix it. Avoid touching prod.",
+            "- avoid globals",
+            "2) Please avoid sudo",
+            "好的。别动配置",
+        ] {
+            assert_eq!(t.tag(rule) & CONSTRAINT, CONSTRAINT, "{rule}");
+        }
+        for chat in [
+            "How do I avoid it?",
+            "avoidance",
+            "级别改成 DEBUG",
+            "v1.avoid",
+        ] {
+            assert_eq!(t.tag(chat) & CONSTRAINT, 0, "{chat}");
+        }
     }
 
     #[test]
