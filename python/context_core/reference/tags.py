@@ -114,16 +114,19 @@ class Tagger:
         return [name for name, bit in NAMES.items() if mask & bit]
 
 
-# ASCII white space as Rust's u8::is_ascii_whitespace has it (no vertical tab).
+# ASCII white space as Rust's u8::is_ascii_whitespace has it (no vertical
+# tab); a sentence's lead skips it up to a line break only.
 _SPACE = "[ \t\n\x0c\r]"
+_SKIP = "[ \t\x0c\r]"
 _SENTENCE_START = re.compile(rf"\n|。|[.!?;:](?={_SPACE})")
-_LEAD = re.compile(rf"{_SPACE}*(?:[-*] |•|[0-9]+[.)](?={_SPACE}))?{_SPACE}*(?:(?:please |请){_SPACE}*)?")
+_LEAD = re.compile(rf"{_SKIP}*(?:[-*] |•|[0-9]+[.)](?={_SPACE}))?{_SKIP}*(?:(?:please |请){_SKIP}*)?")
 
 
 def _opens_a_sentence(lowered: str, openers: list[str]) -> bool:
     """Whether a sentence of ``lowered`` starts with one of ``openers`` (an
     ASCII one as a whole word): the text, a line, after 。 or ``.!?;:`` and
-    white space, past a bullet, a list number and please / 请."""
+    white space, past a bullet, a list number and please / 请 (white space
+    up to a line break only, as the extension skips it)."""
     if not openers:
         return False
     starts = [0, *(m.end() for m in _SENTENCE_START.finditer(lowered))]

@@ -526,9 +526,15 @@ fn next_sentence(lowered: &[u8], at: usize) -> Option<usize> {
 
 /// The start of a sentence's words from `at`: white space, a bullet (`-`,
 /// `*`, `•`), a list number (`1.`, `2)`) and a "please" / 请 passed over.
+/// White space up to a line break only: the break starts the next sentence,
+/// which skips what follows it, so a text of blank lines is read once, not
+/// once per line (quadratic: 40,000 of them took 0.5 s).
 fn sentence_body(lowered: &[u8], at: usize) -> usize {
     let skip_space = |mut i: usize| {
-        while lowered.get(i).is_some_and(u8::is_ascii_whitespace) {
+        while lowered
+            .get(i)
+            .is_some_and(|&b| b != b'\n' && b.is_ascii_whitespace())
+        {
             i += 1;
         }
         i
