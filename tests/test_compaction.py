@@ -519,6 +519,23 @@ def test_a_global_summary_carries_the_first_rules_within_rule_tokens(tmp_path: P
         Compactor(log, rule_tokens=0)
 
 
+def test_a_rule_over_the_bound_alone_is_left_out(tmp_path: Path):
+    """The first rule was carried whatever its size (one long sentence can
+    be thousands of tokens), so the bound did not hold. Now a summary
+    carries none when the first alone is over: all are left out, counted."""
+    stated = [{"role": "user", "content": f"Rule {n}: you must call variant {n} only."} for n in range(60)]
+    answers = [{"role": "assistant", "content": f"Noted {n}."} for n in range(60)]
+    log = new_log(tmp_path, [m for pair in zip(stated, answers, strict=True) for m in pair])
+    compactor = Compactor(log, rule_tokens=5, segment_rule_tokens=5)
+    outcomes = []
+    while (outcome := compactor.compact()).status == "written":
+        outcomes.append(outcome)
+    assert {o.level for o in outcomes} == {2, 3}
+    assert all(o.rules_left_out > 0 for o in outcomes)
+    view = "\n".join(str(m["content"]) for m in log.context_view() if m["role"] == "system")
+    assert "variant 0 only" not in view
+
+
 def test_the_view_limits_segments_kept(tmp_path: Path):
     log = new_log(tmp_path)
     with pytest.raises(InvalidInputError, match="at most 3"):

@@ -219,7 +219,7 @@ def test_a_user_who_states_rule_after_rule_never_fills_the_window(tmp_path, poli
     """Every global summary carried every rule the user had stated, whole:
     at about 160 distinct rules in a 4,000-token window it outgrew the room
     and every later turn failed with OverBudgetError, for good. The global
-    summary now carries the first rules within a quarter of the room; the
+    summary now carries the first rules within a sixth of the room; the
     first stays in every request."""
     session = Session.open(tmp_path / "s", model="gpt-4o", budget=4000, store=False, policy=policy)
     try:
@@ -232,6 +232,56 @@ def test_a_user_who_states_rule_after_rule_never_fills_the_window(tmp_path, poli
             assert "R-0000" in json.dumps(request["messages"])
         assert session.compactor is not None
         assert session.compactor.status.written[3] >= 5
+    finally:
+        session.close(persist=False)
+
+
+_LONG_RULE = (
+    "You must always call variant {t} of the payments API with idempotency key R-{t:04d}, retry at"
+    " most three times with exponential backoff, and log the request id to the audit table, never"
+    " from a batch job, never outside business hours (09:00-17:00 CET), and only through the"
+    " gateway at gw-{t}.internal.example.com with mutual TLS and the service account svc-pay-{t}."
+)
+
+
+def _chat(turn: int) -> str:
+    return (
+        f"Now update src/module_{turn}.py so that handler_{turn} retries twice; we decided to use"
+        f" backoff_{turn} because the old one failed with TimeoutError in test_{turn}."
+    )
+
+
+_IDS = "You must keep these ids unchanged: " + ", ".join(f"svc-{i:04d}" for i in range(150))
+
+
+@pytest.mark.parametrize(
+    ("model", "budget", "first", "turns"),
+    [("gpt-4o", 4000, "", 60), ("gpt-4", None, "", 50), ("gpt-4o", 4000, _IDS, 90)],
+    ids=["4K, a long rule every turn", "gpt-4, a longer rule every turn", "4K, a first rule of 900 tokens"],
+)
+def test_summaries_never_outgrow_a_small_window(tmp_path, model, budget, first, turns):
+    """The view keeps a global summary and three segment summaries in
+    every window. Sized for a large window (600 tokens each, every rule of
+    a segment whole, the first rule always), they outgrew a small one: a
+    4,000-token session whose user stated a long rule every turn failed
+    every turn from the 40th on, gpt-4's with longer rules from the 30th,
+    and one whose first rule was long from the 70th. A session sizes them
+    to its room."""
+    session = Session.open(tmp_path / "s", model=model, budget=budget, store=False)
+    try:
+        for turn in range(turns):
+            if first:
+                text = first if turn == 0 else _chat(turn)
+            else:
+                text = _LONG_RULE.format(t=turn) * (1 if budget else 2)
+            session.prepare(text)
+            session.record({"role": "assistant", "content": "OK."})
+            if turn % 10 == 9:
+                assert session.compactor is not None
+                assert session.compactor.join(timeout=60)
+        assert session.compactor is not None
+        assert session.compactor.status.written[3] >= 1
+        session.prepare("What's next?")
     finally:
         session.close(persist=False)
 

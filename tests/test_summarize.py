@@ -259,17 +259,41 @@ def test_the_echo_markers_are_sentences_of_the_prompts():
 
 
 def test_the_token_bound_is_exact():
+    """A model's summary fits ``summary_tokens`` plus its rules (each on a
+    line, "- " before it): the rules sit outside the bound."""
+    from context_core.summarize.offline import constraint_messages
+
     body = GOOD_BODY + "\n- " + ("then tidy the retry loop and its tests, " * 8).strip()
     reply = two_phase(body)
     n = TOK.count(body)
-    assert n >= 64  # the least bound a Summarizer takes
-    at_bound = judge(reply, summary_tokens=n)
+    rules = sum(TOK.count(text) + 2 for _, text in constraint_messages(MESSAGES))
+    assert rules > 0
+    assert n - rules >= 64  # the least bound a Summarizer takes
+    at_bound = judge(reply, summary_tokens=n - rules)
     assert isinstance(at_bound, Summary)
     assert at_bound.tokens == n
-    over = judge(reply, summary_tokens=n - 1)
+    over = judge(reply, summary_tokens=n - rules - 1)
     assert isinstance(over, Rejected)
     assert f"bound of {n - 1} tokens" in over.reason
     assert isinstance(direct(reply, max_tokens=n - 1), Rejected)
+
+
+def test_a_model_that_copies_every_rule_is_not_over_its_bound():
+    """The global prompt asks the model to copy the rules, but its whole
+    summary was held to ``summary_tokens``: a model that did as asked was
+    rejected for good, one that dropped them passed (they were added back
+    outside the bound)."""
+    rules = [f"You must keep shard S-{i:03d} on host node-{i}.example.com at all times." for i in range(30)]
+    body = (
+        "Constraints:\n"
+        + "\n".join(f"- {rule}" for rule in rules)
+        + "\nDecisions:\n- none\nCurrent state:\n- sharded\nNext steps:\n- none"
+    )
+    summarizer = Summarizer(llm=lambda messages: two_phase(body), summary_tokens=64, reply_tokens=4000)
+    result = summarizer.summarize_global([], rules)
+    assert isinstance(result, Summary), result
+    assert constraints_section(result.text) == rules
+    assert result.tokens > 64
 
 
 def test_names_the_covered_messages_hold_are_accepted():

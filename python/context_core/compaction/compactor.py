@@ -345,6 +345,15 @@ async def _until_set(ended: threading.Event, finish: asyncio.Future[Any]) -> Non
             continue
 
 
+class _SegmentInput(NamedTuple):
+    """What a segment summary reads: the messages, the ``(seq, text)`` of
+    the rules it carries, and how many it left out."""
+
+    messages: list[Any]
+    rules: list[tuple[int, str]]
+    left_out: int
+
+
 class _GlobalInput(NamedTuple):
     """What a global summary reads: the segment summaries' texts, the
     user's rules it carries, and how many it left out."""
@@ -356,16 +365,30 @@ class _GlobalInput(NamedTuple):
 
 def _first_within(rules: list[str], count: Callable[[str], int], tokens: int) -> list[str]:
     """The first of ``rules`` whose counts (each on a line of its own, as
-    a summary carries it) add up to at most ``tokens``: the first one
-    always, so a global summary carries at least one."""
+    a summary carries it) add up to at most ``tokens``: none, if the first
+    alone is over (a rule of thousands of tokens, one long sentence)."""
     kept: list[str] = []
     used = 0
     for rule in rules:
-        used += count(rule) + 1
-        if used > tokens and kept:
+        used += count(rule) + 2
+        if used > tokens:
             break
         kept.append(rule)
     return kept
+
+
+def _warn_left_out(summary: str, carried: int, stated: int, option: str, tokens: int) -> None:
+    if carried < stated:
+        log.warning(
+            "compaction: the %s summary carries the first %d of %d rules the user stated (%s=%d);"
+            " the %d after them stay in the log, not in the summary",
+            summary,
+            carried,
+            stated,
+            option,
+            tokens,
+            stated - carried,
+        )
 
 
 def _rules_of(message: Any) -> list[str]:
@@ -408,12 +431,12 @@ class Compactor:
     tail size that starts a shorter segment early; ``global_input_tokens``
     (12,000) of segment summaries a global summary reads, newest first;
     ``rule_tokens`` (4,000) of the user's rules a global summary carries
-    whole: the first stated, in order, up to that many (a rule restated
-    counts where it was first said). Past it the rest are left out, with a
-    WARNING and ``Outcome.rules_left_out``: they stay in the log, and the
-    newest are still in the segment summaries and raw turns in view.
-    Unbounded, a session whose user states rule after rule made a global
-    summary larger than its window, and every later turn failed.
+    whole, and ``segment_rule_tokens`` (1,000) of its segment's a segment
+    summary does: the first stated, in order, up to that many (a rule
+    restated counts where it was first said). Past it the rest are left
+    out, with a WARNING and ``Outcome.rules_left_out``: they stay in the
+    log. Unbounded, a session whose user states rule after rule made its
+    summaries larger than its window, and every later turn failed.
     ``memory`` (a :class:`~context_core.MemoryFiles`) receives the exact
     facts of each segment (``facts``, default
     :func:`~context_core.compaction.facts.exact_facts`); ``timeout``
@@ -437,6 +460,7 @@ class Compactor:
         tail_tokens: int | None = None,
         global_input_tokens: int = 12_000,
         rule_tokens: int = 4_000,
+        segment_rule_tokens: int = 1_000,
         memory: Any = None,
         facts: Callable[[Sequence[Mapping[str, Any]]], list[Any]] | None = None,
         timeout: float = 120.0,
@@ -464,6 +488,7 @@ class Compactor:
         self.tail_tokens = None if tail_tokens is None else _positive_int("tail_tokens", tail_tokens)
         self.global_input_tokens = _positive_int("global_input_tokens", global_input_tokens)
         self.rule_tokens = _positive_int("rule_tokens", rule_tokens)
+        self.segment_rule_tokens = _positive_int("segment_rule_tokens", segment_rule_tokens)
         self.memory = memory
         if facts is None:
             from context_core.compaction.facts import exact_facts
@@ -694,6 +719,7 @@ class Compactor:
     def _prepare(self, job: Job) -> Any:
         """What the summarizer reads for ``job``: the messages and their
         rules (L2), or the segment texts and rules (L3)."""
+        count = self.summarizer.tokenizer.count
         if job.level == 2:
             messages = self._read_in_steps(job.messages)
             at = {seq: i for i, seq in enumerate(job.messages)}
@@ -702,10 +728,13 @@ class Compactor:
                 if seq in at:
                     for text in _rules_of(messages[at[seq]]):
                         rules.setdefault(text, seq)
-            return messages, [(seq, text) for text, seq in rules.items()]
+            bound = self.segment_rule_tokens
+            carried = _first_within(list(rules), count, bound)
+            _warn_left_out("segment", len(carried), len(rules), "segment_rule_tokens", bound)
+            left_out = len(rules) - len(carried)
+            return _SegmentInput(messages, [(rules[text], text) for text in carried], left_out)
         payloads = self.log.read(job.segments)
         texts = [str(p["summary"]) for p in payloads]
-        count = self.summarizer.tokenizer.count
         kept: list[str] = []
         used = 0
         for text in reversed(texts):  # the newest first, up to the bound
@@ -716,7 +745,7 @@ class Compactor:
         if len(kept) < len(texts):
             log.warning(
                 "compaction: the global summary reads the newest %d of %d segment summaries"
-                " (global_input_tokens=%d); the rules of the others are given to it whole",
+                " (global_input_tokens=%d); the rules of the others are given to it (within rule_tokens)",
                 len(kept),
                 len(texts),
                 self.global_input_tokens,
@@ -724,15 +753,7 @@ class Compactor:
         stated = self.log.read(job.rules)
         every = list(dict.fromkeys(text for m in stated for text in _rules_of(m)))
         carried = _first_within(every, count, self.rule_tokens)
-        if len(carried) < len(every):
-            log.warning(
-                "compaction: the global summary carries the first %d of %d rules the user stated"
-                " (rule_tokens=%d); the %d after them stay in the log, not in the summary",
-                len(carried),
-                len(every),
-                self.rule_tokens,
-                len(every) - len(carried),
-            )
+        _warn_left_out("global", len(carried), len(every), "rule_tokens", self.rule_tokens)
         return _GlobalInput(kept[::-1], carried, len(every) - len(carried))
 
     def _read_in_steps(self, seqs: Sequence[int]) -> list[Any]:
@@ -752,7 +773,7 @@ class Compactor:
 
         def work() -> Summary | Rejected:
             if job.level == 2:
-                messages, rules = prepared
+                messages, rules, _ = prepared
                 if _takes_between(self.summarizer.summarize):
                     return self.summarizer.summarize(messages, constraints=rules, between=between)
                 return self.summarizer.summarize(messages, constraints=rules)  # a subclass's own
@@ -770,7 +791,7 @@ class Compactor:
         # Only the model call is awaited on the loop; the offline summary
         # runs through summarize() in a thread, so a subclass's own is used.
         if job.level == 2:
-            messages, rules = prepared
+            messages, rules, _ = prepared
             if self.summarizer.llm is None:
                 return await asyncio.to_thread(self.summarizer.summarize, messages, constraints=rules)
             if _takes_between(self.summarizer.asummarize):
@@ -821,8 +842,9 @@ class Compactor:
             return Outcome(
                 "stale", job.level, job.covers, reason="the log changed while the summary was made"
             )
-        left_out = prepared.left_out if isinstance(prepared, _GlobalInput) else 0
-        return Outcome("written", job.level, job.covers, seq=seq, facts=facts, rules_left_out=left_out)
+        return Outcome(
+            "written", job.level, job.covers, seq=seq, facts=facts, rules_left_out=prepared.left_out
+        )
 
     def _as_planned(self, job: Job) -> bool:
         """The newest summary on the active path is still the one planned

@@ -106,9 +106,6 @@ _TAIL = 64
 #: With no ``memory_tokens``, a turn's memories take at most this fraction
 #: (one over it) of the room for messages.
 _MEMORY_SHARE = 8
-#: The fewest tokens of the user's rules a session's global summary carries
-#: (a quarter of the room for messages, in a larger window).
-_MIN_RULE_TOKENS = 256
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
 #: A log header's kind of a message node (not a summary or branch marker),
@@ -245,6 +242,31 @@ def says_nothing(content: Any) -> bool:
         and isinstance(block.get("text"), str)
         and not block["text"].strip()
         for block in content
+    )
+
+
+def _compactor(log: MessageLog, summarizer: Any, files: Any, room: int) -> Any:
+    """A session's compactor, its summaries sized to its room for messages
+    (``room`` tokens). The view holds a global summary and three segment
+    summaries, each in the window for good: together they must leave the
+    turn room, whatever the user says. So a summary takes at most a
+    sixteenth of the room (600 tokens from a 9,600-token room on), the
+    global summary's rules a sixth, a segment summary's a sixteenth: in all
+    at most about 60% of it. Unsized, a 4,000-token session whose user
+    stated long rules failed every turn from the 20th on."""
+    from context_core.compaction import Compactor
+    from context_core.summarize import Summarizer
+    from context_core.summarize.summarizer import DEFAULT_SUMMARY_TOKENS, MIN_SUMMARY_TOKENS
+
+    if summarizer is None:
+        summary_tokens = max(MIN_SUMMARY_TOKENS, min(DEFAULT_SUMMARY_TOKENS, room // 16))
+        summarizer = Summarizer(summary_tokens=summary_tokens)
+    return Compactor(
+        log,
+        summarizer,
+        memory=files,
+        rule_tokens=max(1, room // 6),
+        segment_rule_tokens=max(1, room // 16),
     )
 
 
@@ -473,13 +495,7 @@ class Session:
                 namespace_keys(namespace)  # checked now, not at the first turn's search
             compactor = None
             if compact:
-                from context_core.compaction import Compactor
-                from context_core.summarize import Summarizer
-
-                # The user's rules a global summary carries whole: a quarter
-                # of the room for messages, so they never crowd out the turn.
-                rule_tokens = max(_MIN_RULE_TOKENS, budget.messages() // 4)
-                compactor = Compactor(log, summarizer or Summarizer(), memory=files, rule_tokens=rule_tokens)
+                compactor = _compactor(log, summarizer, files, budget.messages())
             session = cls(
                 log,
                 builder,

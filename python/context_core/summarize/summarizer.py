@@ -283,11 +283,15 @@ class Summarizer:
         if isinstance(reply, Rejected):
             outcome: Summary | Rejected = reply
         else:
+            # The rules sit outside the bound, as in an offline summary: a
+            # model that copies them, as the prompt asks, is not over it for
+            # that (each on a line of its own, "- " before it).
+            carried = sum(self.tokenizer.count(rule) + 2 for _, rule in rules)
             outcome = check_reply(
                 reply,
                 level=level,
                 covered=covered,
-                max_tokens=self.summary_tokens,
+                max_tokens=self.summary_tokens + carried,
                 tokenizer=self.tokenizer,
                 constraints=rules,
             )
