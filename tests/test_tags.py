@@ -127,6 +127,11 @@ def test_chat_that_only_holds_a_rule_word_is_no_constraint(text):
         "别动生产环境的配置。",
         "好的。避免使用全局变量",
         "请别改 README",
+        "修好了！别动配置文件",
+        "1、避免在循环里查询数据库",
+        "好的，别动配置",
+        "\u2013 avoid globals",
+        "Avoid X? Avoid Y.",
     ],
 )
 def test_an_opener_starting_a_sentence_states_a_rule(text):
@@ -145,9 +150,15 @@ def test_an_opener_starting_a_sentence_states_a_rule(text):
         "把日志级别改成 DEBUG",
         "我分别删掉了 a.py 和 b.py",
         "see v1.avoid",
+        "避免死锁有哪些好方法？",
+        "Avoid? What do you mean by that?",
+        "Q: avoid or retry, which is better?",
+        "Avoid-list entries are loaded from S3, can you check them",
+        "avoid_cache = True",
+        "别动队是什么意思？",
     ],
 )
-def test_an_opener_inside_a_sentence_is_no_rule(text):
+def test_an_opener_inside_a_sentence_or_a_question_is_no_rule(text):
     assert not is_rule(text)
 
 
@@ -167,6 +178,7 @@ def test_openers_can_be_replaced_or_turned_off():
     assert tagger.tag("Avoid the lockfile.") == []
     assert tagger.tag("Please leave it. Must be so.") == ["constraint"]  # the keywords stay
     assert Tagger(constraint_openers=[]).tag("Avoid touching prod.") == []
+    assert Tagger(constraint_openers=["please avoid"]).tag("Please avoid it.") == ["constraint"]
     assert reference.Tagger(constraint_openers=["leave"]).tag("Leave the lockfile alone.") == ["constraint"]
     with pytest.raises(InvalidInputError, match="no letters or digits"):
         Tagger(constraint_openers=["--"])
@@ -213,6 +225,11 @@ KEYWORDS = [
     "• ",
     "1. ",
     "2)",
+    "3、",
+    "\u2013 ",
+    "avoid-",
+    "avoid_",
+    "好的，",
 ]
 PUNCTUATION = list("，。！？、；：“”‘’（）【】《》…—·,.!?;:'\"()[]<>-_/ \u3000\t\n\x0b\x0c\r")
 assigned = st.characters(exclude_categories=("Cs", "Cn", "Co"))

@@ -215,8 +215,9 @@ class Tagger:
     symbols as separators): English keywords on word boundaries, others (such
     as Chinese) as substrings with punctuation and spaces removed; markers
     (``<think>``, ``http://``) as substrings of the lower-cased text;
-    ``constraint_openers`` only where a sentence starts (the text, a line,
-    after ``。`` or ``.!?;:`` and a space; bullets, a list number and
+    ``constraint_openers`` only where a sentence that asks nothing starts
+    (the text, a line, after ``。``, ``.!?;:`` before a space or another
+    script, a comma before another script; bullets, a list number and
     "please" / 请 passed over). Each list replaces its default when given.
     """
 

@@ -118,28 +118,40 @@ class Tagger:
 # tab); a sentence's lead skips it up to a line break only.
 _SPACE = "[ \t\n\x0c\r]"
 _SKIP = "[ \t\x0c\r]"
-_SENTENCE_START = re.compile(rf"\n|。|[.!?;:](?={_SPACE})")
-_LEAD = re.compile(rf"{_SKIP}*(?:[-*] |•|[0-9]+[.)](?={_SPACE}))?{_SKIP}*(?:(?:please |请){_SKIP}*)?")
+_OTHER_SCRIPT = "[^\x00-\x7f]"
+_SENTENCE_START = re.compile(rf"\n|。|[.!?;:](?={_SPACE}|{_OTHER_SCRIPT})|,(?={_OTHER_SCRIPT})")
+_LEAD = re.compile(
+    rf"{_SKIP}*(?:[-*] |•|\u2013 |[0-9]+、|[0-9]+[.)](?={_SPACE}))?{_SKIP}*"
+    rf"(?P<polite>(?:please |请){_SKIP}*)?"
+)
+_STATEMENT_END = re.compile("[?.!\n。]")
 
 
 def _opens_a_sentence(lowered: str, openers: list[str]) -> bool:
-    """Whether a sentence of ``lowered`` starts with one of ``openers`` (an
-    ASCII one as a whole word): the text, a line, after 。 or ``.!?;:`` and
-    white space, past a bullet, a list number and please / 请 (white space
-    up to a line break only, as the extension skips it)."""
+    """Whether a sentence of ``lowered`` starts with one of ``openers`` and
+    is no question (see ``opens_a_sentence`` in the Rust core)."""
     if not openers:
         return False
     starts = [0, *(m.end() for m in _SENTENCE_START.finditer(lowered))]
     for start in starts:
         lead = _LEAD.match(lowered, start)
-        at = start if lead is None else lead.end()
-        for opener in openers:
-            if lowered.startswith(opener, at):
-                after = lowered[at + len(opener) : at + len(opener) + 1]
-                ascii_word = opener[-1].isascii() and opener[-1].isalnum()
-                if not (ascii_word and after.isascii() and after.isalnum()):
-                    return True
+        assert lead is not None  # every part of it is optional
+        body = lead.end()
+        plain = lead.start("polite") if lead.group("polite") else body
+        if not any(_opens_with(lowered, i, o) for i in (plain, body) for o in openers):
+            continue
+        end = _STATEMENT_END.search(lowered, body)
+        if end is None or end.group() != "?":
+            return True
     return False
+
+
+def _opens_with(lowered: str, at: int, opener: str) -> bool:
+    if not lowered.startswith(opener, at):
+        return False
+    after = lowered[at + len(opener) : at + len(opener) + 1]
+    joined = after.isascii() and (after.isalnum() or after in "-_") and after != ""
+    return not (opener[-1].isascii() and opener[-1].isalnum() and joined)
 
 
 def tag(text: str) -> list[str]:

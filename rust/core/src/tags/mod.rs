@@ -477,24 +477,34 @@ impl Tagger {
 }
 
 /// Whether a sentence of `lowered` (a text's lowered form) starts with one
-/// of `openers` (see [`DEFAULT_CONSTRAINT_OPENERS`]), an ASCII one as a
-/// whole word.
+/// of `openers` (see [`DEFAULT_CONSTRAINT_OPENERS`]) and is no question: an
+/// ASCII opener as a whole word (not in `avoid-list` or `avoid_cache`), and
+/// no `?` before the statement ends (`.`, `!`, `。` or a line break).
 fn opens_a_sentence(lowered: &[u8], openers: &[Vec<u8>]) -> bool {
     if openers.is_empty() {
         return false;
     }
+    // The end of the statement last looked at and whether it asks: the
+    // clauses of one sentence share it, so the text is scanned once.
+    let mut asked: Option<(usize, bool)> = None;
     let mut at = 0;
     loop {
-        let rest = &lowered[sentence_body(lowered, at)..];
-        let opens = openers.iter().any(|opener| {
-            rest.starts_with(opener)
-                && !(opener.last().is_some_and(u8::is_ascii_alphanumeric)
-                    && rest
-                        .get(opener.len())
-                        .is_some_and(u8::is_ascii_alphanumeric))
-        });
+        let (plain, body) = sentence_body(lowered, at);
+        let opens = [plain, body]
+            .iter()
+            .any(|&i| openers.iter().any(|o| opens_with(&lowered[i..], o)));
         if opens {
-            return true;
+            let question = match asked {
+                Some((end, question)) if body < end => question,
+                _ => {
+                    let (end, question) = statement_end(lowered, body);
+                    asked = Some((end, question));
+                    question
+                }
+            };
+            if !question {
+                return true;
+            }
         }
         match next_sentence(lowered, at) {
             Some(next) => at = next,
@@ -503,8 +513,33 @@ fn opens_a_sentence(lowered: &[u8], openers: &[Vec<u8>]) -> bool {
     }
 }
 
-/// Where the next sentence after `at` starts: after a line break, `。`, or
-/// one of `.!?;:` followed by white space.
+/// Whether `rest` starts with `opener`, an ASCII one as a whole word.
+fn opens_with(rest: &[u8], opener: &[u8]) -> bool {
+    let joined = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
+    rest.starts_with(opener)
+        && !(opener.last().is_some_and(u8::is_ascii_alphanumeric)
+            && rest.get(opener.len()).is_some_and(joined))
+}
+
+/// Where the statement from `at` ends (its `.`, `!`, `?`, `。` or line
+/// break, or the text's end) and whether it ends with `?`.
+fn statement_end(lowered: &[u8], at: usize) -> (usize, bool) {
+    const FULL_STOP: &[u8] = "。".as_bytes();
+    for i in at..lowered.len() {
+        match lowered[i] {
+            b'?' => return (i, true),
+            b'.' | b'!' | b'\n' => return (i, false),
+            _ if lowered[i..].starts_with(FULL_STOP) => return (i, false),
+            _ => {}
+        }
+    }
+    (lowered.len(), false)
+}
+
+/// Where the next sentence (or clause) after `at` starts: after a line
+/// break or `。`; after one of `.!?;:` followed by white space or another
+/// script (full-width `！？；：` are these once normalised, with no space
+/// after them); after a comma followed by another script (`好的，别动`).
 fn next_sentence(lowered: &[u8], at: usize) -> Option<usize> {
     const FULL_STOP: &[u8] = "。".as_bytes();
     let mut i = at;
@@ -516,7 +551,10 @@ fn next_sentence(lowered: &[u8], at: usize) -> Option<usize> {
         if lowered[i..].starts_with(FULL_STOP) {
             return Some(i + FULL_STOP.len());
         }
-        if b".!?;:".contains(&byte) && lowered.get(i + 1).is_some_and(u8::is_ascii_whitespace) {
+        let next = lowered.get(i + 1);
+        let ends = b".!?;:".contains(&byte)
+            && next.is_some_and(|b| b.is_ascii_whitespace() || !b.is_ascii());
+        if ends || (byte == b',' && next.is_some_and(|b| !b.is_ascii())) {
             return Some(i + 1);
         }
         i += 1;
@@ -524,12 +562,14 @@ fn next_sentence(lowered: &[u8], at: usize) -> Option<usize> {
     None
 }
 
-/// The start of a sentence's words from `at`: white space, a bullet (`-`,
-/// `*`, `•`), a list number (`1.`, `2)`) and a "please" / 请 passed over.
+/// Where a sentence's words start from `at`: white space, a bullet (`-`,
+/// `*`, `•`, `–`), a list number (`1.`, `2)`, `3、`) passed over; and
+/// where they start past a "please" / 请 as well (an opener may hold it).
 /// White space up to a line break only: the break starts the next sentence,
 /// which skips what follows it, so a text of blank lines is read once, not
 /// once per line (quadratic: 40,000 of them took 0.5 s).
-fn sentence_body(lowered: &[u8], at: usize) -> usize {
+fn sentence_body(lowered: &[u8], at: usize) -> (usize, usize) {
+    const LIST_COMMA: &[u8] = "、".as_bytes();
     let skip_space = |mut i: usize| {
         while lowered
             .get(i)
@@ -543,11 +583,13 @@ fn sentence_body(lowered: &[u8], at: usize) -> usize {
     let rest = &lowered[i..];
     if rest.starts_with(b"- ") || rest.starts_with(b"* ") {
         i += 2;
-    } else if rest.starts_with("•".as_bytes()) {
-        i += "•".len();
+    } else if let Some(bullet) = ["•", "– "].iter().find(|b| rest.starts_with(b.as_bytes())) {
+        i += bullet.len();
     } else {
         let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-        if digits > 0
+        if digits > 0 && rest[digits..].starts_with(LIST_COMMA) {
+            i += digits + LIST_COMMA.len();
+        } else if digits > 0
             && matches!(rest.get(digits), Some(b'.' | b')'))
             && rest.get(digits + 1).is_some_and(u8::is_ascii_whitespace)
         {
@@ -557,10 +599,10 @@ fn sentence_body(lowered: &[u8], at: usize) -> usize {
     i = skip_space(i);
     for polite in [&b"please "[..], "请".as_bytes()] {
         if lowered[i..].starts_with(polite) {
-            return skip_space(i + polite.len());
+            return (i, skip_space(i + polite.len()));
         }
     }
-    i
+    (i, i)
 }
 
 /// Every tag.
