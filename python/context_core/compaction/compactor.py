@@ -40,6 +40,7 @@ from context_core.errors import ContextCoreError, InvalidInputError, InvalidType
 from context_core.log import MessageLog
 from context_core.summarize import Rejected, Summarizer, Summary
 from context_core.summarize.offline import own_text, rule_texts
+from context_core.summarize.rules import line_tokens
 
 __all__ = ["Compactor", "CompactorStatus", "Outcome"]
 
@@ -88,7 +89,8 @@ class Outcome:
     seq: int | None = None
     reason: str | None = None
     facts: int = 0
-    #: The user's rules a global summary left out, past ``rule_tokens``.
+    #: The user's rules the summary left out, past ``rule_tokens`` (a
+    #: global summary) or ``segment_rule_tokens`` (a segment summary).
     rules_left_out: int = 0
 
 
@@ -370,7 +372,7 @@ def _first_within(rules: list[str], count: Callable[[str], int], tokens: int) ->
     kept: list[str] = []
     used = 0
     for rule in rules:
-        used += count(rule) + 2
+        used += line_tokens(rule, count)
         if used > tokens:
             break
         kept.append(rule)

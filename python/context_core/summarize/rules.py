@@ -13,11 +13,11 @@ to phrase one right.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from context_core.summarize.exact import carried as values_carried
 
-__all__ = ["carried", "constraints_section", "with_rules"]
+__all__ = ["carried", "constraints_section", "line_tokens", "with_rules"]
 
 _HEADING = re.compile(
     r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*)?(constraints|decisions|current state|next steps)"
@@ -37,6 +37,12 @@ _KEEP = [
     re.compile(r"\b(?:at least|no less than|minimum|min)\b|至少|不少于", re.IGNORECASE),
     re.compile(r"\b(?:only|exactly|solely)\b|仅|只", re.IGNORECASE),
 ]
+
+
+def line_tokens(rule: str, count: Callable[[str], int]) -> int:
+    """The tokens ``rule`` takes as a summary carries it, on a line of its
+    own: its count, and two for the "- " before it and the break after."""
+    return count(rule) + 2
 
 
 def _one_line(text: str) -> str:

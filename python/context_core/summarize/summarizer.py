@@ -13,6 +13,7 @@ from context_core.errors import InvalidInputError, InvalidTypeError, LLMError, L
 from context_core.summarize.guard import Rejected, Summary, carry_rules, check_reply, check_sections
 from context_core.summarize.offline import constraint_messages, offline_global, offline_segment
 from context_core.summarize.prompts import global_prompt, segment_prompt
+from context_core.summarize.rules import line_tokens
 from context_core.summarize.transcript import (
     DEFAULT_ARGUMENT_CHARS,
     DEFAULT_RESULT_TOKENS,
@@ -286,7 +287,7 @@ class Summarizer:
             # The rules sit outside the bound, as in an offline summary: a
             # model that copies them, as the prompt asks, is not over it for
             # that (each on a line of its own, "- " before it).
-            carried = sum(self.tokenizer.count(rule) + 2 for _, rule in rules)
+            carried = sum(line_tokens(rule, self.tokenizer.count) for _, rule in rules)
             outcome = check_reply(
                 reply,
                 level=level,
