@@ -116,10 +116,6 @@ _COLUMNS = (
     "rowid, id, namespace, kind, text, importance, pinned, source, tags, created, last_access, access_count"
 )
 _TEXT = 4  # where the text is in a row of _COLUMNS
-#: The leading columns of ``_COLUMNS`` that the held index of a namespace
-#: also holds: enough for a search that wants only texts (and the ids it
-#: counts an access of), with no row of the file read.
-_HELD_COLUMNS = 5
 
 
 def search_terms(text: str) -> str:
@@ -256,7 +252,7 @@ _T = TypeVar("_T")
 #: What a search makes of its chosen candidates and their rows, at ``now``.
 _Finish: TypeAlias = Callable[[sqlite3.Connection, list[tuple[_Ranked, tuple[Any, ...]]], float], list[_T]]
 #: How a search reads its chosen candidates' rows, by rowid (rows of
-#: ``_COLUMNS``, or their first ``_HELD_COLUMNS``).
+#: ``_COLUMNS``, or of its columns up to the text).
 _RowReader: TypeAlias = Callable[[list[int]], dict[int, tuple[Any, ...]]]
 
 
@@ -268,8 +264,9 @@ def _file_rows(db: sqlite3.Connection, rowids: list[int]) -> dict[int, tuple[Any
 
 
 def _held_rows(held: list[NamespaceVectors], rowids: list[int]) -> dict[int, tuple[Any, ...]]:
-    """The first ``_HELD_COLUMNS`` of the rows of ``rowids`` (candidates,
-    each held by one of the namespaces ``held``), from the held index."""
+    """The rows of ``rowids`` (candidates, each held by one of the
+    namespaces ``held``) up to the text (``_TEXT``), from the held index:
+    what :func:`_texts` reads, and the ids whose accesses are counted."""
     return {rowid: index.held_row(rowid) for rowid in rowids for index in held if rowid in index.position}
 
 
@@ -1249,7 +1246,7 @@ class MemoryStore:
         memories whose texts fit in that many tokens together are returned.
         Returned memories count one more access."""
         arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
-        return self._search(*arguments, None, self._hits, False)
+        return self._search(*arguments, None, self._hits)
 
     def search_texts(
         self,
@@ -1264,7 +1261,7 @@ class MemoryStore:
         same accesses counted: for a prompt, which needs only the texts. It
         reads no entities and builds no :class:`Memory`, so it costs less."""
         arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
-        return self._search(*arguments, None, _texts, True)
+        return self._search(*arguments, None, _texts)
 
     def preload(self, *, namespace: NamespaceLike | Sequence[NamespaceLike] = "default") -> None:
         """Loads the vectors of ``namespace`` (each of a sequence) now, so
@@ -1296,7 +1293,7 @@ class MemoryStore:
         through the embedder's async form, the search runs in a worker
         thread."""
         arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
-        return await self._asearch(arguments, self._hits, False)
+        return await self._asearch(arguments, self._hits)
 
     async def asearch_texts(
         self,
@@ -1309,15 +1306,15 @@ class MemoryStore:
     ) -> list[str]:
         """:meth:`search_texts` for asyncio, as :meth:`asearch` is."""
         arguments = _search_arguments(query, namespace, k, kinds, max_tokens)
-        return await self._asearch(arguments, _texts, True)
+        return await self._asearch(arguments, _texts)
 
-    async def _asearch(self, arguments: _SearchArguments, finish: _Finish[_T], held_rows: bool) -> list[_T]:
+    async def _asearch(self, arguments: _SearchArguments, finish: _Finish[_T]) -> list[_T]:
         """A search whose query is embedded by the embedder's async form,
         run in a worker thread."""
         vector = (await self._aembed([arguments[0]]))[0]
 
         def search() -> list[_T]:
-            return self._search(*arguments, vector, finish, held_rows)
+            return self._search(*arguments, vector, finish)
 
         return await asyncio.to_thread(search)
 
@@ -1330,12 +1327,11 @@ class MemoryStore:
         max_tokens: int | None,
         vector: np.ndarray | None,
         finish: _Finish[_T],
-        held_rows: bool,
     ) -> list[_T]:
         """The search itself: ``finish`` makes the results from the chosen
-        candidates and their rows, in the same read (one snapshot); with
-        ``held_rows``, rows of the columns the held index holds (no file
-        read: ``finish`` reads no other)."""
+        candidates and their rows, in the same read (one snapshot). For
+        :func:`_texts` the rows come from the held index, which holds the
+        columns it reads: no row of the file is read."""
         wanted = [v for _, v in _entities(query)]
         terms = search_terms(query)
         now = float(self.clock())
@@ -1373,7 +1369,7 @@ class MemoryStore:
                 ]
                 if len(namespaces) > 1:
                     ranked.sort()
-                if held_rows:
+                if finish is _texts:
                     rows: _RowReader = functools.partial(_held_rows, list(held.values()))
                 else:
                     rows = functools.partial(_file_rows, db)
