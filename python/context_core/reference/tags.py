@@ -150,7 +150,7 @@ def _opens_with(lowered: str, at: int, opener: str) -> bool:
     if not lowered.startswith(opener, at):
         return False
     after = lowered[at + len(opener) : at + len(opener) + 1]
-    joined = after.isascii() and (after.isalnum() or after in "-_") and after != ""
+    joined = after != "" and after.isascii() and (after.isalnum() or after in "-_")
     return not (opener[-1].isascii() and opener[-1].isalnum() and joined)
 
 

@@ -100,8 +100,10 @@ pub const DEFAULT_CONSTRAINT_KEYWORDS: &[&str] = &[
 /// Rule words that count only where a sentence starts ("Avoid touching
 /// prod.", "- 别动生产配置"): an imperative there, where elsewhere they ask
 /// or report ("how do I avoid...", "怎么避免", 级别改 holds 别改). A sentence
-/// starts the text, a line, or follows `。` or `.!?;:` and a space; bullets,
-/// a list number and "please" / 请 before the word are passed over.
+/// starts the text, a line, or follows `。`, one of `.!?;:` before a space
+/// or another script, or a comma before another script; a bullet, a list
+/// number and "please" / 请 are passed over; one that asks (ends in `?`)
+/// states no rule.
 pub const DEFAULT_CONSTRAINT_OPENERS: &[&str] =
     &["avoid", "避免", "别动", "别删", "别改", "别碰", "别用"];
 
@@ -476,6 +478,9 @@ impl Tagger {
     }
 }
 
+/// The ideographic full stop, which ends a sentence with no space after it.
+const FULL_STOP: &[u8] = "。".as_bytes();
+
 /// Whether a sentence of `lowered` (a text's lowered form) starts with one
 /// of `openers` (see [`DEFAULT_CONSTRAINT_OPENERS`]) and is no question: an
 /// ASCII opener as a whole word (not in `avoid-list` or `avoid_cache`), and
@@ -524,7 +529,6 @@ fn opens_with(rest: &[u8], opener: &[u8]) -> bool {
 /// Where the statement from `at` ends (its `.`, `!`, `?`, `。` or line
 /// break, or the text's end) and whether it ends with `?`.
 fn statement_end(lowered: &[u8], at: usize) -> (usize, bool) {
-    const FULL_STOP: &[u8] = "。".as_bytes();
     for i in at..lowered.len() {
         match lowered[i] {
             b'?' => return (i, true),
@@ -541,7 +545,6 @@ fn statement_end(lowered: &[u8], at: usize) -> (usize, bool) {
 /// script (full-width `！？；：` are these once normalised, with no space
 /// after them); after a comma followed by another script (`好的，别动`).
 fn next_sentence(lowered: &[u8], at: usize) -> Option<usize> {
-    const FULL_STOP: &[u8] = "。".as_bytes();
     let mut i = at;
     while i < lowered.len() {
         let byte = lowered[i];
