@@ -679,3 +679,70 @@ def test_replay_leaves_out_thinking_an_export_stripped_of_its_signature(tmp_path
     assert code == 0
     sent = json.loads(out)["messages"]
     assert sent[1]["content"] == [{"type": "text", "text": "It rotated twice."}]
+
+
+def test_a_bad_jsonl_line_and_json_nested_past_reading_are_named(tmp_path, capsys):
+    """A JSONL file with one bad line was reported with the whole-document
+    parser's error (its "line 2"); JSON nested past what the parser reads
+    was counted as plain text, exit 0."""
+    lines = [json.dumps({"role": "user", "content": "a"}), json.dumps({"role": "assistant", "content": "b"})]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        "\n".join([*lines, "", '{"role": "user", "content": "c"', lines[0]]) + "\n", encoding="utf-8"
+    )
+    for command in ("count", "replay", "sanitize"):
+        assert run([command, str(bad)])[0] == 2
+        assert f"{bad}: not valid JSON or JSONL (line 4: Expecting" in capsys.readouterr().err
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000, encoding="utf-8")
+    assert run(["count", str(deep)])[0] == 2
+    assert f"{deep}: not valid JSON or JSONL (nested too deeply to read)" in capsys.readouterr().err
+    assert run(["count"], stdin="[" * 100_000 + " plain words")[0] == 0  # stdin that is not meant as JSON
+
+
+def test_a_system_prompt_in_blocks_is_the_identity_and_block_chats_are_read_whole(tmp_path):
+    """Found trying the commands as a new user: Anthropic's ``system`` as a
+    list of blocks (with ``cache_control``) was replayed as a pinned message
+    after the volatile part; an Anthropic chat with only images and text was
+    taken for OpenAI's and refused; rules stated in text blocks were not
+    counted."""
+    identity = "You are the payments agent. Cite every file you read."
+    body = {
+        "model": "claude-sonnet-4-5",
+        "system": [{"type": "text", "text": identity, "cache_control": {"type": "ephemeral"}}],
+        "messages": [
+            {"role": "user", "content": "Check the refund job."},
+            {"role": "assistant", "content": "Checked."},
+            {"role": "user", "content": "And the ledger?"},
+        ],
+    }
+    as_blocks, as_text = tmp_path / "blocks.json", tmp_path / "text.json"
+    as_blocks.write_text(json.dumps(body), encoding="utf-8")
+    as_text.write_text(json.dumps({**body, "system": identity}), encoding="utf-8")
+    built = []
+    for path in (as_blocks, as_text):
+        code, out = run(["build", str(path), "--json"])
+        assert code == 0
+        built.append(json.loads(out))
+    assert built[0] == built[1]
+    assert built[0]["system"][0]["text"].startswith(identity)  # first: in the cached prefix
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _PNG}}
+    rule = "You must never drop the order_id from any log line."
+    chat = [
+        {"role": "user", "content": [image, {"type": "text", "text": f"What is this? {rule}"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A chart."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Thanks."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Welcome."}]},
+    ]
+    path = tmp_path / "images.json"
+    path.write_text(json.dumps(chat), encoding="utf-8")
+    code, out = run(["replay", str(path), "--json"])
+    assert code == 0
+    replayed = json.loads(out)
+    assert replayed["summary"]["provider"] == "anthropic"
+    assert [call["constraints"] for call in replayed["calls"]] == [1, 1]
+    assert [call["retained"] for call in replayed["calls"]] == [1, 1]
+
+
+#: A 1x1 PNG.
+_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="

@@ -62,10 +62,21 @@ def _meant_as_json(source: str, text: str, strict: bool) -> bool:
     return source == "-" and _OPENS_LIKE_JSON.match(text) is not None
 
 
-def parse_chat(
-    text: str, source: str = "-", *, strict: bool = False
-) -> tuple[list[Any], list[Any] | None] | None:
-    """``(messages, tools)`` if ``text`` is a chat history, else ``None``.
+@dataclass(frozen=True)
+class Chat:
+    """A chat history read from a file: its messages and tools, and what a
+    request body says of where it goes."""
+
+    messages: list[Any]
+    tools: list[Any] | None = None
+    model: str | None = None
+    """A request body's ``model``."""
+    anthropic: bool = False
+    """A request body with a top-level ``system``, which only Anthropic's has."""
+
+
+def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | None:
+    """The chat history ``text`` holds, else ``None``.
     Text meant as JSON (see :func:`_meant_as_json`) that is not valid JSON
     raises :class:`InputError` with the parser's reason, never counted as
     plain text."""
@@ -77,30 +88,39 @@ def parse_chat(
     try:
         document = json.loads(stripped)
     except RecursionError:
-        document = None
+        return _unreadable(source, stripped, strict, "nested too deeply to read")
     except ValueError as whole:
-        document = None
-        lines = [line for line in stripped.splitlines() if line.strip()]
-        try:
-            document = [json.loads(line) for line in lines]
-        except RecursionError:
-            document = None
-        except ValueError:
-            if _meant_as_json(source, stripped, strict):
-                hint = " (--format text counts it as text)" if source == "-" and not strict else ""
-                raise InputError(f"{_named(source)}: not valid JSON or JSONL ({whole}){hint}") from None
-            return None
-    if document is None:
-        return None
-    tools = None
+        lines = [(at, line) for at, line in enumerate(stripped.splitlines(), 1) if line.strip()]
+        document = []
+        for at, line in lines:
+            try:
+                document.append(json.loads(line))
+            except RecursionError:
+                return _unreadable(source, stripped, strict, f"line {at}: nested too deeply to read")
+            except ValueError as error:
+                # JSONL whose earlier lines read: the line that does not is the one to name.
+                reason = f"line {at}: {error}" if document else str(whole)
+                return _unreadable(source, stripped, strict, reason)
+    tools, model, anthropic = None, None, False
     if isinstance(document, dict) and isinstance(document.get("messages"), list):
         tools = document.get("tools") if isinstance(document.get("tools"), list) else None
+        model = document.get("model") if isinstance(document.get("model"), str) else None
         messages = list(document["messages"])
         if isinstance(document.get("system"), (str, list)):  # an Anthropic request body
             messages.insert(0, {"role": "system", "content": document["system"]})
+            anthropic = True
         document = messages
     if isinstance(document, list) and document and all(isinstance(m, dict) and "role" in m for m in document):
-        return document, tools
+        return Chat(document, tools, model, anthropic)
+    return None
+
+
+def _unreadable(source: str, text: str, strict: bool, reason: str) -> None:
+    """Text that does not parse: an error where it was meant as JSON (see
+    :func:`_meant_as_json`), else ``None`` (plain text)."""
+    if _meant_as_json(source, text, strict):
+        hint = " (--format text counts it as text)" if source == "-" and not strict else ""
+        raise InputError(f"{_named(source)}: not valid JSON or JSONL ({reason}){hint}")
     return None
 
 
@@ -110,7 +130,7 @@ def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Repo
         if kind == "chat":
             raise InputError(f"{_named(source)}: not a chat history (a JSON list of messages or JSONL)")
         return Report(source, "text", tokenizer.count(text))
-    messages, tools = chat
+    messages, tools = chat.messages, chat.tools
     try:
         total = tokenizer.count_messages(messages, tools)  # first: its errors name messages[i]
     except ContextCoreError as error:
@@ -195,7 +215,7 @@ def run_sanitize(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int
         raise InputError(f"{_named(args.path)}: not a chat history (a JSON list of messages or JSONL)")
     try:
         result = sanitize(
-            chat[0], args.provider, convert_function=args.convert_function, on_invalid=args.on_invalid
+            chat.messages, args.provider, convert_function=args.convert_function, on_invalid=args.on_invalid
         )
     except ContextCoreError as error:
         raise InputError(f"{_named(args.path)}: {error}") from None

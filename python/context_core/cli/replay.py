@@ -18,11 +18,11 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from context_core.cli.count import InputError, parse_chat
+from context_core.cli.count import Chat, InputError, parse_chat
 from context_core.cli.log_dir import open_log, readable, unreadable
 from context_core.cli.output import write_json
 
@@ -100,9 +100,9 @@ def _percentile(ordered: list[float], q: float) -> float:
 # -- reading a transcript ------------------------------------------------------------
 
 
-def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The messages and tools of a transcript file (JSON or JSONL, OpenAI or
-    Anthropic, a request body) or of a message log directory."""
+def load_transcript(path: str) -> Chat:
+    """A transcript file (JSON or JSONL, OpenAI or Anthropic, a request
+    body) or a message log directory, read."""
     where = Path(path)
     if where.is_dir():
         from context_core import LogCorruptError
@@ -124,7 +124,7 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
                     f" ({len(seqs) - len(nodes)} of the {len(seqs)} records on the path do not)",
                     file=sys.stderr,
                 )
-        return [n for n in nodes if isinstance(n, dict) and "role" in n], []
+        return Chat([n for n in nodes if isinstance(n, dict) and "role" in n], [])
     try:
         text = where.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
@@ -134,14 +134,20 @@ def load_transcript(path: str) -> tuple[list[dict[str, Any]], list[Any]]:
     chat = parse_chat(text, path, strict=True)
     if chat is None:
         raise InputError(f"{path}: not a transcript (a JSON list of messages, JSONL, or a request body)")
-    messages, tools = chat
     from context_core import ContextCoreError, Tokenizer
 
     try:  # a message no API takes, said as such (and where), not as what it then lacks
-        Tokenizer().count_messages(messages, tools)
+        Tokenizer().count_messages(chat.messages, chat.tools)
     except ContextCoreError as error:
         raise InputError(f"{path}: {error}") from None
-    return [dict(m) for m in messages], list(tools or [])
+    return Chat([dict(m) for m in chat.messages], list(chat.tools or []), chat.model, chat.anthropic)
+
+
+#: Content blocks only Anthropic's messages hold (OpenAI's images are
+#: ``image_url``, its files ``file``).
+_ANTHROPIC_BLOCKS = frozenset(
+    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document", "search_result"}
+)
 
 
 def shape_of(messages: list[dict[str, Any]]) -> str:
@@ -149,7 +155,7 @@ def shape_of(messages: list[dict[str, Any]]) -> str:
     for message in messages:
         content = message.get("content")
         if isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result", "thinking") for b in content
+            isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content
         ):
             return "anthropic"
         if message.get("role") == "tool" or message.get("tool_calls"):
@@ -161,9 +167,23 @@ def shape_of(messages: list[dict[str, Any]]) -> str:
 
 
 def _identity(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    if messages and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str):
-        return messages[0]["content"], messages[1:]
+    """The transcript's opening system prompt, as the session's identity
+    (the rest replayed): given as text, or as text blocks (Anthropic's
+    ``system`` list, often with ``cache_control``: the session places its
+    own breakpoints)."""
+    if messages and messages[0].get("role") in ("system", "developer"):
+        text = _blocks_text(messages[0].get("content"))
+        if text is not None:
+            return text, messages[1:]
     return "", messages
+
+
+def _blocks_text(content: Any) -> str | None:
+    """``content`` as one text: a str, or text blocks joined by blank lines
+    (``None`` for anything else, an image say)."""
+    if isinstance(content, list) and content and not all(map(_text_block, content)):
+        return None
+    return _said_text(content) if isinstance(content, (str, list)) else None
 
 
 def replay(
@@ -311,8 +331,9 @@ def replay(
                     text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
                 )
                 said_at = at
-                if isinstance(text, str):  # the rules it states, as compaction carries them
-                    constraints.extend(rule_texts(text))
+                stated = _said_text(text)
+                if stated:  # the rules it states, as compaction carries them
+                    constraints.extend(rule_texts(stated))
             history.append(message)
             running += tok.count_message(message)
         if session.compactor is not None:
@@ -328,8 +349,21 @@ def replay(
 
 
 def _text_of(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
+    return _said_text(message.get("content"))
+
+
+def _said_text(content: Any) -> str:
+    """The text of a message's content: a str, or its text blocks' texts
+    joined (beside images or documents)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n\n".join(block["text"] for block in content if _text_block(block))
+    return ""
+
+
+def _text_block(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)
 
 
 def _reply(message: dict[str, Any]) -> dict[str, Any]:
@@ -472,11 +506,17 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def _options(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple[str, str]:
+def _options(args: argparse.Namespace, chat: Chat) -> tuple[str, str]:
+    from context_core import Budget, ContextCoreError
     from context_core.session import provider_of
 
-    shape = shape_of(messages)
+    messages = chat.messages
+    shape = "anthropic" if chat.anthropic else shape_of(messages)
     model = args.model
+    if model is None and chat.model is not None and (args.provider or shape) == provider_of(chat.model):
+        with contextlib.suppress(ContextCoreError):  # a model of the body's it knows
+            Budget.for_model(chat.model)
+            model = chat.model
     if model is None:  # the default: one of the provider's, else of the transcript's shape
         model = "claude-sonnet-4-5" if (args.provider or shape) == "anthropic" else "gpt-4o"
     provider = args.provider or provider_of(model)
@@ -489,21 +529,19 @@ def _options(args: argparse.Namespace, messages: list[dict[str, Any]]) -> tuple[
     return model, provider
 
 
-def _run(
-    args: argparse.Namespace, messages: list[dict[str, Any]], tools: list[Any], stderr: TextIO
-) -> Replay:
+def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
     import warnings
 
     from context_core import BudgetTooSmallError, ContextCoreError, PromptCacheWarning, UnknownModelError
 
-    model, provider = _options(args, messages)
+    model, provider = _options(args, chat)
     update, stop = _progress(stderr) if not getattr(args, "quiet", False) else (None, lambda: None)
     with tempfile.TemporaryDirectory(prefix="context-core-") as directory, warnings.catch_warnings():
         warnings.simplefilter("ignore", PromptCacheWarning)  # said once in the report instead
         try:
             return replay(
-                messages,
-                tools,
+                chat.messages,
+                list(chat.tools or []),
                 model=model,
                 provider=provider,
                 budget=args.budget,
@@ -558,16 +596,16 @@ def run_demo(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     path = Path(tempfile.mkdtemp(prefix="context-core-demo-")) / f"session-{args.seed}.jsonl"
     messages = write_session(path, args.turns, args.seed, provider)
     print(f"wrote a {args.turns}-turn agent session ({len(messages):,} messages) to {path}", file=sys.stderr)
-    _emit(_run(args, messages, TOOLS, sys.stderr), args, stdout)
+    _emit(_run(args, Chat(messages, TOOLS), sys.stderr), args, stdout)
     return 0
 
 
 def run_replay(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     _check_numbers(args)
-    messages, tools = load_transcript(args.file)
-    if not any(m.get("role") == "assistant" for m in messages):
+    chat = load_transcript(args.file)
+    if not any(m.get("role") == "assistant" for m in chat.messages):
         raise InputError(f"{args.file}: no assistant message, so no model call to replay")
-    _emit(_run(args, messages, tools, sys.stderr), args, stdout)
+    _emit(_run(args, chat, sys.stderr), args, stdout)
     return 0
 
 
@@ -575,7 +613,8 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     """The request for the transcript's last turn: the history replayed,
     then one more prepare for what follows its last message."""
     _check_numbers(args)
-    messages, tools = load_transcript(args.file)
+    chat = load_transcript(args.file)
+    messages = chat.messages
     if messages and messages[-1].get("role") == "assistant":
         pass  # the request is the one that produced the last reply
     else:
@@ -584,7 +623,7 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
             {"role": "assistant", "content": ""},
         ]  # a placeholder reply, not recorded as sent
     args.quiet = True
-    result = _run(args, messages, tools, sys.stderr)
+    result = _run(args, replace(chat, messages=messages), sys.stderr)
     request, report = result.last_request, result.last_report
     if report is None and not result.last_over_budget:
         raise InputError(f"{args.file}: no user input, so no request to build")
