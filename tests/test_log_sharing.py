@@ -5,7 +5,9 @@ nothing raises a bare KeyError, nothing hangs."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -325,3 +327,37 @@ def test_a_thread_waiting_for_the_log_never_holds_up_its_holder(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("no hang 100")
+
+
+@impls
+def test_a_writer_waiting_while_the_log_is_removed_and_made_again_stays_the_only_writer(tmp_path, impl):
+    """A session whose open fails takes back the directory it made, while it
+    holds the lock. A writer waiting for that lock then got it, on a file no
+    longer at the path, while a third open made the log anew and locked its
+    new file: two writers, and one's acknowledged appends written over."""
+    where = tmp_path / "log"
+    first = impl.open(where, create=True)
+    outcome: dict[str, object] = {}
+
+    def wait_for_the_lock() -> None:
+        try:
+            with impl.open(where, create=True, lock_timeout=60) as waiting:
+                waiting.append_many([{"role": "user", "content": f"waited {n}"} for n in range(40)])
+            outcome["waited"] = "appended"
+        except Exception as error:  # reported below, not lost in the thread
+            outcome["waited"] = error
+
+    thread = threading.Thread(target=wait_for_the_lock)
+    thread.start()
+    time.sleep(0.3)  # the thread is waiting for the lock
+    shutil.rmtree(where)  # as a failed session open takes back its directory, lock held
+    again = impl.open(where, create=True)
+    first.close()  # frees the lock on the removed file
+    time.sleep(0.3)  # a waiter that took that lock would write now
+    again.append_many([{"role": "user", "content": f"again {n}"} for n in range(40)])
+    again.close()
+    thread.join(timeout=60)
+    assert outcome["waited"] == "appended"
+    with impl.open(where, readonly=True) as reader:
+        kept = [m["content"] for m in reader]
+    assert sorted(kept) == sorted([f"waited {n}" for n in range(40)] + [f"again {n}" for n in range(40)])

@@ -428,16 +428,40 @@ def sync_directory(directory: str) -> None:
 
 
 def take_lock(directory: str, timeout: float) -> int:
-    """flock(LOCK_EX) on ``<dir>/lock``, polled until ``timeout`` seconds pass."""
+    """flock(LOCK_EX) on ``<dir>/lock``, polled until ``timeout`` seconds
+    pass, and taken again if the file locked is no longer the one at the
+    path (removed with its directory, or replaced, while this waited);
+    :class:`LogNotFoundError` if the directory is gone."""
     path = os.path.join(directory, "lock")
-    with storage(path, "open"):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise InvalidInputError(f"{path}: is not a regular file (a log's files are its own)")
     # At least READER_GRACE: a reader checking bytes past the end holds the lock
     # shared for that long, and is not another writer.
     deadline = time.monotonic() + max(timeout, READER_GRACE_SECONDS)
+    while True:
+        fd = _lock_on(directory, path, deadline)
+        try:
+            now = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        except OSError as error:
+            os.close(fd)
+            raise storage_error(path, "stat", error) from error
+        held = os.fstat(fd)
+        if now is not None and (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)
+
+
+def _lock_on(directory: str, path: str, deadline: float) -> int:
+    """The lock file at ``path``, opened (made if missing) and locked by the ``deadline``."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except FileNotFoundError:
+        raise not_found(directory) from None
+    except OSError as error:
+        raise storage_error(path, "open", error) from error
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidInputError(f"{path}: is not a regular file (a log's files are its own)")
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -800,10 +824,16 @@ class MessageLog:
             )
         if (readonly or not create) and never_made_whole(directory):
             raise not_found(directory)
-        if not readonly:
+        lock_fd = None
+        while not readonly:
             with storage(directory, "create the directory"):
                 os.makedirs(directory, mode=0o700, exist_ok=True)
-        lock_fd = None if readonly else take_lock(directory, lock_timeout)
+            try:
+                lock_fd = take_lock(directory, lock_timeout)
+                break
+            except LogNotFoundError:
+                if not create:
+                    raise  # removed while this waited for its writer: made again only if asked
         if lock_fd is not None:
             try:
                 if never_made_whole(directory):  # looked at again under the lock

@@ -204,26 +204,49 @@ pub const READER_GRACE: Duration = Duration::from_millis(50);
 /// Take the writer lock (`flock(LOCK_EX)` on `dir/lock`), retrying until
 /// `timeout` (at least [`READER_GRACE`]).
 pub fn lock_writer(dir: &Path, timeout: Duration) -> Result<File> {
-    let lock = LogFile::open(dir, "lock", true, true)?;
-    let file = lock.handle()?;
     let deadline = Instant::now().checked_add(timeout.max(READER_GRACE));
     loop {
-        match file.try_lock() {
-            Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock)
-                if deadline.is_none_or(|d| Instant::now() < d) =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
+        let lock = LogFile::open(dir, "lock", true, true)?;
+        let file = lock.handle()?;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock)
+                    if deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(Error::LogLocked {
+                        path: dir.display().to_string(),
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(storage(&lock.path, "lock", &e));
+                }
             }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Error::LogLocked {
-                    path: dir.display().to_string(),
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(storage(&lock.path, "lock", &e)),
+        }
+        // While this waited, the writer before it may have removed the
+        // directory (a session whose open failed takes back the directory
+        // it made) or put a new lock file in place: a lock on a file no
+        // longer at the path keeps out no one who opens the path now, and
+        // two writers would append over each other. Locked again, at the
+        // path as it is now (an error if the directory is gone).
+        if is_at_path(file, &lock.path)? {
+            return Ok(lock.file.expect("just opened"));
         }
     }
-    Ok(lock.file.expect("just opened"))
+}
+
+/// Whether `file` is the file now at `path` (not removed or replaced since it was opened).
+fn is_at_path(file: &File, path: &Path) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata().map_err(|e| storage(path, "stat", &e))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(now) => Ok(now.dev() == held.dev() && now.ino() == held.ino()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(storage(path, "stat", &e)),
+    }
 }
 
 /// A shared hold on the writer lock (none to hold if no writer ever made

@@ -225,7 +225,15 @@ impl MessageLog {
         let lock = if options.readonly {
             None
         } else {
-            let file = files::lock_writer(dir, options.lock_timeout)?;
+            let file = loop {
+                match files::lock_writer(dir, options.lock_timeout) {
+                    // Removed while this waited for its writer: made again, as asked.
+                    Err(Error::LogNotFound { .. }) if options.create => {
+                        files::ensure_dir(dir, true)?;
+                    }
+                    locked => break locked?,
+                }
+            };
             Some(WriterLock {
                 _slot: fork::LockSlot::hold(&file),
                 _file: file,
