@@ -1045,3 +1045,21 @@ def test_a_failed_write_names_the_file_it_failed_on(tmp_path, monkeypatch):
     assert os.path.basename(error.filename) != "MEMORY.md", error  # the new fragment it was writing
     assert os.path.basename(error.filename) in str(error)
     assert str(error).count("No space left on device") == 1
+
+
+def test_a_forked_child_appends_with_a_lock_of_its_own(tmp_path):
+    """filelock refuses a lock made in the parent: a forked worker's append
+    (a Session's close in it) raised a bare RuntimeError. The child makes
+    its own lock on the same file, so parent and child still take turns."""
+    from limits import in_child
+
+    mem = MemoryFiles(tmp_path / "memory")
+    mem.append(["Use Postgres 16"])
+
+    def in_the_child() -> tuple[str, ...]:
+        return mem.append(["Never push to main"]).appended
+
+    assert in_child(in_the_child).startswith("returned (")
+    assert "Never push to main" in mem.read()
+    mem.append(["Deploy on Tuesdays"])  # the parent's own lock still works
+    assert "Deploy on Tuesdays" in mem.read()

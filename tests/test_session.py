@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -2764,3 +2765,49 @@ def test_no_turn_starts_once_aclose_was_called_but_replies_in_flight_land(tmp_pa
     asyncio.run(run())
     with open_session(tmp_path, compact=False) as reopened:
         assert [m["role"] for m in reopened.history()] == ["user", "assistant"]
+
+
+def test_a_store_whose_close_fails_still_lets_the_log_go(tmp_path):
+    """The store's last write at close (access counts) met a busy database
+    or a full disk, and raised before the log was closed: a second close
+    did nothing, and the session could not be opened again until the
+    process ended."""
+
+    class StoreFailingAtClose:
+        def search(self, *args: Any, **kwargs: Any) -> list[Any]:
+            return []
+
+        def close(self) -> None:
+            raise OSError("disk full")
+
+    session = open_session(tmp_path, compact=False)
+    session._owned.append(StoreFailingAtClose())  # as the session's own store, closed first
+    session.prepare("Read a.py.")
+    session.record({"role": "assistant", "content": "Done."})
+    with pytest.raises(OSError, match="disk full"):
+        session.close()
+    with open_session(tmp_path, compact=False) as again:  # LogLockedError before
+        assert "Read a.py." in json.dumps(again.prepare("And b.py?")["messages"])
+
+
+def test_a_forked_childs_close_writes_nothing_of_the_parents_session(tmp_path):
+    """A forked worker's close(persist=False) marked the parent's messages
+    as learned from: had the parent then crashed, no later close would have
+    learned them. A child's close now lets go of what it holds and writes
+    nothing; the parent's close learns as ever."""
+    session = open_session(tmp_path, compact=False, store=False)
+    for n in range(3):
+        session.prepare(f"I prefer that you always keep order Z-{n:04d} in the audit log.")
+        session.record({"role": "assistant", "content": "Noted."})
+
+    learned = tmp_path / "session" / "learned"
+    before = learned.read_bytes() if learned.exists() else None
+
+    def close_in_the_child() -> bool:
+        session.close(persist=False)
+        session.close()  # idempotent in the child too
+        return (learned.read_bytes() if learned.exists() else None) == before
+
+    assert in_child(close_in_the_child) == "returned True"
+    session.close()
+    assert (tmp_path / "session" / "memory" / "MEMORY.md").read_text().count("Z-") == 3

@@ -171,6 +171,7 @@ class MemoryFiles:
         self.poll_interval = max(float(poll_interval), 1e-4)
         self.durability = durability
         self._lock = filelock.FileLock(os.path.join(self.root, LOCK_NAME), mode=0o600)
+        self._lock_pid = os.getpid()
         self._cache: dict[str, Cached] = {}
 
     def __repr__(self) -> str:
@@ -198,6 +199,12 @@ class MemoryFiles:
             fd = open_file(self.root, dir_fd, LOCK_NAME, os.O_RDWR, create=True)  # refuses a symlink
             assert fd is not None
             os.close(fd)
+            if self._lock_pid != os.getpid():
+                # A forked child (a server's worker): filelock refuses a lock
+                # made in the parent; the child's own takes the same file's
+                # lock, so the two processes still take turns.
+                self._lock = filelock.FileLock(path, mode=0o600)
+                self._lock_pid = os.getpid()
             try:
                 self._lock.acquire(timeout=self.lock_timeout, poll_interval=self.poll_interval)
             except filelock.Timeout:

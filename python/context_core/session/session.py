@@ -366,6 +366,7 @@ class Session:
         self._last_reply: tuple[str, dict[str, Any]] | None = None
         self._prefix: str | None = None
         self._closed = False
+        self._pid = os.getpid()  # a forked child's copy writes nothing at its close
         self.last_report: TurnReport | None = None
         """The last call's report."""
         self.last_seq: int | None = None
@@ -1217,7 +1218,9 @@ class Session:
         one that ended without learning: a crash, a ``with`` block that
         raised) to MEMORY.md and the store, and close what the session
         opened. ``persist=False``: this session's messages are not learned
-        from, now or by a later session. Idempotent."""
+        from, now or by a later session. Idempotent. In a forked child (a
+        worker that inherited the session) it only lets go of what the
+        child holds: the session is the parent's to persist."""
         self._close(persist=persist, wait=wait, forget=not persist)
 
     def _close(self, *, persist: bool, wait: bool, forget: bool) -> None:
@@ -1226,6 +1229,11 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        if os.getpid() != self._pid:
+            # A forked child's copy: its parent's background threads are not
+            # here to wait for, and what the messages taught, or that they
+            # were learned from, is the parent's to write.
+            persist = forget = wait = False
         try:
             if self.compactor is not None:
                 self.compactor.close(wait=wait)
@@ -1235,9 +1243,10 @@ class Session:
                 self._persist()
             elif forget and self.path:
                 write_learned(self.path, len(self.log))
-        finally:
-            for part in reversed(self._owned):
-                part.close()
+        except BaseException:
+            _close_parts(self._owned, raising=False)  # the error already on its way says more
+            raise
+        _close_parts(self._owned)
 
     def _persist(self) -> None:
         """MEMORY.md gets the messages not learned from yet, and the store
@@ -1454,6 +1463,21 @@ def _undo_open(root: str, made: bool, owned: Sequence[Any]) -> None:
     if made and log is not None and len(log) == 0 and not os.path.exists(os.path.join(root, "provider")):
         shutil.rmtree(root, ignore_errors=True)
     _close_all(owned)
+
+
+def _close_parts(owned: Sequence[Any], *, raising: bool = True) -> None:
+    """Closes what a session opened (the store, then the log), each of them
+    even if one before it fails (its store's last write meeting a busy
+    database or a full disk would otherwise leave the log locked until the
+    process ends); the first failure is raised, if ``raising``."""
+    failure: Exception | None = None
+    for part in reversed(owned):
+        try:
+            part.close()
+        except Exception as error:
+            failure = failure or error
+    if failure is not None and raising:
+        raise failure
 
 
 def _close_all(owned: Sequence[Any]) -> None:
