@@ -797,7 +797,7 @@ def test_tool_results_of_any_json_shape_keep_the_session_usable(tmp_path):
             '["line one", "line two"]',
             "42",
             "",
-            [{"type": "text", "text": "a block"}],
+            "a block",  # text parts are joined, so the cap applies to the whole
             '{"rows": 3}',
         ]
         assert validators.openai(request["messages"]) == []
@@ -2811,3 +2811,94 @@ def test_a_forked_childs_close_writes_nothing_of_the_parents_session(tmp_path):
     assert in_child(close_in_the_child) == "returned True"
     session.close()
     assert (tmp_path / "session" / "memory" / "MEMORY.md").read_text().count("Z-") == 3
+
+
+def test_a_memory_file_grown_past_a_small_window_still_leaves_room_for_turns(tmp_path):
+    """MEMORY.md grows as sessions end (up to 150 lines, ~18 KB) and went
+    into every prompt whole: in a 3,000-token session, once it outgrew the
+    room every turn failed, and at 8,000 tokens it took 5,454 of the
+    5,600-token limit. It goes in by whole lines up to an eighth of the room."""
+    from context_core import MemoryFiles
+
+    files = MemoryFiles(tmp_path / "session" / "memory")
+    facts = [
+        f"Never touch the service number {n} on host db-{n}.internal without a ticket; always log ticket ids."
+        for n in range(150)
+    ]
+    files.append(facts)
+    with open_session(tmp_path, budget=3000, compact=False) as session:
+        request = session.prepare("hello")
+        memory = Tokenizer().count(files.read())
+        assert memory > session.budget.messages()  # whole, it could never fit
+        assert request.report.sections["volatile"] <= session.budget.messages() // 8 + 64
+        assert facts[0] in json.dumps(request["messages"]) + json.dumps(request.get("system"))
+        assert request.report.total <= request.report.limit
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "claude-sonnet-4-5"])
+def test_a_tool_output_in_text_parts_is_capped_whole_and_an_empty_one_is_sendable(tmp_path, model):
+    """An MCP tool's output comes as text parts: OpenAI's were never capped
+    (only a str was), Anthropic's were capped part by part, and 80 parts
+    of 4,000 tokens killed the tool loop with OverBudgetError. A tool with
+    no output gives a blank text part, which both APIs refuse (OpenAI got
+    ``content: []``), in every request after."""
+    anthropic = model.startswith("claude")
+
+    def call(call_id: str) -> dict:
+        if anthropic:
+            return {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": call_id, "name": "sh", "input": {}}],
+            }
+        function = {"name": "sh", "arguments": "{}"}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+        }
+
+    with open_session(tmp_path, model=model, compact=False) as session:
+        session.prepare("Run the tests.")
+        session.record(call("c1"))
+        parts = [{"type": "text", "text": f"part {n}: " + "error at line 42\n" * 1500} for n in range(80)]
+        session.record_tool_result("c1", parts)
+        request = session.prepare()
+        assert request.report.total <= request.report.limit
+        assert request.report.sections["input"] + request.report.sections["recent"] < 3000
+        session.record(call("c2"))
+        session.record_tool_result("c2", [{"type": "text", "text": ""}, {"type": "text", "text": "  "}])
+        request = session.prepare()
+        check = validators.anthropic if anthropic else validators.openai
+        assert check(request["messages"]) == []
+        last = request["messages"][-1]
+        content = last["content"][0]["content"] if anthropic else last["content"]
+        assert content == ""
+
+
+def test_tool_results_given_as_the_input_must_answer_calls_that_wait(tmp_path):
+    """Anthropic's own loop passes results as the next user message. One
+    with an id no call waits on was logged: the call was repaired away and
+    the request ended with the model's own reply (a prefill the API refuses
+    when it ends in white space); results for some of the calls cleared the
+    others, so their results were then refused."""
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        session.prepare("Read a.py and b.py.")
+        uses = [{"type": "tool_use", "id": f"t{n}", "name": "read_file", "input": {}} for n in (1, 2)]
+        session.record({"role": "assistant", "content": [{"type": "text", "text": "Reading. "}, *uses]})
+
+        def results(*ids: str) -> dict:
+            blocks = [{"type": "tool_result", "tool_use_id": i, "content": f"{i} read"} for i in ids]
+            return {"role": "user", "content": blocks}
+
+        for bad in (results("typo"), results("t1", "t1")):
+            with pytest.raises(InvalidInputError, match="no tool call .* is waiting"):
+                session.prepare(bad)
+        assert [call.id for call in session.pending] == ["t1", "t2"]
+        assert len(session.history()) == 2  # nothing refused was logged
+        session.prepare(results("t1"))
+        assert [call.id for call in session.pending] == ["t2"]
+        session.record_tool_result("t2", "t2 read")
+        request = session.prepare()
+        assert validators.anthropic(request["messages"], request["system"]) == []
+        blocks = [b for m in request["messages"] if isinstance(m["content"], list) for b in m["content"]]
+        assert [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"] == ["t1", "t2"]

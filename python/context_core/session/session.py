@@ -69,6 +69,7 @@ from context_core.session.report import Request, TurnReport
 from context_core.session.request_count import request_tokens
 from context_core.session.tool_calls import (
     ToolCall,
+    answered_ids,
     call_ids_in_payloads,
     calls_of,
     check_call_ids,
@@ -104,7 +105,7 @@ _MAX_SHRINKS = 4
 #: The newest nodes read on open to find the tool calls still waited on.
 _TAIL = 64
 #: With no ``memory_tokens``, a turn's memories take at most this fraction
-#: (one over it) of the room for messages.
+#: (one over it) of the room for messages; MEMORY.md does too.
 _MEMORY_SHARE = 8
 #: A log header's flag bit: the message holds tool calls (docs/log-format.md).
 _FLAG_CALLS = 1 << 1
@@ -417,6 +418,8 @@ class Session:
         ``memory_k`` / ``memory_tokens``: how many memories a turn retrieves,
         and their token cap (default: none for ``"priority"``, which fits
         them itself; an eighth of the room for messages for the others).
+        MEMORY.md goes in by whole lines up to an eighth of the room too
+        (its first lines, so the cached prefix holds as it grows).
         ``max_tokens``: the reply's (Anthropic requires one; 4096 when not
         given). ``clock``: seconds for the report's
         timings; ``wall``: epoch seconds for timestamps.
@@ -485,6 +488,9 @@ class Session:
                 tools=tools,
                 skills=skills,
                 memory=files,
+                # MEMORY.md grows as sessions end: held to a share of the
+                # room, it never leaves a small window no room for a turn.
+                memory_max_tokens=budget.messages() // _MEMORY_SHARE,
                 session_facts=session_facts,
             )
             memory_store = _store(store, root)
@@ -824,6 +830,9 @@ class Session:
             except BaseException:
                 self._step = retried - 1  # a failed call is no step
                 raise
+        answered = self._results_in_input(message)
+        if answered:
+            message = _renamed_results(message, answered)
         self._check_fits(message, parts, memories)
         undo = _Before(
             self.log.head,
@@ -837,7 +846,10 @@ class Session:
         )
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         self.log._keep_appended(self.last_seq, message)  # the next window reads it: not decoded again
-        self._pending = {}  # the user spoke first: sanitize closes any call left open
+        if query is None:  # results alone: the calls they do not answer still wait
+            self._pending = {k: v for k, v in self._pending.items() if k not in answered.values()}
+        else:
+            self._pending = {}  # the user spoke first: sanitize closes any call left open
         self._turn, self._step, self._memories, self._said = turn, step, memories, said
         self._to_answer = True
         mark = self._lap(timings, "append", mark)
@@ -852,6 +864,24 @@ class Session:
         if self._events is not None:
             self._events.message(message, logged)  # what it says worth keeping, stored in the background
         return request
+
+    def _results_in_input(self, message: Mapping[str, Any]) -> dict[str, str]:
+        """The tool results an input carries (as Anthropic's own loop builds
+        them), each the answer to a call that waits, as a result given to
+        :meth:`record_tool_result` must be: the id each gives to the id the
+        call is stored under (a server's id given again, renamed). One that
+        answers nothing would leave the request ending with the model's own
+        reply (its call repaired away), and the call it meant lost."""
+        answered: dict[str, str] = {}
+        for given in answered_ids(message):
+            stored = self._waiting_as(given)
+            if stored not in self._pending or stored in answered.values():
+                waiting = ", ".join(k for k in self._pending if k not in answered.values()) or "none"
+                raise InvalidInputError(
+                    f"user_input: no tool call {given!r} is waiting for a result (waiting: {waiting})"
+                )
+            answered[given] = stored
+        return answered
 
     def _turn_input(
         self, user_input: str | Mapping[str, Any], attachments: Sequence[Any]
@@ -1463,6 +1493,21 @@ def _undo_open(root: str, made: bool, owned: Sequence[Any]) -> None:
     if made and log is not None and len(log) == 0 and not os.path.exists(os.path.join(root, "provider")):
         shutil.rmtree(root, ignore_errors=True)
     _close_all(owned)
+
+
+def _renamed_results(message: dict[str, Any], answered: Mapping[str, str]) -> dict[str, Any]:
+    """``message`` with each tool result naming its call as stored (see
+    :meth:`Session._results_in_input`)."""
+    if all(given == stored for given, stored in answered.items()):
+        return message
+
+    def named(block: Any) -> Any:
+        given = block.get("tool_use_id") if isinstance(block, Mapping) else None
+        if block.get("type") == "tool_result" and isinstance(given, str) and given in answered:
+            return {**block, "tool_use_id": answered[given]}
+        return block
+
+    return {**message, "content": [named(block) for block in message["content"]]}
 
 
 def _close_parts(owned: Sequence[Any], *, raising: bool = True) -> None:

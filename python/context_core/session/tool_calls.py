@@ -323,8 +323,9 @@ def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall] | N
 
 def _text(content: Any) -> str | list[Any]:
     """A tool's output as a message carries it: a str, a list of content
-    blocks (dicts with a ``type``) as given, anything else JSON-able as its
-    JSON text (``None``: empty)."""
+    blocks (dicts with a ``type``) with its text joined (see
+    :func:`_joined`), anything else JSON-able as its JSON text (``None``:
+    empty)."""
     if isinstance(content, str):
         return content
     if content is None:
@@ -334,13 +335,49 @@ def _text(content: Any) -> str | list[Any]:
         and content
         and all(isinstance(block, Mapping) and isinstance(block.get("type"), str) for block in content)
     ):
-        return content
+        return _joined(content)
     try:
         return json.dumps(content, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):  # unserialisable, or nested too deep
         raise InvalidTypeError(
             f"a tool result must be a str, content blocks or JSON-able data, got {type(content).__name__}"
         ) from None
+
+
+#: The keys of a text block that carries nothing but its text.
+_PLAIN = frozenset({"type", "text"})
+
+
+def _joined(blocks: list[Any]) -> str | list[Any]:
+    """Content blocks with each run of plain text blocks (only ``type`` and
+    ``text``) joined into one, and blank ones left out; the text alone
+    where nothing else is left. The cap on a tool result's tokens applies
+    to a text, not to the sum of many (an MCP tool's output in parts came
+    through whole, over the budget), and the APIs refuse a blank text block
+    (an MCP tool with no output gives one) and an empty list."""
+    out: list[Any] = []
+    run: list[str] = []
+
+    def end_run() -> None:
+        text = "\n".join(run)
+        if text.strip():
+            out.append({"type": "text", "text": text})
+        run.clear()
+
+    for block in blocks:
+        if block.get("type") == "text" and isinstance(block.get("text"), str) and block.keys() <= _PLAIN:
+            run.append(block["text"])
+        else:
+            end_run()
+            out.append(block)
+    end_run()
+    if not out:
+        return ""
+    if len(out) == 1 and out[0].keys() == _PLAIN and out[0]["type"] == "text":
+        text = out[0]["text"]
+        if isinstance(text, str):
+            return text
+    return out
 
 
 def result_message(provider: str, call_id: str, content: Any, is_error: bool) -> dict[str, Any]:
