@@ -683,3 +683,17 @@ def test_a_restatement_reaching_several_lines_past_a_seam_is_found():
     lines, out = Rules(["gone", "never force push"]).lines_out("never\nforce\ngone\npush\nkeep")
     assert [line for line, gone in zip(lines, out, strict=True) if not gone] == ["keep"]
     assert out == fixpoint_lines_out(["gone", "never force push"], "never\nforce\ngone\npush\nkeep")
+
+
+def test_two_tools_of_one_name_are_refused_when_the_builder_is_made():
+    """Both were sent, and the APIs refuse a request with two tools of one name."""
+    from context_core import InvalidInputError
+    from context_core.prompt import PromptBuilder
+
+    function = {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}
+    anthropic = {"name": "read_file", "input_schema": {"type": "object"}}
+    for tools in ([function, function], [anthropic, {**anthropic, "description": "again"}]):
+        with pytest.raises(InvalidInputError, match=r"tools\[1\]: 'read_file' is the name of tools\[0\] too"):
+            PromptBuilder("You are an agent.", tools=tools)
+    other = {"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}}
+    assert len(PromptBuilder("You are an agent.", tools=[function, other]).build().tools) == 2

@@ -187,3 +187,38 @@ def test_custom_tool_calls_and_dumped_messages_keep_only_what_is_sent():
     assert message_of(completion)["tool_calls"] == [
         {"id": "c1", "type": "custom", "custom": {"name": "code_exec", "input": "print(1)"}}
     ]
+
+
+def test_a_refusal_is_kept_as_the_replys_text():
+    """A refusal comes with no content: it was stored as an empty reply, so
+    the next request lost the model's answer and ran the user's two inputs
+    together."""
+    import openai
+
+    refused = "I can't help with that."
+    completion = openai.types.chat.ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4o",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": None, "refusal": refused},
+                }
+            ],
+        }
+    )
+    as_dict = {"role": "assistant", "content": None, "refusal": refused}
+    responses = {
+        "object": "response",
+        "output": [
+            {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": refused}]}
+        ],
+    }
+    for response in (completion, completion.choices[0].message, as_dict, responses):
+        assert message_of(response) == {"role": "assistant", "content": refused}
+    answered = {"role": "assistant", "content": "Here it is.", "refusal": ""}
+    assert message_of(answered) == {"role": "assistant", "content": "Here it is."}

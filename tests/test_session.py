@@ -2891,7 +2891,7 @@ def test_tool_results_given_as_the_input_must_answer_calls_that_wait(tmp_path):
             return {"role": "user", "content": blocks}
 
         for bad in (results("typo"), results("t1", "t1")):
-            with pytest.raises(InvalidInputError, match="no tool call .* is waiting"):
+            with pytest.raises(InvalidInputError, match=r"no tool call .* is waiting"):
                 session.prepare(bad)
         assert [call.id for call in session.pending] == ["t1", "t2"]
         assert len(session.history()) == 2  # nothing refused was logged
@@ -2902,3 +2902,28 @@ def test_tool_results_given_as_the_input_must_answer_calls_that_wait(tmp_path):
         assert validators.anthropic(request["messages"], request["system"]) == []
         blocks = [b for m in request["messages"] if isinstance(m["content"], list) for b in m["content"]]
         assert [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"] == ["t1", "t2"]
+
+
+@pytest.mark.parametrize(
+    ("model", "attachment", "lacking"),
+    [
+        ("claude-sonnet-4-5", {"type": "image"}, "has no source"),
+        (
+            "claude-sonnet-4-5",
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png"}},
+            "no data",
+        ),
+        ("claude-sonnet-4-5", {"type": "document", "source": {"type": "url"}}, "no url"),
+        ("gpt-4o", {"type": "image_url"}, "has no image_url.url"),
+        ("gpt-4o", {"type": "image_url", "image_url": {"url": ""}}, "has no image_url.url"),
+        ("gpt-4o", {"type": "file", "file": {}}, "has no file_id or file_data"),
+    ],
+)
+def test_an_attachment_the_api_would_refuse_is_refused_before_the_log(tmp_path, model, attachment, lacking):
+    """An image with no source (or an image_url with no url) was logged and
+    then sent in every request after, each refused by the API."""
+    with open_session(tmp_path, model=model, compact=False) as session:
+        with pytest.raises(InvalidInputError, match=lacking):
+            session.prepare("What is this?", attachments=[attachment])
+        assert session.history() == []
+        assert session.prepare("Hello")["messages"][-1]["content"] == "Hello"

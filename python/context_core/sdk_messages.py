@@ -61,9 +61,19 @@ def _chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
             del out["tool_calls"]
         else:
             out["tool_calls"] = [_tool_call(call) for call in calls]
+    if not out.get("content") and _refusal(message):
+        out["content"] = _refusal(message)  # the model's answer, kept for what follows it
     if "content" not in out and "tool_calls" not in out:
         out["content"] = ""
     return out
+
+
+def _refusal(message: Mapping[str, Any]) -> str:
+    """A chat message's ``refusal`` text (``""``: none). A refusal comes with
+    no content: stored as nothing, the model's answer was lost, and the
+    user's next input ran into the one it refused."""
+    refusal = message.get("refusal")
+    return refusal if isinstance(refusal, str) and refusal.strip() else ""
 
 
 def _tool_call(call: Any) -> Any:
@@ -102,7 +112,9 @@ def _responses_message(output: list[Any]) -> dict[str, Any]:
                     f"response.output: a message's content must be a list, not {type(parts).__name__}"
                 )
             for part in parts:
-                if isinstance(part, Mapping) and part.get("type") == "output_text":
+                if isinstance(part, Mapping) and part.get("type") == "refusal" and _refusal(part):
+                    texts.append(_refusal(part))
+                elif isinstance(part, Mapping) and part.get("type") == "output_text":
                     text = part.get("text", "")
                     if not isinstance(text, str):
                         raise InvalidTypeError(
@@ -138,7 +150,10 @@ def message_of(response: Any) -> dict[str, Any]:
     if isinstance(response, Mapping) and "role" in response and response.get("type") != "message":
         # Already a message: stored as given, metadata keys too, less the
         # response-only fields an SDK's model_dump() leaves empty.
-        return {k: v for k, v in response.items() if not (k in _RESPONSE_ONLY and not v)}
+        message = {k: v for k, v in response.items() if not (k in _RESPONSE_ONLY and not v)}
+        if not message.get("content") and not message.get("tool_calls") and _refusal(message):
+            message["content"] = message.pop("refusal")
+        return message
     data = _plain(response, "response")
     if "choices" in data:
         choices = data["choices"]

@@ -178,9 +178,16 @@ class PromptBuilder:
         rules = Rules(never_enter)
         if isinstance(tools, (str, Mapping)) or not isinstance(tools, Sequence):
             raise InvalidTypeError(f"tools must be a list of tool schemas, got {type(tools).__name__}")
+        named: dict[str, int] = {}
         for index, tool in enumerate(tools):
             if not isinstance(tool, Mapping):
                 raise InvalidTypeError(f"tools[{index}]: expected a dict, got {type(tool).__name__}")
+            name = _tool_name(tool)
+            if name is not None and named.setdefault(name, index) != index:
+                raise InvalidInputError(
+                    f"tools[{index}]: {name!r} is the name of tools[{named[name]}] too;"
+                    " the APIs refuse two tools of one name"
+                )
         self.tokenizer = tokenizer or Tokenizer()
         self.never_enter = rules.given
         self._rules = rules
@@ -563,3 +570,11 @@ class PromptBuilder:
             texts.append(hit[0])
             layers[layer] = hit[1]
         return "".join(texts), layers
+
+
+def _tool_name(tool: Mapping[str, Any]) -> str | None:
+    """A tool schema's name: Chat Completions' ``function.name``, else
+    Anthropic's (and the Responses API's) ``name``."""
+    function = tool.get("function")
+    name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
+    return name if isinstance(name, str) else None

@@ -1429,6 +1429,45 @@ def _check_input_shape(message: Mapping[str, Any], provider: Provider) -> None:
                 f"user_input content[{i}]: a {kind!r} block is {shape}'s shape; the session sends to"
                 f" {provider}, which refuses it"
             )
+        lacking = _lacking(block) if shape is not None else None
+        if lacking is not None:
+            raise InvalidInputError(
+                f"user_input content[{i}]: a {kind!r} block {lacking}, which the API refuses"
+            )
+
+
+def _lacking(block: Mapping[str, Any]) -> str | None:
+    """What an input block lacks that its API requires (``None``: nothing):
+    logged without it, the block would be refused in every request after."""
+    kind = block.get("type")
+
+    def named(value: Any, *keys: str) -> bool:
+        return isinstance(value, Mapping) and any(isinstance(value.get(k), str) and value[k] for k in keys)
+
+    if kind == "image_url":
+        given = block.get("image_url")
+        return None if named(given, "url") or (isinstance(given, str) and given) else "has no image_url.url"
+    if kind == "input_audio":
+        audio = block.get("input_audio")
+        return None if named(audio, "data") and named(audio, "format") else "has no audio data or format"
+    if kind == "file":
+        return None if named(block.get("file"), "file_id", "file_data") else "has no file_id or file_data"
+    if kind in ("image", "document"):
+        source = block.get("source")
+        if not named(source, "type"):
+            return "has no source"
+        needs = _SOURCE_NEEDS.get(source["type"], ())
+        missing = [key for key in needs if not named(source, key)]
+        return f"has a {source['type']} source with no {' or '.join(missing)}" if missing else None
+    return None
+
+
+#: What an Anthropic image or document source of each type must name.
+_SOURCE_NEEDS: dict[str, tuple[str, ...]] = {
+    "base64": ("data", "media_type"),
+    "url": ("url",),
+    "file": ("file_id",),
+}
 
 
 def _with_repair(error: LogCorruptError, where: str, *, close_first: bool = False) -> LogCorruptError:
