@@ -3,7 +3,6 @@ and the fixes to count: the numbers they print are checked, not the look."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -240,11 +239,7 @@ def test_eval_scores_every_policy_and_budget(tmp_path):
         str(plot),
     ]
     code, out = run(argv)
-    if importlib.util.find_spec("matplotlib") is None:
-        assert code == 2  # the plot extra is missing: said, not a traceback
-        code, out = run(argv[:-2])
-    else:
-        assert plot.read_bytes().startswith(b"\x89PNG")
+    assert plot.read_bytes().startswith(b"\x89PNG")
     assert code == 0
     rows = json.loads(out)
     assert {(r["policy"], r["budget"]) for r in rows} == {
@@ -746,3 +741,55 @@ def test_a_system_prompt_in_blocks_is_the_identity_and_block_chats_are_read_whol
 
 #: A 1x1 PNG.
 _PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+
+def test_a_plot_matplotlib_cannot_write_is_refused_before_the_evaluation(tmp_path, monkeypatch, capsys):
+    """A format matplotlib has no writer for raised a traceback once the
+    whole evaluation had run; a name with no extension was reported as
+    written while matplotlib wrote it with .png."""
+    import context_core.cli.evaluate as evaluate
+
+    real = evaluate.score
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the evaluation ran")
+
+    monkeypatch.setattr(evaluate, "score", never)
+    for plot, said in (
+        ("out.txt", "matplotlib cannot write .txt files"),
+        (str(tmp_path / "no" / "x.png"), "is not a directory"),
+    ):
+        assert run(["eval", "--plot", plot])[0] == 2
+        assert said in capsys.readouterr().err
+    monkeypatch.setattr(evaluate, "score", real)
+    named = tmp_path / "retention"
+    assert run(["eval", "--sessions", "1", "--turns", "3", "--budgets", "2000", "--plot", str(named)])[0] == 0
+    assert f"wrote {named}.png" in capsys.readouterr().err
+    assert (tmp_path / "retention.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_nan_budgets_past_any_window_and_progress_to_the_end(tmp_path, capsys):
+    """Found trying the commands: NaN in a chat was read (Python's parser
+    takes it) and written back out by ``sanitize`` as invalid JSON; a
+    budget of 10**20 printed a limit rounded in floats; replay's progress
+    stopped short of its total when replies answered no call."""
+    chat = tmp_path / "nan.json"
+    chat.write_text('[{"role": "user", "content": "hi", "score": NaN}]', encoding="utf-8")
+    for command in ("sanitize", "count", "replay"):
+        assert run([command, str(chat)])[0] == 2
+        assert "NaN is not a JSON value" in capsys.readouterr().err
+    path = tmp_path / "chat.json"
+    transcript = [
+        {"role": "assistant", "content": "Hello! What are we working on?"},  # answers no call
+        {"role": "user", "content": "Read a.py"},
+        {"role": "assistant", "content": "Done."},
+        {"role": "assistant", "content": "Anything else?"},  # answers no call either
+        {"role": "user", "content": "No."},
+        {"role": "assistant", "content": "Bye."},
+    ]
+    path.write_text(json.dumps(transcript), encoding="utf-8")
+    assert run(["replay", str(path), "--budget", str(10**20)])[0] == 2
+    assert "--budget is a window in tokens, at most 1,000,000,000" in capsys.readouterr().err
+    assert run(["replay", str(path)])[0] == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("replayed")]
+    assert lines[-1] == "replayed 4/4 replies"

@@ -86,7 +86,7 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
             raise InputError(f"{_named(source)}: empty, not JSON or JSONL")
         return None
     try:
-        document = json.loads(stripped)
+        document = _strict_json(stripped)
     except RecursionError:
         return _unreadable(source, stripped, strict, "nested too deeply to read")
     except ValueError as whole:
@@ -94,7 +94,7 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
         document = []
         for at, line in lines:
             try:
-                document.append(json.loads(line))
+                document.append(_strict_json(line))
             except RecursionError:
                 return _unreadable(source, stripped, strict, f"line {at}: nested too deeply to read")
             except ValueError as error:
@@ -113,6 +113,17 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
     if isinstance(document, list) and document and all(isinstance(m, dict) and "role" in m for m in document):
         return Chat(document, tools, model, anthropic)
     return None
+
+
+def _strict_json(text: str) -> Any:
+    """``text`` parsed as JSON, as the APIs read it: ``NaN`` and
+    ``Infinity`` (which Python's parser takes) are not JSON, and written
+    back out they would make the command's own output invalid."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON value")
+
+    return json.loads(text, parse_constant=refuse)
 
 
 def _unreadable(source: str, text: str, strict: bool, reason: str) -> None:

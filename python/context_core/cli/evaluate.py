@@ -88,18 +88,60 @@ def _pyplot() -> Any:
     return plt
 
 
+def _plot_path(path: str) -> str:
+    """Where ``--plot`` writes: ``path`` (with ``.png`` if it names no
+    format), checked before the evaluation runs, so a format matplotlib
+    cannot write or a missing directory does not throw the results away."""
+    from matplotlib.backend_bases import FigureCanvasBase  # type: ignore[import-not-found]
+
+    where = Path(path)
+    if not where.suffix:
+        where = where.with_name(where.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if where.suffix[1:].lower() not in formats:
+        known = ", ".join(sorted(formats))
+        raise InputError(f"--plot {path}: matplotlib cannot write {where.suffix} files (it writes {known})")
+    if not where.parent.is_dir():
+        raise InputError(f"--plot {path}: {where.parent} is not a directory")
+    return str(where)
+
+
 def _plot(rows: list[dict[str, Any]], path: str, plt: Any) -> None:
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for policy in dict.fromkeys(r["policy"] for r in rows):
+    markers = iter("osD^v")
+    for at, policy in enumerate(dict.fromkeys(r["policy"] for r in rows)):
         mine = [r for r in rows if r["policy"] == policy and r["retention"] is not None]
-        axes.plot([r["budget"] for r in mine], [r["retention"] * 100 for r in mine], marker="o", label=policy)
+        budgets = [r["budget"] for r in mine]
+        marker, color, size = next(markers, "o"), f"C{at}", max(4, 10 - 2 * at)
+        # Policies often keep the same share: markers of their own keep each in sight.
+        axes.plot(
+            budgets,
+            [r["retention"] * 100 for r in mine],
+            marker=marker,
+            markersize=size,
+            color=color,
+            label=f"{policy}, last call",
+        )
+        axes.plot(
+            budgets,
+            [r["lowest"] * 100 for r in mine],
+            marker=marker,
+            color=color,
+            linestyle="--",
+            alpha=0.6,
+            fillstyle="none",
+            label=f"{policy}, lowest",
+        )
+    budgets = sorted({r["budget"] for r in rows})
     axes.set_xscale("log", base=2)
+    axes.set_xticks(budgets, [f"{b:,}" for b in budgets])
+    axes.minorticks_off()
     axes.set_xlabel("budget (tokens)")
-    axes.set_ylabel("constraints kept at the last call (%)")
+    axes.set_ylabel("constraints kept (%)")
     axes.set_ylim(0, 105)
     axes.set_title("Constraint retention by policy")
     axes.grid(True, alpha=0.3)
-    axes.legend()
+    axes.legend(fontsize="small", ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.16))
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -115,14 +157,15 @@ def run_eval(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         raise InputError("--sessions and --turns must be at least 1")
     budgets = _budgets(args.budgets)
     plt = _pyplot() if args.plot else None
-    update, stop = _progress(sys.stderr)
+    plot = _plot_path(args.plot) if args.plot else None
+    update, stop = _progress(sys.stderr, "replays")
     try:
         rows = score(args.sessions, args.turns, budgets, POLICIES, update)
     finally:
         stop()
-    if args.plot:
-        _plot(rows, args.plot, plt)
-        print(f"wrote {args.plot}", file=sys.stderr)
+    if plot is not None:
+        _plot(rows, plot, plt)
+        print(f"wrote {plot}", file=sys.stderr)
     if args.json:
         write_json(rows, stdout)
         return 0

@@ -16,9 +16,9 @@ __all__ = ["write_json"]
 
 def write_json(document: Any, out: TextIO) -> None:
     """``document`` as indented JSON and a newline."""
-    text = json.dumps(document, ensure_ascii=False, indent=2)
+    text = json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False)
     try:
         text.encode(getattr(out, "encoding", None) or "utf-8")
     except (UnicodeEncodeError, LookupError):
-        text = json.dumps(document, ensure_ascii=True, indent=2)
+        text = json.dumps(document, ensure_ascii=True, indent=2, allow_nan=False)
     out.write(text + "\n")

@@ -242,6 +242,8 @@ def replay(
                 history.append(message)
                 running += tok.count_message(message)
                 done += 1
+                if progress is not None:
+                    progress(done, assistants)
                 continue
             if role == "assistant":
                 blamed = at if said is None else said_at  # an input is checked when it is sent
@@ -259,6 +261,8 @@ def replay(
                     history.append(message)
                     running += tok.count_message(message)
                     done += 1
+                    if progress is not None:
+                        progress(done, assistants)
                     continue
                 if said is not None:
                     turn += 1
@@ -409,9 +413,9 @@ def _result(session: Any, call_id: Any, content: Any, is_error: bool) -> None:
 # -- output ------------------------------------------------------------------------------
 
 
-def _progress(stderr: TextIO) -> tuple[Any, Any]:
+def _progress(stderr: TextIO, unit: str = "replies") -> tuple[Any, Any]:
     """A progress callback (a bar on a terminal, a plain line every tenth
-    when piped) and what stops it."""
+    when piped, counting ``unit``) and what stops it."""
     if stderr.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -438,7 +442,7 @@ def _progress(stderr: TextIO) -> tuple[Any, Any]:
 
     def line(done: int, total: int) -> None:
         if done >= step["next"] or done == total:
-            print(f"replayed {done}/{total} calls", file=stderr, flush=True)
+            print(f"replayed {done}/{total} {unit}", file=stderr, flush=True)
             step["next"] = done + max(1, total // 10)
 
     return line, lambda: None
@@ -565,12 +569,19 @@ def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
             stop()
 
 
+#: The largest ``--budget``: a hundred times the largest window on sale.
+MAX_BUDGET = 1_000_000_000
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
     """The numeric options, before anything is written or read."""
     if getattr(args, "rows", 1) < 1:
         raise InputError(f"--rows must be at least 1, got {args.rows}")
     if args.budget is not None and args.budget < 0:
         raise InputError(f"--budget is a window in tokens, never negative; got {args.budget}")
+    if args.budget is not None and args.budget > MAX_BUDGET:
+        # Past any model's window; the limits, computed in floats, would print rounded.
+        raise InputError(f"--budget is a window in tokens, at most {MAX_BUDGET:,}; got {args.budget:,}")
 
 
 def _emit(result: Replay, args: argparse.Namespace, out: TextIO) -> None:
