@@ -237,6 +237,24 @@ CASES = [
         ],
         ["merge"],
     ),
+    (
+        # OpenAI refuses a tool message whose content is an empty list; one of
+        # blank text parts became one once they were dropped.
+        "openai",
+        "tool result of no parts",
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": " "}]},
+            {"role": "user", "content": "and?"},
+        ],
+        [{"role": "user", "content": "go\n\nand?"}],
+        ["drop_block", "drop_empty", "drop_call", "drop_empty", "merge"],
+    ),
 ]
 
 

@@ -52,8 +52,8 @@ def openai(messages: list[dict]) -> list[str]:
             problems.append(f"{where}: legacy function_call (O10)")
         if role != "assistant" and m.get("tool_calls") is not None:
             problems.append(f"{where}: tool_calls on a {role} message (O4)")
-        # O8: a tool message's content is required.
-        if role == "tool" and m.get("content") is None:
+        # O8: a tool message's content is required (an empty list is refused too).
+        if role == "tool" and (m.get("content") is None or m.get("content") == []):
             problems.append(f"{where}: tool message without content (O8)")
         # O3: system, developer and user content is required.
         if role in ("system", "developer", "user") and _content_blank(m.get("content")):
@@ -123,9 +123,12 @@ def anthropic(messages: list[dict], system: Any = None) -> list[str]:
         # A4: non-empty content (the optional final assistant prefill aside; strict: always).
         if _content_blank(content):
             problems.append(f"{where}: empty content (A4)")
-        # A5: text blocks non-empty and not only white space.
+        # A5: text blocks non-empty and not only white space, a tool result's too.
         if _blank_text_blocks(content):
             problems.append(f"{where}: blank text block (A5)")
+        results = [b for b in content if isinstance(b, dict)] if isinstance(content, (list, tuple)) else []
+        if any(b.get("type") == "tool_result" and _blank_text_blocks(b.get("content")) for b in results):
+            problems.append(f"{where}: blank text block in a tool result (A5)")
         blocks = content if isinstance(content, (list, tuple)) else []
         if role == "assistant":
             kinds = [b.get("type") for b in blocks]

@@ -162,8 +162,10 @@ class Sanitizer:
             self.settle_calls(item)
             if self.drop_if_junk(1, item):
                 continue
-            # A tool result needs content too (O8), even an empty string.
-            no_content = item.texts is None and item.parts is None
+            # A tool result needs content too (O8), even an empty string; an
+            # empty list (or one of blank text parts, dropped above) is
+            # refused. Dropped, its call is closed as one with no result.
+            no_content = item.texts is None and not item.parts
             if no_content if role in ("tool", "function") else self.empty(item):
                 self.note(1, index, "drop_empty", "empty message")
                 continue

@@ -66,9 +66,13 @@ impl<J: JsonValue> Run<'_, J> {
             if self.drop_if_junk(1, &item) {
                 continue;
             }
-            // A tool result needs content too (O8), even an empty string.
-            let empty = match item.role {
-                Role::Tool | Role::Function => matches!(item.content, Content::Absent),
+            // A tool result needs content too (O8), even an empty string;
+            // an empty list (or one of blank text parts, dropped above) is
+            // refused. Dropped, its call is closed as one with no result.
+            let empty = match (&item.content, item.role) {
+                (Content::Absent, Role::Tool | Role::Function) => true,
+                (Content::Blocks(blocks), Role::Tool | Role::Function) => blocks.is_empty(),
+                (_, Role::Tool | Role::Function) => false,
                 _ => is_empty(&item),
             };
             if empty {
