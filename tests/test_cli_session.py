@@ -688,6 +688,12 @@ def test_a_bad_jsonl_line_and_json_nested_past_reading_are_named(tmp_path, capsy
     for command in ("count", "replay", "sanitize"):
         assert run([command, str(bad)])[0] == 2
         assert f"{bad}: not valid JSON or JSONL (line 4: Expecting" in capsys.readouterr().err
+    lead = tmp_path / "lead.jsonl"
+    lead.write_text("\n\n" + lines[0] + '\n{"role": "user"\n', encoding="utf-8")
+    assert run(["count", str(lead)])[0] == 2
+    assert (
+        f"{lead}: not valid JSON or JSONL (line 4: Expecting" in capsys.readouterr().err
+    )  # blank lines count
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000, encoding="utf-8")
     assert run(["count", str(deep)])[0] == 2
@@ -721,6 +727,11 @@ def test_a_system_prompt_in_blocks_is_the_identity_and_block_chats_are_read_whol
         built.append(json.loads(out))
     assert built[0] == built[1]
     assert built[0]["system"][0]["text"].startswith(identity)  # first: in the cached prefix
+    plain = tmp_path / "plain.json"  # a body with no system: its model still says where it goes
+    plain.write_text(json.dumps({k: v for k, v in body.items() if k != "system"}), encoding="utf-8")
+    code, out = run(["build", str(plain), "--json"])
+    assert code == 0
+    assert json.loads(out)["model"] == "claude-sonnet-4-5"
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _PNG}}
     rule = "You must never drop the order_id from any log line."
     chat = [
@@ -774,10 +785,11 @@ def test_nan_budgets_past_any_window_and_progress_to_the_end(tmp_path, capsys):
     budget of 10**20 printed a limit rounded in floats; replay's progress
     stopped short of its total when replies answered no call."""
     chat = tmp_path / "nan.json"
-    chat.write_text('[{"role": "user", "content": "hi", "score": NaN}]', encoding="utf-8")
-    for command in ("sanitize", "count", "replay"):
-        assert run([command, str(chat)])[0] == 2
-        assert "NaN is not a JSON value" in capsys.readouterr().err
+    for number, said in (("NaN", "NaN is not a JSON value"), ("1e400", "1e400 is out of a number's range")):
+        chat.write_text(f'[{{"role": "user", "content": "hi", "score": {number}}}]', encoding="utf-8")
+        for command in ("sanitize", "count", "replay"):
+            assert run([command, str(chat)])[0] == 2
+            assert said in capsys.readouterr().err
     path = tmp_path / "chat.json"
     transcript = [
         {"role": "assistant", "content": "Hello! What are we working on?"},  # answers no call

@@ -2927,3 +2927,37 @@ def test_an_attachment_the_api_would_refuse_is_refused_before_the_log(tmp_path, 
             session.prepare("What is this?", attachments=[attachment])
         assert session.history() == []
         assert session.prepare("Hello")["messages"][-1]["content"] == "Hello"
+
+
+def test_results_given_again_after_a_failed_call_are_a_retry_when_their_calls_were_renamed(tmp_path):
+    """Found by a review: results given as the input are logged with their
+    calls' stored ids (a server's ``t1`` given again is stored as ``t1_2``),
+    so the same input given again after the model's call failed no longer
+    matched the logged one, and was refused as answering no waiting call."""
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        use = {"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}
+        session.prepare("Read a.py.")
+        session.record({"role": "assistant", "content": [use]})
+        session.record_tool_result("t1", "a read")
+        session.prepare()
+        session.record({"role": "assistant", "content": "Done."})
+        session.prepare("Read b.py and c.py.")
+        session.record({"role": "assistant", "content": [use, use]})  # the server's ids again
+        assert [call.id for call in session.pending] == ["t1_2", "t1_3"]
+        results = {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "b read"},
+                {"type": "tool_result", "tool_use_id": "t1", "content": "c read"},
+            ],
+        }
+        first = session.prepare(results)
+        logged = len(session.history())
+        again = session.prepare(results)  # the model's call failed: the server sends it again
+        assert len(session.history()) == logged
+        assert again["messages"] == first["messages"]
+        blocks = again["messages"][-1]["content"]
+        assert [b["tool_use_id"] for b in blocks] == ["t1_2", "t1_3"]
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as reopened:
+        reopened.prepare(results)  # and after a reopen
+        assert len(reopened.history()) == logged

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -90,7 +91,9 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
     except RecursionError:
         return _unreadable(source, stripped, strict, "nested too deeply to read")
     except ValueError as whole:
-        lines = [(at, line) for at, line in enumerate(stripped.splitlines(), 1) if line.strip()]
+        # Numbered as in the file (the blank lines before the first count).
+        given = text.removeprefix("\ufeff").splitlines()
+        lines = [(at, line) for at, line in enumerate(given, 1) if line.strip()]
         document = []
         for at, line in lines:
             try:
@@ -123,7 +126,13 @@ def _strict_json(text: str) -> Any:
     def refuse(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON value")
 
-    return json.loads(text, parse_constant=refuse)
+    def finite(number: str) -> float:
+        value = float(number)
+        if not math.isfinite(value):  # 1e400: JSON, but past what a float (or the APIs) holds
+            raise ValueError(f"{number} is out of a number's range")
+        return value
+
+    return json.loads(text, parse_constant=refuse, parse_float=finite)
 
 
 def _unreadable(source: str, text: str, strict: bool, reason: str) -> None:

@@ -517,7 +517,7 @@ def _options(args: argparse.Namespace, chat: Chat) -> tuple[str, str]:
     messages = chat.messages
     shape = "anthropic" if chat.anthropic else shape_of(messages)
     model = args.model
-    if model is None and chat.model is not None and (args.provider or shape) == provider_of(chat.model):
+    if model is None and chat.model is not None and args.provider in (None, provider_of(chat.model)):
         with contextlib.suppress(ContextCoreError):  # a model of the body's it knows
             Budget.for_model(chat.model)
             model = chat.model

@@ -816,7 +816,12 @@ class Session:
             turn, step = self._turn + 1, 0
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
-        retried = self._retried_steps(message) if self._to_answer else None
+        given_results = bool(answered_ids(message))
+        if self._to_answer:  # compared as stored: a result's call renamed as the log holds it
+            stored = _with_result_ids(message, self._result_ids(message)) if given_results else message
+            retried = self._retried_steps(stored)
+        else:
+            retried = None
         if retried is not None:
             # The input of the turn still in progress, given again (a retry
             # after the model's call failed, at the turn's first step or a
@@ -830,9 +835,9 @@ class Session:
             except BaseException:
                 self._step = retried - 1  # a failed call is no step
                 raise
-        answered = self._results_in_input(message)
+        answered = self._result_ids(message, self._pending) if given_results else []
         if answered:
-            message = _renamed_results(message, answered)
+            message = _with_result_ids(message, answered)
         self._check_fits(message, parts, memories)
         undo = _Before(
             self.log.head,
@@ -847,7 +852,7 @@ class Session:
         self.last_seq = int(self.log.append(message, timestamp=self._wall()))
         self.log._keep_appended(self.last_seq, message)  # the next window reads it: not decoded again
         if query is None:  # results alone: the calls they do not answer still wait
-            self._pending = {k: v for k, v in self._pending.items() if k not in answered.values()}
+            self._pending = {k: v for k, v in self._pending.items() if k not in answered}
         else:
             self._pending = {}  # the user spoke first: sanitize closes any call left open
         self._turn, self._step, self._memories, self._said = turn, step, memories, said
@@ -865,23 +870,28 @@ class Session:
             self._events.message(message, logged)  # what it says worth keeping, stored in the background
         return request
 
-    def _results_in_input(self, message: Mapping[str, Any]) -> dict[str, str]:
-        """The tool results an input carries (as Anthropic's own loop builds
-        them), each the answer to a call that waits, as a result given to
-        :meth:`record_tool_result` must be: the id each gives to the id the
-        call is stored under (a server's id given again, renamed). One that
-        answers nothing would leave the request ending with the model's own
-        reply (its call repaired away), and the call it meant lost."""
-        answered: dict[str, str] = {}
+    def _result_ids(self, message: Mapping[str, Any], waiting: Mapping[str, Any] | None = None) -> list[str]:
+        """The id each tool result ``message`` carries (as Anthropic's own
+        loop builds the input) names its call by as stored, in order: its
+        own, or the one the last reply's call was renamed to (a server's id
+        given again), never one a result before it took. With ``waiting``
+        (the calls that wait), each must answer one of them, as a result
+        given to :meth:`record_tool_result` must: one that answers nothing
+        would leave the request ending with the model's own reply (its call
+        repaired away), and the call it meant lost. Without, the renamed id
+        is preferred: the input as the log holds it, to tell a retry by."""
+        ids: list[str] = []
         for given in answered_ids(message):
-            stored = self._waiting_as(given)
-            if stored not in self._pending or stored in answered.values():
-                waiting = ", ".join(k for k in self._pending if k not in answered.values()) or "none"
+            renamed = self._renamed_as(given, answered=waiting is None)
+            choices = [given, *renamed] if waiting is not None else [*renamed, given]
+            stored = next((c for c in choices if (waiting is None or c in waiting) and c not in ids), None)
+            if stored is None:
+                left = ", ".join(k for k in waiting or () if k not in ids) or "none"
                 raise InvalidInputError(
-                    f"user_input: no tool call {given!r} is waiting for a result (waiting: {waiting})"
+                    f"user_input: no tool call {given!r} is waiting for a result (waiting: {left})"
                 )
-            answered[given] = stored
-        return answered
+            ids.append(stored)
+        return ids
 
     def _turn_input(
         self, user_input: str | Mapping[str, Any], attachments: Sequence[Any]
@@ -1220,12 +1230,14 @@ class Session:
             return call_id
         return next((stored for stored in self._renamed_as(call_id) if stored in self._pending), call_id)
 
-    def _renamed_as(self, given: str) -> list[str]:
+    def _renamed_as(self, given: str, *, answered: bool = False) -> list[str]:
         """The stored ids of calls whose server gave ``given``: as renamed
         by this session's last reply; after a reopen, before any reply (the
         renaming not kept), the one pending ``given_N``, when the reply did
         not itself make ``given`` and no other ``given_M`` waits (else the
-        caller answers by the id :attr:`pending` shows)."""
+        caller answers by the id :attr:`pending` shows). ``answered``: the
+        last reply's ``given_N`` whether they wait or not, in order (to tell
+        results given again, answered the first time, by)."""
         if self._replied:
             return self._renamed.get(given, [])
         if given in self._last_calls:  # the server's own id in that reply: not renamed
@@ -1233,9 +1245,11 @@ class Session:
         prefix = given + "_"
         found = [
             stored
-            for stored in self._pending
+            for stored in (self._last_calls if answered else self._pending)
             if stored.startswith(prefix) and stored[len(prefix) :].isdigit()
         ]
+        if answered:
+            return sorted(found, key=lambda stored: int(stored[len(prefix) :]))
         return found if len(found) == 1 else []
 
     # -- closing -----------------------------------------------------------------
@@ -1534,16 +1548,17 @@ def _undo_open(root: str, made: bool, owned: Sequence[Any]) -> None:
     _close_all(owned)
 
 
-def _renamed_results(message: dict[str, Any], answered: Mapping[str, str]) -> dict[str, Any]:
-    """``message`` with each tool result naming its call as stored (see
-    :meth:`Session._results_in_input`)."""
-    if all(given == stored for given, stored in answered.items()):
+def _with_result_ids(message: dict[str, Any], ids: Sequence[str]) -> dict[str, Any]:
+    """``message`` with its tool results naming their calls by ``ids``, in
+    order (see :meth:`Session._result_ids`)."""
+    if list(answered_ids(message)) == list(ids):
         return message
+    left = iter(ids)
 
     def named(block: Any) -> Any:
         given = block.get("tool_use_id") if isinstance(block, Mapping) else None
-        if block.get("type") == "tool_result" and isinstance(given, str) and given in answered:
-            return {**block, "tool_use_id": answered[given]}
+        if isinstance(given, str) and block.get("type") == "tool_result":
+            return {**block, "tool_use_id": next(left)}
         return block
 
     return {**message, "content": [named(block) for block in message["content"]]}
