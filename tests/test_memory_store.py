@@ -914,3 +914,107 @@ def test_search_texts_are_what_search_returns_with_the_same_accesses(tmp_path, k
 
 def _ids(store: MemoryStore) -> list[str]:
     return [row[0] for row in store._db.execute("SELECT id FROM memories").fetchall()]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (
+            "Refunded orders A-8812,A-8813 after the retry job failed",
+            "Refunded orders A-8812,A-8814 after the retry job failed",
+        ),
+        (
+            "PR #4521 fixed the cache race in the session store",
+            "PR #4522 fixed the cache race in the session store",
+        ),
+        (
+            "The invoice is in report_2024_q1.pdf on the shared drive",
+            "The invoice is in report_2024_q2.pdf on the shared drive",
+        ),
+        (
+            "Pin the base image to nginx:1.25 in the Dockerfile",
+            "Pin the base image to nginx:1.27 in the Dockerfile",
+        ),
+        (
+            "Merge feature/login into main before the freeze",
+            "Merge feature/signup into main before the freeze",
+        ),
+    ],
+)
+def test_memories_naming_other_values_are_never_merged(store, first, second):
+    """Near duplicates by cosine were merged, and the first lost, when the
+    values they differ in are ones the entity extractor does not read (ids
+    joined by a comma, ``#4521``, a .pdf, an image tag, a branch)."""
+    a, b = store.remember(first), store.remember(second)
+    assert a.id != b.id
+    assert store.get(a.id).text == first
+    assert store.get(b.id).text == second
+    assert store.count() == 2
+    c = store.remember(first.upper())  # the same text again is still the same memory
+    assert c.id == a.id
+    again = store.remember_many([second, first])
+    assert {m.id for m in again} == {a.id, b.id}
+
+
+def test_a_memory_a_rare_entity_found_also_counts_the_common_one(tmp_path):
+    """A memory found by a rare entity was never checked for the common one
+    the query named too: it ranked below a memory naming only the common
+    one, and its hit listed one entity of two."""
+    store = MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder())
+    store.remember_many([f"note {i}: the billing job runs on AWS in region {i % 5}" for i in range(300)])
+    rare = store.remember("Service Z-1 is hosted on AWS", importance=0.1)
+    store.remember("How to deploy to AWS: run the deploy script", importance=1.0)
+    hits = store.search("deploy Z-1 to AWS", k=3)
+    assert hits[0].memory.id == rare.id
+    assert set(hits[0].entities) == {"z-1", "aws"}
+    store.close()
+
+
+def test_bad_arguments_and_a_closed_store_raise_the_librarys_errors(tmp_path):
+    """remember_many of a str stored it a character at a time (of a dict,
+    its keys); a kind that is not a str, or half_life_days that is not a
+    number, raised a bare TypeError; a closed store raised sqlite3's
+    ProgrammingError, or a StoreStorageError that read as a disk fault."""
+    from context_core import StoreClosedError
+
+    store = MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64))
+    for items in ("deploy-freeze", {"text": "User prefers tabs"}, b"bytes"):
+        with pytest.raises(InvalidTypeError, match="items must be a list"):
+            store.remember_many(items)  # type: ignore[arg-type]
+    assert store.count() == 0
+    with pytest.raises(InvalidTypeError, match="kinds must be kind names"):
+        store.search("q", kinds=[[1]])  # type: ignore[list-item]
+    for bad in ("x", None, 0, float("nan")):
+        with pytest.raises(InvalidInputError, match="half_life_days"):
+            store.forget(0.1, half_life_days=bad)  # type: ignore[arg-type]
+    store.remember("the deploy key is in ops/rotate.md")
+    store.close()
+    for call in (
+        lambda: store.search("deploy key"),
+        lambda: store.search_texts("deploy key"),
+        lambda: store.remember("more"),
+        lambda: store.count(),
+        lambda: store.integrity(),
+        lambda: store.forget(0.1),
+    ):
+        with pytest.raises(StoreClosedError, match="closed"):
+            call()
+    assert issubclass(StoreClosedError, ContextCoreError)
+    assert issubclass(StoreClosedError, ValueError)
+
+
+def test_counts_a_search_keeps_are_written_within_seconds_with_no_later_call(tmp_path):
+    """The counts of a store's last search stayed in memory while it sat
+    idle (written only at its next search, write or close), so another
+    process's forget judged a memory just used by its old counts."""
+    path = tmp_path / "m.db"
+    agent = MemoryStore(path, embedder=HashingEmbedder(64))
+    memory = agent.remember("Deploy key rotation runbook lives in ops/rotate.md")
+    agent.search_texts("key rotation runbook")
+    other = MemoryStore(path, embedder=HashingEmbedder(64))
+    deadline = time.monotonic() + 30
+    while other.get(memory.id).access_count < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert other.get(memory.id).access_count == 1  # found once
+    other.close()
+    agent.close()

@@ -41,6 +41,7 @@ __all__ = [
     "OverBudgetError",
     "PromptCacheWarning",
     "StoreBusyError",
+    "StoreClosedError",
     "StoreStorageError",
     "StoreVersionError",
     "UnknownEncodingError",
@@ -356,6 +357,14 @@ class EmbeddingError(InvalidInputError):
 class StoreBusyError(ContextCoreError, TimeoutError):
     """Other processes held the memory store's database for longer than its
     busy timeout; the call changed nothing. ``path`` is the database."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class StoreClosedError(ContextCoreError, ValueError):
+    """An operation on a memory store that was closed. ``path`` is the database."""
 
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(message)

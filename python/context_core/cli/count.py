@@ -89,7 +89,8 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
     try:
         document = _strict_json(stripped)
     except RecursionError:
-        return _unreadable(source, stripped, strict, "nested too deeply to read")
+        _unreadable(source, stripped, strict, "nested too deeply to read")
+        return None
     except ValueError as whole:
         # Numbered as in the file (the blank lines before the first count).
         given = text.removeprefix("\ufeff").splitlines()
@@ -99,11 +100,13 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
             try:
                 document.append(_strict_json(line))
             except RecursionError:
-                return _unreadable(source, stripped, strict, f"line {at}: nested too deeply to read")
+                _unreadable(source, stripped, strict, f"line {at}: nested too deeply to read")
+                return None
             except ValueError as error:
                 # JSONL whose earlier lines read: the line that does not is the one to name.
                 reason = f"line {at}: {error}" if document else str(whole)
-                return _unreadable(source, stripped, strict, reason)
+                _unreadable(source, stripped, strict, reason)
+                return None
     tools, model, anthropic = None, None, False
     if isinstance(document, dict) and isinstance(document.get("messages"), list):
         tools = document.get("tools") if isinstance(document.get("tools"), list) else None

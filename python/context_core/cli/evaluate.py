@@ -79,10 +79,10 @@ def _pyplot() -> Any:
     """matplotlib's pyplot, drawing to files only; checked before the
     evaluation runs, so a missing extra does not throw its results away."""
     try:
-        import matplotlib  # type: ignore[import-not-found]  # the plot extra
+        import matplotlib  # the plot extra
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+        import matplotlib.pyplot as plt
     except ImportError:
         raise InputError("--plot needs matplotlib: pip install 'context-core[plot]'") from None
     return plt
@@ -92,7 +92,7 @@ def _plot_path(path: str) -> str:
     """Where ``--plot`` writes: ``path`` (with ``.png`` if it names no
     format), checked before the evaluation runs, so a format matplotlib
     cannot write or a missing directory does not throw the results away."""
-    from matplotlib.backend_bases import FigureCanvasBase  # type: ignore[import-not-found]
+    from matplotlib.backend_bases import FigureCanvasBase
 
     where = Path(path)
     if not where.suffix:

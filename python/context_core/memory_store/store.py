@@ -43,6 +43,7 @@ from context_core.errors import (
     InvalidInputError,
     InvalidTypeError,
     StoreBusyError,
+    StoreClosedError,
     StoreStorageError,
 )
 from context_core.memory_store import ranking
@@ -285,6 +286,27 @@ class _Rows:
     unindexed: list[str]  # the old terms of memories indexed before the batch
 
 
+def _values(text: str) -> list[str]:
+    """The words of ``text`` that name a value, in order (lower case, the
+    punctuation around them left out): those holding a digit or a mark
+    inside (``A-8812,A-8813``, ``#4521``, ``nginx:1.25``, ``report.pdf``,
+    ``feature/login``, ``C:\\reports``). Two memories that name other
+    values are never merged, whether or not the entity extractor reads
+    them: near duplicates by cosine, ``PR #4521 fixed the race`` and
+    ``PR #4522 fixed the race`` were, and the first was lost."""
+    found = []
+    for word in text.lower().split():
+        word = word.strip(_AROUND)
+        if any(c.isdigit() for c in word) or any(c in _INSIDE for c in word):
+            found.append(word)
+    return found
+
+
+#: Punctuation around a word; marks inside one that make it a value.
+_AROUND = "\"'`()[]{}<>,;:!?.*\u201c\u201d\u2018\u2019\u300c\u300d"
+_INSIDE = frozenset("/\\.:#@_-=+")
+
+
 @contextlib.contextmanager
 def _embedder_errors() -> Iterator[None]:
     """Any error of the embedder's own as an :class:`EmbeddingError`."""
@@ -311,6 +333,10 @@ def _search_arguments(query: Any, namespace: Any, k: Any, kinds: Any, max_tokens
             kinds = (kinds,)
         elif not isinstance(kinds, Iterable):
             raise InvalidTypeError(f"kinds must be kind names, not {type(kinds).__name__}")
+        kinds = tuple(kinds)
+        odd = next((x for x in kinds if not isinstance(x, str)), None)
+        if odd is not None:
+            raise InvalidTypeError(f"kinds must be kind names, not {type(odd).__name__}")
         kinds = tuple(dict.fromkeys(kinds))
         if not kinds:
             raise InvalidInputError("kinds must name at least one kind (None: every kind)")
@@ -327,6 +353,12 @@ def _search_arguments(query: Any, namespace: Any, k: Any, kinds: Any, max_tokens
 def _entries(items: Iterable[str | Mapping[str, Any]]) -> list[_Entry]:
     """:meth:`MemoryStore.remember_many`'s items, checked: each a text or a
     mapping of :meth:`MemoryStore.remember`'s arguments."""
+    if isinstance(items, (str, bytes, Mapping)):
+        # Iterated, a text would be stored a character at a time, a mapping as its keys.
+        raise InvalidTypeError(
+            f"items must be a list of texts or mappings, got a {type(items).__name__};"
+            " remember() stores one memory"
+        )
     entries = []
     for i, item in enumerate(items):
         where = f"items[{i}]."
@@ -367,16 +399,19 @@ def _entry(text: Any, kind: Any, importance: Any, source: Any, tags: Any, pinned
 
 
 def _write_counts_when_asked(store: weakref.ReferenceType[MemoryStore], asked: threading.Event) -> None:
-    """A store's writer of access counts: each time ``asked``, writes what is
-    pending, if the database is free (else they wait for the next time).
-    It holds the store only while writing, and ends with it, or at close."""
+    """A store's writer of access counts: each time ``asked``, and once a
+    second while any are pending (a store left idle after a search would
+    otherwise keep them, and another process's ``forget`` would judge the
+    memories it just used by their old counts), writes what is pending, if
+    the database is free (else they wait for the next time). It holds the
+    store only while writing, and ends with it, or at close."""
     while True:
-        woken = asked.wait(timeout=10.0)
+        woken = asked.wait(timeout=ACCESS_FLUSH_SECONDS)
         asked.clear()
         alive = store()
         if alive is None or alive._closed or alive._closing:
             return  # close() writes what is left
-        if woken:
+        if woken or alive._accesses:
             alive._write_counts_now()
         del alive
 
@@ -561,9 +596,14 @@ class MemoryStore:
     def _width(self) -> int | None:
         """The stored vectors' width, read again while none is known (another
         process may have written the first since); ``None``: none stored yet."""
+        self._check_open()
         if self._dim is None:
             self._dim = self._read_dim()
         return self._dim
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: the memory store is closed", path=str(self.path))
 
     def _embedder_for(self, given: Embedder | None) -> Embedder:
         """The embedder to use: the one given, which must be the kind that
@@ -595,6 +635,7 @@ class MemoryStore:
     def _write(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """``work`` in one immediate transaction: all of it or none."""
         with self._lock:
+            self._check_open()
             try:
                 self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as error:
@@ -654,10 +695,13 @@ class MemoryStore:
             self._accesses[mid] = (count + 1, now)
         if len(self._accesses) >= ACCESS_FLUSH_MEMORIES or now - self._accesses_since >= ACCESS_FLUSH_SECONDS:
             self._ask_for_counts()
+        elif self._counts_writer is None or not self._counts_writer.is_alive():
+            self._ask_for_counts(now=False)  # started: it writes them within a second or two
 
-    def _ask_for_counts(self) -> None:
-        """Has the store's thread write the pending counts (started on first
-        use, and again in a forked child, where its parent's is not alive)."""
+    def _ask_for_counts(self, *, now: bool = True) -> None:
+        """Has the store's thread write the pending counts (``now``: at
+        once, else on its own within a second or two; started on first use,
+        and again in a forked child, where its parent's is not alive)."""
         writer = self._counts_writer
         if writer is None or not writer.is_alive():
             self._counts_asked = threading.Event()
@@ -669,7 +713,8 @@ class MemoryStore:
             )
             _FORK_GUARDED.add(self)
             writer.start()
-        self._counts_asked.set()
+        if now:
+            self._counts_asked.set()
 
     def _write_counts_now(self) -> None:
         """The pending counts written, if the database is free now: the
@@ -705,6 +750,7 @@ class MemoryStore:
     def _read(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
         """``work`` in one read transaction (one snapshot)."""
         with self._lock:
+            self._check_open()
             try:
                 self._db.execute("BEGIN")
                 try:
@@ -1040,9 +1086,10 @@ class MemoryStore:
                 (*found, item.entry.kind),
             ).fetchall()
         best, best_cos = None, self.near_duplicate
+        values = _values(item.entry.text)
         for row in rows:
             cos = float(np.frombuffer(row[-1], dtype=np.float32) @ item.vector)
-            if cos >= best_cos:
+            if cos >= best_cos and _values(row[_TEXT]) == values:
                 best, best_cos = tuple(row[:-1]), cos
         return best
 
@@ -1424,7 +1471,7 @@ class MemoryStore:
         cut = self._builtin_embedder
         cosines = dict(index.nearest(vector, pool, quantise_from=QUANTISE_FROM, kinds=kinds, cut=cut))
         if common:  # marked on the candidates that name them, not read for every memory that does
-            found_ids = list({*cosines, *keyword} - set(shared))
+            found_ids = list({*cosines, *keyword, *shared})  # one a rare entity found may name it too
             for chunk in _chunks(found_ids):
                 marks, values = ",".join("?" * len(chunk)), ",".join("?" * len(common))
                 for rowid, value in db.execute(
@@ -1593,8 +1640,12 @@ class MemoryStore:
             or not math.isfinite(threshold)
         ):
             raise InvalidInputError(f"threshold must be a finite number, not {threshold!r}")
-        if not half_life_days > 0:
-            raise InvalidInputError(f"half_life_days must be positive, not {half_life_days!r}")
+        if (
+            isinstance(half_life_days, bool)
+            or not isinstance(half_life_days, int | float)
+            or not half_life_days > 0
+        ):
+            raise InvalidInputError(f"half_life_days must be a positive number, not {half_life_days!r}")
         floor = _check_unit(importance_floor, "importance_floor")
         within = None if namespace is None else scope(namespace_key(namespace))
         now = float(self.clock())
@@ -1632,6 +1683,7 @@ class MemoryStore:
     def integrity(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` (``"ok"`` when sound)."""
         with self._lock:
+            self._check_open()
             return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
@@ -1651,11 +1703,11 @@ class MemoryStore:
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
             atexit.unregister(self._at_exit)
             try:
                 self.flush()
             finally:
+                self._closed = True
                 self._accesses.clear()
                 self._vectors.clear()
                 self._db.close()

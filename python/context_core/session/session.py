@@ -1468,11 +1468,11 @@ def _lacking(block: Mapping[str, Any]) -> str | None:
         return None if named(block.get("file"), "file_id", "file_data") else "has no file_id or file_data"
     if kind in ("image", "document"):
         source = block.get("source")
-        if not named(source, "type"):
+        if not isinstance(source, Mapping) or not named(source, "type"):
             return "has no source"
-        needs = _SOURCE_NEEDS.get(source["type"], ())
-        missing = [key for key in needs if not named(source, key)]
-        return f"has a {source['type']} source with no {' or '.join(missing)}" if missing else None
+        kind = source["type"]
+        missing = [key for key in _SOURCE_NEEDS.get(kind, ()) if not named(source, key)]
+        return f"has a {kind} source with no {' or '.join(missing)}" if missing else None
     return None
 
 
