@@ -631,20 +631,23 @@ def test_shape_cutting_turns_after_the_repair_grew_the_window_adds_the_summary(t
     message, so a window the kernel counted as fitting comes out over and is
     chosen again for less: turns are cut then, and the summary goes in, from
     a list as from a log (the list used to decide on the summary once, at
-    the budget, and leave it out)."""
+    the budget, and leave it out). (A leading tool loop with no input before
+    it is the turn in progress now, kept whole: a greeting leads here.)"""
     messages = [
+        {"role": "assistant", "content": "Hello! " + "I can help with the refund job. " * 3},
+        {"role": "user", "content": "Read a.py"},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "read", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "word " * 40}]},
     ]
     policy = ShapeHistory(
-        keep_last=10, min_keep=2, summary="Earlier work.", provider="anthropic", tool_result_cap=60
+        keep_last=10, min_keep=1, summary="Earlier work.", provider="anthropic", tool_result_cap=60
     )
     with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
         log.append_many(messages)
-        for budget in (40, 60, 100):
+        for budget in (60, 100, 104, 120):
             same_choice(log, lambda source, b, now: policy.select(source, b), budget, None)
-    cut = policy.select(messages, 60)
-    assert cut.kept == ()
+    cut = policy.select(messages, 104)
+    assert cut.kept == (1, 2, 3)
     assert cut.system is not None
     assert "Earlier work." in cut.system
 
@@ -786,3 +789,57 @@ def test_a_log_rewound_too_often_is_walked_and_chooses_the_same(tmp_path):
         assert isinstance(_plain_view_of(chosen), bytes)  # walked
         same_choice(log, lambda source, b, n: window.select(source, b, now=n), 3_000, None)
         assert set(chosen.kept) | set(chosen.dropped) == set(_view_from_the_walk(log))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("name", ["priority", "shape", "weighted"])
+def test_a_loop_whose_input_a_summary_covers_is_still_the_turn_in_progress(tmp_path, provider, name):
+    """Found by a review: the turn in progress began at the newest user
+    input, so once a summary covered the input a long tool loop began with,
+    nothing was the turn in progress and every policy dropped the newest
+    tool result as history, with no error (ShapeHistory sent the summary
+    alone; to Anthropic, no message at all)."""
+    anthropic = provider == "anthropic"
+
+    def call(i: int) -> dict:
+        if anthropic:
+            return {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"c{i}", "name": "read", "input": {}}],
+            }
+        function = {"name": "read", "arguments": "{}"}
+        return {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": f"c{i}", "type": "function", "function": function}],
+        }
+
+    def result(i: int, words: int) -> dict:
+        text = f"file {i}: " + "x " * words
+        if anthropic:
+            return {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"c{i}", "content": text}],
+            }
+        return {"role": "tool", "tool_call_id": f"c{i}", "content": text}
+
+    policy = {
+        "priority": PriorityAssembly(provider=provider),
+        "shape": ShapeHistory(provider=provider),
+        "weighted": WeightedWindow(provider=provider),
+    }[name]
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append({"role": "user", "content": "Refactor the payment module."})
+        for i in range(6):
+            log.append(call(i))
+            log.append(result(i, 30))
+        log.add_summary("Files 0 to 3 were read.", covers=(0, 8), level=3)
+        log.append(call(6))
+        log.append(result(6, 400))
+        for budget in (300, 600, 2000):
+            same_choice(log, lambda source, b, now: policy.select(source, b, now=now), budget, None)
+        chosen = policy.select(log, 600)
+        assert "file 6: " in str(chosen.messages[-1])  # the newest result, which the model answers
+        assert chosen.breakdown.input > 400
+        with pytest.raises(OverBudgetError):
+            policy.select(log, 300)  # the loop does not fit: said, not dropped

@@ -257,9 +257,19 @@ class Analysis:
             turn_start = info[i]["role"] == "user" and info[i]["has_text"] and not info[i]["results"]
             units.append((i, end, sum(m["tokens"] for m in members), kind, tags, turn_start))
             i = end
-        # The turn in progress: the newest unit that starts a turn, and every unit after it.
+        # The turn in progress: the newest unit that starts a turn, and every
+        # unit after it; with none that starts a turn (a summary covers the
+        # input the loop began with), the calls and results the view ends in.
         starts = [u for u, unit in enumerate(units) if unit[5]]
-        for u in range(starts[-1], len(units)) if starts else ():
+        first = starts[-1] if starts else len(units)
+        if not starts:
+            while (
+                first > 0
+                and info[units[first - 1][0]]["role"] == "assistant"
+                and info[units[first - 1][0]]["calls"]
+            ):
+                first -= 1
+        for u in range(first, len(units)):
             start, end, tokens, kind, tags, turn_start = units[u]
             if kind == "normal":
                 units[u] = (start, end, tokens, "current", tags, turn_start)

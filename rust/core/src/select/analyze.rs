@@ -818,7 +818,10 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
 /// The turn in progress (the newest unit that starts a turn, and every unit
 /// after it: the tool calls and results of the loop the model is in) is held
 /// back until the end and its normal units are marked [`UnitKind::Current`]:
-/// every policy keeps it, as it keeps system and pinned messages.
+/// every policy keeps it, as it keeps system and pinned messages. A view
+/// with no unit that starts a turn (a summary covers the input the loop
+/// began with) holds back its trailing calls and results instead: the loop
+/// the model is in is still the newest, and was dropped like history.
 pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit: impl FnMut(Unit)) {
     for_each_unit_from(0, count, facts, |unit, _| emit(unit));
 }
@@ -835,6 +838,9 @@ pub fn for_each_unit_from(
     mut emit: impl FnMut(Unit, bool),
 ) {
     let mut in_progress: Vec<Unit> = Vec::new();
+    // Calls and results with no unit before them that starts a turn, since
+    // the last unit of anything else: the loop, if the view ends in it.
+    let mut looping: Vec<Unit> = Vec::new();
     let mut i = first;
     while i < count {
         let m = facts(i);
@@ -874,14 +880,22 @@ pub fn for_each_unit_from(
         };
         if unit.turn_start {
             // A newer turn begins: the one held back is history now.
+            looping.drain(..).for_each(|unit| emit(unit, false));
             in_progress.drain(..).for_each(|unit| emit(unit, false));
         }
         if unit.turn_start || !in_progress.is_empty() {
             in_progress.push(unit);
+        } else if m.role == Role::Assistant && m.calls {
+            looping.push(unit);
         } else {
-            emit(unit, false); // before the first turn: never in progress
+            // Before the first turn, and not a loop the view ends in.
+            looping.drain(..).for_each(|unit| emit(unit, false));
+            emit(unit, false);
         }
         i = end;
+    }
+    if in_progress.is_empty() {
+        in_progress = looping;
     }
     for mut unit in in_progress {
         if unit.kind == UnitKind::Normal {
