@@ -52,6 +52,9 @@ def test_budget_for_models_and_reserves():
     ]
     assert budget.messages(system_tokens=1000, tools=tools) == 89_600 - 1000 - TOK.count_tools(tools)
     assert Budget.for_model("gpt-4.1-mini").window == 1_047_576
+    # A longer prefix than o1's and gpt-4's: their own windows (a review found 200K and 8,192).
+    assert Budget.for_model("o1-preview-2024-09-12").window == 128_000
+    assert Budget.for_model("gpt-4.5-preview").window == 128_000
     assert Budget.for_model("my-model", window=10_000).window == 10_000
     with pytest.raises(UnknownModelError):
         Budget.for_model("llama-3")

@@ -14,6 +14,7 @@ from agent_sessions import generate, turn_in_progress
 from context_core import (
     Budget,
     InvalidInputError,
+    InvalidTypeError,
     MessageLog,
     Policy,
     PriorityAssembly,
@@ -245,3 +246,12 @@ def test_the_policies_signatures_resolve_at_run_time():
     for function in (ShapeHistory.select, WeightedWindow.select, PriorityAssembly.select, shape_history):
         hints = typing.get_type_hints(function)
         assert hints["return"] is Selection
+
+
+@pytest.mark.parametrize("bad", [None, 5, 2.5, object()])
+def test_a_history_that_is_not_messages_is_the_librarys_type_error(bad):
+    """None or a number raised Python's bare TypeError from deep inside;
+    sanitize and count_messages raise InvalidTypeError for the same."""
+    for policy in (PriorityAssembly(), ShapeHistory(), WeightedWindow()):
+        with pytest.raises(InvalidTypeError, match="messages must be a list"):
+            policy.select(bad, 1000)

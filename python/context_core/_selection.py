@@ -133,8 +133,11 @@ class Selection:
 
 def prepare(messages: Iterable[Mapping[str, Any]], provider: str) -> list[Msg]:
     check_provider(provider)
-    if isinstance(messages, (str, bytes, Mapping)):
-        raise InvalidTypeError("messages must be a list, tuple or other iterable of message dicts")
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        got = type(messages).__name__
+        raise InvalidTypeError(
+            f"messages must be a list, tuple or other iterable of message dicts (or a MessageLog), not {got}"
+        )
     return list(messages)  # type: ignore[arg-type]  # read as mappings; dicts in the types
 
 
