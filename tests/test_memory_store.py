@@ -1018,3 +1018,21 @@ def test_counts_a_search_keeps_are_written_within_seconds_with_no_later_call(tmp
     assert other.get(memory.id).access_count == 1  # found once
     other.close()
     agent.close()
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("Deploy uses nginx:1.25 on port 8080", "On port 8080, deploy uses nginx:1.25"),
+        (
+            "PR #4521 fixed the cache race in the session store",
+            "PR #4521 fixed the cache race in the session store (see #4521)",
+        ),
+        ("用户喜欢深色主题，版本2", "用户喜欢深色主题，版本2。"),
+    ],
+)
+def test_near_duplicates_naming_the_same_values_still_merge(store, first, second):
+    """Found by a review of the guard above: compared as a list, with every
+    word holding a mark inside, it kept apart what names the same values in
+    another order, twice, or with Chinese punctuation."""
+    assert store.remember(first).id == store.remember(second).id

@@ -2961,3 +2961,36 @@ def test_results_given_again_after_a_failed_call_are_a_retry_when_their_calls_we
     with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as reopened:
         reopened.prepare(results)  # and after a reopen
         assert len(reopened.history()) == logged
+
+
+def test_a_retry_of_results_whose_calls_were_renamed_in_part_or_one_at_a_time(tmp_path):
+    """Found by a review of the fix above: a reply of two calls of one id
+    stores them as ``t1`` and ``t1_2``, so results given as ``t1`` twice
+    were logged as ``t1``, ``t1_2``, and their retry was rebuilt the other
+    way round and refused; results given one at a time the same."""
+
+    def results(*texts: str) -> dict:
+        blocks = [{"type": "tool_result", "tool_use_id": "t1", "content": text} for text in texts]
+        return {"role": "user", "content": blocks}
+
+    use = {"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        session.prepare("Read b.py and c.py.")
+        session.record({"role": "assistant", "content": [use, use]})
+        assert [call.id for call in session.pending] == ["t1", "t1_2"]
+        both = results("b read", "c read")
+        session.prepare(both)
+        logged = len(session.history())
+        session.prepare(both)  # the model's call failed: given again
+        assert len(session.history()) == logged
+        session.record({"role": "assistant", "content": [use, use]})  # t1 taken: t1_3, t1_4
+        assert [call.id for call in session.pending] == ["t1_3", "t1_4"]
+        session.prepare(results("d read"))
+        session.prepare(results("e read"))
+        logged = len(session.history())
+        session.prepare(results("e read"))  # the second given again
+        assert len(session.history()) == logged
+        assert session.pending == ()
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as reopened:
+        reopened.prepare(results("e read"))  # and after a reopen
+        assert len(reopened.history()) == logged

@@ -286,25 +286,27 @@ class _Rows:
     unindexed: list[str]  # the old terms of memories indexed before the batch
 
 
-def _values(text: str) -> list[str]:
-    """The words of ``text`` that name a value, in order (lower case, the
-    punctuation around them left out): those holding a digit or a mark
-    inside (``A-8812,A-8813``, ``#4521``, ``nginx:1.25``, ``report.pdf``,
-    ``feature/login``, ``C:\\reports``). Two memories that name other
-    values are never merged, whether or not the entity extractor reads
-    them: near duplicates by cosine, ``PR #4521 fixed the race`` and
-    ``PR #4522 fixed the race`` were, and the first was lost."""
-    found = []
-    for word in text.lower().split():
+def _values(text: str) -> frozenset[str]:
+    """The words of ``text`` that hold a digit (lower case, the punctuation
+    around them and a possessive left out; Chinese punctuation parts words
+    as space does): the ids, numbers and versions it names. Two memories
+    that name other values are never merged, whether or not the entity
+    extractor reads them: near duplicates by cosine, ``PR #4521 fixed the
+    race`` and ``PR #4522 fixed the race`` were, and the first was lost.
+    A set: the same values in another order, or one named twice, merge."""
+    found = set()
+    for word in _WORD_BREAKS.split(text.lower()):
         word = word.strip(_AROUND)
-        if any(c.isdigit() for c in word) or any(c in _INSIDE for c in word):
-            found.append(word)
-    return found
+        word = word.removesuffix("'s").removesuffix("\u2019s")
+        if any(c.isdigit() for c in word):
+            found.add(word)
+    return frozenset(found)
 
 
-#: Punctuation around a word; marks inside one that make it a value.
+#: What parts words: space, and the punctuation of Chinese text (which has no spaces).
+_WORD_BREAKS = re.compile(r"[\s\u3000-\u303f\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f]+")
+#: Punctuation around a word.
 _AROUND = "\"'`()[]{}<>,;:!?.*\u201c\u201d\u2018\u2019\u300c\u300d"
-_INSIDE = frozenset("/\\.:#@_-=+")
 
 
 @contextlib.contextmanager

@@ -259,16 +259,12 @@ class Analysis:
             i = end
         # The turn in progress: the newest unit that starts a turn, and every
         # unit after it; with none that starts a turn (a summary covers the
-        # input the loop began with), the calls and results the view ends in.
+        # input the loop began with), the call the view ends in, with its results.
         starts = [u for u, unit in enumerate(units) if unit[5]]
         first = starts[-1] if starts else len(units)
-        if not starts:
-            while (
-                first > 0
-                and info[units[first - 1][0]]["role"] == "assistant"
-                and info[units[first - 1][0]]["calls"]
-            ):
-                first -= 1
+        last = info[units[-1][0]] if units else None
+        if not starts and last is not None and last["role"] == "assistant" and last["calls"]:
+            first = len(units) - 1
         for u in range(first, len(units)):
             start, end, tokens, kind, tags, turn_start = units[u]
             if kind == "normal":

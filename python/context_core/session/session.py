@@ -641,7 +641,7 @@ class Session:
             node = self.log.read([seq])[0]
             if not isinstance(node, dict):
                 return None
-            if node == message:
+            if node == message or _same_results(node, message):
                 if not only_results(node):
                     return steps
                 # Results given again: the step they began, after the
@@ -816,12 +816,7 @@ class Session:
             turn, step = self._turn + 1, 0
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
-        given_results = bool(answered_ids(message))
-        if self._to_answer:  # compared as stored: a result's call renamed as the log holds it
-            stored = _with_result_ids(message, self._result_ids(message)) if given_results else message
-            retried = self._retried_steps(stored)
-        else:
-            retried = None
+        retried = self._retried_steps(message) if self._to_answer else None
         if retried is not None:
             # The input of the turn still in progress, given again (a retry
             # after the model's call failed, at the turn's first step or a
@@ -835,7 +830,7 @@ class Session:
             except BaseException:
                 self._step = retried - 1  # a failed call is no step
                 raise
-        answered = self._result_ids(message, self._pending) if given_results else []
+        answered = self._result_ids(message, self._pending)
         if answered:
             message = _with_result_ids(message, answered)
         self._check_fits(message, parts, memories)
@@ -870,23 +865,21 @@ class Session:
             self._events.message(message, logged)  # what it says worth keeping, stored in the background
         return request
 
-    def _result_ids(self, message: Mapping[str, Any], waiting: Mapping[str, Any] | None = None) -> list[str]:
+    def _result_ids(self, message: Mapping[str, Any], waiting: Mapping[str, Any]) -> list[str]:
         """The id each tool result ``message`` carries (as Anthropic's own
         loop builds the input) names its call by as stored, in order: its
         own, or the one the last reply's call was renamed to (a server's id
-        given again), never one a result before it took. With ``waiting``
-        (the calls that wait), each must answer one of them, as a result
-        given to :meth:`record_tool_result` must: one that answers nothing
-        would leave the request ending with the model's own reply (its call
-        repaired away), and the call it meant lost. Without, the renamed id
-        is preferred: the input as the log holds it, to tell a retry by."""
+        given again), never one a result before it took. Each must answer
+        one of the calls ``waiting``, as a result given to
+        :meth:`record_tool_result` must: one that answers nothing would
+        leave the request ending with the model's own reply (its call
+        repaired away), and the call it meant lost."""
         ids: list[str] = []
         for given in answered_ids(message):
-            renamed = self._renamed_as(given, answered=waiting is None)
-            choices = [given, *renamed] if waiting is not None else [*renamed, given]
-            stored = next((c for c in choices if (waiting is None or c in waiting) and c not in ids), None)
+            choices = [given, *self._renamed_as(given)]
+            stored = next((c for c in choices if c in waiting and c not in ids), None)
             if stored is None:
-                left = ", ".join(k for k in waiting or () if k not in ids) or "none"
+                left = ", ".join(k for k in waiting if k not in ids) or "none"
                 raise InvalidInputError(
                     f"user_input: no tool call {given!r} is waiting for a result (waiting: {left})"
                 )
@@ -1230,14 +1223,12 @@ class Session:
             return call_id
         return next((stored for stored in self._renamed_as(call_id) if stored in self._pending), call_id)
 
-    def _renamed_as(self, given: str, *, answered: bool = False) -> list[str]:
+    def _renamed_as(self, given: str) -> list[str]:
         """The stored ids of calls whose server gave ``given``: as renamed
         by this session's last reply; after a reopen, before any reply (the
         renaming not kept), the one pending ``given_N``, when the reply did
         not itself make ``given`` and no other ``given_M`` waits (else the
-        caller answers by the id :attr:`pending` shows). ``answered``: the
-        last reply's ``given_N`` whether they wait or not, in order (to tell
-        results given again, answered the first time, by)."""
+        caller answers by the id :attr:`pending` shows)."""
         if self._replied:
             return self._renamed.get(given, [])
         if given in self._last_calls:  # the server's own id in that reply: not renamed
@@ -1245,11 +1236,9 @@ class Session:
         prefix = given + "_"
         found = [
             stored
-            for stored in (self._last_calls if answered else self._pending)
+            for stored in self._pending
             if stored.startswith(prefix) and stored[len(prefix) :].isdigit()
         ]
-        if answered:
-            return sorted(found, key=lambda stored: int(stored[len(prefix) :]))
         return found if len(found) == 1 else []
 
     # -- closing -----------------------------------------------------------------
@@ -1546,6 +1535,21 @@ def _undo_open(root: str, made: bool, owned: Sequence[Any]) -> None:
     if made and log is not None and len(log) == 0 and not os.path.exists(os.path.join(root, "provider")):
         shutil.rmtree(root, ignore_errors=True)
     _close_all(owned)
+
+
+def _same_results(logged: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
+    """Whether ``given`` is the input ``logged`` was, its tool results naming
+    their calls by the ids the server gave (``t1``) where the log holds those
+    they were stored under (``t1``, or renamed ``t1_2``): the same results
+    given again after the model's call failed."""
+    stored, said = answered_ids(logged), answered_ids(given)
+    if not said or len(stored) != len(said):
+        return False
+    for held, named in zip(stored, said, strict=True):
+        renamed = held.startswith(named + "_") and held[len(named) + 1 :].isdigit()
+        if held != named and not renamed:
+            return False
+    return _with_result_ids(dict(given), stored) == logged
 
 
 def _with_result_ids(message: dict[str, Any], ids: Sequence[str]) -> dict[str, Any]:

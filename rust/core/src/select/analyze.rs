@@ -820,8 +820,11 @@ pub fn group_units(count: usize, facts: impl Fn(usize) -> UnitFacts) -> Vec<Unit
 /// back until the end and its normal units are marked [`UnitKind::Current`]:
 /// every policy keeps it, as it keeps system and pinned messages. A view
 /// with no unit that starts a turn (a summary covers the input the loop
-/// began with) holds back its trailing calls and results instead: the loop
-/// the model is in is still the newest, and was dropped like history.
+/// began with) holds back the call it ends in, with its results, instead:
+/// the step the model is in, which was dropped like history. (The newest
+/// call alone: a run of them would grow as the units between were left
+/// out, and a log's window, laid out from what it kept, would count more
+/// as in progress than the same policy over the list.)
 pub fn for_each_unit(count: usize, facts: impl Fn(usize) -> UnitFacts, mut emit: impl FnMut(Unit)) {
     for_each_unit_from(0, count, facts, |unit, _| emit(unit));
 }
@@ -838,9 +841,9 @@ pub fn for_each_unit_from(
     mut emit: impl FnMut(Unit, bool),
 ) {
     let mut in_progress: Vec<Unit> = Vec::new();
-    // Calls and results with no unit before them that starts a turn, since
-    // the last unit of anything else: the loop, if the view ends in it.
-    let mut looping: Vec<Unit> = Vec::new();
+    // The newest unit, if it is a call (with its results) and no unit
+    // before it starts a turn: the step the model is in, if the view ends in it.
+    let mut looping: Option<Unit> = None;
     let mut i = first;
     while i < count {
         let m = facts(i);
@@ -878,24 +881,25 @@ pub fn for_each_unit_from(
             turn_start: m.role == Role::User && m.has_text && !m.results,
             weight,
         };
+        // A newer unit: the call held back is history now.
+        if let Some(call) = looping.take() {
+            emit(call, false);
+        }
         if unit.turn_start {
             // A newer turn begins: the one held back is history now.
-            looping.drain(..).for_each(|unit| emit(unit, false));
             in_progress.drain(..).for_each(|unit| emit(unit, false));
         }
         if unit.turn_start || !in_progress.is_empty() {
             in_progress.push(unit);
         } else if m.role == Role::Assistant && m.calls {
-            looping.push(unit);
+            looping = Some(unit);
         } else {
-            // Before the first turn, and not a loop the view ends in.
-            looping.drain(..).for_each(|unit| emit(unit, false));
-            emit(unit, false);
+            emit(unit, false); // before the first turn: never in progress
         }
         i = end;
     }
     if in_progress.is_empty() {
-        in_progress = looping;
+        in_progress.extend(looping);
     }
     for mut unit in in_progress {
         if unit.kind == UnitKind::Normal {
