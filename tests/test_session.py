@@ -2994,3 +2994,35 @@ def test_a_retry_of_results_whose_calls_were_renamed_in_part_or_one_at_a_time(tm
     with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as reopened:
         reopened.prepare(results("e read"))  # and after a reopen
         assert len(reopened.history()) == logged
+
+
+def test_a_new_result_like_an_older_steps_is_logged_not_taken_for_a_retry(tmp_path):
+    """Found by a review of the retry fix: a result given one at a time
+    that looked like an older step's (a server reusing ``t1``, a tool with
+    the same output) was taken for that step's given again, and dropped:
+    its call waited for ever. Results that answer a waiting call are new;
+    results given again are those since the newest reply that made calls."""
+
+    def use(call_id: str) -> dict:
+        return {"type": "tool_use", "id": call_id, "name": "read", "input": {}}
+
+    def result(call_id: str, text: str) -> dict:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}]}
+
+    with open_session(tmp_path, model="claude-sonnet-4-5", compact=False) as session:
+        session.prepare("Read the files.")
+        session.record({"role": "assistant", "content": [use("t1")]})
+        session.prepare(result("t1", "same output"))
+        session.record({"role": "assistant", "content": [use("t1"), use("t9")]})  # t1 stored as t1_2
+        session.prepare(result("t9", "other output"))
+        before = len(session.history())
+        session.prepare(result("t1", "same output"))  # the answer to t1_2, not a retry
+        assert len(session.history()) == before + 1
+        assert session.pending == ()
+        session.prepare(result("t1", "same output"))  # now given again: a retry
+        assert len(session.history()) == before + 1
+        session.record({"role": "assistant", "content": [use("t1"), use("t1")]})  # t1_3, t1_4
+        session.prepare(result("t1", "same output"))
+        session.prepare(result("t1", "same output"))  # the second call's answer, alike
+        assert len(session.history()) == before + 4
+        assert session.pending == ()

@@ -641,14 +641,17 @@ class Session:
             node = self.log.read([seq])[0]
             if not isinstance(node, dict):
                 return None
-            if node == message or _same_results(node, message):
-                if not only_results(node):
+            results = only_results(node)
+            # Results given again are those since the newest reply that made
+            # calls: an older step's, alike, answered another call.
+            if (node == message or _same_results(node, message)) and (not results or steps == 0):
+                if not results:
                     return steps
                 # Results given again: the step they began, after the
                 # turn's steps before them too.
                 matched = True
                 continue
-            if not only_results(node):
+            if not results:
                 return steps if matched else None  # another input is the turn's
         return steps if matched else None
 
@@ -816,7 +819,11 @@ class Session:
             turn, step = self._turn + 1, 0
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
-        retried = self._retried_steps(message) if self._to_answer else None
+        # Results that each answer a call still waiting are new, whatever
+        # an older step's look like; only what answers nothing may be given again.
+        retried = None
+        if self._to_answer and not self._answers_waiting(message):
+            retried = self._retried_steps(message)
         if retried is not None:
             # The input of the turn still in progress, given again (a retry
             # after the model's call failed, at the turn's first step or a
@@ -864,6 +871,17 @@ class Session:
         if self._events is not None:
             self._events.message(message, logged)  # what it says worth keeping, stored in the background
         return request
+
+    def _answers_waiting(self, message: Mapping[str, Any]) -> bool:
+        """Whether ``message`` carries tool results that each answer a call
+        still waiting (see :meth:`_result_ids`)."""
+        if not answered_ids(message):
+            return False
+        try:
+            self._result_ids(message, self._pending)
+        except InvalidInputError:
+            return False
+        return True
 
     def _result_ids(self, message: Mapping[str, Any], waiting: Mapping[str, Any]) -> list[str]:
         """The id each tool result ``message`` carries (as Anthropic's own
