@@ -929,15 +929,15 @@ def test_a_failed_open_removes_nothing_another_server_wrote(tmp_path, monkeypatc
     a log with no record in a directory no open has marked."""
     import context_core.session.session as session_module
 
-    real_close_all = session_module._close_all
+    real_close_parts = session_module._close_parts
     waiting = tmp_path / "waiting"
 
-    def then_the_waiter_writes(owned):
-        real_close_all(owned)  # the lock let go: the other server's open goes on
+    def then_the_waiter_writes(owned, *, raising=True):
+        real_close_parts(owned, raising=raising)  # the lock let go: the other server's open goes on
         with MessageLog.open(waiting / "log", create=True, durability="always") as log:
             log.append({"role": "user", "content": "acknowledged"})
 
-    monkeypatch.setattr(session_module, "_close_all", then_the_waiter_writes)
+    monkeypatch.setattr(session_module, "_close_parts", then_the_waiter_writes)
     with pytest.raises(InvalidTypeError):
         Session.open(waiting, model="gpt-4o", store=False, memory=123)
     monkeypatch.undo()

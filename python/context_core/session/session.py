@@ -531,10 +531,10 @@ class Session:
             # The newest turns are read at open: a damaged record there would
             # fail every turn. Said now, with the way out; the log is let go
             # first, so the repair can take it.
-            _close_all(owned)
+            _close_parts(owned, raising=False)
             raise _with_repair(error, where) from error
         except LogLockedError:
-            _close_all(owned)
+            _close_parts(owned, raising=False)
             raise  # the session another holds: its directory is not this open's to remove
         except BaseException:
             _undo_open(root, made, owned)
@@ -820,9 +820,15 @@ class Session:
         mark = self._lap(timings, "memory", started)
         parts, mark = self._prompt(said, now, timings, mark)
         # Results that each answer a call still waiting are new, whatever
-        # an older step's look like; only what answers nothing may be given again.
+        # an older step's look like; only what answers nothing may be given
+        # again (and, if it is not, is refused below).
+        refused: InvalidInputError | None = None
+        try:
+            answered = self._result_ids(message, self._pending)
+        except InvalidInputError as error:
+            answered, refused = [], error
         retried = None
-        if self._to_answer and not self._answers_waiting(message):
+        if self._to_answer and (refused is not None or not answered):
             retried = self._retried_steps(message)
         if retried is not None:
             # The input of the turn still in progress, given again (a retry
@@ -837,7 +843,8 @@ class Session:
             except BaseException:
                 self._step = retried - 1  # a failed call is no step
                 raise
-        answered = self._result_ids(message, self._pending)
+        if refused is not None:
+            raise refused
         if answered:
             message = _with_result_ids(message, answered)
         self._check_fits(message, parts, memories)
@@ -871,17 +878,6 @@ class Session:
         if self._events is not None:
             self._events.message(message, logged)  # what it says worth keeping, stored in the background
         return request
-
-    def _answers_waiting(self, message: Mapping[str, Any]) -> bool:
-        """Whether ``message`` carries tool results that each answer a call
-        still waiting (see :meth:`_result_ids`)."""
-        if not answered_ids(message):
-            return False
-        try:
-            self._result_ids(message, self._pending)
-        except InvalidInputError:
-            return False
-        return True
 
     def _result_ids(self, message: Mapping[str, Any], waiting: Mapping[str, Any]) -> list[str]:
         """The id each tool result ``message`` carries (as Anthropic's own
@@ -1552,7 +1548,7 @@ def _undo_open(root: str, made: bool, owned: Sequence[Any]) -> None:
             owned = [*owned, log]
     if made and log is not None and len(log) == 0 and not os.path.exists(os.path.join(root, "provider")):
         shutil.rmtree(root, ignore_errors=True)
-    _close_all(owned)
+    _close_parts(owned, raising=False)
 
 
 def _same_results(logged: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
@@ -1587,10 +1583,11 @@ def _with_result_ids(message: dict[str, Any], ids: Sequence[str]) -> dict[str, A
 
 
 def _close_parts(owned: Sequence[Any], *, raising: bool = True) -> None:
-    """Closes what a session opened (the store, then the log), each of them
-    even if one before it fails (its store's last write meeting a busy
-    database or a full disk would otherwise leave the log locked until the
-    process ends); the first failure is raised, if ``raising``."""
+    """Closes what a session (or a failed open) opened: the store, then the
+    log, each of them even if one before it fails (its store's last write
+    meeting a busy database or a full disk would otherwise leave the log
+    locked until the process ends); the first failure is raised, if
+    ``raising``."""
     failure: Exception | None = None
     for part in reversed(owned):
         try:
@@ -1599,13 +1596,6 @@ def _close_parts(owned: Sequence[Any], *, raising: bool = True) -> None:
             failure = failure or error
     if failure is not None and raising:
         raise failure
-
-
-def _close_all(owned: Sequence[Any]) -> None:
-    """Closes what a failed open made: the store, then the log."""
-    for part in reversed(owned):
-        with contextlib.suppress(Exception):
-            part.close()
 
 
 def _session_directory(path: str | os.PathLike[str]) -> tuple[str, bool]:
