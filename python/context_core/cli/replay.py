@@ -179,11 +179,13 @@ def _identity(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]
 
 
 def _blocks_text(content: Any) -> str | None:
-    """``content`` as one text: a str, or text blocks joined by blank lines
-    (``None`` for anything else, an image say)."""
+    """``content`` as one text: a str, or text blocks joined (``None`` for
+    anything else, an image say)."""
+    from context_core.summarize.offline import own_text
+
     if isinstance(content, list) and content and not all(map(_text_block, content)):
         return None
-    return _said_text(content) if isinstance(content, (str, list)) else None
+    return own_text({"content": content}) if isinstance(content, (str, list)) else None
 
 
 def replay(
@@ -201,7 +203,7 @@ def replay(
     from context_core import Budget, ContextCoreError, MemoryStore, OverBudgetError, Session
     from context_core.memory_store import HashingEmbedder
     from context_core.session.session import says_nothing
-    from context_core.summarize.offline import rule_texts
+    from context_core.summarize.offline import own_text, rule_texts
 
     identity, rest = _identity(messages)
     Path(directory).mkdir(parents=True, exist_ok=True)
@@ -227,6 +229,13 @@ def replay(
     result = Replay(model=model, provider=provider, policy=policy)
     assistants = sum(m.get("role") == "assistant" for m in rest)
     done = 0
+
+    def replied() -> None:  # one more of the transcript's replies replayed
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, assistants)
+
     at = len(messages) - len(rest) - 1  # the transcript's number of the message replayed
     said_at = blamed = at  # the message `said` came from; the one an error is about
     try:
@@ -241,9 +250,7 @@ def replay(
                 session.record(_reply(message))
                 history.append(message)
                 running += tok.count_message(message)
-                done += 1
-                if progress is not None:
-                    progress(done, assistants)
+                replied()
                 continue
             if role == "assistant":
                 blamed = at if said is None else said_at  # an input is checked when it is sent
@@ -260,9 +267,7 @@ def replay(
                     session.record(_reply(message))
                     history.append(message)
                     running += tok.count_message(message)
-                    done += 1
-                    if progress is not None:
-                        progress(done, assistants)
+                    replied()
                     continue
                 if said is not None:
                     turn += 1
@@ -292,7 +297,7 @@ def replay(
                             json.dumps(c, ensure_ascii=False)[1:-1] in sent_text for c in constraints
                         ),
                         retained_last_n=sum(
-                            any(c in _text_of(m) for m in history[-LAST_N:]) for c in constraints
+                            any(c in own_text(m) for m in history[-LAST_N:]) for c in constraints
                         ),
                         messages=len(request["messages"]),
                         repairs=len(report.repairs),
@@ -300,9 +305,7 @@ def replay(
                 )
                 result.last_request, result.last_report = dict(request), report
                 result.last_over_budget = False
-                done += 1
-                if progress is not None:
-                    progress(done, assistants)
+                replied()
             elif role == "tool":
                 _result(session, message.get("tool_call_id"), message.get("content"), False)
             elif role == "user" and _results_of(message):
@@ -335,7 +338,7 @@ def replay(
                     text if isinstance(text, str) else {k: v for k, v in message.items() if k != "timestamp"}
                 )
                 said_at = at
-                stated = _said_text(text)
+                stated = own_text(message)  # a str, or its text blocks' (beside images)
                 if stated:  # the rules it states, as compaction carries them
                     constraints.extend(rule_texts(stated))
             history.append(message)
@@ -350,20 +353,6 @@ def replay(
         session.close(persist=False)
         session.store.close()
     return result
-
-
-def _text_of(message: dict[str, Any]) -> str:
-    return _said_text(message.get("content"))
-
-
-def _said_text(content: Any) -> str:
-    """The text of a message's content: a str, or its text blocks' texts
-    joined (beside images or documents)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n\n".join(block["text"] for block in content if _text_block(block))
-    return ""
 
 
 def _text_block(block: Any) -> bool:
