@@ -399,6 +399,31 @@ def test_a_fork_waits_for_the_counts_thread_to_leave_sqlite(tmp_path, clock):
         assert os.waitstatus_to_exitcode(status) == 0  # forked only once the write was done
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
+def test_a_fork_waits_for_a_write_to_a_store_never_searched(tmp_path):
+    """A session's memory writes run on a thread of their own, into a store
+    that may never have searched: a fork waits for that write too."""
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as s:
+        holding, done = threading.Event(), []
+
+        def writing() -> None:  # a remember on another thread: SQLite under the lock
+            with s._lock:
+                holding.set()
+                s._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+                time.sleep(0.2)
+                done.append(True)
+
+        writer = threading.Thread(target=writing)
+        writer.start()
+        holding.wait()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os._exit(0 if done else 1)
+        _, status = os.waitpid(pid, 0)
+        writer.join()
+        assert os.waitstatus_to_exitcode(status) == 0  # forked only once the write was done
+
+
 def test_forgetting_counts_accesses_not_yet_written(store, clock):
     m = store.remember("a note", importance=0.3)
     clock.now += 60 * DAY

@@ -418,8 +418,9 @@ def _write_counts_when_asked(store: weakref.ReferenceType[MemoryStore], asked: t
         del alive
 
 
-# The stores whose counts' thread may be writing. A fork waits for each
-# one's lock (which the thread writes under), so no child starts while a
+# Every store made in this process. A fork waits for each one's lock
+# (under which every thread uses its connection: the counts' thread, a
+# session's memory writes, the caller's), so no child starts while a
 # thread it does not have holds SQLite's own process-wide mutexes (a child
 # that then opened a store of its own would wait on them for ever).
 _FORK_GUARDED: weakref.WeakSet[MemoryStore] = weakref.WeakSet()
@@ -551,6 +552,10 @@ class MemoryStore:
         self.near_duplicate = _check_unit(near_duplicate, "near_duplicate")
         self.tokenizer = tokenizer or Tokenizer("o200k_base")
         self._lock = threading.RLock()
+        # Any thread may be inside SQLite under this lock (the counts'
+        # thread, a session's memory writes, the caller's own): a fork
+        # waits for it from the start, not only once this store searched.
+        _FORK_GUARDED.add(self)
         self._vectors: dict[str, NamespaceVectors] = {}
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
@@ -713,7 +718,6 @@ class MemoryStore:
                 name="context_core-memory-counts",
                 daemon=True,
             )
-            _FORK_GUARDED.add(self)
             writer.start()
         if now:
             self._counts_asked.set()
