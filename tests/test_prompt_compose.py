@@ -57,7 +57,7 @@ def test_the_log_system_message_reaches_an_anthropic_request(tmp_path):
     context = "\n\n".join(texts[3:])
     assert "Always answer in French." in context
     assert "the port is 5433" in context
-    assert validators.anthropic(request["messages"], request["system"]) == []
+    assert validators.anthropic(request["messages"], request["system"], request=True) == []
     # A system message the conversation starts with is lifted, never sent as a message.
     lifted = parts.to_anthropic(
         [{"role": "system", "content": "Be brief."}, *selection.messages], model=MODEL

@@ -317,7 +317,7 @@ def test_anthropic_keeps_the_logs_system_message_and_the_thinking(tmp_path):
             "tool_use_id": "toolu_01",
             "content": "print('hi')",
         }
-        assert validators.anthropic(inner["messages"], inner["system"]) == []
+        assert validators.anthropic(inner["messages"], inner["system"], request=True) == []
 
 
 @pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
@@ -1016,7 +1016,7 @@ def test_a_call_id_a_server_gives_again_keeps_each_turns_tool_loop(tmp_path, pro
                 assert validators.openai(request["messages"]) == []
                 tail = [m["content"] for m in request["messages"][-2:]]
             else:
-                assert validators.anthropic(request["messages"], request.get("system")) == []
+                assert validators.anthropic(request["messages"], request.get("system"), request=True) == []
                 tail = [b["content"] for b in request["messages"][-1]["content"]]
             assert tail == [f"a.py of turn {turn}", f"b.py of turn {turn}"]
             session.record({"role": "assistant", "content": f"Read both, turn {turn}."})
@@ -2899,7 +2899,7 @@ def test_tool_results_given_as_the_input_must_answer_calls_that_wait(tmp_path):
         assert [call.id for call in session.pending] == ["t2"]
         session.record_tool_result("t2", "t2 read")
         request = session.prepare()
-        assert validators.anthropic(request["messages"], request["system"]) == []
+        assert validators.anthropic(request["messages"], request["system"], request=True) == []
         blocks = [b for m in request["messages"] if isinstance(m["content"], list) for b in m["content"]]
         assert [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"] == ["t1", "t2"]
 
@@ -3026,3 +3026,30 @@ def test_a_new_result_like_an_older_steps_is_logged_not_taken_for_a_retry(tmp_pa
         session.prepare(result("t1", "same output"))  # the second call's answer, alike
         assert len(session.history()) == before + 4
         assert session.pending == ()
+
+
+def test_a_paused_reply_ending_in_a_blank_text_is_sent_back_without_it(tmp_path):
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+        session.prepare("look PAY-77 up")
+        paused = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "stop_reason": "pause_turn",
+            "content": [
+                {
+                    "type": "server_tool_use",
+                    "id": "srvtoolu_1",
+                    "name": "web_search",
+                    "input": {"query": "x"},
+                },
+                {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                {"type": "text", "text": " \n"},
+            ],
+        }
+        session.record(paused)
+        request = session.prepare()
+        assert request["messages"][-1]["content"] == paused["content"][:2]
+        assert session.history()[-1]["content"] == paused["content"]  # the log keeps it as recorded
+        assert request.report.total == recount(request)
+        assert validators.anthropic(request["messages"], request["system"], request=True) == []

@@ -13,7 +13,7 @@ import pytest
 import validators
 from agent_sessions import TOOLS as TOOL_NAMES
 from agent_sessions import _user_text, tool_output
-from context_core import Budget, Session
+from context_core import Budget, InvalidInputError, Session, Tokenizer
 from llm_server import FakeLLMServer, Reply, anthropic_body, openai_body
 from sdk_clients import sync_client
 
@@ -132,7 +132,7 @@ def test_two_hundred_turns_through_the_real_sdks(tmp_path, sdk):
             assert sum(m["role"] == "system" for m in body["messages"]) == 1
         else:
             assert received.path == "/v1/messages"
-            problems = validators.anthropic(body["messages"], body.get("system"))
+            problems = validators.anthropic(body["messages"], body.get("system"), request=True)
             marks = sum("cache_control" in block for block in body["system"])
             marks += sum("cache_control" in tool for tool in body.get("tools", []))
             assert marks <= 4
@@ -141,3 +141,63 @@ def test_two_hundred_turns_through_the_real_sdks(tmp_path, sdk):
     if sdk == "anthropic":
         sent = json.dumps(server.received[-1].json["messages"])
         assert '"signature": "sig' in sent
+
+
+def test_a_paused_turn_is_sent_back_for_the_model_to_go_on(tmp_path):
+    """Anthropic ends a long server tool run with ``stop_reason``
+    ``pause_turn``: the reply, sent back as the last message, lets the model
+    go on with its turn. ``prepare()`` builds that request (its text's end
+    whitespace cut, as the API requires of a last assistant message), and
+    the reply that finishes the turn joins the paused one."""
+    searched = [
+        {"type": "text", "text": "Let me look that up."},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "PAY-77"}},
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://a.example",
+                    "title": "A",
+                    "encrypted_content": "e",
+                }
+            ],
+        },
+        {"type": "text", "text": "Still searching. \n"},
+    ]
+    with (
+        FakeLLMServer() as server,
+        Session.open(tmp_path / "s", model="claude-sonnet-4-5", identity=IDENTITY, store=None) as session,
+    ):
+        client = sync_client("anthropic", server.url)
+        server.script(
+            Reply(body=anthropic_body(searched, model="claude-sonnet-4-5", stop="pause_turn")),
+            Reply(
+                body=anthropic_body([{"type": "text", "text": "PAY-77 shipped."}], model="claude-sonnet-4-5")
+            ),
+        )
+        first = session.prepare("what happened to PAY-77?")
+        assert session.record(client.messages.create(**first)) == ()
+        assert session.needs_reply
+        going_on = session.prepare()
+        assert (going_on.report.turn, going_on.report.step) == (0, 1)
+        last = going_on["messages"][-1]
+        assert last["role"] == "assistant"
+        assert [b["type"] for b in last["content"]] == [b["type"] for b in searched]
+        assert last["content"][-1]["text"] == "Still searching."
+        system = {
+            "role": "system",
+            "content": [{"type": "text", "text": b["text"]} for b in going_on["system"]],
+        }
+        assert going_on.report.total == Tokenizer().count_messages([system, *going_on["messages"]])
+        session.record(client.messages.create(**going_on))
+        assert not session.needs_reply
+        with pytest.raises(InvalidInputError, match="nothing to answer"):
+            session.prepare()
+        after = session.prepare("thanks")
+        assert after["messages"][-2]["content"][-1] == {"type": "text", "text": "PAY-77 shipped."}
+    for received in server.received:
+        body = received.json
+        assert validators.anthropic(body["messages"], body.get("system"), request=True) == []
+    assert len(server.received) == 2

@@ -99,7 +99,7 @@ def openai(messages: list[dict]) -> list[str]:
     return problems
 
 
-def anthropic(messages: list[dict], system: Any = None) -> list[str]:
+def anthropic(messages: list[dict], system: Any = None, *, request: bool = False) -> list[str]:
     """Anthropic Messages (anthropic-sdk-python `message_create_params.py`,
     "Handle tool calls" and "Extended thinking" docs; rules A1-A19 in
     provider-rules.md B1)."""
@@ -177,6 +177,19 @@ def anthropic(messages: list[dict], system: Any = None) -> list[str]:
             for result in results:
                 if result not in prev_uses:
                     problems.append(f"{where}: tool_result {result} without its tool_use (A8)")
+    # A20 (``request``: the messages as sent, not a history the caller
+    # goes on): a last message of the model's own (a prefill, or a paused
+    # turn sent back) does not end in whitespace.
+    last = messages[-1] if messages and request else None
+    if last is not None and last.get("role") == "assistant":
+        content = last.get("content")
+        tail = content if isinstance(content, str) else None
+        if isinstance(content, (list, tuple)) and content and content[-1].get("type") == "text":
+            tail = content[-1].get("text")
+        if isinstance(tail, str) and tail != tail.rstrip():
+            problems.append(
+                f"messages[{len(messages) - 1}]: the last assistant text ends in whitespace (A20)"
+            )
     if system is not None and not isinstance(system, (str, list)):
         problems.append("system: not a str or a list of text blocks (A1)")
     return problems

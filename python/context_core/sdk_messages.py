@@ -19,7 +19,7 @@ from typing import Any
 
 from context_core.errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["Usage", "message_of", "response_id", "usage_of"]
+__all__ = ["Usage", "message_of", "paused", "response_id", "usage_of"]
 
 #: Fields of an OpenAI chat message that a request carries.
 _CHAT_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
@@ -140,6 +140,19 @@ def response_id(response: Any) -> str | None:
     ``Response``'s, an Anthropic ``Message``'s, as objects or dicts), if any."""
     given = response.get("id") if isinstance(response, Mapping) else getattr(response, "id", None)
     return given if isinstance(given, str) and given else None
+
+
+def paused(response: Any) -> bool:
+    """Whether ``response`` is an Anthropic reply paused within its turn
+    (``stop_reason`` ``"pause_turn"``, as a long server tool run ends one):
+    the API goes on with the turn when the reply is sent back as the last
+    message."""
+    reason = (
+        response.get("stop_reason")
+        if isinstance(response, Mapping)
+        else getattr(response, "stop_reason", None)
+    )
+    return reason == "pause_turn"
 
 
 def message_of(response: Any) -> dict[str, Any]:

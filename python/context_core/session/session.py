@@ -59,7 +59,7 @@ from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
 from context_core.prompt.sections import check_text
-from context_core.sdk_messages import message_of, response_id, usage_of
+from context_core.sdk_messages import message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.markers import write_by_rename
@@ -719,7 +719,10 @@ class Session:
     @property
     def needs_reply(self) -> bool:
         """Whether a message since the last reply (an input, a tool result)
-        waits for the model: what :meth:`prepare` with no input needs."""
+        waits for the model, or the last reply paused within its turn
+        (Anthropic's ``pause_turn``): what :meth:`prepare` with no input
+        needs. A pause is held by this object only: a session opened
+        again reads the paused reply as a finished one."""
         return self._to_answer
 
     def prepare(
@@ -1123,6 +1126,7 @@ class Session:
             request: dict[str, Any] = dict(
                 parts.to_anthropic(selection.messages, model=self.model, system=system)
             )
+            request["messages"] = _continued(request["messages"])
             request["max_tokens"] = self._reply_cap()
             return request
         request = dict(parts.to_openai(selection.messages, model=self.model, system=extra or None))
@@ -1187,7 +1191,10 @@ class Session:
         self._call_ids.update(made)
         calls = calls_of(message)
         self._pending = {call.id: call for call in calls}
-        self._renamed, self._replied, self._to_answer = {}, True, False
+        # A reply paused within its turn (a server tool's long run) is sent
+        # back as it is by the next prepare(), for the model to go on.
+        self._renamed, self._replied = {}, True
+        self._to_answer = self.provider == "anthropic" and not calls and paused(response)
         for given, stored in renamed:
             self._renamed.setdefault(given, []).append(stored)
         if usage is not None:
@@ -1401,6 +1408,36 @@ _COMPLETION_CAP_MODELS = ("o1", "o3", "o4", "gpt-5")
 
 def _reply_cap_field(model: str) -> str:
     return "max_completion_tokens" if model.startswith(_COMPLETION_CAP_MODELS) else "max_tokens"
+
+
+def _continued(messages: list[Any]) -> list[Any]:
+    """``messages``, where the last is the model's own (a reply paused
+    within its turn, sent back for it to go on), with the whitespace its
+    text ends in cut, and a text block left blank dropped: Anthropic
+    refuses a request whose last message is the model's and ends in
+    whitespace. The message is a copy (the log's own stays as recorded),
+    so the request's count reads it anew."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, Mapping) or last.get("role") != "assistant":
+        return messages
+    content = last.get("content")
+    if isinstance(content, str):
+        cut: Any = content.rstrip()
+    elif isinstance(content, list):
+        cut = list(content)
+        while cut and _is_text(cut[-1]) and not cut[-1]["text"].strip():
+            cut.pop()
+        if cut and _is_text(cut[-1]):
+            cut[-1] = {**cut[-1], "text": cut[-1]["text"].rstrip()}
+    else:
+        return messages
+    if cut == content or not cut:  # nothing to cut, or nothing left to send
+        return messages
+    return [*messages[:-1], {**last, "content": cut}]
+
+
+def _is_text(block: Any) -> bool:
+    return isinstance(block, Mapping) and block.get("type") == "text" and isinstance(block.get("text"), str)
 
 
 def _memory_text(memories: Sequence[str]) -> str:
