@@ -1061,3 +1061,40 @@ def test_near_duplicates_naming_the_same_values_still_merge(store, first, second
     word holding a mark inside, it kept apart what names the same values in
     another order, twice, or with Chinese punctuation."""
     assert store.remember(first).id == store.remember(second).id
+
+
+def test_a_search_reads_changes_only_after_a_write(tmp_path, clock, monkeypatch):
+    """A held index is synced when the file moved since (another
+    connection's commit, or one of this store's own writes), and not read
+    again otherwise: a session's every turn searches an unchanged store."""
+    from context_core.memory_store.vectors import NamespaceVectors
+
+    synced = []
+    sync = NamespaceVectors.sync
+    monkeypatch.setattr(NamespaceVectors, "sync", lambda self, db: (synced.append(1), sync(self, db))[1])
+    path = tmp_path / "m.db"
+    with (
+        MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as reader,
+        MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as writer,
+    ):
+        reader.remember("ticket PAY-77 is about the ledger export")
+        reader.search("ledger")
+        before = len(synced)
+        reader.search("ledger")
+        reader.search("export")
+        assert len(synced) == before  # nothing moved: nothing read
+        writer.remember("ticket PAY-78 is about the refund queue")
+        assert reader.search("PAY-78 refund")[0].memory.text.startswith("ticket PAY-78")
+        assert len(synced) == before + 1  # the other connection's commit
+        reader.flush()  # a write of its own the index has not seen (the access counts)
+        assert reader.search("PAY-77")[0].memory.access_count >= 1
+        assert len(synced) == before + 2
+        # Counts its own thread writes, it reads back itself: not the next search.
+        clock.now += ACCESS_FLUSH_SECONDS
+        reader.search("PAY-77")
+        assert _counts_written(reader)
+        with reader._lock:  # the thread's write and read done
+            written = len(synced)
+        assert written == before + 3
+        reader.search("ledger")
+        assert len(synced) == written

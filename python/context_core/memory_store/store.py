@@ -557,6 +557,10 @@ class MemoryStore:
         # waits for it from the start, not only once this store searched.
         _FORK_GUARDED.add(self)
         self._vectors: dict[str, NamespaceVectors] = {}
+        # Writes this store made (each counted once it ends, committed or
+        # not): with SQLite's data_version (which counts other
+        # connections' commits), what a held index last synced to.
+        self._writes = 0
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
         self._closed = False
@@ -657,6 +661,8 @@ class MemoryStore:
                 if _raw_sqlite(error):
                     raise self._busy(error) from error
                 raise
+            finally:
+                self._writes += 1
             for mid in pending:  # written: what came in since stays pending
                 if self._accesses.get(mid) == pending[mid]:
                     del self._accesses[mid]
@@ -733,9 +739,12 @@ class MemoryStore:
                 with self._not_waiting():
                     self.flush()
             except StoreBusyError:
-                pass
+                return
             except Exception as error:  # on the store's own thread: nobody to raise it to
                 _log.warning("context_core: writing the memory store's access counts failed: %s", error)
+                return
+            for namespace in list(self._vectors):  # the counts read here, not by the next search
+                self._catch_up(namespace)
 
     @contextlib.contextmanager
     def _not_waiting(self) -> Iterator[None]:
@@ -1441,7 +1450,14 @@ class MemoryStore:
         index = self._vectors.get(namespace)
         if index is None or index.dim != self._dim:
             index = self._vectors[namespace] = NamespaceVectors(namespace, int(self._dim or 0))
-        index.sync(db)
+        # The snapshot's version (other connections' commits) and this
+        # store's writes: where neither moved since the index last synced,
+        # there is nothing to read (two queries a search saved).
+        (version,) = db.execute("PRAGMA data_version").fetchone()
+        stamp = (int(version), self._writes)
+        if index.synced_to != stamp:
+            index.sync(db)
+            index.synced_to = stamp
         return index
 
     def _candidates(

@@ -107,6 +107,9 @@ class NamespaceVectors:
         self.position: dict[int, int] = {}
         self.seq = -1  # nothing loaded yet
         self.flush = 0  # the newest flush of access counts seen
+        # What its store last synced it to (SQLite's data_version, the
+        # store's own writes); None: not yet.
+        self.synced_to: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.rowids)
