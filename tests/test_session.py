@@ -3053,3 +3053,32 @@ def test_a_paused_reply_ending_in_a_blank_text_is_sent_back_without_it(tmp_path)
         assert session.history()[-1]["content"] == paused["content"]  # the log keeps it as recorded
         assert request.report.total == recount(request)
         assert validators.anthropic(request["messages"], request["system"], request=True) == []
+
+
+def test_the_workers_wait_while_a_tool_result_is_appended(tmp_path):
+    """Appending a tool result lets go of the interpreter (the log's write
+    runs in Rust): the compaction worker waits, as for a turn's own calls,
+    rather than taking it for up to the switch interval."""
+    with open_session(tmp_path, compact=True) as session:
+        session.prepare("read the config")
+        session.record(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+                ],
+            }
+        )
+        gate = session.compactor._gate
+        held_during = []
+        append = session.log.append
+
+        def watched(*args, **kwargs):
+            held_during.append(bool(gate._holders))
+            return append(*args, **kwargs)
+
+        session.log.append = watched
+        session.record_tool_result("c1", "port = 8080")
+        assert held_during == [True]
+        assert not gate._holders  # let go after

@@ -1225,7 +1225,8 @@ class Session:
         result = result_message(self.provider, call_id, content, is_error)
         check_sendable(result, self.provider, "result")
         try:
-            seq = self.log.append(result, timestamp=self._wall())
+            with self._quiet():  # the workers wait, as for a reply: the append lets go of the interpreter
+                seq = self.log.append(result, timestamp=self._wall())
         except (InvalidTypeError, InvalidInputError) as error:  # a block inside the result
             raise relocated(error, "message", "result") from None
         self.log._keep_appended(int(seq), result)
