@@ -5,6 +5,7 @@ helpers with their tags."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 
@@ -235,3 +236,41 @@ def test_a_crafted_row_of_another_width_leaves_the_held_index_as_it_was(tmp_path
         assert len(held.rowids) == len(held.ranks) == len(held.texts) == len(held.position) == 4
         texts = {"beta gateway retry", "gamma invoice cursor", "alpha refund ledger", "delta refund memory"}
         assert set(store.search_texts("refund", k=4)) == texts
+
+
+def _ones(texts):
+    return np.ones((len(texts), 48), dtype=np.float32)
+
+
+def _twos(texts):
+    return np.full((len(texts), 48), 2.0, dtype=np.float32)
+
+
+def test_a_store_refuses_another_functions_vectors_of_the_same_width(tmp_path):
+    """Two functions behind CallableEmbedder make vectors of one width whose
+    cosines mean nothing together: each records its own name."""
+    from context_core.memory_store import CallableEmbedder
+
+    path = tmp_path / "m.db"
+    with MemoryStore(path, embedder=CallableEmbedder(_ones)) as s:
+        s.remember("a memory")
+    with pytest.raises(InvalidInputError, match=r"by callable:test_memory_store_limits\._ones, not .*_twos"):
+        MemoryStore(path, embedder=CallableEmbedder(_twos))
+    with MemoryStore(path, embedder=CallableEmbedder(_ones)) as s:  # the same function, again
+        assert s.count() == 1
+    named = tmp_path / "named.db"
+    with MemoryStore(named, embedder=CallableEmbedder(_ones, name="team-model-v2")) as s:
+        s.remember("a memory")
+    with MemoryStore(named, embedder=CallableEmbedder(functools.partial(_twos), name="team-model-v2")) as s:
+        assert s.count() == 1  # the name is the caller's word for the model
+    with pytest.raises(InvalidInputError, match="made by team-model-v2"):
+        MemoryStore(named, embedder=CallableEmbedder(_ones))
+    # A store written before callables were named took any of them, and still does.
+    with MemoryStore(path, embedder=CallableEmbedder(_ones)) as s:
+        s._db.execute("UPDATE meta SET value = 'CallableEmbedder' WHERE key = 'embedder'")
+    with MemoryStore(path, embedder=CallableEmbedder(_twos)) as s:
+        assert s.count() == 1
+    with pytest.raises(InvalidInputError, match="name must not be blank"):
+        CallableEmbedder(_ones, name=" ")
+    with pytest.raises(InvalidTypeError, match="name must be a str, not int"):
+        CallableEmbedder(_ones, name=3)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -116,12 +117,23 @@ class HashingEmbedder:
 
 
 class CallableEmbedder:
-    """Any function ``texts -> vectors`` as an :class:`Embedder`."""
+    """Any function ``texts -> vectors`` as an :class:`Embedder`.
 
-    def __init__(self, function: Callable[[list[str]], Any]) -> None:
+    ``name``: what a store records as its vectors' maker, and refuses
+    another embedder for; by default the function's module and qualified
+    name, so a store does not mix the vectors of two functions (their
+    cosines mean nothing across two). Name the model behind it where one
+    function may call several."""
+
+    def __init__(self, function: Callable[[list[str]], Any], *, name: str | None = None) -> None:
         if not callable(function):
             raise InvalidTypeError(f"function must be callable, not {type(function).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise InvalidTypeError(f"name must be a str, not {type(name).__name__}")
+        if name is not None and not name.strip():
+            raise InvalidInputError("name must not be blank")
         self.function = function
+        self.name = name if name is not None else _function_name(function)
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
@@ -249,6 +261,19 @@ class WordLlamaEmbedder:
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
         return checked(self._model.embed(items, norm=True), len(items), self.dim)
+
+
+def _function_name(function: Any) -> str:
+    """``callable:module.qualname`` of ``function`` (of its class, for an
+    object with ``__call__``; of the function a ``functools.partial`` wraps)."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    named = function if hasattr(function, "__qualname__") else type(function)
+    return f"callable:{getattr(named, '__module__', None) or '?'}.{named.__qualname__}"
+
+
+#: What a store recorded for any :class:`CallableEmbedder` before they were named.
+UNNAMED_CALLABLE = "CallableEmbedder"
 
 
 def embedder_name(embedder: Any) -> str:

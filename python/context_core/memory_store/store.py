@@ -50,6 +50,8 @@ from context_core.memory_store import ranking
 from context_core.memory_store.checks import check_str as _check_str
 from context_core.memory_store.checks import check_unit as _check_unit
 from context_core.memory_store.embedders import (
+    UNNAMED_CALLABLE,
+    CallableEmbedder,
     Embedder,
     HashingEmbedder,
     aembed,
@@ -624,7 +626,9 @@ class MemoryStore:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
         recorded = str(row[0]) if row else None
         if given is not None:
-            if recorded is not None and embedder_name(given) != recorded:
+            # A store from before callables were named took any of them.
+            legacy = recorded == UNNAMED_CALLABLE and isinstance(given, CallableEmbedder)
+            if recorded is not None and embedder_name(given) != recorded and not legacy:
                 raise InvalidInputError(
                     f"{self.path}: its vectors were made by {recorded}, not {embedder_name(given)};"
                     " open it with that embedder (or copy its memories into a new store)"
