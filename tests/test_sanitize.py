@@ -255,6 +255,25 @@ CASES = [
         [{"role": "user", "content": "go\n\nand?"}],
         ["drop_block", "drop_empty", "drop_call", "drop_empty", "merge"],
     ),
+    (
+        "anthropic",
+        "drops thinking that ends an assistant message",
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Answer."},
+                    {"type": "thinking", "thinking": "and then?", "signature": "s"},
+                ],
+            },
+        ],
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Answer."}]},
+        ],
+        ["drop_block"],
+    ),
 ]
 
 
@@ -429,6 +448,9 @@ JUNK = [
 ]
 text = st.one_of(st.sampled_from(REAL), st.sampled_from(JUNK), edge_text)
 ids = st.sampled_from(["c1", "c2", "c3", "c4", "c5", "call_9"])
+thinking = st.builds(lambda t: {"type": "thinking", "thinking": t, "signature": "sig"}, text) | st.just(
+    {"type": "redacted_thinking", "data": "opaque"}
+)
 
 
 @st.composite
@@ -498,6 +520,7 @@ def anthropic_history(draw) -> list[dict]:
             content += [
                 {"type": "tool_use", "id": i, "name": "f", "input": {"q": draw(text)}} for i in call_ids
             ]
+            content += draw(st.lists(thinking, max_size=1))  # a reply cut off while thinking
             messages.append({"role": "assistant", "content": content})
             results = [
                 {"type": "tool_result", "tool_use_id": i, "content": draw(text)}
@@ -507,12 +530,12 @@ def anthropic_history(draw) -> list[dict]:
             messages.append(
                 {"role": "user", "content": draw(st.sampled_from([results + extra, extra + results]))}
             )
-        messages.append(
-            {
-                "role": "assistant",
-                "content": draw(st.one_of(text, st.lists(block_text, min_size=1, max_size=2))),
-            }
+        reply = st.builds(
+            lambda blocks, last: blocks + last,
+            st.lists(block_text, min_size=1, max_size=2),
+            st.lists(thinking, max_size=2),
         )
+        messages.append({"role": "assistant", "content": draw(st.one_of(text, reply))})
     return mutate(draw, messages, anthropic_junk)
 
 
@@ -524,6 +547,10 @@ def anthropic_junk(draw) -> dict:
                 {
                     "role": "assistant",
                     "content": [{"type": "thinking", "thinking": "only", "signature": "s"}],
+                },
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "cut"}, {"type": "redacted_thinking", "data": "d"}],
                 },
                 {
                     "role": "user",
@@ -785,3 +812,84 @@ def test_merged_tool_turns_keep_thinking_before_their_calls():
     ]
     result = both(history, "anthropic")
     assert result.messages[1]["content"] == [t1, text, u1, t2, u2]
+
+
+def test_thinking_never_ends_an_assistant_message():
+    """A19: the thinking an assistant message ends with goes, the rest of it
+    (signed thinking too) is the input's own; a message of thinking alone goes."""
+    first = {"type": "thinking", "thinking": "plan", "signature": "sig-1"}
+    text = {"type": "text", "text": "Here."}
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                first,
+                text,
+                {"type": "thinking", "thinking": "cut off", "signature": "sig-2"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": " "},
+            ],
+        },
+        {"role": "user", "content": "and?"},
+        {"role": "assistant", "content": [{"type": "redacted_thinking", "data": "opaque"}]},
+    ]
+    result = both(history, "anthropic")
+    assert result.messages == [history[0], {"role": "assistant", "content": [first, text]}, history[2]]
+    assert result.messages[1]["content"][0] is first
+    assert summary(result.changes) == [
+        (1, 1, "drop_block", "empty text block at content[4]"),
+        (1, 1, "drop_block", "thinking block left last at content[3]"),
+        (1, 1, "drop_block", "thinking block left last at content[2]"),
+        (1, 3, "drop_empty", "empty message"),
+    ]
+
+
+def test_thinking_after_a_tool_call_goes_and_the_pair_stays():
+    thinking = {"type": "thinking", "thinking": "search", "signature": "s"}
+    use = {"type": "tool_use", "id": "t", "name": "f", "input": {}}
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [thinking, use, {"type": "thinking", "thinking": "…", "signature": "s"}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "r"}]},
+    ]
+    result = both(history, "anthropic")
+    assert result.messages[1]["content"] == [thinking, use]
+    assert result.messages[1]["content"][0] is thinking
+    assert result.messages[2] is history[2]
+
+
+def test_junk_text_before_trailing_thinking_is_junk():
+    """The thinking goes first, so the text left is judged as the message (the
+    funnel stays idempotent)."""
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "The request was cancelled..."},
+                {"type": "thinking", "thinking": "x", "signature": "s"},
+            ],
+        },
+    ]
+    result = both(history, "anthropic")
+    assert result.messages == history[:1]
+    assert [c.action for c in result.changes] == ["drop_block", "drop_error_reply"]
+
+
+def test_openai_leaves_thinking_blocks_alone():
+    """Thinking blocks are Anthropic's format: the OpenAI funnel passes them on."""
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "a"},
+                {"type": "thinking", "thinking": "b", "signature": "s"},
+            ],
+        },
+    ]
+    assert not both(history).changed

@@ -212,6 +212,22 @@ class Sanitizer:
             self.note(1, part.message, "drop_block", why)
             item.content_changed = True
         item.parts = kept
+        # Before the junk check, so the text left is judged as a second pass would.
+        if anthropic and role == "assistant" and self.drop_trailing_thinking(1, kept):
+            item.content_changed = True
+
+    def drop_trailing_thinking(self, stage: int, parts: list[Part]) -> bool:
+        """An assistant message may not end with thinking (a reply cut off while
+        thinking, or interleaved thinking before a removed call): those blocks go,
+        in place, the last first. Thinking alone stays; the message is empty then."""
+        if all(p.kind == "thinking" for p in parts):
+            return False
+        dropped = False
+        while parts[-1].kind == "thinking":
+            part = parts.pop()
+            self.note(stage, part.message, "drop_block", f"thinking block left last at content[{part.block}]")
+            dropped = True
+        return dropped
 
     def settle_calls(self, item: Item) -> None:
         """``tool_calls: []`` goes, tool calls outside assistant messages go, and a
@@ -536,17 +552,8 @@ class Sanitizer:
                     else:
                         self.note(3, item.origin, "drop_call", f'tool call "{part.id}" has no result')
                         item.content_changed = stripped = True
-                # An assistant message may not end with thinking (interleaved
-                # thinking before a removed call would): those blocks go.
-                if stripped and any(p.kind != "thinking" for p in kept):
-                    while kept[-1].kind == "thinking":
-                        part = kept.pop()
-                        self.note(
-                            3,
-                            part.message,
-                            "drop_block",
-                            f"thinking block left last at content[{part.block}]",
-                        )
+                if stripped:  # stage 1 left no thinking last; a removed call can
+                    self.drop_trailing_thinking(3, kept)
                 item.parts = kept
             if not stripped or self.keeps_after_stripping(item, "tool calls without results"):
                 out.append(item)

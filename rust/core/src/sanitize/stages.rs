@@ -245,6 +245,33 @@ impl<J: JsonValue> Run<'_, J> {
                 self.change(1, Some(message), "drop_block", why);
             }
         }
+        // Before the junk check: the text left is what a second pass judges.
+        if anthropic && role == Role::Assistant && self.drop_trailing_thinking(1, blocks) {
+            item.content_changed = true;
+        }
+    }
+
+    /// The API refuses an assistant message that ends with thinking (a reply
+    /// cut off while thinking, or interleaved thinking before a removed
+    /// call): those blocks go, last first. Thinking alone is left whole (the
+    /// message is empty then, and goes). Returns whether any went.
+    fn drop_trailing_thinking(&mut self, stage: u8, blocks: &mut Vec<Block>) -> bool {
+        if blocks.iter().all(|b| b.kind == BlockKind::Thinking) {
+            return false;
+        }
+        let mut dropped = false;
+        while let Some(block) = blocks.pop_if(|b| b.kind == BlockKind::Thinking) {
+            if let BlockRef::Block { message, block } = block.src {
+                self.change(
+                    stage,
+                    Some(message),
+                    "drop_block",
+                    format!("thinking block left last at content[{block}]"),
+                );
+            }
+            dropped = true;
+        }
+        dropped
     }
 
     /// `tool_calls: []` goes; tool calls outside assistant messages go; a
@@ -513,20 +540,9 @@ impl<J: JsonValue> Run<'_, J> {
                         stripped = true;
                     }
                 }
-                // The API refuses an assistant message that ends with thinking
-                // (interleaved thinking before a removed call would): those go.
-                if stripped && kept.iter().any(|b| b.kind != BlockKind::Thinking) {
-                    while kept.last().is_some_and(|b| b.kind == BlockKind::Thinking) {
-                        let block = kept.pop().expect("checked");
-                        if let BlockRef::Block { message, block } = block.src {
-                            self.change(
-                                3,
-                                Some(message),
-                                "drop_block",
-                                format!("thinking block left last at content[{block}]"),
-                            );
-                        }
-                    }
+                // Stage 1 left no thinking last; a removed call can.
+                if stripped {
+                    self.drop_trailing_thinking(3, &mut kept);
                 }
                 *blocks = kept;
             }

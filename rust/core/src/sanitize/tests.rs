@@ -198,3 +198,80 @@ fn a_tail_after_kept_calls_drops_their_reused_ids() {
         after.changes.iter().map(|c| (c.index, c.action)).collect();
     assert_eq!(shifted, tail_changes);
 }
+
+fn block<'a>(kind: &'a str, entries: Vec<(&'a str, Json<'a>)>) -> Json<'a> {
+    let mut all = vec![("type", s(kind))];
+    all.extend(entries);
+    obj(all)
+}
+
+/// Anthropic refuses an assistant message whose last block is thinking: the
+/// trailing thinking goes (reported last first), the blocks before it are
+/// kept as they are; a message of thinking alone goes whole.
+#[test]
+fn thinking_never_ends_an_assistant_message() {
+    let thinking = |text: &'static str| {
+        block(
+            "thinking",
+            vec![("thinking", s(text)), ("signature", s("sig"))],
+        )
+    };
+    let history = [
+        msg("user", s("go")),
+        msg(
+            "assistant",
+            blocks(vec![
+                thinking("plan"),
+                block("text", vec![("text", s("Here."))]),
+                thinking("cut"),
+                block("redacted_thinking", vec![("data", s("opaque"))]),
+            ]),
+        ),
+        msg("user", s("and?")),
+        msg("assistant", blocks(vec![thinking("only")])),
+    ];
+    let refs: Vec<&Json> = history.iter().collect();
+    let plan = anthropic().sanitize(&refs).unwrap();
+    let kept = |b| BlockRef::Block {
+        message: 1,
+        block: b,
+    };
+    assert_eq!(
+        plan.messages,
+        vec![
+            OutMessage::Original(0),
+            OutMessage::Built(BuiltMessage {
+                base: Some(1),
+                role: None,
+                content: Some(OutContent::Blocks(vec![kept(0), kept(1)])),
+                tool_calls: None,
+                tool_call_id: None,
+                remove: vec![],
+            }),
+            OutMessage::Original(2),
+        ]
+    );
+    let changes: Vec<(Option<usize>, &str, &str)> = plan
+        .changes
+        .iter()
+        .map(|c| (c.index, c.action, c.reason.as_str()))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            (
+                Some(1),
+                "drop_block",
+                "thinking block left last at content[3]"
+            ),
+            (
+                Some(1),
+                "drop_block",
+                "thinking block left last at content[2]"
+            ),
+            (Some(3), "drop_empty", "empty message"),
+        ]
+    );
+    // OpenAI has no thinking blocks: they are another format's, left alone.
+    assert!(openai().sanitize(&refs[..3]).unwrap().is_unchanged());
+}
