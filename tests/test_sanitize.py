@@ -238,10 +238,11 @@ CASES = [
         ["merge"],
     ),
     (
-        # OpenAI refuses a tool message whose content is an empty list; one of
-        # blank text parts became one once they were dropped.
+        # OpenAI refuses a tool message whose content is an empty list: one of
+        # blank text parts only is an empty output, the empty string (as an
+        # Anthropic tool result's is), and its call keeps its result.
         "openai",
-        "tool result of no parts",
+        "tool result of blank parts only",
         [
             {"role": "user", "content": "go"},
             {
@@ -252,8 +253,73 @@ CASES = [
             {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": " "}]},
             {"role": "user", "content": "and?"},
         ],
-        [{"role": "user", "content": "go\n\nand?"}],
-        ["drop_block", "drop_empty", "drop_call", "drop_empty", "merge"],
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": ""},
+            {"role": "user", "content": "and?"},
+        ],
+        ["drop_block"],
+    ),
+    (
+        "anthropic",
+        "drops the blank text parts of a tool result",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t",
+                        "content": [{"type": "text", "text": ""}, {"type": "text", "text": "out"}],
+                    }
+                ],
+            },
+        ],
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "out"}]}
+                ],
+            },
+        ],
+        ["drop_block"],
+    ),
+    (
+        "anthropic",
+        "a tool result of blank parts only is an empty string",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": " \n"}]},
+                    {"type": "text", "text": "next?"},
+                ],
+            },
+        ],
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t", "content": ""},
+                    {"type": "text", "text": "next?"},
+                ],
+            },
+        ],
+        ["drop_block"],
     ),
     (
         "anthropic",
@@ -448,6 +514,8 @@ JUNK = [
 ]
 text = st.one_of(st.sampled_from(REAL), st.sampled_from(JUNK), edge_text)
 ids = st.sampled_from(["c1", "c2", "c3", "c4", "c5", "call_9"])
+# A tool's output: a string, or text parts (an MCP tool's), blank ones too.
+tool_output = st.one_of(text, st.lists(st.builds(lambda t: {"type": "text", "text": t}, text), max_size=2))
 thinking = st.builds(lambda t: {"type": "thinking", "thinking": t, "signature": "sig"}, text) | st.just(
     {"type": "redacted_thinking", "data": "opaque"}
 )
@@ -473,7 +541,7 @@ def openai_history(draw) -> list[dict]:
                 }
             )
             for call_id in draw(st.permutations(call_ids)):
-                messages.append({"role": "tool", "tool_call_id": call_id, "content": draw(text)})
+                messages.append({"role": "tool", "tool_call_id": call_id, "content": draw(tool_output)})
         if draw(st.booleans()):  # a legacy function-calling round
             messages.append(
                 {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}
@@ -523,7 +591,7 @@ def anthropic_history(draw) -> list[dict]:
             content += draw(st.lists(thinking, max_size=1))  # a reply cut off while thinking
             messages.append({"role": "assistant", "content": content})
             results = [
-                {"type": "tool_result", "tool_use_id": i, "content": draw(text)}
+                {"type": "tool_result", "tool_use_id": i, "content": draw(tool_output)}
                 for i in draw(st.permutations(call_ids))
             ]
             extra = draw(st.lists(block_text, max_size=1))
@@ -551,6 +619,16 @@ def anthropic_junk(draw) -> dict:
                 {
                     "role": "assistant",
                     "content": [{"type": "text", "text": "cut"}, {"type": "redacted_thinking", "data": "d"}],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "c2",
+                            "content": [{"type": "text", "text": ""}],
+                        }
+                    ],
                 },
                 {
                     "role": "user",
@@ -812,6 +890,99 @@ def test_merged_tool_turns_keep_thinking_before_their_calls():
     ]
     result = both(history, "anthropic")
     assert result.messages[1]["content"] == [t1, text, u1, t2, u2]
+
+
+def test_blank_text_parts_of_tool_results_go():
+    """A tool result's blank text parts go as the message's own do (A5 holds
+    inside a tool result too); its other parts and keys are the input's own,
+    and one left with no part has the empty string for content."""
+    kept = {"type": "text", "text": "3 files"}
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}
+    partial = {
+        "type": "tool_result",
+        "tool_use_id": "a",
+        "is_error": False,
+        "cache_control": {"type": "ephemeral"},
+        "content": [{"type": "text", "text": "\u3000"}, kept, {"type": "input_text", "text": ""}, image],
+    }
+    blank = {"type": "tool_result", "tool_use_id": "b", "content": ({"type": "text", "text": " "},)}
+    whole = {"type": "tool_result", "tool_use_id": "c", "content": [kept]}
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": k, "name": "f", "input": {}} for k in "abc"],
+        },
+        {"role": "user", "content": [partial, blank, whole]},
+    ]
+    result = both(history, "anthropic")
+    assert result.messages[:2] == history[:2]
+    assert result.messages[1] is history[1]
+    results = result.messages[2]["content"]
+    assert results[0] == {**partial, "content": [kept, image]}
+    assert results[0]["content"][0] is kept
+    assert results[0]["content"][1] is image
+    assert results[0]["cache_control"] is partial["cache_control"]
+    assert results[1] == {"type": "tool_result", "tool_use_id": "b", "content": ""}
+    assert results[2] is whole
+    assert summary(result.changes) == [
+        (1, 2, "drop_block", "empty text block at content[0].content[0]"),
+        (1, 2, "drop_block", "empty text block at content[0].content[2]"),
+        (1, 2, "drop_block", "empty text block at content[1].content[0]"),
+    ]
+    assert history[2]["content"][0]["content"][0]["text"] == "\u3000"  # the input is not mutated
+
+
+def test_a_misplaced_tool_result_goes_whole():
+    """A tool result that goes (outside a user message) is reported once, not its parts too."""
+    history = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "done"},
+                {"type": "tool_result", "tool_use_id": "x", "content": [{"type": "text", "text": ""}]},
+            ],
+        },
+    ]
+    result = both(history, "anthropic")
+    assert result.messages[1]["content"] == [{"type": "text", "text": "done"}]
+    assert summary(result.changes) == [
+        (1, 1, "drop_block", "tool_result block in a assistant message at content[1]"),
+    ]
+
+
+def test_openai_tool_messages_of_blank_parts_keep_their_call():
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    text = {"type": "text", "text": "r"}
+    history = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": ""}, text]},
+        {"role": "assistant", "content": None, "tool_calls": [{**call, "id": "c2"}]},
+        {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "\t"}]},
+    ]
+    result = both(history)
+    assert result.messages[2] == {"role": "tool", "tool_call_id": "c1", "content": [text]}
+    assert result.messages[2]["content"][0] is text
+    assert result.messages[4] == {"role": "tool", "tool_call_id": "c2", "content": ""}
+    assert [m is h for m, h in zip(result.messages, history, strict=True)] == [True, True, False, True, False]
+    assert summary(result.changes) == [
+        (1, 2, "drop_block", "empty text block at content[0]"),
+        (1, 4, "drop_block", "empty text block at content[0]"),
+    ]
+    # A legacy function result is a tool result too.
+    legacy = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+        {"role": "function", "name": "f", "content": [{"type": "text", "text": " "}]},
+    ]
+    converted = both(legacy, convert_function=True)
+    assert converted.messages[2] == {"role": "tool", "tool_call_id": "call_legacy_1", "content": ""}
+    # No content, or an empty list, is still refused: the call goes with its result.
+    for content in (None, []):
+        empty = [*history[:2], {"role": "tool", "tool_call_id": "c1", "content": content}]
+        assert both(empty).messages == history[:1]
 
 
 def test_thinking_never_ends_an_assistant_message():

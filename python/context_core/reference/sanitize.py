@@ -59,6 +59,7 @@ class Part:
     block: int | None
     kind: str  # text, thinking, tool_use, tool_result, other
     id: str | None = None
+    blank_parts: tuple[int, ...] = ()  # a tool_result's blank text parts, which it is built without
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Item:
     name: str | None
     texts: list[int] | None = None  # string contents, by message index
     parts: list[Part] | None = None  # or content blocks
+    empty_text: bool = False  # or the empty string (a tool result of blank text parts only)
     calls: list[tuple[int, int | None, str]] = field(default_factory=list)  # (message, index|None=legacy, id)
     answers: str | None = None
     legacy_of: int | None = None
@@ -82,6 +84,16 @@ class Item:
 
 def is_blank(text: str) -> bool:
     return all(c in WHITE_SPACE for c in text)
+
+
+def is_blank_text_part(part: Any) -> bool:
+    """A text block with blank text, inside a tool_result's content list."""
+    return (
+        isinstance(part, dict)
+        and part.get("type") in TEXT_TYPES
+        and isinstance(part.get("text"), str)
+        and is_blank(part["text"])
+    )
 
 
 class Sanitizer:
@@ -163,9 +175,13 @@ class Sanitizer:
             if self.drop_if_junk(1, item):
                 continue
             # A tool result needs content too (O8), even an empty string; an
-            # empty list (or one of blank text parts, dropped above) is
-            # refused. Dropped, its call is closed as one with no result.
-            no_content = item.texts is None and not item.parts
+            # empty list is refused. One whose parts were all blank text
+            # (dropped above) said nothing: the empty string, as for an
+            # Anthropic tool_result. With no content at all it is dropped,
+            # and its call is closed as one with no result.
+            if role in ("tool", "function") and item.parts == [] and item.content_changed:
+                item.parts, item.empty_text = None, True
+            no_content = item.texts is None and not item.parts and not item.empty_text
             if no_content if role in ("tool", "function") else self.empty(item):
                 self.note(1, index, "drop_empty", "empty message")
                 continue
@@ -207,6 +223,14 @@ class Sanitizer:
             elif anthropic and part.kind in ("thinking", "other") and role in ("system", "developer"):
                 why = f"non-text block in a {role} message {at}"
             else:
+                for k in part.blank_parts:  # kept, without its blank text parts
+                    self.note(
+                        1,
+                        part.message,
+                        "drop_block",
+                        f"empty text block at content[{part.block}].content[{k}]",
+                    )
+                    item.content_changed = True
                 kept.append(part)
                 continue
             self.note(1, part.message, "drop_block", why)
@@ -322,7 +346,11 @@ class Sanitizer:
             if kind == name:
                 if field_name not in block:
                     raise InvalidInputError(f"{at}.{field_name}: required field is missing")
-                return Part(index, j, name, _str(block[field_name], f"{at}.{field_name}"))
+                part = Part(index, j, name, _str(block[field_name], f"{at}.{field_name}"))
+                results = block.get("content") if name == "tool_result" else None
+                if isinstance(results, (list, tuple)):
+                    part.blank_parts = tuple(k for k, p in enumerate(results) if is_blank_text_part(p))
+                return part
         return Part(index, j, "other")
 
     def drop_if_junk(self, stage: int, item: Item) -> bool:
@@ -618,6 +646,8 @@ class Sanitizer:
         return message
 
     def content(self, item: Item) -> Any:
+        if item.empty_text:
+            return ""
         if item.texts is not None:
             return SEPARATOR.join(self.messages[m]["content"] for m in item.texts)
         if item.parts is not None:
@@ -628,7 +658,11 @@ class Sanitizer:
         content = self.messages[part.message]["content"]
         if part.block is None:
             return {"type": "text", "text": content}
-        return content[part.block]
+        block = content[part.block]
+        if not part.blank_parts:
+            return block
+        kept = [p for k, p in enumerate(block["content"]) if k not in part.blank_parts]
+        return {**block, "content": kept or ""}
 
     def call(self, call: tuple[int, int | None, str]) -> dict[str, Any]:
         message, index, call_id = call

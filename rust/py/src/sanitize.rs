@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use context_core::sanitize::{
     BlockRef, BuiltMessage, CallRef, Change, DEFAULT_ERROR_PATTERNS, DEFAULT_MAX_PATTERN_CHARS,
     DEFAULT_PLACEHOLDER_PATTERNS, OnInvalid, Options, OutContent, OutMessage, Patterns, Plan,
-    Provider, Sanitizer, TEXT_SEPARATOR, legacy_call_id,
+    Provider, Sanitizer, TEXT_SEPARATOR, is_blank_text_part, legacy_call_id,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyString};
@@ -398,6 +398,23 @@ fn build_block<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     match block {
         BlockRef::Block { message, block } => field(&inputs[message], "content")?.get_item(block),
+        BlockRef::TrimmedResult { message, block } => {
+            let original = field(&inputs[message], "content")?.get_item(block)?;
+            let result = original.cast::<PyDict>()?.copy()?;
+            let parts = PyList::empty(py);
+            for part in field(&original, "content")?.try_iter()? {
+                let part = part?;
+                if !is_blank_text_part(&PyJson(part.clone())) {
+                    parts.append(part)?;
+                }
+            }
+            if parts.is_empty() {
+                result.set_item("content", PyString::new(py, ""))?;
+            } else {
+                result.set_item("content", parts)?;
+            }
+            Ok(result.into_any())
+        }
         BlockRef::TextOf { message } => {
             let text_block = PyDict::new(py);
             text_block.set_item("type", "text")?;

@@ -71,6 +71,8 @@ pub(crate) enum Content {
     /// String contents of these messages, merged.
     Texts(Vec<usize>),
     Blocks(Vec<Block>),
+    /// The empty string: a tool message's content list of blank text parts only.
+    EmptyText,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -320,16 +322,62 @@ fn read_blocks<J: JsonValue>(index: usize, content: &J, ids: &mut Ids) -> Result
             "tool_result" => (BlockKind::ToolResult, id_field("tool_use_id")?),
             _ => (BlockKind::Other, 0),
         };
-        blocks.push(Block {
-            src: BlockRef::Block {
+        // A tool result's own text parts are held to the same rule (A5).
+        let trimmed = kind == BlockKind::ToolResult
+            && block.get("content").is_some_and(|parts| {
+                parts.kind() == Kind::Array && parts.items().any(|part| is_blank_text_part(&part))
+            });
+        let src = if trimmed {
+            BlockRef::TrimmedResult {
                 message: index,
                 block: j,
-            },
-            kind,
-            id,
-        });
+            }
+        } else {
+            BlockRef::Block {
+                message: index,
+                block: j,
+            }
+        };
+        blocks.push(Block { src, kind, id });
     }
     Ok(blocks)
+}
+
+/// Whether `part`, an entry of a `tool_result` block's `content` list, is a
+/// text block whose text is blank (only Unicode `White_Space`): the API refuses
+/// it there as at the top level, and sanitize leaves it out. Anything else
+/// (another type, a text that is not a string) is kept as it is.
+pub fn is_blank_text_part<J: JsonValue>(part: &J) -> bool {
+    part.kind() == Kind::Object
+        && part.get("type").is_some_and(|kind| {
+            kind.as_str()
+                .is_some_and(|kind| matches!(kind.as_ref(), "text" | "input_text" | "output_text"))
+        })
+        && part
+            .get("text")
+            .is_some_and(|text| text.as_str().is_some_and(|text| is_blank(&text)))
+}
+
+/// The positions of the blank text parts in the `content` list of block
+/// `block` of `messages[message]` (a tool result), for reports.
+pub(crate) fn blank_parts<J: JsonValue>(
+    messages: &[J],
+    message: usize,
+    block: usize,
+) -> Vec<usize> {
+    messages[message]
+        .get("content")
+        .and_then(|content| content.items().nth(block))
+        .and_then(|result| result.get("content"))
+        .map(|parts| {
+            parts
+                .items()
+                .enumerate()
+                .filter(|(_, part)| is_blank_text_part(part))
+                .map(|(k, _)| k)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Run `check` on the text of an item whose content is only text: its
@@ -347,6 +395,7 @@ pub(crate) fn with_item_text<J: JsonValue, R>(
     };
     match &item.content {
         Content::Absent => None,
+        Content::EmptyText => check(""),
         Content::Text(message) => {
             let content = messages[*message].get("content")?;
             let text = content.as_str()?;
@@ -367,6 +416,7 @@ pub(crate) fn with_item_text<J: JsonValue, R>(
                 .iter()
                 .map(|b| match b.src {
                     BlockRef::TextOf { message } => string_of(message),
+                    BlockRef::TrimmedResult { .. } => None, // not text
                     BlockRef::Block { message, block } => messages[message]
                         .get("content")?
                         .items()
@@ -402,7 +452,8 @@ pub(crate) fn block_id_text<J: JsonValue>(
 ) -> String {
     match block {
         BlockRef::TextOf { .. } => String::new(),
-        BlockRef::Block { message, block } => messages[message]
+        BlockRef::Block { message, block } | BlockRef::TrimmedResult { message, block } => messages
+            [message]
             .get("content")
             .and_then(|content| content.items().nth(block))
             .and_then(|b| b.get(field))

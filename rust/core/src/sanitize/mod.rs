@@ -16,6 +16,7 @@ mod patterns;
 mod plan;
 mod stages;
 
+pub use gather::is_blank_text_part;
 pub use joints::{Joint, called_ids, joint};
 pub use patterns::{
     DEFAULT_ERROR_PATTERNS, DEFAULT_MAX_PATTERN_CHARS, DEFAULT_PLACEHOLDER_PATTERNS, Patterns,

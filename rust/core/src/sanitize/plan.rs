@@ -35,7 +35,8 @@ pub enum OutContent {
     Texts(Vec<usize>),
     /// A list of blocks (content parts).
     Blocks(Vec<BlockRef>),
-    /// A literal text (an inserted message).
+    /// A literal text (an inserted message; the empty string of a tool
+    /// message whose content list had blank text parts only).
     Literal(String),
     /// No content (`None`).
     Null,
@@ -46,6 +47,12 @@ pub enum OutContent {
 pub enum BlockRef {
     /// Block `block` of input message `message`'s content list.
     Block { message: usize, block: usize },
+    /// Block `block` of input message `message`'s content list, a
+    /// `tool_result` whose `content` list holds blank text parts (see
+    /// [`is_blank_text_part`](super::is_blank_text_part)): a shallow copy of
+    /// it whose `content` is the list without them, or the empty string when
+    /// no part is left.
+    TrimmedResult { message: usize, block: usize },
     /// Input message `message`'s string content, as a `{"type": "text"}` block.
     TextOf { message: usize },
 }

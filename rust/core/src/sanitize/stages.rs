@@ -67,8 +67,18 @@ impl<J: JsonValue> Run<'_, J> {
                 continue;
             }
             // A tool result needs content too (O8), even an empty string;
-            // an empty list (or one of blank text parts, dropped above) is
-            // refused. Dropped, its call is closed as one with no result.
+            // an empty list is refused. One of blank text parts only (all
+            // dropped above: the one change to a tool message's blocks) is
+            // an empty output, the empty string, as an Anthropic tool
+            // result's is. One with no content is dropped, and its call is
+            // closed as one with no result.
+            let tool = matches!(item.role, Role::Tool | Role::Function);
+            if tool
+                && item.content_changed
+                && matches!(&item.content, Content::Blocks(blocks) if blocks.is_empty())
+            {
+                item.content = Content::EmptyText;
+            }
             let empty = match (&item.content, item.role) {
                 (Content::Absent, Role::Tool | Role::Function) => true,
                 (Content::Blocks(blocks), Role::Tool | Role::Function) => blocks.is_empty(),
@@ -195,19 +205,24 @@ impl<J: JsonValue> Run<'_, J> {
         }
     }
 
-    /// Remove blank text blocks, and (Anthropic) `tool_use` blocks outside
-    /// assistant messages, `tool_result` blocks outside user messages and
-    /// non-text blocks of system messages.
+    /// Remove blank text blocks (a kept tool result's blank text parts too),
+    /// and (Anthropic) `tool_use` blocks outside assistant messages,
+    /// `tool_result` blocks outside user messages and non-text blocks of
+    /// system messages.
     fn drop_misplaced_blocks(&mut self, item: &mut Item) {
         let Content::Blocks(blocks) = &mut item.content else {
             return;
         };
         let anthropic = self.options.provider == Provider::Anthropic;
         let role = item.role;
-        let mut dropped: Vec<(BlockRef, String)> = Vec::new();
+        let messages = self.messages;
+        let mut dropped: Vec<(usize, String)> = Vec::new();
         blocks.retain(|block| {
-            let BlockRef::Block { block: j, .. } = block.src else {
-                return true;
+            let (message, j) = match block.src {
+                BlockRef::Block { message, block } | BlockRef::TrimmedResult { message, block } => {
+                    (message, block)
+                }
+                BlockRef::TextOf { .. } => return true,
             };
             let why = match block.kind {
                 BlockKind::Text { blank: true } => format!("empty text block at content[{j}]"),
@@ -232,18 +247,25 @@ impl<J: JsonValue> Run<'_, J> {
                         role.name()
                     )
                 }
-                _ => return true,
+                _ => {
+                    // Kept: a tool result loses its blank text parts.
+                    if let BlockRef::TrimmedResult { .. } = block.src {
+                        for k in gather::blank_parts(messages, message, j) {
+                            let why = format!("empty text block at content[{j}].content[{k}]");
+                            dropped.push((message, why));
+                        }
+                    }
+                    return true;
+                }
             };
-            dropped.push((block.src, why));
+            dropped.push((message, why));
             false
         });
         if !dropped.is_empty() {
             item.content_changed = true;
         }
-        for (src, why) in dropped {
-            if let BlockRef::Block { message, .. } = src {
-                self.change(1, Some(message), "drop_block", why);
-            }
+        for (message, why) in dropped {
+            self.change(1, Some(message), "drop_block", why);
         }
         // Before the junk check: the text left is what a second pass judges.
         if anthropic && role == Role::Assistant && self.drop_trailing_thinking(1, blocks) {
@@ -625,7 +647,7 @@ fn result_ids(item: &Item) -> HashSet<IdHash> {
 /// refusal, no tool call.
 pub(crate) fn is_empty(item: &Item) -> bool {
     let substance = match &item.content {
-        Content::Absent => false,
+        Content::Absent | Content::EmptyText => false,
         Content::Text(_) => !item.blank_text,
         Content::Texts(_) => true,
         Content::Blocks(blocks) => blocks.iter().any(|b| {
@@ -703,13 +725,13 @@ fn text_sources(content: Content) -> Vec<usize> {
     match content {
         Content::Text(message) => vec![message],
         Content::Texts(messages) => messages,
-        Content::Absent | Content::Blocks(_) => Vec::new(),
+        Content::Absent | Content::EmptyText | Content::Blocks(_) => Vec::new(),
     }
 }
 
 fn into_blocks(content: Content) -> Vec<Block> {
     match content {
-        Content::Absent => Vec::new(),
+        Content::Absent | Content::EmptyText => Vec::new(),
         Content::Text(message) => vec![Block {
             src: BlockRef::TextOf { message },
             kind: BlockKind::Text { blank: false },
@@ -731,6 +753,7 @@ fn into_blocks(content: Content) -> Vec<Block> {
 pub(crate) fn content_out(content: &Content) -> OutContent {
     match content {
         Content::Absent => OutContent::Null,
+        Content::EmptyText => OutContent::Literal(String::new()),
         Content::Text(message) => OutContent::Texts(vec![*message]),
         Content::Texts(messages) => OutContent::Texts(messages.clone()),
         Content::Blocks(blocks) => OutContent::Blocks(blocks.iter().map(|b| b.src).collect()),

@@ -275,3 +275,95 @@ fn thinking_never_ends_an_assistant_message() {
     // OpenAI has no thinking blocks: they are another format's, left alone.
     assert!(openai().sanitize(&refs[..3]).unwrap().is_unchanged());
 }
+
+/// A tool result's blank text parts go, as the message's own do: the plan
+/// names the result to copy without them (Anthropic), or gives a tool
+/// message left with none the empty string (OpenAI), its call kept.
+#[test]
+fn blank_text_parts_of_tool_results_go() {
+    let text = |t: &'static str| block("text", vec![("text", s(t))]);
+    let result = |id: &'static str, parts: Vec<Json<'static>>| {
+        block(
+            "tool_result",
+            vec![("tool_use_id", s(id)), ("content", blocks(parts))],
+        )
+    };
+    let use_ = |id: &'static str| {
+        block(
+            "tool_use",
+            vec![("id", s(id)), ("name", s("f")), ("input", obj(vec![]))],
+        )
+    };
+    let history = [
+        msg("user", s("go")),
+        msg("assistant", blocks(vec![use_("a"), use_("b")])),
+        msg(
+            "user",
+            blocks(vec![
+                result("a", vec![text("out"), text(" \n")]),
+                result("b", vec![text("fine")]),
+            ]),
+        ),
+    ];
+    let refs: Vec<&Json> = history.iter().collect();
+    let plan = anthropic().sanitize(&refs).unwrap();
+    assert_eq!(
+        plan.messages[..2],
+        [OutMessage::Original(0), OutMessage::Original(1)]
+    );
+    let OutMessage::Built(built) = &plan.messages[2] else {
+        panic!("{:?}", plan.messages[2]);
+    };
+    assert_eq!(
+        built.content,
+        Some(OutContent::Blocks(vec![
+            BlockRef::TrimmedResult {
+                message: 2,
+                block: 0
+            },
+            BlockRef::Block {
+                message: 2,
+                block: 1
+            },
+        ]))
+    );
+    let reasons: Vec<&str> = plan.changes.iter().map(|c| c.reason.as_str()).collect();
+    assert_eq!(reasons, ["empty text block at content[0].content[1]"]);
+
+    let call = obj(vec![
+        ("id", s("c1")),
+        ("type", s("function")),
+        (
+            "function",
+            obj(vec![("name", s("f")), ("arguments", s("{}"))]),
+        ),
+    ]);
+    let history = [
+        msg("user", s("go")),
+        obj(vec![
+            ("role", s("assistant")),
+            ("content", Json::Null),
+            ("tool_calls", blocks(vec![call])),
+        ]),
+        obj(vec![
+            ("role", s("tool")),
+            ("tool_call_id", s("c1")),
+            ("content", blocks(vec![text("\u{3000}")])),
+        ]),
+    ];
+    let refs: Vec<&Json> = history.iter().collect();
+    let plan = openai().sanitize(&refs).unwrap();
+    assert_eq!(
+        plan.messages[2],
+        OutMessage::Built(BuiltMessage {
+            base: Some(2),
+            role: None,
+            content: Some(OutContent::Literal(String::new())),
+            tool_calls: None,
+            tool_call_id: None,
+            remove: vec![],
+        })
+    );
+    let actions: Vec<&str> = plan.changes.iter().map(|c| c.action).collect();
+    assert_eq!(actions, ["drop_block"]);
+}
