@@ -17,6 +17,7 @@ from agent_sessions import generate, turn_in_progress
 from context_core import (
     InvalidInputError,
     MessageLog,
+    NothingToSendError,
     OverBudgetError,
     PriorityAssembly,
     ShapeHistory,
@@ -49,9 +50,15 @@ def same_choice(log: MessageLog, select, budget: int, now: float | None) -> None
     """The log's answer is the decoded view's, or both raise the same error."""
     try:
         expected = from_view(log, lambda view: select(view, budget, now))
-    except OverBudgetError as error:
-        with pytest.raises(OverBudgetError, match=re.escape(str(error))):
+    except (OverBudgetError, NothingToSendError) as error:
+        refused = error
+    else:
+        refused = None
+    if refused is not None:
+        with pytest.raises(type(refused), match=f"^{re.escape(str(refused))}$") as raised:
             select(log, budget, now)
+        if isinstance(refused, NothingToSendError):  # from_view keys it by seq, as a selection
+            assert (raised.value.kept, raised.value.budget) == (refused.kept, refused.budget)
         return
     chosen = select(log, budget, now)
     assert chosen.messages == expected.messages
@@ -843,3 +850,63 @@ def test_a_loop_whose_input_a_summary_covers_is_still_the_turn_in_progress(tmp_p
         assert chosen.breakdown.input > 400
         with pytest.raises(OverBudgetError):
             policy.select(log, 300)  # the loop does not fit: said, not dropped
+
+
+EARLIER = "Summary of the conversation so far:\nEarlier work."
+
+
+def _every_path(provider: str) -> dict:
+    """Each policy from the headers, and those that read the whole view
+    (a summary callable, anchoring, another encoding)."""
+    shape = ShapeHistory(provider=provider)
+    called = ShapeHistory(provider=provider, summary=lambda dropped: "Earlier work.")
+    weighted = WeightedWindow(provider=provider)
+    priority = PriorityAssembly(provider=provider)
+    anchored = PriorityAssembly(provider=provider, anchoring=True)
+    other = PriorityAssembly(provider=provider, tokenizer=Tokenizer("cl100k_base"))
+    return {
+        "shape": lambda source, budget, now: shape.select(source, budget),
+        "shape, a summary callable": lambda source, budget, now: called.select(source, budget),
+        "weighted": lambda source, budget, now: weighted.select(source, budget, now=now),
+        "priority": lambda source, budget, now: priority.select(source, budget),
+        "priority, anchoring": lambda source, budget, now: anchored.select(source, budget),
+        "priority, another encoding": lambda source, budget, now: other.select(source, budget),
+    }
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_log_that_would_send_no_message_is_refused_as_its_view_is(tmp_path, provider):
+    """A log's window is refused as a list's is where it would send no
+    message, naming the seqs it kept; an empty log selects nothing."""
+    with MessageLog.open(tmp_path / "empty", create=True, durability="never") as log:
+        for name, select in _every_path(provider).items():
+            chosen = select(log, 1000, None)
+            assert (chosen.messages, chosen.kept, chosen.dropped) == ([], (), ()), name
+    with MessageLog.open(tmp_path / "reply", create=True, durability="never") as log:
+        log.append({"role": "assistant", "content": "a long answer " * 40})
+        for name, select in _every_path(provider).items():
+            same_choice(log, select, 30, None)
+            if provider == "openai" and name == "shape, a summary callable":
+                # The summary of what was dropped is a system message: sent.
+                assert select(log, 30, None).messages == [{"role": "system", "content": EARLIER}]
+                continue
+            with pytest.raises(NothingToSendError, match="fits in the budget of 30 tokens") as caught:
+                select(log, 30, None)
+            assert (caught.value.kept, caught.value.budget) == ((), 30), name
+    with MessageLog.open(tmp_path / "summarized", create=True, durability="never") as log:
+        log.append({"role": "user", "content": "Refactor the payment module."})
+        log.append({"role": "assistant", "content": "Done: three files changed."})
+        summary = log.add_summary("The payment module was refactored.", covers=(0, 1), level=3)
+        for name, select in _every_path(provider).items():
+            same_choice(log, select, 1000, None)
+            if provider == "openai":  # the summary is a system message: sent
+                assert select(log, 1000, None).kept == (summary,), name
+                continue
+            with pytest.raises(NothingToSendError, match="lifted into the system prompt") as caught:
+                select(log, 1000, None)  # the summary went to system: no message is left
+            assert caught.value.kept == (summary,), name
+        log.append({"role": "user", "content": "Now the refunds."})
+        for name, select in _every_path(provider).items():
+            assert select(log, 1000, None).messages[-1] == {"role": "user", "content": "Now the refunds."}, (
+                name
+            )

@@ -22,8 +22,10 @@ from context_core import (
     InvalidInputError,
     InvalidTypeError,
     MessageLog,
+    NothingToSendError,
     OverBudgetError,
     PriorityAssembly,
+    ShapeHistory,
     Tokenizer,
     WeightedWindow,
     _selection,
@@ -150,13 +152,16 @@ def same(ours, theirs) -> None:
 def both(run_ours, run_reference):
     try:
         ours = run_ours()
-    except OverBudgetError as error:
+    except (OverBudgetError, NothingToSendError) as error:
         raised = error
     else:
         same(ours, run_reference())
         return ours
-    with pytest.raises(OverBudgetError, match=f"^{re.escape(str(raised))}$") as twin:
+    with pytest.raises(type(raised), match=f"^{re.escape(str(raised))}$") as twin:
         run_reference()
+    if isinstance(raised, NothingToSendError):
+        assert (twin.value.kept, twin.value.budget) == (raised.kept, raised.budget)
+        return None
     fields = ("system", "pinned", "turn_in_progress", "priming", "budget")
     assert [getattr(twin.value, f) for f in fields] == [getattr(raised, f) for f in fields]
     return None
@@ -936,3 +941,146 @@ def test_a_negative_tag_weight_decayed_to_nothing_ties_with_zero_as_in_the_refer
         with MessageLog.open(tmp_path / f"log-{budget}", create=True, durability="never") as log:
             log.append_many(messages)
             assert WeightedWindow(**weights).select(log, budget, now=10_000.0).kept == listed.kept
+
+
+# -- a request needs a message ----------------------------------------------------------------
+
+
+def _policies(impl: str, provider: str) -> dict:
+    """One of each policy, the extension's or the twin's."""
+    if impl == "extension":
+        return {
+            "shape": ShapeHistory(provider=provider),
+            "weighted": WeightedWindow(provider=provider),
+            "priority": PriorityAssembly(provider=provider),
+        }
+    return {
+        "shape": reference.ShapeHistory(provider=provider),
+        "weighted": reference.WeightedWindow(provider=provider),
+        "priority": reference.PriorityAssembly(provider=provider),
+    }
+
+
+# (history, providers, budget, the keys kept before sanitize took them out, the error's words)
+NOTHING_TO_SEND = {
+    "a lone system message, lifted": (
+        [{"role": "system", "content": "Be terse."}],
+        ["anthropic"],
+        1000,
+        (0,),
+        "sanitize took out every message the policy kept (system message lifted into the system prompt)",
+    ),
+    "two system messages, lifted": (
+        [{"role": "system", "content": "Be terse."}, {"role": "developer", "content": "Use tabs."}],
+        ["anthropic"],
+        1000,
+        (0, 1),
+        "(system message lifted into the system prompt)",
+    ),
+    "a blank user message": (
+        [{"role": "user", "content": " \n"}],
+        ["openai", "anthropic"],
+        1000,
+        (0,),
+        "(empty message)",
+    ),
+    "an empty assistant message": (
+        [{"role": "assistant", "content": ""}],
+        ["openai", "anthropic"],
+        1000,
+        (0,),
+        "(empty message)",
+    ),
+    "a tool result without its call": (
+        [{"role": "tool", "tool_call_id": "c9", "content": "exit 0"}],
+        ["openai", "anthropic"],
+        1000,
+        (0,),
+        "sanitize took out every message the policy kept (",
+    ),
+    "a reply the budget cannot hold": (
+        [{"role": "assistant", "content": "a long answer " * 40}],
+        ["openai", "anthropic"],
+        30,
+        (),
+        "no message of the history fits in the budget of 30 tokens, and none had to be kept",
+    ),
+}
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+@pytest.mark.parametrize("case", sorted(NOTHING_TO_SEND))
+def test_a_history_that_would_send_no_message_is_refused(impl, case):
+    """Both APIs refuse a request without messages: a history that had
+    messages and would send none is refused, naming why, by every policy."""
+    messages, providers, budget, kept, words = NOTHING_TO_SEND[case]
+    for provider in providers:
+        for name, policy in _policies(impl, provider).items():
+            with pytest.raises(NothingToSendError, match=re.escape(words)) as caught:
+                policy.select(messages, budget)
+            error = caught.value
+            assert isinstance(error, InvalidInputError)
+            assert isinstance(error, ValueError)
+            assert isinstance(error, ContextCoreError)
+            assert str(error).startswith("nothing to send: "), (provider, name)
+            assert (error.kept, error.budget) == (kept, budget), (provider, name)
+
+
+@pytest.mark.parametrize("case", sorted(NOTHING_TO_SEND))
+def test_the_refusal_of_nothing_to_send_agrees_with_the_reference(case):
+    messages, providers, budget, _kept, _words = NOTHING_TO_SEND[case]
+    for provider in providers:
+        theirs = _policies("reference", provider)
+        for name, ours in _policies("extension", provider).items():
+            assert (
+                both(
+                    lambda p=ours: p.select(messages, budget),
+                    lambda p=theirs[name]: p.select(messages, budget),
+                )
+                is None
+            )
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_empty_history_selects_nothing_without_an_error(impl, provider):
+    """Nothing was given, so nothing was dropped: the selection is empty
+    (a caller adds the input; a Session refuses to send it as it is)."""
+    for policy in _policies(impl, provider).values():
+        result = policy.select([], 1000)
+        assert (result.messages, result.system, result.kept, result.dropped) == ([], None, (), ())
+        assert result.breakdown.total == 3
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+def test_what_sanitize_can_make_sendable_is_sent(impl):
+    """A lone reply gets Anthropic's leading user turn; a system message
+    alone is an OpenAI request; a system message with the input is sent
+    beside it: none of these is refused."""
+    reply = [{"role": "assistant", "content": "Hi, how can I help?"}]
+    for provider in ("openai", "anthropic"):
+        for policy in _policies(impl, provider).values():
+            result = policy.select(reply, 1000)
+            assert result.messages[-1] == reply[0]
+            check(result, reply, 1000, provider)
+    system = [{"role": "system", "content": "Be terse."}]
+    for policy in _policies(impl, "openai").values():
+        assert policy.select(system, 1000).messages == system
+    asked = [*system, {"role": "user", "content": "hi"}]
+    for policy in _policies(impl, "anthropic").values():
+        result = policy.select(asked, 1000)
+        assert (result.messages, result.system) == ([asked[1]], "Be terse.")
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+def test_an_input_given_beside_a_system_history_is_sent(impl):
+    """PriorityAssembly's current_input makes a lone system message sendable
+    to Anthropic; its memories alone (lifted into system) do not."""
+    builder = IMPLEMENTATIONS[impl][1](provider="anthropic")
+    system = [{"role": "system", "content": "Be terse."}]
+    result = builder.select(system, 1000, current_input="hi", memories=["the user likes tabs"])
+    assert result.messages == [{"role": "user", "content": "hi"}]
+    assert result.kept == (0, 1)
+    with pytest.raises(NothingToSendError, match="lifted into the system prompt") as caught:
+        builder.select(system, 1000, memories=["the user likes tabs"])
+    assert caught.value.kept == (0,)

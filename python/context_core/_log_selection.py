@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, cast
 from context_core import _selection
 from context_core._core import SEGMENT_PREFIX, SUMMARY_PREFIX, ToolResultCut
 from context_core._selection import Backend, Msg, Selection
-from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError, NothingToSendError
 from context_core.types import Message
 
 if TYPE_CHECKING:
@@ -178,7 +178,11 @@ def keyed(log: MessageLog, nodes: Nodes, selection: Selection, view: View | None
 def from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) -> Selection:
     """A policy's choice over the whole context view, decoded."""
     nodes = log._view()
-    selection = choose(cast("list[Message]", log._render(nodes, strip=False)))
+    try:
+        selection = choose(cast("list[Message]", log._render(nodes, strip=False)))
+    except NothingToSendError as error:
+        error.kept = tuple(nodes[m][0] for m in error.kept)  # keyed by seq, as a selection
+        raise
     return keyed(log, nodes, selection, None)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, Change, ToolResultCut
-from context_core.errors import InvalidInputError, InvalidTypeError
+from context_core.errors import InvalidInputError, InvalidTypeError, NothingToSendError
 
 MEMORY_PREFIX = "Relevant memory: "
 ANCHOR_PREFIX = "Constraints to keep in mind:\n"
@@ -435,13 +435,40 @@ def _count_merged(backend: Backend, message: Mapping[str, Any], parts: list[str]
 
 def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selection:
     """Run a policy at ``budget``; if the laid-out result is over (sanitize
-    inserted a turn, say), run it again with the excess taken off."""
+    inserted a turn, say), run it again with the excess taken off. Every
+    policy's answer, a list's or a log's, comes through here, and is
+    refused where it would send no message (:func:`sendable`)."""
     target = budget
     while True:
         selection, over = run(target)
         if over <= 0:
-            return selection
+            return sendable(selection, budget)
         target -= over
+
+
+def sendable(selection: Selection, budget: int) -> Selection:
+    """``selection``, unless a history that had messages would send none:
+    both APIs refuse a request without messages, and an empty list would
+    hide that the history was dropped (by the budget, or by sanitize). An
+    empty history is answered with an empty selection: nothing was dropped.
+    (Less can only keep less: a run again at a lower target, were it over,
+    could not bring a message back.)"""
+    if selection.messages or not (selection.kept or selection.dropped):
+        return selection
+    if selection.kept:
+        reasons = "; ".join(dict.fromkeys(change.reason for change in selection.changes))
+        error = NothingToSendError(
+            f"nothing to send: sanitize took out every message the policy kept ({reasons});"
+            " both APIs refuse a request without messages (add the user's input)"
+        )
+    else:
+        error = NothingToSendError(
+            f"nothing to send: no message of the history fits in the budget of {budget} tokens,"
+            " and none had to be kept (no system or pinned message, no turn in progress);"
+            " both APIs refuse a request without messages"
+        )
+    error.kept, error.budget = selection.kept, budget
+    raise error
 
 
 def shape_history(

@@ -38,6 +38,7 @@ __all__ = [
     "MemoryPathError",
     "MemoryStorageError",
     "ModelEncodingError",
+    "NothingToSendError",
     "OverBudgetError",
     "PromptCacheWarning",
     "StoreBusyError",
@@ -130,6 +131,24 @@ class OverBudgetError(InvalidInputError):
     pinned: int | None = None
     turn_in_progress: int | None = None
     priming: int | None = None
+    budget: int | None = None
+
+
+class NothingToSendError(InvalidInputError):
+    """A selection policy given messages would send none, and both APIs
+    refuse a request without messages: no message fit in the budget and
+    none had to be kept (no system or pinned message, no turn in
+    progress), or sanitize took out every message the policy kept (for
+    Anthropic, system messages go to ``system``; empty messages and tool
+    results without their calls are dropped). The message says which. An
+    empty history is not refused: its selection is empty.
+
+    ``kept``: the keys (indices, or a log's seqs) of the messages the
+    policy kept before sanitize took them out, ``()`` where the budget
+    held none; ``budget``: the budget, in tokens. ``None`` / ``()`` where
+    an error was made without them."""
+
+    kept: tuple[int, ...] = ()
     budget: int | None = None
 
 

@@ -17,7 +17,8 @@ All work on units (a tool call with all its results is one), never exceed the
 budget by the exact count of what is returned, never drop system or pinned
 messages or the turn in progress (the newest user message and everything
 after it: the tool loop the model is in), and return a history ``sanitize``
-accepts.
+accepts: from a history with messages, never an empty one (both APIs refuse
+it; :class:`~context_core.errors.NothingToSendError` says why instead).
 
 A :class:`~context_core.log.MessageLog` is one more input: every policy
 chooses from its headers and decodes only what it keeps
