@@ -347,8 +347,15 @@ def test_numbers_the_header_cannot_hold_are_refused_by_both_logs(tmp_path, refer
                 assert str(field_error.value).startswith(f"message.{key}: ")
                 assert len(str(keyword_error.value)) < 120
         assert len(log) == 0, "nothing was written by the refused calls"
-        # The keywords override the message's own fields: those are then not read.
-        log.append({**fine, "timestamp": float("inf"), "weight": 10**400}, timestamp=5.0, weight=1.0)
+        # A weight that is not finite is refused as a list's policy refuses it
+        # (selection reads the stored message), even where a keyword overrides it.
+        for weight in (float("nan"), float("-inf"), 10**400):
+            with pytest.raises(InvalidInputError, match="weight: must be a finite number, not "):
+                log.append({**fine, "weight": weight}, weight=1.0)
+        assert len(log) == 0
+        # The keywords override the message's own fields: those are then not
+        # held to the header's range (a time past 1e11, a weight past f32's).
+        log.append({**fine, "timestamp": float("inf"), "weight": 1e300}, timestamp=5.0, weight=1.0)
         assert len(log) == 1
         log.append(fine, weight=3.5, timestamp=5.0)
         log.append(fine)

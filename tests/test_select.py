@@ -839,7 +839,6 @@ def test_an_int_past_a_floats_range_is_refused_as_input(impl):
     [
         {"timestamp": math.inf},
         {"timestamp": math.nan},
-        {"weight": 10**400},
         {"priority": -(10**400)},
         {"priority": math.nan},
     ],
@@ -1084,3 +1083,78 @@ def test_an_input_given_beside_a_system_history_is_sent(impl):
     with pytest.raises(NothingToSendError, match="lifted into the system prompt") as caught:
         builder.select(system, 1000, memories=["the user likes tabs"])
     assert caught.value.kept == (0,)
+
+
+# -- a message's weight ---------------------------------------------------------------------
+
+NOT_FINITE_WEIGHTS = [
+    (math.nan, "NaN"),
+    (np.float64("nan"), "NaN"),
+    (math.inf, "inf"),
+    (-math.inf, "-inf"),
+    (10**400, "inf"),
+    (-(10**400), "-inf"),
+]
+NOT_FINITE_IDS = ["nan", "numpy-nan", "inf", "-inf", "10**400", "-10**400"]
+
+
+def _weighed(weight) -> list[dict]:
+    return [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "second", "weight": weight},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "now?"},
+    ]
+
+
+#: The turn in progress, the reply priming and room for one more of ``_weighed``'s messages.
+ROOM_FOR_ONE = 3 + TOK.count_message(_weighed(1.0)[4]) + max(map(TOK.count_message, _weighed(None)[:4]))
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+@pytest.mark.parametrize(("weight", "shown"), NOT_FINITE_WEIGHTS, ids=NOT_FINITE_IDS)
+def test_a_weight_that_is_not_finite_is_refused_naming_its_message(impl, weight, shown):
+    """As a log's append refuses it: NaN has no place in the window's order,
+    and an infinity is no weight. Every policy reads a message's metadata,
+    so every one refuses it (the builder's ``current_input`` too)."""
+    for policy in _policies(impl, "openai").values():
+        with pytest.raises(InvalidInputError, match=r"^messages\[2\](\.|: )weight: ") as caught:
+            policy.select(_weighed(weight), 1000)
+        assert str(caught.value).endswith(f"weight: must be a finite number, not {shown}")
+        assert isinstance(caught.value, (ValueError, ContextCoreError))
+    builder = IMPLEMENTATIONS[impl][1]()
+    with pytest.raises(InvalidInputError, match=r"^messages\[5\](\.|: )weight: must be a finite number"):
+        builder.select(_weighed(1.0), 1000, current_input={"role": "user", "content": "x", "weight": weight})
+
+
+@pytest.mark.parametrize(("weight", "shown"), NOT_FINITE_WEIGHTS, ids=NOT_FINITE_IDS)
+def test_a_weight_that_is_not_finite_is_refused_as_by_the_reference(weight, shown):
+    ours, theirs = _policies("extension", "anthropic"), _policies("reference", "anthropic")
+    for name in ours:
+        with pytest.raises(InvalidInputError) as extension:
+            ours[name].select(_weighed(weight), 1000)
+        with pytest.raises(InvalidInputError) as twin:
+            theirs[name].select(_weighed(weight), 1000)
+        # The twin names the place as "messages[2]: weight", the extension "messages[2].weight".
+        assert str(twin.value).replace("]: ", "].", 1) == str(extension.value)
+        assert str(extension.value) == f"messages[2].weight: must be a finite number, not {shown}"
+
+
+@pytest.mark.parametrize("impl", sorted(IMPLEMENTATIONS))
+def test_a_finite_weight_however_large_is_weighed(impl):
+    """Finite weights are kept, past f32's range too (a list's are f64; a
+    log, which keeps them in f32, refuses those at append)."""
+    window = IMPLEMENTATIONS[impl][0](max_anchors=0, recent_turns=0)
+    assert window.select(_weighed(1e300), ROOM_FOR_ONE).kept == (2, 4)
+    assert window.select(_weighed(-1e300), ROOM_FOR_ONE).kept == (3, 4)  # the newest of the rest
+
+
+def test_finite_weights_agree_with_the_reference():
+    for weight in (1e300, -1e300, 0.0, -0.0, 5e-324, 3.5):
+        both(
+            lambda w=weight: WeightedWindow(max_anchors=0, recent_turns=0).select(_weighed(w), ROOM_FOR_ONE),
+            lambda w=weight: reference.WeightedWindow(max_anchors=0, recent_turns=0).select(
+                _weighed(w), ROOM_FOR_ONE
+            ),
+        )

@@ -95,6 +95,16 @@ def _number(message: Mapping[str, Any], key: str) -> float | None:
         return math.inf if value > 0 else -math.inf
 
 
+def _finite_weight(weight: float | None) -> float | None:
+    """A message's ``weight``, refused where it is not finite (NaN, an
+    infinity, an int past a float's range), as the extension refuses it
+    (and a log's append, which reads a message here too)."""
+    if weight is not None and not math.isfinite(weight):
+        shown = "NaN" if math.isnan(weight) else str(weight)  # as Rust prints it
+        raise InvalidInputError(f"weight: must be a finite number, not {shown}")
+    return weight
+
+
 class Analysis:
     """A history read for selection (the extension's ``_Analysis``)."""
 
@@ -224,7 +234,7 @@ class Analysis:
             "tags": tags,
             "pinned": bool(pinned),
             "priority": _number(message, "priority") or 0.0,
-            "weight": _number(message, "weight"),
+            "weight": _finite_weight(_number(message, "weight")),
             "timestamp": _number(message, "timestamp"),
             "id": message_id,
             "depends_on": depends_on,

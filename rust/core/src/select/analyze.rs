@@ -624,11 +624,27 @@ fn read_metadata<J: JsonValue>(fields: &Fields<J>) -> Result<Metadata> {
     Ok(Metadata {
         pinned,
         priority: number("priority", fields.priority.as_ref())?.unwrap_or(0.0),
-        weight: number("weight", fields.weight.as_ref())?,
+        weight: finite_weight(number("weight", fields.weight.as_ref())?)?,
         timestamp: number("timestamp", fields.timestamp.as_ref())?,
         id,
         depends_on,
     })
+}
+
+/// A message's `weight`, refused where it is not finite (NaN, an infinity,
+/// an int past a float's range), as the log refuses it: NaN has no place
+/// in the window's order, and an infinite weight is no weight. A log's
+/// append reads the message through here too, so no log takes a message
+/// (even one whose weight a keyword overrides) that a list's policy would
+/// then refuse.
+fn finite_weight(weight: Option<f64>) -> Result<Option<f64>> {
+    match weight {
+        Some(value) if !value.is_finite() => Err(Error::InvalidValue {
+            path: "weight".into(),
+            reason: format!("must be a finite number, not {value}"),
+        }),
+        _ => Ok(weight),
+    }
 }
 
 /// Tags the caller gave (`tags`), as a mask.
@@ -906,5 +922,46 @@ pub fn for_each_unit_from(
             unit.kind = UnitKind::Current;
         }
         emit(unit, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::analyze;
+    use crate::encoding::Encoding;
+    use crate::json::Json;
+    use crate::tokenizer::Tokenizer;
+
+    fn message(weight: &'static str) -> Json<'static> {
+        let text = |s: &'static str| Json::String(Cow::Borrowed(s));
+        Json::Object(vec![
+            (text("role"), text("user")),
+            (text("content"), text("hi")),
+            (text("weight"), Json::Number(Cow::Borrowed(weight))),
+        ])
+    }
+
+    #[test]
+    fn a_weight_that_is_not_finite_is_refused_naming_its_message() {
+        let tokenizer = Tokenizer::new(Encoding::O200kBase);
+        let fine = message("2.5");
+        for (literal, shown) in [
+            ("NaN", "NaN"),
+            ("Infinity", "inf"),
+            ("-Infinity", "-inf"),
+            ("1e400", "inf"),
+        ] {
+            let bad = message(literal);
+            let error = analyze(&[&fine, &bad], &tokenizer, None, None).unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!("messages[1].weight: must be a finite number, not {shown}")
+            );
+        }
+        let read = analyze(&[&fine, &message("-1e300")], &tokenizer, None, None).unwrap();
+        assert_eq!(read.messages[0].weight, Some(2.5));
+        assert_eq!(read.messages[1].weight, Some(-1e300));
     }
 }
