@@ -1071,12 +1071,17 @@ def test_a_search_reads_changes_only_after_a_write(tmp_path, clock, monkeypatch)
 
     synced = []
     sync = NamespaceVectors.sync
-    monkeypatch.setattr(NamespaceVectors, "sync", lambda self, db: (synced.append(1), sync(self, db))[1])
+    monkeypatch.setattr(
+        NamespaceVectors, "sync", lambda self, db: (synced.append(self.namespace), sync(self, db))[1]
+    )
     path = tmp_path / "m.db"
     with (
         MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as reader,
         MemoryStore(path, embedder=HashingEmbedder(64), clock=clock) as writer,
     ):
+        reader.remember("a note of another user", namespace="other")
+        reader.search("note", namespace="other")  # held, and not searched again below
+        reader.flush()
         reader.remember("ticket PAY-77 is about the ledger export")
         reader.search("ledger")
         before = len(synced)
@@ -1089,12 +1094,13 @@ def test_a_search_reads_changes_only_after_a_write(tmp_path, clock, monkeypatch)
         reader.flush()  # a write of its own the index has not seen (the access counts)
         assert reader.search("PAY-77")[0].memory.access_count >= 1
         assert len(synced) == before + 2
-        # Counts its own thread writes, it reads back itself: not the next search.
+        # Counts its own thread writes, it reads back itself (for the
+        # namespace they are of only): not the next search.
         clock.now += ACCESS_FLUSH_SECONDS
         reader.search("PAY-77")
         assert _counts_written(reader)
         with reader._lock:  # the thread's write and read done
             written = len(synced)
-        assert written == before + 3
+        assert synced[before + 2 :] == ["default"]
         reader.search("ledger")
         assert len(synced) == written

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import sqlite3
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -254,9 +255,14 @@ def test_a_store_refuses_another_functions_vectors_of_the_same_width(tmp_path):
     path = tmp_path / "m.db"
     with MemoryStore(path, embedder=CallableEmbedder(_ones)) as s:
         s.remember("a memory")
-    with pytest.raises(InvalidInputError, match=r"by callable:test_memory_store_limits\._ones, not .*_twos"):
+    refused = r"by callable:_ones, not callable:_twos.*name='callable:_ones'"
+    with pytest.raises(InvalidInputError, match=refused):
         MemoryStore(path, embedder=CallableEmbedder(_twos))
     with MemoryStore(path, embedder=CallableEmbedder(_ones)) as s:  # the same function, again
+        assert s.count() == 1
+    moved = types.FunctionType(_ones.__code__, {"np": np}, "_ones")  # imported from elsewhere
+    moved.__module__ = "__main__"
+    with MemoryStore(path, embedder=CallableEmbedder(moved)) as s:
         assert s.count() == 1
     named = tmp_path / "named.db"
     with MemoryStore(named, embedder=CallableEmbedder(_ones, name="team-model-v2")) as s:
@@ -270,6 +276,13 @@ def test_a_store_refuses_another_functions_vectors_of_the_same_width(tmp_path):
         s._db.execute("UPDATE meta SET value = 'CallableEmbedder' WHERE key = 'embedder'")
     with MemoryStore(path, embedder=CallableEmbedder(_twos)) as s:
         assert s.count() == 1
+
+    class Named(CallableEmbedder):  # a subclass that names itself
+        @property
+        def name(self) -> str:
+            return "team-model-v3"
+
+    assert Named(_ones).name == "team-model-v3"
     with pytest.raises(InvalidInputError, match="name must not be blank"):
         CallableEmbedder(_ones, name=" ")
     with pytest.raises(InvalidTypeError, match="name must be a str, not int"):

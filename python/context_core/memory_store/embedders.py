@@ -120,10 +120,12 @@ class CallableEmbedder:
     """Any function ``texts -> vectors`` as an :class:`Embedder`.
 
     ``name``: what a store records as its vectors' maker, and refuses
-    another embedder for; by default the function's module and qualified
-    name, so a store does not mix the vectors of two functions (their
-    cosines mean nothing across two). Name the model behind it where one
-    function may call several."""
+    another embedder for; by default ``callable:`` and the function's
+    qualified name (not its module, so a script's ``__main__.embed`` and
+    a server's ``embmod.embed`` are one function), so a store does not mix
+    the vectors of two functions (their cosines mean nothing across two).
+    Name the model behind it where one function may call several, or the
+    function was renamed, and for lambdas (all named ``<lambda>``)."""
 
     def __init__(self, function: Callable[[list[str]], Any], *, name: str | None = None) -> None:
         if not callable(function):
@@ -133,7 +135,12 @@ class CallableEmbedder:
         if name is not None and not name.strip():
             raise InvalidInputError("name must not be blank")
         self.function = function
-        self.name = name if name is not None else _function_name(function)
+        self._name = name if name is not None else _function_name(function)
+
+    @property
+    def name(self) -> str:
+        """What a store records as this embedder's vectors' maker."""
+        return self._name
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         items = _texts(texts)
@@ -264,12 +271,13 @@ class WordLlamaEmbedder:
 
 
 def _function_name(function: Any) -> str:
-    """``callable:module.qualname`` of ``function`` (of its class, for an
-    object with ``__call__``; of the function a ``functools.partial`` wraps)."""
+    """``callable:`` and the qualified name of ``function`` (of its class,
+    for an object with ``__call__``; of the function a ``functools.partial``
+    wraps)."""
     while isinstance(function, functools.partial):
         function = function.func
     named = function if hasattr(function, "__qualname__") else type(function)
-    return f"callable:{getattr(named, '__module__', None) or '?'}.{named.__qualname__}"
+    return f"callable:{named.__qualname__}"
 
 
 #: What a store recorded for any :class:`CallableEmbedder` before they were named.

@@ -430,7 +430,13 @@ _HELD_FOR_FORK: list[MemoryStore] = []
 
 
 def _before_fork() -> None:
-    for store in list(_FORK_GUARDED):
+    while True:
+        try:  # another thread may make a store meanwhile
+            stores = list(_FORK_GUARDED)
+            break
+        except RuntimeError:
+            continue
+    for store in stores:
         store._lock.acquire()
         _HELD_FOR_FORK.append(store)
 
@@ -565,6 +571,9 @@ class MemoryStore:
         self._writes = 0
         self._accesses: dict[str, tuple[int, float]] = {}  # id -> (searches, the last one's time)
         self._accesses_since = 0.0
+        # The namespaces whose searches made the pending counts: those the
+        # counts' thread reads back after writing them, not every one held.
+        self._counted_in: set[str] = set()
         self._closed = False
         self._pid = os.getpid()  # a forked child's copy writes nothing (its parent does)
         self._closing = False  # close() has asked the counts' thread to end
@@ -629,9 +638,14 @@ class MemoryStore:
             # A store from before callables were named took any of them.
             legacy = recorded == UNNAMED_CALLABLE and isinstance(given, CallableEmbedder)
             if recorded is not None and embedder_name(given) != recorded and not legacy:
+                hint = (
+                    f"; a CallableEmbedder making the same vectors opens it with name={recorded!r}"
+                    if recorded.startswith("callable:")
+                    else ""
+                )
                 raise InvalidInputError(
                     f"{self.path}: its vectors were made by {recorded}, not {embedder_name(given)};"
-                    " open it with that embedder (or copy its memories into a new store)"
+                    f" open it with that embedder (or copy its memories into a new store){hint}"
                 )
             return given
         if recorded is None:
@@ -670,6 +684,8 @@ class MemoryStore:
             for mid in pending:  # written: what came in since stays pending
                 if self._accesses.get(mid) == pending[mid]:
                     del self._accesses[mid]
+            if pending and not self._accesses:
+                self._counted_in.clear()
             return result
 
     def _write_accesses(self, db: sqlite3.Connection) -> dict[str, tuple[int, float]]:
@@ -739,6 +755,7 @@ class MemoryStore:
         with self._lock:
             if self._closed or not self._accesses:
                 return
+            counted = set(self._counted_in)
             try:
                 with self._not_waiting():
                     self.flush()
@@ -747,7 +764,9 @@ class MemoryStore:
             except Exception as error:  # on the store's own thread: nobody to raise it to
                 _log.warning("context_core: writing the memory store's access counts failed: %s", error)
                 return
-            for namespace in list(self._vectors):  # the counts read here, not by the next search
+            # The counts read back here, not by the next search: only the
+            # namespaces they are of (a server may hold thousands).
+            for namespace in counted:
                 self._catch_up(namespace)
 
     @contextlib.contextmanager
@@ -1446,6 +1465,7 @@ class MemoryStore:
             results, ids = found
             if ids:
                 self._count_accesses(ids, now)
+                self._counted_in.update(namespaces)
         return results
 
     def _sync(self, db: sqlite3.Connection, namespace: str) -> NamespaceVectors:
