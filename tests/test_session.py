@@ -3082,3 +3082,30 @@ def test_the_workers_wait_while_a_tool_result_is_appended(tmp_path):
         session.record_tool_result("c1", "port = 8080")
         assert held_during == [True]
         assert not gate._holders  # let go after
+
+
+def test_the_input_given_again_after_a_paused_step_is_a_retry(tmp_path):
+    """A server whose continuation call failed sends the turn's input again:
+    the paused reply is a step of that turn, as a reply that made calls is,
+    so the input is not logged twice and the request goes on from the pause."""
+    paused = {
+        "id": "msg_p",
+        "type": "message",
+        "role": "assistant",
+        "stop_reason": "pause_turn",
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+        ],
+    }
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+        session.prepare("look PAY-77 up")
+        session.record(paused)
+        session.prepare()  # the continuation's call fails
+        logged = len(session.history())
+        again = session.prepare("look PAY-77 up")
+        assert len(session.history()) == logged
+        assert (again.report.turn, again.report.step) == (0, 1)
+        assert again["messages"][-1]["content"] == paused["content"]
+        assert validators.anthropic(again["messages"], again["system"], request=True) == []
+

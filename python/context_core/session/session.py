@@ -361,6 +361,8 @@ class Session:
         # additive where the prompt's parts meet the messages); starting a few
         # under saves a second selection on most first calls of a full window.
         self._render_margin = _FIRST_MARGIN
+        self._last_room: int | None = None  # the room the last window was chosen within
+        self._paused: set[int] = set()  # seqs of the replies this object recorded paused (pause_turn)
         self._cached: int | None = None
         # The API's id of the last reply recorded, and its message as given,
         # until the next request or tool result (a retry records it again).
@@ -628,12 +630,14 @@ class Session:
         passed over unread; a user message of results is read, as it may
         hold more than results (an image, a document) and so be an input.
         Results given as the input and given again are the step they began:
-        the turn's steps before them count too."""
+        the turn's steps before them count too. A reply recorded paused
+        (``pause_turn``) is a step too."""
         steps = 0
         matched = False
         for seq, headers in self._messages_back():
             role, flags = int(headers["role"][seq]), int(headers["flags"][seq])
-            if role == _ROLE_TOOL or (role == _ROLE_ASSISTANT and flags & _FLAG_CALLS):
+            step = role == _ROLE_ASSISTANT and (flags & _FLAG_CALLS or seq in self._paused)
+            if role == _ROLE_TOOL or step:
                 steps += role == _ROLE_ASSISTANT
                 continue
             if role != _ROLE_USER:
@@ -1195,6 +1199,8 @@ class Session:
         # back as it is by the next prepare(), for the model to go on.
         self._renamed, self._replied = {}, True
         self._to_answer = self.provider == "anthropic" and not calls and paused(response)
+        if self._to_answer:
+            self._paused.add(self.last_seq)  # a step of its turn, as a reply that made calls is
         for given, stored in renamed:
             self._renamed.setdefault(given, []).append(stored)
         if usage is not None:
