@@ -581,6 +581,37 @@ def test_schedule_returns_at_once_and_the_turn_goes_on(tmp_path: Path):
     assert log.last_summary_index == 20
 
 
+def test_after_write_runs_on_the_worker_once_a_drain_wrote(tmp_path: Path, caplog):
+    """``after_write`` is called on the worker at the end of a drain that
+    wrote summaries (once, after them all, before its joiners wake), not
+    after one that wrote nothing; what it raises is logged, and the worker
+    goes on."""
+    log = new_log(tmp_path, turns(30))
+    compactor = Compactor(log, Summarizer(CallableLLM(good_reply)))
+    calls: list[tuple[str, int]] = []
+
+    def after() -> None:
+        calls.append((threading.current_thread().name, compactor.status.written[2]))
+        raise RuntimeError("a hook that fails")
+
+    compactor.after_write = after
+    assert compactor.schedule() is True
+    with caplog.at_level("ERROR", logger="context_core.compaction"):
+        assert compactor.join(timeout=10) is True
+    assert calls == [("context_core compaction", 2)]  # after both segments
+    assert "after_write raised" in caplog.text
+    assert compactor.schedule() is False  # nothing due: no drain, no call
+    log.append_many(turns(2, 30))
+    compactor.schedule()
+    assert compactor.join(timeout=10) is True
+    assert len(calls) == 1  # a drain that wrote nothing
+    log.append_many(turns(10, 32))
+    assert compactor.schedule() is True
+    assert compactor.join(timeout=10) is True
+    assert len(calls) == 2
+    compactor.close()
+
+
 def test_join_waits_for_every_due_step_and_times_out_on_one_that_hangs(tmp_path: Path):
     """``join`` returns once the worker has written all that was due (two
     segments here), and says so; past its timeout it returns ``False`` with

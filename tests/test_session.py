@@ -3109,3 +3109,54 @@ def test_the_input_given_again_after_a_paused_step_is_a_retry(tmp_path):
         assert again["messages"][-1]["content"] == paused["content"]
         assert validators.anthropic(again["messages"], again["system"], request=True) == []
 
+
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_a_compaction_warms_the_next_window_without_changing_it(tmp_path, policy):
+    """After a drain that wrote a summary, the compaction worker chooses the
+    next window once (the first choice over a changed view is the slowest
+    of a session), result dropped: the requests are those of a session
+    that does not."""
+    from agent_sessions import generate
+
+    agent = generate(160, "openai", seed=5)
+    budget = Budget(window=12_000, soft_ratio=1.0, system_reserve=800, pinned_reserve=400, input_reserve=400)
+    sent: dict[bool, list[tuple[Any, int]]] = {}
+    warmed: list[str] = []
+    for warm in (True, False):
+        with open_session(
+            tmp_path / str(warm), policy=policy, budget=budget, compact=True, wall=lambda: 1_700_000_000.0
+        ) as session:
+            if warm:
+                select = session._select
+
+                def spied(room: int, select: Any = select) -> Any:
+                    warmed.append(threading.current_thread().name)
+                    return select(room)
+
+                session._select = spied
+            else:
+                session.compactor.after_write = None
+            sent[warm] = []
+            previous = 0
+            for end in agent.calls:
+                said = None
+                for message in agent.messages[previous:end]:
+                    if message["role"] == "tool":
+                        with contextlib.suppress(InvalidInputError):
+                            session.record_tool_result(message["tool_call_id"], message["content"])
+                    elif message["role"] == "user":
+                        said = message["content"]
+                previous = end + 1
+                if said is None and not session.needs_reply:
+                    if end < len(agent.messages):
+                        session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
+                    continue
+                request = session.prepare(said, now="")
+                sent[warm].append((request["messages"], request.report.total))
+                session.join()
+                if end < len(agent.messages):
+                    session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
+            written = session.compactor.status.written
+            assert written[2] + written[3] > 0
+    assert "context_core compaction" in warmed
+    assert sent[True] == sent[False]

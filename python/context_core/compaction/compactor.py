@@ -449,7 +449,13 @@ class Compactor:
     :meth:`compact` runs one step on the calling thread. :meth:`schedule`
     starts it in a worker thread and returns at once; :meth:`aschedule`
     starts it as an asyncio task. :meth:`close` / :meth:`aclose` wait for the
-    job in flight or abandon it (nothing half-written either way)."""
+    job in flight or abandon it (nothing half-written either way).
+
+    ``after_write`` (an attribute, ``None`` by default): called on the
+    worker thread at the end of a drain that wrote a summary, after the
+    turns in progress (a :class:`~context_core.Session` chooses its next
+    window there, so the turn after a compaction does not pay for the
+    changed view); what it raises is logged."""
 
     def __init__(
         self,
@@ -519,6 +525,7 @@ class Compactor:
         self._wait: tuple[int, int | None, Wait] | None = None
         self._task: asyncio.Task[Outcome] | None = None
         self._gate = _TurnGate()
+        self.after_write: Callable[[], object] | None = None
         _COMPACTORS.add(self)
 
     def __repr__(self) -> str:
@@ -949,14 +956,23 @@ class Compactor:
         """Steps until nothing is due or one fails (a failure waits for its backoff)."""
         with self._gate.working():
             self._gate.wait()  # the thread that started this one goes on with its turn first
+            wrote = False
             while True:
                 try:
                     outcome = self.compact()
                 except Exception:  # a bug must not kill the thread silently
                     log.exception("compaction step raised")
-                    return
+                    break
+                wrote = wrote or outcome.status == "written"
                 if outcome.status != "written" or self._closing:
-                    return
+                    break
+            after = self.after_write
+            if wrote and after is not None and not self._closing:
+                self._gate.wait()  # the turns in progress first
+                try:
+                    after()
+                except Exception:
+                    log.exception("compaction's after_write raised")
 
     def aschedule(self) -> asyncio.Task[Outcome] | None:
         """Start the next due steps as a task on the running event loop
