@@ -367,6 +367,30 @@ def test_closing_ends_the_counts_thread(tmp_path, clock):
         assert again.search("PAY-77")[0].memory.access_count == 3  # both, and this one
 
 
+def _forked_while_writing(s: MemoryStore) -> int:
+    """The exit status of a child forked while another thread uses the
+    store's connection under its lock (as its counts' thread, or a
+    session's memory writes, do): 0 if the fork waited for the write."""
+    holding, done = threading.Event(), []
+
+    def writing() -> None:
+        with s._lock:
+            holding.set()
+            s._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            time.sleep(0.2)
+            done.append(True)
+
+    writer = threading.Thread(target=writing)
+    writer.start()
+    holding.wait()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os._exit(0 if done else 1)
+    _, status = os.waitpid(pid, 0)
+    writer.join()
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
 def test_a_fork_waits_for_the_counts_thread_to_leave_sqlite(tmp_path, clock):
     """A child forked while the store's thread writes would inherit
@@ -379,24 +403,7 @@ def test_a_fork_waits_for_the_counts_thread_to_leave_sqlite(tmp_path, clock):
         clock.now += ACCESS_FLUSH_SECONDS
         s.search("PAY-77")
         assert _counts_written(s)  # its thread has started
-        holding, done = threading.Event(), []
-
-        def writing() -> None:  # as the thread does: SQLite under the lock
-            with s._lock:
-                holding.set()
-                s._db.execute("SELECT count(*) FROM memories").fetchone()
-                time.sleep(0.2)
-                done.append(True)
-
-        writer = threading.Thread(target=writing)
-        writer.start()
-        holding.wait()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            os._exit(0 if done else 1)
-        _, status = os.waitpid(pid, 0)
-        writer.join()
-        assert os.waitstatus_to_exitcode(status) == 0  # forked only once the write was done
+        assert _forked_while_writing(s) == 0  # forked only once the write was done
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX only")
@@ -404,24 +411,7 @@ def test_a_fork_waits_for_a_write_to_a_store_never_searched(tmp_path):
     """A session's memory writes run on a thread of their own, into a store
     that may never have searched: a fork waits for that write too."""
     with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as s:
-        holding, done = threading.Event(), []
-
-        def writing() -> None:  # a remember on another thread: SQLite under the lock
-            with s._lock:
-                holding.set()
-                s._db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-                time.sleep(0.2)
-                done.append(True)
-
-        writer = threading.Thread(target=writing)
-        writer.start()
-        holding.wait()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            os._exit(0 if done else 1)
-        _, status = os.waitpid(pid, 0)
-        writer.join()
-        assert os.waitstatus_to_exitcode(status) == 0  # forked only once the write was done
+        assert _forked_while_writing(s) == 0
 
 
 def test_forgetting_counts_accesses_not_yet_written(store, clock):

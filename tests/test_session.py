@@ -101,6 +101,36 @@ def open_session(tmp_path, **options):
     return Session.open(tmp_path / "session", **options)
 
 
+def replay_calls(session: Session, agent: Any, prepare: Any) -> None:
+    """Each model call of a replayed agent session (``agent_sessions``)
+    through ``session``: the results before it recorded (those no call
+    waits on refused, as the transcript's defect), ``prepare(said)`` (the
+    user's text, or ``None`` for the turn's next step), the model's time
+    (the background work joined), then the reply recorded. A call with
+    nothing to answer is not made; its reply is kept."""
+    previous = 0
+    for end in agent.calls:
+        said = None
+        for message in agent.messages[previous:end]:
+            if message["role"] == "tool":
+                with contextlib.suppress(InvalidInputError):
+                    session.record_tool_result(message["tool_call_id"], message["content"])
+            elif message["role"] == "user" and isinstance(message["content"], list):
+                for block in message["content"]:
+                    if block.get("type") == "tool_result":
+                        with contextlib.suppress(InvalidInputError):
+                            session.record_tool_result(block["tool_use_id"], block["content"])
+            elif message["role"] == "user":
+                said = message["content"]
+        previous = end + 1
+        reply = agent.messages[end] if end < len(agent.messages) else None
+        if said is not None or session.needs_reply:
+            prepare(said)
+            session.join()  # the model's time, when compaction runs
+        if reply is not None:
+            session.record({k: v for k, v in reply.items() if k != "timestamp"})
+
+
 def recount(request: dict, tokenizer: Tokenizer | None = None) -> int:
     tokenizer = tokenizer or Tokenizer()
     messages = list(request["messages"])
@@ -2370,35 +2400,17 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
     with open_session(tmp_path, model=model, policy=policy, budget=budget, compact=True) as session:
         session.log.append({"role": "system", "content": "Stored rule: never drop the order_id."})
         calls = summarized = 0
-        previous = 0
-        for end in agent.calls:
-            said = None
-            for message in agent.messages[previous:end]:
-                if message["role"] == "tool":
-                    with contextlib.suppress(InvalidInputError):
-                        session.record_tool_result(message["tool_call_id"], message["content"])
-                elif message["role"] == "user" and isinstance(message["content"], list):
-                    for block in message["content"]:
-                        if block.get("type") == "tool_result":
-                            with contextlib.suppress(InvalidInputError):
-                                session.record_tool_result(block["tool_use_id"], block["content"])
-                elif message["role"] == "user":
-                    said = message["content"]
-            if said is None and not session.needs_reply:  # results no call waited on: no call to make
-                previous = end + 1
-                if end < len(agent.messages):
-                    session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
-                continue
+
+        def checked(said: Any) -> None:
+            nonlocal calls, summarized
             request = session.prepare(said)
             assert request.report.total == recount(request, tokenizer)
             assert request.report.total <= request.report.limit
             calls += 1
             sections = request.report.sections
             summarized += sections["global_summary"] + sections["segments"] > 0
-            session.join()  # the model's time, when compaction runs
-            if end < len(agent.messages):
-                session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
-            previous = end + 1
+
+        replay_calls(session, agent, checked)
     assert calls > 100
     assert sum(lined_up) > len(lined_up) // 2  # the selection's count was used on most calls
     assert summarized > calls // 3  # summaries were in view, counted with the rest
@@ -3137,25 +3149,12 @@ def test_a_compaction_warms_the_next_window_without_changing_it(tmp_path, policy
             else:
                 session.compactor.after_write = None
             sent[warm] = []
-            previous = 0
-            for end in agent.calls:
-                said = None
-                for message in agent.messages[previous:end]:
-                    if message["role"] == "tool":
-                        with contextlib.suppress(InvalidInputError):
-                            session.record_tool_result(message["tool_call_id"], message["content"])
-                    elif message["role"] == "user":
-                        said = message["content"]
-                previous = end + 1
-                if said is None and not session.needs_reply:
-                    if end < len(agent.messages):
-                        session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
-                    continue
+
+            def kept(said: Any, calls: list[tuple[Any, int]] = sent[warm], session: Any = session) -> None:
                 request = session.prepare(said, now="")
-                sent[warm].append((request["messages"], request.report.total))
-                session.join()
-                if end < len(agent.messages):
-                    session.record({k: v for k, v in agent.messages[end].items() if k != "timestamp"})
+                calls.append((request["messages"], request.report.total))
+
+            replay_calls(session, agent, kept)
             written = session.compactor.status.written
             assert written[2] + written[3] > 0
     assert "context_core compaction" in warmed
