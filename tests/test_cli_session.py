@@ -224,6 +224,48 @@ def test_inspect_names_summaries_branches_and_damage(tmp_path):
     assert run(["inspect", str(tmp_path / "nothing")])[0] == 2
 
 
+def test_inspect_prints_the_users_text_as_it_is(tmp_path):
+    """Messages, paths and names hold brackets rich would read as markup:
+    ``[/x]`` raised, and ``x[i]`` lost its ``[i]``."""
+    where = tmp_path / "log [/x]"
+    with MessageLog.open(where, create=True) as log:
+        log.append({"role": "user", "content": "close the tag [/x] please, total += x[i]"})
+        log.append({"role": "assistant", "content": None, "tool_calls": [_call("c1", "read_file")]})
+    code, out = run(["inspect", str(where), "--tail", "2"])
+    assert code == 0
+    assert "close the tag [/x] please, total += x[i]" in " ".join(out.split())
+    assert "(tool calls: read_file)" in out  # not null
+    assert "log [/x]" in out  # the path in the title
+
+
+def test_inspect_reads_one_snapshot_of_a_log_another_writer_grows(tmp_path, monkeypatch):
+    """The path is read before the headers, so a message appended between
+    the two (another process writing) has its header: it used to raise
+    IndexError."""
+    where = tmp_path / "log"
+    writer = MessageLog.open(where, create=True)
+    writer.append_many([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    path = MessageLog.path
+
+    def growing(self):
+        seqs = path(self)
+        writer.append_many([{"role": "user", "content": "more"}, {"role": "assistant", "content": "yes"}])
+        return seqs
+
+    monkeypatch.setattr(MessageLog, "path", growing)
+    code, out = run(["inspect", str(where), "--json", "--tail", "5"])
+    writer.close()
+    assert code == 0
+    facts = json.loads(out)
+    assert facts["nodes"] == 4
+    assert facts["messages"] == 4
+    assert facts["on_active_path"] == 2
+
+
+def _call(call_id: str, name: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
 def test_eval_scores_every_policy_and_budget(tmp_path):
     plot = tmp_path / "retention.png"
     argv = [

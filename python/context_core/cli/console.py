@@ -23,5 +23,7 @@ class _PipeConsole(Console):
 
 def console(file: TextIO, width: int | None) -> Console:
     """A console writing to ``file``, ``width`` columns wide (``None``: the
-    terminal's), no highlighting."""
-    return _PipeConsole(file=file, width=width, highlight=False)
+    terminal's), no highlighting and no markup: what it prints holds the
+    user's own text (messages, paths, model names), where ``[/x]`` is text,
+    not a closing tag (rich raised on it, and ``x[i]`` lost its ``[i]``)."""
+    return _PipeConsole(file=file, width=width, highlight=False, markup=False)

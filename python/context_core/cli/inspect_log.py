@@ -23,9 +23,12 @@ def describe(path: str, tail: int) -> dict[str, Any]:
     log, where = open_log(path)
     with log:
         try:
+            # The path first, then the headers: a log another process writes
+            # only grows, so every seq of the path has its header, and the
+            # headers read are the one snapshot everything below counts.
+            path_seqs = log.path()
             headers = log.headers()
             kinds = headers["kind"]
-            path_seqs = log.path()
         except LogCorruptError as error:  # the index itself: nothing to describe
             raise unreadable(where, error) from None
         try:
@@ -34,16 +37,24 @@ def describe(path: str, tail: int) -> dict[str, Any]:
         except LogCorruptError as error:
             check = f"corrupt: {error}"
         summaries: dict[str, int] = {}
-        for _, payload in readable(log, [int(s) for s in range(len(log)) if kinds[s] == 1]):
+        nodes = len(kinds)
+        for _, payload in readable(log, [int(s) for s in range(nodes) if kinds[s] == 1]):
             level = f"L{payload['level']}"
             summaries[level] = summaries.get(level, 0) + 1
-        messages = [int(s) for s in range(len(log)) if kinds[s] == 0]
+        messages = [int(s) for s in range(nodes) if kinds[s] == 0]
         tail_rows = []
         if tail > 0:
             shown = [seq for seq in path_seqs if kinds[seq] == 0][-tail:]
             for seq, message in readable(log, shown):  # a damaged one is left out (`check` says so)
                 content = message.get("content")
-                text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+                if isinstance(content, str):
+                    text = content
+                elif content is None:  # a reply of tool calls alone: named
+                    calls = message.get("tool_calls") or []
+                    names = [str((c.get("function") or {}).get("name")) for c in calls if isinstance(c, dict)]
+                    text = f"(tool calls: {', '.join(names)})" if names else ""
+                else:
+                    text = json.dumps(content, ensure_ascii=False)
                 tail_rows.append(
                     {
                         "seq": seq,
@@ -55,7 +66,7 @@ def describe(path: str, tail: int) -> dict[str, Any]:
         return {
             "path": str(path),
             "encoding": log.encoding,
-            "nodes": len(log),
+            "nodes": nodes,
             "messages": len(messages),
             "tokens": int(sum(int(headers["tokens"][s]) for s in messages)),
             "on_active_path": len(path_seqs),
@@ -95,7 +106,10 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         ),
         ("branches", str(facts["branches"])),
         ("head", str(facts["head"])),
-        ("summaries cover up to", str(facts["last_summary_index"])),
+        (
+            "summaries cover up to",
+            str(facts["last_summary_index"] if facts["last_summary_index"] is not None else "none"),
+        ),
         ("check", facts["check"]),
     ]:
         table.add_row(what, value)
