@@ -196,6 +196,33 @@ def test_build_prints_the_last_request_ready_to_send(tmp_path):
     assert f"{total:,}" in table
 
 
+def test_build_sends_no_response_fields_of_a_transcripts_replies(tmp_path, capsys):
+    """A stored reply's usage, stop reason and reasoning text are the
+    response's, not the request's: Anthropic refuses them, and the usage was
+    fed to the budget as if the replayed request had made it."""
+    chat = [
+        {"role": "user", "content": "What changed?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Two files."}],
+            "id": "msg_1",
+            "model": "claude-sonnet-4-5",
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 90_000, "output_tokens": 3},
+            "reasoning_content": "I looked.",
+        },
+        {"role": "user", "content": "Fix the build."},
+    ]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(chat))
+    code, out = run(["build", str(path), "--json", "--provider", "anthropic"])
+    assert code == 0
+    request = json.loads(out)
+    assert [sorted(m) for m in request["messages"]] == [["content", "role"]] * 3
+    assert validators.anthropic(request["messages"], request["system"], request=True) == []
+    assert "usage sample" not in capsys.readouterr().err
+
+
 def test_inspect_names_summaries_branches_and_damage(tmp_path):
     where = tmp_path / "log"
     with MessageLog.open(where, create=True) as log:

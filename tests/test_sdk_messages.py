@@ -153,6 +153,33 @@ def test_a_message_dict_is_returned_as_given_and_junk_is_refused():
     assert usage_of({"role": "assistant"}) is None
 
 
+def test_a_reply_dict_loses_the_fields_no_request_carries():
+    """A reply stored as a plain dict (a transcript's, or an SDK's dump of
+    one message) keeps its message and metadata keys, but not what only a
+    response holds: Anthropic refuses each ("Extra inputs are not
+    permitted"), and servers that return ``reasoning_content`` refuse it
+    as input."""
+    reply = {
+        "role": "assistant",
+        "content": "Shipped.",
+        "name": "agent",
+        "timestamp": 5.0,
+        "id": "msg_1",
+        "model": "m",
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "reasoning_content": "I think...",
+        "reasoning": "plan",
+        "reasoning_details": [{"type": "reasoning.text", "text": "plan"}],
+        "annotations": [{"type": "url_citation"}],
+        "logprobs": None,
+    }
+    kept = {"role": "assistant", "content": "Shipped.", "name": "agent", "timestamp": 5.0}
+    assert message_of(reply) == kept
+    assert usage_of(reply) is not None  # still read for the budget
+
+
 def test_the_log_takes_sdk_objects_and_refuses_unknown_roles(tmp_path):
     log = MessageLog.open(tmp_path / "log", create=True)
     log.append({"role": "user", "content": "read a.py"})

@@ -38,6 +38,25 @@ _BLOCK_FIELDS = {
 #: Fields of a chat completion message that describe the response; sent
 #: back empty (as ``model_dump()`` leaves them), some servers refuse them.
 _RESPONSE_ONLY = frozenset({"refusal", "annotations", "audio", "function_call", "reasoning_content"})
+#: Fields of a response (or a transcript's stored reply) that are never a
+#: request message's, whatever they hold: Anthropic refuses each ("Extra
+#: inputs are not permitted"), and a reasoning model's own
+#: ``reasoning_content`` is refused as input by the servers that return it.
+_NEVER_SENT = frozenset(
+    {
+        "id",
+        "model",
+        "usage",
+        "stop_reason",
+        "stop_sequence",
+        "container",
+        "logprobs",
+        "annotations",
+        "reasoning_content",
+        "reasoning",
+        "reasoning_details",
+    }
+)
 
 
 def _plain(obj: Any, what: str) -> Mapping[str, Any]:
@@ -163,7 +182,9 @@ def message_of(response: Any) -> dict[str, Any]:
     if isinstance(response, Mapping) and "role" in response and response.get("type") != "message":
         # Already a message: stored as given, metadata keys too, less the
         # response-only fields an SDK's model_dump() leaves empty.
-        message = {k: v for k, v in response.items() if not (k in _RESPONSE_ONLY and not v)}
+        message = {
+            k: v for k, v in response.items() if k not in _NEVER_SENT and not (k in _RESPONSE_ONLY and not v)
+        }
         if not message.get("content") and not message.get("tool_calls") and _refusal(message):
             message["content"] = message.pop("refusal")
         return message

@@ -360,13 +360,15 @@ def _text_block(block: Any) -> bool:
 
 
 def _reply(message: dict[str, Any]) -> dict[str, Any]:
-    """A transcript's reply as the API gave it: no timestamp, and no thinking
+    """A transcript's reply as the API gave it: no timestamp or usage, no thinking
     block that lost its signature in an export (the API refuses one sent
     back, so a session refuses to record it; the model's text and calls
     are what the replay is about)."""
     from context_core.session.tool_calls import unsigned_thinking
 
-    reply = {k: v for k, v in message.items() if k != "timestamp"}
+    # Its usage was another request's: fed to the budget, it would be
+    # taken for the replayed request's (a sample the budget refuses).
+    reply = {k: v for k, v in message.items() if k not in ("timestamp", "usage")}
     content = reply.get("content")
     if isinstance(content, list):
         reply["content"] = [block for block in content if not unsigned_thinking(block)]
