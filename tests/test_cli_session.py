@@ -835,12 +835,18 @@ def test_a_plot_matplotlib_cannot_write_is_refused_before_the_evaluation(tmp_pat
         raise AssertionError("the evaluation ran")
 
     monkeypatch.setattr(evaluate, "score", never)
+    (tmp_path / "adir.png").mkdir()
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no LaTeX program for pgf
     for plot, said in (
         ("out.txt", "matplotlib cannot write .txt files"),
+        ("out.pgf", "matplotlib cannot write .pgf files here"),
         (str(tmp_path / "no" / "x.png"), "is not a directory"),
+        (str(tmp_path / "adir.png"), "is a directory"),
+        ("/proc/self/x.png", "cannot write /proc/self/x.png"),  # a directory no one writes in
     ):
         assert run(["eval", "--plot", plot])[0] == 2
         assert said in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
     monkeypatch.setattr(evaluate, "score", real)
     named = tmp_path / "retention"
     assert run(["eval", "--sessions", "1", "--turns", "3", "--budgets", "2000", "--plot", str(named)])[0] == 0

@@ -10,6 +10,7 @@ word for word, at the last call (and the lowest share on any call).
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -97,12 +98,26 @@ def _plot_path(path: str) -> str:
     where = Path(path)
     if not where.suffix:
         where = where.with_name(where.name + ".png")
-    formats = FigureCanvasBase.get_supported_filetypes()
+    formats = dict(FigureCanvasBase.get_supported_filetypes())
+    if not any(shutil.which(tex) for tex in ("xelatex", "lualatex", "pdflatex")):
+        formats.pop("pgf", None)  # written through a LaTeX program, which this machine lacks
     if where.suffix[1:].lower() not in formats:
         known = ", ".join(sorted(formats))
-        raise InputError(f"--plot {path}: matplotlib cannot write {where.suffix} files (it writes {known})")
+        raise InputError(
+            f"--plot {path}: matplotlib cannot write {where.suffix} files here (it writes {known})"
+        )
     if not where.parent.is_dir():
         raise InputError(f"--plot {path}: {where.parent} is not a directory")
+    if where.is_dir():
+        raise InputError(f"--plot {path}: {where} is a directory")
+    existed = where.exists()
+    try:  # opened for writing now, as the plot will be: refused here, not after the run
+        with open(where, "ab"):
+            pass
+    except OSError as error:
+        raise InputError(f"--plot {path}: cannot write {where}: {error.strerror or error}") from None
+    if not existed:
+        where.unlink(missing_ok=True)
     return str(where)
 
 
