@@ -223,6 +223,25 @@ def test_build_sends_no_response_fields_of_a_transcripts_replies(tmp_path, capsy
     assert "usage sample" not in capsys.readouterr().err
 
 
+def test_build_says_what_leaves_the_last_input_no_room(tmp_path, capsys):
+    """A budget the prompt fills was blamed on the input ("the last turn's
+    input alone is over the budget"): the session's own reason is given."""
+    path = tmp_path / "chat.json"
+    path.write_text(
+        json.dumps(
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "yo"},
+                {"role": "user", "content": "go on"},
+            ]
+        )
+    )
+    assert run(["build", str(path), "--budget", "150"])[0] == 2
+    said = capsys.readouterr().err
+    assert "no request can be built for the last turn" in said
+    assert "beside the prompt" in said
+
+
 def test_inspect_names_summaries_branches_and_damage(tmp_path):
     where = tmp_path / "log"
     with MessageLog.open(where, create=True) as log:
@@ -402,7 +421,7 @@ def test_build_says_when_the_last_turn_cannot_fit(tmp_path, capsys):
     assert run(["build", str(big), "--budget", "4000"])[0] == 2
     assert run(["build", str(big), "--budget", "4000", "--json"])[0] == 2
     err = capsys.readouterr().err
-    assert "over the budget" in err
+    assert "no request can be built for the last turn: the input counts 6008 tokens" in err
     assert "Traceback" not in err
 
 

@@ -56,8 +56,9 @@ class Replay:
     last_request: dict[str, Any] = field(default_factory=dict)
     last_report: Any = None
     over_budget: int = 0
-    last_over_budget: bool = False
     """Calls whose turn in progress alone was over the budget (no request)."""
+    last_over_budget: str = ""
+    """Why the last call had no request, as the session said ("" if it had one)."""
     model: str = ""
     provider: str = ""
     policy: str = ""
@@ -256,14 +257,14 @@ def replay(
                 blamed = at if said is None else said_at  # an input is checked when it is sent
                 try:
                     request = session.prepare(said)
-                except OverBudgetError:
+                except OverBudgetError as error:
                     # The turn in progress alone is over the budget: a server's
                     # call would fail here. Counted, and the replay goes on.
                     if said is not None:
                         turn += 1
                     said, blamed = None, at
                     result.over_budget += 1
-                    result.last_over_budget = True
+                    result.last_over_budget = str(error)
                     session.record(_reply(message))
                     history.append(message)
                     running += tok.count_message(message)
@@ -304,7 +305,7 @@ def replay(
                     )
                 )
                 result.last_request, result.last_report = dict(request), report
-                result.last_over_budget = False
+                result.last_over_budget = ""
                 replied()
             elif role == "tool":
                 _result(session, message.get("tool_call_id"), message.get("content"), False)
@@ -630,9 +631,8 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if report is None and not result.last_over_budget:
         raise InputError(f"{args.file}: no user input, so no request to build")
     if report is None or result.last_over_budget:
-        raise InputError(
-            f"{args.file}: the last turn's input alone is over the budget; no request can be built"
-        )
+        # The session's own words: the prompt may be what leaves the input no room.
+        raise InputError(f"{args.file}: no request can be built for the last turn: {result.last_over_budget}")
     if args.json:
         write_json(request, stdout)
         return 0
