@@ -64,6 +64,23 @@ def test_counts_a_chat_per_message(document):
     assert chat["tokens"] == report["total"] == tok.count_messages(CHAT)
 
 
+def test_a_one_line_jsonl_file_is_a_chat_of_one_message(tmp_path):
+    """One line of JSONL parses whole as its object: it was counted as text
+    (and refused by ``build`` as no transcript)."""
+    message = {"role": "user", "content": "hello there"}
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps(message) + "\n")
+    for argv in (["count", "--json", str(path)], ["count", "--json"]):
+        code, out = run(argv, json.dumps(message))
+        assert code == 0
+        (chat,) = json.loads(out)["inputs"]
+        assert chat["kind"] == "chat"
+        assert chat["tokens"] == Tokenizer().count_messages([message])
+    code, out = run(["build", "--json", str(path)])
+    assert code == 0
+    assert json.loads(out)["messages"][-1] == message
+
+
 def test_chat_with_tools_and_anthropic_system():
     body = {
         "system": "Be brief.",

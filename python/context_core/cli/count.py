@@ -116,6 +116,8 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
             messages.insert(0, {"role": "system", "content": document["system"]})
             anthropic = True
         document = messages
+    if isinstance(document, dict) and "role" in document:
+        document = [document]  # one message: a JSONL file of one line reads whole as its object
     if isinstance(document, list) and document and all(isinstance(m, dict) and "role" in m for m in document):
         return Chat(document, tools, model, anthropic)
     return None
