@@ -3,6 +3,7 @@ limit, truncation, decoding, construction, errors."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from context_core import (
     UnknownModelError,
     reference,
 )
+from context_core.tokens import TOKENS_PER_TOOL_CALL
 from strategies import ENCODINGS, texts
 
 O200K = Tokenizer("o200k_base")
@@ -336,3 +338,27 @@ def test_threads_share_a_tokenizer_safely():
     for thread in threads:
         thread.join()
     assert results == expected
+
+
+def test_a_server_tool_result_holding_one_object_is_counted_as_its_json():
+    """A web search's error and a code run's output are one object, not a
+    list of blocks: counted as its JSON text (it raised), by both; a client
+    tool's tool_result holding an object is still refused."""
+    error = {"type": "web_search_tool_result_error", "error_code": "max_uses_exceeded"}
+    reply = {
+        "role": "assistant",
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": error},
+        ],
+    }
+    ours, theirs = O200K.count_messages([reply]), REF_O200K.count_messages([reply])
+    assert ours == theirs
+    plain = {**reply, "content": reply["content"][:1]}
+    assert ours - O200K.count_messages([plain]) == TOKENS_PER_TOOL_CALL + O200K.count(
+        json.dumps(error, separators=(",", ":"), ensure_ascii=False)
+    )
+    client = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": error}]}
+    for tok in (O200K, REF_O200K):
+        with pytest.raises(InvalidTypeError, match="content"):
+            tok.count_messages([client])

@@ -224,6 +224,9 @@ class Tokenizer:
             if depth >= MAX_DEPTH:
                 raise InvalidInputError("tool results nested too deep")
             content = block.get("content")
+            if kind != "tool_result" and isinstance(content, dict):
+                # A server tool's result may hold one object (an error, a code run's output).
+                return TOKENS_PER_TOOL_CALL + self.count(_json_text(content))
             return TOKENS_PER_TOOL_CALL + (0 if content is None else self._content(content, depth + 1))
         if kind == "document":
             found = self._document(block, depth)

@@ -255,6 +255,11 @@ impl Tokenizer {
                     return Err(too_deep());
                 }
                 let content = match present(block.get("content")) {
+                    // A server tool's result may hold one object (an error,
+                    // a code run's output): counted as its JSON text.
+                    Some(content) if kind != "tool_result" && content.kind() == Kind::Object => {
+                        self.count_cached(&content.to_compact().map_err(|e| e.within("content"))?)
+                    }
                     Some(content) => self
                         .content_tokens(&content, depth + 1)
                         .map_err(|e| e.within("content"))?,
