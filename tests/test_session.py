@@ -3159,3 +3159,56 @@ def test_a_compaction_warms_the_next_window_without_changing_it(tmp_path, policy
             assert written[2] + written[3] > 0
     assert "context_core compaction" in warmed
     assert sent[True] == sent[False]
+
+
+def _anthropic_call(session: Session, call_id: str = "toolu_1") -> None:
+    session.prepare("run the tool")
+    session.record(
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": call_id, "name": "read_file", "input": {}}],
+        }
+    )
+
+
+def test_an_mcp_tools_output_is_sent_as_the_api_takes_it(tmp_path):
+    """``[c.model_dump() for c in result.content]`` of an MCP tool: text
+    blocks with ``annotations`` and ``_meta`` set to None (fields the API
+    does not know) were sent as they were and not joined, so the cap
+    applied to each part; its image (``data``, ``mimeType``) is Anthropic's
+    image block."""
+    parts = [{"type": "text", "text": f"line {i}", "annotations": None, "_meta": None} for i in range(3)]
+    image = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png", "annotations": None}
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+        _anthropic_call(session)
+        session.record_tool_result("toolu_1", [*parts, image])
+        request = session.prepare()
+        (result,) = request["messages"][-1]["content"]
+        assert result["content"] == [
+            {"type": "text", "text": "line 0\nline 1\nline 2"},
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+            },
+        ]
+        assert validators.anthropic(request["messages"], request["system"], request=True) == []
+        assert request.report.total == recount(request)
+
+
+@pytest.mark.parametrize(
+    ("block", "said"),
+    [
+        ({"type": "image", "source": {"type": "base64", "media_type": "image/png"}}, "no data"),
+        ({"type": "document", "title": "spec"}, "has no source"),
+        ({"type": "image_url", "image_url": {"url": "https://a.example/x.png"}}, "openai's shape"),
+        ({"type": "tool_result", "tool_use_id": "toolu_0", "content": "x"}, "inside a tool result"),
+    ],
+)
+def test_a_tool_output_block_the_api_refuses_is_refused_before_the_log(tmp_path, block, said):
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+        _anthropic_call(session)
+        logged = len(session.history())
+        with pytest.raises(InvalidInputError, match=rf"result\.content\[1\]: .*{said}"):
+            session.record_tool_result("toolu_1", [{"type": "text", "text": "output"}, block])
+        assert len(session.history()) == logged
+        assert [call.id for call in session.pending] == ["toolu_1"]  # still waits for its result

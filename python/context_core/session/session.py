@@ -1251,6 +1251,7 @@ class Session:
             waiting = ", ".join(self._pending) or "none"
             raise InvalidInputError(f"no tool call {call_id!r} is waiting for a result (waiting: {waiting})")
         result = result_message(self.provider, call_id, content, is_error)
+        _check_result_blocks(result)
         check_sendable(result, self.provider, "result")
         try:
             with self._quiet():  # the workers wait, as for a reply: the append lets go of the interpreter
@@ -1523,6 +1524,29 @@ def _check_input_shape(message: Mapping[str, Any], provider: Provider) -> None:
             raise InvalidInputError(
                 f"user_input content[{i}]: a {kind!r} block {lacking}, which the API refuses"
             )
+
+
+def _check_result_blocks(result: Mapping[str, Any]) -> None:
+    """A tool output's blocks the API would refuse in the result (as it
+    would in an input: an image with no data, a document with no source,
+    the other provider's shape, a result or call inside it): refused here,
+    or logged they would be refused in every request while the turn is in
+    the window."""
+    blocks = result["content"][0]["content"] if result.get("role") == "user" else None
+    if not isinstance(blocks, list):
+        return
+    for i, block in enumerate(blocks):
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind in ("tool_result", "tool_use", "server_tool_use"):
+            raise InvalidInputError(f"result.content[{i}]: a {kind!r} block inside a tool result")
+        if isinstance(kind, str) and _INPUT_BLOCKS.get(kind) == "openai":
+            raise InvalidInputError(
+                f"result.content[{i}]: a {kind!r} block is openai's shape; the session sends to"
+                " anthropic, which refuses it"
+            )
+        lacking = _lacking(block) if isinstance(block, Mapping) else None
+        if lacking is not None:
+            raise InvalidInputError(f"result.content[{i}]: a {kind!r} block {lacking}, which the API refuses")
 
 
 def _lacking(block: Mapping[str, Any]) -> str | None:

@@ -348,6 +348,19 @@ def _text(content: Any) -> str | list[Any]:
 _PLAIN = frozenset({"type", "text"})
 
 
+def _as_sent(block: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool output's block as a request carries it. An MCP tool's blocks
+    come with keys set to ``None`` (``annotations``, ``_meta``), which the
+    APIs refuse as fields they do not know: left out. An MCP image
+    (``data`` and ``mimeType``, no ``source``) becomes Anthropic's."""
+    if any(value is None for value in block.values()):
+        block = {key: value for key, value in block.items() if value is not None}
+    if block.get("type") == "image" and "source" not in block and "data" in block and "mimeType" in block:
+        source = {"type": "base64", "media_type": block["mimeType"], "data": block["data"]}
+        block = {"type": "image", "source": source}
+    return block
+
+
 def _joined(blocks: list[Any]) -> str | list[Any]:
     """Content blocks with each run of plain text blocks (only ``type`` and
     ``text``) joined into one, and blank ones left out; the text alone
@@ -364,7 +377,7 @@ def _joined(blocks: list[Any]) -> str | list[Any]:
             out.append({"type": "text", "text": text})
         run.clear()
 
-    for block in blocks:
+    for block in map(_as_sent, blocks):
         if block.get("type") == "text" and isinstance(block.get("text"), str) and block.keys() <= _PLAIN:
             run.append(block["text"])
         else:
