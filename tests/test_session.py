@@ -3212,3 +3212,39 @@ def test_a_tool_output_block_the_api_refuses_is_refused_before_the_log(tmp_path,
             session.record_tool_result("toolu_1", [{"type": "text", "text": "output"}, block])
         assert len(session.history()) == logged
         assert [call.id for call in session.pending] == ["toolu_1"]  # still waits for its result
+
+
+def test_the_callers_cache_marks_piling_up_in_the_log_keep_the_newest(tmp_path):
+    """Marking each new input with cache_control (a common way to cache a
+    growing history) logged every mark; the fifth raised for good, as the
+    old marks never left the window. The newest are sent, as many as the
+    API takes beside the tools' and system's; the log keeps them all."""
+    from context_core.prompt.render_anthropic import MAX_BREAKPOINTS, count_breakpoints
+
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+        for turn in range(8):
+            said = {
+                "role": "user",
+                "content": [{"type": "text", "text": f"step {turn}", "cache_control": {"type": "ephemeral"}}],
+            }
+            request = session.prepare(said)
+            marks = count_breakpoints(request["messages"])
+            marks += sum("cache_control" in block for block in request["system"])
+            assert marks <= MAX_BREAKPOINTS
+            assert "cache_control" in request["messages"][-1]["content"][-1]  # the newest kept
+            assert request.report.total == recount(request)
+            session.record({"role": "assistant", "content": f"done {turn}"})
+        assert count_breakpoints(session.history()) == 8  # as logged
+
+
+def test_too_many_cache_marks_given_to_the_renderer_say_how_many():
+    from context_core.errors import CacheBreakpointsError
+    from context_core.prompt import PromptBuilder
+
+    marked = [
+        {"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]}
+    ]
+    with pytest.raises(CacheBreakpointsError, match="already carry 5") as raised:
+        PromptBuilder(identity="You help.").build(now="").to_anthropic(marked * 5, model="claude-sonnet-4-5")
+    assert (raised.value.breakpoints, raised.value.limit) == (5, 4)
+    assert isinstance(raised.value, InvalidInputError)

@@ -17,6 +17,7 @@ from context_core.budget import Budget
 from context_core.errors import (
     BudgetTooSmallError,
     BudgetWarning,
+    CacheBreakpointsError,
     ContextCoreError,
     EmbeddingError,
     InvalidInputError,
@@ -138,6 +139,7 @@ __all__ = [
     "Budget",
     "BudgetTooSmallError",
     "BudgetWarning",
+    "CacheBreakpointsError",
     "CallableLLM",
     "Compactor",
     "ContextCoreError",

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 __all__ = [
     "BudgetTooSmallError",
     "BudgetWarning",
+    "CacheBreakpointsError",
     "ContextCoreError",
     "EmbeddingError",
     "InvalidInputError",
@@ -132,6 +133,17 @@ class OverBudgetError(InvalidInputError):
     turn_in_progress: int | None = None
     priming: int | None = None
     budget: int | None = None
+
+
+class CacheBreakpointsError(InvalidInputError):
+    """The messages and tools given to the Anthropic renderer already carry
+    more ``cache_control`` breakpoints than the API accepts. Fields:
+    ``breakpoints`` (how many they carry), ``limit`` (how many may be).
+    A :class:`~context_core.Session` meets it by keeping the newest marks
+    of its history only."""
+
+    breakpoints: int | None = None
+    limit: int | None = None
 
 
 class NothingToSendError(InvalidInputError):

@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
-from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
+from context_core.errors import CacheBreakpointsError, InvalidInputError, InvalidTypeError, PromptCacheWarning
 from context_core.prompt.context_part import context_blocks, lift_system
 from context_core.prompt.prefix import Prefix
 from context_core.types import AnthropicMessage, MessageLike
@@ -263,10 +263,12 @@ def anthropic_request(
     theirs = count_breakpoints(conversation) + _count_blocks(context)
     theirs += prefix.system.tool_breakpoints() if prefix.system.tools else 0
     if theirs > max_breakpoints:
-        raise InvalidInputError(
+        error = CacheBreakpointsError(
             f"the messages and tools already carry {theirs} cache_control breakpoints;"
             f" the API accepts at most {max_breakpoints}"
         )
+        error.breakpoints, error.limit = theirs, max_breakpoints
+        raise error
     room = max_breakpoints - theirs
     if len(plan) > room:
         dropped = plan[: len(plan) - room]  # the tools or system breakpoint goes first

@@ -43,6 +43,7 @@ import numpy as np
 from context_core._core import Tokenizer
 from context_core.budget import Budget
 from context_core.errors import (
+    CacheBreakpointsError,
     ContextCoreError,
     InvalidInputError,
     InvalidTypeError,
@@ -60,6 +61,7 @@ from context_core.memory.extract import extract_facts, in_batches, in_runs
 from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
+from context_core.prompt.render_anthropic import count_breakpoints
 from context_core.prompt.sections import check_text
 from context_core.sdk_messages import message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
@@ -1149,9 +1151,16 @@ class Session:
                     system = [*system, {"type": "text", "text": extra}]
                 else:
                     system = SEPARATOR.join(text for text in (system, extra) if text)
-            request: dict[str, Any] = dict(
-                parts.to_anthropic(selection.messages, model=self.model, system=system)
-            )
+            try:
+                request: dict[str, Any] = dict(
+                    parts.to_anthropic(selection.messages, model=self.model, system=system)
+                )
+            except CacheBreakpointsError as error:
+                # The caller's marks, logged with its inputs and results,
+                # pile up turn after turn: the newest are kept, as many as
+                # the API takes beside the tools' own.
+                messages = _newest_marks(selection.messages, error)
+                request = dict(parts.to_anthropic(messages, model=self.model, system=system))
             request["messages"] = _continued(request["messages"])
             request["max_tokens"] = self._reply_cap()
             return request
@@ -1438,6 +1447,37 @@ _COMPLETION_CAP_MODELS = ("o1", "o3", "o4", "gpt-5")
 
 def _reply_cap_field(model: str) -> str:
     return "max_completion_tokens" if model.startswith(_COMPLETION_CAP_MODELS) else "max_tokens"
+
+
+def _newest_marks(messages: list[Any], error: CacheBreakpointsError) -> list[Any]:
+    """``messages`` with the ``cache_control`` marks of the oldest taken off
+    (copies: the log's own stay as logged) until those left and the rest of
+    the request's (``error``: its count and the API's limit) fit."""
+    marked = count_breakpoints(messages)
+    room = (error.limit or 0) - ((error.breakpoints or 0) - marked)
+    if room < 0:
+        raise error  # the tools and system alone carry too many
+    out = list(messages)
+    for at, message in enumerate(out):
+        if marked <= room:
+            break
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list) and (here := count_breakpoints([message])):
+            out[at] = {**message, "content": _unmarked(content)}
+            marked -= here
+    return out
+
+
+def _unmarked(blocks: list[Any]) -> list[Any]:
+    """``blocks`` without ``cache_control`` (a tool result's own blocks too)."""
+    out = []
+    for block in blocks:
+        if isinstance(block, Mapping):
+            block = {k: v for k, v in block.items() if k != "cache_control"}
+            if isinstance(block.get("content"), list):
+                block["content"] = _unmarked(block["content"])
+        out.append(block)
+    return out
 
 
 def _continued(messages: list[Any]) -> list[Any]:
