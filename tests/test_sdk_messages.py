@@ -249,3 +249,36 @@ def test_a_refusal_is_kept_as_the_replys_text():
         assert message_of(response) == {"role": "assistant", "content": refused}
     answered = {"role": "assistant", "content": "Here it is.", "refusal": ""}
     assert message_of(answered) == {"role": "assistant", "content": "Here it is."}
+
+
+def test_a_responses_custom_tool_call_is_kept_as_a_chat_custom_call(tmp_path):
+    """A custom tool's call in a Responses output (free-text input) was
+    dropped: the reply was logged empty and the call lost."""
+    from context_core import Session
+
+    response = Response.model_validate(
+        {
+            "id": "resp_2",
+            "object": "response",
+            "created_at": 1,
+            "model": "gpt-5",
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": [
+                {
+                    "type": "custom_tool_call",
+                    "id": "ctc_1",
+                    "call_id": "call_7",
+                    "name": "apply_patch",
+                    "input": "*** Begin",
+                }
+            ],
+        }
+    )
+    call = {"id": "call_7", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}
+    assert message_of(response) == {"role": "assistant", "content": "", "tool_calls": [call]}
+    with Session.open(tmp_path / "s", model="gpt-4o", store=False) as session:
+        session.prepare("patch it")
+        (made,) = session.record(response)
+        assert (made.id, made.name) == ("call_7", "apply_patch")

@@ -3248,3 +3248,23 @@ def test_too_many_cache_marks_given_to_the_renderer_say_how_many():
         PromptBuilder(identity="You help.").build(now="").to_anthropic(marked * 5, model="claude-sonnet-4-5")
     assert (raised.value.breakpoints, raised.value.limit) == (5, 4)
     assert isinstance(raised.value, InvalidInputError)
+
+
+def test_an_openai_custom_tool_is_offered_and_counted(tmp_path):
+    """An OpenAI custom tool (``{"type": "custom", "custom": {...}}``,
+    free-text input) was refused at open as a tool with no name; Anthropic
+    has no such tool, and refuses it at open, not at the first turn."""
+    from context_core import reference
+
+    custom = {
+        "type": "custom",
+        "custom": {"name": "apply_patch", "description": "Apply a patch.", "format": {"type": "text"}},
+    }
+    assert Tokenizer().count_tools([custom]) == reference.Tokenizer("o200k_base").count_tools([custom])
+    with open_session(tmp_path / "openai", tools=[*TOOLS, custom]) as session:
+        request = session.prepare("patch it")
+        assert request["tools"][-1] == custom
+        assert request.report.total == recount(request)
+    with pytest.raises(InvalidInputError, match=r"custom tool \(free-text input\) has no Anthropic form"):
+        open_session(tmp_path / "anthropic", model="claude-sonnet-4-5", tools=[custom])
+    assert not (tmp_path / "anthropic" / "session").exists()

@@ -118,7 +118,8 @@ def _block(block: Any) -> Any:
 
 def _responses_message(output: list[Any]) -> dict[str, Any]:
     """One chat message from a Responses API ``output``: its text and its
-    function calls (reasoning items are not sent back in chat form)."""
+    function and custom tool calls (reasoning items are not sent back in
+    chat form)."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     for item in output:
@@ -146,6 +147,14 @@ def _responses_message(output: list[Any]) -> dict[str, Any]:
                     "id": item.get("call_id") or item.get("id"),
                     "type": "function",
                     "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+                }
+            )
+        elif item.get("type") == "custom_tool_call":  # a custom tool's call: its input is free text
+            calls.append(
+                {
+                    "id": item.get("call_id") or item.get("id"),
+                    "type": "custom",
+                    "custom": {"name": item.get("name"), "input": item.get("input", "")},
                 }
             )
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}

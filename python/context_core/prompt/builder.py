@@ -573,8 +573,10 @@ class PromptBuilder:
 
 
 def _tool_name(tool: Mapping[str, Any]) -> str | None:
-    """A tool schema's name: Chat Completions' ``function.name``, else
-    Anthropic's (and the Responses API's) ``name``."""
+    """A tool schema's name: Chat Completions' ``function.name`` (a custom
+    tool's ``custom.name``), else Anthropic's (and the Responses API's) ``name``."""
     function = tool.get("function")
+    if not isinstance(function, Mapping) and tool.get("type") == "custom":
+        function = tool.get("custom")  # an OpenAI custom tool
     name = function.get("name") if isinstance(function, Mapping) else tool.get("name")
     return name if isinstance(name, str) else None

@@ -112,6 +112,17 @@ def _function_of(tool: Mapping[str, Any], where: str) -> Mapping[str, Any] | Non
     return function
 
 
+def _custom_of(tool: Mapping[str, Any], where: str) -> Mapping[str, Any] | None:
+    """The ``custom`` entry of an OpenAI custom tool (``{"type": "custom",
+    "custom": {"name": ...}}``: free-text input); ``None`` for the other forms."""
+    if tool.get("type") != "custom" or "custom" not in tool:
+        return None
+    custom = tool["custom"]
+    if not isinstance(custom, Mapping):
+        raise InvalidTypeError(f"{where}.custom: expected a dict, got {type(custom).__name__}")
+    return custom
+
+
 def _check(tool: Any, index: int) -> Mapping[str, Any]:
     if not isinstance(tool, Mapping):
         raise InvalidTypeError(f"tools[{index}]: expected a dict, got {type(tool).__name__}")
@@ -127,8 +138,11 @@ def check_tool(tool: Any, index: int) -> Mapping[str, Any]:
     checked = _check(tool, index)
     where = f"tools[{index}]"
     function = _function_of(checked, where)
+    custom = _custom_of(checked, where)
     if function is not None:
         _name(function, f"{where}.function")
+    elif custom is not None:
+        _name(custom, f"{where}.custom")
     else:
         _name(checked, where)
     return checked
@@ -158,6 +172,10 @@ def openai_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     if function is not None:
         _name(function, f"{where}.function")
         return _copy_object({"type": "function", **tool})
+    custom = _custom_of(tool, where)
+    if custom is not None:  # OpenAI's own form already
+        _name(custom, f"{where}.custom")
+        return _copy_object(dict(tool))
     name = _name(tool, where)
     if "input_schema" in tool:
         function = {"name": name, "parameters": tool["input_schema"]}
@@ -183,6 +201,8 @@ def anthropic_form(tool: Mapping[str, Any], index: int = 0) -> dict[str, Any]:
     """:func:`to_anthropic_tool` of a tool already checked (:func:`copy_tools`)."""
     where = f"tools[{index}]"
     function = _function_of(tool, where)
+    if _custom_of(tool, where) is not None:
+        raise InvalidInputError(f"{where}: an OpenAI custom tool (free-text input) has no Anthropic form")
     if function is not None:
         source, where = function, f"{where}.function"
     elif "input_schema" in tool or tool.get("type", "function") != "function":

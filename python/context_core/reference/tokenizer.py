@@ -304,7 +304,8 @@ class Tokenizer:
         for tool in tools:
             if not isinstance(tool, dict):
                 raise InvalidTypeError("a tool must be a dict")
-            function = tool.get("function", tool)
+            custom = "function" not in tool and tool.get("type") == "custom" and "custom" in tool
+            function = tool["custom"] if custom else tool.get("function", tool)
             if not isinstance(function, dict) or "name" not in function:
                 raise InvalidInputError("tool without name")
             description = _optional_text(function.get("description"))
@@ -312,6 +313,8 @@ class Tokenizer:
             schema = function.get("parameters", function.get("input_schema"))
             if schema is not None:
                 total += self._properties(schema)
+            if custom and function.get("format") is not None:  # its grammar or text format
+                total += self.count(_json_text(function["format"]))
         return max(total, 0)
 
     def _name(self, name: Any) -> str:

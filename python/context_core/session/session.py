@@ -502,6 +502,10 @@ class Session:
                 memory_max_tokens=budget.messages() // _MEMORY_SHARE,
                 session_facts=session_facts,
             )
+            # Each tool in the provider's form now (an OpenAI custom tool has
+            # no Anthropic one, an Anthropic server tool no OpenAI one), not
+            # at the first turn.
+            _ = builder._system.anthropic_tools if provider == "anthropic" else builder._system.openai_tools
             memory_store = _store(store, root)
             if memory_store is not None and store is None:
                 owned.append(memory_store)

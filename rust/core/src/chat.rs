@@ -405,8 +405,19 @@ impl Tokenizer {
         if tool.kind() != Kind::Object {
             return Err(wrong_type("", "a tool dict", tool));
         }
-        let nested = tool.get("function");
-        let at = if nested.is_some() { "function" } else { "" };
+        // An OpenAI custom tool (free-text input) names itself under `custom`.
+        let custom = tool
+            .get("type")
+            .and_then(|t| t.as_str().map(|t| t == "custom"))
+            == Some(true);
+        let (nested, at) = match tool.get("function") {
+            Some(function) => (Some(function), "function"),
+            None if custom => match tool.get("custom") {
+                Some(entry) => (Some(entry), "custom"),
+                None => (None, ""),
+            },
+            None => (None, ""),
+        };
         let function = nested.as_ref().unwrap_or(tool);
         let within = |e: Error| if at.is_empty() { e } else { e.within(at) };
         let name = function
@@ -428,6 +439,16 @@ impl Tokenizer {
             total += self
                 .properties_tokens(&schema, costs, 0)
                 .map_err(|e| within(e.within(key)))?;
+        }
+        if at == "custom"
+            && let Some(format) = present(function.get("format"))
+        {
+            // Its grammar or text format, as its JSON text.
+            total += self.count_cached(
+                &format
+                    .to_compact()
+                    .map_err(|e| within(e.within("format")))?,
+            ) as isize;
         }
         Ok(total)
     }
