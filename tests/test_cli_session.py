@@ -899,3 +899,17 @@ def test_nan_budgets_past_any_window_and_progress_to_the_end(tmp_path, capsys):
     assert run(["replay", str(path)])[0] == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("replayed")]
     assert lines[-1] == "replayed 4/4 replies"
+
+
+def test_build_refuses_a_transcript_whose_last_input_is_blank(tmp_path, capsys):
+    """The replay passes a blank input over, so the request printed was an
+    older turn's, under the title of the last."""
+    path = tmp_path / "chat.json"
+    chat = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yo"},
+        {"role": "user", "content": "  "},
+    ]
+    path.write_text(json.dumps(chat))
+    assert run(["build", str(path), "--json"])[0] == 2
+    assert "the last user message is blank" in capsys.readouterr().err

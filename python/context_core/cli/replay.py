@@ -618,6 +618,11 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     _check_numbers(args)
     chat = load_transcript(args.file)
     messages = chat.messages
+    from context_core.session.session import says_nothing
+
+    if messages and messages[-1].get("role") == "user" and says_nothing(messages[-1].get("content")):
+        # The replay passes a blank input over: the request built would be an older turn's.
+        raise InputError(f"{args.file}: the last user message is blank, so no request is built for it")
     if messages and messages[-1].get("role") == "assistant":
         pass  # the request is the one that produced the last reply
     else:
