@@ -3268,3 +3268,25 @@ def test_an_openai_custom_tool_is_offered_and_counted(tmp_path):
     with pytest.raises(InvalidInputError, match=r"custom tool \(free-text input\) has no Anthropic form"):
         open_session(tmp_path / "anthropic", model="claude-sonnet-4-5", tools=[custom])
     assert not (tmp_path / "anthropic" / "session").exists()
+
+
+def test_prepare_with_no_input_waits_for_every_calls_result(tmp_path):
+    """With one of two results recorded, the request dropped the other call
+    (the repair closes a call with no result), and its result, recorded
+    after the next reply, was refused: the call was lost without a word."""
+    calls = [
+        {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+        for i in (1, 2)
+    ]
+    with open_session(tmp_path) as session:
+        session.prepare("read both")
+        session.record({"role": "assistant", "content": None, "tool_calls": calls})
+        session.record_tool_result("c1", "one")
+        assert session.needs_reply
+        with pytest.raises(InvalidInputError, match=r"calls still wait for their results \(c2\)"):
+            session.prepare()
+        session.record_tool_result("c2", "two")
+        request = session.prepare()
+        assert [m.get("tool_call_id") for m in request["messages"][-2:]] == ["c1", "c2"]
+        session.record({"role": "assistant", "content": None, "tool_calls": [{**calls[0], "id": "c3"}]})
+        assert session.prepare("never mind, stop").report.total > 0  # a new input closes the call

@@ -824,6 +824,14 @@ class Session:
                     "nothing to answer: no input or tool result since the last reply;"
                     " record the tool results, or start a turn with prepare(user_input)"
                 )
+            if self._pending:
+                # The repair would take the unanswered calls out of the
+                # request, and their results, recorded later, would be refused.
+                waiting = ", ".join(self._pending)
+                raise InvalidInputError(
+                    f"calls still wait for their results ({waiting}): record each (a failure with"
+                    " is_error=True), or start a turn with prepare(user_input)"
+                )
             timings["append"] = 0.0  # the same stages, nothing to append
             # A failed call is no step: its turn, step and input as they were
             # (an input not yet read back after an open is read again).
