@@ -3282,10 +3282,11 @@ def test_prepare_with_no_input_waits_for_every_calls_result(tmp_path):
         session.prepare("read both")
         session.record({"role": "assistant", "content": None, "tool_calls": calls})
         session.record_tool_result("c1", "one")
-        assert session.needs_reply
+        assert not session.needs_reply  # c2 still waits
         with pytest.raises(InvalidInputError, match=r"calls still wait for their results \(c2\)"):
             session.prepare()
         session.record_tool_result("c2", "two")
+        assert session.needs_reply
         request = session.prepare()
         assert [m.get("tool_call_id") for m in request["messages"][-2:]] == ["c1", "c2"]
         session.record({"role": "assistant", "content": None, "tool_calls": [{**calls[0], "id": "c3"}]})

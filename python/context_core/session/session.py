@@ -753,8 +753,9 @@ class Session:
         waits for the model, or the last reply paused within its turn
         (Anthropic's ``pause_turn``): what :meth:`prepare` with no input
         needs. A pause is held by this object only: a session opened
-        again reads the paused reply as a finished one."""
-        return self._to_answer
+        again reads the paused reply as a finished one. False while a call
+        of the last reply still waits for its result (:attr:`pending`)."""
+        return self._to_answer and not self._pending
 
     def prepare(
         self,
