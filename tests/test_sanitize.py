@@ -459,6 +459,16 @@ def test_other_languages_and_claude_code_markers():
             InvalidInputError,
             r"content\[0\]\.tool_use_id",
         ),
+        (
+            {"role": "assistant", "content": [{"type": "server_tool_use", "name": "web_search"}]},
+            InvalidInputError,
+            r"^messages\[1\]\.content\[0\]\.id",
+        ),
+        (
+            {"role": "assistant", "content": [{"type": "web_search_tool_result", "tool_use_id": 7}]},
+            InvalidTypeError,
+            r"^messages\[1\]\.content\[0\]\.tool_use_id: expected str",
+        ),
     ],
 )
 def test_malformed_messages_raise_or_drop(message, error, where):
@@ -571,6 +581,36 @@ def openai_junk(draw) -> dict:
     )
 
 
+# Anthropic server tools (web search, code execution, ...): ids of their own,
+# and one shared with the client tools' (one id space).
+server_ids = st.sampled_from(["srvtoolu_1", "srvtoolu_2", "srvtoolu_3", "c1"])
+server_tools = st.sampled_from(["web_search", "web_fetch", "code_execution", "bash_code_execution"])
+
+
+@st.composite
+def server_tool_reply(draw) -> list[dict]:
+    """An assistant reply running a server tool: the use and its result in
+    one message, or a paused reply ending at the use then its continuation
+    (two messages, which the merge stage joins)."""
+    block_text = st.builds(lambda t: {"type": "text", "text": t}, text)
+    server_id, tool = draw(server_ids), draw(server_tools)
+    use = {"type": "server_tool_use", "id": server_id, "name": tool, "input": {"query": draw(text)}}
+    found = st.builds(lambda t: {"type": "web_search_result", "url": "https://example.com", "title": t}, text)
+    result = {
+        "type": f"{tool}_tool_result",
+        "tool_use_id": server_id,
+        "content": draw(st.lists(found, max_size=1)),
+    }
+    lead = draw(st.lists(block_text, max_size=1))
+    after = draw(st.lists(block_text, min_size=1, max_size=2))
+    if draw(st.booleans()):
+        return [
+            {"role": "assistant", "content": [*lead, use]},
+            {"role": "assistant", "content": [result, *after]},
+        ]
+    return [{"role": "assistant", "content": [*lead, use, result, *after]}]
+
+
 @st.composite
 def anthropic_history(draw) -> list[dict]:
     messages: list[dict] = []
@@ -603,7 +643,10 @@ def anthropic_history(draw) -> list[dict]:
             st.lists(block_text, min_size=1, max_size=2),
             st.lists(thinking, max_size=2),
         )
-        messages.append({"role": "assistant", "content": draw(st.one_of(text, reply))})
+        if draw(st.booleans()):
+            messages.extend(draw(server_tool_reply()))
+        else:
+            messages.append({"role": "assistant", "content": draw(st.one_of(text, reply))})
     return mutate(draw, messages, anthropic_junk)
 
 
@@ -642,6 +685,28 @@ def anthropic_junk(draw) -> dict:
                 {"role": "assistant", "content": "The request was cancelled..."},
                 {"role": "user", "content": []},
                 {"role": "assistant", "content": "hi", "tool_calls": [tool_call("c3")]},
+                # A paused reply never continued, a continuation whose paused
+                # reply was dropped, a server tool result in a user message.
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": "Searching."},
+                        {"type": "server_tool_use", "id": "srvtoolu_9", "name": "web_search", "input": {}},
+                    ],
+                },
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                        {"type": "text", "text": "Found it."},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_2", "content": {}}
+                    ],
+                },
             ]
         )
     )
@@ -685,7 +750,12 @@ def check_funnel(history: list[dict], provider: str, **options) -> None:
     assert result.system == ref.system
     assert summary(result.changes) == summary(ref.changes)
     if provider == "anthropic":
-        assert validators.anthropic(result.messages, result.system) == []
+        # Strict, but for a server tool use left unanswered in a last
+        # assistant message (a paused turn, which a request may send back).
+        problems = validators.anthropic(result.messages, result.system, request=True)
+        assert [p for p in problems if "(A20)" not in p] == []  # A20: prefill rules, left alone
+        last = f"messages[{len(result.messages) - 1}]: server tool use "
+        assert all(p.startswith(last) for p in validators.anthropic(result.messages, result.system))
     else:
         assert validators.openai(result.messages) == []
     again = sanitize(result.messages, provider=provider, **options)
@@ -1064,3 +1134,144 @@ def test_openai_leaves_thinking_blocks_alone():
         },
     ]
     assert not both(history).changed
+
+
+# -- Anthropic server tools -----------------------------------------------------------
+
+
+def server_use(server_id: str = "srvtoolu_1", name: str = "web_search") -> dict:
+    return {"type": "server_tool_use", "id": server_id, "name": name, "input": {"query": "weather"}}
+
+
+def server_result(server_id: str = "srvtoolu_1", kind: str = "web_search_tool_result") -> dict:
+    return {"type": kind, "tool_use_id": server_id, "content": []}
+
+
+def said(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def test_a_paused_turn_sent_back_keeps_its_unanswered_server_tool_use():
+    history = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": [said("Let me search."), server_use()]},
+    ]
+    for result in (sanitize(history, provider="anthropic"), reference.sanitize(history, "anthropic")):
+        assert not result.changed
+        assert all(a is b for a, b in zip(result.messages, history, strict=True))
+    # Valid only as the request's last message.
+    assert validators.anthropic(history, request=True) == []
+    assert validators.anthropic(history) == [
+        "messages[1]: server tool use srvtoolu_1 without its result (A21)"
+    ]
+
+
+def test_a_paused_turn_not_continued_loses_its_server_tool_use():
+    history = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": [said("Let me search."), server_use()]},
+        {"role": "user", "content": "Never mind: Lyon?"},
+        {"role": "assistant", "content": "Sunny in Lyon."},
+    ]
+    assert validators.anthropic(history) != []
+    result = both(history, "anthropic")
+    assert summary(result.changes) == [(3, 1, "drop_call", 'server tool use "srvtoolu_1" has no result')]
+    assert result.messages[1]["content"] == [history[1]["content"][0]]
+    assert result.messages[2:] == history[2:]
+    # A reply of the use alone (and thinking) goes whole.
+    history[1] = {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "search", "signature": "s"}, server_use()],
+    }
+    result = both(history, "anthropic")
+    assert summary(result.changes) == [
+        (3, 1, "drop_call", 'server tool use "srvtoolu_1" has no result'),
+        (3, 1, "drop_empty", "empty after removing tool calls without results"),
+        (4, 2, "merge", "merged into the previous user message"),
+    ]
+    assert [m["role"] for m in result.messages] == ["user", "assistant"]
+
+
+def test_a_paused_reply_and_its_continuation_are_merged_into_a_valid_message():
+    paused = {"role": "assistant", "content": [said("Let me search."), server_use()]}
+    continuation = {"role": "assistant", "content": [server_result(), said("It is 18 degrees.")]}
+    history = [
+        {"role": "user", "content": "Weather in Paris?"},
+        paused,
+        continuation,
+        {"role": "user", "content": "Thanks"},
+    ]
+    result = both(history, "anthropic")
+    assert summary(result.changes) == [(2, 2, "merge", "merged into the previous assistant message")]
+    assert result.messages[1]["content"] == paused["content"] + continuation["content"]
+
+
+def test_a_continuation_without_its_paused_reply_loses_the_result():
+    # The selection kept the continuation and dropped the paused reply.
+    history = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [server_result(), said("It is 18 degrees.")]},
+        {"role": "user", "content": "Thanks"},
+    ]
+    assert validators.anthropic(history) != []
+    result = both(history, "anthropic")
+    assert summary(result.changes) == [
+        (3, 1, "drop_result", 'server tool result for "srvtoolu_1" has no matching server tool use')
+    ]
+    assert result.messages[1]["content"] == [history[1]["content"][1]]
+    # Even as the last message: a result needs its use.
+    result = both(history[:2], "anthropic")
+    assert summary(result.changes) == [
+        (3, 1, "drop_result", 'server tool result for "srvtoolu_1" has no matching server tool use')
+    ]
+
+
+def test_server_tool_results_pair_one_to_one_in_their_own_message():
+    history = [
+        {"role": "user", "content": "Run it"},
+        {
+            "role": "assistant",
+            "content": [
+                server_use("srvtoolu_1", "code_execution"),
+                server_result("srvtoolu_1", "code_execution_tool_result"),
+                server_result("srvtoolu_1", "code_execution_tool_result"),
+                server_use("srvtoolu_1", "code_execution"),
+                {
+                    "type": "mcp_tool_use",
+                    "id": "mcptoolu_1",
+                    "name": "lookup",
+                    "server_name": "s",
+                    "input": {},
+                },
+                {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": []},
+                said("Done."),
+            ],
+        },
+        {"role": "user", "content": [server_result("srvtoolu_2", "web_fetch_tool_result"), said("And now?")]},
+        {
+            "role": "assistant",
+            "content": [said("Again."), server_use("srvtoolu_1"), server_result("srvtoolu_1")],
+        },
+    ]
+    result = both(history, "anthropic")
+    assert summary(result.changes) == [
+        (1, 2, "drop_block", "web_fetch_tool_result block in a user message at content[0]"),
+        (3, 1, "drop_duplicate_call", 'duplicate tool call id "srvtoolu_1"'),
+        (3, 1, "drop_result", 'duplicate server tool result for "srvtoolu_1"'),
+        (3, 3, "drop_duplicate_call", 'duplicate tool call id "srvtoolu_1"'),
+        (3, 3, "drop_result", 'server tool result for "srvtoolu_1" has no matching server tool use'),
+    ]
+    content = history[1]["content"]
+    assert result.messages[1]["content"] == [content[0], content[1], *content[4:]]
+    assert result.messages[3]["content"] == [history[3]["content"][0]]
+
+
+def test_openai_leaves_server_tool_blocks_alone():
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [said("Searching."), server_use()]},
+        {"role": "user", "content": [server_result()]},
+    ]
+    result = sanitize(history, provider="openai")
+    assert not result.changed
+    assert not reference.sanitize(history, "openai").changed

@@ -99,6 +99,15 @@ def openai(messages: list[dict]) -> list[str]:
     return problems
 
 
+SERVER_USES = ("server_tool_use", "mcp_tool_use")
+
+
+def _server_result(block: Any) -> bool:
+    """A server tool's result block: a type ending in ``_tool_result``, not ``tool_result``."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    return isinstance(kind, str) and kind.endswith("_tool_result") and kind != "tool_result"
+
+
 def anthropic(messages: list[dict], system: Any = None, *, request: bool = False) -> list[str]:
     """Anthropic Messages (anthropic-sdk-python `message_create_params.py`,
     "Handle tool calls" and "Extended thinking" docs; rules A1-A19 in
@@ -159,6 +168,24 @@ def anthropic(messages: list[dict], system: Any = None, *, request: bool = False
                     results = [b.get("tool_use_id") for b in nxt["content"] if b.get("type") == "tool_result"]
                 if sorted(results) != sorted(uses):
                     problems.append(f"{where}: tool_use {uses} answered by {results} (A6/A8/A9)")
+            # A21: a server tool's use and its result are blocks of one assistant
+            # message; a use is left unanswered only in a paused turn sent back
+            # (``request``, the last message), and a result has its use.
+            server_uses = [b.get("id") for b in blocks if b.get("type") in SERVER_USES]
+            server_results = [b.get("tool_use_id") for b in blocks if _server_result(b)]
+            paused = request and i == len(messages) - 1
+            for use in server_uses:
+                # A10: ids are unique across the request, server tools' too.
+                if use in seen_ids:
+                    problems.append(f"{where}: duplicate server tool use id {use} (A10)")
+                seen_ids.add(use)
+                if use not in server_results and not paused:
+                    problems.append(f"{where}: server tool use {use} without its result (A21)")
+            for result in server_results:
+                if result not in server_uses or server_results.count(result) > 1:
+                    problems.append(f"{where}: server tool result {result} without its use, or twice (A21)")
+        if role != "assistant" and any(b.get("type") in SERVER_USES or _server_result(b) for b in blocks):
+            problems.append(f"{where}: server tool block outside an assistant message (A21)")
         if role == "user":
             kinds = [b.get("type") for b in blocks]
             results = [b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"]

@@ -28,6 +28,9 @@ WHITE_SPACE = (
 TEXT_TYPES = ("text", "input_text", "output_text")
 ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 MERGEABLE = ("user", "assistant", "system", "developer")
+# Anthropic server tools: a use and its result are blocks of the same assistant
+# message (the result's type ends in "_tool_result"; the MCP connector's too).
+SERVER_USES = ("server_tool_use", "mcp_tool_use")
 KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
@@ -57,7 +60,7 @@ class Part:
 
     message: int
     block: int | None
-    kind: str  # text, thinking, tool_use, tool_result, other
+    kind: str  # text, thinking, tool_use, tool_result, server_use, server_result, other
     id: str | None = None
     blank_parts: tuple[int, ...] = ()  # a tool_result's blank text parts, which it is built without
 
@@ -220,6 +223,9 @@ class Sanitizer:
                 why = f"tool_use block in a {role} message {at}"
             elif anthropic and part.kind == "tool_result" and role != "user":
                 why = f"tool_result block in a {role} message {at}"
+            elif anthropic and part.kind in ("server_use", "server_result") and role != "assistant":
+                kind = _repair(self.messages[part.message]["content"][part.block]["type"])
+                why = f"{kind} block in a {role} message {at}"
             elif anthropic and part.kind in ("thinking", "other") and role in ("system", "developer"):
                 why = f"non-text block in a {role} message {at}"
             else:
@@ -342,8 +348,13 @@ class Sanitizer:
             return Part(index, j, "blank" if is_blank(text) else "text")
         if kind in ("thinking", "redacted_thinking"):
             return Part(index, j, "thinking")
-        for name, field_name in (("tool_use", "id"), ("tool_result", "tool_use_id")):
-            if kind == name:
+        for name, field_name, matches in (
+            ("tool_use", "id", kind == "tool_use"),
+            ("tool_result", "tool_use_id", kind == "tool_result"),
+            ("server_use", "id", kind in SERVER_USES),
+            ("server_result", "tool_use_id", kind.endswith("_tool_result") and kind != "tool_result"),
+        ):
+            if matches:
                 if field_name not in block:
                     raise InvalidInputError(f"{at}.{field_name}: required field is missing")
                 part = Part(index, j, name, _str(block[field_name], f"{at}.{field_name}"))
@@ -553,6 +564,9 @@ class Sanitizer:
                 i += 1
                 continue
             follower = items[i + 1] if i + 1 < len(items) and items[i + 1].role == "user" else None
+            # A paused turn sent back: the history's last message may hold a
+            # server tool use whose result the model has yet to give.
+            paused = i + 1 == len(items)
             available = (
                 {p.id for p in (follower.parts or []) if p.kind == "tool_result"} if follower else set()
             )
@@ -563,9 +577,27 @@ class Sanitizer:
                 item.calls_changed = True
             item.calls = []
             if item.parts is not None:
+                server_results = {p.id for p in item.parts if p.kind == "server_result"}
+                server_kept: set[str] = set()
                 kept = []
                 for part in item.parts:
-                    if part.kind != "tool_use":
+                    if part.kind == "server_use":
+                        assert part.id is not None  # read_block gives every server use its id
+                        if part.id in seen:
+                            self.note(
+                                3, item.origin, "drop_duplicate_call", f'duplicate tool call id "{part.id}"'
+                            )
+                            item.content_changed = stripped = True
+                        elif part.id in server_results or paused:
+                            seen.add(part.id)
+                            server_kept.add(part.id)
+                            kept.append(part)
+                        else:
+                            self.note(
+                                3, item.origin, "drop_call", f'server tool use "{part.id}" has no result'
+                            )
+                            item.content_changed = stripped = True
+                    elif part.kind != "tool_use":
                         kept.append(part)
                     elif part.id in seen:
                         self.note(
@@ -580,6 +612,8 @@ class Sanitizer:
                     else:
                         self.note(3, item.origin, "drop_call", f'tool call "{part.id}" has no result')
                         item.content_changed = stripped = True
+                if self.settle_server_results(item, kept, server_kept):
+                    item.content_changed = stripped = True
                 if stripped:  # stage 1 left no thinking last; a removed call can
                     self.drop_trailing_thinking(3, kept)
                 item.parts = kept
@@ -593,6 +627,26 @@ class Sanitizer:
             else:
                 i += 1
         return out
+
+    def settle_server_results(self, item: Item, parts: list[Part], kept_uses: set[str]) -> bool:
+        """Keep in an assistant message's ``parts`` (in place) one server tool
+        result per server tool use it kept; returns whether any went."""
+        answered: set[str] = set()
+        kept = []
+        for part in parts:
+            if part.kind != "server_result":
+                kept.append(part)
+            elif part.id in kept_uses and part.id not in answered:
+                assert part.id is not None
+                answered.add(part.id)
+                kept.append(part)
+            else:
+                what = "duplicate server tool result for" if part.id in answered else "server tool result for"
+                suffix = "" if part.id in answered else " has no matching server tool use"
+                self.note(3, item.origin, "drop_result", f'{what} "{part.id}"{suffix}')
+        dropped = len(kept) != len(parts)
+        parts[:] = kept
+        return dropped
 
     def settle_results(self, user: Item, claimed: set[str]) -> Item | None:
         stripped = False

@@ -48,10 +48,16 @@ impl Role {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BlockKind {
-    Text { blank: bool },
+    Text {
+        blank: bool,
+    },
     Thinking,
     ToolUse,
     ToolResult,
+    /// An Anthropic server tool's use (`server_tool_use`, `mcp_tool_use`).
+    ServerUse,
+    /// Its result (a type ending in `_tool_result`), in the same assistant message.
+    ServerResult,
     Other,
 }
 
@@ -59,7 +65,8 @@ pub(crate) enum BlockKind {
 pub(crate) struct Block {
     pub src: BlockRef,
     pub kind: BlockKind,
-    /// Hash of the `id` (a `tool_use`) or `tool_use_id` (a `tool_result`).
+    /// Hash of the `id` (a `tool_use`, a server tool use) or `tool_use_id`
+    /// (a `tool_result`, a server tool result).
     pub id: IdHash,
 }
 
@@ -320,6 +327,10 @@ fn read_blocks<J: JsonValue>(index: usize, content: &J, ids: &mut Ids) -> Result
             "thinking" | "redacted_thinking" => (BlockKind::Thinking, 0),
             "tool_use" => (BlockKind::ToolUse, id_field("id")?),
             "tool_result" => (BlockKind::ToolResult, id_field("tool_use_id")?),
+            "server_tool_use" | "mcp_tool_use" => (BlockKind::ServerUse, id_field("id")?),
+            other if other.ends_with("_tool_result") => {
+                (BlockKind::ServerResult, id_field("tool_use_id")?)
+            }
             _ => (BlockKind::Other, 0),
         };
         // A tool result's own text parts are held to the same rule (A5).

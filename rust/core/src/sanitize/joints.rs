@@ -37,7 +37,9 @@
 //! used. Pairing carries one thing across messages, the ids of the calls
 //! kept so far (a later call with one is a duplicate); results pair only
 //! within their own call's reach (OpenAI: up to the next assistant
-//! message; Anthropic: the next user message). So if every message of the
+//! message; Anthropic: the next user message, or for a server tool its own
+//! message, where the pause rule looks only at the history's last message,
+//! always in the tail). So if every message of the
 //! tail holding such an id comes at or after the tail's first assistant
 //! message (no result of it can belong to a call before `c`), the tail run
 //! with the calls kept before `c` given as already made
@@ -48,7 +50,8 @@
 use crate::json::{JsonValue, Kind};
 
 /// The ids of the tool calls an assistant `message` makes, as pairing
-/// counts them: OpenAI `tool_calls`, or (`anthropic`) `tool_use` blocks.
+/// counts them: OpenAI `tool_calls`, or (`anthropic`) `tool_use` blocks and
+/// server tool uses (one id space: a later use of a kept id is a duplicate).
 pub fn called_ids<J: JsonValue>(message: &J, anthropic: bool) -> Vec<String> {
     let mut ids = Vec::new();
     let assistant = message.kind() == Kind::Object
@@ -74,9 +77,11 @@ pub fn called_ids<J: JsonValue>(message: &J, anthropic: bool) -> Vec<String> {
     }
     if let Some(content) = message.get("content").filter(|c| c.kind() == Kind::Array) {
         for block in content.items() {
-            let tool_use = block
-                .get("type")
-                .is_some_and(|kind| kind.as_str().is_some_and(|k| k == "tool_use"));
+            let tool_use = block.get("type").is_some_and(|kind| {
+                kind.as_str().is_some_and(|k| {
+                    matches!(k.as_ref(), "tool_use" | "server_tool_use" | "mcp_tool_use")
+                })
+            });
             if let Some(id) = Some(&block).filter(|_| tool_use).and_then(id_of) {
                 ids.push(id);
             }
@@ -139,9 +144,17 @@ pub fn joint<J: JsonValue>(message: &J) -> Option<Joint> {
             for block in content.items() {
                 let kind = block.get("type")?;
                 match kind.as_str()?.as_ref() {
-                    "tool_use" => joint.ids.push(block.get("id")?.as_str()?.into_owned()),
+                    "tool_use" | "server_tool_use" | "mcp_tool_use" => {
+                        joint.ids.push(block.get("id")?.as_str()?.into_owned());
+                    }
                     "tool_result" => {
                         results = true;
+                        joint
+                            .ids
+                            .push(block.get("tool_use_id")?.as_str()?.into_owned());
+                    }
+                    // A server tool's result (its use is in the same message).
+                    other if other.ends_with("_tool_result") => {
                         joint
                             .ids
                             .push(block.get("tool_use_id")?.as_str()?.into_owned());

@@ -238,6 +238,12 @@ impl<J: JsonValue> Run<'_, J> {
                         role.name()
                     )
                 }
+                BlockKind::ServerUse | BlockKind::ServerResult
+                    if anthropic && role != Role::Assistant =>
+                {
+                    let kind = gather::block_id_text(messages, block.src, "type");
+                    format!("{kind} block in a {} message at content[{j}]", role.name())
+                }
                 // The system parameter takes text blocks only.
                 BlockKind::Thinking | BlockKind::Other
                     if anthropic && matches!(role, Role::System | Role::Developer) =>
@@ -512,6 +518,9 @@ impl<J: JsonValue> Run<'_, J> {
                 continue;
             }
             let next_is_user = items.peek().is_some_and(|next| next.role == Role::User);
+            // A paused turn sent back: the history's last message may hold a
+            // server tool use whose result the model has yet to give.
+            let paused = items.peek().is_none();
             let available: HashSet<IdHash> = if next_is_user {
                 result_ids(items.peek().expect("peeked"))
             } else {
@@ -531,13 +540,37 @@ impl<J: JsonValue> Run<'_, J> {
                 item.calls_changed = true;
             }
             if let Content::Blocks(blocks) = &mut item.content {
+                let server_results: HashSet<IdHash> = blocks
+                    .iter()
+                    .filter(|b| b.kind == BlockKind::ServerResult)
+                    .map(|b| b.id)
+                    .collect();
+                let mut server_kept: HashSet<IdHash> = HashSet::default();
                 let mut kept = Vec::with_capacity(blocks.len());
                 for block in blocks.drain(..) {
+                    let id_text = || gather::block_id_text(self.messages, block.src, "id");
+                    if block.kind == BlockKind::ServerUse {
+                        if seen.contains(&block.id) {
+                            let reason = format!("duplicate tool call id \"{}\"", id_text());
+                            self.change(3, Some(item.origin), "drop_duplicate_call", reason);
+                            item.content_changed = true;
+                            stripped = true;
+                        } else if paused || server_results.contains(&block.id) {
+                            seen.insert(block.id);
+                            server_kept.insert(block.id);
+                            kept.push(block);
+                        } else {
+                            let reason = format!("server tool use \"{}\" has no result", id_text());
+                            self.change(3, Some(item.origin), "drop_call", reason);
+                            item.content_changed = true;
+                            stripped = true;
+                        }
+                        continue;
+                    }
                     if block.kind != BlockKind::ToolUse {
                         kept.push(block);
                         continue;
                     }
-                    let id_text = || gather::block_id_text(self.messages, block.src, "id");
                     if seen.contains(&block.id) {
                         self.changes.push(Change {
                             stage: 3,
@@ -562,6 +595,10 @@ impl<J: JsonValue> Run<'_, J> {
                         stripped = true;
                     }
                 }
+                if self.settle_server_results(item.origin, &mut kept, &server_kept) {
+                    item.content_changed = true;
+                    stripped = true;
+                }
                 // Stage 1 left no thinking last; a removed call can.
                 if stripped {
                     self.drop_trailing_thinking(3, &mut kept);
@@ -579,6 +616,38 @@ impl<J: JsonValue> Run<'_, J> {
             }
         }
         out
+    }
+
+    /// Keep in an assistant message's `blocks` one server tool result per
+    /// server tool use it kept (`kept_uses`); returns whether any went.
+    fn settle_server_results(
+        &mut self,
+        origin: usize,
+        blocks: &mut Vec<Block>,
+        kept_uses: &HashSet<IdHash>,
+    ) -> bool {
+        let mut answered: HashSet<IdHash> = HashSet::default();
+        let before = blocks.len();
+        let messages = self.messages;
+        let mut dropped: Vec<String> = Vec::new();
+        blocks.retain(|block| {
+            if block.kind != BlockKind::ServerResult
+                || (kept_uses.contains(&block.id) && answered.insert(block.id))
+            {
+                return true;
+            }
+            let id = gather::block_id_text(messages, block.src, "tool_use_id");
+            dropped.push(if answered.contains(&block.id) {
+                format!("duplicate server tool result for \"{id}\"")
+            } else {
+                format!("server tool result for \"{id}\" has no matching server tool use")
+            });
+            false
+        });
+        for reason in dropped {
+            self.change(3, Some(origin), "drop_result", reason);
+        }
+        blocks.len() != before
     }
 
     /// Keep in a user message only the tool results of `claimed` (the first

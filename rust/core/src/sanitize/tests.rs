@@ -367,3 +367,63 @@ fn blank_text_parts_of_tool_results_go() {
     let actions: Vec<&str> = plan.changes.iter().map(|c| c.action).collect();
     assert_eq!(actions, ["drop_block"]);
 }
+
+fn server_use(id: &str) -> Json<'_> {
+    obj(vec![
+        ("type", s("server_tool_use")),
+        ("id", s(id)),
+        ("name", s("web_search")),
+        ("input", obj(vec![])),
+    ])
+}
+
+fn server_result(id: &str) -> Json<'_> {
+    obj(vec![
+        ("type", s("web_search_tool_result")),
+        ("tool_use_id", s(id)),
+        ("content", blocks(vec![])),
+    ])
+}
+
+/// A server tool use pairs with its result in its own message; unanswered,
+/// it stays only in the history's last message (a paused turn sent back).
+#[test]
+fn server_tool_uses_pair_in_their_message_or_end_a_paused_turn() {
+    let text = |t| obj(vec![("type", s("text")), ("text", s(t))]);
+    let paused = msg(
+        "assistant",
+        blocks(vec![text("Searching."), server_use("srvtoolu_1")]),
+    );
+    let history = [msg("user", s("Weather?")), paused.clone()];
+    assert!(anthropic().sanitize(&history).unwrap().is_unchanged());
+
+    let history = [
+        msg("user", s("Weather?")),
+        paused,
+        msg("user", s("Lyon?")),
+        msg(
+            "assistant",
+            blocks(vec![server_result("srvtoolu_2"), text("Sunny.")]),
+        ),
+    ];
+    let plan = anthropic().sanitize(&history).unwrap();
+    let actions: Vec<_> = plan
+        .changes
+        .iter()
+        .map(|c| (c.stage, c.index, c.action))
+        .collect();
+    assert_eq!(
+        actions,
+        [(3, Some(1), "drop_call"), (3, Some(3), "drop_result")]
+    );
+    let Some(OutMessage::Built(built)) = plan.messages.get(1) else {
+        panic!("message 1 is rebuilt");
+    };
+    assert_eq!(
+        built.content,
+        Some(OutContent::Blocks(vec![BlockRef::Block {
+            message: 1,
+            block: 0
+        }]))
+    );
+}
