@@ -540,28 +540,23 @@ impl<J: JsonValue> Run<'_, J> {
                 item.calls_changed = true;
             }
             if let Content::Blocks(blocks) = &mut item.content {
-                let server_results: HashSet<IdHash> = blocks
-                    .iter()
-                    .filter(|b| b.kind == BlockKind::ServerResult)
-                    .map(|b| b.id)
-                    .collect();
+                let server_results = ids_of(blocks, BlockKind::ServerResult);
                 let mut server_kept: HashSet<IdHash> = HashSet::default();
                 let mut kept = Vec::with_capacity(blocks.len());
                 for block in blocks.drain(..) {
                     let id_text = || gather::block_id_text(self.messages, block.src, "id");
                     if block.kind == BlockKind::ServerUse {
-                        if seen.contains(&block.id) {
-                            let reason = format!("duplicate tool call id \"{}\"", id_text());
-                            self.change(3, Some(item.origin), "drop_duplicate_call", reason);
-                            item.content_changed = true;
-                            stripped = true;
-                        } else if paused || server_results.contains(&block.id) {
-                            seen.insert(block.id);
+                        let keep = self.keep_server_use(
+                            &block,
+                            item.origin,
+                            paused,
+                            &server_results,
+                            &mut seen,
+                        );
+                        if keep {
                             server_kept.insert(block.id);
                             kept.push(block);
                         } else {
-                            let reason = format!("server tool use \"{}\" has no result", id_text());
-                            self.change(3, Some(item.origin), "drop_call", reason);
                             item.content_changed = true;
                             stripped = true;
                         }
@@ -616,6 +611,32 @@ impl<J: JsonValue> Run<'_, J> {
             }
         }
         out
+    }
+
+    /// Whether a server tool use stays: its id not kept before, and its
+    /// result in its message or the message `paused` (the history's last).
+    /// Reports a removal.
+    fn keep_server_use(
+        &mut self,
+        block: &Block,
+        origin: usize,
+        paused: bool,
+        results: &HashSet<IdHash>,
+        seen: &mut HashSet<IdHash>,
+    ) -> bool {
+        let id = || gather::block_id_text(self.messages, block.src, "id");
+        if seen.contains(&block.id) {
+            let reason = format!("duplicate tool call id \"{}\"", id());
+            self.change(3, Some(origin), "drop_duplicate_call", reason);
+            false
+        } else if paused || results.contains(&block.id) {
+            seen.insert(block.id);
+            true
+        } else {
+            let reason = format!("server tool use \"{}\" has no result", id());
+            self.change(3, Some(origin), "drop_call", reason);
+            false
+        }
     }
 
     /// Keep in an assistant message's `blocks` one server tool result per
@@ -702,13 +723,18 @@ impl<J: JsonValue> Run<'_, J> {
 
 fn result_ids(item: &Item) -> HashSet<IdHash> {
     match &item.content {
-        Content::Blocks(blocks) => blocks
-            .iter()
-            .filter(|b| b.kind == BlockKind::ToolResult)
-            .map(|b| b.id)
-            .collect(),
+        Content::Blocks(blocks) => ids_of(blocks, BlockKind::ToolResult),
         _ => HashSet::default(),
     }
+}
+
+/// The ids of the blocks of one kind.
+fn ids_of(blocks: &[Block], kind: BlockKind) -> HashSet<IdHash> {
+    blocks
+        .iter()
+        .filter(|b| b.kind == kind)
+        .map(|b| b.id)
+        .collect()
 }
 
 /// Whether a message has nothing the API would take as content: no text

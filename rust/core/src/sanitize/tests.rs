@@ -395,7 +395,8 @@ fn server_tool_uses_pair_in_their_message_or_end_a_paused_turn() {
         blocks(vec![text("Searching."), server_use("srvtoolu_1")]),
     );
     let history = [msg("user", s("Weather?")), paused.clone()];
-    assert!(anthropic().sanitize(&history).unwrap().is_unchanged());
+    let refs: Vec<&Json> = history.iter().collect();
+    assert!(anthropic().sanitize(&refs).unwrap().is_unchanged());
 
     let history = [
         msg("user", s("Weather?")),
@@ -406,7 +407,8 @@ fn server_tool_uses_pair_in_their_message_or_end_a_paused_turn() {
             blocks(vec![server_result("srvtoolu_2"), text("Sunny.")]),
         ),
     ];
-    let plan = anthropic().sanitize(&history).unwrap();
+    let refs: Vec<&Json> = history.iter().collect();
+    let plan = anthropic().sanitize(&refs).unwrap();
     let actions: Vec<_> = plan
         .changes
         .iter()
