@@ -276,11 +276,12 @@ def test_inspect_prints_the_users_text_as_it_is(tmp_path):
     where = tmp_path / "log [/x]"
     with MessageLog.open(where, create=True) as log:
         log.append({"role": "user", "content": "close the tag [/x] please, total += x[i]"})
-        log.append({"role": "assistant", "content": None, "tool_calls": [_call("c1", "read_file")]})
+        custom = {"id": "c2", "type": "custom", "custom": {"name": "sql", "input": "SELECT 1"}}
+        log.append({"role": "assistant", "content": None, "tool_calls": [_call("c1", "read_file"), custom]})
     code, out = run(["inspect", str(where), "--tail", "2"])
     assert code == 0
     assert "close the tag [/x] please, total += x[i]" in " ".join(out.split())
-    assert "(tool calls: read_file)" in out  # not null
+    assert "(tool calls: read_file, sql)" in out  # not null
     assert "log [/x]" in out  # the path in the title
 
 

@@ -155,27 +155,33 @@ def test_a_message_dict_is_returned_as_given_and_junk_is_refused():
 
 def test_a_reply_dict_loses_the_fields_no_request_carries():
     """A reply stored as a plain dict (a transcript's, or an SDK's dump of
-    one message) keeps its message and metadata keys, but not what only a
-    response holds: Anthropic refuses each ("Extra inputs are not
-    permitted"), and servers that return ``reasoning_content`` refuse it
-    as input."""
+    one message) keeps its message and metadata keys (``id`` too, which
+    ``depends_on`` names), and an OpenAI-compatible server's own fields that
+    hold something (DeepSeek wants a tool turn's ``reasoning_content``
+    back), but not what only a response holds: the APIs refuse those."""
     reply = {
         "role": "assistant",
         "content": "Shipped.",
         "name": "agent",
         "timestamp": 5.0,
-        "id": "msg_1",
+        "id": "msg-12",
         "model": "m",
         "usage": {"input_tokens": 3, "output_tokens": 1},
         "stop_reason": "end_turn",
         "stop_sequence": None,
-        "reasoning_content": "I think...",
-        "reasoning": "plan",
-        "reasoning_details": [{"type": "reasoning.text", "text": "plan"}],
-        "annotations": [{"type": "url_citation"}],
+        "container": None,
         "logprobs": None,
+        "reasoning_content": "I think...",
+        "annotations": [],
     }
-    kept = {"role": "assistant", "content": "Shipped.", "name": "agent", "timestamp": 5.0}
+    kept = {
+        "role": "assistant",
+        "content": "Shipped.",
+        "name": "agent",
+        "timestamp": 5.0,
+        "id": "msg-12",
+        "reasoning_content": "I think...",
+    }
     assert message_of(reply) == kept
     assert usage_of(reply) is not None  # still read for the budget
 

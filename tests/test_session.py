@@ -3291,3 +3291,30 @@ def test_prepare_with_no_input_waits_for_every_calls_result(tmp_path):
         assert [m.get("tool_call_id") for m in request["messages"][-2:]] == ["c1", "c2"]
         session.record({"role": "assistant", "content": None, "tool_calls": [{**calls[0], "id": "c3"}]})
         assert session.prepare("never mind, stop").report.total > 0  # a new input closes the call
+
+
+def test_a_reply_dicts_own_fields_go_where_the_provider_takes_them(tmp_path):
+    """An OpenAI-compatible server's reasoning_content must come back with a
+    tool turn (DeepSeek refuses the next request without it), while
+    Anthropic refuses the field; a reply's ``id`` is its metadata key, kept
+    in the log for ``depends_on``, and never sent."""
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    reply = {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "read a.py first",
+        "tool_calls": [call],
+    }
+    with open_session(tmp_path / "openai") as session:
+        session.prepare("fix it")
+        session.record({**reply, "id": "msg-12", "usage": {"prompt_tokens": 9}})
+        session.record_tool_result("c1", "ok")
+        sent = session.prepare()["messages"]
+        assert sent[-2]["reasoning_content"] == "read a.py first"
+        assert "id" not in sent[-2]
+        assert "usage" not in sent[-2]
+        assert session.log.context_view()[-2]["id"] == "msg-12"
+    with open_session(tmp_path / "anthropic", model="claude-sonnet-4-5", tools=[]) as session:
+        session.prepare("fix it")
+        session.record({"role": "assistant", "content": "Done.", "reasoning_content": "x", "annotations": []})
+        assert session.history()[-1] == {"role": "assistant", "content": "Done."}

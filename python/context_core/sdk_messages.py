@@ -19,7 +19,7 @@ from typing import Any
 
 from context_core.errors import InvalidInputError, InvalidTypeError
 
-__all__ = ["Usage", "message_of", "paused", "response_id", "usage_of"]
+__all__ = ["OPENAI_REPLY_FIELDS", "Usage", "message_of", "paused", "response_id", "usage_of"]
 
 #: Fields of an OpenAI chat message that a request carries.
 _CHAT_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
@@ -39,23 +39,15 @@ _BLOCK_FIELDS = {
 #: back empty (as ``model_dump()`` leaves them), some servers refuse them.
 _RESPONSE_ONLY = frozenset({"refusal", "annotations", "audio", "function_call", "reasoning_content"})
 #: Fields of a response (or a transcript's stored reply) that are never a
-#: request message's, whatever they hold: Anthropic refuses each ("Extra
-#: inputs are not permitted"), and a reasoning model's own
-#: ``reasoning_content`` is refused as input by the servers that return it.
-_NEVER_SENT = frozenset(
-    {
-        "id",
-        "model",
-        "usage",
-        "stop_reason",
-        "stop_sequence",
-        "container",
-        "logprobs",
-        "annotations",
-        "reasoning_content",
-        "reasoning",
-        "reasoning_details",
-    }
+#: request message's, whatever they hold: the APIs refuse them ("Extra
+#: inputs are not permitted"). ``id`` stays: it is a message's own
+#: metadata key (``depends_on`` names it), taken off before sending.
+_NEVER_SENT = frozenset({"model", "usage", "stop_reason", "stop_sequence", "container", "logprobs"})
+#: An OpenAI-compatible server's own reply fields: some must come back in
+#: later requests (DeepSeek's ``reasoning_content`` of a reply that made
+#: tool calls), while Anthropic refuses every one of them.
+OPENAI_REPLY_FIELDS = frozenset(
+    {"refusal", "annotations", "audio", "reasoning_content", "reasoning", "reasoning_details"}
 )
 
 

@@ -51,7 +51,11 @@ def describe(path: str, tail: int) -> dict[str, Any]:
                     text = content
                 elif content is None:  # a reply of tool calls alone: named
                     calls = message.get("tool_calls") or []
-                    names = [str((c.get("function") or {}).get("name")) for c in calls if isinstance(c, dict)]
+                    names = [
+                        str((c.get("function") or c.get("custom") or {}).get("name"))
+                        for c in calls
+                        if isinstance(c, dict)
+                    ]
                     text = f"(tool calls: {', '.join(names)})" if names else ""
                 else:
                     text = json.dumps(content, ensure_ascii=False)

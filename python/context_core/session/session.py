@@ -63,7 +63,7 @@ from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
 from context_core.prompt.render_anthropic import count_breakpoints
 from context_core.prompt.sections import check_text
-from context_core.sdk_messages import message_of, paused, response_id, usage_of
+from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.markers import write_by_rename
@@ -1213,6 +1213,10 @@ class Session:
     def _record(self, response: Any) -> tuple[ToolCall, ...]:
         given_id = response_id(response)
         message = message_of(response)
+        if self.provider == "anthropic" and not OPENAI_REPLY_FIELDS.isdisjoint(message):
+            # An OpenAI-compatible server's fields (a transcript's reply, say):
+            # Anthropic refuses each.
+            message = {k: v for k, v in message.items() if k not in OPENAI_REPLY_FIELDS}
         if given_id is not None and self._last_reply == (given_id, message):
             # A retry that recorded it already: logged twice, the model
             # would see its own reply twice (and a second set of its calls).
