@@ -914,3 +914,33 @@ def test_build_refuses_a_transcript_whose_last_input_is_blank(tmp_path, capsys):
     path.write_text(json.dumps(chat))
     assert run(["build", str(path), "--json"])[0] == 2
     assert "the last user message is blank" in capsys.readouterr().err
+
+
+def test_build_keeps_a_request_bodys_own_settings(tmp_path):
+    """temperature, a reply cap and the like were dropped from the request
+    built from a body; the cap now bounds the room, in the model's field."""
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1024,
+        "temperature": 0,
+        "top_p": 0.9,
+        "system": "You help.",
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body))
+    code, out = run(["build", str(path), "--json"])
+    assert code == 0
+    request = json.loads(out)
+    assert (request["max_tokens"], request["temperature"], request["top_p"]) == (1024, 0, 0.9)
+    openai = {
+        "model": "o3-mini",
+        "max_completion_tokens": 512,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    path.write_text(json.dumps(openai))
+    code, out = run(["build", str(path), "--json"])
+    assert code == 0
+    request = json.loads(out)
+    assert request["max_completion_tokens"] == 512
+    assert "max_tokens" not in request

@@ -74,6 +74,8 @@ class Chat:
     """A request body's ``model``."""
     anthropic: bool = False
     """A request body with a top-level ``system``, which only Anthropic's has."""
+    settings: dict[str, Any] | None = None
+    """A request body's other fields (``temperature``, ``max_tokens``, ...)."""
 
 
 def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | None:
@@ -107,10 +109,11 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
                 reason = f"line {at}: {error}" if document else str(whole)
                 _unreadable(source, stripped, strict, reason)
                 return None
-    tools, model, anthropic = None, None, False
+    tools, model, anthropic, settings = None, None, False, None
     if isinstance(document, dict) and isinstance(document.get("messages"), list):
         tools = document.get("tools") if isinstance(document.get("tools"), list) else None
         model = document.get("model") if isinstance(document.get("model"), str) else None
+        settings = {k: v for k, v in document.items() if k not in _BODY_PARTS}
         messages = list(document["messages"])
         if isinstance(document.get("system"), (str, list)):  # an Anthropic request body
             messages.insert(0, {"role": "system", "content": document["system"]})
@@ -119,8 +122,12 @@ def parse_chat(text: str, source: str = "-", *, strict: bool = False) -> Chat | 
     if isinstance(document, dict) and "role" in document:
         document = [document]  # one message: a JSONL file of one line reads whole as its object
     if isinstance(document, list) and document and all(isinstance(m, dict) and "role" in m for m in document):
-        return Chat(document, tools, model, anthropic)
+        return Chat(document, tools, model, anthropic, settings or None)
     return None
+
+
+#: A request body's fields the replay makes itself; the others are settings.
+_BODY_PARTS = frozenset({"messages", "system", "tools", "model"})
 
 
 def _strict_json(text: str) -> Any:

@@ -141,7 +141,9 @@ def load_transcript(path: str) -> Chat:
         Tokenizer().count_messages(chat.messages, chat.tools)
     except ContextCoreError as error:
         raise InputError(f"{path}: {error}") from None
-    return Chat([dict(m) for m in chat.messages], list(chat.tools or []), chat.model, chat.anthropic)
+    return Chat(
+        [dict(m) for m in chat.messages], list(chat.tools or []), chat.model, chat.anthropic, chat.settings
+    )
 
 
 #: Content blocks only Anthropic's messages hold (OpenAI's images are
@@ -199,8 +201,10 @@ def replay(
     policy: str,
     directory: str,
     progress: Any = None,
+    max_tokens: int | None = None,
 ) -> Replay:
-    """Drive a session in ``directory`` through ``messages``."""
+    """Drive a session in ``directory`` through ``messages`` (``max_tokens``:
+    the reply cap a request body gave, which the room is kept beside)."""
     from context_core import Budget, ContextCoreError, MemoryStore, OverBudgetError, Session
     from context_core.memory_store import HashingEmbedder
     from context_core.session.session import says_nothing
@@ -217,6 +221,7 @@ def replay(
         tools=tools,
         policy=policy,  # type: ignore[arg-type]
         budget=chosen,
+        max_tokens=max_tokens,
         # Hashing vectors: no model to load, the same on every host.
         store=MemoryStore(Path(directory) / "memory.db", embedder=HashingEmbedder()),
     )
@@ -525,6 +530,20 @@ def _options(args: argparse.Namespace, chat: Chat) -> tuple[str, str]:
     return model, provider
 
 
+def caps_in(request: dict[str, Any]) -> bool:
+    return "max_tokens" in request or "max_completion_tokens" in request
+
+
+def _reply_cap(chat: Chat) -> int | None:
+    """The reply cap a request body gives (``max_tokens``, or OpenAI's
+    ``max_completion_tokens``), if a positive int."""
+    for key in ("max_tokens", "max_completion_tokens"):
+        cap = (chat.settings or {}).get(key)
+        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+            return cap
+    return None
+
+
 def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
     import warnings
 
@@ -544,6 +563,7 @@ def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
                 policy=args.policy,
                 directory=directory,
                 progress=update,
+                max_tokens=_reply_cap(chat),
             )
         except UnknownModelError:
             # The library's own words name a keyword argument; here it is an option.
@@ -638,6 +658,12 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     if report is None or result.last_over_budget:
         # The session's own words: the prompt may be what leaves the input no room.
         raise InputError(f"{args.file}: no request can be built for the last turn: {result.last_over_budget}")
+    # The body's own settings (temperature, a reply cap, ...) go as given;
+    # the session's fields (model, messages, system, tools) are its own.
+    # (The reply cap went to the session, which writes it in the model's own field.)
+    caps = {"max_tokens", "max_completion_tokens"} if caps_in(request) else set()
+    settings = {k: v for k, v in (chat.settings or {}).items() if k not in request and k not in caps}
+    request = {**settings, **request}
     if args.json:
         write_json(request, stdout)
         return 0
