@@ -944,3 +944,37 @@ def test_build_keeps_a_request_bodys_own_settings(tmp_path):
     request = json.loads(out)
     assert request["max_completion_tokens"] == 512
     assert "max_tokens" not in request
+
+
+def test_count_knows_the_models_the_session_knows(tmp_path, capsys):
+    """``count --model claude-sonnet-4-5`` said "unknown model" while replay
+    and build default to it: a model whose window is known but whose
+    tokenizer is not public counts in o200k_base, as a session does."""
+    path = tmp_path / "chat.json"
+    chat = [{"role": "user", "content": "hi"}]
+    path.write_text(json.dumps(chat))
+    code, out = run(["count", "--json", "--model", "claude-sonnet-4-5", str(path)])
+    assert code == 0
+    assert json.loads(out)["total"] == Tokenizer("o200k_base").count_messages(chat)
+    assert "not public: counted in o200k_base" in capsys.readouterr().err
+    assert run(["count", "--model", "banana", str(path)])[0] == 2
+    assert "unknown model 'banana'" in capsys.readouterr().err
+
+
+def test_eval_scores_a_budget_named_twice_once(tmp_path, capsys):
+    code, out = run(["eval", "--sessions", "1", "--turns", "3", "--budgets", "4000,2000,4000", "--json"])
+    assert code == 0
+    rows = json.loads(out)["rows"] if isinstance(json.loads(out), dict) else json.loads(out)
+    budgets = [r["budget"] for r in rows if r["policy"] == "priority"]
+    assert budgets == [2000, 4000]
+    assert run(["eval", "--budgets", "2000,2000000000"])[0] == 2
+    assert "at most 1,000,000,000 tokens" in capsys.readouterr().err
+
+
+def test_memory_errors_name_the_options(tmp_path, capsys):
+    assert run(["memory", "show", str(tmp_path), "--max-lines", "0"])[0] == 2
+    assert run(["memory", "show", str(tmp_path), "--lock-timeout", "-1"])[0] == 2
+    said = capsys.readouterr().err
+    assert "--max-lines must be at least 1" in said
+    assert "--lock-timeout must be" in said
+    assert "max_lines" not in said

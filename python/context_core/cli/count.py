@@ -210,13 +210,25 @@ def print_table(reports: list[Report], encoding: str, out: TextIO) -> None:
         out.write(f"{sum(r.total for r in reports):>10}  total\n")
 
 
+def _model_tokenizer(model: str) -> Tokenizer:
+    """``model``'s tokenizer; for a model whose tokenizer is not public but
+    whose window is known (Claude's), o200k_base, as a session counts its
+    requests (an estimate, said on stderr). Else :class:`UnknownModelError`."""
+    try:
+        return Tokenizer.for_model(model)
+    except UnknownModelError:
+        from context_core import Budget
+
+        Budget.for_model(model)  # unknown here too: raised
+        print(f"context-core: {model}'s tokenizer is not public: counted in o200k_base", file=sys.stderr)
+        return Tokenizer("o200k_base")
+
+
 def run_count(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     """Counts every input it can read; each one it cannot is named on stderr
     (the others are still counted) and makes the exit status 2."""
     try:
-        tokenizer = (
-            Tokenizer.for_model(args.model) if args.model else Tokenizer(args.encoding or "o200k_base")
-        )
+        tokenizer = _model_tokenizer(args.model) if args.model else Tokenizer(args.encoding or "o200k_base")
     except UnknownModelError:
         raise InputError(
             f"unknown model {args.model!r}: give its encoding instead, e.g. --encoding o200k_base"

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from context_core.cli.count import InputError
 from context_core.cli.output import write_json
+from context_core.cli.replay import MAX_BUDGET
 
 __all__ = ["run_eval", "score"]
 
@@ -29,7 +30,9 @@ def _budgets(text: str) -> list[int]:
         raise InputError(f"--budgets must be comma-separated token counts, got {text!r}") from None
     if not budgets or min(budgets) < 1000:
         raise InputError(f"--budgets must name windows of at least 1000 tokens, got {text!r}")
-    return budgets
+    if max(budgets) > MAX_BUDGET:
+        raise InputError(f"--budgets must name windows of at most {MAX_BUDGET:,} tokens, got {text!r}")
+    return sorted(set(budgets))  # one row each, in order: a budget named twice is scored once
 
 
 def score(

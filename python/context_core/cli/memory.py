@@ -8,11 +8,17 @@ from typing import TextIO
 
 
 def run_memory(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
+    from context_core.cli.count import InputError
+    from context_core.errors import InvalidInputError, InvalidTypeError
     from context_core.memory import MemoryFiles  # here: counting never loads it
 
-    files = MemoryFiles(
-        args.dir, max_lines=args.max_lines, lock_timeout=args.lock_timeout, create=args.action == "append"
-    )
+    try:
+        files = MemoryFiles(
+            args.dir, max_lines=args.max_lines, lock_timeout=args.lock_timeout, create=args.action == "append"
+        )
+    except (InvalidInputError, InvalidTypeError) as error:  # named as the options are here
+        said = str(error).replace("max_lines", "--max-lines").replace("lock_timeout", "--lock-timeout")
+        raise InputError(said) from None
     if args.action == "show":
         stdout.write(files.read(expand=args.all))
     elif args.action == "append":
