@@ -530,10 +530,6 @@ def _options(args: argparse.Namespace, chat: Chat) -> tuple[str, str]:
     return model, provider
 
 
-def caps_in(request: dict[str, Any]) -> bool:
-    return "max_tokens" in request or "max_completion_tokens" in request
-
-
 def _reply_cap(chat: Chat) -> int | None:
     """The reply cap a request body gives (``max_tokens``, or OpenAI's
     ``max_completion_tokens``), if a positive int."""
@@ -661,7 +657,8 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     # The body's own settings (temperature, a reply cap, ...) go as given;
     # the session's fields (model, messages, system, tools) are its own.
     # (The reply cap went to the session, which writes it in the model's own field.)
-    caps = {"max_tokens", "max_completion_tokens"} if caps_in(request) else set()
+    caps = {"max_tokens", "max_completion_tokens"}
+    caps = caps if not caps.isdisjoint(request) else set()
     settings = {k: v for k, v in (chat.settings or {}).items() if k not in request and k not in caps}
     request = {**settings, **request}
     if args.json:

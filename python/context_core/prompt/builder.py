@@ -55,7 +55,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from context_core._core import Tokenizer
 from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
@@ -432,6 +432,13 @@ class PromptBuilder:
         return block, tuple(kept_out)
 
     # -- a turn ------------------------------------------------------------------
+
+    def tools_for(self, provider: Literal["openai", "anthropic"]) -> list[dict[str, Any]]:
+        """The tool schemas in ``provider``'s form, each converted once and
+        kept; :class:`~context_core.InvalidInputError` for one that has no
+        such form (an OpenAI custom tool for Anthropic, an Anthropic server
+        tool for OpenAI)."""
+        return self._system.anthropic_tools if provider == "anthropic" else self._system.openai_tools
 
     def build(
         self,

@@ -505,7 +505,7 @@ class Session:
             # Each tool in the provider's form now (an OpenAI custom tool has
             # no Anthropic one, an Anthropic server tool no OpenAI one), not
             # at the first turn.
-            _ = builder._system.anthropic_tools if provider == "anthropic" else builder._system.openai_tools
+            builder.tools_for(provider)
             memory_store = _store(store, root)
             if memory_store is not None and store is None:
                 owned.append(memory_store)
