@@ -253,7 +253,7 @@ def whole_view_reads(monkeypatch) -> list[int]:
     """Counts the policies' reads of the whole decoded view."""
     reads: list[int] = []
     real = _log_selection.from_view
-    monkeypatch.setattr(_log_selection, "from_view", lambda *a: reads.append(1) or real(*a))
+    monkeypatch.setattr(_log_selection, "from_view", lambda *a, **k: reads.append(1) or real(*a, **k))
     return reads
 
 
@@ -910,3 +910,45 @@ def test_a_log_that_would_send_no_message_is_refused_as_its_view_is(tmp_path, pr
             assert select(log, 1000, None).messages[-1] == {"role": "user", "content": "Now the refunds."}, (
                 name
             )
+
+
+_KEYWORDS = ("pinned", "priority", "weight", "tags", "timestamp")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("name", ["priority", "shape", "weighted"])
+def test_metadata_given_to_append_counts_where_the_whole_view_is_read(tmp_path, monkeypatch, provider, name):
+    """``append(pinned=..., priority=..., weight=..., tags=..., timestamp=...)``
+    puts its keywords in the header only. Where a window is chosen from the
+    whole view (here: a dependency named), each message still weighs as it
+    would with those keys in the message itself, as it does from the headers."""
+    messages = []
+    for i, message in enumerate(_weighed_session(provider, "rising")):
+        message = pinned_or_prioritised(message, i, pin=(10**9, 0), rank=(7, 3, 5))
+        short = isinstance(message["content"], str) and len(message["content"]) < 400
+        if i % 37 == 5 and short:
+            message = {**message, "pinned": True}
+        if i % 11 == 2 and message["role"] == "assistant":
+            message = {**message, "tags": ["constraint"]}
+        messages.append(message)
+    messages[1] = {**messages[1], "id": "early"}
+    messages[-1] = {**messages[-1], "depends_on": "early"}  # the whole view, every time
+    now = now_of(messages)
+    priority, shape = PriorityAssembly(provider=provider), ShapeHistory(provider=provider, keep_last=2)
+    select = {
+        "priority": lambda source, b: priority.select(source, b, memories=MEMORIES),
+        "shape": lambda source, b: shape.select(source, b),
+        "weighted": lambda source, b: WeightedWindow(provider=provider).select(source, b, now=now),
+    }[name]
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        for message in messages:
+            given = {k: message[k] for k in _KEYWORDS if k in message}
+            log.append({k: v for k, v in message.items() if k not in _KEYWORDS}, **given)
+        reads = whole_view_reads(monkeypatch)
+        for budget in (3_000, 6_000, 16_000):
+            from_list, from_log = select(messages, budget), select(log, budget)
+            assert len(reads) == 1
+            reads.clear()
+            assert from_log.kept == from_list.kept, budget
+            assert from_log.messages == from_list.messages
+            assert from_log.breakdown == from_list.breakdown

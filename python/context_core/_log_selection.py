@@ -21,7 +21,9 @@ encoding than the log (the weighted window refuses one). So are a window
 whose messages name dependencies (``depends_on``; a dependency on a node
 left out is reported in ``Selection.missing_dependencies``), a cap too small
 for its marker (the error names the message as for a list), and a log that
-moved under every one of a few tries.
+moved under every one of a few tries. There each message reads with what
+``append`` took as keywords (pinned, priority, weight, tags and, for the
+weighted window's ages, the time), which only its header holds.
 """
 
 from __future__ import annotations
@@ -143,6 +145,55 @@ def _marked_pinned(seq: int, message: Msg) -> Msg:
     return {**message, "pinned": True}
 
 
+def with_header_metadata(log: MessageLog, nodes: Nodes, messages: list[Msg], *, stamped: bool) -> list[Msg]:
+    """The view's ``messages`` (rendered from ``nodes``) as the headers
+    describe them. What ``append`` took as keywords (``pinned``,
+    ``priority``, ``weight``, ``tags``; ``timestamp``, or the time of the
+    append, with ``stamped``) is in the header only, and a policy choosing
+    from the whole view must weigh each message as the headers' choice
+    does. A key the message holds itself is its own (the header took it
+    from there); only the messages that lack one are copied."""
+    rows = [i for i, (_, part) in enumerate(nodes) if part not in _SUMMARY_PARTS]
+    if not rows:
+        return messages
+    headers = log.headers()[[nodes[i][0] for i in rows]]
+    columns = zip(
+        rows,
+        (headers["flags"] & _FLAG_PINNED).tolist(),
+        headers["priority"].tolist(),
+        headers["weight"].tolist(),
+        (headers["tags"] & _TAG_BITS).tolist(),
+        headers["timestamp"].tolist(),
+        strict=True,
+    )
+    out = list(messages)
+    for i, pinned, priority, weight, tags, timestamp in columns:
+        message = out[i]
+        given: Msg = {}
+        if pinned and message.get("pinned") is not True:
+            given["pinned"] = True
+        if priority and "priority" not in message:
+            given["priority"] = priority
+        if weight == weight and "weight" not in message:  # NaN: none given
+            given["weight"] = weight
+        if tags and "tags" not in message:
+            given["tags"] = [name for bit, name in _TAG_NAMES if tags & bit]
+        if stamped and "timestamp" not in message:
+            given["timestamp"] = timestamp
+        if given:
+            out[i] = {**message, **given}
+    return out
+
+
+#: View parts that are summaries (system messages to a policy, with no header metadata of their own).
+_SUMMARY_PARTS = frozenset({"global", "segment"})
+#: The header's flag of a message appended pinned.
+_FLAG_PINNED = 1
+#: The header's tag bits, by the name a message's ``tags`` gives them.
+_TAG_NAMES = ((1, "constraint"), (2, "evidence"), (4, "pulse"), (8, "log"))
+_TAG_BITS = 15
+
+
 def keyed(log: MessageLog, nodes: Nodes, selection: Selection, view: View | None) -> Selection:
     """``selection`` over messages rendered from ``nodes``, keyed by the
     nodes' seqs: the dropped ones listed now (``view`` None: ``nodes`` is the
@@ -175,11 +226,16 @@ def keyed(log: MessageLog, nodes: Nodes, selection: Selection, view: View | None
     )
 
 
-def from_view(log: MessageLog, choose: Callable[[list[Message]], Selection]) -> Selection:
-    """A policy's choice over the whole context view, decoded."""
+def from_view(
+    log: MessageLog, choose: Callable[[list[Message]], Selection], *, stamped: bool = False
+) -> Selection:
+    """A policy's choice over the whole context view, decoded, each message
+    read with its header's metadata (``stamped``: its timestamp too, for a
+    policy that ages messages)."""
     nodes = log._view()
+    messages = with_header_metadata(log, nodes, log._render(nodes, strip=False), stamped=stamped)
     try:
-        selection = choose(cast("list[Message]", log._render(nodes, strip=False)))
+        selection = choose(cast("list[Message]", messages))
     except NothingToSendError as error:
         error.kept = tuple(nodes[m][0] for m in error.kept)  # keyed by seq, as a selection
         raise
@@ -194,13 +250,16 @@ def from_headers(
     choose: Callable[[int], tuple[Nodes, View, list[int]] | None],
     lay_out: Callable[[Backend, list[Msg], int], tuple[Selection, int]],
     whole: Callable[[list[Message]], Selection],
+    *,
+    stamped: bool = False,
 ) -> Selection:
     """Choose within ``budget`` from the headers (``choose(target)``: the
     kept nodes, the view and the nodes pinned by header, or ``None`` where a
     tool result over ``cap`` has no capped count yet), then lay the kept
     nodes out (``lay_out(backend, messages, target)``: the selection and the
     tokens it is over). Over, the headers are asked again for less; a window
-    naming a dependency is chosen by ``whole`` from the whole view."""
+    naming a dependency is chosen by ``whole`` from the whole view (its
+    messages ``stamped`` with their headers' times, for a policy that ages them)."""
 
     def chosen(target: int) -> tuple[Nodes, View, list[int]]:
         # A result appended since it was counted (by another thread or
@@ -227,7 +286,7 @@ def from_headers(
     try:
         selection = _selection.settle(run, budget)
     except _WholeView:
-        return from_view(log, whole)
+        return from_view(log, whole, stamped=stamped)
     if selection.breakdown.budget != budget:  # asked again for less: the caller's budget is the one
         breakdown = dataclasses.replace(selection.breakdown, budget=budget)
         selection = dataclasses.replace(selection, breakdown=breakdown)
@@ -334,7 +393,8 @@ def weighted_window(
         )
         return run(target)
 
-    return from_headers(log, backend, tokens, cap, choose, lay_out, whole)
+    # Ages come from the headers' times: the whole view's messages carry them too.
+    return from_headers(log, backend, tokens, cap, choose, lay_out, whole, stamped=True)
 
 
 def build_context(
