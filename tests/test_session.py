@@ -83,7 +83,7 @@ def selection_failing(session: Session):
     """The session's selection raising: a turn that fails after its input is logged."""
     original = session._select
 
-    def failing(room: int):
+    def failing(room: int, source=None):
         raise OverBudgetError("no room")
 
     session._select = failing
@@ -3318,3 +3318,75 @@ def test_a_reply_dicts_own_fields_go_where_the_provider_takes_them(tmp_path):
         session.prepare("fix it")
         session.record({"role": "assistant", "content": "Done.", "reasoning_content": "x", "annotations": []})
         assert session.history()[-1] == {"role": "assistant", "content": "Done."}
+
+
+def _results_sent(request: dict, provider: str) -> list[tuple[str, str]]:
+    """Each tool result a request sends, in order: its call's id and text."""
+    out = []
+    for message in request["messages"]:
+        if provider == "openai" and message["role"] == "tool":
+            out.append((message["tool_call_id"], message["content"]))
+        elif provider == "anthropic" and isinstance(message["content"], list):
+            for block in message["content"]:
+                if block.get("type") == "tool_result":
+                    content = block["content"]
+                    text = content if isinstance(content, str) else "".join(p["text"] for p in content)
+                    out.append((block["tool_use_id"], text))
+    return out
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_a_long_tool_loop_clears_its_oldest_results_and_goes_on(tmp_path, provider, policy):
+    """Every policy keeps the turn in progress whole, so fifty steps of
+    700-token results outgrow a 16K budget (every step after the 16th
+    failed). The oldest results of the turn go as a short note instead: the
+    newest step's result whole, every request within its limit and valid
+    for the API, the same results cleared for several steps in a row (the
+    request's start holds, for the provider's cache), and the log keeps
+    every result whole."""
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    output = "def f(x):\n    return x * 2\n" * 60
+    with open_session(tmp_path, model=model, budget=16_000, policy=policy) as session:
+        session.prepare("Refactor the billing module. Never touch the tests.")
+        counts = []
+        for step in range(50):
+            session.record(calling(f"c{step}", provider))
+            session.record_tool_result(f"c{step}", f"file {step}\n" + output)
+            request = session.prepare()
+            report = request.report
+            assert report.total <= report.limit
+            sent = _results_sent(request, provider)
+            assert sent[-1] == (f"c{step}", f"file {step}\n" + output)  # the newest, whole
+            cleared = [call_id for call_id, text in sent if text.startswith("[Cleared to fit")]
+            assert cleared == [f"c{n}" for n in range(len(cleared))]  # the oldest of the turn
+            assert all(text == f"file {call_id[1:]}\n" + output for call_id, text in sent[len(cleared) :])
+            assert report.cleared == len(cleared)
+            if provider == "openai":
+                assert validators.openai(request["messages"]) == []
+            else:
+                assert validators.anthropic(request["messages"], request.get("system"), request=True) == []
+            counts.append(report.cleared)
+        assert counts[:12] == [0] * 12
+        assert counts[-1] >= 30
+        assert sum(a != b for a, b in itertools.pairwise(counts)) <= len(counts) // 3
+        logged = json.dumps(session.history())
+        assert "Cleared to fit" not in logged
+        assert logged.count("return x * 2") == 50 * 60
+
+
+def test_a_loop_that_cannot_fit_even_cleared_is_still_refused(tmp_path):
+    """The newest step's results are never cleared: where they alone do not
+    fit, the turn is refused as before, with the sizes."""
+    with open_session(tmp_path, budget=16_000) as session:
+        session.prepare("Read everything.")
+        session.record(calling("c0", "openai"))
+        session.record_tool_result("c0", "word " * 3_000)
+        session.prepare()
+        calls = [call(f"d{n}") for n in range(10)]  # one step, ten results: over the room together
+        session.record({"role": "assistant", "content": None, "tool_calls": calls})
+        for n in range(10):
+            session.record_tool_result(f"d{n}", "word " * 1_500)
+        with pytest.raises(OverBudgetError) as refused:
+            session.prepare()
+        assert refused.value.turn_in_progress > refused.value.budget

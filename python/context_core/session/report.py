@@ -56,6 +56,10 @@ class TurnReport:
     ``None`` before any usage was recorded."""
     shrunk: int = 0
     """How many times the selection was redone to fit the whole request."""
+    cleared: int = 0
+    """Tool results of the turn in progress sent as a short note instead
+    (the oldest, where the turn's tool loop outgrew the room; the log keeps
+    them whole)."""
 
     def log_line(self) -> str:
         """One line for the logs: the breakdown, the latency, the cache state."""
@@ -65,6 +69,7 @@ class TurnReport:
         return (
             f"turn={self.turn}.{self.step} {parts} total={self.total}/{self.limit} "
             f"hits={self.memories} repairs={len(self.repairs)} "
+            f"{f'cleared={self.cleared} ' if self.cleared else ''}"
             f"{self.timings.get('total', 0.0) * 1000:.3f}ms prefix={self.prefix_hash[:12]} {cache}{hit}"
         )
 

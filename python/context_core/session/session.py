@@ -8,6 +8,8 @@ tool calls and thinking) and :meth:`Session.record_tool_result` for each
 call, and :meth:`Session.prepare` again with no input for the next call of
 the same turn. Compaction runs in a worker thread, scheduled every turn,
 and never on the turn's path; learnings are persisted at :meth:`close`.
+A tool loop that outgrows the room goes on with its oldest results sent as
+a note (:mod:`~context_core.session.clearing`).
 
 Everything a session keeps lives under one directory::
 
@@ -41,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from context_core._core import Tokenizer
+from context_core._log_selection import from_view
 from context_core.budget import Budget
 from context_core.errors import (
     CacheBreakpointsError,
@@ -65,6 +68,7 @@ from context_core.prompt.render_anthropic import count_breakpoints
 from context_core.prompt.sections import check_text
 from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
+from context_core.session.clearing import clearings
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.markers import write_by_rename
 from context_core.session.memory_events import MemoryEvents
@@ -369,6 +373,7 @@ class Session:
         # under saves a second selection on most first calls of a full window.
         self._render_margin = _FIRST_MARGIN
         self._last_room: int | None = None  # the room the last window was chosen within
+        self._cleared = 0  # the turn's older tool results the last window cleared
         self._paused: set[int] = set()  # seqs of the replies this object recorded paused (pause_turn)
         self._cached: int | None = None
         # The API's id of the last reply recorded, and its message as given,
@@ -1044,16 +1049,17 @@ class Session:
         least = max(0, room - _FIRST_MARGIN)
         room = first_room = max(0, room - self._render_margin)
         shrunk = 0
+        self._cleared = 0
         while True:
             try:
                 selection = self._select(room)
-            except OverBudgetError:
+            except OverBudgetError as error:
                 # A margin learned from an earlier turn's request can leave
                 # this turn's input no room; it goes back to the least once.
-                if shrunk or room >= least:
-                    raise
-                room = first_room = least
-                continue
+                if not shrunk and room < least:
+                    room = first_room = least
+                    continue
+                selection = self._select_clearing(room, error)
             mark = self._lap(timings, "select", mark)
             arguments = self._render(parts, selection, extra)
             if self.provider == "anthropic" and not arguments["messages"]:
@@ -1102,6 +1108,7 @@ class Session:
             compaction=self._compaction(),
             cached_tokens=self._cached,
             shrunk=shrunk,
+            cleared=self._cleared,
         )
         self.last_report = report
         if logger.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
@@ -1150,11 +1157,35 @@ class Session:
                 used += tokens
         return kept
 
-    def _select(self, room: int) -> Selection:
-        """The window within ``room`` tokens (priority assembly places the memories)."""
+    def _select(self, room: int, source: Sequence[Mapping[str, Any]] | None = None) -> Selection:
+        """The window within ``room`` tokens from the log (or from ``source``,
+        its view); priority assembly places the memories."""
+        chosen_from: Any = self.log if source is None else source
         if isinstance(self.policy, PriorityAssembly):
-            return self.policy.select(self.log, room, memories=self._memories)
-        return self.policy.select(self.log, room, now=self._wall())
+            return self.policy.select(chosen_from, room, memories=self._memories)
+        return self.policy.select(chosen_from, room, now=self._wall())
+
+    def _select_clearing(self, room: int, error: OverBudgetError) -> Selection:
+        """The window within ``room`` from the view with the oldest tool
+        results of the turn in progress cleared, as few as fit (see
+        :mod:`~context_core.session.clearing`); ``error`` again where
+        clearing every one that may go does not."""
+        cleared = 0
+
+        def choose(view: list[Any]) -> Selection:
+            nonlocal cleared
+            for cleared_view, count in clearings(view, error, room, self.tokenizer.count_message):
+                try:
+                    selection = self._select(room, cleared_view)
+                except OverBudgetError:
+                    continue
+                cleared = count
+                return selection
+            raise error
+
+        selection = from_view(self.log, choose, stamped=isinstance(self.policy, WeightedWindow))
+        self._cleared = cleared
+        return selection
 
     def _render(self, parts: PromptParts, selection: Selection, extra: str) -> dict[str, Any]:
         if self.provider == "anthropic":
