@@ -257,6 +257,42 @@ def test_a_refusal_is_kept_as_the_replys_text():
     assert message_of(answered) == {"role": "assistant", "content": "Here it is."}
 
 
+def test_a_spoken_reply_is_kept_as_its_transcript(tmp_path):
+    """An audio reply (``modalities=["audio"]``) has no content: it was
+    stored empty, repaired away, and the next request ran the user's two
+    inputs together. Its transcript is the reply's text; the audio (an id
+    that expires, megabytes of data) is not sent back."""
+    audio = {"id": "audio_1", "data": "UklGRg" * 100, "expires_at": 1729018505, "transcript": "Hi there!"}
+    completion = ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-4o-audio-preview",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": None, "audio": audio},
+                }
+            ],
+        }
+    )
+    as_dict = {"role": "assistant", "content": None, "audio": audio}
+    for response in (completion, completion.choices[0].message, as_dict):
+        assert message_of(response) == {"role": "assistant", "content": "Hi there!"}
+    written = {"role": "assistant", "content": "Hello.", "audio": audio}
+    assert message_of(written) == {"role": "assistant", "content": "Hello."}
+    silent = {"role": "assistant", "content": None, "audio": {**audio, "transcript": " "}}
+    assert message_of(silent) == {"role": "assistant", "content": None}
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append({"role": "user", "content": "Say hi."})
+        log.append(message_of(completion))
+        log.append({"role": "user", "content": "Again."})
+        sent = sanitize(log.context_view()).messages
+        assert [m["content"] for m in sent] == ["Say hi.", "Hi there!", "Again."]
+
+
 def test_a_responses_custom_tool_call_is_kept_as_a_chat_custom_call(tmp_path):
     """A custom tool's call in a Responses output (free-text input) was
     dropped: the reply was logged empty and the call lost."""

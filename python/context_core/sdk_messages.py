@@ -7,9 +7,9 @@ plain dict, into the message dict the log stores and the next request
 sends; :func:`usage_of` reads its token usage. Only the fields a request
 may carry are kept: ``refusal``, ``annotations``, ``audio``, ``citations``
 and the like describe a response and are refused by some servers when sent
-back. Thinking blocks keep their signatures (Anthropic checks them on the
-next turn). Neither SDK is imported: objects are read through their
-``model_dump``.
+back (a spoken reply's ``audio`` becomes its transcript). Thinking blocks
+keep their signatures (Anthropic checks them on the next turn). Neither
+SDK is imported: objects are read through their ``model_dump``.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ def _chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
             out["tool_calls"] = [_tool_call(call) for call in calls]
     if not out.get("content") and _refusal(message):
         out["content"] = _refusal(message)  # the model's answer, kept for what follows it
+    if not out.get("content") and _transcript(message.get("audio")):
+        out["content"] = _transcript(message.get("audio"))
     if "content" not in out and "tool_calls" not in out:
         out["content"] = ""
     return out
@@ -85,6 +87,15 @@ def _refusal(message: Mapping[str, Any]) -> str:
     user's next input ran into the one it refused."""
     refusal = message.get("refusal")
     return refusal if isinstance(refusal, str) and refusal.strip() else ""
+
+
+def _transcript(audio: Any) -> str:
+    """The transcript of a chat reply's ``audio`` (``""``: none). A spoken
+    reply has no content: its transcript is what the next request carries.
+    The audio itself is not sent back: its ``id`` expires within hours, and
+    one past its time would fail every request the reply stays in."""
+    transcript = audio.get("transcript") if isinstance(audio, Mapping) else None
+    return transcript if isinstance(transcript, str) and transcript.strip() else ""
 
 
 def _tool_call(call: Any) -> Any:
@@ -188,6 +199,10 @@ def message_of(response: Any) -> dict[str, Any]:
         }
         if not message.get("content") and not message.get("tool_calls") and _refusal(message):
             message["content"] = message.pop("refusal")
+        if "audio" in message and isinstance(message["audio"], Mapping):
+            spoken = _transcript(message.pop("audio"))
+            if not message.get("content") and spoken:
+                message["content"] = spoken
         return message
     data = _plain(response, "response")
     if "choices" in data:
