@@ -138,6 +138,17 @@ def test_a_responses_api_output_becomes_one_chat_message():
     }
     usage = usage_of(response)
     assert (usage.prompt, usage.cached, usage.cache_written) == (50, 32, 8)
+    # Its output (a list of items), and one item of it, as objects or dicts:
+    # a message item's output_text parts are no chat content parts.
+    whole = message_of(response)
+    for output in (response.output, [item.model_dump() for item in response.output]):
+        assert message_of(output) == whole
+    assert message_of(response.output[1]) == {"role": "assistant", "content": "Looking."}
+    assert message_of(response.output[1].model_dump()) == {"role": "assistant", "content": "Looking."}
+    called = {"role": "assistant", "content": "", "tool_calls": whole["tool_calls"]}
+    assert message_of(response.output[2]) == called
+    with pytest.raises(InvalidTypeError, match=r"response\.output"):
+        message_of([1, 2])
 
 
 def test_a_message_dict_is_returned_as_given_and_junk_is_refused():

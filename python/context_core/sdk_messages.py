@@ -119,6 +119,21 @@ def _block(block: Any) -> Any:
     return {key: block[key] for key in fields if block.get(key) is not None}
 
 
+def _responses_item(data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` is one item of a Responses API ``output`` (a message of
+    ``output_text`` or ``refusal`` parts, or a tool call), which an Anthropic
+    ``Message`` (also ``type: "message"``) never is."""
+    kind = data.get("type")
+    if kind in ("function_call", "custom_tool_call"):
+        return True
+    parts = data.get("content")
+    return (
+        kind == "message"
+        and isinstance(parts, list)
+        and any(isinstance(p, Mapping) and p.get("type") in ("output_text", "refusal") for p in parts)
+    )
+
+
 def _responses_message(output: list[Any]) -> dict[str, Any]:
     """One chat message from a Responses API ``output``: its text and its
     function and custom tool calls (reasoning items are not sent back in
@@ -189,8 +204,8 @@ def paused(response: Any) -> bool:
 def message_of(response: Any) -> dict[str, Any]:
     """The message dict of ``response``: a message dict (OpenAI or
     Anthropic form, returned as given), an OpenAI ``ChatCompletion`` (its first choice) or
-    ``ChatCompletionMessage``, a Responses API ``Response``, an Anthropic
-    ``Message``, or any of them as a plain dict."""
+    ``ChatCompletionMessage``, a Responses API ``Response`` (or its ``output``,
+    or one item of it), an Anthropic ``Message``, or any of them as a plain dict."""
     if isinstance(response, Mapping) and "role" in response and response.get("type") != "message":
         # Already a message: stored as given, metadata keys too, less the
         # response-only fields an SDK's model_dump() leaves empty.
@@ -204,7 +219,11 @@ def message_of(response: Any) -> dict[str, Any]:
             if not message.get("content") and spoken:
                 message["content"] = spoken
         return message
+    if isinstance(response, (list, tuple)) and response:  # a Response's ``output``, whole
+        return _responses_message([_plain(item, "response.output") for item in response])
     data = _plain(response, "response")
+    if _responses_item(data):  # one item of a Response's ``output``
+        return _responses_message([data])
     if "choices" in data:
         choices = data["choices"]
         if not isinstance(choices, list) or not choices:
