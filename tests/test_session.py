@@ -687,6 +687,43 @@ def test_a_failed_open_does_not_tie_the_directory_to_its_provider(tmp_path):
         assert session.prepare("hi")["messages"][-1]["content"] == "hi"
 
 
+@pytest.mark.parametrize(("made_for", "other"), [("openai", "anthropic"), ("anthropic", "openai")])
+def test_a_removed_provider_marker_is_told_by_the_log(tmp_path, made_for, other):
+    """The marker removed by hand: the log's own shapes (tool calls, thinking)
+    still say which API it was for, and the other one is refused. A log whose
+    messages either API takes opens for both."""
+    models = {"openai": "gpt-4o", "anthropic": "claude-sonnet-4-5"}
+    with open_session(tmp_path, model=models[made_for]) as session:
+        session.prepare("Read a.py.")
+        session.record(calling("c1", made_for))
+        session.record_tool_result("c1", "def a(): ...")
+    marker = tmp_path / "session" / "provider"
+    marker.unlink()
+    with pytest.raises(InvalidInputError, match=f"holds a session for {made_for}.*marker is gone"):
+        open_session(tmp_path, model=models[other])
+    assert not marker.exists()
+    with open_session(tmp_path, model=models[made_for]) as session:
+        assert session.pending == ()
+    assert marker.read_text() == f"{made_for}\n"
+    plain = tmp_path / "plain"
+    with Session.open(plain, model=models[made_for], store=False) as session:
+        session.prepare("Hello.")
+        session.record({"role": "assistant", "content": "Hi."})
+    (plain / "provider").unlink()
+    with Session.open(plain, model=models[other], store=False) as session:
+        assert session.prepare("Again.")["messages"][-1]["content"] == "Again."
+
+
+def test_a_marker_naming_no_provider_is_refused_without_echoing_it(tmp_path):
+    with open_session(tmp_path):
+        pass
+    (tmp_path / "session" / "provider").write_text("\x1b[31mbanana" * 10_000)
+    with pytest.raises(InvalidInputError, match="not a provider's name") as refused:
+        open_session(tmp_path)
+    assert len(str(refused.value)) < 300
+    assert "\x1b" not in str(refused.value)  # escaped, not the raw control character
+
+
 @pytest.mark.parametrize("model", ["gpt-4o", "claude-sonnet-4-5"])
 def test_an_empty_input_is_refused_and_logs_nothing(tmp_path, model):
     blank = [{"type": "text", "text": "  "}]

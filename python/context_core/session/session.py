@@ -542,7 +542,7 @@ class Session:
             )
             # Marked once every option is known good: a failed open leaves
             # the directory free for another provider.
-            _check_provider(root, provider)
+            _check_provider(root, provider, log)
             session._first_seq = read_learned(root, len(log))
             session._prefix = read_prefix(root)
         except LogCorruptError as error:
@@ -1805,14 +1805,14 @@ def _session_directory(path: str | os.PathLike[str]) -> tuple[str, bool]:
         ) from error
 
 
-def _check_provider(root: str, provider: Provider) -> None:
+def _check_provider(root: str, provider: Provider, log: MessageLog) -> None:
     """A session directory keeps the provider it was made for: its log holds
     that provider's message shapes, which the other API refuses."""
     marker = os.path.join(root, "provider")
     try:
         try:
             with open(marker, encoding="utf-8") as handle:
-                kept = handle.read().strip()
+                kept = handle.read(64).strip()  # a provider's name, or the file is not a marker
         except FileNotFoundError:
             kept = ""
         if not kept:
@@ -1820,16 +1820,51 @@ def _check_provider(root: str, provider: Provider) -> None:
             # empty the marker of a session with turns); an empty one (a
             # kill while an earlier version wrote it in place) names nothing,
             # and no turn was ever taken: the open that wrote it never returned.
+            # One removed by hand leaves the log to tell: its shapes (tool
+            # calls, thinking, input blocks) are the provider's it was for.
+            found = _log_shape(log)
+            if found is not None and found != provider:
+                raise InvalidInputError(
+                    f"{root} holds a session for {found} (its log's messages are in {found}'s shapes,"
+                    f" and its provider marker is gone); it cannot be sent to {provider}"
+                    " (open a new directory)"
+                )
             write_by_rename(marker, provider + "\n", durable=True)
             return
     except OSError as error:
         raise storage_error(f"{marker}: {error.strerror or error}", error.errno, marker) from error
     except UnicodeDecodeError:
         raise InvalidInputError(f"{marker}: not a provider's name (not UTF-8 text)") from None
+    if kept not in ("openai", "anthropic"):
+        raise InvalidInputError(f"{marker}: not a provider's name ({kept[:32]!r}): 'openai' or 'anthropic'")
     if kept != provider:
         raise InvalidInputError(
             f"{root} holds a session for {kept}; it cannot be sent to {provider} (open a new directory)"
         )
+
+
+def _log_shape(log: MessageLog) -> Provider | None:
+    """The provider the first message of ``log`` shaped for one API only is
+    for (``None``: every message would go to either)."""
+    for message in log:
+        if not isinstance(message, Mapping):
+            continue  # a summary's text or a branch marker
+        found = _shape(message)
+        if found is None and message.get("role") == "tool":
+            found = "openai"
+        content = message.get("content")
+        if found is None and isinstance(content, list):
+            found = next(
+                (
+                    _INPUT_BLOCKS[b["type"]]
+                    for b in content
+                    if isinstance(b, Mapping) and b.get("type") in _INPUT_BLOCKS
+                ),
+                None,
+            )
+        if found is not None:
+            return found
+    return None
 
 
 @contextlib.contextmanager
