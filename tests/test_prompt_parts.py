@@ -738,3 +738,60 @@ def test_turns_share_the_prefix_objects():
     first = one.to_openai(volatile="user")["messages"][0]["content"]
     assert first is two.to_openai(volatile="user")["messages"][0]["content"]
     assert prose(3, 1) in one.system
+
+
+TOOL_STEP = [
+    {"role": "user", "content": "Read a.py and show the chart."},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "thinking", "thinking": "Read it first.", "signature": "sig-1"},
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}},
+            {"type": "tool_use", "id": "toolu_2", "name": "chart", "input": {}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "def a(): ...", "is_error": False},
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_2",
+                "is_error": True,
+                "cache_control": {"type": "ephemeral"},
+                "content": [
+                    {"type": "text", "text": "partial"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iV"}},
+                ],
+            },
+        ],
+    },
+    {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+    {"role": "user", "content": "Now sum it up."},
+]
+
+
+def test_an_anthropic_request_without_tools_says_the_tool_steps_as_text():
+    """The Messages API refuses tool_use and tool_result blocks in a request
+    that defines no tools (a session reopened without its tools, a summary
+    turn): without tools they go as text, each result's image kept, the
+    caller's breakpoint kept on what replaced its block; with tools they go
+    as they are."""
+    bare = PromptBuilder(identity="You are a coding agent.").build(now=T0)
+    request = bare.to_anthropic(TOOL_STEP, model=MODEL, min_cache_tokens=0)
+    assert "tools" not in request
+    sent = request["messages"]
+    kinds = [[b["type"] for b in m["content"]] if isinstance(m["content"], list) else "str" for m in sent]
+    assert kinds == ["str", ["text", "text", "text"], ["text", "text", "image"], ["text"], "str"]
+    assert sent[1]["content"][1]["text"] == '[Called the tool read_file (call toolu_1) with {"path": "a.py"}]'
+    assert sent[2]["content"][0]["text"] == "[Result of read_file (call toolu_1):\ndef a(): ...]"
+    assert sent[2]["content"][1] == {
+        "type": "text",
+        "text": "[Result of chart (call toolu_2) (an error):\npartial]",
+    }
+    assert sent[2]["content"][2]["cache_control"] == {"type": "ephemeral"}
+    assert sent[0] is TOOL_STEP[0]  # the messages without tool blocks are passed on as they are
+    assert TOOL_STEP[1]["content"][0]["type"] == "thinking"  # and the caller's are not changed
+    with_tools = PromptBuilder(identity="You are a coding agent.", tools=tools()).build(now=T0)
+    assert with_tools.to_anthropic(TOOL_STEP, model=MODEL, min_cache_tokens=0)["messages"] == TOOL_STEP

@@ -714,6 +714,30 @@ def test_a_removed_provider_marker_is_told_by_the_log(tmp_path, made_for, other)
         assert session.prepare("Again.")["messages"][-1]["content"] == "Again."
 
 
+def test_an_anthropic_session_reopened_without_its_tools_still_sends(tmp_path):
+    """Anthropic refuses tool_use and tool_result blocks in a request that
+    defines no tools: reopened with ``tools=()``, the old tool steps go as
+    text, the request is counted exactly, and the log keeps the blocks."""
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
+        session.prepare("Read a.py.")
+        session.record(anthropic_call("toolu_1"))
+        session.record_tool_result("toolu_1", "def a(): ...")
+        session.prepare()
+        session.record({"role": "assistant", "content": [{"type": "text", "text": "It defines a()."}]})
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=()) as session:
+        request = session.prepare("Sum up what we did.")
+        assert "tools" not in request
+        blocks = [b for m in request["messages"] if isinstance(m["content"], list) for b in m["content"]]
+        assert {b["type"] for b in blocks} == {"text"}
+        said = " ".join(b["text"] for b in blocks)
+        assert "[Called the tool read_file (call toolu_1)" in said
+        assert "[Result of read_file (call toolu_1):\ndef a(): ...]" in said
+        assert validators.anthropic(request["messages"], request["system"], request=True) == []
+        assert request.report.total == recount(request)
+        logged = [b for m in session.history() if isinstance(m["content"], list) for b in m["content"]]
+        assert any(b.get("type") == "tool_use" for b in logged)
+
+
 def test_a_marker_naming_no_provider_is_refused_without_echoing_it(tmp_path):
     with open_session(tmp_path):
         pass
@@ -3078,7 +3102,7 @@ def test_a_new_result_like_an_older_steps_is_logged_not_taken_for_a_retry(tmp_pa
 
 
 def test_a_paused_reply_ending_in_a_blank_text_is_sent_back_without_it(tmp_path):
-    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
         session.prepare("look PAY-77 up")
         paused = {
             "id": "msg_1",
@@ -3147,7 +3171,7 @@ def test_the_input_given_again_after_a_paused_step_is_a_retry(tmp_path):
             {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
         ],
     }
-    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
         session.prepare("look PAY-77 up")
         session.record(paused)
         session.prepare()  # the continuation's call fails
@@ -3216,7 +3240,7 @@ def test_an_mcp_tools_output_is_sent_as_the_api_takes_it(tmp_path):
     image block."""
     parts = [{"type": "text", "text": f"line {i}", "annotations": None, "_meta": None} for i in range(3)]
     image = {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png", "annotations": None}
-    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
         _anthropic_call(session)
         session.record_tool_result("toolu_1", [*parts, image])
         request = session.prepare()
@@ -3242,7 +3266,7 @@ def test_an_mcp_tools_output_is_sent_as_the_api_takes_it(tmp_path):
     ],
 )
 def test_a_tool_output_block_the_api_refuses_is_refused_before_the_log(tmp_path, block, said):
-    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
         _anthropic_call(session)
         logged = len(session.history())
         with pytest.raises(InvalidInputError, match=rf"result\.content\[1\]: .*{said}"):
@@ -3258,7 +3282,7 @@ def test_the_callers_cache_marks_piling_up_in_the_log_keep_the_newest(tmp_path):
     API takes beside the tools' and system's; the log keeps them all."""
     from context_core.prompt.render_anthropic import MAX_BREAKPOINTS, count_breakpoints
 
-    with open_session(tmp_path, model="claude-sonnet-4-5", tools=[]) as session:
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
         for turn in range(8):
             said = {
                 "role": "user",
@@ -3351,7 +3375,7 @@ def test_a_reply_dicts_own_fields_go_where_the_provider_takes_them(tmp_path):
         assert "id" not in sent[-2]
         assert "usage" not in sent[-2]
         assert session.log.context_view()[-2]["id"] == "msg-12"
-    with open_session(tmp_path / "anthropic", model="claude-sonnet-4-5", tools=[]) as session:
+    with open_session(tmp_path / "anthropic", model="claude-sonnet-4-5") as session:
         session.prepare("fix it")
         session.record({"role": "assistant", "content": "Done.", "reasoning_content": "x", "annotations": []})
         assert session.history()[-1] == {"role": "assistant", "content": "Done."}

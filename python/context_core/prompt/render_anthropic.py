@@ -23,6 +23,10 @@ schema already carries one. With
 user message instead, after the conversation, so a breakpoint the caller puts on
 the conversation (to cache the history as well) stays valid from turn to turn.
 
+**No tools, no tool blocks.** The API refuses tool calls and results in
+the messages of a request that defines no tools; without tools they are
+said as text (:mod:`~context_core.prompt.tool_text`).
+
 **Minimum lengths.** A prefix shorter than the model's minimum cacheable
 length is not cached (:data:`ANTHROPIC_MIN_CACHE_TOKENS`, by model-name
 prefix, editable; ``min_cache_tokens=`` overrides it per call). A breakpoint
@@ -49,6 +53,7 @@ from typing import Any, Literal, TypedDict
 from context_core.errors import CacheBreakpointsError, InvalidInputError, InvalidTypeError, PromptCacheWarning
 from context_core.prompt.context_part import context_blocks, lift_system
 from context_core.prompt.prefix import Prefix
+from context_core.prompt.tool_text import tool_blocks_as_text
 from context_core.types import AnthropicMessage, MessageLike
 
 __all__ = [
@@ -258,6 +263,8 @@ def anthropic_request(
     if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidTypeError(f"messages must be a list of messages, got {type(messages).__name__}")
     lifted, conversation = lift_system(messages)
+    if not prefix.system.tools:  # the API refuses tool blocks in a request that defines no tools
+        conversation = tool_blocks_as_text(conversation)
     context = context_blocks(system, lifted)
     plan = _plan(prefix, model, min_cache_tokens)
     theirs = count_breakpoints(conversation) + _count_blocks(context)
