@@ -1266,6 +1266,34 @@ def test_server_tool_results_pair_one_to_one_in_their_own_message():
     assert result.messages[3]["content"] == [history[3]["content"][0]]
 
 
+def test_a_server_tool_result_before_its_use_goes_with_the_use():
+    """The API refuses a server tool result with no use before it in the
+    message: one placed before its use answers nothing, and the use, left
+    with no result after it, goes too (a result after the use keeps both)."""
+    before = [said("Searching."), server_result(), server_use(), said("Found it.")]
+    history = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": before},
+        {"role": "user", "content": "Thanks."},
+    ]
+    assert validators.anthropic(history) != []
+    result = both(history, "anthropic")
+    assert summary(result.changes) == [
+        (3, 1, "drop_call", 'server tool use "srvtoolu_1" has no result'),
+        (3, 1, "drop_result", 'server tool result for "srvtoolu_1" has no matching server tool use'),
+    ]
+    assert result.messages[1]["content"] == [before[0], before[3]]
+    assert validators.anthropic(result.messages) == []
+    again = [server_result(), server_use(), server_result(), said("Found it.")]
+    history[1] = {"role": "assistant", "content": again}
+    result = both(history, "anthropic")
+    assert summary(result.changes) == [
+        (3, 1, "drop_result", 'server tool result for "srvtoolu_1" comes before its server tool use')
+    ]
+    assert result.messages[1]["content"] == again[1:]
+    assert validators.anthropic(result.messages) == []
+
+
 def test_openai_leaves_server_tool_blocks_alone():
     history = [
         {"role": "user", "content": "Weather?"},

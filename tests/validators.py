@@ -184,6 +184,15 @@ def anthropic(messages: list[dict], system: Any = None, *, request: bool = False
             for result in server_results:
                 if result not in server_uses or server_results.count(result) > 1:
                     problems.append(f"{where}: server tool result {result} without its use, or twice (A21)")
+            # ... and a result comes after its use ("must have a corresponding
+            # server_tool_use block before it").
+            met: set[Any] = set()
+            for block in blocks:
+                if block.get("type") in SERVER_USES:
+                    met.add(block.get("id"))
+                elif _server_result(block) and block.get("tool_use_id") in set(server_uses) - met:
+                    early = block["tool_use_id"]
+                    problems.append(f"{where}: server tool result {early} before its use (A21)")
         if role != "assistant" and any(b.get("type") in SERVER_USES or _server_result(b) for b in blocks):
             problems.append(f"{where}: server tool block outside an assistant message (A21)")
         if role == "user":

@@ -577,7 +577,7 @@ class Sanitizer:
                 item.calls_changed = True
             item.calls = []
             if item.parts is not None:
-                server_results = {p.id for p in item.parts if p.kind == "server_result"}
+                server_results = answered_after_use(item.parts)
                 server_kept: set[str] = set()
                 kept = []
                 for part in item.parts:
@@ -632,18 +632,25 @@ class Sanitizer:
         """Keep in an assistant message's ``parts`` (in place) one server tool
         result per server tool use it kept; returns whether any went."""
         answered: set[str] = set()
+        used: set[str | None] = set()  # a result must come after its use (the API refuses one before it)
         kept = []
         for part in parts:
+            if part.kind == "server_use":
+                used.add(part.id)
             if part.kind != "server_result":
                 kept.append(part)
-            elif part.id in kept_uses and part.id not in answered:
+            elif part.id in used and part.id in kept_uses and part.id not in answered:
                 assert part.id is not None
                 answered.add(part.id)
                 kept.append(part)
             else:
-                what = "duplicate server tool result for" if part.id in answered else "server tool result for"
-                suffix = "" if part.id in answered else " has no matching server tool use"
-                self.note(3, item.origin, "drop_result", f'{what} "{part.id}"{suffix}')
+                if part.id in answered:
+                    reason = f'duplicate server tool result for "{part.id}"'
+                elif part.id in kept_uses:
+                    reason = f'server tool result for "{part.id}" comes before its server tool use'
+                else:
+                    reason = f'server tool result for "{part.id}" has no matching server tool use'
+                self.note(3, item.origin, "drop_result", reason)
         dropped = len(kept) != len(parts)
         parts[:] = kept
         return dropped
@@ -759,3 +766,16 @@ def _optional_str(value: Any, path: str) -> str | None:
 
 def sanitize(messages: Iterable[dict[str, Any]], provider: str = "openai", **options: Any) -> Result:
     return Sanitizer(provider, **options).sanitize(messages)
+
+
+def answered_after_use(parts: list[Part]) -> set[str | None]:
+    """The server tool uses of ``parts`` with a result after them (one
+    before its use answers nothing: the API refuses it)."""
+    uses: set[str | None] = set()
+    answered: set[str | None] = set()
+    for part in parts:
+        if part.kind == "server_use":
+            uses.add(part.id)
+        elif part.kind == "server_result" and part.id in uses:
+            answered.add(part.id)
+    return answered

@@ -540,7 +540,7 @@ impl<J: JsonValue> Run<'_, J> {
                 item.calls_changed = true;
             }
             if let Content::Blocks(blocks) = &mut item.content {
-                let server_results = ids_of(blocks, BlockKind::ServerResult);
+                let server_results = answered_after_use(blocks);
                 let mut server_kept: HashSet<IdHash> = HashSet::default();
                 let mut kept = Vec::with_capacity(blocks.len());
                 for block in blocks.drain(..) {
@@ -648,18 +648,28 @@ impl<J: JsonValue> Run<'_, J> {
         kept_uses: &HashSet<IdHash>,
     ) -> bool {
         let mut answered: HashSet<IdHash> = HashSet::default();
+        // The uses met so far: a result must come after its use (the API
+        // refuses one before it).
+        let mut used: HashSet<IdHash> = HashSet::default();
         let before = blocks.len();
         let messages = self.messages;
         let mut dropped: Vec<String> = Vec::new();
         blocks.retain(|block| {
+            if block.kind == BlockKind::ServerUse {
+                used.insert(block.id);
+            }
             if block.kind != BlockKind::ServerResult
-                || (kept_uses.contains(&block.id) && answered.insert(block.id))
+                || (used.contains(&block.id)
+                    && kept_uses.contains(&block.id)
+                    && answered.insert(block.id))
             {
                 return true;
             }
             let id = gather::block_id_text(messages, block.src, "tool_use_id");
             dropped.push(if answered.contains(&block.id) {
                 format!("duplicate server tool result for \"{id}\"")
+            } else if kept_uses.contains(&block.id) {
+                format!("server tool result for \"{id}\" comes before its server tool use")
             } else {
                 format!("server tool result for \"{id}\" has no matching server tool use")
             });
@@ -729,6 +739,25 @@ fn result_ids(item: &Item) -> HashSet<IdHash> {
 }
 
 /// The ids of the blocks of one kind.
+/// The server tool uses of `blocks` with a result after them (one before
+/// its use answers nothing: the API refuses it).
+fn answered_after_use(blocks: &[Block]) -> HashSet<IdHash> {
+    let mut uses: HashSet<IdHash> = HashSet::default();
+    let mut answered: HashSet<IdHash> = HashSet::default();
+    for block in blocks {
+        match block.kind {
+            BlockKind::ServerUse => {
+                uses.insert(block.id);
+            }
+            BlockKind::ServerResult if uses.contains(&block.id) => {
+                answered.insert(block.id);
+            }
+            _ => {}
+        }
+    }
+    answered
+}
+
 fn ids_of(blocks: &[Block], kind: BlockKind) -> HashSet<IdHash> {
     blocks
         .iter()
