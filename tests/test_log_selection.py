@@ -912,16 +912,17 @@ def test_a_log_that_would_send_no_message_is_refused_as_its_view_is(tmp_path, pr
             )
 
 
-_KEYWORDS = ("pinned", "priority", "weight", "tags", "timestamp")
+_KEYWORDS = ("pinned", "priority", "weight", "timestamp")
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.parametrize("name", ["priority", "shape", "weighted"])
 def test_metadata_given_to_append_counts_where_the_whole_view_is_read(tmp_path, monkeypatch, provider, name):
-    """``append(pinned=..., priority=..., weight=..., tags=..., timestamp=...)``
-    puts its keywords in the header only. Where a window is chosen from the
-    whole view (here: a dependency named), each message still weighs as it
-    would with those keys in the message itself, as it does from the headers."""
+    """``append(pinned=..., priority=..., weight=..., timestamp=...)`` puts
+    its keywords in the header only (over the message's own keys, where it
+    has them). Where a window is chosen from the whole view (here: a
+    dependency named), each message still weighs as it would with those
+    values in the message itself, as it does from the headers."""
     messages = []
     for i, message in enumerate(_weighed_session(provider, "rising")):
         message = pinned_or_prioritised(message, i, pin=(10**9, 0), rank=(7, 3, 5))
@@ -941,9 +942,13 @@ def test_metadata_given_to_append_counts_where_the_whole_view_is_read(tmp_path, 
         "weighted": lambda source, b: WeightedWindow(provider=provider).select(source, b, now=now),
     }[name]
     with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
-        for message in messages:
+        stale = {"pinned": False, "priority": 42.0, "weight": 0.01, "timestamp": 1.0}
+        for i, message in enumerate(messages):
             given = {k: message[k] for k in _KEYWORDS if k in message}
-            log.append({k: v for k, v in message.items() if k not in _KEYWORDS}, **given)
+            stored = {k: v for k, v in message.items() if k not in _KEYWORDS}
+            if i % 13 == 4:  # keys of its own, which the keywords override
+                stored.update({k: stale[k] for k in given})
+            log.append(stored, **given)
         reads = whole_view_reads(monkeypatch)
         for budget in (3_000, 6_000, 16_000):
             from_list, from_log = select(messages, budget), select(log, budget)
@@ -952,3 +957,43 @@ def test_metadata_given_to_append_counts_where_the_whole_view_is_read(tmp_path, 
             assert from_log.kept == from_list.kept, budget
             assert from_log.messages == from_list.messages
             assert from_log.breakdown == from_list.breakdown
+
+
+def test_the_whole_view_leaves_tags_to_the_policys_own_tagger(tmp_path):
+    """The headers hold the default tagger's tags: a policy with a tagger of
+    its own, reading the whole view (anchoring), tags the messages itself,
+    on a log as on its decoded view."""
+    from context_core._core import Tagger
+
+    own = Tagger(constraint_keywords=["banana"], constraint_openers=[])
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        log.append({"role": "user", "content": "Remember: you must never touch the tests."})
+        log.append({"role": "assistant", "content": "Understood."})
+        log.append({"role": "user", "content": "Use the banana format for dates."})
+        log.append({"role": "assistant", "content": "Noted."})
+        log.append({"role": "user", "content": "Now the refunds."})
+        policy = PriorityAssembly(anchoring=True, tagger=own)
+        from_log, from_list = policy.select(log, 10_000), policy.select(log.context_view(), 10_000)
+        assert from_log.messages == from_list.messages
+        assert "banana" in str(from_log.messages)
+
+
+def test_a_summary_callable_is_handed_the_messages_as_logged(tmp_path):
+    """A ShapeHistory summary callable is handed what may be dropped, as
+    logged: no metadata the headers hold is added to them (a callable may
+    send them to a model)."""
+    seen = []
+
+    def summarise(messages):
+        seen.extend(messages)
+        return "Earlier: small talk."
+
+    with MessageLog.open(tmp_path / "log", create=True, durability="never") as log:
+        for i in range(30):
+            asked = f"Question {i}: you must never touch the tests. " + "x " * 50
+            log.append({"role": "user", "content": asked})
+            log.append({"role": "assistant", "content": f"Answer {i}: " + "y " * 50}, priority=2.0)
+        log.append({"role": "user", "content": "Now the refunds."})
+        ShapeHistory(summary=summarise, keep_last=3, min_keep=1).select(log, 800)
+    assert seen
+    assert {key for message in seen for key in message} == {"role", "content"}

@@ -3430,10 +3430,65 @@ def test_a_long_tool_loop_clears_its_oldest_results_and_goes_on(tmp_path, provid
             counts.append(report.cleared)
         assert counts[:12] == [0] * 12
         assert counts[-1] >= 30
+        assert counts == sorted(counts)  # one cleared is never sent whole again in the turn
         assert sum(a != b for a, b in itertools.pairwise(counts)) <= len(counts) // 3
         logged = json.dumps(session.history())
         assert "Cleared to fit" not in logged
         assert logged.count("return x * 2") == 50 * 60
+
+
+def _loop(session: Session, steps: int, output: str, provider: str = "openai") -> list[int]:
+    """``steps`` tool steps of one turn, each result ``output``: the cleared count of each request."""
+    counts = []
+    for step in range(steps):
+        session.record(calling(f"c{step}", provider))
+        session.record_tool_result(f"c{step}", f"file {step}\n" + output)
+        request = session.prepare()
+        assert request.report.total <= request.report.limit
+        counts.append(request.report.cleared)
+    return counts
+
+
+def test_results_over_the_cap_are_cleared_a_quarter_at_a_time_too(tmp_path):
+    """A result over the policy's cap counts as cut to it, so clearing it
+    frees no more than that: weighed whole, each step cleared one more."""
+    with open_session(tmp_path, budget=40_000) as session:
+        session.prepare("Read everything.")
+        counts = _loop(session, 40, "word " * 6_000)  # each cut to the 2,000-token cap
+    assert counts[-1] >= 10
+    assert counts == sorted(counts)
+    assert sum(a != b for a, b in itertools.pairwise(counts)) <= len(counts) // 3
+
+
+def test_small_results_beside_a_long_input_clear_as_few_as_fit(tmp_path):
+    """Where the turn's results cannot free a quarter of the room, as few
+    are cleared as fit: not every one of them at once."""
+    with open_session(tmp_path, budget=16_000) as session:
+        session.prepare("Review this document:\n" + "the billing module computes refunds daily. " * 1_200)
+        counts = _loop(session, 40, "ok fine " * 60)
+    first = next(i for i, n in enumerate(counts) if n)
+    assert counts[first] < first // 2  # some of the older results, not all of them
+    assert counts == sorted(counts)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_input_without_words_does_not_end_the_turn_being_cleared(tmp_path, provider):
+    """An image alone starts no turn (the policies keep the turn in progress
+    from the last input with words): clearing takes that turn's results."""
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    png = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+    image = (
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+        if provider == "openai"
+        else {"type": "image", "source": png}
+    )
+    with open_session(tmp_path, model=model, budget=16_000) as session:
+        session.prepare("Refactor the billing module.")
+        assert _loop(session, 20, "def f(x):\n    return x * 2\n" * 60, provider)[-1] > 0
+        session.record({"role": "assistant", "content": "Here is what I found so far."})
+        request = session.prepare({"role": "user", "content": [image]})
+        assert request.report.cleared > 0
+        assert request.report.total <= request.report.limit
 
 
 def test_a_loop_that_cannot_fit_even_cleared_is_still_refused(tmp_path):

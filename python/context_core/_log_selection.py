@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
+import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -145,53 +146,66 @@ def _marked_pinned(seq: int, message: Msg) -> Msg:
     return {**message, "pinned": True}
 
 
-def with_header_metadata(log: MessageLog, nodes: Nodes, messages: list[Msg], *, stamped: bool) -> list[Msg]:
+def with_header_metadata(
+    log: MessageLog, nodes: Nodes, messages: list[Msg], keys: Sequence[str]
+) -> list[Msg]:
     """The view's ``messages`` (rendered from ``nodes``) as the headers
-    describe them. What ``append`` took as keywords (``pinned``,
-    ``priority``, ``weight``, ``tags``; ``timestamp``, or the time of the
-    append, with ``stamped``) is in the header only, and a policy choosing
-    from the whole view must weigh each message as the headers' choice
-    does. A key the message holds itself is its own (the header took it
-    from there); only the messages that lack one are copied."""
+    describe them, for the metadata ``keys`` a policy reads (of ``pinned``,
+    ``priority``, ``weight``, ``timestamp``). What ``append`` took as
+    keywords is in the header only, and a policy choosing from the whole
+    view must weigh each message as the headers' choice does: where the
+    header holds another value than the message (a keyword given, or the
+    time of the append), the message reads with the header's. Only the
+    messages that change are copied. (Tags are left to the policy's own
+    tagger, which reads them from the text, as it does for a list.)"""
     rows = [i for i, (_, part) in enumerate(nodes) if part not in _SUMMARY_PARTS]
-    if not rows:
+    if not rows or not keys:
         return messages
     headers = log.headers()[[nodes[i][0] for i in rows]]
+    wanted = set(keys)
     columns = zip(
         rows,
         (headers["flags"] & _FLAG_PINNED).tolist(),
         headers["priority"].tolist(),
         headers["weight"].tolist(),
-        (headers["tags"] & _TAG_BITS).tolist(),
         headers["timestamp"].tolist(),
         strict=True,
     )
     out = list(messages)
-    for i, pinned, priority, weight, tags, timestamp in columns:
+    for i, pinned, priority, weight, timestamp in columns:
         message = out[i]
         given: Msg = {}
-        if pinned and message.get("pinned") is not True:
+        if "pinned" in wanted and pinned and message.get("pinned") is not True:
             given["pinned"] = True
-        if priority and "priority" not in message:
+        if "priority" in wanted and priority != _as_stored(message.get("priority"), 0.0):
             given["priority"] = priority
-        if weight == weight and "weight" not in message:  # NaN: none given
-            given["weight"] = weight
-        if tags and "tags" not in message:
-            given["tags"] = [name for bit, name in _TAG_NAMES if tags & bit]
-        if stamped and "timestamp" not in message:
+        if "weight" in wanted and weight == weight and weight != _as_stored(message.get("weight"), None):
+            given["weight"] = weight  # (NaN: none given, by keyword or key)
+        if "timestamp" in wanted and timestamp != message.get("timestamp"):
             given["timestamp"] = timestamp
         if given:
             out[i] = {**message, **given}
     return out
 
 
+def _as_stored(value: Any, default: float | None) -> float | None:
+    """A message's own number as its header holds it (a 32-bit float), or ``default``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    return float(array.array("f", [value])[0]) if math.isfinite(value) else float(value)
+
+
+#: The metadata each policy reads, of what ``append`` may take as keywords.
+SHAPE_READS = ("pinned",)
+PRIORITY_READS = ("pinned", "priority")
+WEIGHTED_READS = ("pinned", "weight", "timestamp")
+EVERY_READ = ("pinned", "priority", "weight", "timestamp")
+
+
 #: View parts that are summaries (system messages to a policy, with no header metadata of their own).
 _SUMMARY_PARTS = frozenset({"global", "segment"})
 #: The header's flag of a message appended pinned.
 _FLAG_PINNED = 1
-#: The header's tag bits, by the name a message's ``tags`` gives them.
-_TAG_NAMES = ((1, "constraint"), (2, "evidence"), (4, "pulse"), (8, "log"))
-_TAG_BITS = 15
 
 
 def keyed(log: MessageLog, nodes: Nodes, selection: Selection, view: View | None) -> Selection:
@@ -227,13 +241,12 @@ def keyed(log: MessageLog, nodes: Nodes, selection: Selection, view: View | None
 
 
 def from_view(
-    log: MessageLog, choose: Callable[[list[Message]], Selection], *, stamped: bool = False
+    log: MessageLog, choose: Callable[[list[Message]], Selection], *, keys: Sequence[str] = ()
 ) -> Selection:
     """A policy's choice over the whole context view, decoded, each message
-    read with its header's metadata (``stamped``: its timestamp too, for a
-    policy that ages messages)."""
+    read with its header's metadata ``keys`` (those the policy reads)."""
     nodes = log._view()
-    messages = with_header_metadata(log, nodes, log._render(nodes, strip=False), stamped=stamped)
+    messages = with_header_metadata(log, nodes, log._render(nodes, strip=False), keys)
     try:
         selection = choose(cast("list[Message]", messages))
     except NothingToSendError as error:
@@ -250,8 +263,7 @@ def from_headers(
     choose: Callable[[int], tuple[Nodes, View, list[int]] | None],
     lay_out: Callable[[Backend, list[Msg], int], tuple[Selection, int]],
     whole: Callable[[list[Message]], Selection],
-    *,
-    stamped: bool = False,
+    keys: Sequence[str],
 ) -> Selection:
     """Choose within ``budget`` from the headers (``choose(target)``: the
     kept nodes, the view and the nodes pinned by header, or ``None`` where a
@@ -259,7 +271,7 @@ def from_headers(
     nodes out (``lay_out(backend, messages, target)``: the selection and the
     tokens it is over). Over, the headers are asked again for less; a window
     naming a dependency is chosen by ``whole`` from the whole view (its
-    messages ``stamped`` with their headers' times, for a policy that ages them)."""
+    messages read with the header metadata ``keys`` the policy reads)."""
 
     def chosen(target: int) -> tuple[Nodes, View, list[int]]:
         # A result appended since it was counted (by another thread or
@@ -286,7 +298,7 @@ def from_headers(
     try:
         selection = _selection.settle(run, budget)
     except _WholeView:
-        return from_view(log, whole, stamped=stamped)
+        return from_view(log, whole, keys=keys)
     if selection.breakdown.budget != budget:  # asked again for less: the caller's budget is the one
         breakdown = dataclasses.replace(selection.breakdown, budget=budget)
         selection = dataclasses.replace(selection, breakdown=breakdown)
@@ -321,7 +333,7 @@ def shape_history(
     summary = _selection.check_summary(summary)
     cap = _selection.tool_result_cap(cap)
     if callable(summary) or not counts_alike(log, backend):
-        return from_view(log, whole)
+        return from_view(log, whole, keys=SHAPE_READS)
     extra: tuple[Msg, int] | None = None
     if summary is not None:
         message = {"role": "system", "content": SUMMARY_PREFIX + _selection.exact_text(summary)}
@@ -355,7 +367,7 @@ def shape_history(
             layout, kept, decided["turns"], decided["with_summary"], extra, target
         )
 
-    return from_headers(log, backend, tokens, cap, choose, lay_out, whole)
+    return from_headers(log, backend, tokens, cap, choose, lay_out, whole, SHAPE_READS)
 
 
 def weighted_window(
@@ -393,8 +405,7 @@ def weighted_window(
         )
         return run(target)
 
-    # Ages come from the headers' times: the whole view's messages carry them too.
-    return from_headers(log, backend, tokens, cap, choose, lay_out, whole, stamped=True)
+    return from_headers(log, backend, tokens, cap, choose, lay_out, whole, WEIGHTED_READS)
 
 
 def build_context(
@@ -433,7 +444,7 @@ def build_context(
     if global_summary is not None:
         global_summary = _selection.exact_text(global_summary)
     if anchoring or not counts_alike(log, backend):
-        return from_view(log, whole)
+        return from_view(log, whole, keys=PRIORITY_READS)
 
     def cost(prefix: str, text: str) -> int:
         return backend.system_message(prefix + text)[1]
@@ -463,4 +474,4 @@ def build_context(
         )
         return run(target)
 
-    return from_headers(log, backend, tokens, cap, choose, lay_out, whole)
+    return from_headers(log, backend, tokens, cap, choose, lay_out, whole, PRIORITY_READS)

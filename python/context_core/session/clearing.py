@@ -7,9 +7,10 @@ every later step would fail. The session then sends the oldest results of
 the turn as a short note in their place; the log keeps them whole. The
 results of the newest step are never cleared: the model asked for them.
 
-Results are cleared in steps of a quarter of the room, oldest first: the
-next steps of the loop add to the end and clear nothing more until the
-next quarter is used, so the request's start, cleared results included,
+Results are cleared oldest first, by whole quarters of the room, and one
+cleared stays cleared for the rest of the turn:
+the next steps of the loop add to the end and clear nothing more until
+that quarter is used, so the request's start, cleared results included,
 stays the same for several steps, and so does the provider's cache of it.
 """
 
@@ -59,33 +60,51 @@ def result_slots(view: Sequence[Message], start: int) -> list[Slot]:
 
 
 def clearings(
-    view: Sequence[Message], error: OverBudgetError, room: int, count: Callable[[Message], int]
+    view: Sequence[Message],
+    error: OverBudgetError,
+    room: int,
+    count: Callable[[Message], int],
+    *,
+    cap: int | None = None,
+    floor: int = 0,
 ) -> Iterator[tuple[list[Message], int]]:
     """Views with more of the turn's older results cleared, each with how
-    many: first enough to free what ``error`` says is missing, rounded up to
-    the next quarter of ``room``; then one more result each. ``count`` gives
-    a message's tokens (to weigh what clearing a result frees)."""
+    many: first at least ``floor`` (as many as the turn's last request
+    cleared: one cleared is never sent whole again, which would change the
+    request's start) and enough to free what ``error`` says is missing,
+    rounded up to whole quarters of ``room`` (just what is missing where
+    the results cannot free that much); then one more result each. ``count`` gives a
+    message's tokens; a result over the policy's ``cap`` counts as cut to
+    it, so clearing it frees no more than that."""
     start = turn_start(view)
     if start is None:
         return
     slots = result_slots(view, start)
     if not slots:
         return
+    out = list(view)
+    frees = []
+    for i, block in slots:  # what clearing each frees, on its own
+        message = out[i]
+        freed = count(message) - count(_cleared(message, block, count))
+        frees.append(max(0, freed if cap is None else min(freed, cap)))
     missing = _missing(error, room)
     step = max(1, room // STEPS_OF_ROOM)
-    wanted = -(-missing // step) * step  # whole steps: the same results cleared for several steps
-    out = list(view)
-    freed, cleared = 0, 0
-    for i, block in slots:
-        before = count(out[i])
+    # Whole steps: what is missing grows by a result a step, and the same
+    # results stay cleared until it passes the next step.
+    wanted = -(-missing // step) * step
+    if sum(frees) < wanted:
+        wanted = missing
+    freed = cleared = 0
+    for (i, block), frees_this in zip(slots, frees, strict=True):
         out[i] = _cleared(out[i], block, count)
-        freed += before - count(out[i])
+        freed += frees_this
         cleared += 1
-        if freed >= wanted:
+        if freed >= wanted and cleared >= floor:
             yield out, cleared
             out = list(out)  # a later view clears more: the one handed out stays as it was
-    if freed < wanted:
-        yield out, cleared  # everything that may go, short of the step
+    if freed < wanted or cleared < floor:
+        yield out, cleared  # everything that may go, short of what was wanted
 
 
 def _missing(error: OverBudgetError, room: int) -> int:
@@ -110,11 +129,20 @@ def _cleared(message: Message, block: int | None, count: Callable[[Message], int
 
 
 def _own_words(content: Any) -> bool:
+    """Whether a message's content holds text that is not blank (as the
+    policies tell a message that starts a turn: an image alone does not)."""
     if isinstance(content, str):
         return bool(content.strip())
     return isinstance(content, list) and any(
-        isinstance(part, Mapping) and part.get("type") != "tool_result" for part in content
+        isinstance(part, Mapping)
+        and part.get("type") in _TEXT_PARTS
+        and isinstance(part.get("text"), str)
+        and bool(part["text"].strip())
+        for part in content
     )
+
+
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 
 
 def _results_in(message: Message) -> list[int]:

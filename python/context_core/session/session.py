@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from context_core._core import Tokenizer
-from context_core._log_selection import from_view
+from context_core._log_selection import EVERY_READ, PRIORITY_READS, SHAPE_READS, WEIGHTED_READS, from_view
 from context_core.budget import Budget
 from context_core.errors import (
     CacheBreakpointsError,
@@ -110,6 +110,12 @@ PolicyName = Literal["priority", "weighted", "shape"]
 
 #: How many times a turn redoes its selection to fit the whole request.
 _MAX_SHRINKS = 4
+#: The metadata each built-in policy reads (a policy of the caller's own: all of it).
+_METADATA_READ: dict[type, tuple[str, ...]] = {
+    ShapeHistory: SHAPE_READS,
+    PriorityAssembly: PRIORITY_READS,
+    WeightedWindow: WEIGHTED_READS,
+}
 #: The newest nodes read on open to find the tool calls still waited on.
 _TAIL = 64
 #: With no ``memory_tokens``, a turn's memories take at most this fraction
@@ -374,6 +380,7 @@ class Session:
         self._render_margin = _FIRST_MARGIN
         self._last_room: int | None = None  # the room the last window was chosen within
         self._cleared = 0  # the turn's older tool results the last window cleared
+        self._cleared_in_turn = (-1, 0)  # the most a window of that turn cleared: never fewer again
         self._paused: set[int] = set()  # seqs of the replies this object recorded paused (pause_turn)
         self._cached: int | None = None
         # The API's id of the last reply recorded, and its message as given,
@@ -1171,10 +1178,20 @@ class Session:
         :mod:`~context_core.session.clearing`); ``error`` again where
         clearing every one that may go does not."""
         cleared = 0
+        turn, floor = self._cleared_in_turn
+        cap = getattr(self.policy, "tool_result_cap", None)
 
         def choose(view: list[Any]) -> Selection:
             nonlocal cleared
-            for cleared_view, count in clearings(view, error, room, self.tokenizer.count_message):
+            views = clearings(
+                view,
+                error,
+                room,
+                self.tokenizer.count_message,
+                cap=cap if isinstance(cap, int) else None,
+                floor=floor if turn == self._turn else 0,
+            )
+            for cleared_view, count in views:
                 try:
                     selection = self._select(room, cleared_view)
                 except OverBudgetError:
@@ -1183,8 +1200,9 @@ class Session:
                 return selection
             raise error
 
-        selection = from_view(self.log, choose, stamped=isinstance(self.policy, WeightedWindow))
+        selection = from_view(self.log, choose, keys=_METADATA_READ.get(type(self.policy), EVERY_READ))
         self._cleared = cleared
+        self._cleared_in_turn = (self._turn, max(cleared, floor if turn == self._turn else 0))
         return selection
 
     def _render(self, parts: PromptParts, selection: Selection, extra: str) -> dict[str, Any]:
