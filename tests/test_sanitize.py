@@ -266,6 +266,32 @@ CASES = [
         ["drop_block"],
     ),
     (
+        # An empty content list is the same empty output: its call keeps its result.
+        "openai",
+        "tool result of an empty list",
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": []},
+            {"role": "user", "content": "and?"},
+        ],
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": ""}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": ""},
+            {"role": "user", "content": "and?"},
+        ],
+        ["empty_result"],
+    ),
+    (
         "anthropic",
         "drops the blank text parts of a tool result",
         [
@@ -1049,10 +1075,12 @@ def test_openai_tool_messages_of_blank_parts_keep_their_call():
     ]
     converted = both(legacy, convert_function=True)
     assert converted.messages[2] == {"role": "tool", "tool_call_id": "call_legacy_1", "content": ""}
-    # No content, or an empty list, is still refused: the call goes with its result.
-    for content in (None, []):
-        empty = [*history[:2], {"role": "tool", "tool_call_id": "c1", "content": content}]
-        assert both(empty).messages == history[:1]
+    # No content is still refused: the call goes with its result. An empty
+    # list is the empty output, as blank parts are.
+    empty = [*history[:2], {"role": "tool", "tool_call_id": "c1", "content": None}]
+    assert both(empty).messages == history[:1]
+    empty[2] = {"role": "tool", "tool_call_id": "c1", "content": []}
+    assert both(empty).messages == [*history[:2], {"role": "tool", "tool_call_id": "c1", "content": ""}]
 
 
 def test_thinking_never_ends_an_assistant_message():

@@ -178,11 +178,15 @@ class Sanitizer:
             if self.drop_if_junk(1, item):
                 continue
             # A tool result needs content too (O8), even an empty string; an
-            # empty list is refused. One whose parts were all blank text
-            # (dropped above) said nothing: the empty string, as for an
-            # Anthropic tool_result. With no content at all it is dropped,
-            # and its call is closed as one with no result.
-            if role in ("tool", "function") and item.parts == [] and item.content_changed:
+            # empty list is refused. An empty list, or one whose parts were
+            # all blank text (dropped above), said nothing: the empty string,
+            # as for an Anthropic tool_result, its call still answered. With
+            # no content at all it is dropped, and its call is closed as one
+            # with no result.
+            if role in ("tool", "function") and item.parts == []:
+                if not item.content_changed:
+                    self.note(1, index, "empty_result", "empty content list: the empty string")
+                    item.content_changed = True
                 item.parts, item.empty_text = None, True
             no_content = item.texts is None and not item.parts and not item.empty_text
             if no_content if role in ("tool", "function") else self.empty(item):

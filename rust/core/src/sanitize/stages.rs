@@ -67,16 +67,19 @@ impl<J: JsonValue> Run<'_, J> {
                 continue;
             }
             // A tool result needs content too (O8), even an empty string;
-            // an empty list is refused. One of blank text parts only (all
-            // dropped above: the one change to a tool message's blocks) is
-            // an empty output, the empty string, as an Anthropic tool
-            // result's is. One with no content is dropped, and its call is
-            // closed as one with no result.
+            // an empty list is refused. An empty list, or one of blank text
+            // parts only (all dropped above: the one change to a tool
+            // message's blocks), is an empty output: the empty string, as an
+            // Anthropic tool result's is, and its call stays answered. One
+            // with no content is dropped, and its call is closed as one with
+            // no result.
             let tool = matches!(item.role, Role::Tool | Role::Function);
-            if tool
-                && item.content_changed
-                && matches!(&item.content, Content::Blocks(blocks) if blocks.is_empty())
-            {
+            if tool && matches!(&item.content, Content::Blocks(blocks) if blocks.is_empty()) {
+                if !item.content_changed {
+                    let reason = "empty content list: the empty string".to_owned();
+                    self.change(1, Some(index), "empty_result", reason);
+                    item.content_changed = true;
+                }
                 item.content = Content::EmptyText;
             }
             let empty = match (&item.content, item.role) {
