@@ -84,6 +84,13 @@ def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
     assert code == 0
     summary = json.loads(out)["summary"]
     assert (summary["provider"], summary["calls"], summary["retained_final"]) == ("anthropic", 2, 1)
+    # A prefix under Claude's minimum is never cached, however stable: said so, not "100%".
+    assert summary["prefix_cacheable"] is False
+    assert 0 < summary["prefix_tokens"] < 1024
+    code, out = run(["replay", str(anthropic)])
+    assert code == 0
+    assert "under the 1,024-token minimum claude-sonnet-4-5 caches" in " ".join(out.split())
+    assert replayed["prefix_cacheable"] is None  # OpenAI caches the prompt's start, messages too
     code, out = run(["build", str(anthropic), "--json"])
     assert "Also check b.py." in out  # text said after the results is the next call's input
     assert run(["replay", str(anthropic), "--provider", "openai"])[0] == 2  # the wrong shape, said

@@ -89,9 +89,42 @@ class Replay:
             "compactions_written": self.compactions.get("written", {}),
             "compaction_failures": self.compactions.get("failures", 0),
             "prefix_stable": round(stable / (len(calls) - 1), 4) if len(calls) > 1 else None,
+            "prefix_tokens": self.prefix_tokens(),
+            "prefix_cacheable": self.prefix_cacheable(),
             "latency_p50_ms": round(_percentile(latencies, 0.5), 3) if calls else None,
             "latency_p99_ms": round(_percentile(latencies, 0.99), 3) if calls else None,
         }
+
+    def prefix_tokens(self) -> int | None:
+        """Tokens of the last request's cached prefix (tools, system, stable part)."""
+        if self.last_report is None:
+            return None
+        sections: dict[str, int] = self.last_report.sections
+        return sum(sections.get(name, 0) for name in ("tools", "system", "stable"))
+
+    def prefix_cacheable(self) -> bool | None:
+        """Whether Claude caches that prefix (``None``: not Anthropic, or no
+        request): one under the model's minimum is never cached, however
+        stable it is. (OpenAI caches the prompt's start, messages too, past
+        1,024 tokens.)"""
+        from context_core.prompt import min_cache_tokens
+
+        tokens = self.prefix_tokens()
+        if self.provider != "anthropic" or tokens is None:
+            return None
+        return tokens >= min_cache_tokens(self.model)
+
+
+def _prefix_line(s: dict[str, Any]) -> str:
+    """How stable the cached prefix was, or why nothing of it was cached."""
+    if s["prefix_cacheable"] is False:
+        from context_core.prompt import min_cache_tokens
+
+        return (
+            f"n/a: {s['prefix_tokens']:,} tokens, under the {min_cache_tokens(s['model']):,}-token"
+            f" minimum {s['model']} caches (nothing cached)"
+        )
+    return _ratio(s["prefix_stable"])
 
 
 def _percentile(ordered: list[float], q: float) -> float:
@@ -490,7 +523,7 @@ def print_replay(result: Replay, rows: int, out: TextIO) -> None:
             ", ".join(f"L{k}: {v}" for k, v in s["compactions_written"].items()) or "none",
         ),
         ("compactions failed or rejected", str(s["compaction_failures"])),
-        ("cached prefix kept, call to call", _ratio(s["prefix_stable"])),
+        ("cached prefix kept, call to call", _prefix_line(s)),
         (
             "turn latency p50 / p99",
             "n/a (no call sent)"
