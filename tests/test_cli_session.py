@@ -44,7 +44,7 @@ def test_demo_reports_what_the_session_saved_and_kept(capsys):
     assert "wrote a 40-turn agent session" in capsys.readouterr().err  # progress and notes on stderr
 
 
-def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
+def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path, capsys):
     path = tmp_path / "chat.jsonl"
     write_session(path, 12, seed=3)
     code, out = run(["replay", str(path), "--json", "--policy", "weighted", "--budget", "32000"])
@@ -93,6 +93,8 @@ def test_replay_of_a_transcript_file_a_log_and_an_anthropic_chat(tmp_path):
     assert replayed["prefix_cacheable"] is None  # OpenAI caches the prompt's start, messages too
     code, out = run(["build", str(anthropic), "--json"])
     assert "Also check b.py." in out  # text said after the results is the next call's input
+    assert "cache_control" not in out
+    assert "no cache breakpoint: the cached prefix (tools, system) counts" in capsys.readouterr().err
     assert run(["replay", str(anthropic), "--provider", "openai"])[0] == 2  # the wrong shape, said
 
 

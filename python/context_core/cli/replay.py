@@ -694,6 +694,14 @@ def run_build(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
     caps = caps if not caps.isdisjoint(request) else set()
     settings = {k: v for k, v in (chat.settings or {}).items() if k not in request and k not in caps}
     request = {**settings, **request}
+    if result.prefix_cacheable() is False:  # the breakpoints left out, the body's own on its system too
+        from context_core.prompt import min_cache_tokens
+
+        print(
+            f"note: no cache breakpoint: the cached prefix (tools, system) counts {result.prefix_tokens():,}"
+            f" tokens, under the {min_cache_tokens(result.model):,}-token minimum {result.model} caches",
+            file=sys.stderr,
+        )
     if args.json:
         write_json(request, stdout)
         return 0
