@@ -120,6 +120,11 @@ def test_bad_input_exits_2_with_a_message(tmp_path, capsys):
     bad.write_text(json.dumps([{"role": "user", "content": 42}]), encoding="utf-8")
     assert run(["count", str(bad)])[0] == 2
     assert "messages[0].content" in capsys.readouterr().err
+    # A bare string in a content list: both APIs refuse it, and so does build.
+    bad.write_text(json.dumps([{"role": "user", "content": [{"type": "text", "text": "a"}, "b"]}]))
+    assert run(["count", str(bad)])[0] == 2
+    assert "messages[0].content[1]: expected a content block dict, got str" in capsys.readouterr().err
+    assert run(["build", str(bad)])[0] == 2
 
 
 def test_an_empty_json_file_is_an_error_not_text(tmp_path, capsys):

@@ -163,6 +163,7 @@ def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Repo
             raise InputError(f"{_named(source)}: not a chat history (a JSON list of messages or JSONL)")
         return Report(source, "text", tokenizer.count(text))
     messages, tools = chat.messages, chat.tools
+    _check_blocks(source, messages)
     try:
         total = tokenizer.count_messages(messages, tools)  # first: its errors name messages[i]
     except ContextCoreError as error:
@@ -173,6 +174,20 @@ def count_input(tokenizer: Tokenizer, source: str, text: str, kind: str) -> Repo
     ]
     tool_tokens = tokenizer.count_tools(tools) if tools else 0
     return Report(source, "chat", total, rows, tool_tokens)
+
+
+def _check_blocks(source: str, messages: list[Any]) -> None:
+    """A content list holds blocks (dicts): both APIs refuse a bare string
+    there, as ``build`` and the session do, so it is no chat to count."""
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for j, block in enumerate(content):
+                if not isinstance(block, dict):
+                    raise InputError(
+                        f"{_named(source)}: messages[{i}].content[{j}]: expected a content block dict,"
+                        f" got {type(block).__name__}"
+                    )
 
 
 def read_source(path: str, stdin: TextIO) -> str:
