@@ -153,11 +153,16 @@ def load_transcript(path: str) -> Chat:
                 except LogCorruptError as damage:  # the index itself: no path to follow
                     raise unreadable(where, damage) from None
                 nodes = [payload for _, payload in readable(log, seqs)]
-                print(
-                    f"context-core: warning: {error}; replaying what reads"
-                    f" ({len(seqs) - len(nodes)} of the {len(seqs)} records on the path do not)",
-                    file=sys.stderr,
+                unread = len(seqs) - len(nodes)
+                # Damage off the path (records the index lacks, say) leaves
+                # every record on it readable: what it holds is not replayed.
+                partial = (
+                    f"replaying what reads ({unread} of the {len(seqs)} records on the path do not)"
+                    if unread
+                    else f"replaying the {len(seqs)} records on the path, which all read; what the"
+                    " damage holds is left out (MessageLog.repair recovers what it can)"
                 )
+                print(f"context-core: warning: {error}; {partial}", file=sys.stderr)
         return Chat([n for n in nodes if isinstance(n, dict) and "role" in n], [])
     try:
         text = where.read_text(encoding="utf-8")
