@@ -808,6 +808,33 @@ def test_one_info_line_a_call_and_timings_from_the_injected_clock(tmp_path, capl
     assert all(value == pytest.approx(0.001) for key, value in timings.items() if key != "total")
 
 
+_REJECTED_USAGE = """
+import logging, sys, tempfile
+if sys.argv[1:] == ["configured"]:
+    logging.basicConfig(level=logging.WARNING)
+from context_core import Session
+with Session.open(tempfile.mkdtemp() + "/s", model="claude-sonnet-4-5", store=False) as s:
+    s.prepare("hi")
+    usage = {"input_tokens": 10**7, "output_tokens": 1}  # no ratio: rejected, with a warning
+    s.record({"id": "m1", "type": "message", "role": "assistant", "content": "ok", "usage": usage})
+"""
+
+
+def test_warnings_reach_the_applications_logging_and_are_never_printed_by_themselves():
+    """The library's records are the application's to show: with no logging
+    set up nothing is printed (Python's last-resort handler wrote warnings
+    to stderr); configured, the warning is there."""
+    import subprocess
+    import sys
+
+    def stderr_of(*argv: str) -> str:
+        command = [sys.executable, "-W", "ignore", "-c", _REJECTED_USAGE, *argv]
+        return subprocess.run(command, capture_output=True, text=True, check=True).stderr
+
+    assert stderr_of() == ""
+    assert "usage sample rejected" in stderr_of("configured")
+
+
 @pytest.mark.parametrize(
     ("name", "returned", "error"),
     [

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from context_core._core import SEGMENTS_KEPT
+from context_core._logging import library_logger
 from context_core._threads import thread_end
 from context_core.compaction.plan import Job, Wait, plan, starts_turn, turn_starts
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
@@ -46,7 +47,7 @@ __all__ = ["Compactor", "CompactorStatus", "Outcome"]
 
 _T = TypeVar("_T")
 
-log = logging.getLogger("context_core.compaction")
+log = library_logger("context_core.compaction")
 
 _LOCKS: weakref.WeakKeyDictionary[MessageLog, threading.Lock] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()

@@ -11,7 +11,6 @@ outage spreads out, yet every wait is at least half its step; a server's
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import random
 import time
@@ -19,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from context_core._logging import library_logger
 from context_core.errors import (
     InvalidInputError,
     LLMCancelledError,
@@ -31,7 +31,7 @@ from context_core.errors import (
 
 __all__ = ["CancelToken", "RetryPolicy", "arun_with_retry", "run_with_retry"]
 
-logger = logging.getLogger("context_core.llm")
+logger = library_logger("context_core.llm")
 
 T = TypeVar("T")
 

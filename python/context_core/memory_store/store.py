@@ -20,7 +20,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import logging
 import math
 import os
 import re
@@ -37,6 +36,7 @@ from typing import Any, Final, NamedTuple, TypeAlias, TypeGuard, TypeVar
 import numpy as np
 
 from context_core._core import Tokenizer, _entities, _entities_many
+from context_core._logging import library_logger
 from context_core.errors import (
     ContextCoreError,
     EmbeddingError,
@@ -108,7 +108,7 @@ ENTITY_MATCHES = 256
 ACCESS_FLUSH_MEMORIES = 256
 ACCESS_FLUSH_SECONDS = 1.0
 
-_log = logging.getLogger("context_core")
+_log = library_logger()
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _WORDS = re.compile(r"[^\W_]+")

@@ -11,12 +11,12 @@ compaction (``Compactor.aclose``) and persisting learnings at the end.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from context_core._logging import library_logger
 from context_core.errors import InvalidInputError
 from context_core.session.report import Request, TurnReport
 from context_core.session.session import Session, _Searched
@@ -24,7 +24,7 @@ from context_core.session.tool_calls import ToolCall
 
 __all__ = ["AsyncSession"]
 
-logger = logging.getLogger("context_core")
+logger = library_logger()
 
 
 class AsyncSession:

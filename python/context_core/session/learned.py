@@ -9,13 +9,13 @@ duplicates), by rename, so it is never half-written.
 
 from __future__ import annotations
 
-import logging
 import os
 
+from context_core._logging import library_logger
 from context_core.errors import ContextCoreError, storage_error
 from context_core.session.markers import write_by_rename
 
-logger = logging.getLogger("context_core")
+logger = library_logger()
 
 __all__ = ["read_learned", "write_learned"]
 

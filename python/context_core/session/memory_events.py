@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import logging
 import os
 import threading
 import time
@@ -42,11 +41,12 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from context_core._logging import library_logger
 from context_core._threads import thread_end
 
 __all__ = ["ERROR_CHARS", "NEXT_TURN_WAIT", "TURN_WAIT", "MemoryEvents", "error_line"]
 
-logger = logging.getLogger("context_core")
+logger = library_logger()
 
 #: The longest a job waits for a turn to end before it runs anyway (a
 #: caller that never ends a turn must not stop the writes for good).

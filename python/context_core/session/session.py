@@ -44,6 +44,7 @@ import numpy as np
 
 from context_core._core import Tokenizer
 from context_core._log_selection import EVERY_READ, PRIORITY_READS, SHAPE_READS, WEIGHTED_READS, from_view
+from context_core._logging import library_logger
 from context_core.budget import Budget
 from context_core.errors import (
     CacheBreakpointsError,
@@ -97,7 +98,7 @@ if TYPE_CHECKING:  # the store (numpy, sqlite3) loads only when a session has on
 
 __all__ = ["Session"]
 
-logger = logging.getLogger("context_core")
+logger = library_logger()
 
 _DURABILITIES = ("always", "batch", "never")
 

@@ -4,11 +4,11 @@ the offline summary when no model is given."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from context_core._core import Tagger, Tokenizer
+from context_core._logging import library_logger
 from context_core.errors import InvalidInputError, InvalidTypeError, LLMError, LLMTruncatedError
 from context_core.summarize.guard import Rejected, Summary, carry_rules, check_reply, check_sections
 from context_core.summarize.offline import constraint_messages, offline_global, offline_segment
@@ -24,7 +24,7 @@ from context_core.types import OpenAIMessage
 
 __all__ = ["DEFAULT_REPLY_TOKENS", "DEFAULT_SUMMARY_TOKENS", "MIN_SUMMARY_TOKENS", "Summarizer"]
 
-log = logging.getLogger("context_core.summarize")
+log = library_logger("context_core.summarize")
 
 #: Bound on a summary's own tokens.
 DEFAULT_SUMMARY_TOKENS = 600
