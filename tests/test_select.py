@@ -373,6 +373,39 @@ def test_tool_results_are_capped_and_reported():
     assert WeightedWindow(tool_result_cap=None).select(messages, 50_000).truncated == ()
 
 
+def test_a_tool_messages_output_in_parts_is_capped_part_by_part(tmp_path):
+    """An OpenAI tool message may give its output as a list of text parts:
+    each over the cap is cut, as a string's is and as an Anthropic result's
+    parts are (it went whole before), by every policy, its twin alike, and
+    from a log's headers as from the list."""
+    parts = [{"type": "text", "text": LONG * 5}, {"type": "text", "text": "exit 0"}]
+    messages = [
+        {"role": "user", "content": "run it"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "content": parts},
+        {"role": "user", "content": "what happened?"},
+    ]
+    ours = both(
+        lambda: WeightedWindow(tool_result_cap=100).select(messages, 5000),
+        lambda: reference.WeightedWindow(tool_result_cap=100).select(messages, 5000),
+    )
+    (cut,) = ours.truncated
+    assert cut.index == 2
+    assert cut.tokens > 100 >= cut.kept
+    sent = ours.messages[2]["content"]
+    assert "[truncated" in sent[0]["text"]
+    assert sent[1] == parts[1]
+    assert messages[2]["content"] == parts  # the input is untouched
+    for policy in (PriorityAssembly(tool_result_cap=100), ShapeHistory(tool_result_cap=100)):
+        assert policy.select(messages, 5000).truncated == ours.truncated
+    assert validators.openai(ours.messages) == []
+    with MessageLog.open(tmp_path / "log", create=True) as log:
+        log.append_many(messages)
+        for policy in (WeightedWindow(tool_result_cap=100), PriorityAssembly(tool_result_cap=100)):
+            from_log, from_list = policy.select(log, 5000), policy.select(messages, 5000)
+            assert (from_log.messages, from_log.truncated) == (from_list.messages, from_list.truncated)
+
+
 def test_builder_sections_and_shares():
     messages = chat(40)
     memories = [f"memory {i}: " + "fact " * 30 for i in range(20)]

@@ -165,6 +165,10 @@ class Analysis:
                 if kind in TEXT_TYPES and isinstance(block.get("text"), str):
                     has_text = has_text or not _blank(block["text"])
                     text += block["text"] + "\n"
+                    # An OpenAI tool message's output in parts: each text capped, as a result's are.
+                    if role == "tool" and kind == "text" and (cut := self.cut(block["text"])):
+                        self.truncations.append((index, None, j, *cut))
+                        tokens += cut[2] - cut[1]
                 elif kind in ("thinking", "redacted_thinking"):
                     thinking = True
                 elif kind == "tool_use":
@@ -373,7 +377,12 @@ class Analysis:
         out = {k: v for k, v in message.items() if k not in METADATA}
         for block, part, text in cuts:
             if block is None:
-                out["content"] = text
+                if part is None:
+                    out["content"] = text
+                else:  # a text part of a tool message's content
+                    parts = list(out["content"])
+                    parts[part] = {**parts[part], "text": text}
+                    out["content"] = parts
                 continue
             content = list(out["content"])
             result = dict(content[block])

@@ -780,7 +780,23 @@ fn lay_out<'py>(
     }
     for (block, part, text) in cuts {
         let Some(block) = block else {
-            out.set_item("content", text)?;
+            match part {
+                None => out.set_item("content", text)?,
+                Some(part) => {
+                    // A text part of a tool message's own content list.
+                    let parts = PyList::new(
+                        py,
+                        out.get_item("content")?
+                            .ok_or_else(no_content)?
+                            .try_iter()?
+                            .collect::<PyResult<Vec<_>>>()?,
+                    )?;
+                    let piece = parts.get_item(*part)?.cast::<PyDict>()?.copy()?;
+                    piece.set_item("text", text)?;
+                    parts.set_item(*part, piece)?;
+                    out.set_item("content", parts)?;
+                }
+            }
             continue;
         };
         let content = PyList::new(

@@ -69,7 +69,8 @@ pub struct Truncation {
     pub message: usize,
     /// The `tool_result` block (Anthropic); `None` for an OpenAI tool message.
     pub block: Option<usize>,
-    /// The text block inside that `tool_result`'s content list, if it is one.
+    /// The text block inside that `tool_result`'s content list, if it is
+    /// one (with no block: the text part of the tool message's own content).
     pub part: Option<usize>,
     /// Shared with the cache of capped forms.
     pub text: Arc<str>,
@@ -407,11 +408,16 @@ impl ContentReader<'_> {
         for (j, block) in content.items().enumerate() {
             let kind = block.get("type");
             match kind.as_ref().and_then(JsonValue::as_str).as_deref() {
-                Some("text" | "input_text" | "output_text") => {
+                Some(name @ ("text" | "input_text" | "output_text")) => {
                     if let Some(t) = block.get("text").as_ref().and_then(JsonValue::as_str) {
                         facts.has_text |= !t.trim().is_empty();
                         own.push_str(&t);
                         own.push('\n');
+                        // An OpenAI tool message's output in parts: each
+                        // text capped, as a `tool_result`'s are.
+                        if self.role == Role::Tool && name == "text" {
+                            self.cap_part(j, &t, facts, truncations);
+                        }
                     }
                 }
                 Some("thinking" | "redacted_thinking") => facts.thinking = true,
@@ -423,6 +429,26 @@ impl ContentReader<'_> {
             }
         }
         self.note_own_text(&own, None, facts);
+    }
+
+    /// Text part `j` of a tool message's content, capped (not cached by
+    /// its key: a part is a slice of the message's own text).
+    fn cap_part(
+        &self,
+        j: usize,
+        text: &str,
+        facts: &mut ContentFacts,
+        truncations: &mut Vec<Truncation>,
+    ) {
+        if let Some(t) = cap_text(self.tokenizer, text, None, self.cap, facts) {
+            facts.tokens = facts.tokens + t.after - t.before;
+            truncations.push(Truncation {
+                message: self.index,
+                block: None,
+                part: Some(j),
+                ..t
+            });
+        }
     }
 
     /// A `tool_result` block: each of its texts capped and tagged (a tool's
