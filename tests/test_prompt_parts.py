@@ -795,3 +795,23 @@ def test_an_anthropic_request_without_tools_says_the_tool_steps_as_text():
     assert TOOL_STEP[1]["content"][0]["type"] == "thinking"  # and the caller's are not changed
     with_tools = PromptBuilder(identity="You are a coding agent.", tools=tools()).build(now=T0)
     assert with_tools.to_anthropic(TOOL_STEP, model=MODEL, min_cache_tokens=0)["messages"] == TOOL_STEP
+    # Input JSON has no form for, and blocks nested in a result where none belongs: said, not raised.
+    odd_input = {1: T0, "a": 0}
+    odd = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t9", "name": "f", "input": odd_input}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t9",
+                    "content": [{"type": "tool_result", "tool_use_id": "t0", "content": "x"}],
+                }
+            ],
+        },
+    ]
+    sent = bare.to_anthropic(odd, model=MODEL, min_cache_tokens=0)["messages"]
+    kinds = {b["type"] for m in sent if isinstance(m["content"], list) for b in m["content"]}
+    assert kinds == {"text"}
+    assert "(a tool_result block)" in sent[2]["content"][0]["text"]

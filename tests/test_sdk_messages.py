@@ -149,6 +149,16 @@ def test_a_responses_api_output_becomes_one_chat_message():
     assert message_of(response.output[2]) == called
     with pytest.raises(InvalidTypeError, match=r"response\.output"):
         message_of([1, 2])
+    # A list is an output only when its items are output items: Anthropic
+    # blocks or chat messages were read as one with nothing in it.
+    call = {"type": "tool_use", "id": "t1", "name": "read", "input": {}}
+    blocks = [{"type": "text", "text": "Reading."}, call]
+    chats = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    for wrong in (blocks, chats):
+        with pytest.raises(InvalidTypeError, match="read as a Responses API output"):
+            message_of(wrong)
+    with pytest.raises(InvalidInputError, match="no message and no tool call"):
+        message_of([response.output[0]])  # its reasoning alone
 
 
 def test_a_message_dict_is_returned_as_given_and_junk_is_refused():
@@ -294,8 +304,10 @@ def test_a_spoken_reply_is_kept_as_its_transcript(tmp_path):
         assert message_of(response) == {"role": "assistant", "content": "Hi there!"}
     written = {"role": "assistant", "content": "Hello.", "audio": audio}
     assert message_of(written) == {"role": "assistant", "content": "Hello."}
-    silent = {"role": "assistant", "content": None, "audio": {**audio, "transcript": " "}}
-    assert message_of(silent) == {"role": "assistant", "content": None}
+    # An audio reply with nothing to say it by (its id alone expires): refused, not logged empty.
+    for silent in ({**audio, "transcript": " "}, {"id": "audio_1"}):
+        with pytest.raises(InvalidInputError, match="no transcript"):
+            message_of({"role": "assistant", "content": None, "audio": silent})
     with MessageLog.open(tmp_path / "log", create=True) as log:
         log.append({"role": "user", "content": "Say hi."})
         log.append(message_of(completion))

@@ -738,6 +738,52 @@ def test_an_anthropic_session_reopened_without_its_tools_still_sends(tmp_path):
         assert any(b.get("type") == "tool_use" for b in logged)
 
 
+def test_a_removed_marker_over_a_web_search_reply_is_told_by_the_log(tmp_path):
+    """A reply of server tool blocks alone (a web search) is Anthropic's
+    shape too: Chat Completions takes no such content parts."""
+    reply = {
+        "role": "assistant",
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "P"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+            {"type": "text", "text": "PAY-77 is fixed."},
+        ],
+    }
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
+        session.prepare("Look PAY-77 up.")
+        session.record(reply)
+    (tmp_path / "session" / "provider").unlink()
+    with pytest.raises(InvalidInputError, match="holds a session for anthropic"):
+        open_session(tmp_path, model="gpt-4o")
+    with open_session(tmp_path / "other", model="gpt-4o") as session:
+        session.prepare("Look PAY-77 up.")
+        with pytest.raises(InvalidInputError):
+            session.record(reply)  # the other provider's shape, refused before the log
+
+
+def test_marks_piling_up_are_trimmed_on_what_is_sent_without_tools(tmp_path):
+    """Reopened without tools, an old result's marks (its own and its parts')
+    are said as text with the result: the newest marks are counted on the
+    request as sent, and every turn fits the API's four."""
+    mark = {"type": "ephemeral"}
+    parts = [{"type": "text", "text": f"part {n}", "cache_control": mark} for n in range(2)]
+    with open_session(tmp_path, model="claude-sonnet-4-5") as session:
+        session.prepare("Read a.py.")
+        session.record(anthropic_call("toolu_1"))
+        result = {"type": "tool_result", "tool_use_id": "toolu_1", "cache_control": mark, "content": parts}
+        session.prepare({"role": "user", "content": [result]})
+        session.record({"role": "assistant", "content": "Read it."})
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=()) as session:
+        for turn in range(7):
+            block = {"type": "text", "text": f"step {turn}", "cache_control": mark}
+            said = {"role": "user", "content": [block]}
+            request = session.prepare(said)
+            marks = json.dumps(request["messages"]).count("cache_control")
+            assert marks + sum("cache_control" in b for b in request["system"]) <= 4
+            assert request["messages"][-1]["content"][-1].get("cache_control") == mark  # the newest kept
+            session.record({"role": "assistant", "content": f"done {turn}"})
+
+
 def test_a_marker_naming_no_provider_is_refused_without_echoing_it(tmp_path):
     with open_session(tmp_path):
         pass

@@ -141,7 +141,7 @@ class Change:
     def action(self) -> str:
         """A short code: ``drop_invalid``, ``drop_role``, ``drop_placeholder``,
         ``drop_error_reply``, ``drop_empty``, ``drop_block``, ``drop_key``,
-        ``lift_system``, ``convert_function``, ``merge``, ``drop_call``,
+        ``empty_result``, ``lift_system``, ``convert_function``, ``merge``, ``drop_call``,
         ``drop_duplicate_call``, ``drop_result``, ``move_result``,
         ``reorder_blocks`` or ``insert_user``."""
     @property

@@ -14,7 +14,7 @@ SDK is imported: objects are read through their ``model_dump``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from context_core.errors import InvalidInputError, InvalidTypeError
@@ -119,6 +119,42 @@ def _block(block: Any) -> Any:
     return {key: block[key] for key in fields if block.get(key) is not None}
 
 
+def _output_message(output: Sequence[Any]) -> dict[str, Any]:
+    """The chat message of a Responses API ``output`` given as a list: every
+    item one of its item types, and a message or a tool call among them."""
+    items = [_plain(item, "response.output") for item in output]
+    for item in items:
+        if item.get("type") not in _OUTPUT_ITEMS:
+            raise InvalidTypeError(
+                "response: a list is read as a Responses API output, whose items are typed"
+                f" {', '.join(sorted(_OUTPUT_ITEMS))}; got an item of type {item.get('type')!r}"
+            )
+    if not any(_responses_item(item) for item in items):
+        raise InvalidInputError("response: a Responses API output with no message and no tool call")
+    return _responses_message(items)
+
+
+#: The item types of a Responses API ``output`` (an Anthropic block or a chat
+#: message is none of them).
+_OUTPUT_ITEMS = frozenset(
+    {
+        "message",
+        "function_call",
+        "custom_tool_call",
+        "reasoning",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "local_shell_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+    }
+)
+
+
 def _responses_item(data: Mapping[str, Any]) -> bool:
     """Whether ``data`` is one item of a Responses API ``output`` (a message of
     ``output_text`` or ``refusal`` parts, or a tool call), which an Anthropic
@@ -216,11 +252,16 @@ def message_of(response: Any) -> dict[str, Any]:
             message["content"] = message.pop("refusal")
         if "audio" in message and isinstance(message["audio"], Mapping):
             spoken = _transcript(message.pop("audio"))
-            if not message.get("content") and spoken:
+            if not message.get("content") and not message.get("tool_calls"):
+                if not spoken:
+                    raise InvalidInputError(
+                        "response: a spoken reply with no content and no transcript (an audio id"
+                        " alone expires within hours): record it with its transcript as content"
+                    )
                 message["content"] = spoken
         return message
     if isinstance(response, (list, tuple)) and response:  # a Response's ``output``, whole
-        return _responses_message([_plain(item, "response.output") for item in response])
+        return _output_message(response)
     data = _plain(response, "response")
     if _responses_item(data):  # one item of a Response's ``output``
         return _responses_message([data])

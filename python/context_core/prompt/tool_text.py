@@ -55,7 +55,11 @@ def _text(text: str) -> dict[str, Any]:
 
 
 def _said_call(block: Mapping[str, Any]) -> str:
-    arguments = json.dumps(block.get("input", {}), ensure_ascii=False, sort_keys=True)
+    given = block.get("input", {})
+    try:
+        arguments = json.dumps(given, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):  # keys of several types, or a value JSON has no form for
+        arguments = json.dumps(given, ensure_ascii=False, default=str)
     return f"[Called the tool {block.get('name')} (call {block.get('id')}) with {arguments}]"
 
 
@@ -66,9 +70,15 @@ def _said_result(block: Mapping[str, Any], names: Mapping[str, str]) -> list[Any
     content = block.get("content")
     parts: Sequence[Any] = [_text(content)] if isinstance(content, str) else content or []
     texts = [p["text"] for p in parts if _kind(p) == "text" and isinstance(p.get("text"), str)]
-    others = [p for p in parts if _kind(p) != "text"]
+    # What a user message takes besides text goes after it; anything else
+    # (a call or result nested where none belongs) is named, not sent.
+    others = [p for p in parts if _kind(p) in _MEDIA]
+    texts += [f"(a {_kind(p)} block)" for p in parts if _kind(p) not in _MEDIA and _kind(p) != "text"]
     held = "\n".join(texts).strip() or "(no text)"
     return [_text(f"[Result of {name} (call {call}){failed}:\n{held}]"), *others]
+
+
+_MEDIA = frozenset({"image", "document", "search_result"})
 
 
 def _marked(block: Mapping[str, Any], said: list[Any]) -> list[Any]:

@@ -67,6 +67,7 @@ from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
 from context_core.prompt.render_anthropic import count_breakpoints
 from context_core.prompt.sections import check_text
+from context_core.prompt.tool_text import tool_blocks_as_text
 from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.clearing import clearings
@@ -1214,15 +1215,18 @@ class Session:
                     system = [*system, {"type": "text", "text": extra}]
                 else:
                     system = SEPARATOR.join(text for text in (system, extra) if text)
+            messages = selection.messages
+            if not parts.prefix.system.tools:
+                # As the renderer says them (no tools, no tool blocks): the
+                # marks below are counted on what is sent.
+                messages = tool_blocks_as_text(messages)
             try:
-                request: dict[str, Any] = dict(
-                    parts.to_anthropic(selection.messages, model=self.model, system=system)
-                )
+                request: dict[str, Any] = dict(parts.to_anthropic(messages, model=self.model, system=system))
             except CacheBreakpointsError as error:
                 # The caller's marks, logged with its inputs and results,
                 # pile up turn after turn: the newest are kept, as many as
                 # the API takes beside the tools' own.
-                messages = _newest_marks(selection.messages, error)
+                messages = _newest_marks(messages, error)
                 request = dict(parts.to_anthropic(messages, model=self.model, system=system))
             request["messages"] = _continued(request["messages"])
             request["max_tokens"] = self._reply_cap()
@@ -1588,16 +1592,28 @@ def _memory_text(memories: Sequence[str]) -> str:
 
 
 def _shape(message: Mapping[str, Any]) -> Provider | None:
-    """The provider a reply's tool calls or thinking are shaped for (``None``: either)."""
+    """The provider a reply's tool calls, thinking or server tool blocks are
+    shaped for (``None``: either)."""
     if message.get("tool_calls"):
         return "openai"
     content = message.get("content")
-    if isinstance(content, list) and any(
-        isinstance(b, Mapping) and b.get("type") in ("tool_use", "thinking", "redacted_thinking")
-        for b in content
-    ):
+    if isinstance(content, list) and any(_anthropic_block(b) for b in content):
         return "anthropic"
     return None
+
+
+def _anthropic_block(block: Any) -> bool:
+    """A reply's block only Anthropic takes: a call, thinking, or a server
+    tool's use or result (``web_search_tool_result``, ``mcp_tool_result``...)."""
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    if not isinstance(kind, str):
+        return False
+    return kind in _ANTHROPIC_REPLY_BLOCKS or (kind.endswith("_tool_result") and kind != "tool_result")
+
+
+_ANTHROPIC_REPLY_BLOCKS = frozenset(
+    {"tool_use", "thinking", "redacted_thinking", "server_tool_use", "mcp_tool_use"}
+)
 
 
 #: The input's block types one provider takes and the other refuses (the

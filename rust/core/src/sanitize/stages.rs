@@ -741,7 +741,6 @@ fn result_ids(item: &Item) -> HashSet<IdHash> {
     }
 }
 
-/// The ids of the blocks of one kind.
 /// The server tool uses of `blocks` with a result after them (one before
 /// its use answers nothing: the API refuses it).
 fn answered_after_use(blocks: &[Block]) -> HashSet<IdHash> {
@@ -761,6 +760,7 @@ fn answered_after_use(blocks: &[Block]) -> HashSet<IdHash> {
     answered
 }
 
+/// The ids of the blocks of one kind.
 fn ids_of(blocks: &[Block], kind: BlockKind) -> HashSet<IdHash> {
     blocks
         .iter()
