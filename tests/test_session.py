@@ -3564,6 +3564,26 @@ def test_an_input_without_words_does_not_end_the_turn_being_cleared(tmp_path, pr
         assert request.report.total <= request.report.limit
 
 
+def test_a_turn_with_nothing_to_clear_is_refused_without_reading_the_view(tmp_path, monkeypatch):
+    """Clearing reads the decoded view (seconds at a million messages): a
+    refused turn with no result before its newest call never does."""
+    from context_core.session import session as session_module
+
+    reads = []
+    real = session_module.from_view
+    monkeypatch.setattr(session_module, "from_view", lambda *a, **k: reads.append(1) or real(*a, **k))
+    with open_session(tmp_path, budget=16_000) as session:
+        session.prepare("Read a.py.")
+        session.record(calling("c0", "openai"))
+        session.record_tool_result("c0", "def a(): ...")
+        with selection_failing(session), pytest.raises(OverBudgetError):
+            session.prepare()  # its one result is the newest call's
+        assert reads == []
+        with selection_failing(session), pytest.raises(OverBudgetError):
+            session.prepare("Now b.py.")  # a new turn: no result in it at all
+        assert reads == []
+
+
 def test_a_loop_that_cannot_fit_even_cleared_is_still_refused(tmp_path):
     """The newest step's results are never cleared: where they alone do not
     fit, the turn is refused as before, with the sizes."""

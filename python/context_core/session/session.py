@@ -132,6 +132,7 @@ _ROLE_USER = 1
 _ROLE_ASSISTANT = 2
 _ROLE_TOOL = 3
 _FLAG_RESULTS = 1 << 2
+_FLAG_HAS_TEXT = 1 << 3
 #: Payload bytes read at a time when the open gathers the log's call ids.
 _ID_BATCH_BYTES = 8 << 20
 #: The reply room Anthropic requires a request to name, when none is given.
@@ -660,6 +661,23 @@ class Session:
             parent = int(headers["parent"][seq])
             seq = None if parent >= len(headers) else parent
 
+    def _older_results_in_turn(self) -> bool:
+        """Whether the turn in progress holds a tool result before its newest
+        call (one clearing may take), from the headers alone: back from the
+        head to the message that starts the turn (a user's, with words of
+        its own and no result, as the policies tell one)."""
+        newest_call = False
+        for seq, headers in self._messages_back():
+            role, flags = int(headers["role"][seq]), int(headers["flags"][seq])
+            if role == _ROLE_ASSISTANT and flags & _FLAG_CALLS:
+                newest_call = True
+            elif flags & _FLAG_RESULTS:
+                if newest_call:
+                    return True
+            elif role == _ROLE_USER and flags & _FLAG_HAS_TEXT:
+                return False
+        return False
+
     def _retried_steps(self, message: Mapping[str, Any]) -> int | None:
         """How many of the turn's steps ``message`` comes after, if it is the
         input of the turn in progress given again; ``None`` if it is not. The
@@ -1068,6 +1086,10 @@ class Session:
                 if not shrunk and room < least:
                     room = first_room = least
                     continue
+                if not self._older_results_in_turn():
+                    # Nothing clearing could take: said without decoding
+                    # the view (at a million messages, seconds).
+                    raise
                 selection = self._select_clearing(room, error)
             mark = self._lap(timings, "select", mark)
             arguments = self._render(parts, selection, extra)
