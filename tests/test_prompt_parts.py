@@ -815,3 +815,10 @@ def test_an_anthropic_request_without_tools_says_the_tool_steps_as_text():
     kinds = {b["type"] for m in sent if isinstance(m["content"], list) for b in m["content"]}
     assert kinds == {"text"}
     assert "(a tool_result block)" in sent[2]["content"][0]["text"]
+    circular: dict = {"path": "a.py"}
+    circular["self"] = circular
+    for arguments in ({("a", 1): "x"}, circular):  # no JSON form at all: said as Python writes it
+        call = {"type": "tool_use", "id": "t9", "name": "f", "input": arguments}
+        odd[1] = {"role": "assistant", "content": [call]}
+        said = bare.to_anthropic(odd, model=MODEL, min_cache_tokens=0)["messages"][1]["content"][0]["text"]
+        assert said.startswith("[Called the tool f (call t9) with {")

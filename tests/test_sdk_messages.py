@@ -159,6 +159,9 @@ def test_a_responses_api_output_becomes_one_chat_message():
             message_of(wrong)
     with pytest.raises(InvalidInputError, match="no message and no tool call"):
         message_of([response.output[0]])  # its reasoning alone
+    # An item of a type not read here (a compaction, a server call) is passed over, as in a Response.
+    other = {"type": "compaction", "id": "cmp_1", "encrypted_content": "x"}
+    assert message_of([other, *[item.model_dump() for item in response.output]]) == whole
 
 
 def test_a_message_dict_is_returned_as_given_and_junk_is_refused():
@@ -308,6 +311,13 @@ def test_a_spoken_reply_is_kept_as_its_transcript(tmp_path):
     for silent in ({**audio, "transcript": " "}, {"id": "audio_1"}):
         with pytest.raises(InvalidInputError, match="no transcript"):
             message_of({"role": "assistant", "content": None, "audio": silent})
+    # As the SDK gives it too (its audio has every field: the transcript blank).
+    blank = {**as_dict, "audio": {**audio, "transcript": ""}}
+    choice = {"index": 0, "finish_reason": "stop", "message": blank}
+    spoken = ChatCompletion.model_validate({**completion.model_dump(), "choices": [choice]})
+    for response in (spoken, spoken.choices[0].message, spoken.model_dump()):
+        with pytest.raises(InvalidInputError, match="no transcript"):
+            message_of(response)
     with MessageLog.open(tmp_path / "log", create=True) as log:
         log.append({"role": "user", "content": "Say hi."})
         log.append(message_of(completion))

@@ -74,8 +74,11 @@ def _chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
             out["tool_calls"] = [_tool_call(call) for call in calls]
     if not out.get("content") and _refusal(message):
         out["content"] = _refusal(message)  # the model's answer, kept for what follows it
-    if not out.get("content") and _transcript(message.get("audio")):
-        out["content"] = _transcript(message.get("audio"))
+    audio = message.get("audio")
+    if not out.get("content") and isinstance(audio, Mapping) and "tool_calls" not in out:
+        out["content"] = _transcript(audio)
+        if not out["content"]:
+            raise InvalidInputError(_NO_TRANSCRIPT)
     if "content" not in out and "tool_calls" not in out:
         out["content"] = ""
     return out
@@ -87,6 +90,12 @@ def _refusal(message: Mapping[str, Any]) -> str:
     user's next input ran into the one it refused."""
     refusal = message.get("refusal")
     return refusal if isinstance(refusal, str) and refusal.strip() else ""
+
+
+_NO_TRANSCRIPT = (
+    "response: a spoken reply with no content and no transcript (an audio id alone expires"
+    " within hours): record it with its transcript as content"
+)
 
 
 def _transcript(audio: Any) -> str:
@@ -124,33 +133,40 @@ def _output_message(output: Sequence[Any]) -> dict[str, Any]:
     item one of its item types, and a message or a tool call among them."""
     items = [_plain(item, "response.output") for item in output]
     for item in items:
-        if item.get("type") not in _OUTPUT_ITEMS:
+        kind = item.get("type")
+        if not isinstance(kind, str) or kind in _CONTENT_BLOCKS or kind.endswith("_tool_result"):
+            # A chat message (no type) or a content block: no output item.
             raise InvalidTypeError(
-                "response: a list is read as a Responses API output, whose items are typed"
-                f" {', '.join(sorted(_OUTPUT_ITEMS))}; got an item of type {item.get('type')!r}"
+                "response: a list is read as a Responses API output (message, function_call,"
+                f" reasoning... items); got {'a message' if kind is None else f'a {kind!r} block'}"
             )
     if not any(_responses_item(item) for item in items):
         raise InvalidInputError("response: a Responses API output with no message and no tool call")
     return _responses_message(items)
 
 
-#: The item types of a Responses API ``output`` (an Anthropic block or a chat
-#: message is none of them).
-_OUTPUT_ITEMS = frozenset(
+#: Content block types (of a message's content, Anthropic's or a chat
+#: message's), which no Responses API output item is typed; an output item
+#: of a type not read here (reasoning, a compaction, a server call) is passed over.
+_CONTENT_BLOCKS = frozenset(
     {
-        "message",
-        "function_call",
-        "custom_tool_call",
-        "reasoning",
-        "web_search_call",
-        "file_search_call",
-        "computer_call",
-        "code_interpreter_call",
-        "image_generation_call",
-        "local_shell_call",
-        "mcp_call",
-        "mcp_list_tools",
-        "mcp_approval_request",
+        "text",
+        "image",
+        "image_url",
+        "document",
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "mcp_tool_use",
+        "input_text",
+        "output_text",
+        "input_image",
+        "input_file",
+        "input_audio",
+        "refusal",
+        "search_result",
     }
 )
 
@@ -254,10 +270,7 @@ def message_of(response: Any) -> dict[str, Any]:
             spoken = _transcript(message.pop("audio"))
             if not message.get("content") and not message.get("tool_calls"):
                 if not spoken:
-                    raise InvalidInputError(
-                        "response: a spoken reply with no content and no transcript (an audio id"
-                        " alone expires within hours): record it with its transcript as content"
-                    )
+                    raise InvalidInputError(_NO_TRANSCRIPT)
                 message["content"] = spoken
         return message
     if isinstance(response, (list, tuple)) and response:  # a Response's ``output``, whole

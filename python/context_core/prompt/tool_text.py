@@ -59,7 +59,10 @@ def _said_call(block: Mapping[str, Any]) -> str:
     try:
         arguments = json.dumps(given, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):  # keys of several types, or a value JSON has no form for
-        arguments = json.dumps(given, ensure_ascii=False, default=str)
+        try:
+            arguments = json.dumps(given, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):  # a key JSON cannot name, or a cycle: said as Python writes it
+            arguments = repr(given)
     return f"[Called the tool {block.get('name')} (call {block.get('id')}) with {arguments}]"
 
 
