@@ -201,3 +201,63 @@ def test_a_paused_turn_is_sent_back_for_the_model_to_go_on(tmp_path):
         body = received.json
         assert validators.anthropic(body["messages"], body.get("system"), request=True) == []
     assert len(server.received) == 2
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_a_long_tool_loop_goes_through_the_real_sdks_with_its_old_results_cleared(tmp_path, sdk):
+    """One input, then 40 steps of one call each through the SDKs with a 16K
+    window: the turn outgrows the room and its oldest results go as a note.
+    Every request the server receives is one the API accepts, carries the
+    newest result whole, and the later ones carry cleared results."""
+    rng = random.Random(11)
+    model = "gpt-4o" if sdk == "openai" else "claude-sonnet-4-5"
+    budget = Budget.for_model(model, window=16_000)
+    outputs = []
+    with (
+        FakeLLMServer() as server,
+        Session.open(
+            tmp_path / "s", model=model, identity=IDENTITY, tools=TOOLS, store=None, budget=budget
+        ) as s,
+    ):
+        client = sync_client(sdk, server.url)
+        create = client.chat.completions.create if sdk == "openai" else client.messages.create
+        request = s.prepare("Audit every service of the payments repository, one by one.")
+        for step in range(40):
+            reply = openai_reply if sdk == "openai" else anthropic_reply
+            body = reply(random.Random(step), step, 0, request.report.total, 0)
+            # One call a step, whatever the scripted reply drew.
+            if sdk == "openai":
+                message = body["choices"][0]["message"]
+                message["content"] = None
+                message["tool_calls"] = [
+                    {
+                        "id": f"call_{step}",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": "{}"},
+                    }
+                ]
+                body["choices"][0]["finish_reason"] = "tool_calls"
+            else:
+                body["content"] = [
+                    {"type": "tool_use", "id": f"toolu_{step}", "name": "read_file", "input": {}}
+                ]
+                body["stop_reason"] = "tool_use"
+            server.script(Reply(body=body))
+            (call,) = s.record(create(**request))
+            outputs.append(f"service {step}\n" + tool_output(rng, "read_file", 3_000))  # ~700 tokens
+            s.record_tool_result(call.id, outputs[-1])
+            request = s.prepare()
+            assert request.report.total <= request.report.limit
+        assert request.report.cleared > 0
+    cleared = 0
+    for received in server.received:
+        body = received.json
+        if sdk == "openai":
+            problems = validators.openai(body["messages"])
+        else:
+            problems = validators.anthropic(body["messages"], body.get("system"), request=True)
+        assert problems == [], problems
+        cleared += "Cleared to fit the context window" in json.dumps(body["messages"])
+    assert cleared > 10
+    last = json.dumps(server.received[-1].json["messages"], ensure_ascii=False)
+    assert json.dumps(outputs[-2], ensure_ascii=False)[1:-1] in last  # the newest result it was sent, whole
