@@ -376,24 +376,14 @@ class Analysis:
             return message
         out = {k: v for k, v in message.items() if k not in METADATA}
         for block, part, text in cuts:
-            if block is None:
-                if part is None:
-                    out["content"] = text
-                else:  # a text part of a tool message's content
-                    parts = list(out["content"])
-                    parts[part] = {**parts[part], "text": text}
-                    out["content"] = parts
-                continue
-            content = list(out["content"])
-            result = dict(content[block])
-            if part is None:
-                result["content"] = text
-            else:
-                parts = list(result["content"])
-                parts[part] = {**parts[part], "text": text}
-                result["content"] = parts
-            content[block] = result
-            out["content"] = content
+            if block is None:  # an OpenAI tool message: its content, or a text part of it
+                _put_cut(out, part, text)
+            else:  # an Anthropic tool_result block, copied with the cut in it
+                content = list(out["content"])
+                result = dict(content[block])
+                _put_cut(result, part, text)
+                content[block] = result
+                out["content"] = content
         return out
 
     def constraint_starts(self) -> list[int]:
@@ -759,3 +749,14 @@ class PriorityAssembly:
             provider=self.provider,
             cap=self.cap,
         )
+
+
+def _put_cut(holder: dict[str, Any], part: int | None, text: str) -> None:
+    """``holder``'s content made ``text`` (``part`` None), or its text part
+    ``part`` copied with ``text`` in it, in a copy of the list."""
+    if part is None:
+        holder["content"] = text
+        return
+    parts = list(holder["content"])
+    parts[part] = {**parts[part], "text": text}
+    holder["content"] = parts

@@ -779,55 +779,48 @@ fn lay_out<'py>(
         }
     }
     for (block, part, text) in cuts {
-        let Some(block) = block else {
-            match part {
-                None => out.set_item("content", text)?,
-                Some(part) => {
-                    // A text part of a tool message's own content list.
-                    let parts = PyList::new(
-                        py,
-                        out.get_item("content")?
-                            .ok_or_else(no_content)?
-                            .try_iter()?
-                            .collect::<PyResult<Vec<_>>>()?,
-                    )?;
-                    let piece = parts.get_item(*part)?.cast::<PyDict>()?.copy()?;
-                    piece.set_item("text", text)?;
-                    parts.set_item(*part, piece)?;
-                    out.set_item("content", parts)?;
-                }
-            }
-            continue;
-        };
-        let content = PyList::new(
-            py,
-            out.get_item("content")?
-                .ok_or_else(no_content)?
-                .try_iter()?
-                .collect::<PyResult<Vec<_>>>()?,
-        )?;
-        let result = content.get_item(*block)?.cast::<PyDict>()?.copy()?;
-        match part {
-            None => result.set_item("content", text)?,
-            Some(part) => {
-                let parts = PyList::new(
-                    py,
-                    result
-                        .get_item("content")?
-                        .ok_or_else(no_content)?
-                        .try_iter()?
-                        .collect::<PyResult<Vec<_>>>()?,
-                )?;
-                let piece = parts.get_item(*part)?.cast::<PyDict>()?.copy()?;
-                piece.set_item("text", text)?;
-                parts.set_item(*part, piece)?;
-                result.set_item("content", parts)?;
+        match block {
+            // An OpenAI tool message: its content, or a text part of it.
+            None => put_cut(py, &out, *part, text)?,
+            // An Anthropic `tool_result` block, copied with the cut in it.
+            Some(block) => {
+                let content = content_copy(py, &out)?;
+                let result = content.get_item(*block)?.cast::<PyDict>()?.copy()?;
+                put_cut(py, &result, *part, text)?;
+                content.set_item(*block, result)?;
+                out.set_item("content", content)?;
             }
         }
-        content.set_item(*block, result)?;
-        out.set_item("content", content)?;
     }
     Ok(out.into_any())
+}
+
+/// `holder`'s `content` made `text` (`part` None), or its text part `part`
+/// copied with `text` in it, in a copy of the list.
+fn put_cut(
+    py: Python<'_>,
+    holder: &Bound<'_, PyDict>,
+    part: Option<usize>,
+    text: &Py<PyString>,
+) -> PyResult<()> {
+    let Some(part) = part else {
+        return holder.set_item("content", text);
+    };
+    let parts = content_copy(py, holder)?;
+    let piece = parts.get_item(part)?.cast::<PyDict>()?.copy()?;
+    piece.set_item("text", text)?;
+    parts.set_item(part, piece)?;
+    holder.set_item("content", parts)
+}
+
+/// A new list of `holder`'s `content` items (the same objects).
+fn content_copy<'py>(py: Python<'py>, holder: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyList>> {
+    let items = holder
+        .get_item("content")?
+        .ok_or_else(no_content)?
+        .try_iter()?
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
 }
 
 fn no_content() -> PyErr {
