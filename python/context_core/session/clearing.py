@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from context_core.errors import OverBudgetError
+from context_core.session.tool_calls import calls_of
 
 #: What a cleared result says instead; ``{tokens}``: what it held.
 CLEARED = (
@@ -48,7 +49,7 @@ def turn_start(view: Sequence[Message]) -> int | None:
 def result_slots(view: Sequence[Message], start: int) -> list[Slot]:
     """The results after ``start`` a clearing may take, oldest first: every
     one before the newest call (whose results the model is waiting on)."""
-    last_call = max((i for i in range(start, len(view)) if _calls(view[i])), default=None)
+    last_call = max((i for i in range(start, len(view)) if calls_of(view[i])), default=None)
     slots: list[Slot] = []
     for i in range(start + 1, len(view) if last_call is None else last_call):
         message = view[i]
@@ -82,23 +83,27 @@ def clearings(
     slots = result_slots(view, start)
     if not slots:
         return
-    out = list(view)
-    frees = []
-    for i, block in slots:  # what clearing each frees, on its own
-        message = out[i]
-        freed = count(message) - count(_cleared(message, block, count))
-        frees.append(max(0, freed if cap is None else min(freed, cap)))
+    # Each result cleared in turn (an Anthropic message's after those before
+    # it in the message): the message it leaves, and what that frees.
+    work = list(view)
+    steps: list[tuple[int, Message, int]] = []
+    for i, block in slots:
+        before = count(work[i])
+        work[i] = _cleared(work[i], block, count)
+        freed = before - count(work[i])
+        steps.append((i, work[i], max(0, freed if cap is None else min(freed, cap))))
     missing = _missing(error, room)
     step = max(1, room // STEPS_OF_ROOM)
     # Whole steps: what is missing grows by a result a step, and the same
     # results stay cleared until it passes the next step.
     wanted = -(-missing // step) * step
-    if sum(frees) < wanted:
+    if sum(frees for _, _, frees in steps) < wanted:
         wanted = missing
+    out = list(view)
     freed = cleared = 0
-    for (i, block), frees_this in zip(slots, frees, strict=True):
-        out[i] = _cleared(out[i], block, count)
-        freed += frees_this
+    for i, message, frees in steps:
+        out[i] = message
+        freed += frees
         cleared += 1
         if freed >= wanted and cleared >= floor:
             yield out, cleared
@@ -152,15 +157,3 @@ def _results_in(message: Message) -> list[int]:
     return [
         b for b, part in enumerate(content) if isinstance(part, Mapping) and part.get("type") == "tool_result"
     ]
-
-
-def _calls(message: Message) -> bool:
-    """Whether an assistant message makes tool calls (OpenAI's, or Anthropic's ``tool_use``)."""
-    if message.get("role") != "assistant":
-        return False
-    if message.get("tool_calls"):
-        return True
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        isinstance(part, Mapping) and part.get("type") == "tool_use" for part in content
-    )

@@ -1203,6 +1203,7 @@ class Session:
         clearing every one that may go does not."""
         cleared = 0
         turn, floor = self._cleared_in_turn
+        floor = floor if turn == self._turn else 0  # a new turn clears from none
         cap = getattr(self.policy, "tool_result_cap", None)
 
         def choose(view: list[Any]) -> Selection:
@@ -1213,7 +1214,7 @@ class Session:
                 room,
                 self.tokenizer.count_message,
                 cap=cap if isinstance(cap, int) else None,
-                floor=floor if turn == self._turn else 0,
+                floor=floor,
             )
             for cleared_view, count in views:
                 try:
@@ -1226,7 +1227,7 @@ class Session:
 
         selection = from_view(self.log, choose, keys=_METADATA_READ.get(type(self.policy), EVERY_READ))
         self._cleared = cleared
-        self._cleared_in_turn = (self._turn, max(cleared, floor if turn == self._turn else 0))
+        self._cleared_in_turn = (self._turn, max(cleared, floor))
         return selection
 
     def _render(self, parts: PromptParts, selection: Selection, extra: str) -> dict[str, Any]:
