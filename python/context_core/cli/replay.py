@@ -184,23 +184,12 @@ def load_transcript(path: str) -> Chat:
     )
 
 
-#: Content blocks only Anthropic's messages hold (OpenAI's images are
-#: ``image_url``, its files ``file``).
-_ANTHROPIC_BLOCKS = frozenset(
-    {"tool_use", "tool_result", "thinking", "redacted_thinking", "image", "document", "search_result"}
-)
-
-
 def shape_of(messages: list[dict[str, Any]]) -> str:
-    """``"anthropic"`` when the transcript holds Anthropic blocks, else ``"openai"``."""
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content
-        ):
-            return "anthropic"
-        if message.get("role") == "tool" or message.get("tool_calls"):
-            return "openai"
+    """``"anthropic"`` when the transcript's first message shaped for one API
+    only is Anthropic's, else ``"openai"`` (as a session's directory tells)."""
+    from context_core.session.session import shape_of as provider_shape
+
+    return provider_shape(messages) or "openai"
     return "openai"
 
 

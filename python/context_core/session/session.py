@@ -35,7 +35,7 @@ import os
 import shutil
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -1647,6 +1647,7 @@ _INPUT_BLOCKS: dict[str, Provider] = {
     "file": "openai",
     "image": "anthropic",
     "document": "anthropic",
+    "search_result": "anthropic",
     "tool_result": "anthropic",
 }
 
@@ -1880,7 +1881,7 @@ def _check_provider(root: str, provider: Provider, log: MessageLog) -> None:
             # and no turn was ever taken: the open that wrote it never returned.
             # One removed by hand leaves the log to tell: its shapes (tool
             # calls, thinking, input blocks) are the provider's it was for.
-            found = _log_shape(log)
+            found = shape_of(log)
             if found is not None and found != provider:
                 raise InvalidInputError(
                     f"{root} holds a session for {found} (its log's messages are in {found}'s shapes,"
@@ -1901,12 +1902,14 @@ def _check_provider(root: str, provider: Provider, log: MessageLog) -> None:
         )
 
 
-def _log_shape(log: MessageLog) -> Provider | None:
-    """The provider the first message of ``log`` shaped for one API only is
-    for (``None``: every message would go to either)."""
-    for message in log:
+def shape_of(messages: Iterable[Any]) -> Provider | None:
+    """The provider the first of ``messages`` shaped for one API only is for
+    (its tool calls or results, thinking, server tool or input blocks);
+    ``None``: every one would go to either. Reads a log's nodes too (its
+    summaries' texts and branch markers are passed over)."""
+    for message in messages:
         if not isinstance(message, Mapping):
-            continue  # a summary's text or a branch marker
+            continue
         found = _shape(message)
         if found is None and message.get("role") == "tool":
             found = "openai"
