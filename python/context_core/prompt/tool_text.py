@@ -37,12 +37,12 @@ def tool_blocks_as_text(messages: list[Any]) -> list[Any]:
             kind = _kind(block)
             if kind == "tool_use":
                 names[str(block.get("id"))] = str(block.get("name"))
-                blocks.append(_marked(block, [_text(_said_call(block))]))
+                blocks += _marked(block, [_text(_said_call(block))])
             elif kind == "tool_result":
-                blocks.append(_marked(block, _said_result(block, names)))
+                blocks += _marked(block, _said_result(block, names))
             elif kind not in _THINKING:
                 blocks.append(block)
-        out[i] = {**message, "content": _flat(blocks)}
+        out[i] = {**message, "content": blocks}
     return out
 
 
@@ -90,14 +90,3 @@ def _marked(block: Mapping[str, Any], said: list[Any]) -> list[Any]:
     if mark is None or not said:
         return said
     return [*said[:-1], {**said[-1], "cache_control": mark}]
-
-
-def _flat(blocks: list[Any]) -> list[Any]:
-    """One list of blocks, each ``_marked`` list spread in place."""
-    out: list[Any] = []
-    for block in blocks:
-        if isinstance(block, list):
-            out.extend(block)
-        else:
-            out.append(block)
-    return out
