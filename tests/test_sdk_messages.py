@@ -13,33 +13,27 @@ from context_core.sdk_messages import message_of, usage_of
 
 
 def chat_completion(tool_calls=None, content="done") -> ChatCompletion:
-    return ChatCompletion.model_validate(
-        {
-            "id": "cmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "gpt-4o",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "tool_calls" if tool_calls else "stop",
-                    "message": {
-                        "role": "assistant",
-                        "content": content,
-                        "refusal": None,
-                        "annotations": [],
-                        "tool_calls": tool_calls,
-                    },
-                }
-            ],
-            "usage": {
-                "prompt_tokens": 120,
-                "completion_tokens": 7,
-                "total_tokens": 127,
-                "prompt_tokens_details": {"cached_tokens": 64},
-            },
-        }
-    )
+    message = {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+        "annotations": [],
+        "tool_calls": tool_calls,
+    }
+    usage = {
+        "prompt_tokens": 120,
+        "completion_tokens": 7,
+        "total_tokens": 127,
+        "prompt_tokens_details": {"cached_tokens": 64},
+    }
+    return completion_of(message, "tool_calls" if tool_calls else "stop", usage=usage)
+
+
+def completion_of(message: dict, finish_reason: str = "stop", **fields) -> ChatCompletion:
+    """A one-choice ``ChatCompletion`` whose message is ``message``."""
+    choice = {"index": 0, "finish_reason": finish_reason, "message": message}
+    body = {"id": "cmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o", **fields}
+    return ChatCompletion.model_validate({**body, "choices": [choice]})
 
 
 def anthropic_message() -> AnthropicMessage:
@@ -250,25 +244,10 @@ def test_a_refusal_is_kept_as_the_replys_text():
     """A refusal comes with no content: it was stored as an empty reply, so
     the next request lost the model's answer and ran the user's two inputs
     together."""
-    import openai
 
     refused = "I can't help with that."
-    completion = openai.types.chat.ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "gpt-4o",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": None, "refusal": refused},
-                }
-            ],
-        }
-    )
     as_dict = {"role": "assistant", "content": None, "refusal": refused}
+    completion = completion_of(as_dict)
     responses = {
         "object": "response",
         "output": [
@@ -287,22 +266,8 @@ def test_a_spoken_reply_is_kept_as_its_transcript(tmp_path):
     inputs together. Its transcript is the reply's text; the audio (an id
     that expires, megabytes of data) is not sent back."""
     audio = {"id": "audio_1", "data": "UklGRg" * 100, "expires_at": 1729018505, "transcript": "Hi there!"}
-    completion = ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "gpt-4o-audio-preview",
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": None, "audio": audio},
-                }
-            ],
-        }
-    )
     as_dict = {"role": "assistant", "content": None, "audio": audio}
+    completion = completion_of(as_dict)
     for response in (completion, completion.choices[0].message, as_dict):
         assert message_of(response) == {"role": "assistant", "content": "Hi there!"}
     written = {"role": "assistant", "content": "Hello.", "audio": audio}
@@ -312,9 +277,7 @@ def test_a_spoken_reply_is_kept_as_its_transcript(tmp_path):
         with pytest.raises(InvalidInputError, match="no transcript"):
             message_of({"role": "assistant", "content": None, "audio": silent})
     # As the SDK gives it too (its audio has every field: the transcript blank).
-    blank = {**as_dict, "audio": {**audio, "transcript": ""}}
-    choice = {"index": 0, "finish_reason": "stop", "message": blank}
-    spoken = ChatCompletion.model_validate({**completion.model_dump(), "choices": [choice]})
+    spoken = completion_of({**as_dict, "audio": {**audio, "transcript": ""}})
     for response in (spoken, spoken.choices[0].message, spoken.model_dump()):
         with pytest.raises(InvalidInputError, match="no transcript"):
             message_of(response)
