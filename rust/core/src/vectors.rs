@@ -233,9 +233,27 @@ fn block_scores(block: &[i8], terms: &[(usize, i16)], acc: &mut [i32]) {
             .try_into()
             .expect("a whole column")
     };
-    // Four dimensions a pass (two pairs), so the accumulators are read and
-    // written once per four columns.
-    let mut quads = terms.chunks_exact(4);
+    // Eight dimensions a pass (four pairs): eight columns read side by side
+    // keep more of the memory's loads in flight than four did, and a scan
+    // of a large index is bound by those loads, not by the arithmetic. At
+    // 100,000 rows, with the caches emptied between queries (as a session's
+    // turn leaves them), the replayed sessions' queries took 0.38-0.41 ms
+    // at the median against 0.46-0.49 ms four a pass; sixteen a pass was
+    // slower again (0.44-0.47).
+    let mut octets = terms.chunks_exact(8);
+    for eight in &mut octets {
+        let c: [&[i8; BLOCK]; 8] = std::array::from_fn(|i| column(eight[i].0));
+        let q: [i16; 8] = std::array::from_fn(|i| eight[i].1);
+        for r in 0..BLOCK {
+            let first = i16::from(c[0][r]) * q[0] + i16::from(c[1][r]) * q[1];
+            let second = i16::from(c[2][r]) * q[2] + i16::from(c[3][r]) * q[3];
+            let third = i16::from(c[4][r]) * q[4] + i16::from(c[5][r]) * q[5];
+            let fourth = i16::from(c[6][r]) * q[6] + i16::from(c[7][r]) * q[7];
+            acc[r] += i32::from(first) + i32::from(second) + i32::from(third) + i32::from(fourth);
+        }
+    }
+    // The rest four a pass, then in a pair, then alone.
+    let mut quads = octets.remainder().chunks_exact(4);
     for quad in &mut quads {
         let (c1, c2, c3, c4) = (
             column(quad[0].0),
@@ -902,6 +920,15 @@ mod tests {
                 if seed == 3 {
                     query.iter_mut().skip(1).for_each(|v| *v = 0.0); // one term
                 }
+                assert_eq!(
+                    index.quantised_scores(&query),
+                    row_scores(&matrix, dim, &query)
+                );
+            }
+            // Every way the terms split into passes of eight, four, two and one.
+            for terms in [2, 4, 6, 7, 8, 12, 15] {
+                let mut query = values(200 + terms as u64, dim);
+                query.iter_mut().skip(terms).for_each(|v| *v = 0.0);
                 assert_eq!(
                     index.quantised_scores(&query),
                     row_scores(&matrix, dim, &query)
