@@ -1031,7 +1031,9 @@ class Session:
         # needs it): the same bound the selection's own check then uses.
         room = self._room(parts.breakdown.total) - _FIRST_MARGIN
         extra = self._extra(memories)
-        memory = self.tokenizer.count(extra) if extra else 0
+        # Through the shared count cache: the turn's every step sends this
+        # same text (a few hundred tokens of BPE a call otherwise).
+        memory = self.tokenizer._count_cached(extra) if extra else 0
         room -= memory
         tokens = self.tokenizer.count_messages([dict(message)])  # with the reply priming
         if tokens > room:
@@ -1070,7 +1072,7 @@ class Session:
         # Memories for a policy that does not place them: rendered after the
         # volatile part, their tokens taken off the room once.
         extra = self._extra()
-        extra_tokens = self.tokenizer.count(extra) if extra else 0
+        extra_tokens = self.tokenizer._count_cached(extra) if extra else 0  # as in _check_fits
         room = self._room(parts.breakdown.total) - extra_tokens
         # The least margin: what the check before logging allowed the input.
         least = max(0, room - _FIRST_MARGIN)
