@@ -582,13 +582,38 @@ def test_search_terms_split_chinese_into_pairs():
     assert search_terms("订单A-8812已退款") == "订单 a 8812 已退 退款"
 
 
-def _terms_by_regex(text: str) -> str:
-    """The definition: lowered word characters (no ``_``), each Chinese
-    run of a word cut into overlapping pairs."""
+def test_search_terms_split_japanese_kana_into_pairs():
+    """Japanese puts no space between words either: a kana run was one
+    word, so ``ローテーション`` never matched ``ログのローテーション``."""
+    written = "ログのローテーションを設定"
+    assert search_terms(written) == "ログ グの のロ ロー ーテ テー ーシ ショ ョン ンを を設 設定"
+    assert search_terms("ﾛｸﾞ・ｶﾀ") == "ﾛｸ ｸﾞ ｶﾀ"  # half width; the middle dot breaks the run
+    assert set(search_terms("ローテーション").split()) <= set(search_terms(written).split())
+
+
+def test_a_japanese_memory_is_found_by_a_word_inside_its_text(tmp_path):
+    with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(256)) as s:
+        s.remember_many(
+            ["ログのローテーションは毎週月曜日に行う", "デプロイは金曜日に行わない", "注文A-1は返金済み"]
+            + [f"メモ{i}: 会議は午後{i % 12}時から" for i in range(30)]
+        )
+        hit = s.search("ローテーション", k=1)[0]
+        assert hit.text == "ログのローテーションは毎週月曜日に行う"
+        assert "keyword" in hit.reasons
+
+
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_KANA = "\u3040-\u30ff\uff66-\uff9f"
+
+
+def _terms_by_regex(text: str, paired: str = _HAN + _KANA) -> str:
+    """The definition: lowered word characters (no ``_``), each run of a
+    word in the ``paired`` scripts (Chinese characters and Japanese kana)
+    cut into overlapping pairs."""
     out = []
     for word in re.findall(r"[^\W_]+", text.lower()):
-        for part in re.split(r"([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)", word):
-            if re.fullmatch(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+", part):
+        for part in re.split(f"([{paired}]+)", word):
+            if re.fullmatch(f"[{paired}]+", part):
                 out += [part] if len(part) == 1 else [part[i : i + 2] for i in range(len(part) - 1)]
             elif part:
                 out.append(part)
@@ -598,13 +623,14 @@ def _terms_by_regex(text: str) -> str:
 @settings(max_examples=400, deadline=None)
 @given(
     st.text(
-        st.sampled_from("aZ09_-./ \t\n日志轮转中文\ufa6e\ufa0eéİΣς") | st.characters(codec="utf-8"),
+        st.sampled_from("aZ09_-./ \t\n日志轮转中文\ufa6e\ufa0eéİΣςログのー・ｶﾞ\u309b\u30a0")
+        | st.characters(codec="utf-8"),
         max_size=40,
     )
 )
 def test_search_terms_match_their_definition_on_any_text(text):
-    """The ASCII fast path and the Chinese pairs give what the plain
-    regex definition gives, on ASCII and on any other text."""
+    """The ASCII fast path and the Chinese and kana pairs give what the
+    plain regex definition gives, on ASCII and on any other text."""
     assert search_terms(text) == _terms_by_regex(text)
 
 
@@ -773,7 +799,7 @@ def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
     db.commit()
     db.close()
     with MemoryStore(path, embedder=HashingEmbedder(16)) as s:
-        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert sorted(s._db.execute("SELECT namespace, term, docs FROM term_docs")) == terms
         assert s._db.execute("SELECT count(*) FROM accessed").fetchone()[0] == 0
         assert sorted(s._db.execute("SELECT rowid, entity_key FROM memories")) == keys
@@ -782,6 +808,49 @@ def test_migrating_a_version_1_store_fills_what_later_versions_keep(tmp_path):
     assert ("a", "", 3) in terms
     assert ("a", "refund", 2) in terms
     assert sum(key is None for _, key in keys) == 2  # "refund payment" and the Chinese one name nothing
+
+
+def test_migrating_a_version_5_store_pairs_its_kana(tmp_path, monkeypatch):
+    """Version 6 indexes kana runs as pairs: a store whose words were
+    written before (each kana run one word) gets the words and term counts
+    a new store writes, and its Japanese memories are found by a word
+    inside them."""
+    from context_core.memory_store import store as store_module
+    from context_core.memory_store.schema import SCHEMA_VERSION
+
+    texts = ["ログのローテーションは毎週月曜日", "デプロイは金曜日に行わない"]
+    texts += ["订单已退款", "refund order A-1"]
+
+    def written(path, terms):
+        with monkeypatch.context() as patched:
+            patched.setattr(store_module, "search_terms", terms)
+            with MemoryStore(path, embedder=HashingEmbedder(256)) as s:
+                s.remember_many(texts[:2], namespace="ja")
+                s.remember_many(texts[2:], namespace="other")
+
+    def held(path):
+        db = sqlite3.connect(path)
+        try:
+            words = sorted(
+                db.execute("SELECT m.text, t.words FROM memories AS m JOIN terms AS t ON t.rowid = m.rowid")
+            )
+            counts = sorted(db.execute("SELECT namespace, term, docs FROM term_docs WHERE docs > 0"))
+            return words, counts
+        finally:
+            db.close()
+
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    written(old, lambda text: _terms_by_regex(text, paired=_HAN))  # as version 5 wrote them
+    written(new, search_terms)
+    assert held(old) != held(new)
+    db = sqlite3.connect(old)
+    db.execute("PRAGMA user_version = 5")
+    db.commit()
+    db.close()
+    with MemoryStore(old, embedder=HashingEmbedder(256)) as s:
+        assert s._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert "keyword" in s.search("ローテーション", namespace="ja", k=1)[0].reasons
+    assert held(old) == held(new)
 
 
 def test_keyword_search_leaves_out_terms_most_memories_share(tmp_path):

@@ -22,6 +22,7 @@ words. ``term_docs`` counts the words themselves.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterable
@@ -38,6 +39,7 @@ __all__ = [
     "match_query",
     "plain_words",
     "query_terms",
+    "search_terms",
 ]
 
 #: A keyword match's score (BM25; lower is better, as FTS5 ranks).
@@ -81,6 +83,36 @@ def count_terms(db: sqlite3.Connection, namespace: str, added: Iterable[str], re
     db.executemany(_UPSERT, [(namespace, term, n) for term, n in delta.items() if n])
 
 
+# Runs of the scripts written without spaces between words: Chinese
+# characters, and Japanese hiragana and katakana (full and half width).
+_PAIRED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff66-\uff9f]+")
+_WORDS = re.compile(r"[^\W_]+")
+# ASCII letters and digits lowered, every other byte a space.
+_ASCII_WORDS = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in range(256)).lower()
+
+
+def search_terms(text: str) -> str:
+    """The words the keyword index holds for ``text``: lowered words, with
+    each run of Chinese characters or Japanese kana as its overlapping pairs
+    (so ``日志轮转`` matches ``日志``, and ``ログのローテーション`` matches
+    ``ローテーション``: those scripts put no space between words)."""
+    if text.isascii():  # the same words, three times faster than the regex
+        return " ".join(text.encode().translate(_ASCII_WORDS).decode().split())
+    lowered = text.lower()
+    if _PAIRED.search(lowered) is not None:
+        lowered = _PAIRED.sub(_pairs, lowered)
+    return " ".join(_WORDS.findall(lowered))
+
+
+def _pairs(run: re.Match[str]) -> str:
+    # Each word-character stretch of the run on its own, as a word of text
+    # would split it; a lone character stays whole.
+    out = []
+    for stretch in _WORDS.findall(run.group()):
+        out += [stretch] if len(stretch) == 1 else [stretch[i : i + 2] for i in range(len(stretch) - 1)]
+    return f" {' '.join(out)} "
+
+
 def query_terms(terms: str) -> list[str]:
     """The terms of ``terms`` (space-separated) a keyword query weighs: its
     first :data:`QUERY_TERMS` distinct ones, in order."""
@@ -88,7 +120,7 @@ def query_terms(terms: str) -> list[str]:
 
 
 def match_query(db: sqlite3.Connection, namespace: str, terms: str) -> str | None:
-    """The FTS5 query for ``terms`` (from :func:`~context_core.memory_store.store.search_terms`)
+    """The FTS5 query for ``terms`` (from :func:`search_terms`)
     in ``namespace``: its rarest terms, OR'ed, within :data:`KEYWORD_POSTINGS`;
     ``None`` when no term is rare enough, or none is indexed."""
     distinct = query_terms(terms)

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 
 from context_core.errors import StoreVersionError
-from context_core.memory_store.keywords import indexed_words
+from context_core.memory_store.keywords import count_terms, indexed_words, plain_words, search_terms
 
 __all__ = ["SCHEMA_VERSION", "entity_key", "migrate"]
 
@@ -97,6 +97,9 @@ _STEPS: tuple[str, ...] = (
     );
     CREATE INDEX accessed_by_namespace ON accessed (namespace, seq);
     """,
+    # 6: runs of Japanese kana are indexed as overlapping pairs, as Chinese
+    # characters were (see _pair_kana, which does the work).
+    "",
 )
 
 #: Work a step needs beyond SQL, by step number (from 1), run after it.
@@ -121,6 +124,36 @@ def _fill_entity_keys(connection: sqlite3.Connection) -> None:
 
 
 _BACKFILLS[3] = _fill_entity_keys
+
+# A memory's text holding a kana character (hiragana, katakana, half-width
+# katakana), for SQLite's GLOB.
+_HOLDS_KANA = "*[\u3040-\u30ff\uff66-\uff9f]*"
+
+
+def _pair_kana(connection: sqlite3.Connection) -> None:
+    """The words of each memory holding kana, indexed again: a kana run
+    was one word, so ``ローテーション`` never matched a memory that wrote
+    ``ログのローテーション``. The term counts move with them, and each
+    memory is recorded as changed, so a process holding the namespace
+    reads its words again."""
+    rows = connection.execute(
+        "SELECT m.rowid, m.namespace, m.text, t.words FROM memories AS m JOIN terms AS t ON t.rowid = m.rowid"
+        " WHERE m.text GLOB ?",
+        (_HOLDS_KANA,),
+    ).fetchall()
+    for rowid, namespace, text, words in rows:
+        if not isinstance(text, str) or not isinstance(words, str):
+            continue  # a crafted file's other value: left as it is
+        new, old = search_terms(text), plain_words(words)
+        if new == old:
+            continue
+        indexed = indexed_words(namespace, new)
+        connection.execute("UPDATE terms SET words = ? WHERE rowid = ?", (indexed, rowid))
+        connection.execute("INSERT INTO changes (namespace, memory) VALUES (?, ?)", (namespace, rowid))
+        count_terms(connection, namespace, [new], [old])
+
+
+_BACKFILLS[6] = _pair_kana
 
 #: The schema version this code writes.
 SCHEMA_VERSION = len(_STEPS)

@@ -67,6 +67,7 @@ from context_core.memory_store.keywords import (
     indexed_words,
     match_query,
     plain_words,
+    search_terms,
 )
 from context_core.memory_store.namespaces import (
     NamespaceLike,
@@ -110,36 +111,10 @@ ACCESS_FLUSH_SECONDS = 1.0
 
 _log = library_logger()
 
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_WORDS = re.compile(r"[^\W_]+")
-# ASCII letters and digits lowered, every other byte a space.
-_ASCII_WORDS = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in range(256)).lower()
-
 _COLUMNS = (
     "rowid, id, namespace, kind, text, importance, pinned, source, tags, created, last_access, access_count"
 )
 _TEXT = 4  # where the text is in a row of _COLUMNS
-
-
-def search_terms(text: str) -> str:
-    """The words FTS5 indexes for ``text``: lowered words, with each run of
-    Chinese characters as its overlapping pairs (so ``日志轮转`` matches
-    ``日志``)."""
-    if text.isascii():  # the same words, three times faster than the regex
-        return " ".join(text.encode().translate(_ASCII_WORDS).decode().split())
-    lowered = text.lower()
-    if _HAN.search(lowered) is not None:
-        lowered = _HAN.sub(_han_pairs, lowered)
-    return " ".join(_WORDS.findall(lowered))
-
-
-def _han_pairs(run: re.Match[str]) -> str:
-    # Each word-character stretch of the run on its own, as a word of text
-    # would split it; a lone character stays whole.
-    out = []
-    for han in _WORDS.findall(run.group()):
-        out += [han] if len(han) == 1 else [han[i : i + 2] for i in range(len(han) - 1)]
-    return f" {' '.join(out)} "
 
 
 def _text_key(text: str) -> bytes:
