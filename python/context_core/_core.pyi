@@ -425,6 +425,19 @@ def _occurs(value: str, text: str) -> bool: ...
 def _entities(text: str) -> list[tuple[str, str]]: ...
 def _entities_many(texts: list[str]) -> list[list[tuple[str, str]]]: ...
 def _hash_embed(texts: list[str], dim: int) -> bytes: ...
+def _rank_candidates(
+    held: list[int],
+    position: dict[int, int],
+    ranks: list[tuple[str, str, float, float, int]],
+    cosines: dict[int, float],
+    keyword: dict[int, float],
+    shared: dict[int, list[str]],
+    unscored: set[int],
+    accesses: dict[str, tuple[int, float]],
+    kinds: tuple[str, ...] | None,
+    now: float,
+    weights: tuple[float, float, float, float, float, float, float],
+) -> list[tuple[int, float, int, tuple[str, ...], float, float, bool]]: ...
 
 @final
 class _VectorIndex:

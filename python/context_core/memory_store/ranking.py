@@ -7,7 +7,9 @@ A search hit's score is its relevance, then a rerank:
 all the namespaces it reads (0 to 1);
 
 ``score = relevance + IMPORTANCE_WEIGHT * importance
-+ RECENCY_WEIGHT * freshness(last access) + FREQUENCY_WEIGHT * frequency``.
++ RECENCY_WEIGHT * freshness(last access) + FREQUENCY_WEIGHT * frequency``,
+added in that order, in float64. The search computes it in Rust (with the
+weights :func:`weights` reads when it runs), to the same bits.
 
 Memories that share an entity with the query come before all others
 whatever their score (the most shared entities first): an exact id or path
@@ -33,6 +35,7 @@ __all__ = [
     "frequency",
     "freshness",
     "retention",
+    "weights",
 ]
 
 VECTOR_WEIGHT = 0.6
@@ -60,13 +63,19 @@ def frequency(access_count: int) -> float:
     return min(1.0, math.log1p(max(access_count, 0)) / math.log1p(_FREQUENT))
 
 
-def rerank(relevance: float, importance: float, age_seconds: float, access_count: int) -> float:
-    """The hit's final score (see the module's formula)."""
+def weights() -> tuple[float, float, float, float, float, float, float]:
+    """The weights as the search's ranking (in Rust) takes them, read now
+    (a weight set on this module counts from the next search): those
+    above, then the recency term's half-life in seconds and the frequency
+    term's divisor, ``log1p(100)``."""
     return (
-        relevance
-        + IMPORTANCE_WEIGHT * importance
-        + RECENCY_WEIGHT * freshness(age_seconds, RECENCY_HALF_LIFE_DAYS)
-        + FREQUENCY_WEIGHT * frequency(access_count)
+        VECTOR_WEIGHT,
+        KEYWORD_WEIGHT,
+        IMPORTANCE_WEIGHT,
+        RECENCY_WEIGHT,
+        FREQUENCY_WEIGHT,
+        RECENCY_HALF_LIFE_DAYS * _DAY,
+        math.log1p(_FREQUENT),
     )
 
 

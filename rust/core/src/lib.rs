@@ -17,6 +17,7 @@ mod limits;
 pub mod log;
 mod parallel;
 pub mod pretokenize;
+pub mod ranking;
 pub mod sanitize;
 pub mod select;
 pub mod summary;

@@ -8,6 +8,7 @@ mod json;
 mod key_memo;
 mod log;
 mod memory;
+mod ranking;
 mod read_runs;
 mod sanitize;
 mod seen;
@@ -37,6 +38,9 @@ mod _core {
 
     #[pymodule_export]
     use super::memory::{_entities, _entities_many, _hash_embed, PyKeywordIndex, PyVectorIndex};
+
+    #[pymodule_export]
+    use super::ranking::_rank_candidates;
 
     #[pymodule_export]
     use super::summary::{_check_sections, _check_summary, _named, _occurs};
