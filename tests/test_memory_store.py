@@ -26,7 +26,7 @@ from context_core import (
     StoreVersionError,
     Tokenizer,
 )
-from context_core.memory_store import CallableEmbedder, HashingEmbedder, search_terms
+from context_core.memory_store import CallableEmbedder, HashingEmbedder, Namespace, search_terms
 from context_core.memory_store.store import ACCESS_FLUSH_MEMORIES, ACCESS_FLUSH_SECONDS
 from killed import reports_until_killed
 
@@ -819,7 +819,7 @@ def test_migrating_a_version_5_store_pairs_its_kana(tmp_path, monkeypatch):
     from context_core.memory_store.schema import SCHEMA_VERSION
 
     texts = ["ログのローテーションは毎週月曜日", "デプロイは金曜日に行わない"]
-    texts += ["订单已退款", "refund order A-1"]
+    texts += ["订单已退款", "refund order A-1", "note\x00キャッシュの設定"]  # GLOB stops at a NUL
 
     def written(path, terms):
         with monkeypatch.context() as patched:
@@ -827,6 +827,7 @@ def test_migrating_a_version_5_store_pairs_its_kana(tmp_path, monkeypatch):
             with MemoryStore(path, embedder=HashingEmbedder(256)) as s:
                 s.remember_many(texts[:2], namespace="ja")
                 s.remember_many(texts[2:], namespace="other")
+                s.remember("ログ・ローテーション", namespace=Namespace("t", user="u"))
 
     def held(path):
         db = sqlite3.connect(path)

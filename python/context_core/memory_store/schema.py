@@ -133,24 +133,33 @@ _HOLDS_KANA = "*[\u3040-\u30ff\uff66-\uff9f]*"
 def _pair_kana(connection: sqlite3.Connection) -> None:
     """The words of each memory holding kana, indexed again: a kana run
     was one word, so ``ローテーション`` never matched a memory that wrote
-    ``ログのローテーション``. The term counts move with them, and each
-    memory is recorded as changed, so a process holding the namespace
-    reads its words again."""
+    ``ログのローテーション``. The term counts move with them, one upsert a
+    term per namespace, and each memory is recorded as changed, so a
+    process holding the namespace reads its words again."""
     rows = connection.execute(
         "SELECT m.rowid, m.namespace, m.text, t.words FROM memories AS m JOIN terms AS t ON t.rowid = m.rowid"
-        " WHERE m.text GLOB ?",
+        # GLOB reads a text only up to a NUL, so a text holding one is read too.
+        " WHERE m.text GLOB ? OR instr(m.text, char(0)) > 0",
         (_HOLDS_KANA,),
     ).fetchall()
+    updates: list[tuple[str, int]] = []
+    changed: list[tuple[str, int]] = []
+    moved: dict[str, tuple[list[str], list[str]]] = {}
     for rowid, namespace, text, words in rows:
         if not isinstance(text, str) or not isinstance(words, str):
             continue  # a crafted file's other value: left as it is
         new, old = search_terms(text), plain_words(words)
         if new == old:
             continue
-        indexed = indexed_words(namespace, new)
-        connection.execute("UPDATE terms SET words = ? WHERE rowid = ?", (indexed, rowid))
-        connection.execute("INSERT INTO changes (namespace, memory) VALUES (?, ?)", (namespace, rowid))
-        count_terms(connection, namespace, [new], [old])
+        updates.append((indexed_words(namespace, new), rowid))
+        added, removed = moved.setdefault(namespace, ([], []))
+        added.append(new)
+        removed.append(old)
+        changed.append((namespace, rowid))
+    connection.executemany("UPDATE terms SET words = ? WHERE rowid = ?", updates)
+    connection.executemany("INSERT INTO changes (namespace, memory) VALUES (?, ?)", changed)
+    for namespace, (added, removed) in moved.items():
+        count_terms(connection, namespace, added, removed)
 
 
 _BACKFILLS[6] = _pair_kana

@@ -925,10 +925,20 @@ mod tests {
                     row_scores(&matrix, dim, &query)
                 );
             }
-            // Every way the terms split into passes of eight, four, two and one.
-            for terms in [2, 4, 6, 7, 8, 12, 15] {
-                let mut query = values(200 + terms as u64, dim);
-                query.iter_mut().skip(terms).for_each(|v| *v = 0.0);
+            // Every way the terms split into passes of eight, four, two and
+            // one: exactly `terms` non-zero values, each at least 1/127 of
+            // the largest so none quantises to zero.
+            for terms in 0..=dim.min(20) {
+                let query: Vec<f32> = (0..dim)
+                    .map(|j| {
+                        if j < terms {
+                            ((j % 5) as f32 - 2.5) / 2.5
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                assert_eq!(Quantised::new(&query).terms.len(), terms);
                 assert_eq!(
                     index.quantised_scores(&query),
                     row_scores(&matrix, dim, &query)
