@@ -475,6 +475,42 @@ def test_a_reopened_session_knows_the_calls_still_waiting(tmp_path):
     assert pending_in([{"role": "user", "content": "hi"}]) == {}
 
 
+@pytest.mark.parametrize(
+    "beside",
+    [
+        {"type": "text", "text": "also, hurry"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+    ],
+)
+def test_results_given_beside_an_input_end_the_wait_live_and_reopened_alike(tmp_path, beside):
+    """A result for one of two calls, given with text or an image beside
+    it, is a new input: the live session waits on nothing after it. A
+    session reopened there waited on the other call, and refused the next
+    step the live one would have made."""
+    model = "claude-sonnet-4-5"
+    with open_session(tmp_path, model=model, compact=False) as session:
+        session.prepare("Read both files.")
+        session.record(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_b", "name": "read_file", "input": {"path": "b.py"}},
+                    {"type": "tool_use", "id": "toolu_c", "name": "read_file", "input": {"path": "c.py"}},
+                ],
+            }
+        )
+        result = {"type": "tool_result", "tool_use_id": "toolu_b", "content": "B"}
+        live = session.prepare({"role": "user", "content": [result, beside]})
+        assert session.pending == ()
+        assert session.needs_reply
+    with open_session(tmp_path, model=model, compact=False) as again:
+        assert again.pending == ()
+        assert again.needs_reply
+        request = again.prepare()
+        assert request["messages"] == live["messages"]
+        assert validators.anthropic(request["messages"], request["system"], request=True) == []
+
+
 def test_a_reply_with_many_calls_is_still_waited_on_after_reopening(tmp_path):
     session = open_session(tmp_path, compact=False)
     session.prepare("Read every file")

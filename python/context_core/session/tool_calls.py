@@ -315,8 +315,10 @@ def pending_in(messages: Sequence[Mapping[str, Any]]) -> dict[str, ToolCall] | N
         calls = calls_of(message)
         if calls:
             return {call.id: call for call in calls if call.id not in answered}
-        if message.get("role") == "user" and not answered_ids(message):
-            return {}  # the user spoke since: nothing is waited on
+        if message.get("role") == "user" and not only_results(message):
+            # The user spoke since (results beside text or an image are an
+            # input too, as the live session reads them): nothing is waited on.
+            return {}
         answered.update(answered_ids(message))
     return None
 
