@@ -958,6 +958,27 @@ def test_build_keeps_a_request_bodys_own_settings(tmp_path):
     assert "max_tokens" not in request
 
 
+@pytest.mark.parametrize("cap", ["big", -5, 0, 1.5, True, "1000"])
+@pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens"])
+def test_build_and_replay_refuse_a_reply_cap_the_apis_refuse(tmp_path, capsys, key, cap):
+    """A cap that is not a positive int was copied into the built request
+    (exit 0), where the API would refuse it; a null one is no cap."""
+    body = {"model": "gpt-4o", key: cap, "messages": [{"role": "user", "content": "hi"}]}
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body))
+    assert run(["build", str(path), "--json"])[0] == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {key} must be a positive whole number of tokens, not {json.dumps(cap)}" in err
+    assert "Traceback" not in err
+    body["messages"].append({"role": "assistant", "content": "hello"})
+    path.write_text(json.dumps(body))
+    assert run(["replay", str(path), "--json"])[0] == 2
+    assert f"{key} must be a positive whole number" in capsys.readouterr().err
+    body[key] = None
+    path.write_text(json.dumps(body))
+    assert run(["build", str(path), "--json"])[0] == 0
+
+
 def test_count_knows_the_models_the_session_knows(tmp_path, capsys):
     """``count --model claude-sonnet-4-5`` said "unknown model" while replay
     and build default to it: a model whose window is known but whose

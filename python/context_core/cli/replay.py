@@ -557,14 +557,21 @@ def _options(args: argparse.Namespace, chat: Chat) -> tuple[str, str]:
     return model, provider
 
 
-def _reply_cap(chat: Chat) -> int | None:
+def _reply_cap(chat: Chat, file: str) -> int | None:
     """The reply cap a request body gives (``max_tokens``, or OpenAI's
-    ``max_completion_tokens``), if a positive int."""
+    ``max_completion_tokens``), or ``None`` (absent or null). Any other
+    value than a positive int is refused, as the APIs refuse it: copied
+    into the request, it would fail there."""
+    cap = None
     for key in ("max_tokens", "max_completion_tokens"):
-        cap = (chat.settings or {}).get(key)
-        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
-            return cap
-    return None
+        value = (chat.settings or {}).get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            shown = json.dumps(value, ensure_ascii=False)
+            raise InputError(f"{file}: {key} must be a positive whole number of tokens, not {shown[:80]}")
+        cap = value if cap is None else cap
+    return cap
 
 
 def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
@@ -586,7 +593,7 @@ def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
                 policy=args.policy,
                 directory=directory,
                 progress=update,
-                max_tokens=_reply_cap(chat),
+                max_tokens=_reply_cap(chat, getattr(args, "file", "the demo session")),
             )
         except UnknownModelError:
             # The library's own words name a keyword argument; here it is an option.
