@@ -3365,6 +3365,28 @@ def test_an_mcp_tools_output_is_sent_as_the_api_takes_it(tmp_path):
         assert request.report.total == recount(request)
 
 
+def test_an_openai_error_result_in_parts_still_says_it_failed(tmp_path):
+    """Chat Completions has no error flag: a failed result says so in its
+    text. Given as text parts (one with a key of its own, so not joined),
+    the marker was dropped. Blank parts inside a run of text are left
+    out, as blank parts alone were."""
+    parts = [
+        {"type": "text", "text": "exit 1", "cache_control": {"type": "ephemeral"}},
+        {"type": "text", "text": "x"},
+    ]
+    with open_session(tmp_path, compact=False) as session:
+        session.prepare("Run the tests")
+        session.record({"role": "assistant", "content": None, "tool_calls": [call("call_1"), call("call_2")]})
+        session.record_tool_result("call_1", parts, is_error=True)
+        session.record_tool_result("call_2", [{"type": "text", "text": t} for t in ("a", "  ", "b")])
+        request = session.prepare()
+        first, second = request["messages"][-2:]
+        assert first["content"][0]["text"] == "Error: exit 1"
+        assert first["content"][1:] == parts[1:]
+        assert second["content"] == "a\nb"
+        assert request.report.total == recount(request)
+
+
 @pytest.mark.parametrize(
     ("block", "said"),
     [

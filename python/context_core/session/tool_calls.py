@@ -381,7 +381,8 @@ def _joined(blocks: list[Any]) -> str | list[Any]:
 
     for block in map(_as_sent, blocks):
         if block.get("type") == "text" and isinstance(block.get("text"), str) and block.keys() <= _PLAIN:
-            run.append(block["text"])
+            if block["text"].strip():  # a blank one left out inside a run too
+                run.append(block["text"])
         else:
             end_run()
             out.append(block)
@@ -410,6 +411,12 @@ def result_message(provider: str, call_id: str, content: Any, is_error: bool) ->
                     f"result.content[{at}]: a {block.get('type')!r} block; a Chat Completions tool"
                     " result holds text only (send an image in a user message)"
                 )
+    # Chat Completions has no error flag for a tool result: the text says it
+    # (in parts, the first part's, which the check above made all text).
     if is_error and isinstance(body, str):
-        body = f"Error: {body}"  # Chat Completions has no error flag for a tool result
+        body = f"Error: {body}"
+    elif is_error and body and isinstance(body[0].get("text"), str):
+        body = [{**body[0], "text": f"Error: {body[0]['text']}"}, *body[1:]]
+    elif is_error:
+        body = [{"type": "text", "text": "Error:"}, *body]
     return {"role": "tool", "tool_call_id": call_id, "content": body}
