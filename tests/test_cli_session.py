@@ -968,8 +968,8 @@ def test_build_and_replay_refuse_a_reply_cap_the_apis_refuse(tmp_path, capsys, k
     path.write_text(json.dumps(body))
     assert run(["build", str(path), "--json"])[0] == 2
     err = capsys.readouterr().err
-    assert f"{path}: {key} must be a positive whole number of tokens, not {json.dumps(cap)}" in err
-    assert "Traceback" not in err
+    said = f"{key} must be a positive whole number of tokens, not {json.dumps(cap)}"
+    assert err == f"context-core: {path}: {said}\n"  # the file named once, no traceback
     body["messages"].append({"role": "assistant", "content": "hello"})
     path.write_text(json.dumps(body))
     assert run(["replay", str(path), "--json"])[0] == 2

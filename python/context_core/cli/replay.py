@@ -580,6 +580,8 @@ def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
     from context_core import BudgetTooSmallError, ContextCoreError, PromptCacheWarning, UnknownModelError
 
     model, provider = _options(args, chat)
+    # Checked before the run, whose errors are said with the file's name.
+    cap = _reply_cap(chat, getattr(args, "file", "the demo session"))
     update, stop = _progress(stderr) if not getattr(args, "quiet", False) else (None, lambda: None)
     with tempfile.TemporaryDirectory(prefix="context-core-") as directory, warnings.catch_warnings():
         warnings.simplefilter("ignore", PromptCacheWarning)  # said once in the report instead
@@ -593,7 +595,7 @@ def _run(args: argparse.Namespace, chat: Chat, stderr: TextIO) -> Replay:
                 policy=args.policy,
                 directory=directory,
                 progress=update,
-                max_tokens=_reply_cap(chat, getattr(args, "file", "the demo session")),
+                max_tokens=cap,
             )
         except UnknownModelError:
             # The library's own words name a keyword argument; here it is an option.
