@@ -413,10 +413,15 @@ def result_message(provider: str, call_id: str, content: Any, is_error: bool) ->
                 )
     # Chat Completions has no error flag for a tool result: the text says it
     # (in parts, the first part's, which the check above made all text).
-    if is_error and isinstance(body, str):
-        body = f"Error: {body}"
-    elif is_error and body and isinstance(body[0].get("text"), str):
-        body = [{**body[0], "text": f"Error: {body[0]['text']}"}, *body[1:]]
-    elif is_error:
-        body = [{"type": "text", "text": "Error:"}, *body]
+    if is_error:
+        body = _said_failed(body)
     return {"role": "tool", "tool_call_id": call_id, "content": body}
+
+
+def _said_failed(body: str | list[Any]) -> str | list[Any]:
+    """A Chat Completions tool result's text (or text parts) saying it failed."""
+    if isinstance(body, str):
+        return f"Error: {body}"
+    if body and isinstance(body[0].get("text"), str):
+        return [{**body[0], "text": f"Error: {body[0]['text']}"}, *body[1:]]
+    return [{"type": "text", "text": "Error:"}, *body]
