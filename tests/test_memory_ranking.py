@@ -5,10 +5,14 @@ twin (``context_core.reference.ranking``) does."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from context_core._core import _rank_candidates
+from context_core.errors import InvalidInputError
 from context_core.memory_store import ranking
 from context_core.reference.ranking import rank_candidates
 
@@ -40,6 +44,34 @@ def test_a_score_is_the_documented_formula(cosine, keyword, importance, age, cou
         + ranking.FREQUENCY_WEIGHT * ranking.frequency(count)
     )
     assert _score(cosine, keyword, importance, age, count) == formula
+
+
+def test_scores_over_many_ages_and_counts_are_the_formulas_bits():
+    """Near-ties order by the last bit, so the score must be the formula's
+    exactly: a compiler that turned ``pow(0.5, x)`` into ``exp2(-x)`` was
+    an ulp off for about one age in a thousand, which examples at the
+    edges of the range do not reach. Twenty thousand ages and counts,
+    scored in one call."""
+    rng = random.Random(5)
+    ages = [855_384_853.8632963, 2_479_817.0, 281_470.0] + [rng.uniform(0.0, 4e8) for _ in range(20_000)]
+    counts = [rng.choice([0, 1, 7, 99, 100, 10**6]) + rng.randrange(50) for _ in ages]
+    held = list(range(len(ages)))
+    lived = enumerate(zip(ages, counts, strict=True))
+    ranks = [(f"m{i}", "semantic", 0.5, -age, count) for i, (age, count) in lived]
+    cosines = dict.fromkeys(held, 0.5)
+    ranked = _rank_candidates(
+        held, {i: i for i in held}, ranks, cosines, {}, {}, set(), {}, None, 0.0, ranking.weights()
+    )
+    scores = {row[2]: -row[1] for row in ranked}
+    for i, (age, count) in enumerate(zip(ages, counts, strict=True)):
+        formula = (
+            ranking.VECTOR_WEIGHT * 0.5
+            + ranking.KEYWORD_WEIGHT * 0.0
+            + ranking.IMPORTANCE_WEIGHT * 0.5
+            + ranking.RECENCY_WEIGHT * ranking.freshness(age, ranking.RECENCY_HALF_LIFE_DAYS)
+            + ranking.FREQUENCY_WEIGHT * ranking.frequency(count)
+        )
+        assert scores[i] == formula, (age, count)
 
 
 def test_the_ranking_reads_the_weights_when_it_runs(monkeypatch):
@@ -90,3 +122,11 @@ def test_the_rust_ranking_agrees_with_the_twin(search):
     twin = rank_candidates(*search, ranking.weights())
     assert ours == twin
     assert [type(v) for r in ours for v in r] == [type(v) for r in twin for v in r]
+
+
+@pytest.mark.parametrize("days", [0, -1.0, float("nan"), float("inf")])
+def test_a_half_life_that_is_no_positive_number_is_refused(monkeypatch, days):
+    """It divided by zero in the Python loop; in Rust it would score a NaN."""
+    monkeypatch.setattr(ranking, "RECENCY_HALF_LIFE_DAYS", days)
+    with pytest.raises(InvalidInputError, match="RECENCY_HALF_LIFE_DAYS must be a positive number of days"):
+        ranking.weights()

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import math
 
+from context_core.errors import InvalidInputError
+
 __all__ = [
     "FREQUENCY_WEIGHT",
     "HALF_LIFE_DAYS",
@@ -67,14 +69,20 @@ def weights() -> tuple[float, float, float, float, float, float, float]:
     """The weights as the search's ranking (in Rust) takes them, read now
     (a weight set on this module counts from the next search): those
     above, then the recency term's half-life in seconds and the frequency
-    term's divisor, ``log1p(100)``."""
+    term's divisor, ``log1p(100)``. A half-life that is not a positive
+    number is refused (it would divide by zero, or age nothing)."""
+    span = RECENCY_HALF_LIFE_DAYS * _DAY
+    if not 0 < span < math.inf:
+        raise InvalidInputError(
+            f"RECENCY_HALF_LIFE_DAYS must be a positive number of days, not {RECENCY_HALF_LIFE_DAYS!r}"
+        )
     return (
         VECTOR_WEIGHT,
         KEYWORD_WEIGHT,
         IMPORTANCE_WEIGHT,
         RECENCY_WEIGHT,
         FREQUENCY_WEIGHT,
-        RECENCY_HALF_LIFE_DAYS * _DAY,
+        span,
         math.log1p(_FREQUENT),
     )
 
