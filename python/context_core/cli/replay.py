@@ -190,7 +190,6 @@ def shape_of(messages: list[dict[str, Any]]) -> str:
     from context_core.session.session import shape_of as provider_shape
 
     return provider_shape(messages) or "openai"
-    return "openai"
 
 
 # -- the replay ------------------------------------------------------------------------

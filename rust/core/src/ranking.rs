@@ -1,8 +1,8 @@
 //! A memory search hit's score: its relevance (cosine and keyword score)
 //! reranked by importance, recency and frequency. The weights are the
 //! caller's (Python's `context_core.memory_store.ranking` names them); this
-//! computes with them exactly as that module's `rerank` does, operation for
-//! operation in f64, so the two give the same bits.
+//! computes that module's formula with them operation for operation in
+//! f64, as Python would, so the two give the same bits.
 
 /// The weights of a score, and the two divisors of its recency and
 /// frequency terms.
