@@ -331,3 +331,69 @@ def _fail_one_turn(session: Session) -> None:
             session.prepare("a turn that fails")
     finally:
         session._select = select
+
+
+def _clearing_steps(session: Session, steps: int) -> tuple[list[float], list[int]]:
+    """A turn whose tool loop outgrows the room: each step's prepare (with
+    its result recorded untimed), timed, and how many results it cleared."""
+    session.prepare("Run the checks one by one and report what fails.")
+    body = "\n".join(f"check {i}: value {i * 7} ok, {i % 13} warnings" for i in range(400))
+    times, cleared = [], []
+    for step in range(steps):
+        session.record(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{step}",
+                        "type": "function",
+                        "function": {"name": "run_tests", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        session.record_tool_result(f"c{step}", f"run {step}\n{body}")
+        started = time.perf_counter()
+        prepared = session.prepare()
+        times.append(time.perf_counter() - started)
+        cleared.append(prepared.report.cleared)
+    return times, cleared
+
+
+@pytest.mark.parametrize("impl", ["ours", "whole view"])
+def test_session_clearing_at_scale(benchmark, request, tmp_path, impl):
+    """200,000 chat messages in the log, then a tool loop that outgrows a
+    12K window, so each step from the fifth on clears the turn's older
+    results. Ours chooses with the cleared results standing in for the
+    log's, from the headers; the twin ("whole view", the way it was done
+    before) decodes the whole view and selects from it, each step."""
+    big = _enabled(request)
+    bulk = 200_000 if big else 5_000
+    with MessageLog.open(tmp_path / "s" / "log", create=True, durability="never") as log:
+        for at in range(0, bulk, 10_000):
+            log.append_many(
+                [
+                    {"role": ("user", "assistant")[i % 2], "content": f"message {i} about order ord_{i}"}
+                    for i in range(at, min(bulk, at + 10_000))
+                ]
+            )
+    session = Session.open(
+        tmp_path / "s", model=MODEL, identity=IDENTITY, tools=TOOLS, store=False, budget=12_000, compact=False
+    )
+    if impl == "whole view":
+        session._select_turn_cleared = lambda *_: None  # type: ignore[method-assign]
+    register(benchmark, f"session tool loop clearing, {bulk:,} messages, openai", impl)
+    result = {}
+
+    def run():
+        result["times"], result["cleared"] = _clearing_steps(session, 12 if big else 8)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    session.close(persist=False)
+    assert all(result["cleared"][4:])  # each step measured below cleared
+    times = result["times"][4:]
+    REPORTS.append(
+        f"session clearing {bulk:,} messages {impl:<10}: p50 {_percentile(times, 0.5) * 1e3:.3f} ms,"
+        f" max {max(times) * 1e3:.3f} ms, {len(times)} steps"
+    )

@@ -997,3 +997,53 @@ def test_a_summary_callable_is_handed_the_messages_as_logged(tmp_path):
         ShapeHistory(summary=summarise, keep_last=3, min_keep=1).select(log, 800)
     assert seen
     assert {key for message in seen for key in message} == {"role", "content"}
+
+
+def _long_answer_log(path, long: bool) -> MessageLog:
+    """Ten turns and a turn in progress; node 3 (a reply) long or short."""
+    log = MessageLog.open(path, create=True)
+    for turn in range(10):
+        log.append({"role": "user", "content": f"question {turn} " * (turn + 1)})
+        answer = "a long answer " * 300 if turn == 1 and long else f"answer {turn}"
+        log.append({"role": "assistant", "content": answer})
+    log.append({"role": "user", "content": "the turn in progress"})
+    return log
+
+
+def _windows(log: MessageLog, budget: int, stand_ins: list[tuple[int, int]]) -> list:
+    """Each policy's choice from the headers (what the bindings return)."""
+    weights = WeightedWindow().weights
+    return [
+        log._weighted(budget, weights, 3, 3, None, None, stand_ins),
+        log._shape(budget, 3, 1, None, None, stand_ins),
+        log._priority(budget, None, [], [], None, stand_ins),
+    ]
+
+
+def test_a_stand_in_count_is_for_one_window_and_no_kept_unit_keeps_it(tmp_path):
+    """Counts standing in for some records' own (a session's cleared
+    results) count in the one window they are given to: a log whose long
+    reply stands in as a short one's count chooses what the log with the
+    short reply does. The units a plain log keeps between windows never
+    hold one: the windows after choose what a new handle (nothing kept)
+    does, for a stand-in before the turn in progress too."""
+    short = _long_answer_log(tmp_path / "short", long=False)
+    log = _long_answer_log(tmp_path / "long", long=True)
+    fresh = MessageLog.open(tmp_path / "long", readonly=True)
+    stand_in = [(3, int(short.headers()["tokens"][3]))]
+    for less in (0, 15, 25):  # all of the short log's, or its oldest left out
+        budget = int(short.headers()["tokens"].sum()) - less
+        expected = _windows(short, budget, [])
+        alone = _windows(fresh, budget, [])
+        assert expected != alone or less  # the long reply counts
+        assert _windows(log, budget, []) == alone
+        assert _windows(log, budget, stand_in) == expected
+        assert _windows(log, budget, []) == alone
+        log.append({"role": "assistant", "content": "more"})
+        log.append({"role": "user", "content": f"the next turn, {budget}"})
+        short.append({"role": "assistant", "content": "more"})
+        short.append({"role": "user", "content": f"the next turn, {budget}"})
+        fresh.close()
+        fresh = MessageLog.open(tmp_path / "long", readonly=True)
+    for handle in (short, log, fresh):
+        handle.close()

@@ -3623,8 +3623,8 @@ def test_an_input_without_words_does_not_end_the_turn_being_cleared(tmp_path, pr
 
 
 def test_a_turn_with_nothing_to_clear_is_refused_without_reading_the_view(tmp_path, monkeypatch):
-    """Clearing reads the decoded view (seconds at a million messages): a
-    refused turn with no result before its newest call never does."""
+    """A refused turn with no result before its newest call is refused
+    from the headers: no view is decoded (seconds at a million messages)."""
     from context_core.session import session as session_module
 
     reads = []
@@ -3657,3 +3657,62 @@ def test_a_loop_that_cannot_fit_even_cleared_is_still_refused(tmp_path):
         with pytest.raises(OverBudgetError) as refused:
             session.prepare()
         assert refused.value.turn_in_progress > refused.value.budget
+
+
+def _clearing_run(
+    tmp_path, provider: str, policy: str, whole_view: bool, monkeypatch
+) -> list[tuple[dict, int]]:
+    """A session with earlier turns (a pinned rule, tool calls, a long
+    document), then a tool loop that outgrows the room, its results in three
+    sizes (one over the cap): each step's request and cleared count, the
+    clearing chosen from the headers or (``whole_view``) from the decoded
+    view. The clock is fixed, so both see the same ages."""
+    from context_core.session import session as session_module
+
+    if whole_view:
+        monkeypatch.setattr(session_module.Session, "_select_turn_cleared", lambda *_: None)
+    else:
+        monkeypatch.setattr(session_module, "from_view", lambda *a, **k: pytest.fail("the view was decoded"))
+    model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
+    seconds = itertools.count(1_700_000_000, 7)
+    out = []
+    try:
+        with open_session(
+            tmp_path / ("view" if whole_view else "headers"),
+            model=model,
+            budget=16_000,
+            policy=policy,
+            compact=False,
+            wall=lambda: float(next(seconds)),
+        ) as session:
+            session.log.append({"role": "user", "content": "Never push to main."}, pinned=True)
+            for turn in range(6):
+                session.prepare(f"Turn {turn}: look at module {turn}. " + "context words " * (40 * turn))
+                session.record(calling(f"t{turn}", provider))
+                session.record_tool_result(f"t{turn}", f"module {turn}\n" + "x = 1\n" * (30 + 20 * turn))
+                session.prepare()
+                session.record({"role": "assistant", "content": f"Module {turn} is fine."})
+            session.prepare("Refactor the billing module. Never touch the tests.")
+            sizes = ["def f(x):\n    return x * 2\n" * 60, "ok " * 40, "word " * 2_500]
+            for step in range(24):
+                session.record(calling(f"c{step}", provider))
+                session.record_tool_result(f"c{step}", f"file {step}\n" + sizes[step % 3])
+                request = session.prepare()
+                assert request.report.total <= request.report.limit
+                out.append((dict(request), request.report.cleared))
+    finally:
+        monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_clearing_from_the_headers_sends_what_the_whole_view_would(tmp_path, provider, policy, monkeypatch):
+    """The turn's cleared results stand in for the log's in a window chosen
+    from the headers (the whole view, decoded, took a second a step at
+    200,000 messages): every step's request and cleared count are those of
+    the clearing over the decoded view, and the view is never decoded."""
+    headers = _clearing_run(tmp_path, provider, policy, False, monkeypatch)
+    view = _clearing_run(tmp_path, provider, policy, True, monkeypatch)
+    assert [cleared for _, cleared in headers][-1] > 0
+    assert headers == view

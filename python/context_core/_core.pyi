@@ -360,6 +360,7 @@ class _MessageLog:
         recent_turns: int,
         now: Union[float, None] = None,
         cap: Union[int, None] = None,
+        stand_ins: list[tuple[int, int]] = ...,
     ) -> Union[
         tuple[list[tuple[int, str]], tuple[int, int, int, int, int], Union[int, bytes], list[int]], None
     ]: ...
@@ -370,6 +371,7 @@ class _MessageLog:
         min_keep: int,
         summary_tokens: Union[int, None] = None,
         cap: Union[int, None] = None,
+        stand_ins: list[tuple[int, int]] = ...,
     ) -> Union[tuple[list[tuple[int, str]], Union[int, bytes], list[int], Union[int, None], bool], None]: ...
     def _priority(
         self,
@@ -378,6 +380,7 @@ class _MessageLog:
         memories: list[int],
         segments: list[int],
         cap: Union[int, None] = None,
+        stand_ins: list[tuple[int, int]] = ...,
     ) -> Union[
         tuple[list[tuple[int, str]], Union[int, bytes], list[int], bool, list[int], list[int]], None
     ]: ...

@@ -9,6 +9,11 @@ window: they all fit, so the policy keeps every one of them, cuts what it
 caps and repairs the result. A turn costs a sweep of 64-byte headers plus
 the window it sends, never a decode of the whole history.
 
+Within :func:`standing_in`, some of a log's messages read as others (a
+session's tool results cleared to fit): the headers count each as the one
+standing in for it, and the kept ones are laid out as it, so the window is
+the one the whole view with them replaced would give.
+
 The counts are kept for a few caps at once. A result appended after the
 count (by another thread or process) is seen by the headers' sweep, which
 then declines; the policy counts it and asks again.
@@ -29,10 +34,12 @@ weighted window's ages, the time), which only its header holds.
 from __future__ import annotations
 
 import array
+import contextlib
+import contextvars
 import dataclasses
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from context_core import _selection
@@ -48,6 +55,39 @@ Nodes = list[tuple[int, str]]
 #: The view a window was chosen from: a node count (every node ``0..n``),
 #: a count and the seqs left out (a plain log rewound), or its seqs; seqs as u64 bytes.
 View = int | tuple[int, bytes] | bytes
+
+
+#: The messages standing in for some of one log's, by seq (see :func:`standing_in`).
+_STAND_INS: contextvars.ContextVar[tuple[MessageLog, Mapping[int, Msg]] | None] = contextvars.ContextVar(
+    "context_core_stand_ins", default=None
+)
+
+
+@contextlib.contextmanager
+def standing_in(log: MessageLog, messages: Mapping[int, Msg]) -> Iterator[None]:
+    """Windows chosen from ``log`` within the block read ``messages`` (by
+    seq) in place of those nodes: counted as them from the headers, laid
+    out as them, as the whole view with them in place would be. Only the
+    turn in progress's nodes may stand in for others (every policy keeps
+    that turn whole, and no count of its nodes is kept between windows)."""
+    token = _STAND_INS.set((log, messages) if messages else None)
+    try:
+        yield
+    finally:
+        _STAND_INS.reset(token)
+
+
+def stand_ins(log: MessageLog) -> Mapping[int, Msg]:
+    """The messages standing in for ``log``'s in this context, by seq."""
+    held = _STAND_INS.get()
+    return held[1] if held is not None and held[0] is log else {}
+
+
+def _in_place(nodes: Nodes, messages: list[Msg], stood: Mapping[int, Msg]) -> list[Msg]:
+    """``messages`` (rendered from ``nodes``) with those ``stood`` in for in place."""
+    if stood:
+        messages = [stood.get(seq, message) for (seq, _), message in zip(nodes, messages, strict=True)]
+    return messages
 
 
 class ViewRest:
@@ -131,9 +171,10 @@ def count_cut_results(log: MessageLog, backend: Backend, cap: int | None) -> Non
 
 
 def render(log: MessageLog, nodes: Nodes, pinned: list[int]) -> list[Msg]:
-    """The kept nodes as the policy reads them; a node pinned only by its
-    header (``append(pinned=True)``) reads as pinned."""
-    messages = log._render(nodes, strip=False)
+    """The kept nodes as the policy reads them (each stood in for as its
+    stand-in); a node pinned only by its header (``append(pinned=True)``)
+    reads as pinned."""
+    messages = _in_place(nodes, log._render(nodes, strip=False), stand_ins(log))
     if pinned:
         marked = set(pinned)
         for i, (seq, _) in enumerate(nodes):
@@ -246,7 +287,8 @@ def from_view(
     """A policy's choice over the whole context view, decoded, each message
     read with its header's metadata ``keys`` (those the policy reads)."""
     nodes = log._view()
-    messages = with_header_metadata(log, nodes, log._render(nodes, strip=False), keys)
+    rendered = _in_place(nodes, log._render(nodes, strip=False), stand_ins(log))
+    messages = with_header_metadata(log, nodes, rendered, keys)
     try:
         selection = choose(cast("list[Message]", messages))
     except NothingToSendError as error:
@@ -260,18 +302,29 @@ def from_headers(
     backend: Backend,
     budget: int,
     cap: int | None,
-    choose: Callable[[int], tuple[Nodes, View, list[int]] | None],
+    choose: Callable[[int, list[tuple[int, int]]], tuple[Nodes, View, list[int]] | None],
     lay_out: Callable[[Backend, list[Msg], int], tuple[Selection, int]],
     whole: Callable[[list[Message]], Selection],
     keys: Sequence[str],
 ) -> Selection:
-    """Choose within ``budget`` from the headers (``choose(target)``: the
-    kept nodes, the view and the nodes pinned by header, or ``None`` where a
-    tool result over ``cap`` has no capped count yet), then lay the kept
+    """Choose within ``budget`` from the headers (``choose(target,
+    stand_ins)``: the kept nodes, the view and the nodes pinned by header,
+    or ``None`` where a tool result over ``cap`` has no capped count yet;
+    ``stand_ins``: the (seq, tokens) counts of the messages standing in for
+    nodes, see :func:`standing_in`), then lay the kept
     nodes out (``lay_out(backend, messages, target)``: the selection and the
     tokens it is over). Over, the headers are asked again for less; a window
     naming a dependency is chosen by ``whole`` from the whole view (its
     messages read with the header metadata ``keys`` the policy reads)."""
+
+    stood = stand_ins(log)
+    counts: list[tuple[int, int]] = []
+    if stood:
+        try:
+            tokens = backend.analyze(list(stood.values()), cap, find_tags=False).tokens
+        except InvalidInputError:
+            return from_view(log, whole, keys=keys)
+        counts = list(zip(stood, tokens, strict=True))
 
     def chosen(target: int) -> tuple[Nodes, View, list[int]]:
         # A result appended since it was counted (by another thread or
@@ -280,7 +333,7 @@ def from_headers(
         # under a long run of tries is read whole instead.
         for _ in range(_TRIES):
             count_cut_results(log, backend, cap)
-            got = choose(min(target, sys.maxsize))  # no view holds more tokens
+            got = choose(min(target, sys.maxsize), counts)  # no view holds more tokens
             if got is not None:
                 return got
         raise _WholeView
@@ -340,13 +393,14 @@ def shape_history(
         extra = message, backend.count_message(message)
     decided: dict[str, Any] = {}
 
-    def choose(target: int) -> tuple[Nodes, View, list[int]] | None:
+    def choose(target: int, counts: list[tuple[int, int]]) -> tuple[Nodes, View, list[int]] | None:
         chosen = log._shape(
             target,
             min(keep_last, sys.maxsize),
             min(min_keep, sys.maxsize),
             None if extra is None else extra[1],
             cap,
+            counts,
         )
         if chosen is None:
             return None
@@ -393,8 +447,8 @@ def weighted_window(
     # Counts past a machine's size keep what the largest does.
     anchors, recent = min(max_anchors, sys.maxsize), min(recent_turns, sys.maxsize)
 
-    def choose(target: int) -> tuple[Nodes, View, list[int]] | None:
-        chosen = log._weighted(target, weights, anchors, recent, now, cap)
+    def choose(target: int, counts: list[tuple[int, int]]) -> tuple[Nodes, View, list[int]] | None:
+        chosen = log._weighted(target, weights, anchors, recent, now, cap, counts)
         return None if chosen is None else (chosen[0], chosen[2], chosen[3])
 
     def lay_out(noting: Backend, messages: list[Msg], target: int) -> tuple[Selection, int]:
@@ -453,8 +507,8 @@ def build_context(
     memory_tokens = [cost(_selection.MEMORY_PREFIX, m) for m in texts]
     segment_tokens = [cost(SEGMENT_PREFIX, s) for s in segments]
 
-    def choose(target: int) -> tuple[Nodes, View, list[int]] | None:
-        chosen = log._priority(target, global_tokens, memory_tokens, segment_tokens, cap)
+    def choose(target: int, counts: list[tuple[int, int]]) -> tuple[Nodes, View, list[int]] | None:
+        chosen = log._priority(target, global_tokens, memory_tokens, segment_tokens, cap, counts)
         return None if chosen is None else (chosen[0], chosen[1], chosen[2])
 
     def lay_out(noting: Backend, messages: list[Msg], target: int) -> tuple[Selection, int]:

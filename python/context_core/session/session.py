@@ -43,7 +43,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from context_core._core import Tokenizer
-from context_core._log_selection import EVERY_READ, PRIORITY_READS, SHAPE_READS, WEIGHTED_READS, from_view
+from context_core._log_selection import (
+    EVERY_READ,
+    PRIORITY_READS,
+    SHAPE_READS,
+    WEIGHTED_READS,
+    from_view,
+    standing_in,
+)
 from context_core._logging import library_logger
 from context_core.budget import Budget
 from context_core.errors import (
@@ -232,6 +239,10 @@ class _Before:
     memories: list[str]
     said: str | None
     to_answer: bool
+
+
+class _NoneFits(Exception):
+    """No view with the turn's older results cleared fits the room."""
 
 
 @dataclass(frozen=True)
@@ -1202,15 +1213,17 @@ class Session:
         """The window within ``room`` from the view with the oldest tool
         results of the turn in progress cleared, as few as fit (see
         :mod:`~context_core.session.clearing`); ``error`` again where
-        clearing every one that may go does not."""
-        cleared = 0
+        clearing every one that may go does not. Only the turn is decoded:
+        its cleared results stand in for the log's in a window chosen from
+        the headers (the whole view, decoded, took a second at 200,000
+        messages), unless a result of it is not in the view (a summary
+        covers it), where the whole view is read."""
         turn, floor = self._cleared_in_turn
         floor = floor if turn == self._turn else 0  # a new turn clears from none
         cap = getattr(self.policy, "tool_result_cap", None)
 
-        def choose(view: list[Any]) -> Selection:
-            nonlocal cleared
-            views = clearings(
+        def cleared_views(view: list[Any]) -> Iterator[tuple[list[Any], int]]:
+            return clearings(
                 view,
                 error,
                 room,
@@ -1218,19 +1231,80 @@ class Session:
                 cap=cap if isinstance(cap, int) else None,
                 floor=floor,
             )
-            for cleared_view, count in views:
+
+        try:
+            found = self._select_turn_cleared(room, cleared_views)
+            if found is None:
+                found = self._select_view_cleared(room, cleared_views)
+        except _NoneFits:
+            raise error from None
+        selection, cleared = found
+        self._cleared = cleared
+        self._cleared_in_turn = (self._turn, max(cleared, floor))
+        return selection
+
+    def _select_turn_cleared(
+        self, room: int, cleared_views: Callable[[list[Any]], Iterator[tuple[list[Any], int]]]
+    ) -> tuple[Selection, int] | None:
+        """The first of the turn's cleared views whose window fits, with
+        how many it cleared, each chosen from the headers with the cleared
+        results standing in; ``None`` where the turn's results are not all
+        in the view (the whole view's clearing answers). :class:`_NoneFits`
+        where none fits: the whole view's clearing, which clears the same
+        results, finds none either."""
+        nodes = [(seq, "raw") for seq in self._turn_seqs()]
+        if not nodes:
+            return None
+        turn = self.log._render(nodes, strip=False)
+        for view, count in cleared_views(turn):
+            stood = {
+                seq: message
+                for (seq, _), message, was in zip(nodes, view, turn, strict=True)
+                if message is not was  # cleared: a new message
+            }
+            try:
+                with standing_in(self.log, stood):
+                    selection = self._select(room)
+            except OverBudgetError:
+                continue
+            # Every policy keeps the turn whole: a result it did not keep is
+            # not in the view, and the view's own clearing must answer.
+            kept = set(selection.kept)
+            return (selection, count) if all(seq in kept for seq in stood) else None
+        raise _NoneFits
+
+    def _select_view_cleared(
+        self, room: int, cleared_views: Callable[[list[Any]], Iterator[tuple[list[Any], int]]]
+    ) -> tuple[Selection, int]:
+        """:meth:`_select_turn_cleared` from the whole view, decoded."""
+        cleared = 0
+
+        def choose(view: list[Any]) -> Selection:
+            nonlocal cleared
+            for cleared_view, count in cleared_views(view):
                 try:
                     selection = self._select(room, cleared_view)
                 except OverBudgetError:
                     continue
                 cleared = count
                 return selection
-            raise error
+            raise _NoneFits
 
         selection = from_view(self.log, choose, keys=_METADATA_READ.get(type(self.policy), EVERY_READ))
-        self._cleared = cleared
-        self._cleared_in_turn = (self._turn, max(cleared, floor))
-        return selection
+        return selection, cleared
+
+    def _turn_seqs(self) -> list[int]:
+        """The seqs of the turn in progress's messages, oldest first, from
+        the headers: back from the head to the message that starts it (a
+        user's with words and no result, as the log's windows tell one);
+        empty where none does."""
+        seqs = []
+        for seq, headers in self._messages_back():
+            seqs.append(seq)
+            role, flags = int(headers["role"][seq]), int(headers["flags"][seq])
+            if role == _ROLE_USER and flags & _FLAG_HAS_TEXT and not flags & _FLAG_RESULTS:
+                return seqs[::-1]
+        return []
 
     def _render(self, parts: PromptParts, selection: Selection, extra: str) -> dict[str, Any]:
         if self.provider == "anthropic":

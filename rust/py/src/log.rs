@@ -431,7 +431,7 @@ impl PyMessageLog {
     /// or its seqs as little-endian u64 bytes (one copy, no Python int each);
     /// the kept seqs pinned at append. `None` where a tool result over `cap`
     /// has no capped count yet: count it (`_over_cap`) and ask again.
-    #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, recent_turns, now = None, cap = None))]
+    #[pyo3(name = "_weighted", signature = (budget, weights, max_anchors, recent_turns, now = None, cap = None, stand_ins = Vec::new()))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn weighted(
         &self,
@@ -441,6 +441,7 @@ impl PyMessageLog {
         recent_turns: usize,
         now: Option<f64>,
         cap: Option<usize>,
+        stand_ins: Vec<(u64, usize)>,
     ) -> PyResult<
         Option<(
             Vec<(u64, &'static str)>,
@@ -449,9 +450,8 @@ impl PyMessageLog {
             Vec<u64>,
         )>,
     > {
-        let Some(window) = self
-            .log()?
-            .weighted_window(
+        let Some(window) = with_stand_ins(&mut *self.log()?, &stand_ins, |log| {
+            log.weighted_window(
                 budget,
                 &weights_of(weights),
                 max_anchors,
@@ -459,7 +459,8 @@ impl PyMessageLog {
                 now,
                 cap,
             )
-            .map_err(CoreError)?
+        })
+        .map_err(CoreError)?
         else {
             return Ok(None);
         };
@@ -482,7 +483,7 @@ impl PyMessageLog {
     /// `(kept (seq, part) pairs, view, pinned, turns, with_summary)` (the
     /// view as for `_weighted`; `pinned`: the kept seqs pinned at append),
     /// or `None` as for `_weighted`.
-    #[pyo3(name = "_shape", signature = (budget, keep_last, min_keep, summary_tokens = None, cap = None))]
+    #[pyo3(name = "_shape", signature = (budget, keep_last, min_keep, summary_tokens = None, cap = None, stand_ins = Vec::new()))]
     #[allow(clippy::type_complexity)]
     fn shape(
         &self,
@@ -491,6 +492,7 @@ impl PyMessageLog {
         min_keep: usize,
         summary_tokens: Option<usize>,
         cap: Option<usize>,
+        stand_ins: Vec<(u64, usize)>,
     ) -> PyResult<
         Option<(
             Vec<(u64, &'static str)>,
@@ -500,10 +502,10 @@ impl PyMessageLog {
             bool,
         )>,
     > {
-        let Some((window, shape)) = self
-            .log()?
-            .shape_window(budget, keep_last, min_keep, summary_tokens, cap)
-            .map_err(CoreError)?
+        let Some((window, shape)) = with_stand_ins(&mut *self.log()?, &stand_ins, |log| {
+            log.shape_window(budget, keep_last, min_keep, summary_tokens, cap)
+        })
+        .map_err(CoreError)?
         else {
             return Ok(None);
         };
@@ -515,7 +517,7 @@ impl PyMessageLog {
     /// The priority builder over the context view from the headers alone:
     /// `(kept (seq, part) pairs, view, pinned, with_global, kept memories,
     /// kept segments)` (indices into the costs given), or `None` (as for `_shape`).
-    #[pyo3(name = "_priority", signature = (budget, global_tokens, memories, segments, cap = None))]
+    #[pyo3(name = "_priority", signature = (budget, global_tokens, memories, segments, cap = None, stand_ins = Vec::new()))]
     #[allow(clippy::type_complexity)]
     fn priority(
         &self,
@@ -524,6 +526,7 @@ impl PyMessageLog {
         memories: Vec<usize>,
         segments: Vec<usize>,
         cap: Option<usize>,
+        stand_ins: Vec<(u64, usize)>,
     ) -> PyResult<
         Option<(
             Vec<(u64, &'static str)>,
@@ -540,10 +543,10 @@ impl PyMessageLog {
             segments,
             anchoring: None,
         };
-        let Some((window, build)) = self
-            .log()?
-            .priority_window(budget, &extras, cap)
-            .map_err(CoreError)?
+        let Some((window, build)) = with_stand_ins(&mut *self.log()?, &stand_ins, |log| {
+            log.priority_window(budget, &extras, cap)
+        })
+        .map_err(CoreError)?
         else {
             return Ok(None);
         };
@@ -815,4 +818,19 @@ fn summary_level(level: &Bound<'_, PyAny>) -> PyResult<u8> {
         return Err(invalid_input(format!("level must be 2 or 3, not {level}")));
     };
     Ok(level)
+}
+
+/// `select` on `log` with `stand_ins` ((seq, tokens)) counted in place of
+/// those records' own, and none after (none set: the log's own counts).
+fn with_stand_ins<T>(
+    log: &mut MessageLog,
+    stand_ins: &[(u64, usize)],
+    select: impl FnOnce(&mut MessageLog) -> T,
+) -> T {
+    log.set_stand_ins(stand_ins);
+    let chosen = select(log);
+    if !stand_ins.is_empty() {
+        log.set_stand_ins(&[]);
+    }
+    chosen
 }

@@ -111,13 +111,17 @@ impl MessageLog {
         at < self.count
     }
 
-    /// A record's tokens as a policy with `cap` counts them.
+    /// A record's tokens as a policy with `cap` counts them (a stand-in's,
+    /// where one is set: see `stand_in`).
     pub(super) fn tokens_under_cap(
         &self,
         record: Record<'_>,
         seq: u64,
         cap: Option<usize>,
     ) -> usize {
+        if let Some(tokens) = self.stand_in(seq) {
+            return tokens;
+        }
         let tokens = record.tokens();
         match cap {
             Some(cap) if tokens > cap => self

@@ -20,6 +20,7 @@ mod read;
 mod recover;
 mod repair;
 mod stable;
+mod stand_in;
 mod sync;
 mod weighed;
 mod window;
@@ -208,6 +209,8 @@ pub struct MessageLog {
     weighed: weighed::WeighedUnits,
     /// Tool results over a policy's cap, counted as cut (see `capped`).
     capped: capped::CappedCounts,
+    /// Counts standing in for records' own in one selection (see `stand_in`).
+    stand_ins: Vec<(u64, usize)>,
 }
 
 impl MessageLog {
@@ -291,6 +294,7 @@ impl MessageLog {
             parked_units: stable::StableUnits::default(),
             weighed: weighed::WeighedUnits::default(),
             capped: capped::CappedCounts::default(),
+            stand_ins: Vec::new(),
         };
         if let Err(error) = log.read_and_load(options.encoding) {
             // Refused: closed as it is, so dropping it writes nothing (a

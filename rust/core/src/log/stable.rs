@@ -58,6 +58,8 @@ pub(super) struct StableUnits {
     turn_starts: Vec<usize>,
     /// For the priority builder: the units in its order classes.
     pub(super) by_priority: PriorityClasses,
+    /// Whether a unit was grouped with a stand-in's count (see `stand_in`).
+    stood_in: bool,
 }
 
 impl StableUnits {
@@ -72,6 +74,7 @@ impl StableUnits {
         self.fixed.clear();
         self.turn_starts.clear();
         self.by_priority = PriorityClasses::default();
+        self.stood_in = false;
     }
 
     pub(super) fn len(&self) -> usize {
@@ -238,10 +241,16 @@ impl MessageLog {
             },
             View::Listed(..) => true,
         };
+        // Units that reach a stood-in record were counted otherwise.
+        let stood_in = self
+            .first_stand_in()
+            .is_some_and(|first| nodes > 0 && nodes <= view.len() && view.seq(nodes - 1) >= first);
         let stable = &mut self.stable_units;
         let plain = view.is_plain();
         if !plain
             || moved
+            || stood_in
+            || stable.stood_in
             || stable.cap != cap
             || stable.weighing != weighing
             || stable.nodes > view.len()
@@ -289,6 +298,14 @@ impl MessageLog {
                 stable.push(unit);
             }
             stable.nodes = from;
+            // Kept units that hold a stood-in record serve this selection
+            // only: the next groups them again.
+            if self
+                .first_stand_in()
+                .is_some_and(|first| from > 0 && view.seq(from - 1) >= first)
+            {
+                stable.stood_in = true;
+            }
         }
         self.stable_units = stable;
     }
