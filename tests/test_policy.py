@@ -255,3 +255,29 @@ def test_a_history_that_is_not_messages_is_the_librarys_type_error(bad):
     for policy in (PriorityAssembly(), ShapeHistory(), WeightedWindow()):
         with pytest.raises(InvalidTypeError, match="messages must be a list"):
             policy.select(bad, 1000)
+
+
+@pytest.mark.parametrize("policy", [WeightedWindow, PriorityAssembly])
+@pytest.mark.parametrize("source", ["list", "log"])
+def test_a_short_reply_left_out_where_keeping_it_would_not_fit(tmp_path, policy, source):
+    """A short Anthropic reply before the input, kept, makes the repair open
+    the history with a user turn of its own, more than the reply: taking
+    that excess off the budget left less than the input needs, and a
+    budget a little over the input alone was refused (once in every few
+    tokens of room). Leaving the reply out fits: every budget from the
+    input's size on gives a window within it."""
+    history = [
+        {"role": "user", "content": "refund " * 1_700},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": "refund " * 1_000},
+    ]
+    messages: object = history
+    if source == "log":
+        log = MessageLog.open(tmp_path / "log", create=True)
+        log.append_many(history)
+        messages = log
+    alone = Tokenizer("o200k_base").count_messages(history[-1:])
+    for spare in range(12):
+        selection = policy(provider="anthropic").select(messages, alone + spare)
+        assert selection.breakdown.total <= alone + spare
+        assert selection.messages[-1] == history[-1]

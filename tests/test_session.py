@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import os
+import random
 import re
 import threading
 from typing import Any
@@ -3716,3 +3717,39 @@ def test_clearing_from_the_headers_sends_what_the_whole_view_would(tmp_path, pro
     view = _clearing_run(tmp_path, provider, policy, True, monkeypatch)
     assert [cleared for _, cleared in headers][-1] > 0
     assert headers == view
+
+
+@pytest.mark.parametrize("policy", ["priority", "weighted", "shape"])
+def test_an_anthropic_session_without_tools_fits_every_request(tmp_path, policy):
+    """With no tools declared, the tool blocks go as text, which makes the
+    request longer than the selection counted. The retry took the excess
+    off the room, not off what the selection took: a selection well under
+    its room (the next message did not fit) came back the same from each
+    smaller room, and after four tries the turn was refused although a
+    smaller window fits. Every request of this loop now fits."""
+    rng = random.Random(1)
+    budget = Budget.for_model("claude-sonnet-4-5", window=16_000)
+    with open_session(
+        tmp_path, model="claude-sonnet-4-5", tools=[], policy=policy, budget=budget, compact=False
+    ) as session:
+        n = 0
+        for turn in range(24):
+            said = f"Turn {turn}: fix file_{turn}.py. " + "details " * rng.randint(5, 80)
+            reports = [session.prepare(said)]
+            for _ in range(rng.randint(1, 3)):
+                n += 1
+                session.record(
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "text", "text": "Checking."},
+                            {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file", "input": {}},
+                        ],
+                    }
+                )
+                session.record_tool_result(f"toolu_{n}", "line of code\n" * rng.randint(5, 120))
+                reports.append(session.prepare())
+            for request in reports:
+                assert request.report.total <= request.report.limit
+            answer = "Fixed. " * rng.randint(1, 30)
+            session.record({"role": "assistant", "content": [{"type": "text", "text": answer}]})

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from context_core._core import METADATA_KEYS, SEGMENT_PREFIX, SUMMARY_PREFIX, Change, ToolResultCut
-from context_core.errors import InvalidInputError, InvalidTypeError, NothingToSendError
+from context_core.errors import InvalidInputError, InvalidTypeError, NothingToSendError, OverBudgetError
 
 MEMORY_PREFIX = "Relevant memory: "
 ANCHOR_PREFIX = "Constraints to keep in mind:\n"
@@ -437,13 +437,36 @@ def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selectio
     """Run a policy at ``budget``; if the laid-out result is over (sanitize
     inserted a turn, say), run it again with the excess taken off. Every
     policy's answer, a list's or a log's, comes through here, and is
-    refused where it would send no message (:func:`sendable`)."""
-    target = budget
+    refused where it would send no message (:func:`sendable`).
+
+    The excess can be more than what must go for the rest to fit: a short
+    Anthropic reply before the input, kept, makes the repair open the
+    history with a user turn, and leaving the reply out leaves that turn
+    out too. Where taking the excess off leaves less than what every
+    window must keep, the least that must be kept is tried once before
+    the budget is refused."""
+    target, least_tried = budget, False
     while True:
-        selection, over = run(target)
+        try:
+            selection, over = run(target)
+        except OverBudgetError as error:
+            least = _must_keep(error)
+            if target == budget or least_tried or least is None or not target < least < budget:
+                raise
+            target, least_tried = least, True
+            continue
         if over <= 0:
             return sendable(selection, budget)
         target -= over
+
+
+def _must_keep(error: OverBudgetError) -> int | None:
+    """The tokens every window must keep, from ``error``'s sizes (``None``
+    where it has none)."""
+    sizes = (error.system, error.pinned, error.turn_in_progress, error.priming)
+    if all(size is None for size in sizes):
+        return None
+    return sum(size or 0 for size in sizes)
 
 
 def sendable(selection: Selection, budget: int) -> Selection:

@@ -1087,8 +1087,8 @@ class Session:
         room = self._room(parts.breakdown.total) - extra_tokens
         # The least margin: what the check before logging allowed the input.
         least = max(0, room - _FIRST_MARGIN)
-        room = first_room = max(0, room - self._render_margin)
-        shrunk = 0
+        room = max(0, room - self._render_margin)
+        shrunk = excess = 0
         self._cleared = 0
         while True:
             try:
@@ -1097,7 +1097,7 @@ class Session:
                 # A margin learned from an earlier turn's request can leave
                 # this turn's input no room; it goes back to the least once.
                 if not shrunk and room < least:
-                    room = first_room = least
+                    room = least
                     continue
                 if not self._older_results_in_turn():
                     # Nothing clearing could take: said without decoding
@@ -1121,11 +1121,15 @@ class Session:
                     f"the request counts {total} tokens, over the limit of {limit}, and selecting "
                     f"again within {room} tokens for the messages does not bring it under"
                 )
-            room = max(0, room - (total - limit))
+            # Less than the selection took, not than the room: a selection
+            # well under its room (the next unit did not fit) would come
+            # back the same from a room a few tokens smaller.
+            room = max(0, min(room, selection.breakdown.total) - (total - limit))
+            excess += total - limit
             shrunk += 1
         self._last_room = room
         if shrunk:  # a few tokens, bounded: a request far over is shrunk each call instead
-            self._render_margin = min(self._render_margin + first_room - room, max(64, limit // 100))
+            self._render_margin = min(self._render_margin + excess, max(64, limit // 100))
 
         if self.compactor is not None:
             self.compactor.schedule()
