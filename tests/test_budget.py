@@ -301,6 +301,9 @@ def test_budget_arguments_are_checked():
         budget.messages(system_tokens=-1)
     with pytest.raises(InvalidTypeError):
         budget.messages(system_tokens="1000")
+    for tools in (5, {"type": "function"}, "read_file"):
+        with pytest.raises(InvalidTypeError, match="tools must be a list of tool schemas"):
+            budget.messages(tools=tools)
 
 
 def test_an_int_past_a_floats_range_is_refused_as_input():

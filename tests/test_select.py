@@ -542,6 +542,17 @@ def test_priority_assembly_refuses_bad_arguments(impl, name, value, error, match
 
 
 @implementations
+@pytest.mark.parametrize("name", ["memories", "segment_summaries"])
+@pytest.mark.parametrize("value", [None, 3, "one text"])
+def test_priority_assembly_refuses_texts_that_are_not_a_sequence(impl, name, value):
+    """Not a sequence of str (``None`` included): the library's type error,
+    never Python's own from iterating it."""
+    builder_class = IMPLEMENTATIONS[impl][1]
+    with refused(InvalidTypeError, f"{name} must be a sequence of str, not {type(value).__name__}"):
+        builder_class().select(chat(3), 1_000, **{name: value})
+
+
+@implementations
 @pytest.mark.parametrize(
     ("name", "value", "error", "match"),
     [(name, *case) for name in ("keep_last", "min_keep") for case in NOT_COUNTS]

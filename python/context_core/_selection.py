@@ -253,8 +253,8 @@ def exact_text(text: str) -> str:
 def exact_texts(texts: Any, name: str) -> list[str]:
     """A sequence of str argument, iterated once (before the analysis) into
     exact strings (see :func:`exact_text`)."""
-    if isinstance(texts, (str, bytes)):
-        raise InvalidTypeError(f"{name} must be a sequence of str")
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        raise InvalidTypeError(f"{name} must be a sequence of str, not {type(texts).__name__}")
     items = list(texts)
     if any(not isinstance(t, str) for t in items):
         raise InvalidTypeError(f"{name} must be a sequence of str")

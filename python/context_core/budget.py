@@ -17,7 +17,7 @@ import numbers
 import operator
 import warnings
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -311,6 +311,8 @@ class Budget:
                 raise InvalidTypeError(f"tokenizer must be a Tokenizer, not {type(tokenizer).__name__}")
             reserve = 0
             counted = 0 if system_tokens is None else _count(system_tokens, "system_tokens")
+            if tools is not None and (isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable)):
+                raise InvalidTypeError(f"tools must be a list of tool schemas, not {type(tools).__name__}")
             if tools:
                 counted += (tokenizer or Tokenizer()).count_tools(cast("list[Tool]", list(tools)))
         tokens = math.floor((self.soft_limit - reserve) / self.ratio) - counted
