@@ -79,3 +79,19 @@ def test_the_installed_command(tmp_path):
         check=True,
     )
     assert shown.stdout == "- [constraint] Never push to main\n"
+
+
+def test_facts_on_stdin_after_a_byte_order_mark_keep_their_keys(tmp_path, capsys):
+    """Windows editors and PowerShell 5's redirection start the text with a
+    byte order mark: the first fact keeps its kind and key (it became a
+    keyless fact whose text was the whole line, so a newer value of its key
+    never replaced it). Facts from stdin that are refused name stdin."""
+    root = str(tmp_path / "mem")
+    stdin = "\ufeff- [fact: port] The staging port is 5433\r\n- [constraint] Never push to main\r\n"
+    assert run("memory", "append", root, stdin=stdin)[0] == 0
+    assert [(f.kind, f.key, f.text) for f in MemoryFiles(root).facts()] == [
+        ("fact", "port", "The staging port is 5433"),
+        ("constraint", None, "Never push to main"),
+    ]
+    assert run("memory", "append", root, stdin="- [broken\n")[0] == 2
+    assert capsys.readouterr().err.startswith("context-core: stdin: malformed fact bracket")

@@ -23,7 +23,12 @@ def run_memory(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int:
         stdout.write(files.read(expand=args.all))
     elif args.action == "append":
         lines = args.facts or [line for line in stdin.read().splitlines() if line.strip()]
-        result = files.append(lines)
+        try:
+            result = files.append(lines)
+        except InvalidInputError as error:
+            if args.facts:
+                raise
+            raise InputError(f"stdin: {error}") from None  # where the facts came from
         where = f" to {', '.join(result.files)}" if result.files else ""
         stdout.write(f"appended {len(result.appended)}{where}, {len(result.duplicates)} already there\n")
     else:

@@ -206,12 +206,14 @@ def parse_line(line: str) -> Item:
 def parse_fact(line: str) -> Fact:
     """A fact given by a caller: ``- [kind: key] text``, ``[kind] text`` (the
     ``- `` is optional, the kind case-insensitive) or plain ``text`` (kind
-    ``fact``, no key). Raises :class:`~context_core.MemoryFormatError` for a
-    line starting with ``[`` or ``- [`` whose bracket is malformed, an empty or
-    multi-line fact, or the reserved kind ``more``."""
+    ``fact``, no key). A byte order mark before it (a file some editors
+    wrote, read as plain UTF-8) is no part of it. Raises
+    :class:`~context_core.MemoryFormatError` for a line starting with ``[``
+    or ``- [`` whose bracket is malformed, an empty or multi-line fact, or
+    the reserved kind ``more``."""
     if not isinstance(line, str):
         raise InvalidTypeError(f"a fact must be a str or a Fact, got {type(line).__name__}")
-    stripped = line.strip()
+    stripped = line.lstrip("\ufeff").strip()
     match = _LENIENT.fullmatch(stripped)
     if match is not None:
         return Fact(match.group("text"), match.group("kind"), match.group("key"))
