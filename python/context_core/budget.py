@@ -311,7 +311,8 @@ class Budget:
                 raise InvalidTypeError(f"tokenizer must be a Tokenizer, not {type(tokenizer).__name__}")
             reserve = 0
             counted = 0 if system_tokens is None else _count(system_tokens, "system_tokens")
-            if tools is not None and (isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable)):
+            listed = isinstance(tools, Iterable) and not isinstance(tools, (str, bytes, Mapping))
+            if tools is not None and not listed:
                 raise InvalidTypeError(f"tools must be a list of tool schemas, not {type(tools).__name__}")
             if tools:
                 counted += (tokenizer or Tokenizer()).count_tools(cast("list[Tool]", list(tools)))
