@@ -1843,6 +1843,21 @@ def test_an_input_with_results_retried_after_a_step_is_logged_once(tmp_path):
         assert (request.report.turn, request.report.step) == (1, 1)
 
 
+def test_a_call_asked_for_again_is_the_same_step_live_as_reopened(tmp_path):
+    """A server asks for the request again after the model's call failed:
+    with no reply recorded since, it is the same step, as a reopened session
+    reports it (each retry counted as a step before, live only)."""
+    with open_session(tmp_path, compact=False) as session:
+        steps = [session.prepare("Fix the refund job.").report.step]
+        steps += [session.prepare().report.step for _ in range(2)]
+        session.record(calling("t1", "openai"))
+        session.record_tool_result("t1", "ok")
+        steps += [session.prepare().report.step for _ in range(2)]
+    with open_session(tmp_path, compact=False) as reopened:
+        steps += [reopened.prepare().report.step, reopened.prepare("Fix the refund job.").report.step]
+    assert steps == [0, 0, 0, 1, 1, 1, 1]
+
+
 def test_retries_of_a_later_step_report_that_step(tmp_path):
     """The step a retry builds is the turn's next, however often it is
     retried, live or reopened, and after a retry that failed."""
@@ -1877,11 +1892,14 @@ def test_a_session_reopened_within_a_turn_reports_its_next_step(tmp_path, made):
         assert reopened.prepare("Read a and b").report.step == made  # a retry of its input
     with open_session(tmp_path, compact=False) as reopened:
         assert reopened.prepare().report.step == made
-        assert reopened.prepare().report.step == made + 1
+        assert reopened.prepare().report.step == made  # asked again, no reply since: a retry
     with open_session(tmp_path, compact=False) as reopened:
         with selection_failing(reopened), pytest.raises(OverBudgetError):
             reopened.prepare()  # the first call fails: no step
         assert reopened.prepare().report.step == made
+        reopened.record(calling("again", "openai"))
+        reopened.record_tool_result("again", "ok")
+        assert reopened.prepare().report.step == made + 1
 
 
 def test_turn_numbers_go_on_from_the_log_after_a_reopen(tmp_path):

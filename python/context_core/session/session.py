@@ -374,6 +374,9 @@ class Session:
         # recorded a reply (after a reopen) the renaming is inferred.
         self._renamed: dict[str, list[str]] = {}
         self._replied = False
+        # The last request built was answered by no reply yet: a plain
+        # prepare() now asks for the same step again (the model's call failed).
+        self._asked = False
         self._memories: list[str] = []
         # The turn's input text, for its skills and memories on the inner
         # steps (``None``: not read yet, after an open).
@@ -752,7 +755,10 @@ class Session:
         step had them (``searched``: found so beforehand), the step the one
         after the replies with calls it made."""
         if self._said is not None and self._turn >= 0:
-            return self._said, self._memories, self._turn, self._step + 1
+            # A call asked for again with no reply recorded since (the
+            # model's call failed) is the same step, as a reopened session
+            # counts it: by the replies the turn made.
+            return self._said, self._memories, self._turn, self._step + (0 if self._asked else 1)
         said, made = self._input_in_log()
         return said, self._search(said) if searched is None else searched, max(self._turn, 0), made
 
@@ -927,7 +933,7 @@ class Session:
             try:
                 return self._request(parts, timings, started, mark)
             except BaseException:
-                self._step = retried - 1  # a failed call is no step
+                self._step, self._asked = retried - 1, False  # a failed call is no step
                 raise
         if refused is not None:
             raise refused
@@ -1072,7 +1078,8 @@ class Session:
                 self.log.rewind(before.head)
                 undone = True
         if not undone:
-            self._turn, self._step = max(before.turn + 1, 0), -1  # the failed call is no step
+            # The failed call is no step: the next is the turn's first.
+            self._turn, self._step, self._asked = max(before.turn + 1, 0), -1, False
             return
         self.last_seq, self._pending, self._memories = before.last_seq, before.pending, before.memories
         self._said, self._to_answer = before.said, before.to_answer
@@ -1159,6 +1166,7 @@ class Session:
             cleared=self._cleared,
         )
         self.last_report = report
+        self._asked = True
         if logger.isEnabledFor(logging.INFO):  # the line is built only when someone reads it
             logger.info("%s", report.log_line())
         return Request(arguments, report)
@@ -1402,7 +1410,7 @@ class Session:
         self._pending = {call.id: call for call in calls}
         # A reply paused within its turn (a server tool's long run) is sent
         # back as it is by the next prepare(), for the model to go on.
-        self._renamed, self._replied = {}, True
+        self._renamed, self._replied, self._asked = {}, True, False
         self._to_answer = self.provider == "anthropic" and not calls and paused(response)
         if self._to_answer:
             self._paused.add(self.last_seq)  # a step of its turn, as a reply that made calls is
