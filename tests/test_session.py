@@ -3771,3 +3771,33 @@ def test_an_anthropic_session_without_tools_fits_every_request(tmp_path, policy)
                 assert request.report.total <= request.report.limit
             answer = "Fixed. " * rng.randint(1, 30)
             session.record({"role": "assistant", "content": [{"type": "text", "text": answer}]})
+
+
+class _ViewPolicy:
+    """A caller's own policy that reads the log's context view itself."""
+
+    provider = "openai"
+
+    def __init__(self) -> None:
+        self.inner = PriorityAssembly(provider="openai")
+
+    def select(self, messages, budget, *, now=None):
+        if isinstance(messages, MessageLog):
+            messages = messages.context_view()
+        return self.inner.select(messages, budget)
+
+
+def test_a_policy_of_the_callers_own_is_cleared_for_from_the_view(tmp_path):
+    """A caller's policy may read the log itself, never seeing results that
+    stand in for the log's: its tool loop is cleared from the decoded view,
+    as before clearing chose from the headers (which refused it mid-turn)."""
+    with open_session(tmp_path, budget=8_000, policy=_ViewPolicy(), compact=False) as session:
+        session.prepare("Refactor the billing module.")
+        counts = []
+        for step in range(6):
+            session.record(calling(f"c{step}", "openai"))
+            session.record_tool_result(f"c{step}", "def f(x):\n    return x * 2\n" * 150)
+            request = session.prepare()
+            assert request.report.total <= request.report.limit
+            counts.append(request.report.cleared)
+    assert counts[-1] > 0

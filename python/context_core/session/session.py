@@ -355,7 +355,8 @@ class Session:
         # encoding is exact (``breakdown.total``); a policy of the caller's
         # own is not relied on, and its request is counted whole.
         backend = getattr(policy, "_backend", None)
-        self._selection_counted = type(policy) in (PriorityAssembly, WeightedWindow, ShapeHistory) and (
+        self._own_policy = type(policy) in (PriorityAssembly, WeightedWindow, ShapeHistory)
+        self._selection_counted = self._own_policy and (
             getattr(getattr(backend, "tokenizer", None), "name", None) == self.tokenizer.name
         )
         self._owned = list(owned)
@@ -1130,8 +1131,10 @@ class Session:
                 )
             # Less than the selection took, not than the room: a selection
             # well under its room (the next unit did not fit) would come
-            # back the same from a room a few tokens smaller.
-            room = max(0, min(room, selection.breakdown.total) - (total - limit))
+            # back the same from a room a few tokens smaller. (A policy of
+            # the caller's own: its count is not relied on.)
+            took = selection.breakdown.total if self._selection_counted else room
+            room = max(0, min(room, took) - (total - limit))
             excess += total - limit
             shrunk += 1
         self._last_room = room
@@ -1261,9 +1264,12 @@ class Session:
         """The first of the turn's cleared views whose window fits, with
         how many it cleared, each chosen from the headers with the cleared
         results standing in; ``None`` where the turn's results are not all
-        in the view (the whole view's clearing answers). :class:`_NoneFits`
+        in the view, or the policy is not one of the library's (which read
+        the stand-ins): the whole view's clearing answers. :class:`_NoneFits`
         where none fits: the whole view's clearing, which clears the same
         results, finds none either."""
+        if not self._own_policy:
+            return None  # a policy of the caller's own may read the log itself: not the stand-ins
         nodes = [(seq, "raw") for seq in self._turn_seqs()]
         if not nodes:
             return None
