@@ -3801,3 +3801,33 @@ def test_a_policy_of_the_callers_own_is_cleared_for_from_the_view(tmp_path):
             assert request.report.total <= request.report.limit
             counts.append(request.report.cleared)
     assert counts[-1] > 0
+
+
+def _lookups(session: Session, turns: int) -> None:
+    """``turns`` turns that each look a customer up (a JSON tool output of
+    exact values), compaction's work joined after each."""
+    for turn in range(turns):
+        session.prepare(f"Turn {turn}: look up customer {turn}")
+        session.record(calling(f"call_{turn}", "openai"))
+        output = {"customer_id": f"CUST-{5500 + turn}", "home": f"/home/cust{turn}/private.key"}
+        session.record_tool_result(f"call_{turn}", json.dumps(output))
+        session.prepare()
+        session.record({"role": "assistant", "content": f"Found customer {turn}."})
+        session.join()
+
+
+@pytest.mark.parametrize("persist", [True, False])
+def test_compactions_exact_facts_reach_memory_at_the_close_only(tmp_path, persist):
+    """Compaction sends the exact values a summary hides to memory. They
+    wrote MEMORY.md mid-session (part of the cached prompt, written at the
+    close only) and stayed after close(persist=False), which learns nothing.
+    They are held to the close now: written with its learnings, or dropped."""
+    memory = tmp_path / "session" / "memory" / "MEMORY.md"
+    with open_session(tmp_path, budget=6_000) as session:
+        _lookups(session, 30)
+        assert session._compaction()["written"][2] > 0
+        assert not memory.exists()
+        session.close(persist=persist)
+    written = memory.read_text() if memory.exists() else ""
+    assert ("customer_id: CUST-5509" in written) is persist
+    assert ("Turn 0: look up customer 0" in written) is persist

@@ -78,6 +78,7 @@ from context_core.prompt.tool_text import tool_blocks_as_text
 from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.clearing import clearings
+from context_core.session.held_facts import HeldFacts
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.markers import write_by_rename
 from context_core.session.memory_events import MemoryEvents
@@ -324,6 +325,7 @@ class Session:
         clock: Callable[[], float],
         wall: Callable[[], float],
         path: str = "",
+        held_facts: HeldFacts | None = None,
     ) -> None:
         self.path = path
         """The session's directory (``""`` when made from parts)."""
@@ -336,6 +338,8 @@ class Session:
         self.memory = memory
         self.store = store
         self.compactor = compactor
+        # Compaction's exact facts, for MEMORY.md at the close (see held_facts).
+        self._held_facts = held_facts
         if compactor is not None:
             # Weakly: the worker must not keep a dropped session alive.
             compactor.after_write = functools.partial(_call_if_alive, weakref.WeakMethod(self._warm_window))
@@ -544,8 +548,9 @@ class Session:
 
                 namespace_keys(namespace)  # checked now, not at the first turn's search
             compactor = None
+            held = HeldFacts() if files is not None else None
             if compact:
-                compactor = _compactor(log, summarizer, files, budget.messages())
+                compactor = _compactor(log, summarizer, held, budget.messages())
             session = cls(
                 log,
                 builder,
@@ -556,6 +561,7 @@ class Session:
                 memory=files,
                 store=memory_store,
                 compactor=compactor,
+                held_facts=held,
                 namespace=namespace,
                 memory_k=memory_k,
                 memory_tokens=memory_tokens,
@@ -1544,7 +1550,10 @@ class Session:
             # goes in runs that fit (a message over it alone is left out).
             batches, skipped = in_batches(messages, self.memory.max_batch_bytes)
             facts_left_out = 0
+            held = [] if self._held_facts is None else self._held_facts.take()
             try:
+                if held:  # compaction's, of older messages: a learning's newer value of a key wins
+                    facts_left_out += _append_in_runs(self.memory, held)
                 for batch in batches:
                     facts_left_out += _learn_from(self.memory, batch)
             except Exception as error:  # the store still gets its turn
