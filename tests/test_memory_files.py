@@ -1063,3 +1063,25 @@ def test_a_forked_child_appends_with_a_lock_of_its_own(tmp_path):
     assert "Never push to main" in mem.read()
     mem.append(["Deploy on Tuesdays"])  # the parent's own lock still works
     assert "Deploy on Tuesdays" in mem.read()
+
+
+def test_a_memory_file_saved_with_a_byte_order_mark_keeps_its_first_fact(tmp_path):
+    """An editor that saves UTF-8 with a byte order mark: the first line is
+    still a fact (it was raw text, so a newer value of its key never retired
+    it and a keyless one was appended again), and the mark reaches no
+    prompt."""
+    root = tmp_path / "mem"
+    memory = MemoryFiles(root, create=True)
+    (root / "MEMORY.md").write_text(
+        "- [fact: staging db port] The staging DB port is 5433.\n- [constraint] Never force-push to main.\n",
+        encoding="utf-8-sig",
+    )
+    assert [(f.kind, f.key) for f in memory.facts()] == [("fact", "staging db port"), ("constraint", None)]
+    assert not memory.read().startswith("\ufeff")
+    newer = "- [fact: staging db port] The staging DB port is 5434."
+    appended = memory.append([newer, "Never force-push to main."])
+    assert len(appended.duplicates) == 1
+    memory.consolidate(force=True)
+    assert (root / "MEMORY.md").read_text(encoding="utf-8") == (
+        "- [fact: staging db port] The staging DB port is 5434.\n- [constraint] Never force-push to main.\n"
+    )

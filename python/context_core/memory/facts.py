@@ -189,7 +189,10 @@ Item = Union[Fact, Pointer, RawLine]
 
 def parse_line(line: str) -> Item:
     """A stored line as a :class:`Fact`, a :class:`Pointer` or a :class:`RawLine`.
-    Never raises: a line that is not a well-formed fact is raw text."""
+    Never raises: a line that is not a well-formed fact is raw text. A byte
+    order mark before it (an editor's, at the start of a hand-saved file) is
+    no part of it."""
+    line = line.removeprefix("\ufeff")
     match = _LINE.fullmatch(line)
     if match is None:
         return RawLine(line)

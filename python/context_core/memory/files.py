@@ -250,7 +250,8 @@ class MemoryFiles:
         rename, so a read sees the old file or the new one, never a mix."""
         if not expand:
             with open_root(self.root) as dir_fd:
-                return read_lockless(self.root, dir_fd).decode("utf-8", "replace")
+                # An editor's byte order mark is no part of the text (nor of the prompt).
+                return read_lockless(self.root, dir_fd).decode("utf-8", "replace").removeprefix("\ufeff")
         with self._locked() as store:
             memory, fragments = store.recover()
             by_name = {cached.name: cached for cached in fragments}
