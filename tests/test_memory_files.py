@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from context_core import (
     InvalidInputError,
+    InvalidTypeError,
     MemoryFiles,
     MemoryFormatError,
     MemoryLimitError,
@@ -1085,3 +1086,20 @@ def test_a_memory_file_saved_with_a_byte_order_mark_keeps_its_first_fact(tmp_pat
     assert (root / "MEMORY.md").read_text(encoding="utf-8") == (
         "- [fact: staging db port] The staging DB port is 5434.\n- [constraint] Never force-push to main.\n"
     )
+
+
+@pytest.mark.parametrize("facts", [None, 5, {"kind": "constraint", "text": "Never force-push"}])
+def test_facts_that_are_not_a_list_are_the_librarys_type_error(tmp_path, facts):
+    """``None`` raised Python's own TypeError; a dict wrote its keys as facts."""
+    memory = MemoryFiles(tmp_path / "mem", create=True)
+    with pytest.raises(InvalidTypeError, match="facts must be a list of facts or strings"):
+        memory.append(facts)
+    assert memory.read() == ""
+
+
+@pytest.mark.parametrize("line", ["- ", "*", " - "])
+def test_a_bullet_alone_is_an_empty_fact(tmp_path, line):
+    """It was written as the fact "-"."""
+    memory = MemoryFiles(tmp_path / "mem", create=True)
+    with pytest.raises(MemoryFormatError, match="empty"):
+        memory.append([line])

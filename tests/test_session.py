@@ -3831,3 +3831,12 @@ def test_compactions_exact_facts_reach_memory_at_the_close_only(tmp_path, persis
     written = memory.read_text() if memory.exists() else ""
     assert ("customer_id: CUST-5509" in written) is persist
     assert ("Turn 0: look up customer 0" in written) is persist
+
+
+@pytest.mark.parametrize("since", ["a", 1.5, None, True])
+def test_history_since_that_is_not_a_seq_is_the_librarys_type_error(tmp_path, since):
+    with open_session(tmp_path) as session:
+        session.prepare("hello")
+        with pytest.raises(InvalidTypeError, match="since must be an int"):
+            session.history(since=since)
+        assert session.history(since=np.int64(0)) == [{"role": "user", "content": "hello"}]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
@@ -227,6 +227,8 @@ def parse_fact(line: str) -> Fact:
         )
     if stripped.startswith(("- ", "* ")):
         stripped = stripped[2:]
+    elif stripped in ("-", "*"):
+        stripped = ""  # a bullet alone: an empty fact (refused), not the fact "-"
     return Fact(stripped)
 
 
@@ -234,6 +236,9 @@ def to_facts(facts: Iterable[Fact | str]) -> list[Fact]:
     """Facts and fact strings (see :func:`parse_fact`) as a list of facts."""
     if isinstance(facts, (str, Fact)):
         raise InvalidTypeError("facts must be a list of facts or strings, not a single one")
+    if isinstance(facts, Mapping) or not isinstance(facts, Iterable):
+        # A dict would give its keys as facts.
+        raise InvalidTypeError(f"facts must be a list of facts or strings, not {type(facts).__name__}")
     return [f if isinstance(f, Fact) else parse_fact(f) for f in facts]
 
 

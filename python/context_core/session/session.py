@@ -31,6 +31,7 @@ import functools
 import itertools
 import logging
 import math
+import numbers
 import os
 import shutil
 import time
@@ -1622,6 +1623,9 @@ class Session:
         """The messages of the log's active path as they were appended
         (summaries left out), from seq ``since`` on. Reads them all: for
         inspection and tests, not for a turn."""
+        if isinstance(since, bool) or not isinstance(since, numbers.Integral):
+            raise InvalidTypeError(f"since must be an int (a seq), not {type(since).__name__}")
+        since = int(since)
         return [message for _, message in self._messages(since, len(self.log))]
 
     def _check_open(self) -> None:
