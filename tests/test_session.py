@@ -21,6 +21,7 @@ import validators
 from context_core import (
     AsyncSession,
     Budget,
+    CacheBreakpointsError,
     InvalidInputError,
     InvalidTypeError,
     LogCorruptError,
@@ -3840,3 +3841,15 @@ def test_history_since_that_is_not_a_seq_is_the_librarys_type_error(tmp_path, si
         with pytest.raises(InvalidTypeError, match="since must be an int"):
             session.history(since=since)
         assert session.history(since=np.int64(0)) == [{"role": "user", "content": "hello"}]
+
+
+def test_tools_with_more_cache_marks_than_a_request_holds_are_refused_at_open(tmp_path):
+    """Every request would be refused (and the first input, with no node
+    before it to go back to, stayed in the log): said at open instead."""
+    marked = {"input_schema": {"type": "object", "properties": {}}, "cache_control": {"type": "ephemeral"}}
+    tools = [{"name": f"t{i}", "description": "tool", **marked} for i in range(5)]
+    with pytest.raises(CacheBreakpointsError, match="the tools carry 5 cache_control breakpoints") as refused:
+        open_session(tmp_path, model="claude-sonnet-4-5", tools=tools)
+    assert (refused.value.breakpoints, refused.value.limit) == (5, 4)
+    with open_session(tmp_path, model="claude-sonnet-4-5", tools=tools[:4]) as session:
+        assert session.prepare("hi").report.total > 0

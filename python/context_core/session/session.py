@@ -73,7 +73,7 @@ from context_core.memory.extract import extract_facts, in_batches, in_runs
 from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
-from context_core.prompt.render_anthropic import count_breakpoints
+from context_core.prompt.render_anthropic import MAX_BREAKPOINTS, count_breakpoints
 from context_core.prompt.sections import check_text
 from context_core.prompt.tool_text import tool_blocks_as_text
 from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
@@ -541,6 +541,8 @@ class Session:
             # no Anthropic one, an Anthropic server tool no OpenAI one), not
             # at the first turn.
             builder.tools_for(provider)
+            if provider == "anthropic":
+                _check_tool_marks(builder._system.tool_breakpoints())
             memory_store = _store(store, root)
             if memory_store is not None and store is None:
                 owned.append(memory_store)
@@ -1644,6 +1646,18 @@ class Session:
 #: OpenAI models that refuse ``max_tokens`` for ``max_completion_tokens`` (the
 #: reasoning models: their cap covers the hidden reasoning too).
 _COMPLETION_CAP_MODELS = ("o1", "o3", "o4", "gpt-5")
+
+
+def _check_tool_marks(marks: int) -> None:
+    """Tools that carry more ``cache_control`` marks than a request may hold
+    make every request refused: said at open, before an input is logged."""
+    if marks > MAX_BREAKPOINTS:
+        error = CacheBreakpointsError(
+            f"the tools carry {marks} cache_control breakpoints; Anthropic accepts at most"
+            f" {MAX_BREAKPOINTS} in a request"
+        )
+        error.breakpoints, error.limit = marks, MAX_BREAKPOINTS
+        raise error
 
 
 def _reply_cap_field(model: str) -> str:
