@@ -380,6 +380,33 @@ def test_failures_back_off_then_the_breaker_pauses(tmp_path: Path):
     assert compactor.status.failures == 0
 
 
+@pytest.mark.parametrize("run", ["compact", "acompact"])
+def test_a_cancelled_error_from_the_model_backs_off_like_a_failure(tmp_path: Path, run: str):
+    """A model whose client raises CancelledError (its own task cancelled
+    under it) cancelled nothing here: it backs off like any failure. It
+    reached the worker's drain, which logged it and called the model again
+    on every turn, the report saying all was well."""
+    log = new_log(tmp_path, turns(20))
+    clock = Clock()
+    calls = []
+
+    def cancelled(messages: list[dict[str, Any]]) -> str:
+        calls.append(1)
+        raise asyncio.CancelledError()
+
+    async def acancelled(messages: list[dict[str, Any]]) -> str:
+        return cancelled(messages)
+
+    llm = cancelled if run == "compact" else acancelled
+    compactor = Compactor(log, Summarizer(llm, summary_tokens=200, reply_tokens=400), backoff=10, clock=clock)
+    outcome = compactor.compact() if run == "compact" else asyncio.run(compactor.acompact())
+    assert outcome.status == "failed"
+    assert "CancelledError" in (outcome.reason or "")
+    assert (compactor.status.failures, compactor.status.retry_at) == (1, 1010)
+    assert compactor.compact().status == "waiting"
+    assert len(calls) == 1
+
+
 def test_a_log_handler_that_reads_the_status_does_not_deadlock(tmp_path: Path):
     """The failure and pause lines were logged holding the compactor's lock:
     a handler that read ``status`` (a metrics hook, say) waited for good."""

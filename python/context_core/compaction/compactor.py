@@ -62,7 +62,16 @@ def _takes_between(summarize: Callable[..., Any]) -> bool:
     return any(p.name == "between" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _raised(job: Job, error: Exception, what: str = "the summarizer") -> Outcome:
+def _being_cancelled() -> bool:
+    """Whether the running task was asked to stop (a CancelledError is then
+    the task's own, not one its model call raised). Before Python 3.11,
+    which cannot tell, every one is taken as the task's."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is None or cancelling() > 0
+
+
+def _raised(job: Job, error: BaseException, what: str = "the summarizer") -> Outcome:
     log.error("compaction: %s raised", what, exc_info=error)
     return Outcome("failed", job.level, job.covers, reason=f"{what} raised {type(error).__name__}: {error}")
 
@@ -662,7 +671,11 @@ class Compactor:
             self._gate.wait()
             try:
                 result = self._run_sync(job, prepared)
-            except Exception as error:  # a summarizer's bug backs off like a failure
+            # A summarizer's bug backs off like a failure; so does a
+            # CancelledError its model raised (a client's task cancelled
+            # under it): nothing here was cancelled, and left to the drain
+            # it would skip the backoff and the circuit breaker.
+            except (Exception, asyncio.CancelledError) as error:
                 return self._record(_raised(job, error))
             self._gate.wait()
             return self._finish_recorded(job, prepared, result)
@@ -687,6 +700,10 @@ class Compactor:
                 result = await asyncio.wait_for(self._asummarize(job, prepared), self.timeout)
             except asyncio.TimeoutError:
                 result = Rejected(f"timed out after {self.timeout:g} s")
+            except asyncio.CancelledError as error:
+                if _being_cancelled():
+                    raise
+                return self._record(_raised(job, error))  # the model's own, as in compact()
             except Exception as error:  # a summarizer's bug backs off like a failure
                 return self._record(_raised(job, error))
             ended = threading.Event()
