@@ -74,6 +74,12 @@ def lines(messages: list[dict]) -> list[str]:
         ("Decision: cache TTL is 300 seconds.", "- [decision: cache ttl] cache TTL is 300 seconds."),
         ("Rule: one PR per change.", "- [constraint] one PR per change."),
         ("记住：部署在周五。", "- [fact] 部署在周五。"),
+        # a correction is keyed by its subject, so it replaces the old value
+        (
+            "Correction: the staging DB port is 5434 now.",
+            "- [fact: staging db port] the staging DB port is 5434 now.",
+        ),
+        ("Update: the deploy key is deploy_k4y.", "- [fact: deploy key] the deploy key is deploy_k4y."),
     ],
 )
 def test_what_is_kept(text, expected):

@@ -302,6 +302,41 @@ def test_memory_is_cut_by_whole_lines_and_the_cut_reported():
     assert not cut.dropped
 
 
+def test_a_key_given_again_is_sent_once_its_newest_value_in_the_first_place():
+    """Of two facts with one key the later holds (consolidation keeps only
+    it): the prompt sends the newest value where the key first came, so a
+    correction appended at the end is not cut in favour of the stale
+    value a cap's first lines kept (or sent beside it)."""
+    tok = Tokenizer()
+    lines = ["- [fact: staging db port] the staging DB port is 5433."]
+    lines += [f"- [fact] fact number {i} is about the deploy pipeline" for i in range(40)]
+    lines += ["- [fact: staging db port] the staging DB port is 5434 now."]
+    memory = "\n".join(lines)
+    for cap in (None, 60):
+        parts = PromptBuilder("x", memory_max_tokens=cap).build(now="", memory=memory)
+        kept = parts.volatile.removeprefix("## Memory\n").splitlines()
+        assert kept[0] == lines[-1]
+        assert "5433" not in parts.volatile
+        assert kept[1:] == lines[1 : len(kept)]
+        assert cap is None or tok.count("\n".join(kept)) <= cap
+
+
+def test_a_line_too_long_for_the_cap_is_passed_over_not_the_end_of_memory():
+    """One long hand-written line first hid every fact after it (the cut
+    kept whole lines from the start only)."""
+    tok = Tokenizer()
+    prose = "- " + "a long hand-written note about the history of the project " * 40
+    lines = [prose] + [f"- [fact] fact number {i} is about the deploy pipeline" for i in range(10)]
+    parts = PromptBuilder("x", memory_max_tokens=100).build(now="", memory="\n".join(lines))
+    body = parts.volatile.removeprefix("## Memory\n")
+    kept = body.splitlines()
+    assert kept
+    assert kept == lines[1 : len(kept) + 1]
+    assert tok.count(body) <= 100
+    (cut,) = parts.truncated
+    assert cut.kept == tok.count(body)
+
+
 # -- never-enter --------------------------------------------------------------------------------
 
 

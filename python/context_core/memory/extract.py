@@ -105,6 +105,11 @@ _LABELS = {
     "remember": "fact",
     "note": "fact",
     "fact": "fact",
+    # A new value of something said before: a fact like any, keyed by its
+    # subject, so it replaces the old value (not a fact keyed "correction").
+    "correction": "fact",
+    "update": "fact",
+    "更正": "fact",
     "decision": "decision",
     "decided": "decision",
     "constraint": "constraint",

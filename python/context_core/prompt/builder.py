@@ -59,6 +59,7 @@ from typing import Any, Literal, Union
 
 from context_core._core import Tokenizer
 from context_core.errors import InvalidInputError, InvalidTypeError, PromptCacheWarning
+from context_core.memory.facts import Fact, parse_line
 from context_core.prompt.counting import TokenCounts, Truncation
 from context_core.prompt.dimensions import DimensionBlock, Dimensions, Entry
 from context_core.prompt.escape import LINE_BREAKS, escape, escape_tags, one_line
@@ -124,6 +125,30 @@ def _strings(value: Any) -> Iterable[str]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _strings(item)
+
+
+def _newest_values(text: str) -> str:
+    """MEMORY.md's ``text`` with one line for each fact's key: its newest
+    value, in the place of its first (as consolidation would keep it). A
+    correction appended at the end then reaches the prompt in the old
+    value's place, where a cap that keeps the first lines sent the stale
+    value beside it, or instead of it."""
+    lines = text.splitlines()
+    keys = []
+    for line in lines:
+        fact = parse_line(line)
+        keys.append(fact.identity if isinstance(fact, Fact) else None)
+    newest = {key: i for i, key in enumerate(keys) if key}
+    if len(newest) == sum(1 for key in keys if key):
+        return text  # no key given twice
+    out, placed = [], set()
+    for line, key in zip(lines, keys, strict=True):
+        if not key:
+            out.append(line)
+        elif key not in placed:
+            out.append(lines[newest[key]])
+            placed.add(key)
+    return "\n".join(out)
 
 
 class PromptBuilder:
@@ -337,20 +362,12 @@ class PromptBuilder:
         if hit is not None:
             return hit
         kept_out: list[str] = []
-        body = self._keep_out(text.strip(LINE_BREAKS), kept_out)
+        body = _newest_values(self._keep_out(text.strip(LINE_BREAKS), kept_out))
         truncated: tuple[Truncation, ...] = ()
         cap = self.memory_max_tokens
         if cap is not None and body and self._counts(escape(body)) > cap:
             before = self._counts(escape(body))
-            lines = body.splitlines()
-            low, high = 0, len(lines)  # the most whole lines that fit
-            while low < high:
-                mid = (low + high + 1) // 2
-                if self._counts(escape("\n".join(lines[:mid]))) <= cap:
-                    low = mid
-                else:
-                    high = mid - 1
-            body = "\n".join(lines[:low])
+            body = "\n".join(self._lines_within(body.splitlines(), cap))
             truncated = (
                 Truncation("memory", "MEMORY.md", before, self._counts(escape(body)) if body else 0),
             )
@@ -359,6 +376,23 @@ class PromptBuilder:
             self._memory_cache.clear()
         self._memory_cache[text] = hit
         return hit
+
+    def _lines_within(self, lines: list[str], cap: int) -> list[str]:
+        """The first of ``lines`` that fit in ``cap`` tokens together, in
+        order; a line too long for what is left is passed over, not the end
+        of the memory (one long hand-written line hid every fact after it)."""
+        kept: list[str] = []
+        used = 0
+        for line in lines:
+            tokens = self._counts(escape(line)) + (1 if kept else 0)  # its line break
+            if used + tokens <= cap:
+                kept.append(line)
+                used += tokens
+        # Counted line by line; the joined text decides (a merge across a
+        # line break could count otherwise): the last lines go until it fits.
+        while kept and self._counts(escape("\n".join(kept))) > cap:
+            kept.pop()
+        return kept
 
     def _runtime(
         self,
