@@ -3853,3 +3853,24 @@ def test_tools_with_more_cache_marks_than_a_request_holds_are_refused_at_open(tm
     assert (refused.value.breakpoints, refused.value.limit) == (5, 4)
     with open_session(tmp_path, model="claude-sonnet-4-5", tools=tools[:4]) as session:
         assert session.prepare("hi").report.total > 0
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda s: s.close(persist="no"), InvalidTypeError, "persist must be a bool"),
+        (lambda s: s.close(wait=1), InvalidTypeError, "wait must be a bool"),
+        (lambda s: s.join("a"), InvalidTypeError, "timeout must be a number of seconds"),
+        (lambda s: s.join(True), InvalidTypeError, "timeout must be a number of seconds"),
+        (lambda s: s.join(-1), InvalidInputError, "timeout must be >= 0"),
+        (lambda s: s.join(float("nan")), InvalidInputError, "timeout must be >= 0"),
+    ],
+)
+def test_close_and_join_refuse_options_of_the_wrong_kind(tmp_path, call, error, match):
+    """close(persist="no") persisted (a truthy string) a session meant to
+    learn nothing; join("a") waited as if no timeout was given."""
+    with open_session(tmp_path) as session:
+        session.prepare("hello")
+        with pytest.raises(error, match=match):
+            call(session)
+        assert session.join()

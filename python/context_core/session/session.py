@@ -1511,6 +1511,7 @@ class Session:
         from, now or by a later session. Idempotent. In a forked child (a
         worker that inherited the session) it only lets go of what the
         child holds: the session is the parent's to persist."""
+        _check_close_options(persist, wait)
         self._close(persist=persist, wait=wait, forget=not persist)
 
     def _close(self, *, persist: bool, wait: bool, forget: bool) -> None:
@@ -1614,6 +1615,12 @@ class Session:
         returns whether none is left. A server never needs this: the work
         runs while the model answers. A replay with no model time does, or
         turns made back to back leave the workers no time at all."""
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+                named = type(timeout).__name__
+                raise InvalidTypeError(f"timeout must be a number of seconds or None, got {named}")
+            if not timeout >= 0:
+                raise InvalidInputError(f"timeout must be >= 0 seconds, got {timeout!r}")
         idle = True
         if self.compactor is not None:
             idle = self.compactor.join(timeout) and idle
@@ -1646,6 +1653,14 @@ class Session:
 #: OpenAI models that refuse ``max_tokens`` for ``max_completion_tokens`` (the
 #: reasoning models: their cap covers the hidden reasoning too).
 _COMPLETION_CAP_MODELS = ("o1", "o3", "o4", "gpt-5")
+
+
+def _check_close_options(persist: Any, wait: Any) -> None:
+    """``close``'s options are bools: a truthy string would persist a
+    session meant to learn nothing."""
+    for name, value in (("persist", persist), ("wait", wait)):
+        if not isinstance(value, bool):
+            raise InvalidTypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def _check_tool_marks(marks: int) -> None:
