@@ -115,10 +115,31 @@ def test_what_is_kept(text, expected):
         "```\nrm -rf /tmp/cache\nYou must not do this\n```",  # code
         "    /usr/local/bin/indented-code",
         "x" * (MAX_FACT_CHARS + 1) + " /etc/long",  # prose, not a fact
+        # an update or a correction that gives no new value of a key is news
+        "update: the tests pass now",
+        "Update: I pushed the fix.",
+        "Update: can you rerun the job?",
+        "Update: is the port 5434?",
+        "Update: ticket JIRA-1234 is closed now.",
     ],
 )
 def test_what_is_left(text):
     assert lines([user(text)]) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Update: I pushed the fix.",
+        "Update: the build is broken again today.",
+        "Correction: I misread the log, the failure is in test_auth.py.",
+        "Update: I ran pytest and 3 tests failed in tests/test_api.py.",
+    ],
+)
+def test_an_assistants_news_labelled_update_is_left(text):
+    """An agent's status reports are news, not memory: "Update:" labels a
+    fact only where it gives a key a new exact value."""
+    assert lines([{"role": "assistant", "content": text}]) == []
 
 
 def test_only_user_and_assistant_text_is_read():

@@ -105,8 +105,9 @@ _LABELS = {
     "remember": "fact",
     "note": "fact",
     "fact": "fact",
-    # A new value of something said before: a fact like any, keyed by its
-    # subject, so it replaces the old value (not a fact keyed "correction").
+    # A new value of something said before: a fact keyed by its subject, so
+    # it replaces the old value; only where it reads "X is <exact value>"
+    # (see _KEYED_ONLY), as "Update: I pushed the fix." is news, not a fact.
     "correction": "fact",
     "update": "fact",
     "更正": "fact",
@@ -393,12 +394,20 @@ def _value_key(sentence: str) -> str | None:
     return None
 
 
+#: Labels that make a fact only of "X is <exact value>" (a new value of a key).
+_KEYED_ONLY = frozenset({"correction", "update", "更正"})
+
+
 def _labelled(sentence: str) -> Fact | None:
     labelled = _LABEL.match(sentence)
     if labelled is None:
         return None
-    kind = _LABELS[labelled.group("label").lower()]
+    label = labelled.group("label").lower()
+    kind = _LABELS[label]
     rest = labelled.group("rest").strip()
+    if label in _KEYED_ONLY:
+        key = _value_key(rest)
+        return None if key is None or rest.endswith(("?", "\uff1f")) else _fact(rest, kind, key)
     if kind == "decision":
         decision = _decision(rest)
         if decision is None or decision.key is not None:
