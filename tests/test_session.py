@@ -3874,3 +3874,14 @@ def test_close_and_join_refuse_options_of_the_wrong_kind(tmp_path, call, error, 
         with pytest.raises(error, match=match):
             call(session)
         assert session.join()
+
+
+@pytest.mark.parametrize("persist", [np.bool_(True), np.bool_(False)])
+def test_close_takes_a_numpy_bool_and_join_an_infinite_timeout(tmp_path, persist):
+    """A numpy bool is a bool here (it was refused as "bool"); join(inf)
+    waits for ever (it overflowed a deadline)."""
+    with open_session(tmp_path / "s", budget=6_000) as session:
+        _lookups(session, 3)
+        assert session.join(float("inf"))
+        session.close(persist=persist, wait=np.True_)
+    assert (tmp_path / "s" / "session" / "memory" / "MEMORY.md").exists() is bool(persist)

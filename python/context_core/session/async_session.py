@@ -119,6 +119,7 @@ class AsyncSession:
         """Drain (``wait``) or abandon compaction without blocking the loop,
         then persist and close in a thread (as :meth:`Session.close`)."""
         _check_close_options(persist, wait)
+        persist, wait = bool(persist), bool(wait)  # a numpy bool too
         await self._aclose(persist=persist, wait=wait, forget=not persist)
 
     async def _aclose(self, *, persist: bool, wait: bool, forget: bool) -> None:

@@ -1512,6 +1512,7 @@ class Session:
         worker that inherited the session) it only lets go of what the
         child holds: the session is the parent's to persist."""
         _check_close_options(persist, wait)
+        persist, wait = bool(persist), bool(wait)  # a numpy bool too
         self._close(persist=persist, wait=wait, forget=not persist)
 
     def _close(self, *, persist: bool, wait: bool, forget: bool) -> None:
@@ -1621,6 +1622,8 @@ class Session:
                 raise InvalidTypeError(f"timeout must be a number of seconds or None, got {named}")
             if not timeout >= 0:
                 raise InvalidInputError(f"timeout must be >= 0 seconds, got {timeout!r}")
+            if math.isinf(timeout):
+                timeout = None  # for ever, as a wait takes it (an infinite deadline overflows)
         idle = True
         if self.compactor is not None:
             idle = self.compactor.join(timeout) and idle
@@ -1659,7 +1662,7 @@ def _check_close_options(persist: Any, wait: Any) -> None:
     """``close``'s options are bools: a truthy string would persist a
     session meant to learn nothing."""
     for name, value in (("persist", persist), ("wait", wait)):
-        if not isinstance(value, bool):
+        if not isinstance(value, (bool, np.bool_)):
             raise InvalidTypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
