@@ -27,6 +27,7 @@ from context_core import (
     LogCorruptError,
     LogLockedError,
     LogStorageError,
+    MemoryFiles,
     MessageLog,
     ModelEncodingError,
     OverBudgetError,
@@ -3885,3 +3886,59 @@ def test_close_takes_a_numpy_bool_and_join_an_infinite_timeout(tmp_path, persist
         assert session.join(float("inf"))
         session.close(persist=persist, wait=np.True_)
     assert (tmp_path / "s" / "session" / "memory" / "MEMORY.md").exists() is bool(persist)
+
+
+def test_compactions_facts_outlive_a_block_that_raised_and_a_failed_close(tmp_path, monkeypatch):
+    """Held in the session directory, not in the process: a ``with`` block
+    that raised (which learns nothing) and a close whose write failed leave
+    them to the next session that closes, as they leave its messages."""
+    memory = tmp_path / "session" / "memory" / "MEMORY.md"
+
+    def raising() -> None:
+        with open_session(tmp_path, budget=6_000) as session:
+            _lookups(session, 30)
+            raise RuntimeError("the server's own bug")
+
+    with pytest.raises(RuntimeError):
+        raising()
+    assert not memory.exists()
+    session = open_session(tmp_path, budget=6_000)
+    real = MemoryFiles.append
+
+    def full_disk(self, facts):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(MemoryFiles, "append", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        session.close()
+    monkeypatch.setattr(MemoryFiles, "append", real)
+    with open_session(tmp_path, budget=6_000):
+        pass
+    written = memory.read_text()
+    assert "customer_id: CUST-5509" in written
+    assert "Turn 0: look up customer 0" in written
+
+
+def test_compactions_facts_go_among_the_learnings_where_they_were_found(tmp_path):
+    """The close writes each held fact between the learnings of the
+    messages before and after it, so the later value of a key is the newer:
+    the customer id said at the first turn does not replace the ones the
+    tools showed later. And a value another session wrote since a fact was
+    held is newer than it: the held one is not written."""
+    memory = tmp_path / "session" / "memory" / "MEMORY.md"
+    with open_session(tmp_path, budget=6_000) as session:
+        session.prepare("The customer id is CUST-0001.")
+        session.record({"role": "assistant", "content": "Noted."})
+        _lookups(session, 30)
+    keyed = [line for line in memory.read_text().splitlines() if line.startswith("- [fact: customer id]")]
+    assert keyed[0].endswith("CUST-0001.")
+    assert "CUST-55" in keyed[-1]
+    other = MemoryFiles(tmp_path / "other", create=True)
+    with open_session(tmp_path / "x", budget=6_000, memory=other) as held:
+        _lookups(held, 30)
+        held.join()
+        with open_session(tmp_path / "y", memory=other) as newer:
+            newer.prepare("The customer id is CUST-7777.")
+            newer.record({"role": "assistant", "content": "Noted."})
+    keyed = [line for line in other.read().splitlines() if line.startswith("- [fact: customer id]")]
+    assert keyed[-1].endswith("CUST-7777.")

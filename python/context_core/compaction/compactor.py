@@ -451,7 +451,9 @@ class Compactor:
     summaries larger than its window, and every later turn failed.
     ``memory`` (a :class:`~context_core.MemoryFiles`) receives the exact
     facts of each segment (``facts``, default
-    :func:`~context_core.compaction.facts.exact_facts`); ``timeout``
+    :func:`~context_core.compaction.facts.exact_facts`), or, where it has
+    ``hold(facts, seq)`` (a session's, which writes them at its close),
+    holds them with the last seq of the messages they came from; ``timeout``
     (120 s) per job; ``backoff`` (5 s), ``max_backoff`` (600 s) and
     ``max_failures`` (5) for failures; ``clock`` (``time.monotonic``) the
     clock backoff is measured on.
@@ -491,7 +493,7 @@ class Compactor:
             raise InvalidTypeError(f"log must be a MessageLog, got {type(log).__name__}")
         if summarizer is not None and not isinstance(summarizer, Summarizer):
             raise InvalidTypeError(f"summarizer must be a Summarizer, got {type(summarizer).__name__}")
-        if memory is not None and not callable(getattr(memory, "append", None)):
+        if memory is not None and not callable(getattr(memory, "hold", getattr(memory, "append", None))):
             raise InvalidTypeError(f"memory must be a MemoryFiles, got {type(memory).__name__}")
         self.log = log
         self.summarizer = summarizer or Summarizer()
@@ -892,6 +894,9 @@ class Compactor:
         if not facts:
             return 0
         try:
+            hold = getattr(self.memory, "hold", None)
+            if hold is not None:  # a session's: held to its close, with where they were found
+                return int(hold(facts, job.covers[1]))
             return len(self.memory.append(facts).appended)
         except ContextCoreError as error:  # memory is extra: the summary still counts
             log.warning("compaction: facts not saved to memory: %s", error)

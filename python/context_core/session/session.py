@@ -79,7 +79,7 @@ from context_core.prompt.tool_text import tool_blocks_as_text
 from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.clearing import clearings
-from context_core.session.held_facts import HeldFacts
+from context_core.session.held_facts import HeldFacts, newest_values
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.markers import write_by_rename
 from context_core.session.memory_events import MemoryEvents
@@ -551,7 +551,7 @@ class Session:
 
                 namespace_keys(namespace)  # checked now, not at the first turn's search
             compactor = None
-            held = HeldFacts() if files is not None else None
+            held = HeldFacts(files, root) if files is not None else None
             if compact:
                 compactor = _compactor(log, summarizer, held, budget.messages())
             session = cls(
@@ -1533,8 +1533,11 @@ class Session:
                 self._events.close(wait=wait and persist)
             if persist:
                 self._persist()
-            elif forget and self.path:
-                write_learned(self.path, len(self.log))
+            elif forget:
+                if self._held_facts is not None:
+                    self._held_facts.clear()  # learned nothing: compaction's facts neither
+                if self.path:
+                    write_learned(self.path, len(self.log))
         except BaseException:
             _close_parts(self._owned, raising=False)  # the error already on its way says more
             raise
@@ -1549,18 +1552,23 @@ class Session:
         failures: list[BaseException] = []
         end = len(self.log)
         found = self._messages(self._first_seq, end)
-        messages = [message for _, message in found]
         if self.memory is not None:
-            # A long session's text can pass what one extraction takes: it
-            # goes in runs that fit (a message over it alone is left out).
-            batches, skipped = in_batches(messages, self.memory.max_batch_bytes)
-            facts_left_out = 0
-            held = [] if self._held_facts is None else self._held_facts.take()
+            skipped = facts_left_out = 0
             try:
-                if held:  # compaction's, of older messages: a learning's newer value of a key wins
-                    facts_left_out += _append_in_runs(self.memory, held)
-                for batch in batches:
-                    facts_left_out += _learn_from(self.memory, batch)
+                # Compaction's facts among the learnings, where they were
+                # found: the later value of a key is the newer.
+                for part in self._in_order(found):
+                    if isinstance(part, list):
+                        facts_left_out += _append_in_runs(self.memory, part)
+                        continue
+                    # A long session's text can pass what one extraction takes:
+                    # it goes in runs that fit (a message over it alone is left out).
+                    batches, left = in_batches(list(part), self.memory.max_batch_bytes)
+                    skipped += left
+                    for batch in batches:
+                        facts_left_out += _learn_from(self.memory, batch)
+                if self._held_facts is not None:
+                    self._held_facts.clear()
             except Exception as error:  # the store still gets its turn
                 failures.append(error)
             if skipped:
@@ -1598,6 +1606,28 @@ class Session:
             raise failures[0]
         if self.path and end > self._first_seq:
             write_learned(self.path, end)
+
+    def _in_order(self, found: list[tuple[int, dict[str, Any]]]) -> Iterator[list[Any] | tuple[Any, ...]]:
+        """The messages ``found`` (seq, message) to learn from, as tuples of
+        messages, with compaction's held facts (lists) between them where
+        they were found. A held fact whose key another session gave a value
+        since it was held is older than that value: left out."""
+        held = [] if self._held_facts is None else self._held_facts.take()
+        if held:
+            assert self.memory is not None
+            newest = newest_values(self.memory)
+            held = [h for h in held if h.fact.identity is None or newest.get(h.fact.identity) == h.before]
+        at = 0
+        for seq, group in itertools.groupby(sorted(held, key=lambda h: h.seq), key=lambda h: h.seq):
+            upto = at
+            while upto < len(found) and found[upto][0] <= seq:
+                upto += 1
+            if upto > at:
+                yield tuple(message for _, message in found[at:upto])
+            yield [h.fact for h in group]
+            at = upto
+        if at < len(found):
+            yield tuple(message for _, message in found[at:])
 
     def _messages(self, since: int, until: int) -> list[tuple[int, dict[str, Any]]]:
         """The active path's messages with seqs in ``[since, until)``, with their seqs."""
