@@ -80,6 +80,10 @@ def lines(messages: list[dict]) -> list[str]:
             "- [fact: staging db port] the staging DB port is 5434 now.",
         ),
         ("Update: the deploy key is deploy_k4y.", "- [fact: deploy key] the deploy key is deploy_k4y."),
+        # one with no new value of a key is read as if said without the label
+        ("Correction: we deploy to eu-west-1 now.", "- [fact] we deploy to eu-west-1 now."),
+        ("Correction: my name is Alice.", "- [fact] my name is Alice."),
+        ("Update: we use pnpm 9 now.", "- [fact] we use pnpm 9 now."),
     ],
 )
 def test_what_is_kept(text, expected):
@@ -120,7 +124,6 @@ def test_what_is_kept(text, expected):
         "Update: I pushed the fix.",
         "Update: can you rerun the job?",
         "Update: is the port 5434?",
-        "Update: ticket JIRA-1234 is closed now.",
     ],
 )
 def test_what_is_left(text):
@@ -134,11 +137,14 @@ def test_what_is_left(text):
         "Update: the build is broken again today.",
         "Correction: I misread the log, the failure is in test_auth.py.",
         "Update: I ran pytest and 3 tests failed in tests/test_api.py.",
+        "Update: the build is 80% done.",
+        "Update: the ETA is 10 min.",
+        "Correction: the staging DB port is 5434.",
     ],
 )
 def test_an_assistants_news_labelled_update_is_left(text):
-    """An agent's status reports are news, not memory: "Update:" labels a
-    fact only where it gives a key a new exact value."""
+    """An agent's status reports are news, not memory: "Update:" and
+    "Correction:" label a fact only in a user's words."""
     assert lines([{"role": "assistant", "content": text}]) == []
 
 

@@ -490,11 +490,26 @@ def sentences(messages: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, str]
                 yield role, sentence
 
 
-def labelled(sentence: str) -> Fact | None:
-    """The fact a ``Remember:`` / ``Decision:`` / ... sentence states, or ``None``."""
+def labelled(sentence: str, role: str = "user") -> Fact | None:
+    """The fact a ``Remember:`` / ``Decision:`` / ... sentence states, or
+    ``None``. ``Update:`` and ``Correction:`` state one only in a user's
+    words (an agent's are its news) and only as a new value of a key."""
     if len(sentence) > MAX_FACT_CHARS + 16:  # the longest label and its colon, then a fact
         return None
-    return _labelled(sentence) if _LABEL.match(sentence) else None
+    found = _LABEL.match(sentence)
+    if found is None or (found.group("label").lower() in _KEYED_ONLY and role != "user"):
+        return None
+    return _labelled(sentence)
+
+
+def unlabelled(sentence: str) -> str:
+    """``sentence`` without an ``Update:`` or ``Correction:`` label: where it
+    states no new value of a key (:func:`labelled`), it is read as if said
+    without one (not kept under the key "correction")."""
+    found = _LABEL.match(sentence)
+    if found is not None and found.group("label").lower() in _KEYED_ONLY:
+        return found.group("rest").strip()
+    return sentence
 
 
 def extract_facts(messages: Iterable[Mapping[str, Any]]) -> list[Fact]:
@@ -502,9 +517,9 @@ def extract_facts(messages: Iterable[Mapping[str, Any]]) -> list[Fact]:
     duplicates (see the module's documentation for exactly what is kept)."""
     facts: dict[str, Fact] = {}
     for role, sentence in sentences(messages):
-        fact = labelled(sentence)
+        fact = labelled(sentence, role)
         if fact is None and role == "user":  # unlabelled assistant text is never kept here
-            found = classify(sentence, role)
+            found = classify(unlabelled(sentence), role)
             fact = None if found is None else found[0]
         if fact is not None:
             facts.pop(fact.signature, None)  # the newest copy, at its place
