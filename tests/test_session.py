@@ -3884,6 +3884,7 @@ def test_close_takes_a_numpy_bool_and_join_an_infinite_timeout(tmp_path, persist
     with open_session(tmp_path / "s", budget=6_000) as session:
         _lookups(session, 3)
         assert session.join(float("inf"))
+        assert session.join(1e12)  # past what a wait takes: for ever too
         session.close(persist=persist, wait=np.True_)
     assert (tmp_path / "s" / "session" / "memory" / "MEMORY.md").exists() is bool(persist)
 
@@ -3920,25 +3921,42 @@ def test_compactions_facts_outlive_a_block_that_raised_and_a_failed_close(tmp_pa
 
 
 def test_compactions_facts_go_among_the_learnings_where_they_were_found(tmp_path):
-    """The close writes each held fact between the learnings of the
-    messages before and after it, so the later value of a key is the newer:
-    the customer id said at the first turn does not replace the ones the
-    tools showed later. And a value another session wrote since a fact was
-    held is newer than it: the held one is not written."""
+    """The close writes each held fact among the learnings in the order
+    said, before those of its own segment: the customer id said at the first
+    turn does not replace the ones the tools showed later, and a user's
+    correction after a tool's value in one segment is the newer."""
     memory = tmp_path / "session" / "memory" / "MEMORY.md"
     with open_session(tmp_path, budget=6_000) as session:
         session.prepare("The customer id is CUST-0001.")
         session.record({"role": "assistant", "content": "Noted."})
         _lookups(session, 30)
     keyed = [line for line in memory.read_text().splitlines() if line.startswith("- [fact: customer id]")]
-    assert keyed[0].endswith("CUST-0001.")
+    assert "- [fact: customer id] The customer id is CUST-0001." in keyed[:-1]
     assert "CUST-55" in keyed[-1]
-    other = MemoryFiles(tmp_path / "other", create=True)
-    with open_session(tmp_path / "x", budget=6_000, memory=other) as held:
-        _lookups(held, 30)
-        held.join()
-        with open_session(tmp_path / "y", memory=other) as newer:
-            newer.prepare("The customer id is CUST-7777.")
-            newer.record({"role": "assistant", "content": "Noted."})
-    keyed = [line for line in other.read().splitlines() if line.startswith("- [fact: customer id]")]
-    assert keyed[-1].endswith("CUST-7777.")
+    memory = tmp_path / "corrected" / "session" / "memory" / "MEMORY.md"
+    with open_session(tmp_path / "corrected", budget=6_000) as session:
+        _lookups(session, 2)
+        session.prepare("Correction: the customer id is CUST-0002.")
+        session.record({"role": "assistant", "content": "Noted."})
+        _lookups(session, 28)
+    keyed = [line for line in memory.read_text().splitlines() if line.startswith("- [fact: customer id]")]
+    first_segment = keyed.index("- [fact: customer id] the customer id is CUST-0002.")
+    assert any("customer_id: CUST-55" in line for line in keyed[:first_segment])
+    assert "CUST-55" in keyed[-1]  # the later segments' lookups are newer still
+
+
+def test_a_torn_or_edited_held_facts_file_keeps_every_whole_fact(tmp_path):
+    """A crash's torn last line: the next fact held starts a line of its
+    own (it was glued to the torn one and lost). A line that is not a held
+    fact is passed over (a null one failed every close)."""
+    from context_core.session.held_facts import HeldFacts
+
+    root = tmp_path / "s"
+    root.mkdir()
+    torn = '{"seq": 3, "line": "- [fact: tag] tag: v1'
+    (root / "held_facts").write_text('{"seq": 1, "line": null}\n[]\n' + torn)
+    held = HeldFacts(str(root))
+    assert held.hold(["- [fact: port] port: 5433"], 7) == 1
+    assert [(h.fact.line(), h.seq) for h in held.take()] == [("- [fact: port] port: 5433", 7)]
+    held.clear()
+    assert held.take() == []

@@ -453,7 +453,7 @@ class Compactor:
     facts of each segment (``facts``, default
     :func:`~context_core.compaction.facts.exact_facts`), or, where it has
     ``hold(facts, seq)`` (a session's, which writes them at its close),
-    holds them with the last seq of the messages they came from; ``timeout``
+    holds them with the first seq of the segment they came from; ``timeout``
     (120 s) per job; ``backoff`` (5 s), ``max_backoff`` (600 s) and
     ``max_failures`` (5) for failures; ``clock`` (``time.monotonic``) the
     clock backoff is measured on.
@@ -896,7 +896,7 @@ class Compactor:
         try:
             hold = getattr(self.memory, "hold", None)
             if hold is not None:  # a session's: held to its close, with where they were found
-                return int(hold(facts, job.covers[1]))
+                return int(hold(facts, job.covers[0]))
             return len(self.memory.append(facts).appended)
         except ContextCoreError as error:  # memory is extra: the summary still counts
             log.warning("compaction: facts not saved to memory: %s", error)

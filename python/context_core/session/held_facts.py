@@ -9,12 +9,12 @@ session closed with ``persist=False`` learns nothing, these facts included.
 They are held in the session directory (``held_facts``, a JSON line a fact),
 not in memory: a process killed, a ``with`` block that raised or a close
 whose write failed leaves them for the next session that closes, as it
-leaves its messages. Each fact keeps where it was found (the last seq of
-the messages the summary covers), so the close writes it among the
-learnings in the order they were said (the later value of a key is the
-newer), and the value its key had in memory when it was held: where
-another session has written a value of that key since, the held one is
-older and is not written.
+leaves its messages. Each fact keeps where its segment began (the first
+seq the summary covers): the close writes it among the learnings in the
+order they were said, before what was said within its segment (a user's
+correction there is the newer value). Like the learnings, they are written
+when a session closes: of two sessions on one memory, the one that closes
+last writes last.
 """
 
 from __future__ import annotations
@@ -27,27 +27,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from context_core.errors import storage_error
-from context_core.memory import MemoryFiles
 from context_core.memory.facts import Fact, parse_line, to_facts
 
-__all__ = ["HeldFact", "HeldFacts", "newest_values"]
+__all__ = ["HeldFact", "HeldFacts"]
 
 _NAME = "held_facts"
 
 
 @dataclass(frozen=True)
 class HeldFact:
-    """A fact compaction found, ``seq`` the last of the messages it came
-    from, ``before`` its key's newest value in memory when it was held."""
+    """A fact compaction found, ``seq`` the first of the messages its
+    segment covers."""
 
     fact: Fact
     seq: int
-    before: str | None
-
-
-def newest_values(files: MemoryFiles) -> dict[str, str]:
-    """Each key's newest value in ``files`` (by signature)."""
-    return {fact.identity: fact.signature for fact in files.facts() if fact.identity is not None}
 
 
 class HeldFacts:
@@ -56,29 +49,29 @@ class HeldFacts:
     one), for :meth:`take` at a close. Thread-safe: the compactor holds
     facts on its own thread."""
 
-    def __init__(self, files: MemoryFiles, root: str = "") -> None:
-        self.files = files
+    def __init__(self, root: str = "") -> None:
         self.path = os.path.join(root, _NAME) if root else ""
         self._kept: list[HeldFact] = []
         self._lock = threading.Lock()
 
     def hold(self, facts: Iterable[Fact | str], seq: int) -> int:
-        """Hold ``facts``, found in messages up to ``seq``; how many."""
-        batch = to_facts(facts)
-        if not batch:
+        """Hold ``facts``, of a segment that starts at ``seq``; how many."""
+        held = [HeldFact(fact, seq) for fact in to_facts(facts)]
+        if not held:
             return 0
-        newest = newest_values(self.files)
-        held = [HeldFact(fact, seq, newest.get(fact.identity or "")) for fact in batch]
         with self._lock:
             if not self.path:
                 self._kept.extend(held)
                 return len(held)
-            lines = "".join(
-                json.dumps({"seq": h.seq, "line": h.fact.line(), "before": h.before}) + "\n" for h in held
-            )
+            lines = "".join(json.dumps({"seq": h.seq, "line": h.fact.line()}) + "\n" for h in held)
             try:
-                with open(self.path, "a", encoding="utf-8") as out:
-                    out.write(lines)
+                with open(self.path, "a+b") as out:
+                    out.seek(0, os.SEEK_END)
+                    if out.tell():
+                        out.seek(-1, os.SEEK_END)
+                        if out.read(1) != b"\n":
+                            lines = "\n" + lines  # a torn last line (a crash's) ends before these
+                    out.write(lines.encode("utf-8"))
                     out.flush()
                     os.fsync(out.fileno())
             except OSError as error:
@@ -100,12 +93,16 @@ class HeldFacts:
                 raise self._storage_error(error) from error
         out = []
         for line in lines:
-            with contextlib.suppress(ValueError, TypeError, KeyError):
+            record = None
+            with contextlib.suppress(ValueError, RecursionError):  # a torn line (a crash's), an edit
                 record = json.loads(line)
-                fact = parse_line(record["line"])
-                seq, before = record["seq"], record["before"]
-                if isinstance(fact, Fact) and isinstance(seq, int) and isinstance(before, (str, type(None))):
-                    out.append(HeldFact(fact, seq, before))
+            if not isinstance(record, dict):
+                continue
+            text, seq = record.get("line"), record.get("seq")
+            if isinstance(text, str) and type(seq) is int:
+                fact = parse_line(text)
+                if isinstance(fact, Fact):
+                    out.append(HeldFact(fact, seq))
         return out
 
     def _storage_error(self, error: OSError) -> Exception:

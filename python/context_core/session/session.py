@@ -34,6 +34,7 @@ import math
 import numbers
 import os
 import shutil
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -79,7 +80,7 @@ from context_core.prompt.tool_text import tool_blocks_as_text
 from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
 from context_core.select import Policy, PriorityAssembly, Selection, ShapeHistory, WeightedWindow
 from context_core.session.clearing import clearings
-from context_core.session.held_facts import HeldFacts, newest_values
+from context_core.session.held_facts import HeldFacts
 from context_core.session.learned import read_learned, write_learned
 from context_core.session.markers import write_by_rename
 from context_core.session.memory_events import MemoryEvents
@@ -551,7 +552,7 @@ class Session:
 
                 namespace_keys(namespace)  # checked now, not at the first turn's search
             compactor = None
-            held = HeldFacts(files, root) if files is not None else None
+            held = HeldFacts(root) if files is not None else None
             if compact:
                 compactor = _compactor(log, summarizer, held, budget.messages())
             session = cls(
@@ -1609,18 +1610,14 @@ class Session:
 
     def _in_order(self, found: list[tuple[int, dict[str, Any]]]) -> Iterator[list[Any] | tuple[Any, ...]]:
         """The messages ``found`` (seq, message) to learn from, as tuples of
-        messages, with compaction's held facts (lists) between them where
-        they were found. A held fact whose key another session gave a value
-        since it was held is older than that value: left out."""
+        messages, with compaction's held facts (lists) between them: each
+        before the messages of the segment it was found in (what was said
+        there is the newer value), after those before it."""
         held = [] if self._held_facts is None else self._held_facts.take()
-        if held:
-            assert self.memory is not None
-            newest = newest_values(self.memory)
-            held = [h for h in held if h.fact.identity is None or newest.get(h.fact.identity) == h.before]
         at = 0
         for seq, group in itertools.groupby(sorted(held, key=lambda h: h.seq), key=lambda h: h.seq):
-            upto = at
-            while upto < len(found) and found[upto][0] <= seq:
+            upto = at  # the messages before the segment the facts were found in
+            while upto < len(found) and found[upto][0] < seq:
                 upto += 1
             if upto > at:
                 yield tuple(message for _, message in found[at:upto])
@@ -1652,8 +1649,8 @@ class Session:
                 raise InvalidTypeError(f"timeout must be a number of seconds or None, got {named}")
             if not timeout >= 0:
                 raise InvalidInputError(f"timeout must be >= 0 seconds, got {timeout!r}")
-            if math.isinf(timeout):
-                timeout = None  # for ever, as a wait takes it (an infinite deadline overflows)
+            if timeout > threading.TIMEOUT_MAX:
+                timeout = None  # for ever, as a wait takes it (a longer deadline overflows)
         idle = True
         if self.compactor is not None:
             idle = self.compactor.join(timeout) and idle
