@@ -84,6 +84,9 @@ def lines(messages: list[dict]) -> list[str]:
         ("Correction: we deploy to eu-west-1 now.", "- [fact] we deploy to eu-west-1 now."),
         ("Correction: my name is Alice.", "- [fact] my name is Alice."),
         ("Update: we use pnpm 9 now.", "- [fact] we use pnpm 9 now."),
+        # a user's correction in other words is kept, without a key
+        ("Correction: it's 5434, not 5433.", "- [fact] it's 5434, not 5433."),
+        ("Correction: the tests need Python 3.12.", "- [fact] the tests need Python 3.12."),
     ],
 )
 def test_what_is_kept(text, expected):
@@ -124,6 +127,7 @@ def test_what_is_kept(text, expected):
         "Update: I pushed the fix.",
         "Update: can you rerun the job?",
         "Update: is the port 5434?",
+        "Correction: can you redo it?",
     ],
 )
 def test_what_is_left(text):

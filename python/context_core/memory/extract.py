@@ -394,8 +394,11 @@ def _value_key(sentence: str) -> str | None:
     return None
 
 
-#: Labels that make a fact only of "X is <exact value>" (a new value of a key).
+#: Labels of a new value: only in a user's words, and "Update:" only of
+#: "X is <exact value>" (a new value of a key); a correction in other words
+#: is a fact without a key.
 _KEYED_ONLY = frozenset({"correction", "update", "更正"})
+_CORRECTIONS = frozenset({"correction", "更正"})
 
 
 def _labelled(sentence: str) -> Fact | None:
@@ -406,8 +409,12 @@ def _labelled(sentence: str) -> Fact | None:
     kind = _LABELS[label]
     rest = labelled.group("rest").strip()
     if label in _KEYED_ONLY:
+        if rest.endswith(("?", "\uff1f")):
+            return None
         key = _value_key(rest)
-        return None if key is None or rest.endswith(("?", "\uff1f")) else _fact(rest, kind, key)
+        if key is None and label in _CORRECTIONS:
+            return _fact(rest, kind)  # said on purpose, even in other words ("it's 5434, not 5433")
+        return None if key is None else _fact(rest, kind, key)
     if kind == "decision":
         decision = _decision(rest)
         if decision is None or decision.key is not None:
@@ -493,7 +500,8 @@ def sentences(messages: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, str]
 def labelled(sentence: str, role: str = "user") -> Fact | None:
     """The fact a ``Remember:`` / ``Decision:`` / ... sentence states, or
     ``None``. ``Update:`` and ``Correction:`` state one only in a user's
-    words (an agent's are its news) and only as a new value of a key."""
+    words (an agent's are its news): an update only as a new value of a
+    key, a correction in any words."""
     if len(sentence) > MAX_FACT_CHARS + 16:  # the longest label and its colon, then a fact
         return None
     found = _LABEL.match(sentence)
@@ -503,9 +511,9 @@ def labelled(sentence: str, role: str = "user") -> Fact | None:
 
 
 def unlabelled(sentence: str) -> str:
-    """``sentence`` without an ``Update:`` or ``Correction:`` label: where it
-    states no new value of a key (:func:`labelled`), it is read as if said
-    without one (not kept under the key "correction")."""
+    """``sentence`` without an ``Update:`` or ``Correction:`` label: where
+    :func:`labelled` takes no fact from it (an agent's, an update with no
+    new value of a key), it is read as if said without one."""
     found = _LABEL.match(sentence)
     if found is not None and found.group("label").lower() in _KEYED_ONLY:
         return found.group("rest").strip()
