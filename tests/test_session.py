@@ -3920,29 +3920,34 @@ def test_compactions_facts_outlive_a_block_that_raised_and_a_failed_close(tmp_pa
     assert "Turn 0: look up customer 0" in written
 
 
-def test_compactions_facts_go_among_the_learnings_where_they_were_found(tmp_path):
-    """The close writes each held fact among the learnings in the order
-    said, before those of its own segment: the customer id said at the first
-    turn does not replace the ones the tools showed later, and a user's
-    correction after a tool's value in one segment is the newer."""
-    memory = tmp_path / "session" / "memory" / "MEMORY.md"
+def _db_port_lines(tmp_path, said: list[tuple[int, str]], shown: list[int]) -> list[str]:
+    """A session whose user says ``said`` ((turn, text)) and whose tool
+    shows ``db_port`` at the turns ``shown`` (the port 5400 + turn), then
+    enough turns for compaction to cover them; MEMORY.md's db port lines."""
     with open_session(tmp_path, budget=6_000) as session:
-        session.prepare("The customer id is CUST-0001.")
-        session.record({"role": "assistant", "content": "Noted."})
-        _lookups(session, 30)
-    keyed = [line for line in memory.read_text().splitlines() if line.startswith("- [fact: customer id]")]
-    assert "- [fact: customer id] The customer id is CUST-0001." in keyed[:-1]
-    assert "CUST-55" in keyed[-1]
-    memory = tmp_path / "corrected" / "session" / "memory" / "MEMORY.md"
-    with open_session(tmp_path / "corrected", budget=6_000) as session:
-        _lookups(session, 2)
-        session.prepare("Correction: the customer id is CUST-0002.")
-        session.record({"role": "assistant", "content": "Noted."})
-        _lookups(session, 28)
-    keyed = [line for line in memory.read_text().splitlines() if line.startswith("- [fact: customer id]")]
-    first_segment = keyed.index("- [fact: customer id] the customer id is CUST-0002.")
-    assert any("customer_id: CUST-55" in line for line in keyed[:first_segment])
-    assert "CUST-55" in keyed[-1]  # the later segments' lookups are newer still
+        for turn in range(30):
+            told = dict(said).get(turn)
+            session.prepare(told or f"Turn {turn}: look at service {turn}")
+            session.record(calling(f"call_{turn}", "openai"))
+            output = {"service": f"svc-{turn}"} | ({"db_port": 5400 + turn} if turn in shown else {})
+            session.record_tool_result(f"call_{turn}", json.dumps(output))
+            session.prepare()
+            session.record({"role": "assistant", "content": "Done."})
+            session.join()
+        assert session._compaction()["written"][2] > 0
+    text = (tmp_path / "session" / "memory" / "MEMORY.md").read_text()
+    return [line for line in text.splitlines() if line.startswith("- [fact: db port]")]
+
+
+def test_compactions_facts_go_among_the_learnings_where_they_were_found(tmp_path):
+    """The close writes each held fact right after the message it was found
+    in, among the learnings, so the later value of a key is the newer
+    whichever said it: a tool's value after the user's, a user's
+    correction after a tool's (within one summarised segment too)."""
+    lines = _db_port_lines(tmp_path / "tool", [(0, "The db port is 5433.")], [3])
+    assert lines[-1] == "- [fact: db port] db_port: 5403"
+    lines = _db_port_lines(tmp_path / "user", [(3, "Correction: the db port is 5499.")], [1])
+    assert lines[-1] == "- [fact: db port] the db port is 5499."
 
 
 def test_a_torn_or_edited_held_facts_file_keeps_every_whole_fact(tmp_path):
@@ -3960,3 +3965,40 @@ def test_a_torn_or_edited_held_facts_file_keeps_every_whole_fact(tmp_path):
     assert [(h.fact.line(), h.seq) for h in held.take()] == [("- [fact: port] port: 5433", 7)]
     held.clear()
     assert held.take() == []
+
+
+def test_held_facts_stay_until_the_messages_are_learned_and_none_after_a_close(tmp_path, monkeypatch):
+    """A close that fails after MEMORY.md was written (the store's write,
+    the learned mark) leaves the facts held: the messages are learned again
+    at the next close, and the facts with them (they were dropped, so the
+    next close wrote the messages' older values last). A compaction still
+    in flight after its session closed holds nothing (it wrote the file
+    after close(persist=False) had cleared it)."""
+    from context_core.session import session as session_module
+
+    held = tmp_path / "session" / "held_facts"
+    session = open_session(tmp_path, budget=6_000)
+    _lookups(session, 30)
+    assert held.exists()
+
+    def failing(root, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(session_module, "write_learned", failing)
+    with pytest.raises(OSError, match="No space left"):
+        session.close()
+    assert held.exists()
+    monkeypatch.undo()
+    with open_session(tmp_path, budget=6_000):
+        pass
+    assert not held.exists()
+    lines = (tmp_path / "session" / "memory" / "MEMORY.md").read_text().splitlines()
+    keyed = [line for line in lines if line.startswith("- [fact: customer id]")]
+    assert "CUST-55" in keyed[-1]
+
+    from context_core.session.held_facts import HeldFacts
+
+    late = HeldFacts(str(tmp_path))
+    late.close()
+    assert late.hold(["- [fact: port] port: 5433"], 3) == 0
+    assert late.take() == []

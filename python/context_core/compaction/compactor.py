@@ -453,7 +453,7 @@ class Compactor:
     facts of each segment (``facts``, default
     :func:`~context_core.compaction.facts.exact_facts`), or, where it has
     ``hold(facts, seq)`` (a session's, which writes them at its close),
-    holds them with the first seq of the segment they came from; ``timeout``
+    holds them with the seq of the newest message each came from; ``timeout``
     (120 s) per job; ``backoff`` (5 s), ``max_backoff`` (600 s) and
     ``max_failures`` (5) for failures; ``clock`` (``time.monotonic``) the
     clock backoff is measured on.
@@ -896,11 +896,27 @@ class Compactor:
         try:
             hold = getattr(self.memory, "hold", None)
             if hold is not None:  # a session's: held to its close, with where they were found
-                return int(hold(facts, job.covers[0]))
+                return sum(
+                    int(hold(found, seq)) for seq, found in self._found_at(job, prepared[0], facts).items()
+                )
             return len(self.memory.append(facts).appended)
         except ContextCoreError as error:  # memory is extra: the summary still counts
             log.warning("compaction: facts not saved to memory: %s", error)
             return 0
+
+    def _found_at(self, job: Job, messages: list[Any], facts: list[Any]) -> dict[int, list[Any]]:
+        """``facts`` (of ``messages``, the nodes ``job.messages``) by the seq
+        of the newest message each is a fact of; one of none alone (found
+        in the messages together) by the segment's last."""
+        seqs = list(job.messages) if len(job.messages) == len(messages) else []
+        origin: dict[str, int] = {}
+        for seq, message in zip(seqs, messages, strict=True):
+            for fact in self.facts([message]) if isinstance(message, dict) else ():
+                origin[fact.signature] = seq
+        found: dict[int, list[Any]] = {}
+        for fact in facts:
+            found.setdefault(origin.get(fact.signature, job.covers[1]), []).append(fact)
+        return found
 
     def _record(self, outcome: Outcome) -> Outcome:
         said: tuple[int, str, tuple[Any, ...]] | None = None

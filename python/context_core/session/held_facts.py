@@ -9,12 +9,11 @@ session closed with ``persist=False`` learns nothing, these facts included.
 They are held in the session directory (``held_facts``, a JSON line a fact),
 not in memory: a process killed, a ``with`` block that raised or a close
 whose write failed leaves them for the next session that closes, as it
-leaves its messages. Each fact keeps where its segment began (the first
-seq the summary covers): the close writes it among the learnings in the
-order they were said, before what was said within its segment (a user's
-correction there is the newer value). Like the learnings, they are written
-when a session closes: of two sessions on one memory, the one that closes
-last writes last.
+leaves its messages. Each fact keeps the seq of the newest message it was
+found in: the close writes it among the learnings in the order they were
+said, so the later value of a key is the newer. Like the learnings, they
+are written when a session closes: of two sessions on one memory, the one
+that closes last writes last.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ _NAME = "held_facts"
 
 @dataclass(frozen=True)
 class HeldFact:
-    """A fact compaction found, ``seq`` the first of the messages its
-    segment covers."""
+    """A fact compaction found, ``seq`` the newest message it was found in."""
 
     fact: Fact
     seq: int
@@ -53,13 +51,17 @@ class HeldFacts:
         self.path = os.path.join(root, _NAME) if root else ""
         self._kept: list[HeldFact] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def hold(self, facts: Iterable[Fact | str], seq: int) -> int:
-        """Hold ``facts``, of a segment that starts at ``seq``; how many."""
+        """Hold ``facts``, found in message ``seq``; how many (none once
+        closed: a compaction that outlived its session's close)."""
         held = [HeldFact(fact, seq) for fact in to_facts(facts)]
         if not held:
             return 0
         with self._lock:
+            if self._closed:
+                return 0
             if not self.path:
                 self._kept.extend(held)
                 return len(held)
@@ -115,3 +117,8 @@ class HeldFacts:
             if self.path:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.path)
+
+    def close(self) -> None:
+        """Hold nothing more: the session closed."""
+        with self._lock:
+            self._closed = True

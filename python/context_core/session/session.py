@@ -1530,6 +1530,8 @@ class Session:
         try:
             if self.compactor is not None:
                 self.compactor.close(wait=wait)
+            if self._held_facts is not None:
+                self._held_facts.close()  # a job abandoned in flight holds nothing after this
             if self._events is not None:
                 self._events.close(wait=wait and persist)
             if persist:
@@ -1568,8 +1570,6 @@ class Session:
                     skipped += left
                     for batch in batches:
                         facts_left_out += _learn_from(self.memory, batch)
-                if self._held_facts is not None:
-                    self._held_facts.clear()
             except Exception as error:  # the store still gets its turn
                 failures.append(error)
             if skipped:
@@ -1604,20 +1604,22 @@ class Session:
                     failures.append(error)
                     break  # the store that failed this one would fail the rest
         if failures:
-            raise failures[0]
+            raise failures[0]  # the held facts are held still: learned again with the messages
         if self.path and end > self._first_seq:
             write_learned(self.path, end)
+        if self._held_facts is not None:
+            self._held_facts.clear()  # after the messages are marked learned: never one without the other
 
     def _in_order(self, found: list[tuple[int, dict[str, Any]]]) -> Iterator[list[Any] | tuple[Any, ...]]:
         """The messages ``found`` (seq, message) to learn from, as tuples of
         messages, with compaction's held facts (lists) between them: each
-        before the messages of the segment it was found in (what was said
-        there is the newer value), after those before it."""
+        right after the message it was found in, so the later value of a
+        key is the newer."""
         held = [] if self._held_facts is None else self._held_facts.take()
         at = 0
         for seq, group in itertools.groupby(sorted(held, key=lambda h: h.seq), key=lambda h: h.seq):
-            upto = at  # the messages before the segment the facts were found in
-            while upto < len(found) and found[upto][0] < seq:
+            upto = at  # the messages up to the one the facts were found in
+            while upto < len(found) and found[upto][0] <= seq:
                 upto += 1
             if upto > at:
                 yield tuple(message for _, message in found[at:upto])
