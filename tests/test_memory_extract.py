@@ -80,13 +80,6 @@ def lines(messages: list[dict]) -> list[str]:
             "- [fact: staging db port] the staging DB port is 5434 now.",
         ),
         ("Update: the deploy key is deploy_k4y.", "- [fact: deploy key] the deploy key is deploy_k4y."),
-        # one with no new value of a key is read as if said without the label
-        ("Correction: we deploy to eu-west-1 now.", "- [fact] we deploy to eu-west-1 now."),
-        ("Correction: my name is Alice.", "- [fact] my name is Alice."),
-        ("Update: we use pnpm 9 now.", "- [fact] we use pnpm 9 now."),
-        # a user's correction in other words is kept, without a key
-        ("Correction: it's 5434, not 5433.", "- [fact] it's 5434, not 5433."),
-        ("Correction: the tests need Python 3.12.", "- [fact] the tests need Python 3.12."),
     ],
 )
 def test_what_is_kept(text, expected):
@@ -122,12 +115,14 @@ def test_what_is_kept(text, expected):
         "```\nrm -rf /tmp/cache\nYou must not do this\n```",  # code
         "    /usr/local/bin/indented-code",
         "x" * (MAX_FACT_CHARS + 1) + " /etc/long",  # prose, not a fact
-        # an update or a correction that gives no new value of a key is news
+        # an update or a correction that gives no new value of a key: as unlabelled
         "update: the tests pass now",
         "Update: I pushed the fix.",
         "Update: can you rerun the job?",
         "Update: is the port 5434?",
         "Correction: can you redo it?",
+        "Correction: oops.",
+        "Correction: I meant the other file.",
     ],
 )
 def test_what_is_left(text):

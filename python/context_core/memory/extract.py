@@ -394,11 +394,9 @@ def _value_key(sentence: str) -> str | None:
     return None
 
 
-#: Labels of a new value: only in a user's words, and "Update:" only of
-#: "X is <exact value>" (a new value of a key); a correction in other words
-#: is a fact without a key.
+#: Labels of a new value of a key: only in a user's words and only of
+#: "X is <exact value>"; any other such sentence is read as it always was.
 _KEYED_ONLY = frozenset({"correction", "update", "更正"})
-_CORRECTIONS = frozenset({"correction", "更正"})
 
 
 def _labelled(sentence: str) -> Fact | None:
@@ -409,11 +407,7 @@ def _labelled(sentence: str) -> Fact | None:
     kind = _LABELS[label]
     rest = labelled.group("rest").strip()
     if label in _KEYED_ONLY:
-        if rest.endswith(("?", "\uff1f")):
-            return None
-        key = _value_key(rest)
-        if key is None and label in _CORRECTIONS:
-            return _fact(rest, kind)  # said on purpose, even in other words ("it's 5434, not 5433")
+        key = None if rest.endswith(("?", "\uff1f")) else _value_key(rest)
         return None if key is None else _fact(rest, kind, key)
     if kind == "decision":
         decision = _decision(rest)
@@ -500,24 +494,14 @@ def sentences(messages: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, str]
 def labelled(sentence: str, role: str = "user") -> Fact | None:
     """The fact a ``Remember:`` / ``Decision:`` / ... sentence states, or
     ``None``. ``Update:`` and ``Correction:`` state one only in a user's
-    words (an agent's are its news): an update only as a new value of a
-    key, a correction in any words."""
+    words (an agent's are its news) and only as a new value of a key;
+    any other is for :func:`classify`, whole, as an unlabelled sentence."""
     if len(sentence) > MAX_FACT_CHARS + 16:  # the longest label and its colon, then a fact
         return None
     found = _LABEL.match(sentence)
     if found is None or (found.group("label").lower() in _KEYED_ONLY and role != "user"):
         return None
     return _labelled(sentence)
-
-
-def unlabelled(sentence: str) -> str:
-    """``sentence`` without an ``Update:`` or ``Correction:`` label: where
-    :func:`labelled` takes no fact from it (an agent's, an update with no
-    new value of a key), it is read as if said without one."""
-    found = _LABEL.match(sentence)
-    if found is not None and found.group("label").lower() in _KEYED_ONLY:
-        return found.group("rest").strip()
-    return sentence
 
 
 def extract_facts(messages: Iterable[Mapping[str, Any]]) -> list[Fact]:
@@ -527,7 +511,7 @@ def extract_facts(messages: Iterable[Mapping[str, Any]]) -> list[Fact]:
     for role, sentence in sentences(messages):
         fact = labelled(sentence, role)
         if fact is None and role == "user":  # unlabelled assistant text is never kept here
-            found = classify(unlabelled(sentence), role)
+            found = classify(sentence, role)
             fact = None if found is None else found[0]
         if fact is not None:
             facts.pop(fact.signature, None)  # the newest copy, at its place

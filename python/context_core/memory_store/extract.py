@@ -36,7 +36,7 @@ from typing import Any
 
 from context_core._core import _entities
 from context_core.errors import InvalidTypeError, MemoryFormatError
-from context_core.memory.extract import classify, conversation_text, labelled, sentences, unlabelled
+from context_core.memory.extract import classify, conversation_text, labelled, sentences
 from context_core.memory.facts import NOTHING, normalize, parse_reply
 from context_core.types import OpenAIMessage
 
@@ -112,7 +112,7 @@ def _offline(messages: list[Mapping[str, Any]]) -> list[Extracted]:
         if fact is not None:
             kind, weight = "semantic", fact.kind
         else:
-            kept = classify(unlabelled(sentence), role)
+            kept = classify(sentence, role)
             if kept is None:
                 continue
             fact, kind = kept
