@@ -4002,3 +4002,58 @@ def test_held_facts_stay_until_the_messages_are_learned_and_none_after_a_close(t
     late.close()
     assert late.hold(["- [fact: port] port: 5433"], 3) == 0
     assert late.take() == []
+
+
+def test_a_reopened_session_holds_older_turns_facts_only_where_memory_has_none(tmp_path):
+    """A reopened session's compaction summarises turns a close already
+    learned from: a value memory holds for their key was learned since (the
+    tool showed the port before the user corrected it), so the held one is
+    not written after it; a key memory has no value for is."""
+    path = tmp_path / "session"
+
+    def turn(session: Session, n: int, said: str, output: dict[str, Any]) -> None:
+        session.prepare(said)
+        session.record(calling(f"call_{n}", "openai"))
+        session.record_tool_result(f"call_{n}", json.dumps(output))
+        session.prepare()
+        session.record({"role": "assistant", "content": "Done."})
+        session.join()
+
+    with open_session(tmp_path, budget=50_000) as first:
+        turn(first, 0, "Turn 0: check the database", {"db_port": 5433, "cache_host": "10.0.0.7"})
+        for n in range(1, 12):
+            turn(first, n, f"Turn {n}: check service {n}", {"rows": n})
+        first.prepare("The db port is 5434 now.")
+        first.record({"role": "assistant", "content": "Noted."})
+    with open_session(tmp_path, budget=6_000) as second:
+        for n in range(100, 120):
+            turn(second, n, f"Turn {n}: check service {n}", {"rows": n})
+        assert (path / "held_facts").exists()
+    lines = (path / "memory" / "MEMORY.md").read_text().splitlines()
+    assert [line for line in lines if line.startswith("- [fact: db port]")] == [
+        "- [fact: db port] The db port is 5434 now."
+    ]
+    assert "- [fact: cache host] cache_host: 10.0.0.7" in lines
+
+
+def test_a_tool_output_and_the_users_words_in_one_message_the_words_are_newer(tmp_path):
+    """An Anthropic input can give a tool's result and the user's words in
+    one message: the words are the newer value (they were written last),
+    where the tool's, held at that message, was written after them."""
+    with open_session(tmp_path, model="claude-sonnet-4-5", budget=6_000) as session:
+        session.prepare("Turn 0: check the db")
+        session.record(calling("call_0", "anthropic"))
+        result = {"type": "tool_result", "tool_use_id": "call_0", "content": "db_port: 5433\nstatus: ok"}
+        words = {"type": "text", "text": "The db port is 5434 now."}
+        session.prepare({"role": "user", "content": [result, words]})
+        session.record({"role": "assistant", "content": "Noted."})
+        for n in range(1, 30):
+            session.prepare(f"Turn {n}: look at service {n}")
+            session.record(calling(f"call_{n}", "anthropic"))
+            session.record_tool_result(f"call_{n}", json.dumps({"service": f"svc-{n}"}))
+            session.prepare()
+            session.record({"role": "assistant", "content": "Done."})
+            session.join()
+    text = (tmp_path / "session" / "memory" / "MEMORY.md").read_text()
+    keyed = [line for line in text.splitlines() if line.startswith("- [fact: db port]")]
+    assert keyed[-1] == "- [fact: db port] The db port is 5434 now."

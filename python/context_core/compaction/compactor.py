@@ -908,11 +908,12 @@ class Compactor:
         """``facts`` (of ``messages``, the nodes ``job.messages``) by the seq
         of the newest message each is a fact of; one of none alone (found
         in the messages together) by the segment's last."""
-        seqs = list(job.messages) if len(job.messages) == len(messages) else []
         origin: dict[str, int] = {}
-        for seq, message in zip(seqs, messages, strict=True):
-            for fact in self.facts([message]) if isinstance(message, dict) else ():
-                origin[fact.signature] = seq
+        if len(job.messages) == len(messages):
+            for seq, message in zip(job.messages, messages, strict=True):
+                self._gate.wait()  # a turn goes first: a long tool output takes a while
+                for fact in self.facts([message]) if isinstance(message, dict) else ():
+                    origin[fact.signature] = seq
         found: dict[int, list[Any]] = {}
         for fact in facts:
             found.setdefault(origin.get(fact.signature, job.covers[1]), []).append(fact)

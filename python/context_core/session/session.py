@@ -1613,13 +1613,23 @@ class Session:
     def _in_order(self, found: list[tuple[int, dict[str, Any]]]) -> Iterator[list[Any] | tuple[Any, ...]]:
         """The messages ``found`` (seq, message) to learn from, as tuples of
         messages, with compaction's held facts (lists) between them: each
-        right after the message it was found in, so the later value of a
-        key is the newer."""
+        just before the learnings of the message it was found in (of one
+        message, the user's words are the newer value: a tool output an
+        Anthropic input gives with them came first), so the later value of
+        a key is the newer. Facts of messages a close learned from before
+        (a reopened session compacting older turns) only fill a key memory
+        does not hold: a value it holds was learned later."""
         held = [] if self._held_facts is None else self._held_facts.take()
+        learned = [h for h in held if h.seq < self._first_seq]
+        if learned:
+            assert self.memory is not None
+            known = {fact.identity for fact in self.memory.facts() if fact.identity is not None}
+            gaps = [h for h in learned if h.fact.identity is None or h.fact.identity not in known]
+            held = gaps + [h for h in held if h.seq >= self._first_seq]
         at = 0
         for seq, group in itertools.groupby(sorted(held, key=lambda h: h.seq), key=lambda h: h.seq):
-            upto = at  # the messages up to the one the facts were found in
-            while upto < len(found) and found[upto][0] <= seq:
+            upto = at  # the messages before the one the facts were found in
+            while upto < len(found) and found[upto][0] < seq:
                 upto += 1
             if upto > at:
                 yield tuple(message for _, message in found[at:upto])
