@@ -1242,7 +1242,8 @@ class Session:
         its cleared results stand in for the log's in a window chosen from
         the headers (the whole view, decoded, took a second at 200,000
         messages), unless a result of it is not in the view (a summary
-        covers it), where the whole view is read."""
+        covers it) or the policy is the caller's own, where the whole view
+        is read."""
         turn, floor = self._cleared_in_turn
         floor = floor if turn == self._turn else 0  # a new turn clears from none
         cap = getattr(self.policy, "tool_result_cap", None)
