@@ -1281,3 +1281,16 @@ def test_a_pinned_rule_stays_raw_and_no_summary_must_carry_it(tmp_path: Path):
     assert 3 in levels
     view = log.context_view()
     assert [m for m in view if m.get("content") == "You must always answer in English."]
+
+
+def test_join_refuses_a_timeout_that_is_no_number_of_seconds(tmp_path: Path):
+    """As the session's join: a wrong timeout raised Python's own error, and
+    one past what a lock waits overflowed its deadline; it is for ever."""
+    compactor = Compactor(new_log(tmp_path, turns(4)))
+    for bad, error in (("a", InvalidTypeError), (-1, InvalidInputError), (float("nan"), InvalidInputError)):
+        with pytest.raises(error, match="timeout must be"):
+            compactor.join(bad)
+        with pytest.raises(error, match="timeout must be"):
+            asyncio.run(compactor.ajoin(bad))
+    assert compactor.join(1e12)
+    compactor.close()

@@ -1,11 +1,31 @@
-"""Waiting from asyncio for a thread to end."""
+"""Waiting for background work: a wait's timeout checked, and waiting from
+asyncio for a thread to end."""
 
 from __future__ import annotations
 
 import asyncio
+import numbers
 import threading
+from typing import Any
 
-__all__ = ["thread_end"]
+from context_core.errors import InvalidInputError, InvalidTypeError
+
+__all__ = ["thread_end", "wait_timeout"]
+
+
+def wait_timeout(timeout: Any) -> float | None:
+    """``timeout`` for a wait: ``None`` or seconds >= 0; one longer than a
+    lock can wait (infinity included) is ``None`` too, for ever, where it
+    would overflow the deadline."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise InvalidTypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    seconds = float(timeout)
+    if not seconds >= 0:
+        raise InvalidInputError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return None if seconds > threading.TIMEOUT_MAX else seconds
+
 
 #: The first and the longest pause between two looks at the thread.
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.001, 0.05

@@ -35,7 +35,7 @@ import numpy as np
 
 from context_core._core import SEGMENTS_KEPT
 from context_core._logging import library_logger
-from context_core._threads import thread_end
+from context_core._threads import thread_end, wait_timeout
 from context_core.compaction.plan import Job, Wait, plan, starts_turn, turn_starts
 from context_core.errors import ContextCoreError, InvalidInputError, InvalidTypeError, LogClosedError
 from context_core.log import MessageLog
@@ -1046,13 +1046,14 @@ class Compactor:
         while the model answers. A replay with no model time does, or the
         worker never gets the interpreter between calls made back to back.
         Call it outside a turn (a step waits at its yields for the turn)."""
-        self._wait_idle(timeout)
+        self._wait_idle(wait_timeout(timeout))
         with self._state:
             return not self._running()
 
     async def ajoin(self, timeout: float | None = None) -> bool:
         """:meth:`join` for asyncio: awaits the task :meth:`aschedule`
         started (or the worker thread) without blocking the loop."""
+        timeout = wait_timeout(timeout)
         with self._state:
             task, thread = self._task, self._thread
         if task is not None and not task.done() and task is not asyncio.current_task():
