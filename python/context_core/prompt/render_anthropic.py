@@ -67,6 +67,7 @@ __all__ = [
     "anthropic_request",
     "count_breakpoints",
     "min_cache_tokens",
+    "too_many_breakpoints",
 ]
 
 MAX_BREAKPOINTS = 4
@@ -228,6 +229,16 @@ def _append_blocks(messages: list[Any], per_turn: list[Any]) -> None:
         messages.append({"role": "user", "content": list(per_turn)})
 
 
+def too_many_breakpoints(carriers: str, breakpoints: int, limit: int) -> CacheBreakpointsError:
+    """The error for ``carriers`` (what holds them) with ``breakpoints``
+    ``cache_control`` marks, over the ``limit`` a request takes."""
+    error = CacheBreakpointsError(
+        f"{carriers} {breakpoints} cache_control breakpoints; the API accepts at most {limit} in a request"
+    )
+    error.breakpoints, error.limit = breakpoints, limit
+    return error
+
+
 def anthropic_request(
     prefix: Prefix,
     volatile: str,
@@ -270,12 +281,7 @@ def anthropic_request(
     theirs = count_breakpoints(conversation) + _count_blocks(context)
     theirs += prefix.system.tool_breakpoints() if prefix.system.tools else 0
     if theirs > max_breakpoints:
-        error = CacheBreakpointsError(
-            f"the messages and tools already carry {theirs} cache_control breakpoints;"
-            f" the API accepts at most {max_breakpoints}"
-        )
-        error.breakpoints, error.limit = theirs, max_breakpoints
-        raise error
+        raise too_many_breakpoints("the messages and tools already carry", theirs, max_breakpoints)
     room = max_breakpoints - theirs
     if len(plan) > room:
         dropped = plan[: len(plan) - room]  # the tools or system breakpoint goes first

@@ -34,7 +34,6 @@ import math
 import numbers
 import os
 import shutil
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -54,6 +53,7 @@ from context_core._log_selection import (
     standing_in,
 )
 from context_core._logging import library_logger
+from context_core._threads import wait_timeout
 from context_core.budget import Budget
 from context_core.errors import (
     CacheBreakpointsError,
@@ -74,7 +74,7 @@ from context_core.memory.extract import extract_facts, in_batches, in_runs
 from context_core.memory.facts import Fact, to_facts
 from context_core.prompt import PromptBuilder, PromptParts
 from context_core.prompt.context_part import SEPARATOR
-from context_core.prompt.render_anthropic import MAX_BREAKPOINTS, count_breakpoints
+from context_core.prompt.render_anthropic import MAX_BREAKPOINTS, count_breakpoints, too_many_breakpoints
 from context_core.prompt.sections import check_text
 from context_core.prompt.tool_text import tool_blocks_as_text
 from context_core.sdk_messages import OPENAI_REPLY_FIELDS, message_of, paused, response_id, usage_of
@@ -691,16 +691,14 @@ class Session:
         call (one clearing may take), from the headers alone: back from the
         head to the message that starts the turn (a user's, with words of
         its own and no result, as the policies tell one)."""
+        headers = self.log.headers()
         newest_call = False
-        for seq, headers in self._messages_back():
+        for seq in reversed(self._turn_seqs()):
             role, flags = int(headers["role"][seq]), int(headers["flags"][seq])
             if role == _ROLE_ASSISTANT and flags & _FLAG_CALLS:
                 newest_call = True
-            elif flags & _FLAG_RESULTS:
-                if newest_call:
-                    return True
-            elif role == _ROLE_USER and flags & _FLAG_HAS_TEXT:
-                return False
+            elif flags & _FLAG_RESULTS and newest_call:
+                return True
         return False
 
     def _retried_steps(self, message: Mapping[str, Any]) -> int | None:
@@ -1656,14 +1654,7 @@ class Session:
         returns whether none is left. A server never needs this: the work
         runs while the model answers. A replay with no model time does, or
         turns made back to back leave the workers no time at all."""
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-                named = type(timeout).__name__
-                raise InvalidTypeError(f"timeout must be a number of seconds or None, got {named}")
-            if not timeout >= 0:
-                raise InvalidInputError(f"timeout must be >= 0 seconds, got {timeout!r}")
-            if timeout > threading.TIMEOUT_MAX:
-                timeout = None  # for ever, as a wait takes it (a longer deadline overflows)
+        timeout = wait_timeout(timeout)
         idle = True
         if self.compactor is not None:
             idle = self.compactor.join(timeout) and idle
@@ -1710,12 +1701,7 @@ def _check_tool_marks(marks: int) -> None:
     """Tools that carry more ``cache_control`` marks than a request may hold
     make every request refused: said at open, before an input is logged."""
     if marks > MAX_BREAKPOINTS:
-        error = CacheBreakpointsError(
-            f"the tools carry {marks} cache_control breakpoints; Anthropic accepts at most"
-            f" {MAX_BREAKPOINTS} in a request"
-        )
-        error.breakpoints, error.limit = marks, MAX_BREAKPOINTS
-        raise error
+        raise too_many_breakpoints("the tools carry", marks, MAX_BREAKPOINTS)
 
 
 def _reply_cap_field(model: str) -> str:
