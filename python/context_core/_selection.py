@@ -450,7 +450,7 @@ def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selectio
         try:
             selection, over = run(target)
         except OverBudgetError as error:
-            least = _must_keep(error)
+            least = must_keep(error)
             if target == budget or least_tried or least is None or not target < least < budget:
                 raise
             target, least_tried = least, True
@@ -460,7 +460,7 @@ def settle(run: Callable[[int], tuple[Selection, int]], budget: int) -> Selectio
         target -= over
 
 
-def _must_keep(error: OverBudgetError) -> int | None:
+def must_keep(error: OverBudgetError) -> int | None:
     """The tokens every window must keep, from ``error``'s sizes (``None``
     where it has none)."""
     sizes = (error.system, error.pinned, error.turn_in_progress, error.priming)

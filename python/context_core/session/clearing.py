@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from context_core._selection import must_keep
 from context_core.errors import OverBudgetError
 from context_core.session.tool_calls import calls_of
 
@@ -115,8 +116,7 @@ def clearings(
 def _missing(error: OverBudgetError, room: int) -> int:
     """The tokens the kept units exceed ``room`` by, from ``error``'s sizes
     (at least one: the error says they do not fit)."""
-    sizes = (error.system, error.pinned, error.turn_in_progress, error.priming)
-    kept = sum(size or 0 for size in sizes)
+    kept = must_keep(error) or 0
     return max(1, kept - (room if error.budget is None else error.budget))
 
 
