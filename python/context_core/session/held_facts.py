@@ -11,7 +11,8 @@ not in memory: a process killed, a ``with`` block that raised or a close
 whose write failed leaves them for the next session that closes, as it
 leaves its messages. Each fact keeps the seq of the newest message it was
 found in: the close writes it among the learnings in the order they were
-said, so the later value of a key is the newer. Like the learnings, they
+said (see ``Session._in_order``), so the later value of a key is the
+newer. Like the learnings, they
 are written when a session closes: of two sessions on one memory, the one
 that closes last writes last.
 """
@@ -43,13 +44,11 @@ class HeldFact:
 
 class HeldFacts:
     """A compactor's memory (``hold``) for a session: the facts go to the
-    session directory ``root`` (kept in this object for a session without
-    one), for :meth:`take` at a close. Thread-safe: the compactor holds
-    facts on its own thread."""
+    session directory ``root``, for :meth:`take` at a close. Thread-safe:
+    the compactor holds facts on its own thread."""
 
-    def __init__(self, root: str = "") -> None:
-        self.path = os.path.join(root, _NAME) if root else ""
-        self._kept: list[HeldFact] = []
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(root, _NAME)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -62,9 +61,6 @@ class HeldFacts:
         with self._lock:
             if self._closed:
                 return 0
-            if not self.path:
-                self._kept.extend(held)
-                return len(held)
             lines = "".join(json.dumps({"seq": h.seq, "line": h.fact.line()}) + "\n" for h in held)
             try:
                 with open(self.path, "a+b") as out:
@@ -84,8 +80,6 @@ class HeldFacts:
         """The facts held (a torn last line, a crash's, left out), oldest
         first; still held until :meth:`clear`."""
         with self._lock:
-            if not self.path:
-                return list(self._kept)
             try:
                 with open(self.path, encoding="utf-8", errors="replace") as held:
                     lines = held.read().splitlines()
@@ -112,11 +106,8 @@ class HeldFacts:
 
     def clear(self) -> None:
         """No fact held any more (written, or dropped)."""
-        with self._lock:
-            self._kept.clear()
-            if self.path:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self.path)
+        with self._lock, contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
 
     def close(self) -> None:
         """Hold nothing more: the session closed."""
