@@ -399,10 +399,7 @@ def _value_key(sentence: str) -> str | None:
 _KEYED_ONLY = frozenset({"correction", "update", "更正"})
 
 
-def _labelled(sentence: str) -> Fact | None:
-    labelled = _LABEL.match(sentence)
-    if labelled is None:
-        return None
+def _labelled(labelled: re.Match[str]) -> Fact | None:
     label = labelled.group("label").lower()
     kind = _LABELS[label]
     rest = labelled.group("rest").strip()
@@ -501,7 +498,7 @@ def labelled(sentence: str, role: str = "user") -> Fact | None:
     found = _LABEL.match(sentence)
     if found is None or (found.group("label").lower() in _KEYED_ONLY and role != "user"):
         return None
-    return _labelled(sentence)
+    return _labelled(found)
 
 
 def extract_facts(messages: Iterable[Mapping[str, Any]]) -> list[Fact]:
