@@ -817,6 +817,19 @@ def test_joined_parts_count_as_the_reference_counts_them_whole(encoding, parts):
         assert ours is not None, "after a letter or digit, with no combining mark, a tail is said simply"
 
 
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+@given(parts=st.lists(join_texts, min_size=1, max_size=4))
+def test_a_long_system_message_counts_as_if_counted_whole(encoding, parts):
+    """A long system text (Anthropic's lifted summaries and memories) is
+    counted by its blank-line parts; it must equal counting it whole,
+    whatever the parts end and start with."""
+    text = "\n\n".join(["Keep the order_id in every reply. " * 70, *parts])
+    tokenizer = Tokenizer(encoding)
+    message, tokens = _Backend(tokenizer, None).system_message(text)
+    assert message == {"role": "system", "content": text}
+    assert tokens == tokenizer.count_message(message)
+
+
 def test_joined_parts_are_counted_from_their_parts():
     tokenizer = Tokenizer()
     parts = ["Deploy the service.", "必须保证事务一致性！", "then run the tests"]

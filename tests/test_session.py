@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import validators
 from context_core import (
@@ -2573,6 +2575,7 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
     A replayed agent session (tool calls, long outputs, Chinese, defects)
     under a small window, so the window moves and compaction runs."""
     from agent_sessions import generate
+    from context_core import select
     from context_core.session import request_count
 
     lined_up: list[bool] = []
@@ -2584,6 +2587,20 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
         return found
 
     monkeypatch.setattr(request_count, "_shared_run", spy)
+    # Long system texts (the summaries Anthropic's repair lifts, the head's
+    # blocks) counted by their parts where the count cache has them.
+    by_parts: dict[str, int] = {"selection": 0, "request": 0}
+
+    def counting(where: str, joined_tokens):
+        def spied(count_joined, text):
+            found = joined_tokens(count_joined, text)
+            by_parts[where] += found is not None
+            return found
+
+        return spied
+
+    monkeypatch.setattr(select, "joined_tokens", counting("selection", select.joined_tokens))
+    monkeypatch.setattr(request_count, "joined_tokens", counting("request", request_count.joined_tokens))
     agent = generate(300, provider, seed=4)
     model = "gpt-4o" if provider == "openai" else "claude-sonnet-4-5"
     budget = Budget(window=24_000, soft_ratio=1.0, system_reserve=800, pinned_reserve=400, input_reserve=400)
@@ -2605,6 +2622,9 @@ def test_the_request_count_from_the_selection_is_the_whole_requests(tmp_path, mo
     assert calls > 100
     assert sum(lined_up) > len(lined_up) // 2  # the selection's count was used on most calls
     assert summarized > calls // 3  # summaries were in view, counted with the rest
+    assert by_parts["request"] > 0
+    if provider == "anthropic":
+        assert by_parts["selection"] > 0  # the summaries lifted into its ``system``
 
 
 def test_a_long_head_counted_by_its_parts_counts_its_other_fields_each_time():
@@ -2620,6 +2640,23 @@ def test_a_long_head_counted_by_its_parts_counts_its_other_fields_each_time():
     }
     for request in (plain, named, plain, named):
         assert request_tokens(tokenizer, request, None) == tokenizer.count_messages(request["messages"])
+
+
+@given(parts=st.lists(st.sampled_from(["Keep it.", "退款", "  ", "\n", "end 9", "'s", ""]), max_size=4))
+def test_a_long_system_block_counts_as_if_counted_whole(parts):
+    """Anthropic's system blocks: a long one is counted by its blank-line
+    parts (the summaries and memories joined, new each turn), the same
+    number as counting the request whole."""
+    from context_core.session.request_count import request_tokens
+
+    tokenizer = Tokenizer()
+    text = "\n\n".join(["Never drop the order_id. " * 90, *parts])
+    request = {
+        "system": [{"type": "text", "text": "You are an agent."}, {"type": "text", "text": text}],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    for _ in range(2):  # the second time remembered
+        assert request_tokens(tokenizer, request, None) == recount(request, tokenizer)
 
 
 def session_of_turns(tmp_path, turns: int):

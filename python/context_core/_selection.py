@@ -316,7 +316,7 @@ class Layout:
         else:
             total = tokens + self.backend.count_messages([])  # the reply priming
         if system:
-            total += self.backend.count_message({"role": "system", "content": system})
+            total += system_tokens(self.backend, system)
         kept, dropped, missing, truncated = self.analysis.kept(units)
         breakdown = SelectionBreakdown(
             pinned=sections.get("pinned", 0),
@@ -352,6 +352,35 @@ class Layout:
 
 #: How sanitize joins the texts of neighbours it merges.
 TEXT_SEPARATOR = "\n\n"
+
+#: A text shorter than this is counted whole by :func:`joined_tokens`: its
+#: parts would cost what counting it does.
+SPLIT_FROM = 2048
+#: Nor one of more parts: they would fill the count cache with fragments.
+MOST_PARTS = 512
+
+
+def joined_tokens(count_joined: Callable[[list[str]], int | None], text: str) -> int | None:
+    """Tokens of a long ``text`` from the cached counts of its blank-line
+    separated parts (``count_joined``, a backend's or a tokenizer's), so a
+    part counted on an earlier turn (the prompt, a summary) costs no BPE
+    again; ``None`` where it is to be counted whole (short, in too many
+    parts, or joined where a part's end cannot be said simply)."""
+    if len(text) < SPLIT_FROM:
+        return None
+    parts = text.split(TEXT_SEPARATOR)
+    if len(parts) < 2 or len(parts) > MOST_PARTS:
+        return None
+    return count_joined(parts)
+
+
+def system_tokens(backend: Backend, system: str | list[Any]) -> int:
+    """Tokens of the ``system`` Anthropic's repair lifted out of the
+    messages, as one system message (the backend's, counted once while the
+    turn's calls send the same)."""
+    if isinstance(system, str):
+        return backend.system_message(system)[1]
+    return backend.count_message({"role": "system", "content": system})
 
 
 def count_sent(

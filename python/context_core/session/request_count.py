@@ -18,15 +18,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from context_core._core import Tokenizer
-from context_core.prompt.context_part import SEPARATOR
+from context_core._selection import joined_tokens
 from context_core.select import Selection
 
 __all__ = ["request_tokens"]
 
 _LIFTED = ("system", "developer")  # what the renderers lift out of the conversation
 _WORTH = 8  # a shorter run is counted as sent: lining it up costs what counting does
-_SPLIT_FROM = 2048  # characters: a shorter head costs little to count whole
-_MOST_PARTS = 512  # more parts would fill the count cache with fragments
 
 
 def request_tokens(tokenizer: Tokenizer, request: Mapping[str, Any], selection: Selection | None) -> int:
@@ -36,8 +34,19 @@ def request_tokens(tokenizer: Tokenizer, request: Mapping[str, Any], selection: 
     messages: Sequence[Any] = request["messages"]
     system = request.get("system")
     head: list[Any] = []
+    by_parts = 0  # the head's long text blocks, counted by their parts
     if system:
-        head.append({"role": "system", "content": [{"type": "text", "text": b["text"]} for b in system]})
+        blocks = []
+        for block in system:
+            text = block["text"]
+            # The last block joins the summaries and the turn's memories: a
+            # new string each turn, whose parts were mostly counted before.
+            joined = _joined(tokenizer, text) if isinstance(text, str) else None
+            if joined is None:
+                blocks.append({"type": "text", "text": text})
+            else:
+                by_parts += joined  # a text block's tokens are its text's alone
+        head.append({"role": "system", "content": blocks})
     tools = request.get("tools")
     # The renderer's head message (the prompt, then the turn's summaries and
     # memories) is a new string whenever they change: counted by its parts.
@@ -46,15 +55,25 @@ def request_tokens(tokenizer: Tokenizer, request: Mapping[str, Any], selection: 
         head, messages = [], messages[1:]
     run = None if selection is None else _shared_run(messages, selection.messages)
     if run is None or selection is None:
-        return tokenizer.count_messages([*head, *messages], tools) + (lead or 0)
+        return tokenizer.count_messages([*head, *messages], tools) + (lead or 0) + by_parts
     start, end, lifted, stop = run
     chosen = selection.messages
     own = selection.breakdown.total  # the priming and every chosen message, and its system
     if selection.system:
-        own -= tokenizer.count_message({"role": "system", "content": selection.system})
+        own -= _system_tokens(tokenizer, selection.system)
     # The run's tokens: the selection's less its messages outside the run (the priming cancels).
     in_run = own - _count_outside(tokenizer, [*chosen[:lifted], *chosen[stop:]])
-    return tokenizer.count_messages([*head, *messages[:start], *messages[end:]], tools) + in_run + (lead or 0)
+    rest = tokenizer.count_messages([*head, *messages[:start], *messages[end:]], tools)
+    return rest + in_run + (lead or 0) + by_parts
+
+
+def _system_tokens(tokenizer: Tokenizer, system: str | list[Any]) -> int:
+    """Tokens of a selection's lifted ``system`` as one system message,
+    counted as the selection counted it (by its parts, where long)."""
+    joined = _joined(tokenizer, system) if isinstance(system, str) else None
+    if joined is None:
+        return tokenizer.count_message({"role": "system", "content": system})
+    return tokenizer.count_message({"role": "system", "content": ""}) + joined
 
 
 def _count_outside(tokenizer: Tokenizer, messages: list[Any]) -> int:
@@ -84,33 +103,39 @@ def _count_by_parts(tokenizer: Tokenizer, message: Any, *, remember: bool = True
     if not isinstance(message, Mapping) or message.get("role") not in _LIFTED:
         return None
     content = message.get("content")
-    if not isinstance(content, str) or len(content) < _SPLIT_FROM:
+    if not isinstance(content, str):
         return None
-    last = _last_head if remember else None
-    if last is not None and last[0] is tokenizer and last[1] == content:
-        joined = last[2]  # the turn's next call: the same text (one comparison, no hashing)
-    else:
-        parts = content.split(SEPARATOR)
-        if len(parts) < 2 or len(parts) > _MOST_PARTS:
-            return None
-        counted = tokenizer._count_joined(parts)
-        if counted is None:
-            return None
-        joined = counted
-        if remember:
-            _remember_head((tokenizer, content, joined))
+    joined = _joined(tokenizer, content) if remember else joined_tokens(tokenizer._count_joined, content)
+    if joined is None:
+        return None
     # The message's other fields (its role, a name) counted as they are each time.
     return tokenizer.count_message({**message, "content": ""}) + joined
 
 
-# The last head text counted by parts: the next call of a turn sends the same.
-# Replaced whole (one assignment), so a thread reads an old entry or a new one.
-_last_head: tuple[Tokenizer, str, int] | None = None
+def _joined(tokenizer: Tokenizer, text: str) -> int | None:
+    """``joined_tokens`` of ``text``, remembered for the next calls: a
+    turn's next call sends the same head and ``system`` texts, and found
+    here they cost one comparison, where their parts' lookups again took
+    10-20 microseconds a text."""
+    for entry in _recent:
+        if entry[0] is tokenizer and entry[1] == text:
+            return entry[2]
+    joined = joined_tokens(tokenizer._count_joined, text)
+    if joined is not None:
+        _remember((tokenizer, text, joined))
+    return joined
 
 
-def _remember_head(entry: tuple[Tokenizer, str, int]) -> None:
-    global _last_head
-    _last_head = entry
+# The texts last counted by parts (a call's head, or Anthropic's system and
+# its last block), newest first. Replaced whole (one assignment), so a thread
+# reads the old tuple or the new one.
+_RECENT = 4
+_recent: tuple[tuple[Tokenizer, str, int], ...] = ()
+
+
+def _remember(entry: tuple[Tokenizer, str, int]) -> None:
+    global _recent
+    _recent = (entry, *_recent[: _RECENT - 1])
 
 
 def _shared_run(messages: Sequence[Any], chosen: Sequence[Any]) -> tuple[int, int, int, int] | None:
