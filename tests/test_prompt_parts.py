@@ -572,6 +572,8 @@ BAD_INPUTS = {
     "to_anthropic model a list": (InvalidTypeError, anthropic(model=["x"])),
     "to_anthropic model empty": (InvalidInputError, anthropic(model="")),
     "to_openai model an int": (InvalidTypeError, lambda: SMALL.to_openai([], model=5)),
+    "to_openai a message an int": (InvalidTypeError, lambda: SMALL.to_openai([{"role": "user"}, 1])),
+    "to_openai a message a str": (InvalidTypeError, lambda: SMALL.to_openai(["hello"])),
     "max_breakpoints a str": (InvalidTypeError, anthropic(max_breakpoints="4")),
     "max_breakpoints negative": (InvalidInputError, anthropic(max_breakpoints=-1)),
     "cache_ttl unknown": (InvalidInputError, anthropic(cache_ttl="10m")),

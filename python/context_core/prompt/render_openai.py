@@ -87,6 +87,9 @@ def openai_request(
     if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidTypeError(f"messages must be a list of messages, got {type(messages).__name__}")
     lifted, conversation = lift_system(messages)
+    for i, message in enumerate(conversation, start=len(messages) - len(conversation)):
+        if not isinstance(message, Mapping):  # as the Anthropic renderer refuses it
+            raise InvalidTypeError(f"messages[{i}]: a message must be a dict, got {type(message).__name__}")
     context = SEPARATOR.join(block["text"] for block in context_blocks(system, lifted))
     per_turn = SEPARATOR.join(text for text in (volatile, context) if text)
     head = prefix.openai_head
