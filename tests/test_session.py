@@ -3855,6 +3855,25 @@ def _lookups(session: Session, turns: int) -> None:
         session.join()
 
 
+def test_the_report_says_how_many_rules_the_last_summary_left_out(tmp_path):
+    """A user stating rule after rule outgrows the summaries' rule bound:
+    the rules left out stay in the log, and each call's report says how
+    many the last summary written could not carry."""
+    seen = []
+    with open_session(tmp_path, budget=6_000) as session:
+        for n in range(150):
+            request = session.prepare(
+                f"Rule {n}: you must always call variant {n} with retry id R-{n:04d} and never skip audits."
+            )
+            seen.append(request.report.compaction["rules_left_out"])
+            session.record({"role": "assistant", "content": f"Noted variant {n}."})
+            session.join()
+        status = session.compactor.status
+        assert session.prepare("and now?").report.compaction["rules_left_out"] == status.rules_left_out
+    assert seen[0] == 0  # nothing compacted yet
+    assert max(seen) > 0
+
+
 @pytest.mark.parametrize("persist", [True, False])
 def test_compactions_exact_facts_reach_memory_at_the_close_only(tmp_path, persist):
     """Compaction sends the exact values a summary hides to memory. They

@@ -108,8 +108,10 @@ class Outcome:
 class CompactorStatus:
     """The compactor's state: a job ``running``; ``failures`` in a row;
     ``paused`` by the circuit breaker; ``retry_at`` (on the compactor's
-    clock) before which nothing is tried; the ``last`` outcome; and the
-    counts of summaries ``written`` at each level."""
+    clock) before which nothing is tried; the ``last`` outcome; the
+    counts of summaries ``written`` at each level; and the user's rules the
+    newest summary written left out (``Outcome.rules_left_out``: the last
+    step is most often ``idle``, which carries none)."""
 
     running: bool
     failures: int
@@ -117,6 +119,7 @@ class CompactorStatus:
     retry_at: float | None
     last: Outcome | None
     written: Mapping[int, int]
+    rules_left_out: int = 0
 
 
 #: A header's "no node" (the root's parent).
@@ -525,6 +528,7 @@ class Compactor:
         self._paused = False
         self._retry_at: float | None = None
         self._last: Outcome | None = None
+        self._left_out = 0  # by the newest summary written
         self._written = {2: 0, 3: 0}
         self._closing = False
         self._abandon = False
@@ -555,6 +559,7 @@ class Compactor:
                 retry_at=self._retry_at,
                 last=self._last,
                 written=dict(self._written),
+                rules_left_out=self._left_out,
             )
 
     def _running(self) -> bool:
@@ -927,6 +932,7 @@ class Compactor:
             if outcome.status == "written":
                 self._failures, self._retry_at = 0, None
                 self._written[outcome.level or 2] += 1
+                self._left_out = outcome.rules_left_out
             elif outcome.status in ("rejected", "failed"):
                 self._failures += 1
                 delay = min(self.max_backoff, self.backoff * 2 ** (self._failures - 1))

@@ -50,7 +50,9 @@ class TurnReport:
     """What sanitize changed in the selected messages."""
     compaction: Mapping[str, Any] = field(default_factory=dict)
     """``running`` (a job in flight), ``written`` (summaries written, by
-    level), ``last`` (the last step's status), ``paused``."""
+    level), ``last`` (the last step's status), ``rules_left_out`` (the
+    user's rules the last summary written could not carry within its rule
+    bound: in the log, out of the window), ``paused``."""
     cached_tokens: int | None = None
     """The provider's cache hit tokens on the previous call (from its usage),
     ``None`` before any usage was recorded."""
