@@ -546,6 +546,27 @@ def test_a_global_summary_carries_the_first_rules_within_rule_tokens(tmp_path: P
         Compactor(log, rule_tokens=0)
 
 
+def test_the_status_counts_the_rules_out_of_the_summaries_in_view(tmp_path: Path):
+    """``status.rules_left_out``: those the newest global summary left out,
+    and those of each segment summary written after it (a segment carries
+    its own rules only; a global one the first of all)."""
+    stated = [{"role": "user", "content": f"Rule {n}: you must call variant {n} only."} for n in range(90)]
+    answers = [{"role": "assistant", "content": f"Noted {n}."} for n in range(90)]
+    log = new_log(tmp_path, [m for pair in zip(stated, answers, strict=True) for m in pair])
+    compactor = Compactor(log, rule_tokens=40, segment_rule_tokens=10)
+    outcomes: list[Outcome] = []
+    expected = 0
+    while (outcome := compactor.compact()).status == "written":
+        outcomes.append(outcome)
+        expected = outcome.rules_left_out + (expected if outcome.level == 2 else 0)
+        assert compactor.status.rules_left_out == expected
+    assert compactor.compact().status == "idle"  # a step that writes nothing keeps the count
+    assert compactor.status.rules_left_out == expected
+    levels = [o.level for o in outcomes]
+    # A segment with rules left out after a global summary: its count adds to the global's.
+    assert any(o.level == 2 and o.rules_left_out > 0 and 3 in levels[:i] for i, o in enumerate(outcomes))
+
+
 def test_a_rule_over_the_bound_alone_is_left_out(tmp_path: Path):
     """The first rule was carried whatever its size (one long sentence can
     be thousands of tokens), so the bound did not hold. Now a summary

@@ -320,3 +320,24 @@ def test_a_responses_custom_tool_call_is_kept_as_a_chat_custom_call(tmp_path):
         session.prepare("patch it")
         (made,) = session.record(response)
         assert (made.id, made.name) == ("call_7", "apply_patch")
+
+
+def test_to_openai_renders_the_sdks_own_message_object_as_its_dict():
+    """The SDK takes its own message object in ``messages`` (the reply
+    appended as ``completion.choices[0].message``), so the renderer does
+    too, as its dict; anything else that is not a mapping is refused."""
+    from context_core.prompt import PromptParts
+
+    call = {"id": "call_1", "type": "function", "function": {"name": "grep", "arguments": "{}"}}
+    reply = chat_completion(tool_calls=[call], content=None).choices[0].message
+    history = [
+        {"role": "user", "content": "find the bug"},
+        reply,
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.py:3"},
+    ]
+    request = PromptParts("You are terse.").to_openai(history, model="gpt-4o")
+    assert request["messages"][2] == message_of(reply)
+    assert request["messages"][2]["tool_calls"] == [call]
+    assert history[1] is reply  # the caller's list as it was
+    with pytest.raises(InvalidTypeError, match=r"messages\[1\]"):
+        PromptParts("You are terse.").to_openai([history[0], object()])

@@ -109,9 +109,12 @@ class CompactorStatus:
     """The compactor's state: a job ``running``; ``failures`` in a row;
     ``paused`` by the circuit breaker; ``retry_at`` (on the compactor's
     clock) before which nothing is tried; the ``last`` outcome; the
-    counts of summaries ``written`` at each level; and the user's rules the
-    newest summary written left out (``Outcome.rules_left_out``: the last
-    step is most often ``idle``, which carries none)."""
+    counts of summaries ``written`` at each level; and ``rules_left_out``,
+    the user's rules out of the window's summaries: those the newest global
+    summary could not carry, and those of each segment summary written
+    after it (each :attr:`Outcome.rules_left_out`; the last step is most
+    often ``idle``, which carries none). Like ``written``, counted since
+    this compactor started."""
 
     running: bool
     failures: int
@@ -528,7 +531,7 @@ class Compactor:
         self._paused = False
         self._retry_at: float | None = None
         self._last: Outcome | None = None
-        self._left_out = 0  # by the newest summary written
+        self._left_out = 0  # by the newest global summary and the segments after it
         self._written = {2: 0, 3: 0}
         self._closing = False
         self._abandon = False
@@ -932,7 +935,12 @@ class Compactor:
             if outcome.status == "written":
                 self._failures, self._retry_at = 0, None
                 self._written[outcome.level or 2] += 1
-                self._left_out = outcome.rules_left_out
+                # A global summary carries the first rules of all stated (the
+                # segments' before it included); a segment only its own.
+                if outcome.level == 3:
+                    self._left_out = outcome.rules_left_out
+                else:
+                    self._left_out += outcome.rules_left_out
             elif outcome.status in ("rejected", "failed"):
                 self._failures += 1
                 delay = min(self.max_backoff, self.backoff * 2 ** (self._failures - 1))

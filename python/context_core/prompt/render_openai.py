@@ -35,6 +35,7 @@ from typing import Any, Literal, TypedDict
 from context_core.errors import InvalidInputError, InvalidTypeError
 from context_core.prompt.context_part import SEPARATOR, context_blocks, lift_system
 from context_core.prompt.prefix import Prefix
+from context_core.sdk_messages import message_of
 from context_core.types import MessageLike, OpenAIMessage
 
 __all__ = ["OpenAIRequest", "openai_request"]
@@ -67,6 +68,16 @@ def _append_volatile(messages: list[Any], volatile: str) -> None:
         messages.append({"role": "user", "content": volatile})
 
 
+def _sdk_message(message: Any, index: int) -> dict[str, Any]:
+    """A message given as the SDK's own object (the reply appended as
+    ``completion.choices[0].message``, which the SDK takes too) as its
+    dict; anything else that is not a mapping is refused here, not by the
+    SDK after the request was built."""
+    if hasattr(message, "model_dump"):
+        return message_of(message)
+    raise InvalidTypeError(f"messages[{index}]: a message must be a dict, got {type(message).__name__}")
+
+
 def openai_request(
     prefix: Prefix,
     volatile: str,
@@ -87,9 +98,10 @@ def openai_request(
     if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
         raise InvalidTypeError(f"messages must be a list of messages, got {type(messages).__name__}")
     lifted, conversation = lift_system(messages)
-    for i, message in enumerate(conversation, start=len(messages) - len(conversation)):
-        if not isinstance(message, Mapping):  # as the Anthropic renderer refuses it
-            raise InvalidTypeError(f"messages[{i}]: a message must be a dict, got {type(message).__name__}")
+    start = len(messages) - len(conversation)
+    for i, message in enumerate(conversation):
+        if not isinstance(message, Mapping):
+            conversation[i] = _sdk_message(message, start + i)
     context = SEPARATOR.join(block["text"] for block in context_blocks(system, lifted))
     per_turn = SEPARATOR.join(text for text in (volatile, context) if text)
     head = prefix.openai_head

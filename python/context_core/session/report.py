@@ -51,8 +51,9 @@ class TurnReport:
     compaction: Mapping[str, Any] = field(default_factory=dict)
     """``running`` (a job in flight), ``written`` (summaries written, by
     level), ``last`` (the last step's status), ``rules_left_out`` (the
-    user's rules the last summary written could not carry within its rule
-    bound: in the log, out of the window), ``paused``."""
+    user's rules the summaries in view could not carry within their rule
+    bounds: in the log, out of the window; see
+    :class:`~context_core.compaction.CompactorStatus`), ``paused``."""
     cached_tokens: int | None = None
     """The provider's cache hit tokens on the previous call (from its usage),
     ``None`` before any usage was recorded."""

@@ -1376,8 +1376,8 @@ class Session:
             "running": status.running,
             "written": dict(status.written),
             "last": None if last is None else last.status,
-            # The user's rules the newest summary could not carry (past its
-            # rule bound): they stay in the log, out of the window.
+            # The user's rules the summaries in view could not carry (past
+            # their rule bounds): they stay in the log, out of the window.
             "rules_left_out": status.rules_left_out,
             "paused": status.paused,
         }
