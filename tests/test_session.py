@@ -2837,6 +2837,12 @@ def test_an_open_refused_for_its_durability_or_path_leaves_nothing(tmp_path):
     with pytest.raises(InvalidInputError, match="durability"):
         open_session(tmp_path, durability="zzz")
     assert not (tmp_path / "session").exists()
+    for compact in ("no", 0, None):  # "no" was taken as true: compaction on
+        with pytest.raises(InvalidTypeError, match="compact must be a bool"):
+            open_session(tmp_path, compact=compact)
+        assert not (tmp_path / "session").exists()
+    with open_session(tmp_path, compact=np.False_) as session:
+        assert session.compactor is None
     undecodable = tmp_path / os.fsdecode(b"s-\xff")
     with pytest.raises(InvalidInputError, match="UTF-8"):
         Session.open(undecodable, model="gpt-4o", store=False)
@@ -3715,6 +3721,8 @@ def test_a_loop_that_cannot_fit_even_cleared_is_still_refused(tmp_path):
         with pytest.raises(OverBudgetError) as refused:
             session.prepare()
         assert refused.value.turn_in_progress > refused.value.budget
+        # Its sizes are the uncleared turn's: a note says clearing was tried.
+        assert any("clearing the turn's older tool results" in n for n in refused.value.__notes__)
 
 
 def _clearing_run(

@@ -485,6 +485,9 @@ class Session:
             raise InvalidTypeError(f"budget must be a Budget or an int (tokens), got {type(budget).__name__}")
         if isinstance(memory_k, bool) or not isinstance(memory_k, int) or memory_k < 0:
             raise InvalidInputError(f"memory_k must be an int >= 0, got {memory_k!r}")
+        if not isinstance(compact, (bool, np.bool_)):
+            # A truthy string ("no", "off") would turn compaction on.
+            raise InvalidTypeError(f"compact must be a bool, got {type(compact).__name__}")
         if durability not in _DURABILITIES:  # before anything is made on disk
             raise InvalidInputError(
                 f"durability must be one of {', '.join(map(repr, _DURABILITIES))}, got {durability!r}"
@@ -1261,6 +1264,11 @@ class Session:
             if found is None:
                 found = self._select_view_cleared(room, cleared_views)
         except _NoneFits:
+            # Its figures are the turn's uncleared: say what clearing could not do.
+            error.add_note(
+                "clearing the turn's older tool results did not make it fit: each cleared result"
+                " still sends its call and a short note, and the newest step's results are never cleared"
+            )
             raise error from None
         selection, cleared = found
         self._cleared = cleared
