@@ -19,7 +19,7 @@ from typing import Any
 from context_core._logging import library_logger
 from context_core.errors import InvalidInputError
 from context_core.session.report import Request, TurnReport
-from context_core.session.session import Session, _check_close_options, _Searched
+from context_core.session.session import Session, _Searched, check_bools
 from context_core.session.tool_calls import ToolCall
 
 __all__ = ["AsyncSession"]
@@ -118,7 +118,7 @@ class AsyncSession:
     async def aclose(self, *, persist: bool = True, wait: bool = True) -> None:
         """Drain (``wait``) or abandon compaction without blocking the loop,
         then persist and close in a thread (as :meth:`Session.close`)."""
-        _check_close_options(persist, wait)
+        check_bools(persist=persist, wait=wait)
         persist, wait = bool(persist), bool(wait)  # a numpy bool too
         await self._aclose(persist=persist, wait=wait, forget=not persist)
 

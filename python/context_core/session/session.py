@@ -485,9 +485,7 @@ class Session:
             raise InvalidTypeError(f"budget must be a Budget or an int (tokens), got {type(budget).__name__}")
         if isinstance(memory_k, bool) or not isinstance(memory_k, int) or memory_k < 0:
             raise InvalidInputError(f"memory_k must be an int >= 0, got {memory_k!r}")
-        if not isinstance(compact, (bool, np.bool_)):
-            # A truthy string ("no", "off") would turn compaction on.
-            raise InvalidTypeError(f"compact must be a bool, got {type(compact).__name__}")
+        check_bools(compact=compact)  # a truthy string ("no", "off") would turn compaction on
         if durability not in _DURABILITIES:  # before anything is made on disk
             raise InvalidInputError(
                 f"durability must be one of {', '.join(map(repr, _DURABILITIES))}, got {durability!r}"
@@ -1522,7 +1520,8 @@ class Session:
         from, now or by a later session. Idempotent. In a forked child (a
         worker that inherited the session) it only lets go of what the
         child holds: the session is the parent's to persist."""
-        _check_close_options(persist, wait)
+        # A truthy string would persist a session meant to learn nothing.
+        check_bools(persist=persist, wait=wait)
         persist, wait = bool(persist), bool(wait)  # a numpy bool too
         self._close(persist=persist, wait=wait, forget=not persist)
 
@@ -1700,10 +1699,10 @@ class Session:
 _COMPLETION_CAP_MODELS = ("o1", "o3", "o4", "gpt-5")
 
 
-def _check_close_options(persist: Any, wait: Any) -> None:
-    """``close``'s options are bools: a truthy string would persist a
-    session meant to learn nothing."""
-    for name, value in (("persist", persist), ("wait", wait)):
+def check_bools(**options: Any) -> None:
+    """Options that switch something on or off are bools (numpy's too):
+    any other value would be read as true or false by its truth."""
+    for name, value in options.items():
         if not isinstance(value, (bool, np.bool_)):
             raise InvalidTypeError(f"{name} must be a bool, got {type(value).__name__}")
 
