@@ -4068,6 +4068,24 @@ def test_held_facts_stay_until_the_messages_are_learned_and_none_after_a_close(t
     assert late.take() == []
 
 
+def test_held_facts_sync_the_directory_when_their_file_is_made(tmp_path, monkeypatch):
+    """The file's data is synced on every hold; its name in the directory
+    only when the file is made (a power loss could drop a file whose entry
+    was never synced), so once after each clear."""
+    from context_core.session import held_facts
+
+    synced: list[int] = []
+    monkeypatch.setattr(held_facts, "fsync_dir", synced.append)
+    held = held_facts.HeldFacts(str(tmp_path))
+    assert held.hold(["- [fact: port] port: 5433"], 3) == 1
+    assert held.hold(["- [fact: host] host: db1"], 4) == 1
+    assert len(synced) == 1
+    held.clear()
+    assert held.hold(["- [fact: port] port: 5434"], 5) == 1
+    assert len(synced) == 2
+    assert [h.seq for h in held.take()] == [5]
+
+
 def test_a_reopened_session_holds_older_turns_facts_only_where_memory_has_none(tmp_path):
     """A reopened session's compaction summarises turns a close already
     learned from: a value memory holds for their key was learned since (the

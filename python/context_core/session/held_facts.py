@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from context_core.errors import storage_error
 from context_core.memory.facts import Fact, parse_line, to_facts
+from context_core.memory.safety import fsync_dir
 
 __all__ = ["HeldFact", "HeldFacts"]
 
@@ -63,6 +64,7 @@ class HeldFacts:
                 return 0
             lines = "".join(json.dumps({"seq": h.seq, "line": h.fact.line()}) + "\n" for h in held)
             try:
+                created = not os.path.exists(self.path)
                 with open(self.path, "a+b") as out:
                     out.seek(0, os.SEEK_END)
                     if out.tell():
@@ -72,6 +74,12 @@ class HeldFacts:
                     out.write(lines.encode("utf-8"))
                     out.flush()
                     os.fsync(out.fileno())
+                if created:  # the file's name too, or a power loss could drop the file
+                    directory = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
+                    try:
+                        fsync_dir(directory)
+                    finally:
+                        os.close(directory)
             except OSError as error:
                 raise self._storage_error(error) from error
         return len(held)
