@@ -892,7 +892,10 @@ def test_one_info_line_a_call_and_timings_from_the_injected_clock(tmp_path, capl
     timings = request.report.timings
     assert set(timings) == {"append", "memory", "prompt", "select", "render", "count", "schedule", "total"}
     assert timings["total"] == pytest.approx(sum(v for k, v in timings.items() if k != "total"))
-    assert all(value == pytest.approx(0.001) for key, value in timings.items() if key != "total")
+    # One tick a stage; the memory stage is timed in two laps, as the store's
+    # scan starts before the prompt is built and its search ends after.
+    laps = {key: 2 if key == "memory" else 1 for key in timings if key != "total"}
+    assert {key: round(timings[key] / 0.001) for key in laps} == laps
 
 
 _REJECTED_USAGE = """

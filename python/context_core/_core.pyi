@@ -460,6 +460,20 @@ class _VectorIndex:
         mask: Union[int, None] = None,
         cut: bool = False,
     ) -> list[tuple[int, float]]: ...
+    def top_k_ahead(
+        self,
+        query: bytes,
+        k: int,
+        candidates: Union[int, None] = None,
+        mask: Union[int, None] = None,
+        cut: bool = False,
+    ) -> _ScanAhead: ...
+
+@final
+class _ScanAhead:
+    @property
+    def ready(self) -> bool: ...
+    def result(self) -> Union[list[tuple[int, float]], None]: ...
 
 @final
 class _KeywordIndex:

@@ -297,6 +297,11 @@ def _embedder_errors() -> Iterator[None]:
         raise EmbeddingError(f"the embedder raised {type(error).__name__}: {error}") from error
 
 
+def _pool(k: int) -> int:
+    """How many of each kind of candidate a search for ``k`` memories ranks."""
+    return max(4 * k, 32)
+
+
 #: A search's query, namespaces, k, kinds and max_tokens, checked.
 _SearchArguments: TypeAlias = tuple[str, tuple[str, ...], int, tuple[str, ...] | None, int | None]
 
@@ -540,6 +545,8 @@ class MemoryStore:
         # waits for it from the start, not only once this store searched.
         _FORK_GUARDED.add(self)
         self._vectors: dict[str, NamespaceVectors] = {}
+        # The query `prefetch` embedded last, and its vector.
+        self._prefetched: tuple[str, np.ndarray] | None = None
         # Writes this store made (each counted once it ends, committed or
         # not): with SQLite's data_version (which counts other
         # connections' commits), what a held index last synced to.
@@ -1340,6 +1347,39 @@ class MemoryStore:
 
             self._read(work)
 
+    def prefetch(
+        self,
+        query: str,
+        *,
+        namespace: NamespaceLike | Sequence[NamespaceLike] = "default",
+        k: int = 8,
+        kinds: Sequence[str] | None = None,
+    ) -> None:
+        """Starts the vector scan of the :meth:`search` (or
+        :meth:`search_texts`) for ``query`` about to come, with these
+        arguments, on a worker thread, and returns: the caller does other
+        work while it runs, and the search then waits for what is left of
+        it. A :class:`~context_core.Session` calls this as a turn begins and
+        builds its prompt meanwhile (the scan is most of a search at
+        100,000 memories). Only namespaces already held (searched or
+        preloaded) are scanned ahead. A search with another query or other
+        arguments, or one after the namespace changed, scans for itself, so
+        a search's results never depend on this."""
+        query, namespaces, k, kinds, _ = _search_arguments(query, namespace, k, kinds, None)
+        with self._lock:
+            if self._width() is None:
+                return
+            held = [self._vectors.get(ns) for ns in namespaces]
+            ready = [index for index in held if index is not None and index.dim == self._dim]
+            if not ready:
+                return
+            vector = self._embed([query])[0]
+            self._prefetched = query, vector  # the search embeds it no more
+            for index in ready:
+                index.scan_ahead(
+                    vector, _pool(k), quantise_from=QUANTISE_FROM, kinds=kinds, cut=self._builtin_embedder
+                )
+
     async def asearch(
         self,
         query: str,
@@ -1398,13 +1438,16 @@ class MemoryStore:
         with self._lock:
             if self._width() is None:
                 return []
-            if vector is None:
-                vector = self._embed([query])[0]
-            else:  # embedded before the store's width was known
+            prefetched, self._prefetched = self._prefetched, None
+            if vector is not None:  # embedded before the store's width was known
                 checked(vector[None, :], 1, self._dim)
+            elif prefetched is not None and prefetched[0] == query:
+                vector = prefetched[1]
+            else:
+                vector = self._embed([query])[0]
 
             def work(db: sqlite3.Connection) -> tuple[list[_T], list[str]]:
-                pool = max(4 * k, 32)
+                pool = _pool(k)
                 held = {ns: self._sync(db, ns) for ns in namespaces}
                 # Across namespaces, BM25 weighs by their statistics together
                 # and the scores are over the best of the whole search: a

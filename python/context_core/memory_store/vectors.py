@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from context_core._core import _KeywordIndex, _VectorIndex
+from context_core._core import _KeywordIndex, _ScanAhead, _VectorIndex
 from context_core.memory_store.extract import KINDS
 from context_core.memory_store.keywords import KEYWORD_POSTINGS, QUERY_TERMS, query_terms
 from context_core.memory_store.namespaces import space_token
@@ -53,6 +53,9 @@ _PIPELINE_FROM = 5000
 
 # One string per kind, shared by every held row (SQLite returns a new one each).
 _KIND = {kind: kind for kind in KINDS}
+
+#: A scan's arguments: the query's bytes, k, candidates, kind mask and cut.
+_ScanKey = tuple[bytes, int, int | None, int | None, bool]
 
 #: BM25's statistics over several namespaces: documents, words, and the
 #: documents holding each term.
@@ -110,6 +113,8 @@ class NamespaceVectors:
         # What its store last synced it to (SQLite's data_version, the
         # store's own writes); None: not yet.
         self.synced_to: tuple[int, int] | None = None
+        # A scan started ahead of its search (see `scan_ahead`), by its arguments.
+        self.ahead: tuple[_ScanKey, _ScanAhead] | None = None
 
     def __len__(self) -> int:
         return len(self.rowids)
@@ -239,6 +244,7 @@ class NamespaceVectors:
             (self.namespace,),
         )
         self.rows = _VectorIndex(self.dim)
+        self.ahead = None  # it read the rows replaced
         self.rowids = []
         self.ranks = []
         self.texts = []
@@ -311,9 +317,44 @@ class NamespaceVectors:
         ``cut``, a sparse query of more than 48 terms is scanned by its 48
         largest, for four times as many (see ``SCAN_TERMS`` in the Rust
         core): the store asks it for its built-in embedder's queries only."""
+        ahead, self.ahead = self.ahead, None
         if not self.rowids or k <= 0:
             return []
+        key = self._scan_key(query, k, quantise_from, kinds, cut)
+        found = ahead[1].result() if ahead is not None and ahead[0] == key else None
+        if found is None:  # none started, another query's, or the rows changed since
+            found = self.rows.top_k(*key)
+        return [(self.rowids[i], score) for i, score in found]
+
+    def scan_ahead(
+        self,
+        query: npt.NDArray[np.float32],
+        k: int,
+        *,
+        quantise_from: int,
+        kinds: tuple[str, ...] | None = None,
+        cut: bool = False,
+    ) -> None:
+        """Starts the scan of :meth:`nearest` with these arguments on a
+        worker thread, for the next :meth:`nearest` to take (the one after
+        takes none): the caller does other work while it runs. A
+        :meth:`nearest` with other arguments, or after the rows changed,
+        scans again itself."""
+        if not self.rowids or k <= 0:
+            self.ahead = None
+            return
+        key = self._scan_key(query, k, quantise_from, kinds, cut)
+        self.ahead = key, self.rows.top_k_ahead(*key)
+
+    def _scan_key(
+        self,
+        query: npt.NDArray[np.float32],
+        k: int,
+        quantise_from: int,
+        kinds: tuple[str, ...] | None,
+        cut: bool,
+    ) -> _ScanKey:
+        """The arguments of the rows' scan for :meth:`nearest`'s."""
         candidates = max(2 * k, 64) if len(self.rowids) >= quantise_from else None
         mask = None if kinds is None else sum(1 << _TAG[kind] for kind in set(kinds))
-        found = self.rows.top_k(query.tobytes(), k, candidates, mask, cut)
-        return [(self.rowids[i], score) for i, score in found]
+        return query.tobytes(), k, candidates, mask, cut

@@ -915,12 +915,17 @@ class Session:
             # Tool results given as the input (as Anthropic's own loop builds
             # them) are the turn's next step: its memories and skills stay.
             said, memories, turn, step = self._next_step(found)
+            mark = self._lap(timings, "memory", started)
+            parts, mark = self._prompt(said, now, timings, mark)
         else:
             said = query
+            if found is None:
+                self._scan_ahead(said)  # the store's scan runs while the prompt is built
+            mark = self._lap(timings, "memory", started)
+            parts, mark = self._prompt(said, now, timings, mark)
             memories = self._search(said) if found is None else found
+            mark = self._lap(timings, "memory", mark)
             turn, step = self._turn + 1, 0
-        mark = self._lap(timings, "memory", started)
-        parts, mark = self._prompt(said, now, timings, mark)
         # Results that each answer a call still waiting are new, whatever
         # an older step's look like; only what answers nothing may be given
         # again (and, if it is not, is refused below).
@@ -1200,6 +1205,15 @@ class Session:
         else:
             found = [hit.memory.text for hit in self.store.search(query, **arguments)]
         return self._within(found, arguments["max_tokens"])
+
+    def _scan_ahead(self, query: str) -> None:
+        """Starts the store's vector scan for ``query``'s search on a worker
+        thread (a store of the caller's own may not offer it): the turn's
+        next work goes on meanwhile."""
+        arguments = self._search_arguments(query)
+        prefetch = getattr(self.store, "prefetch", None)
+        if arguments is not None and prefetch is not None:
+            prefetch(query, namespace=arguments["namespace"], k=arguments["k"])
 
     def _search_arguments(self, query: str) -> dict[str, Any] | None:
         """What the store is asked for ``query``'s memories (``None``: no search)."""

@@ -3,6 +3,7 @@
 //!
 //! No Python here: `rust/py` binds this crate, converting at the boundary.
 
+pub mod ahead;
 mod cache;
 mod chat;
 pub mod document;

@@ -37,7 +37,9 @@ mod _core {
     use super::read_runs::_run_counts;
 
     #[pymodule_export]
-    use super::memory::{_entities, _entities_many, _hash_embed, PyKeywordIndex, PyVectorIndex};
+    use super::memory::{
+        _entities, _entities_many, _hash_embed, PyKeywordIndex, PyScanAhead, PyVectorIndex,
+    };
 
     #[pymodule_export]
     use super::ranking::_rank_candidates;

@@ -1,6 +1,7 @@
 //! The memory store's hot paths (`context_core::{entities, embed, keywords, vectors}`)
 //! for `context_core.memory_store`.
 
+use context_core::ahead::Ahead;
 use context_core::embed::hash_embed;
 use context_core::entities::{entities, entities_many};
 use context_core::keywords::{Corpus, KeywordIndex};
@@ -8,6 +9,7 @@ use context_core::vectors::{ALL_TAGS, VectorIndex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::errors::invalid_input;
 use crate::text::text as text_of;
@@ -82,11 +84,52 @@ fn floats(bytes: &[u8], dim: usize, what: &str) -> PyResult<Vec<f32>> {
     Ok(values)
 }
 
+/// The rows and how many times they changed: a scan started ahead knows
+/// whether the rows it read are still those held.
+struct Held {
+    index: VectorIndex,
+    generation: u64,
+}
+
+type Shared = Arc<RwLock<Held>>;
+
+fn read(held: &Shared) -> RwLockReadGuard<'_, Held> {
+    held.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(held: &Shared) -> RwLockWriteGuard<'_, Held> {
+    held.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A query checked against the rows' width.
+fn query_row(query: &[u8], dim: usize) -> PyResult<Vec<f32>> {
+    let q = floats(query, dim, "query")?;
+    if q.len() != dim {
+        return Err(invalid_input("the query is not one row"));
+    }
+    Ok(q)
+}
+
+/// The search `top_k` runs: an int8 scan rescored (with `candidates`), or exact.
+fn best(
+    index: &VectorIndex,
+    query: &[f32],
+    k: usize,
+    candidates: Option<usize>,
+    mask: u8,
+    cut: bool,
+) -> Vec<(usize, f32)> {
+    match candidates {
+        Some(c) => index.top_k_quantised_cut(query, k, c, mask, cut),
+        None => index.top_k_masked(query, k, mask),
+    }
+}
+
 /// Rows of one width held in Rust (float32 and an int8 copy), searched by
 /// dot product with the interpreter released. Python keeps the row ids.
 #[pyclass(name = "_VectorIndex", module = "context_core._core")]
 pub struct PyVectorIndex {
-    inner: VectorIndex,
+    held: Shared,
 }
 
 #[pymethods]
@@ -97,25 +140,29 @@ impl PyVectorIndex {
             return Err(invalid_input("dim must be at least 1"));
         }
         Ok(Self {
-            inner: VectorIndex::new(dim),
+            held: Arc::new(RwLock::new(Held {
+                index: VectorIndex::new(dim),
+                generation: 0,
+            })),
         })
     }
 
     #[getter]
     fn dim(&self) -> usize {
-        self.inner.dim()
+        read(&self.held).index.dim()
     }
 
     fn __len__(&self) -> usize {
-        self.inner.len()
+        read(&self.held).index.len()
     }
 
     /// Appends whole rows given as float32 bytes, with a tag (0-7) per row
     /// given as bytes (default: all 0).
     #[pyo3(signature = (rows, tags=None))]
-    fn extend(&mut self, py: Python<'_>, rows: &[u8], tags: Option<&[u8]>) -> PyResult<()> {
-        let values = floats(rows, self.inner.dim(), "rows")?;
-        let count = values.len() / self.inner.dim();
+    fn extend(&self, py: Python<'_>, rows: &[u8], tags: Option<&[u8]>) -> PyResult<()> {
+        let dim = self.dim();
+        let values = floats(rows, dim, "rows")?;
+        let count = values.len() / dim;
         let tags = tags.map_or_else(|| vec![0; count], <[u8]>::to_vec);
         if tags.len() != count || tags.iter().any(|t| *t >= 8) {
             return Err(invalid_input(format!(
@@ -124,54 +171,60 @@ impl PyVectorIndex {
         }
         // A store's first load of a namespace quantises every row: other
         // threads (a server's event loop) go on meanwhile.
-        let inner = &mut self.inner;
-        py.detach(|| inner.extend_tagged(&values, &tags));
+        let held = &self.held;
+        py.detach(|| {
+            let mut held = write(held);
+            held.index.extend_tagged(&values, &tags);
+            held.generation += 1;
+        });
         Ok(())
     }
 
     /// Replaces row `index` and its tag.
     #[pyo3(signature = (index, row, tag=0))]
-    fn set(&mut self, index: usize, row: &[u8], tag: u8) -> PyResult<()> {
-        let values = floats(row, self.inner.dim(), "row")?;
-        if values.len() != self.inner.dim() || index >= self.inner.len() {
+    fn set(&self, index: usize, row: &[u8], tag: u8) -> PyResult<()> {
+        let mut held = write(&self.held);
+        let values = floats(row, held.index.dim(), "row")?;
+        if values.len() != held.index.dim() || index >= held.index.len() {
             return Err(invalid_input(format!(
                 "no row {index} of {}",
-                self.inner.len()
+                held.index.len()
             )));
         }
         if tag >= 8 {
             return Err(invalid_input("a tag is below 8"));
         }
-        self.inner.set_tagged(index, &values, tag);
+        held.index.set_tagged(index, &values, tag);
+        held.generation += 1;
         Ok(())
     }
 
     /// Removes row `index`, moving the last row into its place.
-    fn swap_remove(&mut self, index: usize) -> PyResult<()> {
-        if index >= self.inner.len() {
+    fn swap_remove(&self, index: usize) -> PyResult<()> {
+        let mut held = write(&self.held);
+        if index >= held.index.len() {
             return Err(invalid_input(format!(
                 "no row {index} of {}",
-                self.inner.len()
+                held.index.len()
             )));
         }
-        self.inner.swap_remove(index);
+        held.index.swap_remove(index);
+        held.generation += 1;
         Ok(())
     }
 
     /// The exact score of each of `rows` for `query`.
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
     fn scores(&self, query: &[u8], rows: Vec<usize>) -> PyResult<Vec<f32>> {
-        let q = floats(query, self.inner.dim(), "query")?;
-        if q.len() != self.inner.dim() {
-            return Err(invalid_input("the query is not one row"));
-        }
-        if let Some(&bad) = rows.iter().find(|&&i| i >= self.inner.len()) {
+        let held = read(&self.held);
+        let q = query_row(query, held.index.dim())?;
+        if let Some(&bad) = rows.iter().find(|&&i| i >= held.index.len()) {
             return Err(invalid_input(format!(
                 "no row {bad} of {}",
-                self.inner.len()
+                held.index.len()
             )));
         }
-        Ok(self.inner.scores(&q, &rows))
+        Ok(held.index.scores(&q, &rows))
     }
 
     /// `(row, score)` of the `k` best rows, best first: exact, or (with
@@ -188,16 +241,68 @@ impl PyVectorIndex {
         mask: Option<u8>,
         cut: bool,
     ) -> PyResult<Vec<(usize, f32)>> {
-        let q = floats(query, self.inner.dim(), "query")?;
-        if q.len() != self.inner.dim() {
-            return Err(invalid_input("the query is not one row"));
-        }
-        let inner = &self.inner;
+        let q = query_row(query, self.dim())?;
+        let held = &self.held;
         let mask = mask.unwrap_or(ALL_TAGS);
-        Ok(py.detach(|| match candidates {
-            Some(c) => inner.top_k_quantised_cut(&q, k, c, mask, cut),
-            None => inner.top_k_masked(&q, k, mask),
-        }))
+        Ok(py.detach(|| best(&read(held).index, &q, k, candidates, mask, cut)))
+    }
+
+    /// [`top_k`](Self::top_k) started on a worker thread: the scan runs
+    /// while the caller goes on, and `result()` gives what `top_k` would
+    /// have (or `None` if the rows changed meanwhile).
+    #[pyo3(signature = (query, k, candidates=None, mask=None, cut=false))]
+    fn top_k_ahead(
+        &self,
+        query: &[u8],
+        k: usize,
+        candidates: Option<usize>,
+        mask: Option<u8>,
+        cut: bool,
+    ) -> PyResult<PyScanAhead> {
+        let q = query_row(query, self.dim())?;
+        let held = Arc::clone(&self.held);
+        let mask = mask.unwrap_or(ALL_TAGS);
+        let ahead = Ahead::start(move || {
+            let held = read(&held);
+            (
+                held.generation,
+                best(&held.index, &q, k, candidates, mask, cut),
+            )
+        });
+        Ok(PyScanAhead {
+            ahead: Some(ahead),
+            held: Arc::clone(&self.held),
+        })
+    }
+}
+
+/// What a scan ahead found, and the rows' generation it read.
+type Scanned = (u64, Vec<(usize, f32)>);
+
+/// A [`PyVectorIndex::top_k`] running ahead on a worker thread.
+#[pyclass(name = "_ScanAhead", module = "context_core._core")]
+pub struct PyScanAhead {
+    ahead: Option<Ahead<Scanned>>,
+    held: Shared,
+}
+
+#[pymethods]
+impl PyScanAhead {
+    /// Whether `result()` would return at once.
+    #[getter]
+    fn ready(&self) -> bool {
+        self.ahead.as_ref().is_none_or(Ahead::is_ready)
+    }
+
+    /// What `top_k` gives for the rows held now, waited for (or run here,
+    /// if the worker has not begun it); `None` if the rows changed since
+    /// the scan read them, if this was already asked, or if the scan was
+    /// started in another process (before a fork) or failed: the caller
+    /// then runs `top_k` itself.
+    fn result(&mut self, py: Python<'_>) -> Option<Vec<(usize, f32)>> {
+        let ahead = self.ahead.take()?;
+        let (generation, found) = py.detach(|| ahead.wait()).ok()?;
+        (generation == read(&self.held).generation).then_some(found)
     }
 }
 
