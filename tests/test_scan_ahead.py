@@ -37,6 +37,20 @@ def _query(rng: np.random.Generator) -> bytes:
     return rng.standard_normal(DIM).astype(np.float32).tobytes()
 
 
+def _exit_code(pid: int) -> int:
+    """The child's exit code, waited for up to 30 s (a hang guard, not a
+    timing): a child still running then is killed and the test fails."""
+    pause = threading.Event()
+    for _ in range(30_000):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        pause.wait(0.001)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the child hung")
+
+
 def _until_ready(scan) -> None:
     """Waits (bounded, as a hang guard) for the worker to finish ``scan``."""
     done = threading.Event()
@@ -57,6 +71,19 @@ def test_a_scan_ahead_finds_what_the_scan_in_place_does(candidates, mask, cut):
     scans = [index.top_k_ahead(q, 5, candidates, mask, cut) for q in queries]  # several in flight
     for query, scan in zip(queries, scans, strict=True):
         assert scan.result() == index.top_k(query, 5, candidates, mask, cut)
+
+
+def test_readiness_can_be_asked_while_another_thread_waits():
+    rng = np.random.default_rng(8)
+    index = _index(rng, 5_000)
+    for _ in range(20):
+        scan = index.top_k_ahead(_query(rng), 3)
+        waiter = threading.Thread(target=scan.result)
+        waiter.start()
+        while waiter.is_alive():
+            assert scan.ready in (True, False)
+        waiter.join()
+        assert scan.ready
 
 
 def test_a_result_is_given_once():
@@ -130,8 +157,7 @@ def test_a_forked_child_scans_for_itself():
         finally:
             os._exit(0)
     os.close(write)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _exit_code(pid) == 0
     assert os.read(read, 1) == b"1"
     os.close(read)
     assert before.result() == expected  # the parent's own, untouched
@@ -218,6 +244,63 @@ def test_a_memory_written_after_the_prefetch_is_found(scanned):
     assert store.search(query, k=3)[0].memory.id == written.id
 
 
+def test_a_delete_after_the_prefetch_moves_no_result(scanned, memories, tmp_path):
+    """Deleting a query's best match moves the last row into its place: a
+    scan that read the rows before would map its positions to the wrong
+    memories."""
+    store, queries = scanned
+    shutil.copy(memories[0], tmp_path / "plain.db")
+    with MemoryStore(tmp_path / "plain.db", embedder=HashingEmbedder(64), clock=_clock) as plain:
+        index = store._vectors["default"]
+        for query in queries[:12]:
+            nearest = index.nearest(store._embed([query])[0], 32, quantise_from=1_000, cut=True)
+            doomed = index.ranks[index.position[nearest[0][0]]][0]  # its best vector match
+            store.prefetch(query, k=6)
+            _until_ready(store._vectors["default"].ahead[1])  # it read the rows before the delete
+            store.delete(doomed)
+            plain.delete(doomed)
+            got = [(h.memory.id, h.score) for h in store.search(query, k=6)]
+            assert got == [(h.memory.id, h.score) for h in plain.search(query, k=6)]
+
+
+class _CheckedScan:
+    """A scan ahead whose result is checked against the scan in place, run
+    when it is taken (under the store's lock: the rows cannot move)."""
+
+    def __init__(self, rows: _VectorIndex, args: tuple, checks: list) -> None:
+        self.scan, self.rows, self.args, self.checks = rows.top_k_ahead(*args), rows, args, checks
+
+    @property
+    def ready(self) -> bool:
+        return self.scan.ready
+
+    def result(self):
+        found = self.scan.result()
+        if found is not None:
+            self.checks.append(found == self.rows.top_k(*self.args))
+        return found
+
+
+def test_searches_from_several_threads_each_take_a_right_scan(scanned):
+    store, queries = scanned
+    rows = _spied(store)
+    checks: list[bool] = []
+    rows.top_k_ahead = lambda *args: _CheckedScan(rows.rows, args, checks)
+
+    def searching(mine: list[str]) -> None:
+        for query in mine:
+            store.prefetch(query, k=5)
+            store.search_texts(query, k=5)
+
+    threads = [threading.Thread(target=searching, args=(queries[i::4],)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert checks  # scans ahead were taken,
+    assert all(checks)  # each what the scan in place finds
+
+
 def test_a_prefetch_of_a_namespace_not_held_does_nothing(tmp_path):
     with MemoryStore(tmp_path / "m.db", embedder=HashingEmbedder(64)) as store:
         store.prefetch("anything")  # no vectors stored yet
@@ -253,9 +336,9 @@ def test_a_session_turn_scans_ahead_and_sends_what_it_would_without(memories, tm
     for mode in ("ahead", "in place"):
         shutil.copy(path, tmp_path / f"{mode}.db")
         store = MemoryStore(tmp_path / f"{mode}.db", embedder=HashingEmbedder(64), clock=_clock)
-        session = Session.open(tmp_path / mode, model="gpt-4o", identity="You help.", tools=[], store=store)
         if mode == "in place":
             store.prefetch = None  # a store without it, as a caller's own may be
+        session = Session.open(tmp_path / mode, model="gpt-4o", identity="You help.", tools=[], store=store)
         rows = _spied(store)
         sent[mode] = []
         for query in queries[:12]:
@@ -287,14 +370,21 @@ def test_a_fork_during_scans_leaves_the_child_free_to_change_the_rows():
                 index.swap_remove(0)
             finally:
                 os._exit(0)
-        for _ in range(30_000):  # up to 30 s: a hang guard, not a timing
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            threading.Event().wait(0.001)
-        else:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError(f"the child hung changing the rows (attempt {attempt})")
-        assert os.waitstatus_to_exitcode(status) == 0
+        assert _exit_code(pid) == 0, f"attempt {attempt}"
         assert all(scan.result() is not None for scan in scans)
+
+
+def test_a_session_leaves_a_prefetch_of_a_store_of_the_callers_own_alone(tmp_path):
+    class Store:
+        def search(self, query, **arguments):
+            return []
+
+        def search_texts(self, query, **arguments):
+            return ["the ledger export runs nightly"]
+
+        def prefetch(self, *arguments, **named):
+            raise AssertionError("a method of the caller's own, not ours to call")
+
+    with Session.open(tmp_path / "s", model="gpt-4o", store=Store()) as session:
+        request = session.prepare("when does the export run?")
+    assert "the ledger export runs nightly" in str(request["messages"])

@@ -1364,7 +1364,8 @@ class MemoryStore:
         100,000 memories). Only namespaces already held (searched or
         preloaded) are scanned ahead. A search with another query or other
         arguments, or one after the namespace changed, scans for itself, so
-        a search's results never depend on this."""
+        a search's results never depend on this. Each namespace holds one
+        scan ahead: the next prefetch replaces it."""
         query, namespaces, k, kinds, _ = _search_arguments(query, namespace, k, kinds, None)
         with self._lock:
             if self._width() is None:
@@ -1438,11 +1439,11 @@ class MemoryStore:
         with self._lock:
             if self._width() is None:
                 return []
-            prefetched, self._prefetched = self._prefetched, None
+            prefetched = self._prefetched
             if vector is not None:  # embedded before the store's width was known
                 checked(vector[None, :], 1, self._dim)
             elif prefetched is not None and prefetched[0] == query:
-                vector = prefetched[1]
+                vector, self._prefetched = prefetched[1], None
             else:
                 vector = self._embed([query])[0]
 

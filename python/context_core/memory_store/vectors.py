@@ -317,11 +317,14 @@ class NamespaceVectors:
         ``cut``, a sparse query of more than 48 terms is scanned by its 48
         largest, for four times as many (see ``SCAN_TERMS`` in the Rust
         core): the store asks it for its built-in embedder's queries only."""
-        ahead, self.ahead = self.ahead, None
         if not self.rowids or k <= 0:
             return []
         key = self._scan_key(query, k, quantise_from, kinds, cut)
-        found = ahead[1].result() if ahead is not None and ahead[0] == key else None
+        found = None
+        if self.ahead is not None and self.ahead[0] == key:
+            # Taken only by its own search: another thread's search for
+            # something else leaves it to the one it was started for.
+            found, self.ahead = self.ahead[1].result(), None
         if found is None:  # none started, another query's, or the rows changed since
             found = self.rows.top_k(*key)
         return [(self.rowids[i], score) for i, score in found]
@@ -336,10 +339,10 @@ class NamespaceVectors:
         cut: bool = False,
     ) -> None:
         """Starts the scan of :meth:`nearest` with these arguments on a
-        worker thread, for the next :meth:`nearest` to take (the one after
-        takes none): the caller does other work while it runs. A
-        :meth:`nearest` with other arguments, or after the rows changed,
-        scans again itself."""
+        worker thread, for the next :meth:`nearest` with the same arguments
+        to take (one started later replaces it): the caller does other work
+        while it runs. A :meth:`nearest` with other arguments, or after the
+        rows changed, scans itself."""
         if not self.rowids or k <= 0:
             self.ahead = None
             return

@@ -100,7 +100,8 @@ def openai_request(
     lifted, conversation = lift_system(messages)
     start = len(messages) - len(conversation)
     for i, message in enumerate(conversation):
-        if not isinstance(message, Mapping):
+        # A dict first: the abstract check costs about 0.4 us a message.
+        if type(message) is not dict and not isinstance(message, Mapping):
             conversation[i] = _sdk_message(message, start + i)
     context = SEPARATOR.join(block["text"] for block in context_blocks(system, lifted))
     per_turn = SEPARATOR.join(text for text in (volatile, context) if text)

@@ -339,6 +339,8 @@ class Session:
         self.budget = budget
         self.memory = memory
         self.store = store
+        # A MemoryStore's scan starts ahead of its search; another store searches as it does.
+        self._prefetch = _prefetch_of(store)
         self.compactor = compactor
         # Compaction's exact facts, for MEMORY.md at the close (see held_facts).
         self._held_facts = held_facts
@@ -1208,12 +1210,11 @@ class Session:
 
     def _scan_ahead(self, query: str) -> None:
         """Starts the store's vector scan for ``query``'s search on a worker
-        thread (a store of the caller's own may not offer it): the turn's
-        next work goes on meanwhile."""
+        thread (a :class:`MemoryStore`'s; another store searches as it
+        does): the turn's next work goes on meanwhile."""
         arguments = self._search_arguments(query)
-        prefetch = getattr(self.store, "prefetch", None)
-        if arguments is not None and prefetch is not None:
-            prefetch(query, namespace=arguments["namespace"], k=arguments["k"])
+        if arguments is not None and self._prefetch is not None:
+            self._prefetch(query, namespace=arguments["namespace"], k=arguments["k"])
 
     def _search_arguments(self, query: str) -> dict[str, Any] | None:
         """What the store is asked for ``query``'s memories (``None``: no search)."""
@@ -2165,6 +2166,16 @@ def _memory_files(memory: MemoryFiles | bool | None, root: str) -> MemoryFiles |
     if not isinstance(memory, MemoryFiles):
         raise InvalidTypeError(f"memory must be a MemoryFiles, None or False, got {type(memory).__name__}")
     return memory
+
+
+def _prefetch_of(store: Any) -> Callable[..., None] | None:
+    """``store``'s ``prefetch`` if it is a :class:`MemoryStore` (a method
+    of that name on a store of the caller's own may mean something else)."""
+    if store is None:
+        return None
+    from context_core.memory_store import MemoryStore
+
+    return getattr(store, "prefetch", None) if isinstance(store, MemoryStore) else None
 
 
 def _store(store: Any, root: str) -> Any:

@@ -218,7 +218,13 @@ def _check_finite(message: Mapping[str, Any], where: str) -> None:
     stack: list[Any] = [message]
     while stack:
         value = stack.pop()
-        if isinstance(value, float):
+        kind = type(value)
+        # The usual types first: an abstract Mapping check costs about 0.4 us.
+        if kind is str:
+            continue
+        if kind is dict:
+            stack.extend(value.values())
+        elif isinstance(value, float):
             if not math.isfinite(value):
                 raise InvalidInputError(f"{where}: holds {value!r}, which JSON requests cannot carry")
         elif isinstance(value, Mapping):

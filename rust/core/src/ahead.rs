@@ -50,8 +50,24 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn run<T>(work: Work<T>) -> Result<T, Lost> {
+    fenced(|| catch_unwind(AssertUnwindSafe(work)).map_err(|_| Lost::Panicked))
+}
+
+/// Runs `work` where a fork waits for it to end, and holds it back while
+/// the process forks (once [`install`] has registered the handlers). For
+/// any work that holds a lock with the interpreter released: a job's scan,
+/// and the caller's own reads and writes of what jobs read.
+pub fn fenced<R>(work: impl FnOnce() -> R) -> R {
     let _running = Running::enter();
-    catch_unwind(AssertUnwindSafe(work)).map_err(|_| Lost::Panicked)
+    work()
+}
+
+/// Registers the fork handlers that make [`fenced`] hold: called where no
+/// fork can interleave (a Python module's import, under the interpreter's
+/// lock), as a fork in the middle of a first registration would leave the
+/// child waiting on it for ever. [`Ahead::start`] calls it too.
+pub fn install() {
+    REGISTER.call_once(register_fork_handlers);
 }
 
 /// Jobs running now, and whether the process is forking: atomics only, as
@@ -65,7 +81,6 @@ struct Running;
 
 impl Running {
     fn enter() -> Self {
-        REGISTER.call_once(register_fork_handlers);
         loop {
             while FORKING.load(Ordering::SeqCst) {
                 std::thread::yield_now();
@@ -213,6 +228,7 @@ impl<T: Send + 'static> Ahead<T> {
 
     /// `work` as a job no worker was given (its waiter runs it).
     fn new(work: impl FnOnce() -> T + Send + 'static) -> Self {
+        install();
         Self {
             job: Arc::new(Job {
                 state: Mutex::new(State::Waiting(Box::new(work))),

@@ -51,6 +51,8 @@ mod _core {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        // At import, under the interpreter's lock: no fork can interleave.
+        context_core::ahead::install();
         m.add(
             "ENCODINGS",
             context_core::Encoding::ALL

@@ -1,7 +1,7 @@
 //! The memory store's hot paths (`context_core::{entities, embed, keywords, vectors}`)
 //! for `context_core.memory_store`.
 
-use context_core::ahead::Ahead;
+use context_core::ahead::{Ahead, fenced};
 use context_core::embed::hash_embed;
 use context_core::entities::{entities, entities_many};
 use context_core::keywords::{Corpus, KeywordIndex};
@@ -9,7 +9,7 @@ use context_core::vectors::{ALL_TAGS, VectorIndex};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use std::collections::HashMap;
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::errors::invalid_input;
 use crate::text::text as text_of;
@@ -101,6 +101,10 @@ fn write(held: &Shared) -> RwLockWriteGuard<'_, Held> {
     held.write().unwrap_or_else(PoisonError::into_inner)
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A query checked against the rows' width.
 fn query_row(query: &[u8], dim: usize) -> PyResult<Vec<f32>> {
     let q = floats(query, dim, "query")?;
@@ -127,9 +131,40 @@ fn best(
 
 /// Rows of one width held in Rust (float32 and an int8 copy), searched by
 /// dot product with the interpreter released. Python keeps the row ids.
-#[pyclass(name = "_VectorIndex", module = "context_core._core")]
+///
+/// The rows are shared with scans started ahead (`top_k_ahead`), which
+/// read them on a worker thread: every use takes their lock with the
+/// interpreter released (a scan may hold it), inside the fork fence (a
+/// child must not inherit it held).
+#[pyclass(name = "_VectorIndex", module = "context_core._core", frozen)]
 pub struct PyVectorIndex {
     held: Shared,
+    dim: usize,
+}
+
+impl PyVectorIndex {
+    /// `work` on the rows (read), with the interpreter released.
+    fn reading<R: Send>(&self, py: Python<'_>, work: impl FnOnce(&Held) -> R + Send) -> R {
+        let held = &self.held;
+        py.detach(|| fenced(|| work(&read(held))))
+    }
+
+    /// `work` on the rows (written), with the interpreter released; every
+    /// change counts one more generation.
+    fn writing<R: Send>(
+        &self,
+        py: Python<'_>,
+        work: impl FnOnce(&mut VectorIndex) -> R + Send,
+    ) -> R {
+        let held = &self.held;
+        py.detach(|| {
+            fenced(|| {
+                let mut held = write(held);
+                held.generation += 1;
+                work(&mut held.index)
+            })
+        })
+    }
 }
 
 #[pymethods]
@@ -144,25 +179,25 @@ impl PyVectorIndex {
                 index: VectorIndex::new(dim),
                 generation: 0,
             })),
+            dim,
         })
     }
 
     #[getter]
     fn dim(&self) -> usize {
-        read(&self.held).index.dim()
+        self.dim
     }
 
-    fn __len__(&self) -> usize {
-        read(&self.held).index.len()
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.reading(py, |held| held.index.len())
     }
 
     /// Appends whole rows given as float32 bytes, with a tag (0-7) per row
     /// given as bytes (default: all 0).
     #[pyo3(signature = (rows, tags=None))]
     fn extend(&self, py: Python<'_>, rows: &[u8], tags: Option<&[u8]>) -> PyResult<()> {
-        let dim = self.dim();
-        let values = floats(rows, dim, "rows")?;
-        let count = values.len() / dim;
+        let values = floats(rows, self.dim, "rows")?;
+        let count = values.len() / self.dim;
         let tags = tags.map_or_else(|| vec![0; count], <[u8]>::to_vec);
         if tags.len() != count || tags.iter().any(|t| *t >= 8) {
             return Err(invalid_input(format!(
@@ -171,60 +206,51 @@ impl PyVectorIndex {
         }
         // A store's first load of a namespace quantises every row: other
         // threads (a server's event loop) go on meanwhile.
-        let held = &self.held;
-        py.detach(|| {
-            let mut held = write(held);
-            held.index.extend_tagged(&values, &tags);
-            held.generation += 1;
-        });
+        self.writing(py, |index| index.extend_tagged(&values, &tags));
         Ok(())
     }
 
     /// Replaces row `index` and its tag.
     #[pyo3(signature = (index, row, tag=0))]
-    fn set(&self, index: usize, row: &[u8], tag: u8) -> PyResult<()> {
-        let mut held = write(&self.held);
-        let values = floats(row, held.index.dim(), "row")?;
-        if values.len() != held.index.dim() || index >= held.index.len() {
-            return Err(invalid_input(format!(
-                "no row {index} of {}",
-                held.index.len()
-            )));
-        }
+    fn set(&self, py: Python<'_>, index: usize, row: &[u8], tag: u8) -> PyResult<()> {
+        let values = floats(row, self.dim, "row")?;
         if tag >= 8 {
             return Err(invalid_input("a tag is below 8"));
         }
-        held.index.set_tagged(index, &values, tag);
-        held.generation += 1;
-        Ok(())
+        if values.len() != self.dim {
+            return Err(invalid_input("the row is not one row"));
+        }
+        self.writing(py, |rows| {
+            // Checked under the lock: another thread may remove rows meanwhile.
+            let held = rows.len();
+            (index < held)
+                .then(|| rows.set_tagged(index, &values, tag))
+                .ok_or(held)
+        })
+        .map_err(|held| invalid_input(format!("no row {index} of {held}")))
     }
 
     /// Removes row `index`, moving the last row into its place.
-    fn swap_remove(&self, index: usize) -> PyResult<()> {
-        let mut held = write(&self.held);
-        if index >= held.index.len() {
-            return Err(invalid_input(format!(
-                "no row {index} of {}",
-                held.index.len()
-            )));
-        }
-        held.index.swap_remove(index);
-        held.generation += 1;
-        Ok(())
+    fn swap_remove(&self, py: Python<'_>, index: usize) -> PyResult<()> {
+        self.writing(py, |rows| {
+            let held = rows.len();
+            (index < held).then(|| rows.swap_remove(index)).ok_or(held)
+        })
+        .map_err(|held| invalid_input(format!("no row {index} of {held}")))
     }
 
     /// The exact score of each of `rows` for `query`.
     #[allow(clippy::needless_pass_by_value)] // pyo3 extracts an owned Vec
-    fn scores(&self, query: &[u8], rows: Vec<usize>) -> PyResult<Vec<f32>> {
-        let held = read(&self.held);
-        let q = query_row(query, held.index.dim())?;
-        if let Some(&bad) = rows.iter().find(|&&i| i >= held.index.len()) {
-            return Err(invalid_input(format!(
-                "no row {bad} of {}",
-                held.index.len()
-            )));
-        }
-        Ok(held.index.scores(&q, &rows))
+    fn scores(&self, py: Python<'_>, query: &[u8], rows: Vec<usize>) -> PyResult<Vec<f32>> {
+        let q = query_row(query, self.dim)?;
+        self.reading(py, |held| {
+            let len = held.index.len();
+            match rows.iter().find(|&&i| i >= len) {
+                Some(&bad) => Err((bad, len)),
+                None => Ok(held.index.scores(&q, &rows)),
+            }
+        })
+        .map_err(|(bad, len)| invalid_input(format!("no row {bad} of {len}")))
     }
 
     /// `(row, score)` of the `k` best rows, best first: exact, or (with
@@ -241,10 +267,9 @@ impl PyVectorIndex {
         mask: Option<u8>,
         cut: bool,
     ) -> PyResult<Vec<(usize, f32)>> {
-        let q = query_row(query, self.dim())?;
-        let held = &self.held;
+        let q = query_row(query, self.dim)?;
         let mask = mask.unwrap_or(ALL_TAGS);
-        Ok(py.detach(|| best(&read(held).index, &q, k, candidates, mask, cut)))
+        Ok(self.reading(py, |held| best(&held.index, &q, k, candidates, mask, cut)))
     }
 
     /// [`top_k`](Self::top_k) started on a worker thread: the scan runs
@@ -259,7 +284,7 @@ impl PyVectorIndex {
         mask: Option<u8>,
         cut: bool,
     ) -> PyResult<PyScanAhead> {
-        let q = query_row(query, self.dim())?;
+        let q = query_row(query, self.dim)?;
         let held = Arc::clone(&self.held);
         let mask = mask.unwrap_or(ALL_TAGS);
         let ahead = Ahead::start(move || {
@@ -270,7 +295,7 @@ impl PyVectorIndex {
             )
         });
         Ok(PyScanAhead {
-            ahead: Some(ahead),
+            ahead: Mutex::new(Some(ahead)),
             held: Arc::clone(&self.held),
         })
     }
@@ -280,9 +305,10 @@ impl PyVectorIndex {
 type Scanned = (u64, Vec<(usize, f32)>);
 
 /// A [`PyVectorIndex::top_k`] running ahead on a worker thread.
-#[pyclass(name = "_ScanAhead", module = "context_core._core")]
+#[pyclass(name = "_ScanAhead", module = "context_core._core", frozen)]
 pub struct PyScanAhead {
-    ahead: Option<Ahead<Scanned>>,
+    /// Taken by the first `result()` (a lock held only to take or look).
+    ahead: Mutex<Option<Ahead<Scanned>>>,
     held: Shared,
 }
 
@@ -291,7 +317,7 @@ impl PyScanAhead {
     /// Whether `result()` would return at once.
     #[getter]
     fn ready(&self) -> bool {
-        self.ahead.as_ref().is_none_or(Ahead::is_ready)
+        lock(&self.ahead).as_ref().is_none_or(Ahead::is_ready)
     }
 
     /// What `top_k` gives for the rows held now, waited for (or run here,
@@ -299,10 +325,13 @@ impl PyScanAhead {
     /// the scan read them, if this was already asked, or if the scan was
     /// started in another process (before a fork) or failed: the caller
     /// then runs `top_k` itself.
-    fn result(&mut self, py: Python<'_>) -> Option<Vec<(usize, f32)>> {
-        let ahead = self.ahead.take()?;
-        let (generation, found) = py.detach(|| ahead.wait()).ok()?;
-        (generation == read(&self.held).generation).then_some(found)
+    fn result(&self, py: Python<'_>) -> Option<Vec<(usize, f32)>> {
+        let ahead = lock(&self.ahead).take()?;
+        let held = &self.held;
+        py.detach(|| {
+            let (generation, found) = ahead.wait().ok()?;
+            fenced(|| (generation == read(held).generation).then_some(found))
+        })
     }
 }
 
