@@ -56,7 +56,8 @@ fn run<T>(work: Work<T>) -> Result<T, Lost> {
 /// Runs `work` where a fork waits for it to end, and holds it back while
 /// the process forks (once [`install`] has registered the handlers). For
 /// any work that holds a lock with the interpreter released: a job's scan,
-/// and the caller's own reads and writes of what jobs read.
+/// and the caller's own reads and writes of what jobs read. Never nested:
+/// an inner one would wait for a fork that waits for the outer.
 pub fn fenced<R>(work: impl FnOnce() -> R) -> R {
     let _running = Running::enter();
     work()
