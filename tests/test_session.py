@@ -4077,12 +4077,13 @@ def test_held_facts_sync_the_directory_when_their_file_is_made(tmp_path, monkeyp
     was never synced), so once after each clear."""
     from context_core.session import held_facts
 
-    synced: list[int] = []
-    monkeypatch.setattr(held_facts, "fsync_dir", synced.append)
+    synced: list[str] = []
+    monkeypatch.setattr(held_facts, "fsync_dir_of", synced.append)
     held = held_facts.HeldFacts(str(tmp_path))
     assert held.hold(["- [fact: port] port: 5433"], 3) == 1
     assert held.hold(["- [fact: host] host: db1"], 4) == 1
     assert len(synced) == 1
+    assert synced == [held.path]
     held.clear()
     assert held.hold(["- [fact: port] port: 5434"], 5) == 1
     assert len(synced) == 2

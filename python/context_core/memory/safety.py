@@ -39,6 +39,7 @@ __all__ = [
     "check_name",
     "ensure_root",
     "fsync_dir",
+    "fsync_dir_of",
     "open_file",
     "open_root",
     "read_file",
@@ -204,3 +205,13 @@ def fsync_dir(dir_fd: int) -> None:
     """Make renames, creations and deletions in the root durable."""
     with suppress(OSError):  # some file systems refuse fsync on a directory
         os.fsync(dir_fd)
+
+
+def fsync_dir_of(path: str) -> None:
+    """:func:`fsync_dir` of the directory holding ``path``: a file made or
+    renamed there keeps its name through a power loss."""
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        fsync_dir(directory)
+    finally:
+        os.close(directory)

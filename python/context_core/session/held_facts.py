@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from context_core.errors import storage_error
 from context_core.memory.facts import Fact, parse_line, to_facts
-from context_core.memory.safety import fsync_dir
+from context_core.memory.safety import fsync_dir_of
 
 __all__ = ["HeldFact", "HeldFacts"]
 
@@ -75,11 +75,7 @@ class HeldFacts:
                     out.flush()
                     os.fsync(out.fileno())
                 if created:  # the file's name too, or a power loss could drop the file
-                    directory = os.open(os.path.dirname(self.path) or ".", os.O_RDONLY)
-                    try:
-                        fsync_dir(directory)
-                    finally:
-                        os.close(directory)
+                    fsync_dir_of(self.path)
             except OSError as error:
                 raise self._storage_error(error) from error
         return len(held)

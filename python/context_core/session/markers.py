@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from context_core.memory.safety import fsync_dir
+from context_core.memory.safety import fsync_dir_of
 
 __all__ = ["write_by_rename"]
 
@@ -25,11 +25,7 @@ def write_by_rename(where: str, text: str, *, durable: bool = False) -> None:
                 os.fsync(handle.fileno())
         os.replace(temporary, where)
         if durable:
-            directory = os.open(os.path.dirname(where) or ".", os.O_RDONLY)
-            try:
-                fsync_dir(directory)
-            finally:
-                os.close(directory)
+            fsync_dir_of(where)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
