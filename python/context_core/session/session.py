@@ -921,11 +921,13 @@ class Session:
             parts, mark = self._prompt(said, now, timings, mark)
         else:
             said = query
-            if found is None:
-                self._scan_ahead(said)  # the store's scan runs while the prompt is built
+            arguments = None if found is not None else self._search_arguments(said)
+            if arguments is not None and self._prefetch is not None:
+                # The store's scan runs on its worker while the prompt is built.
+                self._prefetch(said, namespace=arguments["namespace"], k=arguments["k"])
             mark = self._lap(timings, "memory", started)
             parts, mark = self._prompt(said, now, timings, mark)
-            memories = self._search(said) if found is None else found
+            memories = self._search_by(said, arguments) if found is None else found
             mark = self._lap(timings, "memory", mark)
             turn, step = self._turn + 1, 0
         # Results that each answer a call still waiting are new, whatever
@@ -1196,7 +1198,11 @@ class Session:
         return now
 
     def _search(self, query: str) -> list[str]:
-        arguments = self._search_arguments(query)
+        return self._search_by(query, self._search_arguments(query))
+
+    def _search_by(self, query: str, arguments: dict[str, Any] | None) -> list[str]:
+        """``query``'s memories, the store asked with ``arguments`` (see
+        :meth:`_search_arguments`; ``None``: no search)."""
         if arguments is None:
             return []
         # Only the texts go in the prompt: a MemoryStore gives just those,
@@ -1207,14 +1213,6 @@ class Session:
         else:
             found = [hit.memory.text for hit in self.store.search(query, **arguments)]
         return self._within(found, arguments["max_tokens"])
-
-    def _scan_ahead(self, query: str) -> None:
-        """Starts the store's vector scan for ``query``'s search on a worker
-        thread (a :class:`MemoryStore`'s; another store searches as it
-        does): the turn's next work goes on meanwhile."""
-        arguments = self._search_arguments(query)
-        if arguments is not None and self._prefetch is not None:
-            self._prefetch(query, namespace=arguments["namespace"], k=arguments["k"])
 
     def _search_arguments(self, query: str) -> dict[str, Any] | None:
         """What the store is asked for ``query``'s memories (``None``: no search)."""
